@@ -1,0 +1,31 @@
+"""The wire contract of streamctl: Avro schemas, the records that mirror them, one codec.
+
+Imports nothing else of the project; `controller` and `streaming_jobs` talk only through
+Kafka in these types.
+"""
+
+from schemas.codec import Codec, DecodeError, codec_for
+from schemas.records import (
+    Ack,
+    ControlTuple,
+    Outcome,
+    Role,
+    SensorReading,
+    SensorWindowAverage,
+    SourcePartition,
+    TaskMetrics,
+)
+
+__all__ = [
+    "Ack",
+    "Codec",
+    "ControlTuple",
+    "DecodeError",
+    "Outcome",
+    "Role",
+    "SensorReading",
+    "SensorWindowAverage",
+    "SourcePartition",
+    "TaskMetrics",
+    "codec_for",
+]

@@ -1,0 +1,189 @@
+"""In-process mirrors of the wire records in `schemas/avro/`.
+
+Every record is a frozen dataclass with plain Python types (ints for timestamps in epoch
+milliseconds, tuples for arrays, `StrEnum` for Avro enums). Conversion to and from the
+Avro dict form happens only in `to_avro` / `from_avro`, which the codec calls at the edge;
+nothing else in the project sees Avro dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, ClassVar, Self
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_ms(value: int | datetime) -> int:
+    """Avro `timestamp-millis` comes back from fastavro as an aware datetime; we keep ints."""
+    if isinstance(value, datetime):
+        return (value - _EPOCH) // timedelta(milliseconds=1)
+    return int(value)
+
+
+class Role(StrEnum):
+    ACTIVE = "ACTIVE"
+    STANDBY = "STANDBY"
+
+
+class Outcome(StrEnum):
+    APPLIED = "APPLIED"
+    REJECTED = "REJECTED"
+    FAILED = "FAILED"
+
+
+class _Record:
+    """Shared edge conversion; subclasses name their Avro schema and fix up nested fields."""
+
+    AVRO_NAME: ClassVar[str]
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    def to_avro(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_avro(cls, data: dict[str, Any]) -> Self:
+        kwargs = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            value = data[f.name]
+            if f.name in cls._TIMESTAMP_FIELDS:
+                value = epoch_ms(value)
+            kwargs[f.name] = value
+        return cls(**cls._convert_nested(kwargs))
+
+    @classmethod
+    def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Record):
+        return value.to_avro()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, StrEnum):
+        return value.value
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePartition(_Record):
+    """Offsets of one Kafka partition as seen by one batch."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.SourcePartition"
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    latest_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMetrics(_Record):
+    """One query instance's measurements over one micro-batch."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.TaskMetrics"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_start_ms", "batch_end_ms"})
+
+    query_id: str
+    instance_id: str
+    role: Role
+    config_epoch: int
+    batch_id: int
+    batch_start_ms: int
+    batch_end_ms: int
+    trigger_interval_ms: int
+    input_rows: int
+    output_rows: int
+    busy_ms: int
+    partitions: tuple[SourcePartition, ...]
+    input_parallelism: int
+    state_partitions: int
+    task_slots: int
+    state_rows: int = 0
+    state_bytes: int = 0
+    source_topics: tuple[str, ...] = ()
+    sink_topics: tuple[str, ...] = ()
+
+    @classmethod
+    def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs["role"] = Role(kwargs["role"])
+        kwargs["partitions"] = tuple(SourcePartition.from_avro(p) for p in kwargs["partitions"])
+        kwargs["source_topics"] = tuple(kwargs["source_topics"])
+        kwargs["sink_topics"] = tuple(kwargs["sink_topics"])
+        return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTuple(_Record):
+    """Desired state of one knob: <query_id, operator_id, parameter, value> at an epoch."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.ControlTuple"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"issued_at_ms"})
+
+    control_id: str
+    query_id: str
+    operator_id: str
+    parameter: str
+    value: str
+    epoch: int
+    issuer: str
+    reason: str
+    issued_at_ms: int
+    auth_tag: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(_Record):
+    """A job's answer to one control tuple."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.Ack"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"acked_at_ms"})
+
+    control_id: str
+    query_id: str
+    instance_id: str
+    epoch: int
+    outcome: Outcome
+    detail: str
+    pause_ms: int
+    acked_at_ms: int
+
+    @classmethod
+    def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs["outcome"] = Outcome(kwargs["outcome"])
+        return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class SensorReading(_Record):
+    """Input event of the bundled sensor-averages job."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.sensors.v1.SensorReading"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"event_time_ms"})
+
+    sensor_id: str
+    event_time_ms: int
+    value: float
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class SensorWindowAverage(_Record):
+    """One closed event-time window of one sensor (output of the bundled job)."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.sensors.v1.SensorWindowAverage"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"window_start_ms", "window_end_ms"})
+
+    sensor_id: str
+    region: str
+    window_start_ms: int
+    window_end_ms: int
+    count: int
+    avg_value: float
+    min_value: float
+    max_value: float
+    seq_sum: int

@@ -1,0 +1,131 @@
+"""The wire contract: round trips, the framing, evolution, and one typed error for garbage."""
+
+from __future__ import annotations
+
+import copy
+import json
+import struct
+from importlib import resources
+
+import pytest
+from fastavro.schema import fingerprint
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas import (
+    Ack,
+    ControlTuple,
+    DecodeError,
+    Outcome,
+    Role,
+    SensorReading,
+    SensorWindowAverage,
+    SourcePartition,
+    TaskMetrics,
+    codec_for,
+)
+from schemas.codec import ALL_RECORD_TYPES, MAGIC, Codec
+
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+ints = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+# Timestamps stay in the range a datetime can hold, as they do on the wire.
+millis = st.integers(min_value=0, max_value=253_402_300_799_000)
+text = st.text(max_size=20)
+doubles = st.floats(allow_nan=False)
+
+partitions = st.builds(SourcePartition, text, ints, longs, longs, longs)
+task_metrics = st.builds(
+    TaskMetrics, text, text, st.sampled_from(Role), longs, longs, millis, millis, longs, longs,
+    longs, longs, st.lists(partitions, max_size=4).map(tuple), ints, ints, ints, longs, longs,
+    st.lists(text, max_size=3).map(tuple), st.lists(text, max_size=3).map(tuple),
+)
+control_tuples = st.builds(
+    ControlTuple, text, text, text, text, text, longs, text, text, millis,
+    st.none() | st.binary(max_size=32),
+)
+acks = st.builds(Ack, text, text, text, longs, st.sampled_from(Outcome), text, longs, millis)
+readings = st.builds(SensorReading, text, millis, doubles, longs)
+averages = st.builds(SensorWindowAverage, text, text, millis, millis, longs, doubles, doubles,
+                     doubles, longs)
+
+
+@pytest.mark.parametrize("strategy", [task_metrics, control_tuples, acks, readings, averages])
+def test_every_record_round_trips(strategy: st.SearchStrategy) -> None:
+    @given(strategy)
+    def check(record: object) -> None:
+        codec = codec_for(type(record))  # type: ignore[arg-type]
+        assert codec.decode(codec.encode(record)) == record  # type: ignore[arg-type]
+
+    check()
+
+
+def test_framing_is_avro_single_object_encoding() -> None:
+    # The Avro test suite's fingerprint of the schema "null" (Java's parsingFingerprint64).
+    assert bytes.fromhex(fingerprint('"null"', "CRC-64-AVRO")) == struct.pack(
+        "<q", 7195948357588979594
+    )
+    reading = SensorReading("s-1", 1_700_000_000_000, 21.5, 7)
+    payload = codec_for(SensorReading).encode(reading)
+    assert payload[:2] == MAGIC
+    assert payload[2:10] == codec_for(SensorReading).fingerprint
+
+
+def test_every_avsc_file_is_used_by_exactly_one_record_type() -> None:
+    names = set()
+    for entry in resources.files("schemas").joinpath("avro").iterdir():
+        raw = json.loads(entry.read_text())
+        names.add(f"{raw['namespace']}.{raw['name']}")
+    assert names == {t.AVRO_NAME for t in ALL_RECORD_TYPES}
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (None, "empty payload"),
+        (b"", "bad marker"),
+        (b"\x00\x01garbage-bytes", "bad marker"),
+        (MAGIC + b"\x00" * 8 + b"\x02", "unknown writer schema"),
+    ],
+)
+def test_garbage_raises_one_typed_error_with_its_position(payload: bytes | None,
+                                                          reason: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        codec_for(Ack).decode(payload, topic="streamctl.acks", partition=0, offset=42)
+    err = info.value
+    assert reason in str(err)
+    assert (err.topic, err.partition, err.offset) == ("streamctl.acks", 0, 42)
+    assert "topic=streamctl.acks, partition=0, offset=42" in str(err)
+
+
+def test_truncated_and_padded_bodies_are_decode_errors() -> None:
+    codec = codec_for(SensorReading)
+    good = codec.encode(SensorReading("s-1", 1, 1.0, 1))
+    with pytest.raises(DecodeError, match="corrupt"):
+        codec.decode(good[:-3])
+    with pytest.raises(DecodeError, match="trailing bytes"):
+        codec.decode(good + b"\x00")
+
+
+def test_a_record_of_another_type_is_rejected() -> None:
+    payload = codec_for(SensorReading).encode(SensorReading("s-1", 1, 1.0, 1))
+    with pytest.raises(DecodeError, match="unknown writer schema"):
+        codec_for(Ack).decode(payload)
+
+
+def test_an_older_writer_schema_is_resolved_against_the_current_one() -> None:
+    """Evolution: a writer without a defaulted field is read with the field's default."""
+    old_schema = copy.deepcopy(json.loads(
+        resources.files("schemas").joinpath("avro/task_metrics.avsc").read_text()))
+    old_schema["fields"] = [f for f in old_schema["fields"] if f["name"] != "state_bytes"]
+    old_writer = Codec(TaskMetrics, schema=old_schema)
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8,
+                          state_rows=9, state_bytes=123)
+    payload = old_writer.encode(metrics)
+
+    reader = Codec(TaskMetrics)
+    with pytest.raises(DecodeError, match="unknown writer schema"):
+        reader.decode(payload)
+    reader.register_writer_schema(old_schema)
+    decoded = reader.decode(payload)
+    assert decoded.state_bytes == 0  # the default, not the value the old writer could not carry
+    assert decoded.state_rows == 9
