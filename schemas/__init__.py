@@ -8,6 +8,7 @@ from schemas.codec import Codec, DecodeError, codec_for
 from schemas.records import (
     Ack,
     ControlTuple,
+    Decision,
     Outcome,
     Role,
     SensorReading,
@@ -20,6 +21,7 @@ __all__ = [
     "Ack",
     "Codec",
     "ControlTuple",
+    "Decision",
     "DecodeError",
     "Outcome",
     "Role",

@@ -26,6 +26,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from schemas.records import (
     Ack,
     ControlTuple,
+    Decision,
     SensorReading,
     SensorWindowAverage,
     TaskMetrics,
@@ -149,5 +150,5 @@ def codec_for(record_type: type[R]) -> Codec[R]:
 
 
 ALL_RECORD_TYPES: tuple[type[_Record], ...] = (
-    TaskMetrics, ControlTuple, Ack, SensorReading, SensorWindowAverage,
+    TaskMetrics, ControlTuple, Ack, Decision, SensorReading, SensorWindowAverage,
 )

@@ -8,6 +8,7 @@ nothing else in the project sees Avro dicts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -105,6 +106,7 @@ class TaskMetrics(_Record):
     task_slots: int
     state_rows: int = 0
     state_bytes: int = 0
+    rows_dropped_by_watermark: int = 0
     source_topics: tuple[str, ...] = ()
     sink_topics: tuple[str, ...] = ()
 
@@ -156,6 +158,31 @@ class Ack(_Record):
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["outcome"] = Outcome(kwargs["outcome"])
         return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(_Record):
+    """One decision of the controller, as written to the decision log."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.Decision"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"decided_at_ms"})
+
+    decision_id: str
+    query_id: str
+    decided_at_ms: int
+    action: str
+    parameter: str
+    current_value: str
+    target_value: str
+    reason: str
+    figures: Mapping[str, float]
+    control_id: str | None = None
+    dry_run: bool = False
+
+    def to_avro(self) -> dict[str, Any]:
+        data = _Record.to_avro(self)
+        data["figures"] = dict(self.figures)
+        return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from schemas import (
     Ack,
     ControlTuple,
+    Decision,
     DecodeError,
     Outcome,
     Role,
@@ -37,19 +38,25 @@ partitions = st.builds(SourcePartition, text, ints, longs, longs, longs)
 task_metrics = st.builds(
     TaskMetrics, text, text, st.sampled_from(Role), longs, longs, millis, millis, longs, longs,
     longs, longs, st.lists(partitions, max_size=4).map(tuple), ints, ints, ints, longs, longs,
-    st.lists(text, max_size=3).map(tuple), st.lists(text, max_size=3).map(tuple),
+    longs, st.lists(text, max_size=3).map(tuple), st.lists(text, max_size=3).map(tuple),
 )
 control_tuples = st.builds(
     ControlTuple, text, text, text, text, text, longs, text, text, millis,
     st.none() | st.binary(max_size=32),
 )
 acks = st.builds(Ack, text, text, text, longs, st.sampled_from(Outcome), text, longs, millis)
+decisions = st.builds(
+    Decision, text, text, millis, text, text, text, text, text,
+    st.dictionaries(text, doubles, max_size=4), st.none() | text, st.booleans(),
+)
 readings = st.builds(SensorReading, text, millis, doubles, longs)
 averages = st.builds(SensorWindowAverage, text, text, millis, millis, longs, doubles, doubles,
                      doubles, longs)
 
 
-@pytest.mark.parametrize("strategy", [task_metrics, control_tuples, acks, readings, averages])
+@pytest.mark.parametrize(
+    "strategy", [task_metrics, control_tuples, acks, decisions, readings, averages]
+)
 def test_every_record_round_trips(strategy: st.SearchStrategy) -> None:
     @given(strategy)
     def check(record: object) -> None:
