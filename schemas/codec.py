@@ -143,10 +143,15 @@ class Codec(Generic[R]):
         return record
 
 
-@cache
+_CODECS: dict[type[_Record], Codec[Any]] = {}
+
+
 def codec_for(record_type: type[R]) -> Codec[R]:
     """The shared codec instance for a record type (schemas are parsed once per process)."""
-    return Codec(record_type)
+    codec = _CODECS.get(record_type)
+    if codec is None:
+        codec = _CODECS[record_type] = Codec(record_type)
+    return codec
 
 
 ALL_RECORD_TYPES: tuple[type[_Record], ...] = (

@@ -1,0 +1,73 @@
+"""Child processes the demo and the end-to-end tests start: the job and the controller.
+
+Each child is `python -m streamctl …` in its own session (so a Ctrl-C in the terminal reaches
+only the parent, which then stops the children in order), with its output in a log file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _log: IO[bytes]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (the child shuts down cleanly), SIGKILL if it has not exited in time."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+        return self.process.returncode
+
+
+def start_child(name: str, args: Sequence[str], log_dir: Path,
+                env: Mapping[str, str] | None = None) -> Child:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log = log_path.open("wb")
+    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamctl", *args],
+        stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+    )
+    return Child(name, process, log_path, log)
+
+
+def stop_all(children: Sequence[Child], timeout_s: float = 30.0) -> None:
+    for child in reversed(children):
+        child.stop(timeout_s)
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2,
+               what: str = "condition") -> None:
+    """Poll `predicate()` until true; raise TimeoutError naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")

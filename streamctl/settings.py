@@ -1,0 +1,20 @@
+"""Options shared by several `streamctl` subcommands, read from the environment by default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def bootstrap_from_env() -> str:
+    return os.environ.get("STREAMCTL_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP)
+
+
+def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=bootstrap_from_env(),
+        help="Kafka bootstrap servers (env STREAMCTL_BOOTSTRAP_SERVERS)",
+    )

@@ -1,0 +1,93 @@
+"""What the demo shows about a query, folded from its metrics records (pure, no I/O).
+
+The demo's figures are deliberately computed here from the raw metrics, independently of the
+controller's model, so the terminal shows what the job reported rather than what the
+controller believes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from schemas import TaskMetrics
+
+_SMOOTHING_MS = 6_000
+
+
+@dataclass
+class QueryView:
+    """Recent metrics of one query and the figures derived from them."""
+
+    query_id: str
+    samples: deque[TaskMetrics] = field(default_factory=lambda: deque(maxlen=200))
+
+    def add(self, m: TaskMetrics) -> None:
+        self.samples.append(m)
+
+    def _recent(self) -> list[TaskMetrics]:
+        if not self.samples:
+            return []
+        newest = self.samples[-1].batch_end_ms
+        return [s for s in self.samples if newest - s.batch_end_ms <= _SMOOTHING_MS]
+
+    def arrival_per_s(self) -> float:
+        recent = [s for s in self._recent() if s.partitions]
+        if len(recent) < 2:
+            return 0.0
+        first, last = recent[0], recent[-1]
+        span_s = (last.batch_start_ms - first.batch_start_ms) / 1000
+        grown = _latest(last) - _latest(first)
+        return grown / span_s if span_s > 0 else 0.0
+
+    def processed_per_s(self) -> float:
+        recent = self._recent()
+        if len(recent) < 2:
+            return 0.0
+        span_s = (recent[-1].batch_end_ms - recent[0].batch_end_ms) / 1000
+        rows = sum(s.input_rows for s in recent[1:])
+        return rows / span_s if span_s > 0 else 0.0
+
+    def lag_records(self, log_end_total: int | None = None) -> int:
+        """Records in the input topic that no committed batch has processed yet.
+
+        With `log_end_total` (Σ of the input partitions' end offsets, read from the broker
+        now) this is the true lag; without it, the newest batch's latest − end, which misses
+        what arrived while that batch ran.
+        """
+        if not self.samples:
+            return 0
+        newest = self.samples[-1]
+        done = sum(p.end_offset for p in newest.partitions)
+        if log_end_total is not None:
+            return max(0, log_end_total - done)
+        return sum(max(0, p.latest_offset - p.end_offset) for p in newest.partitions)
+
+    def parallelism(self) -> int:
+        return self.samples[-1].input_parallelism if self.samples else 0
+
+    def epoch(self) -> int:
+        return self.samples[-1].config_epoch if self.samples else 0
+
+    def batch_seconds(self) -> float:
+        return self.samples[-1].busy_ms / 1000 if self.samples else 0.0
+
+
+def _latest(m: TaskMetrics) -> int:
+    return sum(p.latest_offset for p in m.partitions)
+
+
+HEADER = (f"{'time':>6}  {'load/s':>7}  {'arrival/s':>9}  {'processed/s':>11}  {'lag':>7}  "
+          f"{'batch s':>7}  {'parallelism':>11}  {'epoch':>5}")
+
+
+def status_line(elapsed_s: float, load_per_s: float, view: QueryView | None,
+                log_end_total: int | None = None) -> str:
+    if view is None or not view.samples:
+        return f"{elapsed_s:6.0f}  {load_per_s:7.0f}  (waiting for the job's first metrics)"
+    return (
+        f"{elapsed_s:6.0f}  {load_per_s:7.0f}  {view.arrival_per_s():9.0f}  "
+        f"{view.processed_per_s():11.0f}  {view.lag_records(log_end_total):7d}  "
+        f"{view.batch_seconds():7.1f}  "
+        f"{view.parallelism():11d}  {view.epoch():5d}"
+    )
