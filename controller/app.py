@@ -1,0 +1,95 @@
+"""Wiring: the control loop with Kafka adapters and Prometheus, and its clean shutdown.
+
+Owns construction order (the ack consumer is assigned before anything can be sent) and
+teardown (consumers closed, producer flushed). `cli` calls `run`; a program can call `run` or
+use `kafka_controller` to drive cycles itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from types import FrameType
+
+from controller.kafka_io import (
+    KafkaAckSource,
+    KafkaControlSink,
+    KafkaDecisionLog,
+    KafkaMetricsSource,
+    KafkaWriter,
+)
+from controller.loop import ControlLoop, Ports
+from controller.ports import SystemClock
+from controller.prom import ControllerMetrics, new_registry, serve
+from controller.settings import ControllerSettings
+from schemas import DecodeError
+
+log = logging.getLogger("controller")
+
+
+class DecodeErrorReporter:
+    """Counts every bad record; logs the first few in full, then one in a thousand, so a topic
+    full of garbage is visible without drowning the status output."""
+
+    _LOG_FIRST = 10
+    _LOG_EVERY = 1000
+
+    def __init__(self, metrics: ControllerMetrics) -> None:
+        self._metrics = metrics
+        self.count = 0
+
+    def __call__(self, error: DecodeError) -> None:
+        self.count += 1
+        self._metrics.decode_error(error)
+        if self.count <= self._LOG_FIRST or self.count % self._LOG_EVERY == 0:
+            log.warning("skipping undecodable record (%d so far): %s", self.count, error)
+
+
+@contextmanager
+def kafka_controller(settings: ControllerSettings,
+                     metrics: ControllerMetrics) -> Iterator[ControlLoop]:
+    """A loop on Kafka; every client is closed on the way out, whatever happened."""
+    kafka = settings.kafka
+    on_error = DecodeErrorReporter(metrics)
+    with ExitStack() as stack:
+        writer = KafkaWriter(kafka)
+        stack.callback(writer.close)
+        acks = KafkaAckSource(kafka, on_error)
+        stack.callback(acks.close)
+        source = KafkaMetricsSource(kafka, on_error)
+        stack.callback(source.close)
+        ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic),
+                      acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
+                      clock=SystemClock(), observer=metrics)
+        yield ControlLoop(settings, ports)
+
+
+def run(settings: ControllerSettings, *, max_cycles: int | None = None,
+        timeout_s: float | None = None, metrics: ControllerMetrics | None = None,
+        handle_signals: bool = True) -> int:
+    """Run the controller until SIGTERM / Ctrl-C (or the bounds); returns the cycles run.
+
+    `metrics` defaults to a fresh registry, served on `settings.metrics_port` unless it is 0.
+    """
+    metrics = ControllerMetrics(new_registry()) if metrics is None else metrics
+    if settings.metrics_port:
+        serve(settings.metrics_port, metrics.registry)
+    log.info("controller starting: metrics from %s at %s%s", settings.kafka.metrics_topic,
+             settings.kafka.bootstrap_servers, " (dry run)" if settings.dry_run else "")
+    with kafka_controller(settings, metrics) as loop:
+        if handle_signals:
+            _stop_on_signals(loop)
+        cycles = loop.run(max_cycles=max_cycles, timeout_s=timeout_s)
+    log.info("controller stopped after %d cycles", cycles)
+    return cycles
+
+
+def _stop_on_signals(loop: ControlLoop) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s received, stopping after this cycle", signal.Signals(signum).name)
+        loop.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)

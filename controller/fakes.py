@@ -1,0 +1,109 @@
+"""In-memory implementations of every port in `controller.ports`.
+
+Topics are lists of encoded payloads, so the fakes go through the same codec and the same
+decode-error path as `kafka_io`; the port contract test runs against both. `MemoryBus` bundles
+the four controller topics with job-side helpers (publish metrics and acks, read what the
+controller sent) for loop tests and offline replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.ports import OnDecodeError, RawMessage, decode_each, ignore_decode_error
+from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
+
+
+@dataclass
+class MemoryTopic:
+    """A single-partition topic: offsets are list indexes."""
+
+    name: str
+    payloads: list[bytes | None] = field(default_factory=list)
+
+    def append(self, payload: bytes | None) -> None:
+        self.payloads.append(payload)
+
+    def read(self, position: int) -> list[RawMessage]:
+        return [(p, self.name, 0, offset)
+                for offset, p in enumerate(self.payloads[position:], start=position)]
+
+
+class MemoryMetricsSource:
+    def __init__(self, topic: MemoryTopic, *, from_beginning: bool = False,
+                 on_decode_error: OnDecodeError = ignore_decode_error) -> None:
+        self._topic = topic
+        self._position = 0 if from_beginning else len(topic.payloads)
+        self._on_error = on_decode_error
+
+    def poll(self, timeout_s: float) -> list[TaskMetrics]:
+        messages = self._topic.read(self._position)
+        self._position += len(messages)
+        return decode_each(codec_for(TaskMetrics), messages, self._on_error)
+
+
+class MemoryAckSource:
+    """Sees acks appended after it was created, like the Kafka one assigned at the end."""
+
+    def __init__(self, topic: MemoryTopic,
+                 on_decode_error: OnDecodeError = ignore_decode_error) -> None:
+        self._topic = topic
+        self._position = len(topic.payloads)
+        self._on_error = on_decode_error
+
+    def poll(self, timeout_s: float) -> list[Ack]:
+        messages = self._topic.read(self._position)
+        self._position += len(messages)
+        return decode_each(codec_for(Ack), messages, self._on_error)
+
+
+class MemoryControlSink:
+    def __init__(self, topic: MemoryTopic) -> None:
+        self._topic = topic
+
+    def send(self, control: ControlTuple) -> None:
+        self._topic.append(codec_for(ControlTuple).encode(control))
+
+
+class MemoryDecisionLog:
+    def __init__(self, topic: MemoryTopic) -> None:
+        self._topic = topic
+
+    def write(self, decision: Decision) -> None:
+        self._topic.append(codec_for(Decision).encode(decision))
+
+
+class FakeClock:
+    """Time that moves only when a test says so."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.ms = start_ms
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> None:
+        self.ms += int(seconds * 1000)
+
+
+class MemoryBus:
+    """The controller's four topics in memory, seen from both ends."""
+
+    def __init__(self) -> None:
+        self.metrics = MemoryTopic("streamctl.metrics")
+        self.control = MemoryTopic("streamctl.control")
+        self.acks = MemoryTopic("streamctl.acks")
+        self.decisions = MemoryTopic("streamctl.decisions")
+
+    def publish_metrics(self, *records: TaskMetrics) -> None:
+        for record in records:
+            self.metrics.append(codec_for(TaskMetrics).encode(record))
+
+    def publish_ack(self, ack: Ack) -> None:
+        self.acks.append(codec_for(Ack).encode(ack))
+
+    def sent_controls(self) -> list[ControlTuple]:
+        return [codec_for(ControlTuple).decode(p) for p in self.control.payloads]
+
+    def written_decisions(self) -> list[Decision]:
+        return [codec_for(Decision).decode(p) for p in self.decisions.payloads]

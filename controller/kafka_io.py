@@ -1,0 +1,183 @@
+"""Kafka adapters of the controller's ports (the only module here that imports confluent_kafka).
+
+Owns the client configurations: the metrics consumer (own group, `latest` by default), the ack
+consumer (assigned at the end of every partition before anything is sent, so no ack can slip
+past it), and one idempotent producer (`acks=all`) shared by the control sink and the decision
+log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`. Neighbours:
+`ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twins).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from controller.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
+from controller.settings import KafkaSettings
+from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
+
+log = logging.getLogger("controller.kafka")
+
+_MAX_BATCH = 500
+"""Records per consume call: a cycle's worth for dozens of queries at sub-second triggers."""
+
+
+class KafkaSetupError(RuntimeError):
+    """The broker or a topic is not there; the message says which, and the process stops."""
+
+
+def _log_client_error(error: KafkaError) -> None:
+    # librdkafka retries transient errors (broker down, leader moves) on its own; only a fatal
+    # one needs a human.
+    if error.fatal():
+        log.error("kafka client fatal error: %s", error)
+    else:
+        log.debug("kafka client error (retrying): %s", error)
+
+
+def _common(settings: KafkaSettings) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "error_cb": _log_client_error,
+        "logger": log,
+        # syslog level 3: librdkafka's own chatter (connection attempts, rebalances) stays out
+        # of the operator's status output; errors still show.
+        "log_level": 3,
+    }
+
+
+def _raw(messages: list[Message]) -> list[RawMessage]:
+    raw = []
+    for message in messages:
+        error = message.error()
+        if error is None:
+            # A consumed message always has its position; the Optional types are for produce.
+            raw.append((message.value(), message.topic() or "", message.partition() or 0,
+                        message.offset() or 0))
+        elif error.code() != KafkaError._PARTITION_EOF:
+            log.warning("consume error on %s: %s", message.topic(), error)
+    return raw
+
+
+class KafkaMetricsSource:
+    """`MetricsSource` over the metrics topic, in the controller's own consumer group."""
+
+    def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError) -> None:
+        self._on_error = on_decode_error
+        self._consumer = Consumer({
+            **_common(settings),
+            "group.id": settings.group_id,
+            "auto.offset.reset": settings.metrics_offset_reset,
+            "enable.auto.commit": True,
+        })
+        self._consumer.subscribe([settings.metrics_topic])
+
+    def poll(self, timeout_s: float) -> list[TaskMetrics]:
+        messages = self._consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
+        return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class KafkaAckSource:
+    """`AckSource` assigned to the current end of every partition of the ack topic.
+
+    Assigning explicit end offsets at construction (instead of subscribing with 'latest', which
+    resolves lazily) means any ack written after this returns is seen, however fast the job is.
+    """
+
+    def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
+                 setup_timeout_s: float = 10.0) -> None:
+        self._on_error = on_decode_error
+        self._consumer = Consumer({
+            **_common(settings),
+            # Never commits: a throwaway group id keeps it out of anyone's group.
+            "group.id": f"{settings.group_id}.acks.{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        })
+        try:
+            self._consumer.assign(_end_offsets(self._consumer, settings.ack_topic,
+                                               setup_timeout_s))
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    def poll(self, timeout_s: float) -> list[Ack]:
+        messages = self._consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
+        return decode_each(codec_for(Ack), _raw(messages), self._on_error)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> list[TopicPartition]:
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot reach Kafka to look up topic {topic!r}: {exc}") from exc
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise KafkaSetupError(f"topic {topic!r} does not exist; create it first "
+                              "(`streamctl stack up` creates the default topics)")
+    ends = []
+    for partition in sorted(metadata.partitions):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                 timeout=timeout_s)
+        ends.append(TopicPartition(topic, partition, high))
+    return ends
+
+
+class KafkaWriter:
+    """One idempotent producer; `write` returns once the broker acknowledged the record."""
+
+    def __init__(self, settings: KafkaSettings, delivery_timeout_s: float = 15.0) -> None:
+        self._timeout_s = delivery_timeout_s
+        self._producer = Producer({
+            **_common(settings),
+            "enable.idempotence": True,
+            "acks": "all",
+            "delivery.timeout.ms": int(delivery_timeout_s * 1000),
+        })
+
+    def write(self, topic: str, key: str, value: bytes) -> None:
+        outcome: list[KafkaError | None] = []
+        try:
+            self._producer.produce(topic, key=key.encode(), value=value,
+                                   on_delivery=lambda err, _msg: outcome.append(err))
+        except (KafkaException, BufferError) as exc:
+            raise DeliveryError(f"could not queue a record for {topic}: {exc}") from exc
+        # Control tuples are rare and must be durable before we wait for their ack, so each
+        # write waits for its delivery report instead of batching.
+        self._producer.flush(self._timeout_s)
+        if not outcome:
+            raise DeliveryError(f"no delivery report from {topic} within {self._timeout_s} s")
+        if outcome[0] is not None:
+            raise DeliveryError(f"delivery to {topic} failed: {outcome[0]}")
+
+    def close(self) -> None:
+        self._producer.flush(self._timeout_s)
+
+
+class KafkaControlSink:
+    """`ControlSink` keyed by query id, so one query's tuples stay in order on any layout."""
+
+    def __init__(self, writer: KafkaWriter, topic: str) -> None:
+        self._writer = writer
+        self._topic = topic
+
+    def send(self, control: ControlTuple) -> None:
+        self._writer.write(self._topic, control.query_id, codec_for(ControlTuple).encode(control))
+
+
+class KafkaDecisionLog:
+    """`DecisionLog` on the decisions topic, keyed by query id."""
+
+    def __init__(self, writer: KafkaWriter, topic: str) -> None:
+        self._writer = writer
+        self._topic = topic
+
+    def write(self, decision: Decision) -> None:
+        self._writer.write(self._topic, decision.query_id, codec_for(Decision).encode(decision))

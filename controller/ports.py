@@ -1,0 +1,107 @@
+"""The effects the control loop needs, as small interfaces, plus the real clock.
+
+Owns the port protocols `loop` is written against. Implementations: `kafka_io` (Kafka),
+`fakes` (in memory, for tests and replays), `prom` (the observer). `decode_each` is the one
+place a payload becomes a record on the way in, so a bad record is counted and skipped the
+same way by every source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
+
+from controller.model import QueryModel
+from schemas import Ack, Codec, ControlTuple, Decision, DecodeError, TaskMetrics
+from schemas.records import _Record
+
+R = TypeVar("R", bound=_Record)
+
+OnDecodeError = Callable[[DecodeError], None]
+"""Told about every payload that did not decode, with topic, partition and offset filled in."""
+
+RawMessage = tuple[bytes | None, str, int, int]
+"""(payload, topic, partition, offset) as read from a topic."""
+
+
+class DeliveryError(RuntimeError):
+    """A write did not reach the broker; the loop logs it and tries again after a cooldown."""
+
+
+class MetricsSource(Protocol):
+    def poll(self, timeout_s: float) -> list[TaskMetrics]:
+        """Metrics that arrived, waiting at most `timeout_s` for the first; never raises on a
+        bad payload (it goes to the source's decode-error handler)."""
+        ...
+
+
+class AckSource(Protocol):
+    def poll(self, timeout_s: float) -> list[Ack]:
+        """Acks written since the source was created, like `MetricsSource.poll`."""
+        ...
+
+
+class ControlSink(Protocol):
+    def send(self, control: ControlTuple) -> None:
+        """Write one control tuple durably (returns once the broker has it)."""
+        ...
+
+
+class DecisionLog(Protocol):
+    def write(self, decision: Decision) -> None:
+        """Append one decision to the audit log."""
+        ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class LoopObserver(Protocol):
+    """What the loop reports as it goes (Prometheus in production, nothing in tests)."""
+
+    def metrics_received(self, count: int) -> None: ...
+    def modelled(self, model: QueryModel, desired: int | None) -> None: ...
+    def decided(self, query_id: str, action: str) -> None: ...
+    def acked(self, query_id: str, outcome: str) -> None: ...
+    def ack_timed_out(self, query_id: str) -> None: ...
+
+
+class NullObserver:
+    def metrics_received(self, count: int) -> None:
+        pass
+
+    def modelled(self, model: QueryModel, desired: int | None) -> None:
+        pass
+
+    def decided(self, query_id: str, action: str) -> None:
+        pass
+
+    def acked(self, query_id: str, outcome: str) -> None:
+        pass
+
+    def ack_timed_out(self, query_id: str) -> None:
+        pass
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+def decode_each(codec: Codec[R], messages: Iterable[RawMessage],
+                on_error: OnDecodeError) -> list[R]:
+    """Decode what decodes; hand every failure, with its position, to `on_error`."""
+    records = []
+    for payload, topic, partition, offset in messages:
+        try:
+            records.append(codec.decode(payload, topic=topic, partition=partition,
+                                        offset=offset))
+        except DecodeError as exc:
+            on_error(exc)
+    return records
+
+
+def ignore_decode_error(error: DecodeError) -> None:
+    """Default handler for tests that feed only good records."""

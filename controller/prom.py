@@ -1,0 +1,88 @@
+"""Prometheus metrics of the controller (the only module here that imports prometheus_client).
+
+Owns the metric names and labels, all defined once on an injected `CollectorRegistry` so tests
+use a fresh registry and nothing touches the global one. Labels stay bounded: `query` by
+`ModelSettings.max_queries`, `action` and `outcome` by the policy's and the ack's fixed sets,
+`topic` by the two topics the controller consumes. Implements `ports.LoopObserver`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from controller.model import QueryModel
+from schemas import DecodeError
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, ["query"], registry=registry)
+
+        self.arrival = gauge("streamctl_arrival_rate_records_per_second",
+                             "Arrival rate λ: growth of the source topics' latest offsets.")
+        self.capacity = gauge("streamctl_processing_rate_records_per_second",
+                              "Capacity: records per second at 100% busy with current units.")
+        self.throughput = gauge("streamctl_throughput_records_per_second",
+                                "Records per second actually processed over the window.")
+        self.backlog = gauge("streamctl_backlog_records", "Estimated backlog B in records.")
+        self.utilisation = gauge("streamctl_utilisation_ratio", "Arrival rate / capacity.")
+        self.busy = gauge("streamctl_busy_ratio", "Fraction of wall time spent in batches.")
+        self.current = gauge("streamctl_current_parallelism", "Input parallelism in force.")
+        self.desired = gauge("streamctl_desired_parallelism",
+                             "Input parallelism the controller wants (or has asked for).")
+        self.decisions = Counter("streamctl_decisions", "Verdicts by kind (changes of kind and "
+                                 "every scaling).", ["query", "action"], registry=registry)
+        self.acks = Counter("streamctl_acks", "Acks of our control tuples by outcome.",
+                            ["query", "outcome"], registry=registry)
+        self.ack_timeouts = Counter("streamctl_ack_timeouts", "Control tuples never acked.",
+                                    registry=registry)
+        self.decode_errors = Counter("streamctl_decode_errors",
+                                     "Payloads that did not decode, skipped.", ["topic"],
+                                     registry=registry)
+        self.metrics_records = Counter("streamctl_metrics_records",
+                                       "Metrics records received.", registry=registry)
+
+    def metrics_received(self, count: int) -> None:
+        self.metrics_records.inc(count)
+
+    def modelled(self, model: QueryModel, desired: int | None) -> None:
+        q = model.query_id
+        self.arrival.labels(q).set(model.arrival_rate)
+        self.capacity.labels(q).set(model.capacity)
+        self.throughput.labels(q).set(model.throughput)
+        self.backlog.labels(q).set(model.backlog_records)
+        # No capacity estimate means no ratio: NaN shows as a gap, +Inf would wreck the axis.
+        self.utilisation.labels(q).set(model.utilisation if math.isfinite(model.utilisation)
+                                       else math.nan)
+        self.busy.labels(q).set(model.busy_ratio)
+        self.current.labels(q).set(model.parallelism)
+        if desired is not None:
+            self.desired.labels(q).set(desired)
+
+    def decided(self, query_id: str, action: str) -> None:
+        self.decisions.labels(query_id, action).inc()
+
+    def acked(self, query_id: str, outcome: str) -> None:
+        self.acks.labels(query_id, outcome).inc()
+
+    def ack_timed_out(self, query_id: str) -> None:
+        self.ack_timeouts.inc()
+
+    def decode_error(self, error: DecodeError) -> None:
+        self.decode_errors.labels(error.topic or "unknown").inc()
+
+
+def new_registry() -> CollectorRegistry:
+    """A registry of our own: the global default one also carries process collectors that
+    tests would have to work around."""
+    return CollectorRegistry()
+
+
+def serve(port: int, registry: CollectorRegistry) -> None:
+    """Serve /metrics on `port` from a daemon thread (it dies with the process)."""
+    start_http_server(port, registry=registry)

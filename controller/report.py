@@ -1,0 +1,50 @@
+"""How decisions and status read: log lines and `schemas.Decision` records.
+
+Owns the text an operator sees on stdout and the audit record written for each decision. Pure
+formatting; `loop` does the logging and the writing.
+"""
+
+from __future__ import annotations
+
+from controller.model import QueryModel
+from controller.policy import num, pct
+from controller.results import Scale, Verdict
+from schemas import Decision
+
+
+def decision_line(query_id: str, scale: Scale, *, epoch: int | None, control_id: str | None,
+                  dry_run: bool) -> str:
+    sent = "dry run, not sent" if dry_run else f"epoch {epoch}, control {control_id}"
+    return (f"{query_id}: {scale.action} {scale.parameter} {scale.current} → {scale.target} "
+            f"({sent}): {scale.reason}")
+
+
+def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None) -> str:
+    said = f"{verdict.action}: {verdict.reason}" if verdict is not None else "no verdict yet"
+    if model is None:
+        return f"{query_id}: {said}"
+    return (f"{query_id}: λ {num(model.arrival_rate)}/s, capacity {num(model.capacity)}/s, "
+            f"backlog {num(model.backlog_records)} records "
+            f"({num(model.backlog_trend_records_per_s)}/s), utilisation "
+            f"{pct(model.utilisation)}, busy {pct(model.busy_ratio)}, parallelism "
+            f"{model.parallelism} — {said}")
+
+
+def decision_record(query_id: str, scale: Scale, *, decision_id: str, now_ms: int,
+                    control_id: str | None, dry_run: bool) -> Decision:
+    return Decision(
+        decision_id=decision_id, query_id=query_id, decided_at_ms=now_ms,
+        action=scale.action, parameter=scale.parameter, current_value=str(scale.current),
+        target_value=str(scale.target), reason=scale.reason, figures=dict(scale.figures),
+        control_id=control_id, dry_run=dry_run,
+    )
+
+
+def outcome_record(query_id: str, *, action: str, parameter: str, target: int, reason: str,
+                   decision_id: str, now_ms: int, control_id: str) -> Decision:
+    """An actuation's end (ack outcome or timeout), so the audit log tells the whole story."""
+    return Decision(
+        decision_id=decision_id, query_id=query_id, decided_at_ms=now_ms, action=action,
+        parameter=parameter, current_value="", target_value=str(target), reason=reason,
+        figures={}, control_id=control_id,
+    )

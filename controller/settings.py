@@ -1,0 +1,205 @@
+"""The controller's one configuration: frozen, typed, documented, validated on construction.
+
+Owns the names, units and defaults of every safety limit of the control loop. Nothing here
+reads the environment: `controller.cli` builds a `ControllerSettings` from CLI args and env
+vars once at start-up and hands it down; the pure core (`window`, `model`, `policy`) takes
+the nested group it needs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message names the setting and the allowed range."""
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise SettingsError(message)
+
+
+def _positive(name: str, value: float) -> None:
+    _check(math.isfinite(value) and value > 0, f"{name} must be a positive number, got {value}")
+
+
+def _ratio(name: str, value: float) -> None:
+    _check(0 < value <= 1, f"{name} must be a ratio in (0, 1], got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """How much history the rate model looks at and when it trusts it."""
+
+    window_s: float = 60.0
+    """Sliding window of samples per query, in seconds of batch time. Long enough to hold ~6
+    idle heartbeats (Spark reports an idle query only every ~10 s), short enough that a load
+    step dominates the estimates within a minute."""
+
+    max_samples: int = 300
+    """Hard cap on samples kept per query, so a query triggering every 100 ms cannot grow the
+    window without bound (300 covers 60 s at a 200 ms trigger)."""
+
+    min_samples: int = 4
+    """Samples needed before the model reports anything: rates need two, a least-squares
+    trend needs three to mean something, one more absorbs a single odd batch."""
+
+    max_queries: int = 100
+    """Queries tracked at once; samples of further queries are dropped (with a warning). Bounds
+    memory and the cardinality of the per-query Prometheus labels."""
+
+    def __post_init__(self) -> None:
+        _positive("model.window_s", self.window_s)
+        _check(self.min_samples >= 3,
+               f"model.min_samples must be at least 3 (a trend needs 3 points), got "
+               f"{self.min_samples}")
+        _check(self.max_samples >= self.min_samples,
+               f"model.max_samples ({self.max_samples}) must be >= model.min_samples "
+               f"({self.min_samples})")
+        _check(self.max_queries >= 1, f"model.max_queries must be >= 1, got {self.max_queries}")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    """When a query counts as backlogged or idle, and how far the policy may move it."""
+
+    target_utilisation: float = 0.7
+    """Utilisation (arrival rate / capacity) to size for. 70 % leaves headroom for bursts and
+    for the fixed per-batch overhead the linear model does not see."""
+
+    high_water_utilisation: float = 0.9
+    """Arrivals above this fraction of capacity count as backlogged even before a backlog
+    shows; above the target so that a freshly sized query is not immediately re-sized."""
+
+    low_water_utilisation: float = 0.4
+    """Below this utilisation (and with no backlog) the query is a scale-down candidate. Well
+    under the target, so a scale-down lands inside the band instead of oscillating."""
+
+    catch_up_s: float = 60.0
+    """Time in which the sized parallelism should drain the current backlog, on top of keeping
+    up with arrivals. One minute: a visible recovery without buying capacity for a spike."""
+
+    backlog_floor_records: float = 1_000.0
+    """Backlog that counts as noise: one batch planned a moment before a burst already leaves a
+    few hundred records behind. Growth and drain-time triggers need a backlog above it."""
+
+    backlog_growth_records_per_s: float = 50.0
+    """Least-squares growth of the backlog above which the query is backlogged even if its
+    arrival rate looks under capacity (the rate estimate lags a load step)."""
+
+    min_parallelism: int = 1
+    """Lowest input parallelism the policy will ask for."""
+
+    max_parallelism: int = 64
+    """Highest input parallelism the policy will ask for; the job's task slots cap it too."""
+
+    max_scale_down_step: int = 2
+    """Most units of parallelism removed in one scale-down: scaling down is a bet the quiet
+    continues, so it is taken in small steps."""
+
+    scale_down_stabilisation_s: float = 120.0
+    """The query must stay quiet (below low water, no backlog) this long before a scale-down;
+    two windows, so one lull between bursts does not shrink it."""
+
+    cooldown_s: float = 30.0
+    """No new decision for a query this long after its last actuation was answered (or timed
+    out), so the window refills with metrics of the new configuration first."""
+
+    def __post_init__(self) -> None:
+        for name in ("target_utilisation", "high_water_utilisation", "low_water_utilisation"):
+            _ratio(f"policy.{name}", getattr(self, name))
+        _check(self.low_water_utilisation < self.target_utilisation
+               <= self.high_water_utilisation,
+               "need policy.low_water_utilisation < policy.target_utilisation <= "
+               f"policy.high_water_utilisation, got {self.low_water_utilisation} < "
+               f"{self.target_utilisation} <= {self.high_water_utilisation}")
+        _positive("policy.catch_up_s", self.catch_up_s)
+        _check(self.backlog_floor_records >= 0, "policy.backlog_floor_records must be >= 0")
+        _check(self.backlog_growth_records_per_s >= 0,
+               "policy.backlog_growth_records_per_s must be >= 0")
+        _check(1 <= self.min_parallelism <= self.max_parallelism,
+               f"need 1 <= policy.min_parallelism ({self.min_parallelism}) <= "
+               f"policy.max_parallelism ({self.max_parallelism})")
+        _check(self.max_scale_down_step >= 1, "policy.max_scale_down_step must be >= 1")
+        _check(self.scale_down_stabilisation_s >= 0,
+               "policy.scale_down_stabilisation_s must be >= 0")
+        _check(self.cooldown_s >= 0, "policy.cooldown_s must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """Where the controller reads metrics and acks and writes control tuples and decisions."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """Kafka bootstrap list; the local stack's default listener."""
+
+    metrics_topic: str = "streamctl.metrics"
+    """Per-batch `TaskMetrics` published by the jobs."""
+
+    control_topic: str = "streamctl.control"
+    """`ControlTuple`s the controller writes and the jobs apply."""
+
+    ack_topic: str = "streamctl.acks"
+    """`Ack`s the jobs write back, naming a control id."""
+
+    decisions_topic: str = "streamctl.decisions"
+    """Audit log of the controller's `Decision`s."""
+
+    group_id: str = "streamctl-controller"
+    """Consumer group of the metrics consumer (its own, so it never steals a job's records)."""
+
+    metrics_offset_reset: str = "latest"
+    """Where a new group starts on the metrics topic: the controller cares about recent
+    metrics, not last night's ('earliest' is for replays and tests)."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.bootstrap_servers.strip()), "kafka.bootstrap_servers must not be empty")
+        for name in ("metrics_topic", "control_topic", "ack_topic", "decisions_topic",
+                     "group_id"):
+            _check(bool(getattr(self, name).strip()), f"kafka.{name} must not be empty")
+        _check(self.metrics_offset_reset in ("latest", "earliest"),
+               "kafka.metrics_offset_reset must be 'latest' or 'earliest', got "
+               f"{self.metrics_offset_reset!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """Everything the controller process needs, in one frozen value."""
+
+    model: ModelSettings = field(default_factory=ModelSettings)
+    """Window and readiness of the rate model."""
+
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    """Thresholds, bounds and timers of the scaling policy."""
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    """Broker and topics."""
+
+    ack_timeout_s: float = 90.0
+    """How long to wait for the ack of a control tuple. A job applies it at a batch boundary
+    and restarts its query from the checkpoint, which takes tens of seconds on a busy laptop."""
+
+    poll_timeout_s: float = 1.0
+    """Longest wait for metrics per cycle; also bounds how late an ack or a timeout is seen."""
+
+    status_interval_s: float = 5.0
+    """Seconds between per-query status lines on stdout."""
+
+    metrics_port: int = 9300
+    """Port of the Prometheus endpoint; 0 serves none."""
+
+    issuer: str = "streamctl-controller"
+    """Written into every control tuple so a job (and a reader of the log) knows who sent it."""
+
+    dry_run: bool = False
+    """Compute, log and record decisions (marked dry_run) but send no control tuple."""
+
+    def __post_init__(self) -> None:
+        _positive("ack_timeout_s", self.ack_timeout_s)
+        _check(0 <= self.poll_timeout_s <= 60, "poll_timeout_s must be in [0, 60]")
+        _positive("status_interval_s", self.status_interval_s)
+        _check(0 <= self.metrics_port <= 65535,
+               f"metrics_port must be in [0, 65535], got {self.metrics_port}")
+        _check(bool(self.issuer.strip()), "issuer must not be empty")

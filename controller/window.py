@@ -1,0 +1,122 @@
+"""Sliding windows of `TaskMetrics` samples, one per query.
+
+Owns which samples the model may look at: the recent ones (by time and by count), each once,
+and only those of the configuration in force. Pure and deterministic: `now_ms` comes from the
+caller (`controller.loop`), nothing is logged; `model` reads `QueryWindow.samples`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from enum import StrEnum
+
+from controller.settings import ModelSettings
+from schemas import Role, TaskMetrics
+
+
+class Admission(StrEnum):
+    """What happened to one offered sample."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    STALE_EPOCH = "stale_epoch"
+    STANDBY = "standby"
+
+
+def _sample_key(sample: TaskMetrics) -> tuple[str, int, int]:
+    # Idle heartbeats all carry batch_id -1, so their end time tells them apart; real
+    # batches are identified by instance and batch id alone (a replayed record is a duplicate).
+    stamp = sample.batch_end_ms if sample.batch_id < 0 else 0
+    return (sample.instance_id, sample.batch_id, stamp)
+
+
+class QueryWindow:
+    """Recent samples of one query, ordered by batch start."""
+
+    def __init__(self, query_id: str, *, window_s: float, max_samples: int) -> None:
+        self.query_id = query_id
+        self._window_ms = int(window_s * 1000)
+        self._samples: deque[TaskMetrics] = deque(maxlen=max_samples)
+        self._keys: set[tuple[str, int, int]] = set()
+        self.epoch = 0
+        """Newest configuration epoch seen (or required); older samples are ignored."""
+
+    @property
+    def samples(self) -> tuple[TaskMetrics, ...]:
+        return tuple(self._samples)
+
+    def add(self, sample: TaskMetrics) -> Admission:
+        if sample.role is not Role.ACTIVE:
+            # A standby processes nothing; its figures would dilute the active's rates.
+            return Admission.STANDBY
+        if sample.config_epoch < self.epoch:
+            return Admission.STALE_EPOCH
+        if sample.config_epoch > self.epoch:
+            self.require_epoch(sample.config_epoch)
+        key = _sample_key(sample)
+        if key in self._keys:
+            return Admission.DUPLICATE
+        self._insert(sample)
+        return Admission.ACCEPTED
+
+    def require_epoch(self, epoch: int) -> None:
+        """Forget every sample older than `epoch` and refuse them from now on.
+
+        Called when a newer configuration is seen in the metrics or acknowledged as applied:
+        figures measured under the old configuration must not drive the next decision.
+        """
+        if epoch <= self.epoch:
+            return
+        self.epoch = epoch
+        self._replace([s for s in self._samples if s.config_epoch >= epoch])
+
+    def prune(self, now_ms: int) -> None:
+        """Drop samples whose batch ended more than `window_s` before `now_ms`."""
+        horizon = now_ms - self._window_ms
+        if self._samples and self._samples[0].batch_end_ms < horizon:
+            self._replace([s for s in self._samples if s.batch_end_ms >= horizon])
+
+    def _insert(self, sample: TaskMetrics) -> None:
+        if self._samples and sample.batch_start_ms < self._samples[-1].batch_start_ms:
+            # Out of order (two instances, or a late record): rare, so a full re-sort is fine.
+            self._replace(sorted([*self._samples, sample], key=lambda s: s.batch_start_ms))
+            return
+        if len(self._samples) == self._samples.maxlen:
+            self._keys.discard(_sample_key(self._samples[0]))
+        self._samples.append(sample)
+        self._keys.add(_sample_key(sample))
+
+    def _replace(self, samples: list[TaskMetrics]) -> None:
+        maxlen = self._samples.maxlen
+        self._samples = deque(samples[-maxlen:] if maxlen else samples, maxlen=maxlen)
+        self._keys = {_sample_key(s) for s in self._samples}
+
+
+class Windows:
+    """All queries' windows, at most `max_queries` of them."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        self._settings = settings
+        self._by_query: dict[str, QueryWindow] = {}
+
+    def __iter__(self) -> Iterator[QueryWindow]:
+        return iter(list(self._by_query.values()))
+
+    def get(self, query_id: str) -> QueryWindow | None:
+        return self._by_query.get(query_id)
+
+    def add(self, sample: TaskMetrics) -> Admission | None:
+        """Offer a sample; None when it belongs to a query beyond `max_queries`."""
+        window = self._by_query.get(sample.query_id)
+        if window is None:
+            if len(self._by_query) >= self._settings.max_queries:
+                return None
+            window = QueryWindow(sample.query_id, window_s=self._settings.window_s,
+                                 max_samples=self._settings.max_samples)
+            self._by_query[sample.query_id] = window
+        return window.add(sample)
+
+    def prune(self, now_ms: int) -> None:
+        for window in self._by_query.values():
+            window.prune(now_ms)
