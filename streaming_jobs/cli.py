@@ -1,0 +1,98 @@
+"""`job run`: the command line of the bundled job (registered into the root `streamctl` CLI).
+
+Owns the options (one per `JobConfig` field, defaults from STREAMCTL_* env vars), logging set-up
+and signal handling. `python -m streaming_jobs run …` uses the same options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from dataclasses import MISSING, fields
+from typing import Any
+
+from streaming_jobs.config import ConfigError, JobConfig, env_var
+
+_HELP = {
+    "bootstrap_servers": "Kafka bootstrap servers (required)",
+    "query_id": "stable query name control tuples address",
+    "instance_id": "this instance's id (default hostname-pid)",
+    "input_topic": "topic of Avro SensorReading records",
+    "output_topic": "topic for Avro SensorWindowAverage records",
+    "dlq_topic": "dead-letter topic for undecodable input records",
+    "metrics_topic": "topic for per-batch TaskMetrics",
+    "control_topic": "topic of control tuples",
+    "ack_topic": "topic for acks to control tuples",
+    "checkpoint_dir": "Spark checkpoint location (default .streamctl/checkpoints/<query_id>)",
+    "input_parallelism": "initial Kafka source minPartitions",
+    "max_offsets_per_trigger": "maximum records per micro-batch",
+    "trigger_interval_s": "micro-batch trigger interval in seconds",
+    "enrichment_cost_ms": "simulated lookup cost per record in milliseconds",
+    "window_s": "event-time window length in seconds",
+    "watermark_s": "allowed event-time lateness in seconds",
+    "state_partitions": "shuffle/state partitions of the aggregation",
+    "task_slots": "Spark local[N] task slots; upper bound of input_parallelism",
+    "metrics_port": "Prometheus port (0 = off)",
+    "spark_jars": "comma-separated jars for spark.jars (the Spark Kafka connector)",
+    "max_runtime_s": "stop cleanly after this many seconds (0 = run until SIGTERM/Ctrl-C)",
+}
+_TYPES: dict[str, Any] = {"int": int, "float": float, "str": str}
+
+
+def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        name, help="run the sensor-averages job with its elastic runtime",
+        description="Run the bundled sensor-averages job; it applies control tuples at "
+                    "batch boundaries and publishes per-batch metrics.")
+    for f in fields(JobConfig):
+        default = "" if f.default is MISSING or f.default == "" else f" (default {f.default})"
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}", dest=f.name, type=_TYPES[str(f.type)],
+            default=None, help=f"{_HELP[f.name]}; env {env_var(f.name)}{default}")
+    parser.set_defaults(handler=run_command)
+    return parser
+
+
+def add_job_commands(subparsers: Any) -> None:
+    """Register `job run` on the root CLI's subparsers."""
+    job = subparsers.add_parser("job", help="run streaming jobs")
+    add_run_command(job.add_subparsers(dest="job_command", required=True, metavar="COMMAND"))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    _configure_logging()
+    try:
+        config = JobConfig.from_sources({f.name: getattr(args, f.name, None)
+                                         for f in fields(JobConfig)})
+    except ConfigError as exc:
+        print(f"job run: {exc}", file=sys.stderr)
+        return 2
+    from streaming_jobs.runtime.job import ElasticJob  # imports pyspark: only when running
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    job = ElasticJob(config)
+    job.start()
+    try:
+        return job.run(stop, config.max_runtime_s)
+    finally:
+        job.stop()
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # py4j logs every callback-server connection at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m streaming_jobs")
+    add_run_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    return int(args.handler(args))

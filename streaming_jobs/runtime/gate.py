@@ -1,0 +1,75 @@
+"""The quiesce gate: which micro-batches may still write, and when all of them have committed.
+
+A batch is *admitted* when it enters the foreachBatch sink while the gate is open, and
+*committed* when its progress event arrives (Spark posts onQueryProgress after writing the
+commit log entry). Once the gate is closed a batch entering the sink raises `QuiesceRequested`
+before executing anything: its offsets are in the offset log, nothing of it was written, and
+Spark replays it when the query restarts from the checkpoint. Neighbours: `sink` (admits),
+`lifecycle` (commits, closes, waits).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class QuiesceRequested(RuntimeError):
+    """Raised in foreachBatch while a reconfiguration is pending; the batch will be replayed."""
+
+    def __init__(self, batch_id: int) -> None:
+        super().__init__(f"batch {batch_id} held back: quiescing for a reconfiguration")
+        self.batch_id = batch_id
+
+
+def is_gate_stop(error_text: str | None) -> bool:
+    """Whether a query's termination error is our own gate (normal), not a failure."""
+    return error_text is not None and QuiesceRequested.__name__ in error_text
+
+
+class BatchGate:
+    """Thread-safe set of admitted-but-uncommitted batches plus an open/closed flag."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._closed = False
+        self._admitted: set[int] = set()
+
+    def admit(self, batch_id: int) -> None:
+        with self._cond:
+            if self._closed:
+                raise QuiesceRequested(batch_id)
+            self._admitted.add(batch_id)
+
+    def committed(self, batch_id: int) -> None:
+        with self._cond:
+            self._admitted = {b for b in self._admitted if b > batch_id}
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+
+    def open(self) -> None:
+        """Reopen for a restarted query; a batch admitted but never committed will replay."""
+        with self._cond:
+            self._closed = False
+            self._admitted.clear()
+
+    @property
+    def closed(self) -> bool:
+        with self._cond:
+            return self._closed
+
+    def wait_drained(self, timeout_s: float, terminated: Callable[[], bool]) -> bool:
+        """Until every admitted batch committed or the query terminated; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._admitted and not terminated():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                # Short waits: query termination is not signalled through this condition.
+                self._cond.wait(min(remaining, 0.2))
+            return True

@@ -1,0 +1,140 @@
+"""Thin typed adapters over confluent-kafka: the only runtime module that imports it.
+
+Owns producer/consumer settings: the idempotent record publisher (metrics, acks), the per-worker
+dead-letter producer used inside Spark tasks, and the control-topic consumer that starts at the
+end of the topic. Neighbours: `control` (consumes), `lifecycle` (publishes), the job's plan
+(dead letters).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from schemas.codec import DecodeError, codec_for
+from schemas.records import _Record
+
+log = logging.getLogger(__name__)
+R = TypeVar("R", bound=_Record)
+
+
+class PublishError(RuntimeError):
+    """A record could not be handed to Kafka; the message names topic and key."""
+
+
+class RecordPublisher:
+    """Idempotent, acks=all producer of Avro single-object encoded records."""
+
+    def __init__(self, bootstrap_servers: str, client_id: str) -> None:
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap_servers, "client.id": client_id,
+            "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+        })
+
+    def publish(self, topic: str, key: str, record: _Record) -> None:
+        value = codec_for(type(record)).encode(record)
+        try:
+            self._producer.produce(topic, key=key.encode(), value=value, on_delivery=_log_failure)
+        except (KafkaException, BufferError) as exc:
+            raise PublishError(f"cannot publish to {topic} (key {key}): {exc}") from exc
+        self._producer.poll(0)  # serve delivery callbacks without blocking the caller
+
+    def flush(self, timeout_s: float = 10.0) -> int:
+        """Messages still undelivered after the timeout."""
+        return int(self._producer.flush(timeout_s))
+
+
+def _log_failure(err: KafkaError | None, msg: object) -> None:
+    if err is not None:
+        log.error("delivery failed: %s", err)
+
+
+class KafkaDeadLetterSink:
+    """Sends undecodable input records to the dead-letter topic, with their origin in headers."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self._producer, self._topic = producer, topic
+
+    def send(self, payload: bytes | None, error: DecodeError) -> None:
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("source_topic", str(error.topic)), ("source_partition", str(error.partition)),
+            ("source_offset", str(error.offset)), ("error", error.reason)]
+        self._producer.produce(self._topic, value=payload, headers=headers)
+        self._producer.poll(0)
+
+    def flush(self) -> None:
+        remaining = self._producer.flush(30.0)
+        if remaining:  # failing the task makes Spark retry it rather than lose a dead letter
+            raise PublishError(f"{remaining} dead letters undelivered to {self._topic}")
+
+
+_worker_producers: dict[str, Producer] = {}
+_worker_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class DeadLetterFactory:
+    """Picklable recipe shipped to Spark tasks; one producer per Python worker process."""
+
+    bootstrap_servers: str
+    topic: str
+
+    def __call__(self) -> KafkaDeadLetterSink:
+        with _worker_lock:
+            producer = _worker_producers.get(self.bootstrap_servers)
+            if producer is None:
+                producer = Producer({"bootstrap.servers": self.bootstrap_servers,
+                                     "enable.idempotence": True, "acks": "all"})
+                _worker_producers[self.bootstrap_servers] = producer
+        return KafkaDeadLetterSink(producer, self.topic)
+
+
+class TypedConsumer(Generic[R]):
+    """Reads one record type from a topic, starting at its end when first assigned.
+
+    Undecodable messages come back as `DecodeError` (with topic/partition/offset), never raise.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
+                 record_type: type[R]) -> None:
+        self._codec = codec_for(record_type)
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap_servers, "group.id": group_id,
+            "auto.offset.reset": "latest", "enable.auto.commit": True,
+        })
+        self.assigned = threading.Event()
+        self._consumer.subscribe([topic], on_assign=self._on_assign)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Pin "latest" to the high watermark now, so a tuple produced after `assigned` is set
+        # is never skipped by a later, lazy offset reset.
+        for tp in partitions:
+            _, high = consumer.get_watermark_offsets(tp, timeout=10.0)
+            tp.offset = high
+        consumer.assign(partitions)
+        self.assigned.set()
+
+    def poll(self, timeout_s: float) -> R | DecodeError | None:
+        msg = self._consumer.poll(timeout_s)
+        if msg is None:
+            return None
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("control consumer: %s", error)
+            return None
+        return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
+
+    def _decode(self, value: bytes | None, topic: str | None, partition: int | None,
+                offset: int | None) -> R | DecodeError:
+        try:
+            return self._codec.decode(value, topic=topic, partition=partition, offset=offset)
+        except DecodeError as err:
+            return err
+
+    def close(self) -> None:
+        self._consumer.close()

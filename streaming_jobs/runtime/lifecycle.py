@@ -1,0 +1,164 @@
+"""One elastic streaming query: start, quiesce, stop, and what each run committed.
+
+Owns the StreamingQuery handle, the knobs in force (config epoch, input parallelism), the run
+context per Spark run id (so a late progress event of a stopped run is still labelled with the
+knobs it ran with), and the commit history the reconfiguration protocol measures pauses from.
+Neighbours: `gate` and `sink` (the foreachBatch side), `listener` (progress events),
+`reconfigure` (drives quiesce → start), `job` (wiring, metrics publishing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime.kafka import DeadLetterFactory
+from streaming_jobs.runtime.listener import ProgressListener
+from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
+from streaming_jobs.runtime.sink import KafkaBatchSink
+from streaming_jobs.sensor_averages import build_averages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The reconfigurable settings in force, and the epoch of the tuple that set them."""
+
+    epoch: int
+    input_parallelism: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A committed batch: its run, id and end (progress timestamp + triggerExecution)."""
+
+    run_id: str
+    batch_id: int
+    end_ms: int
+
+
+ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
+
+
+class ElasticQuery:
+    """The bundled job's query, restartable from its checkpoint in the same SparkSession."""
+
+    def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler):
+        self._spark, self._config, self._on_progress = spark, config, on_progress
+        self.gate = BatchGate()
+        self.sink = KafkaBatchSink(self.gate, config.bootstrap_servers, config.output_topic)
+        self._knobs = Knobs(epoch=0, input_parallelism=config.input_parallelism)
+        self._contexts: dict[str, RunContext] = {}
+        self._query: StreamingQuery | None = None
+        self._commits = threading.Condition()
+        self.last_commit: Commit | None = None
+        self._listener = ProgressListener(self._progress)
+        spark.streams.addListener(self._listener)
+
+    @property
+    def knobs(self) -> Knobs:
+        return self._knobs
+
+    @property
+    def run_id(self) -> str | None:
+        return str(self._query.runId) if self._query is not None else None
+
+    def start(self, knobs: Knobs) -> str:
+        """Start a run with `knobs` from the checkpoint; returns its Spark run id."""
+        self._knobs = knobs
+        df = build_averages(self._spark, self._config, knobs.input_parallelism,
+                            DeadLetterFactory(self._config.bootstrap_servers,
+                                              self._config.dlq_topic))
+        self.gate.open()
+        self._query = (df.writeStream.queryName(self._config.query_id)
+                       .outputMode("append")
+                       .foreachBatch(self.sink)
+                       .option("checkpointLocation", self._config.checkpoint_dir)
+                       .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)}"
+                                " milliseconds")
+                       .start())
+        self._contexts[str(self._query.runId)] = self._context(knobs)
+        return str(self._query.runId)
+
+    def advance_epoch(self, epoch: int) -> None:
+        """Same settings, newer epoch (an idempotent tuple): no restart needed."""
+        self._knobs = replace(self._knobs, epoch=epoch)
+        if self.run_id is not None:
+            self._contexts[self.run_id] = self._context(self._knobs)
+
+    def quiesce_and_stop(self, timeout_s: float) -> bool:
+        """Close the gate, let admitted batches commit, stop. False if the wait timed out."""
+        self.gate.close()
+        query = self._query
+        if query is None:
+            return True
+        drained = self.gate.wait_drained(timeout_s, lambda: not query.isActive)
+        query.stop()
+        failure = self.failure()
+        if failure is not None:
+            log.error("query %s had failed before it was stopped: %s",
+                      self._config.query_id, failure)
+        return drained
+
+    def failure(self) -> str | None:
+        """The run's termination error, unless it is our own quiesce gate (a normal stop)."""
+        if self._query is None or self._query.isActive:
+            return None
+        error = self._query.exception()
+        text = str(error) if error is not None else None
+        return None if text is None or is_gate_stop(text) else text
+
+    def is_active(self) -> bool:
+        return self._query is not None and self._query.isActive
+
+    def is_idle(self) -> bool:
+        """Active, no trigger running and no data waiting."""
+        if self._query is None or not self._query.isActive:
+            return False
+        status = self._query.status
+        return not status["isDataAvailable"] and not status["isTriggerActive"]
+
+    def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None:
+        """The first commit of `run_id` (waiting at most `timeout_s`), or None."""
+        deadline = time.monotonic() + timeout_s
+        with self._commits:
+            while self.last_commit is None or self.last_commit.run_id != run_id:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._commits.wait(remaining)
+            return self.last_commit
+
+    def close(self) -> None:
+        self._spark.streams.removeListener(self._listener)
+
+    def _context(self, knobs: Knobs) -> RunContext:
+        c = self._config
+        return RunContext(
+            query_id=c.query_id, instance_id=c.instance_id, config_epoch=knobs.epoch,
+            input_parallelism=knobs.input_parallelism, state_partitions=c.state_partitions,
+            task_slots=c.task_slots, trigger_interval_ms=int(c.trigger_interval_s * 1000),
+            source_topics=(c.input_topic,), sink_topics=(c.output_topic,))
+
+    def _progress(self, progress: StreamingQueryProgress) -> None:
+        if progress.name != self._config.query_id:
+            return
+        run_id = str(progress.runId)
+        self.gate.committed(progress.batchId)
+        end_ms = timestamp_ms(progress.timestamp) + int(progress.durationMs.get(
+            "triggerExecution", 0))
+        with self._commits:
+            self.last_commit = Commit(run_id, progress.batchId, end_ms)
+            self._commits.notify_all()
+        context = self._contexts.get(run_id) or self._context(self._knobs)
+        self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))

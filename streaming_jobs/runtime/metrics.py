@@ -1,0 +1,104 @@
+"""Query progress → `schemas.TaskMetrics`: the pure conversion the metrics publisher uses.
+
+Owns the meaning of every metrics field (see `to_task_metrics`). No Spark session, Kafka or
+clock here: input is a `StreamingQueryProgress` (live, or rebuilt with `fromJson` in tests)
+plus the runtime's `RunContext`. Neighbours: `listener` feeds it, `publisher` ships the result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from schemas.records import Role, SourcePartition, TaskMetrics
+from streaming_jobs.sensor_averages import OBSERVATION
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the runtime knew about one run of the query (one Spark runId)."""
+
+    query_id: str
+    instance_id: str
+    config_epoch: int
+    input_parallelism: int
+    state_partitions: int
+    task_slots: int
+    trigger_interval_ms: int
+    source_topics: tuple[str, ...]
+    sink_topics: tuple[str, ...]
+
+
+def timestamp_ms(iso: str) -> int:
+    """Spark's progress timestamps are ISO-8601 UTC with a 'Z' suffix."""
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def parse_offsets(raw: Any) -> dict[tuple[str, int], int]:
+    """Kafka source offset JSON {"topic": {"0": 12}} → {(topic, 0): 12}; null/None → {}."""
+    if raw is None or raw in ("null", "None", ""):
+        return {}
+    data = json.loads(raw) if isinstance(raw, str) else raw
+    return {(topic, int(p)): int(o) for topic, parts in data.items() for p, o in parts.items()}
+
+
+def source_partitions(progress: StreamingQueryProgress) -> tuple[SourcePartition, ...]:
+    """Per partition: start (−1 when the first batch has none), end, latest (end when null)."""
+    result = []
+    for source in progress.sources:
+        start, end = parse_offsets(source.startOffset), parse_offsets(source.endOffset)
+        latest = parse_offsets(source.latestOffset)
+        for (topic, part), end_offset in sorted(end.items()):
+            result.append(SourcePartition(
+                topic=topic, partition=part, start_offset=start.get((topic, part), -1),
+                end_offset=end_offset, latest_offset=latest.get((topic, part), end_offset)))
+    return tuple(result)
+
+
+def dead_letters(progress: StreamingQueryProgress) -> int:
+    """Undecodable input rows of the batch, from the plan's observed metric."""
+    row = progress.observedMetrics.get(OBSERVATION)
+    value = row["dead_letters"] if row is not None else None
+    return int(value or 0)
+
+
+def to_task_metrics(
+    progress: StreamingQueryProgress, ctx: RunContext, output_rows: int
+) -> TaskMetrics:
+    """One TaskMetrics per progress event.
+
+    batch_start_ms is the trigger start (progress timestamp), busy_ms and the batch span are
+    durationMs.triggerExecution; state figures are summed over the stateful operators.
+    """
+    start_ms = timestamp_ms(progress.timestamp)
+    busy_ms = int(progress.durationMs.get("triggerExecution", 0))
+    ops = progress.stateOperators
+    return TaskMetrics(
+        query_id=ctx.query_id, instance_id=ctx.instance_id, role=Role.ACTIVE,
+        config_epoch=ctx.config_epoch, batch_id=progress.batchId,
+        batch_start_ms=start_ms, batch_end_ms=start_ms + busy_ms,
+        trigger_interval_ms=ctx.trigger_interval_ms, input_rows=int(progress.numInputRows or 0),
+        output_rows=output_rows, busy_ms=busy_ms, partitions=source_partitions(progress),
+        input_parallelism=ctx.input_parallelism, state_partitions=ctx.state_partitions,
+        task_slots=ctx.task_slots, state_rows=sum(op.numRowsTotal for op in ops),
+        state_bytes=sum(op.memoryUsedBytes for op in ops),
+        rows_dropped_by_watermark=sum(op.numRowsDroppedByWatermark for op in ops),
+        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics)
+
+
+def backlog_records(metrics: TaskMetrics) -> int:
+    """Records the source had seen but the batch did not read: Σ latest − end."""
+    return sum(max(0, p.latest_offset - p.end_offset) for p in metrics.partitions)
+
+
+def warn_if_late_data(metrics: TaskMetrics) -> None:
+    if metrics.rows_dropped_by_watermark > 0:
+        log.warning("query %s batch %d: %d late rows dropped by the watermark",
+                    metrics.query_id, metrics.batch_id, metrics.rows_dropped_by_watermark)

@@ -1,0 +1,66 @@
+"""The job's Prometheus metrics, defined once on an injected registry, labelled by query.
+
+Owns metric names and the mapping from a `TaskMetrics` record to them; serving is
+`start_http_server` on the configured port (0 = off). Neighbours: `job` records into it.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from schemas.records import TaskMetrics
+from streaming_jobs.runtime.metrics import backlog_records
+
+_QUERY = ("query",)
+
+
+class JobPrometheus:
+    """Counters, gauges and a histogram of one process's queries."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.input_rows = Counter("streamctl_job_input_rows_total",
+                                  "Input records read by committed batches", _QUERY,
+                                  registry=registry)
+        self.output_rows = Counter("streamctl_job_output_rows_total",
+                                   "Window records written by committed batches", _QUERY,
+                                   registry=registry)
+        self.batch_duration = Histogram(
+            "streamctl_job_batch_duration_seconds", "Trigger execution time per batch", _QUERY,
+            buckets=(0.25, 0.5, 1, 2, 4, 8, 16, 32, 64), registry=registry)
+        self.backlog = Gauge("streamctl_job_backlog_records",
+                             "Records seen by the source but not read by the last batch "
+                             "(sum of latest - end offsets)", _QUERY, registry=registry)
+        self.input_parallelism = Gauge("streamctl_job_input_parallelism",
+                                       "Kafka source minPartitions in force", _QUERY,
+                                       registry=registry)
+        self.config_epoch = Gauge("streamctl_job_config_epoch", "Config epoch in force", _QUERY,
+                                  registry=registry)
+        self.control_tuples = Counter("streamctl_job_control_tuples_total",
+                                      "Control tuples handled, by outcome", (*_QUERY, "outcome"),
+                                      registry=registry)
+        self.dead_letters = Counter("streamctl_job_dead_letter_records_total",
+                                    "Input records sent to the dead-letter topic", _QUERY,
+                                    registry=registry)
+        self.late_rows = Counter("streamctl_job_rows_dropped_by_watermark_total",
+                                 "Input rows dropped as later than the watermark", _QUERY,
+                                 registry=registry)
+
+    def record_batch(self, m: TaskMetrics, dead_letters: int) -> None:
+        q = m.query_id
+        self.input_rows.labels(q).inc(m.input_rows)
+        self.output_rows.labels(q).inc(m.output_rows)
+        self.batch_duration.labels(q).observe(m.busy_ms / 1000.0)
+        self.backlog.labels(q).set(backlog_records(m))
+        self.input_parallelism.labels(q).set(m.input_parallelism)
+        self.config_epoch.labels(q).set(m.config_epoch)
+        self.dead_letters.labels(q).inc(dead_letters)
+        self.late_rows.labels(q).inc(m.rows_dropped_by_watermark)
+
+    def record_control(self, query_id: str, outcome: str) -> None:
+        self.control_tuples.labels(query_id, outcome).inc()
+
+    def serve(self, port: int) -> None:
+        """Expose the registry over HTTP; port 0 means no endpoint."""
+        if port:
+            start_http_server(port, registry=self.registry)

@@ -1,0 +1,44 @@
+"""The SparkSession the job runs in: local[task_slots], quiet, with the Kafka connector jars.
+
+Owns Spark settings and the process environment Spark's Python workers inherit (interpreter,
+import path, bind address). Neighbours: `job` (creates it once; restarts reuse it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from streaming_jobs.config import JobConfig
+
+# Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
+# functions by module reference, so they must be able to import both packages.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def prepare_environment() -> None:
+    """Set what local-mode workers inherit, without overriding the caller's explicit choices."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if _PACKAGE_ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *paths])
+
+
+def build_session(config: JobConfig) -> SparkSession:
+    prepare_environment()
+    builder = (SparkSession.builder.master(f"local[{config.task_slots}]")
+               .appName(f"streamctl-{config.query_id}")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(config.state_partitions))
+               # Spark's console progress bar and INFO logs would bury the job's own log lines.
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    if config.jar_list:
+        builder = builder.config("spark.jars", ",".join(config.jar_list))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
