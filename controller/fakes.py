@@ -30,15 +30,22 @@ class MemoryTopic:
 
 
 class MemoryMetricsSource:
+    """With a `clock`, an empty poll advances it by `timeout_s`, as a real wait would, so a
+    loop bounded by `timeout_s` ends on a fake clock too."""
+
     def __init__(self, topic: MemoryTopic, *, from_beginning: bool = False,
-                 on_decode_error: OnDecodeError = ignore_decode_error) -> None:
+                 on_decode_error: OnDecodeError = ignore_decode_error,
+                 clock: FakeClock | None = None) -> None:
         self._topic = topic
         self._position = 0 if from_beginning else len(topic.payloads)
         self._on_error = on_decode_error
+        self._clock = clock
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
         messages = self._topic.read(self._position)
         self._position += len(messages)
+        if not messages and self._clock is not None:
+            self._clock.advance(timeout_s)
         return decode_each(codec_for(TaskMetrics), messages, self._on_error)
 
 

@@ -124,7 +124,7 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
     return Scale(INPUT_PARALLELISM, model.parallelism, target,
                  f"{_load(model)}, below {pct(settings.low_water_utilisation)} for "
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
-                 f"{wanted} units would do at {pct(settings.target_utilisation)}; stepping "
+                 f"{_units(wanted)} would do at {pct(settings.target_utilisation)}; stepping "
                  f"down {model.parallelism} → {target} (at most "
                  f"{settings.max_scale_down_step} per step)", figures)
 
@@ -154,6 +154,10 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
              else f"raised to the floor of {limits.low}")
     return (f"{wanted} units wanted, {bound}: drains in {num(drain)} s at "
             f"{pct(model.arrival_rate / capacity)} utilisation")
+
+
+def _units(count: int) -> str:
+    return f"{count} unit" if count == 1 else f"{count} units"
 
 
 def num(value: float) -> str:

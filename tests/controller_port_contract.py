@@ -1,0 +1,101 @@
+"""The contract every implementation of the controller's ports keeps, written once.
+
+`tests/unit/test_controller_ports.py` runs it against `controller.fakes`,
+`tests/integration/test_controller_kafka.py` against `controller.kafka_io`. A `PortHarness`
+gives the ports under test plus the job's side of the topics (raw publish and read).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
+from schemas import (
+    Ack,
+    ControlTuple,
+    Decision,
+    DecodeError,
+    Outcome,
+    Role,
+    SourcePartition,
+    TaskMetrics,
+    codec_for,
+)
+
+T = 1_700_000_000_000
+
+
+class PortHarness(Protocol):
+    metrics_topic: str
+    timeout_s: float
+
+    def metrics_source(self, on_error: OnDecodeError) -> MetricsSource: ...
+    def ack_source(self, on_error: OnDecodeError) -> AckSource: ...
+    def control_sink(self) -> ControlSink: ...
+    def decision_log(self) -> DecisionLog: ...
+    def publish(self, kind: str, payload: bytes) -> None:
+        """Write a raw payload to the 'metrics' or 'acks' topic, as a job would."""
+        ...
+    def read(self, kind: str, count: int) -> list[bytes]:
+        """The first `count` payloads of the 'control' or 'decisions' topic."""
+        ...
+
+
+def sample(batch_id: int) -> TaskMetrics:
+    return TaskMetrics(
+        "q1", "i1", Role.ACTIVE, 0, batch_id, T + batch_id * 1000, T + batch_id * 1000 + 400,
+        1000, 100, 100, 400, (SourcePartition("in", 0, batch_id * 100, batch_id * 100 + 100,
+                                              batch_id * 100 + 150),), 2, 0, 4)
+
+
+def ack(control_id: str) -> Ack:
+    return Ack(control_id, "q1", "i1", 4, Outcome.APPLIED, "applied", 1200, T)
+
+
+def poll_until(poll: Callable[[float], list], count: int, timeout_s: float) -> list:
+    deadline, got = time.monotonic() + timeout_s, []
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(poll(0.5))
+    return got
+
+
+def metrics_are_decoded_in_order_and_garbage_is_reported(h: PortHarness) -> None:
+    errors: list[DecodeError] = []
+    source = h.metrics_source(errors.append)
+    h.publish("metrics", codec_for(TaskMetrics).encode(sample(1)))
+    h.publish("metrics", b"\x00garbage")
+    h.publish("metrics", codec_for(TaskMetrics).encode(sample(2)))
+    got = poll_until(source.poll, 2, h.timeout_s)
+    assert got == [sample(1), sample(2)]
+    [error] = errors
+    assert (error.topic, error.partition, error.offset) == (h.metrics_topic, 0, 1)
+
+
+def acks_written_after_the_source_exists_are_seen(h: PortHarness) -> None:
+    h.publish("acks", codec_for(Ack).encode(ack("before")))
+    source = h.ack_source(lambda e: None)
+    h.publish("acks", codec_for(Ack).encode(ack("after")))
+    got = poll_until(source.poll, 1, h.timeout_s)
+    assert got == [ack("after")]
+
+
+def control_tuples_and_decisions_reach_their_topics(h: PortHarness) -> None:
+    control = ControlTuple("c-1", "q1", "source", "input_parallelism", "6", 4, "test",
+                           "because", T)
+    decision = Decision("d-1", "q1", T, "scale_up", "input_parallelism", "2", "6", "because",
+                        {"arrival_rate": 800.0}, "c-1")
+    h.control_sink().send(control)
+    h.decision_log().write(decision)
+    [raw_control] = h.read("control", 1)
+    [raw_decision] = h.read("decisions", 1)
+    assert codec_for(ControlTuple).decode(raw_control) == control
+    assert codec_for(Decision).decode(raw_decision) == decision
+
+
+CONTRACT = [
+    metrics_are_decoded_in_order_and_garbage_is_reported,
+    acks_written_after_the_source_exists_are_seen,
+    control_tuples_and_decisions_reach_their_topics,
+]

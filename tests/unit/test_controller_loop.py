@@ -1,0 +1,159 @@
+"""The loop end to end on in-memory ports: send, wait for the ack, cool down, record."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from controller.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryMetricsSource,
+)
+from controller.loop import ControlLoop, Ports
+from controller.model import QueryModel
+from controller.ports import NullObserver
+from controller.results import NotReady
+from controller.settings import ControllerSettings, PolicySettings
+from schemas import Ack, DecodeError, Outcome, TaskMetrics
+from tests.unit.controller_traces import Job, end_ms, simulate
+
+# 800/s into 2 units of 210/s, capped at 500 records a batch: backlogged, epoch 3 in force.
+OVERLOADED = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
+SETTINGS = ControllerSettings(policy=PolicySettings(cooldown_s=30), ack_timeout_s=20)
+
+
+class Recorder(NullObserver):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ...]] = []
+
+    def acked(self, query_id: str, outcome: str) -> None:
+        self.events.append(("ack", query_id, outcome))
+
+    def ack_timed_out(self, query_id: str) -> None:
+        self.events.append(("timeout", query_id))
+
+    def modelled(self, model: QueryModel, desired: int | None) -> None:
+        self.events.append(("modelled", model.query_id, str(desired)))
+
+
+class Harness:
+    def __init__(self, settings: ControllerSettings = SETTINGS) -> None:
+        self.bus, self.clock, self.observer = MemoryBus(), FakeClock(), Recorder()
+        self.decode_errors: list[DecodeError] = []
+        ports = Ports(
+            metrics=MemoryMetricsSource(self.bus.metrics, on_decode_error=self.decode_errors.append,
+                                        clock=self.clock),
+            control=MemoryControlSink(self.bus.control), acks=MemoryAckSource(self.bus.acks),
+            decisions=MemoryDecisionLog(self.bus.decisions), clock=self.clock,
+            observer=self.observer)
+        ids = iter(f"id-{n}" for n in range(1000))
+        self.loop = ControlLoop(settings, ports, new_id=lambda: next(ids))
+
+    def feed(self, trace: list[TaskMetrics], cycles: int = 1) -> None:
+        self.bus.publish_metrics(*trace)
+        self.clock.ms = end_ms(trace)
+        self.loop.run(max_cycles=cycles)
+
+    def ack(self, outcome: Outcome, epoch: int = 4) -> None:
+        control = self.bus.sent_controls()[-1]
+        self.bus.publish_ack(Ack(control.control_id, control.query_id, "i1", epoch, outcome,
+                                 "done", 1500, self.clock.now_ms()))
+
+
+def test_backlog_sends_one_tuple_then_waits_for_the_ack_and_cools_down() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    [control] = h.bus.sent_controls()
+    assert (control.query_id, control.operator_id, control.parameter) == (
+        "q1", "source", "input_parallelism")
+    assert int(control.value) > 2 and control.epoch == 4
+    assert control.issuer == "streamctl-controller" and "backlog" in control.reason
+    [decision] = h.bus.written_decisions()
+    assert (decision.action, decision.control_id, decision.dry_run) == (
+        "scale_up", control.control_id, False)
+    assert decision.target_value == control.value and decision.figures["arrival_rate"] > 700
+
+    h.feed(simulate(OVERLOADED, 10, start_s=30, first_batch=100), cycles=3)
+    assert len(h.bus.sent_controls()) == 1  # in flight: no second tuple
+
+    h.ack(Outcome.APPLIED)
+    h.loop.run(max_cycles=1)
+    assert ("ack", "q1", "APPLIED") in h.observer.events
+    assert h.bus.written_decisions()[-1].action == "ack_applied"
+
+    resized = replace(OVERLOADED, epoch=4, rates=[(0, 3000)])
+    h.feed(simulate(resized, 20, start_s=45, first_batch=200), cycles=3)
+    assert len(h.bus.sent_controls()) == 1  # cooling down
+
+    h.feed(simulate(resized, 30, start_s=65, first_batch=300))
+    second = h.bus.sent_controls()[-1]
+    assert len(h.bus.sent_controls()) == 2 and second.epoch == 5
+
+
+def test_metrics_from_before_the_change_are_ignored_after_the_ack() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    h.ack(Outcome.APPLIED)
+    h.feed(simulate(OVERLOADED, 30, start_s=30, first_batch=100))
+    assert h.loop.verdicts["q1"] == NotReady("only 0 samples, need 4")
+
+
+def test_ack_timeout_is_recorded_and_the_next_epoch_skips_past_it() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    h.clock.advance(21)
+    h.loop.run(max_cycles=1)
+    assert ("timeout", "q1") in h.observer.events
+    assert h.bus.written_decisions()[-1].action == "ack_timeout"
+    assert h.loop.states["q1"].in_flight is None
+    h.feed(simulate(OVERLOADED, 40, start_s=51, first_batch=100))
+    assert [c.epoch for c in h.bus.sent_controls()] == [4, 5]
+
+
+def test_a_rejected_value_is_recorded_and_not_retried_at_once() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    h.ack(Outcome.REJECTED)
+    h.feed(simulate(OVERLOADED, 10, start_s=30, first_batch=100), cycles=3)
+    assert len(h.bus.sent_controls()) == 1
+    assert h.bus.written_decisions()[-1].action == "ack_rejected"
+
+
+def test_dry_run_sends_nothing_but_logs_and_records(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(replace(SETTINGS, dry_run=True))
+    with caplog.at_level(logging.INFO, logger="controller"):
+        h.feed(simulate(OVERLOADED, 30), cycles=3)
+    assert h.bus.sent_controls() == []
+    [decision] = h.bus.written_decisions()
+    assert decision.dry_run and decision.control_id is None and decision.action == "scale_up"
+    assert any("dry run, not sent" in r.getMessage() for r in caplog.records)
+
+
+def test_garbage_is_counted_and_skipped() -> None:
+    h = Harness()
+    h.bus.metrics.append(b"not avro")
+    h.feed(simulate(OVERLOADED, 30))
+    [error] = h.decode_errors
+    assert (error.topic, error.offset) == ("streamctl.metrics", 0)
+    assert len(h.bus.sent_controls()) == 1
+
+
+def test_a_run_is_bounded_by_timeout_on_the_injected_clock() -> None:
+    h = Harness(replace(SETTINGS, poll_timeout_s=1.0))
+    assert h.loop.run(timeout_s=5) == 5
+    h.loop.stop()
+    assert h.loop.run(max_cycles=10) == 0
+
+
+def test_status_lines_report_the_figures(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness()
+    with caplog.at_level(logging.INFO, logger="controller.status"):
+        h.feed(simulate(OVERLOADED, 30))
+    [line] = [r.getMessage() for r in caplog.records if r.name == "controller.status"]
+    assert line.startswith("q1: λ 8") and "capacity 4" in line and "parallelism 2" in line

@@ -1,0 +1,135 @@
+"""The policy on hand-built model figures: the sizing formula, bounds, timers, reasons."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.model import QueryModel
+from controller.policy import bounds, decide, required_units
+from controller.results import Hold, Scale
+from controller.settings import PolicySettings
+from controller.state import ControlState, InFlight
+
+NOW = 1_700_000_000_000
+POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,
+                        low_water_utilisation=0.4, catch_up_s=60, max_parallelism=64,
+                        scale_down_stabilisation_s=120, max_scale_down_step=2, cooldown_s=30)
+
+
+def model(**changes: float) -> QueryModel:
+    """2 units of 200/s, 700/s arriving, 6 000 records behind and growing."""
+    base = QueryModel(
+        query_id="q1", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
+        busy_ratio=1.0, rate_per_unit=200, parallelism=2, units=2, source_partitions=2,
+        task_slots=16, backlog_records=6_000, backlog_trend_records_per_s=300,
+        time_to_drain_s=math.inf)
+    return replace(base, **changes)
+
+
+def test_backlogged_query_is_sized_in_one_step() -> None:
+    # p* = ceil((700 + 6000 / 60) / (200 × 0.8)) = ceil(800 / 160) = 5
+    verdict = decide(model(), ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale)
+    assert (verdict.parameter, verdict.current, verdict.target) == ("input_parallelism", 2, 5)
+    assert verdict.figures["arrival_rate"] == 700 and verdict.figures["target"] == 5
+    assert verdict.reason == (
+        "backlog 6 000 records growing 300/s; arrival 700/s exceeds capacity 400/s "
+        "(2 × 200/s per unit at 100% busy, utilisation 175%); 5 units drain it in 60 s at "
+        "80% utilisation")
+
+
+def test_growing_backlog_alone_triggers_scale_up() -> None:
+    verdict = decide(model(arrival_rate=350), ControlState(), NOW, POLICY)
+    # ceil((350 + 100) / 160) = 3
+    assert isinstance(verdict, Scale) and verdict.target == 3
+
+
+def test_small_backlog_within_capacity_holds() -> None:
+    verdict = decide(model(arrival_rate=300, backlog_records=200,
+                           backlog_trend_records_per_s=0, time_to_drain_s=2),
+                     ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Hold) and verdict.reason.startswith("within band")
+
+
+def test_target_is_capped_by_task_slots_and_max_parallelism() -> None:
+    verdict = decide(model(task_slots=4), ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale) and verdict.target == 4
+    assert "capped at 4 by task slots" in verdict.reason
+    verdict = decide(model(), ControlState(), NOW, replace(POLICY, max_parallelism=3))
+    assert isinstance(verdict, Scale) and verdict.target == 3
+
+
+def test_partitions_set_the_floor() -> None:
+    assert bounds(model(source_partitions=8), POLICY).low == 8
+    verdict = decide(model(source_partitions=8, parallelism=8, units=8, arrival_rate=100,
+                           backlog_records=0, backlog_trend_records_per_s=0,
+                           time_to_drain_s=0), ControlState(quiet_since_ms=NOW - 600_000),
+                     NOW, POLICY)
+    assert isinstance(verdict, Hold) and "already at the floor of 8" in verdict.reason
+    # Partitions above the slots: the floor wins, the knob cannot go below it anyway.
+    assert bounds(model(source_partitions=8, task_slots=4), POLICY).high == 8
+
+
+def test_backlogged_at_the_ceiling_cannot_help() -> None:
+    verdict = decide(model(parallelism=16, units=16, arrival_rate=4000, backlog_records=50_000),
+                     ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Hold) and verdict.action == "cannot_help"
+
+
+def test_no_decision_in_flight_or_in_cooldown() -> None:
+    flying = ControlState(in_flight=InFlight("c-1", 5, 1, NOW - 1000))
+    held = decide(model(), flying, NOW, POLICY)
+    assert isinstance(held, Hold) and "waiting for the ack of control c-1" in held.reason
+    cooling = ControlState(cooldown_until_ms=NOW + 12_000)
+    held = decide(model(), cooling, NOW, POLICY)
+    assert isinstance(held, Hold) and "cooling down" in held.reason and "12 s left" in held.reason
+    assert isinstance(decide(model(), cooling, NOW + 12_000, POLICY), Scale)
+
+
+def quiet(**changes: float) -> QueryModel:
+    # 100/s on 8 units of 200/s: 6 % utilised, nothing behind.
+    return model(parallelism=8, units=8, arrival_rate=100, backlog_records=50,
+                 backlog_trend_records_per_s=0, time_to_drain_s=0.03, **changes)
+
+
+def test_scale_down_waits_for_stabilisation_then_steps() -> None:
+    held = decide(quiet(), ControlState(quiet_since_ms=NOW - 60_000), NOW, POLICY)
+    assert isinstance(held, Hold) and "for 60 s of the 120 s" in held.reason
+    verdict = decide(quiet(), ControlState(quiet_since_ms=NOW - 130_000), NOW, POLICY)
+    # 1 unit would do; at most 2 fewer per step.
+    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (8, 6)
+    assert verdict.action == "scale_down" and "stepping down 8 → 6" in verdict.reason
+
+
+def test_exact_fit_does_not_round_up() -> None:
+    assert required_units(320, 0, 200, replace(POLICY, target_utilisation=0.8)) == 2
+
+
+rates = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+backlogs = st.floats(min_value=0, max_value=1e8, allow_nan=False)
+per_unit = st.floats(min_value=1, max_value=1e5, allow_nan=False)
+
+
+@given(rates, backlogs, per_unit, st.integers(1, 64), st.integers(0, 64), st.integers(1, 32))
+def test_target_stays_within_bounds(arrival: float, backlog: float, mu: float, current: int,
+                                    slots: int, partitions: int) -> None:
+    m = model(arrival_rate=arrival, backlog_records=backlog, rate_per_unit=mu,
+              parallelism=current, units=current, task_slots=slots,
+              source_partitions=partitions, backlog_trend_records_per_s=1e9)
+    verdict = decide(m, ControlState(), NOW, POLICY)
+    if isinstance(verdict, Scale):
+        limits = bounds(m, POLICY)
+        assert limits.low <= verdict.target <= limits.high
+        assert verdict.target > current
+
+
+@given(rates, rates, backlogs, backlogs, per_unit)
+def test_required_units_are_monotone_in_arrival_and_backlog(
+        a1: float, a2: float, b1: float, b2: float, mu: float) -> None:
+    lo_a, hi_a = sorted((a1, a2))
+    lo_b, hi_b = sorted((b1, b2))
+    assert required_units(lo_a, lo_b, mu, POLICY) <= required_units(hi_a, hi_b, mu, POLICY)
