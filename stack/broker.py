@@ -1,0 +1,248 @@
+"""A real single-node Apache Kafka 4.x broker (KRaft, combined broker+controller) for local use.
+
+Owns the broker's life cycle under `<state>/kafka/`: writing its config files, formatting
+storage on first start, launching `java kafka.Kafka` detached with its output in `broker.log`,
+readiness by a real metadata request, controlled shutdown, and status. Neighbours:
+`broker_files` (layout, rendering), `maven` (classpath), `jvm`, `ports`, `process`,
+`kafka_admin` (readiness); `cli` drives it; test fixtures use `LocalBroker` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from stack.broker_files import (
+    TEMPLATES,
+    BrokerLayout,
+    java_command,
+    new_cluster_id,
+    render_server_properties,
+)
+from stack.defaults import DEFAULT_PORT, default_state_dir
+from stack.errors import (
+    BrokerConflictError,
+    BrokerExitedError,
+    BrokerFormatError,
+    BrokerNotReadyError,
+    StackError,
+)
+from stack.jvm import require_java
+from stack.kafka_admin import admin_client, broker_ids
+from stack.maven import BROKER_POM, resolve_classpath
+from stack.ports import HOST, check_ports_free
+from stack.process import PidRecord, is_alive, tail, terminate
+from stack.waiting import Deadline
+
+_FORMAT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    ready: bool
+    pid: int | None
+    port: int | None
+    controller_port: int | None
+    layout: BrokerLayout
+
+    def describe(self) -> str:
+        if not self.running:
+            return f"broker: not running (state {self.layout.root})"
+        health = "ready" if self.ready else "NOT answering metadata requests"
+        return (
+            f"broker: running, {health}; pid {self.pid}, listener {HOST}:{self.port}, "
+            f"controller {HOST}:{self.controller_port}; log {self.layout.log_file}"
+        )
+
+
+class LocalBroker:
+    """One broker per state dir. `start` and `stop` are idempotent; also a context manager."""
+
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        port: int = DEFAULT_PORT,
+        controller_port: int | None = None,
+        *,
+        heap: str = "768m",
+        classpath: Sequence[Path] | None = None,
+        maven_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`classpath` skips Maven (tests); `maven_dir` defaults to `<state>/maven`."""
+        # Absolute, because the broker runs with its own cwd and the pid check matches paths.
+        self.state_dir = Path(state_dir or default_state_dir()).resolve()
+        self.port = port
+        self.controller_port = controller_port if controller_port is not None else port + 1
+        if self.controller_port == self.port:
+            raise StackError(f"the controller port must differ from the listener port {port}")
+        self.layout = BrokerLayout(self.state_dir / "kafka")
+        self._heap = heap
+        self._classpath = list(classpath) if classpath is not None else None
+        self._maven_dir = maven_dir or self.state_dir / "maven"
+        self._env = dict(os.environ if env is None else env)
+        self._child: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> bool:
+        """Start and wait until ready. False if this state dir's broker was already running."""
+        deadline = Deadline.after(timeout_s)
+        running = self._running_record()
+        if running is not None:
+            self._check_same_ports(running)
+            self._await_ready(running.pid, deadline)
+            return False
+        java = require_java(self._env)
+        check_ports_free(
+            [
+                (self.port, "Kafka listener", "--port"),
+                (self.controller_port, "KRaft controller", "--controller-port"),
+            ]
+        )
+        classpath = self.classpath()
+        self._write_configs()
+        if not self.layout.formatted:
+            self._format(java, classpath)
+        pid = self._launch(java, classpath)
+        try:
+            self._await_ready(pid, deadline)
+        except StackError:
+            self.stop(timeout_s=10.0)
+            raise
+        return True
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Controlled shutdown (SIGTERM), SIGKILL after `timeout_s`. False if not running."""
+        record = self._running_record()
+        if record is not None:
+            child = self._child if self._child and self._child.pid == record.pid else None
+            terminate(record.pid, timeout_s, child)
+        self.layout.pid_file.unlink(missing_ok=True)
+        self._child = None
+        return record is not None
+
+    def status(self, probe_timeout_s: float = 2.0) -> BrokerStatus:
+        record = self._running_record()
+        if record is None:
+            return BrokerStatus(False, False, None, None, None, self.layout)
+        bootstrap = f"{HOST}:{record.port}"
+        ready = broker_ids(admin_client(bootstrap), probe_timeout_s) is not None
+        return BrokerStatus(
+            True, ready, record.pid, record.port, record.controller_port, self.layout
+        )
+
+    def classpath(self) -> list[Path]:
+        """The broker's jars: given at construction, else resolved by Maven (cached)."""
+        if self._classpath is None:
+            self._classpath = resolve_classpath(BROKER_POM, self._maven_dir)
+        return self._classpath
+
+    def __enter__(self) -> LocalBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _running_record(self) -> PidRecord | None:
+        """This state dir's live broker, clearing a pid file left by one that died."""
+        record = PidRecord.read(self.layout.pid_file)
+        if record is None:
+            return None
+        if is_alive(record.pid, str(self.layout.server_properties)):
+            return record
+        self.layout.pid_file.unlink(missing_ok=True)
+        return None
+
+    def _check_same_ports(self, running: PidRecord) -> None:
+        if (running.port, running.controller_port) != (self.port, self.controller_port):
+            raise BrokerConflictError(
+                f"the broker of {self.state_dir} already runs on port {running.port} "
+                f"(controller {running.controller_port}), not {self.port}: stop it with "
+                "`streamctl stack down` or use another STREAMCTL_STATE_DIR."
+            )
+
+    def _write_configs(self) -> None:
+        self.layout.data_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.server_properties.write_text(
+            render_server_properties(self.port, self.controller_port, self.layout.data_dir)
+        )
+        self.layout.log4j_config.write_text((TEMPLATES / "log4j2.xml").read_text())
+
+    def _format(self, java: Path, classpath: Sequence[Path]) -> None:
+        args = ("format", "-t", new_cluster_id(), "-c", str(self.layout.server_properties))
+        cmd = java_command(
+            java, classpath, self.layout.log4j_config, "256m", "kafka.tools.StorageTool", *args
+        )
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=self._env,
+                timeout=_FORMAT_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise BrokerFormatError(f"formatting {self.layout.data_dir} timed out") from exc
+        if proc.returncode != 0 or not self.layout.formatted:
+            output = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+            raise BrokerFormatError(
+                f"formatting the KRaft storage in {self.layout.data_dir} failed "
+                f"(exit {proc.returncode}); remove that directory to start afresh:\n{output}"
+            )
+
+    def _launch(self, java: Path, classpath: Sequence[Path]) -> int:
+        log = self.layout.log_file
+        if log.exists():
+            log.replace(log.with_name(log.name + ".1"))  # keep the previous run for post-mortems
+        cmd = java_command(
+            java,
+            classpath,
+            self.layout.log4j_config,
+            self._heap,
+            "kafka.Kafka",
+            str(self.layout.server_properties),
+        )
+        with log.open("ab") as out:
+            # A new session: the broker outlives `stack up` and ignores the terminal's Ctrl-C.
+            self._child = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self.layout.root,
+                start_new_session=True,
+            )
+        PidRecord(self._child.pid, self.port, self.controller_port).write(self.layout.pid_file)
+        return self._child.pid
+
+    def _await_ready(self, pid: int, deadline: Deadline) -> None:
+        admin = admin_client(self.bootstrap_servers)
+        marker = str(self.layout.server_properties)
+        while True:
+            if not is_alive(pid, marker):
+                code = self._child.poll() if self._child else None
+                raise BrokerExitedError(
+                    f"the Kafka broker exited during start-up (exit code {code}); last lines of "
+                    f"{self.layout.log_file}:\n{tail(self.layout.log_file)}"
+                )
+            if broker_ids(admin, min(1.0, deadline.remaining_s())) is not None:
+                return
+            if deadline.expired():
+                raise BrokerNotReadyError(
+                    f"the Kafka broker on {self.bootstrap_servers} did not answer a metadata "
+                    f"request in time; last lines of {self.layout.log_file}:\n"
+                    f"{tail(self.layout.log_file)}"
+                )

@@ -1,0 +1,72 @@
+"""The broker's files and command lines, as pure functions of its settings.
+
+Owns the on-disk layout under `<state>/kafka/`, the rendering of server.properties from
+`stack/templates/`, Kafka's cluster-id format and the `java` command line. No processes are
+started here. Neighbour: `broker`, which does the starting.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@dataclass(frozen=True)
+class BrokerLayout:
+    """Where a broker keeps its files: everything under `<state>/kafka/`."""
+
+    root: Path
+
+    @property
+    def server_properties(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def log4j_config(self) -> Path:
+        return self.root / "log4j2.xml"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "broker.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "broker.pid"
+
+    @property
+    def formatted(self) -> bool:
+        return (self.data_dir / "meta.properties").is_file()
+
+
+def new_cluster_id() -> str:
+    """Kafka's cluster id format: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def render_server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+    template = Template((TEMPLATES / "server.properties").read_text())
+    return template.substitute(port=port, controller_port=controller_port, data_dir=data_dir)
+
+
+def java_command(
+    java: Path, classpath: Sequence[Path], log4j: Path, heap: str, main: str, *args: str
+) -> list[str]:
+    return [
+        str(java), f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+        # log4j2's own shutdown hook would close the appenders while Kafka is still logging
+        # its controlled shutdown; stdout needs no closing, so keep logging to the very end.
+        "-Djava.awt.headless=true", "-Dlog4j2.shutdownHookEnabled=false",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp", os.pathsep.join(str(jar) for jar in classpath), main, *args,
+    ]  # fmt: skip

@@ -1,0 +1,193 @@
+"""The `streamctl stack ...` commands: up, down, status, resolve, topics.
+
+Owns only argument parsing and printing; the work is in `broker`, `connector`, `maven` and
+`topics`. The root CLI (streamctl/cli.py) calls `add_stack_commands(subparsers)` and then
+`args.handler(args)`, which returns the exit code. `python -m stack` runs these on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stack.broker import LocalBroker
+from stack.connector import resolve_connector
+from stack.defaults import (
+    BOOTSTRAP_ENV,
+    DEFAULT_PORT,
+    DEFAULT_TOPICS,
+    STATE_DIR_ENV,
+    default_bootstrap_servers,
+    default_state_dir,
+)
+from stack.errors import StackError
+from stack.maven import BROKER_POM, resolve_classpath
+from stack.ports import HOST
+from stack.topics import ensure_topics
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `stack` and its subcommands on the root parser's subparsers object."""
+    stack = subparsers.add_parser(
+        "stack", help="run the embedded local stack (Kafka broker, connector jars)",
+        description="The embedded local stack: a real single-node Kafka broker (KRaft) and "
+        "the Maven-resolved jars that the broker and Spark's Kafka connector need.",
+    )  # fmt: skip
+    commands = stack.add_subparsers(dest="stack_command", metavar="COMMAND", required=True)
+    _add_up(commands)
+    _add(commands, "down", _down, "stop the local broker (controlled shutdown)", timeout=30.0)
+    _add(
+        commands,
+        "status",
+        _status,
+        "show whether the local broker runs and answers (exit 0 only if ready)",
+    )
+    resolve = _add(
+        commands,
+        "resolve",
+        _resolve,
+        "resolve the broker and Spark Kafka connector jars (instant when cached)",
+    )
+    resolve.add_argument(
+        "--refresh",
+        action="store_true",
+        help="ignore cached results (also remembered failures) and rerun Maven",
+    )
+    resolve.add_argument(
+        "--jars",
+        action="store_true",
+        help="also print the connector jars for spark.jars, one per line",
+    )
+    topics = _add(commands, "topics", _topics, "create the default topics if missing", timeout=30.0)
+    topics.add_argument(
+        "--bootstrap-servers",
+        default=default_bootstrap_servers(),
+        help=f"Kafka address (default: ${BOOTSTRAP_ENV} or 127.0.0.1:9092)",
+    )
+    return stack
+
+
+def _add(
+    commands: Any, name: str, handler: Handler, help_text: str, timeout: float | None = None
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help_text, description=help_text
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help=f"state directory (default: ${STATE_DIR_ENV} or <repo>/.streamctl)",
+    )
+    if timeout is not None:
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=timeout,
+            metavar="SECONDS",
+            help=f"give up after this many seconds (default: {timeout:g})",
+        )
+    parser.set_defaults(handler=_reporting_errors(handler))
+    return parser
+
+
+def _add_up(commands: Any) -> None:
+    up = _add(
+        commands,
+        "up",
+        _up,
+        "start the local Kafka broker (idempotent) and create the default topics",
+        timeout=90.0,
+    )
+    up.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"Kafka listener port on 127.0.0.1 (default: {DEFAULT_PORT})",
+    )
+    up.add_argument(
+        "--controller-port",
+        type=int,
+        default=None,
+        help="KRaft controller port on 127.0.0.1 (default: --port + 1)",
+    )
+    up.add_argument(
+        "--no-topics", action="store_true", help="do not create the default topics after start"
+    )
+
+
+def _reporting_errors(handler: Handler) -> Handler:
+    """Print a StackError's message (it says what to do next) instead of a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except StackError as exc:
+            print(f"streamctl stack {args.stack_command}: {exc}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _up(args: argparse.Namespace) -> int:
+    broker = LocalBroker(args.state_dir, args.port, args.controller_port)
+    started = broker.start(timeout_s=args.timeout)
+    print(broker.status().describe() + ("" if started else " (was already running)"))
+    if not args.no_topics:
+        result = ensure_topics(broker.bootstrap_servers, DEFAULT_TOPICS, args.timeout)
+        print(f"topics: {len(result.created)} created, {len(result.existing)} already there")
+    print(f"export {BOOTSTRAP_ENV}={broker.bootstrap_servers}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    broker = LocalBroker(args.state_dir)
+    stopped = broker.stop(timeout_s=args.timeout)
+    print("broker: stopped" if stopped else f"broker: was not running ({broker.layout.root})")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = LocalBroker(args.state_dir).status()
+    print(status.describe())
+    if status.running:
+        print(f"export {BOOTSTRAP_ENV}={HOST}:{status.port}")
+    return 0 if status.ready else 1
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    broker_jars = resolve_classpath(BROKER_POM, state_dir / "maven", refresh=args.refresh)
+    kafka_jar = next((jar.name for jar in broker_jars if jar.name.startswith("kafka_")), "?")
+    print(f"broker: {kafka_jar} and {len(broker_jars) - 1} dependencies")
+    connector = resolve_connector(state_dir, refresh=args.refresh)
+    print(
+        f"spark connector: {connector.candidate.label} for pyspark "
+        f"{connector.pyspark_version}; {len(connector.jars)} jars beyond pyspark's own"
+    )
+    if connector.warning:
+        sys.stdout.flush()  # keep the warning next to the line it qualifies
+        print(f"warning: {connector.warning}", file=sys.stderr)
+    if args.jars:
+        print("\n".join(str(jar) for jar in connector.jars))
+    return 0
+
+
+def _topics(args: argparse.Namespace) -> int:
+    result = ensure_topics(args.bootstrap_servers, DEFAULT_TOPICS, args.timeout)
+    for spec in DEFAULT_TOPICS:
+        state = "created" if spec.name in result.created else "exists"
+        print(f"{spec.name:<24} {spec.partitions} partition(s)  {state}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streamctl")
+    add_stack_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
