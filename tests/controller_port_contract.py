@@ -8,8 +8,8 @@ gives the ports under test plus the job's side of the topics (raw publish and re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
 from schemas import (
@@ -25,6 +25,7 @@ from schemas import (
 )
 
 T = 1_700_000_000_000
+R = TypeVar("R")
 
 
 class PortHarness(Protocol):
@@ -54,8 +55,8 @@ def ack(control_id: str) -> Ack:
     return Ack(control_id, "q1", "i1", 4, Outcome.APPLIED, "applied", 1200, T)
 
 
-def poll_until(poll: Callable[[float], list], count: int, timeout_s: float) -> list:
-    deadline, got = time.monotonic() + timeout_s, []
+def poll_until(poll: Callable[[float], Sequence[R]], count: int, timeout_s: float) -> list[R]:
+    deadline, got = time.monotonic() + timeout_s, list[R]()
     while len(got) < count and time.monotonic() < deadline:
         got.extend(poll(0.5))
     return got

@@ -67,7 +67,7 @@ class KafkaHarness:
         consumer.subscribe([self._topics[kind]])
         try:
             messages = consumer.consume(num_messages=count, timeout=self.timeout_s)
-            return [m.value() for m in messages if m.error() is None]
+            return [v for m in messages if m.error() is None and (v := m.value()) is not None]
         finally:
             consumer.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +21,7 @@ POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,
                         scale_down_stabilisation_s=120, max_scale_down_step=2, cooldown_s=30)
 
 
-def model(**changes: float) -> QueryModel:
+def model(**changes: Any) -> QueryModel:
     """2 units of 200/s, 700/s arriving, 6 000 records behind and growing."""
     base = QueryModel(
         query_id="q1", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
@@ -90,7 +91,7 @@ def test_no_decision_in_flight_or_in_cooldown() -> None:
     assert isinstance(decide(model(), cooling, NOW + 12_000, POLICY), Scale)
 
 
-def quiet(**changes: float) -> QueryModel:
+def quiet(**changes: Any) -> QueryModel:
     # 100/s on 8 units of 200/s: 6 % utilised, nothing behind.
     return model(parallelism=8, units=8, arrival_rate=100, backlog_records=50,
                  backlog_trend_records_per_s=0, time_to_drain_s=0.03, **changes)

@@ -1,0 +1,43 @@
+"""Prometheus metrics on an injected registry: names, labels, values."""
+
+from __future__ import annotations
+
+import math
+
+from controller.model import QueryModel
+from controller.prom import ControllerMetrics, new_registry
+from schemas import DecodeError
+
+MODEL = QueryModel(
+    query_id="q1", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
+    busy_ratio=0.98, rate_per_unit=200, parallelism=2, units=2, source_partitions=2,
+    task_slots=16, backlog_records=6_000, backlog_trend_records_per_s=300,
+    time_to_drain_s=math.inf)
+
+
+def test_figures_and_counters_are_exported() -> None:
+    registry = new_registry()
+    metrics = ControllerMetrics(registry)
+    metrics.metrics_received(3)
+    metrics.modelled(MODEL, 5)
+    metrics.decided("q1", "scale_up")
+    metrics.acked("q1", "APPLIED")
+    metrics.ack_timed_out("q1")
+    metrics.decode_error(DecodeError("bad", topic="streamctl.metrics", partition=0, offset=7))
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("streamctl_arrival_rate_records_per_second", query="q1") == 700
+    assert value("streamctl_processing_rate_records_per_second", query="q1") == 400
+    assert value("streamctl_throughput_records_per_second", query="q1") == 400
+    assert value("streamctl_backlog_records", query="q1") == 6_000
+    assert value("streamctl_utilisation_ratio", query="q1") == 1.75
+    assert value("streamctl_busy_ratio", query="q1") == 0.98
+    assert value("streamctl_current_parallelism", query="q1") == 2
+    assert value("streamctl_desired_parallelism", query="q1") == 5
+    assert value("streamctl_decisions_total", query="q1", action="scale_up") == 1
+    assert value("streamctl_acks_total", query="q1", outcome="APPLIED") == 1
+    assert value("streamctl_ack_timeouts_total") == 1
+    assert value("streamctl_decode_errors_total", topic="streamctl.metrics") == 1
+    assert value("streamctl_metrics_records_total") == 3

@@ -1,0 +1,72 @@
+"""The layering of ARCHITECTURE.md, enforced: every import (including lazy ones inside
+functions) of every module of `controller`, `streaming_jobs` and `schemas`, parsed with ast."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl"}
+
+KAFKA_ADAPTERS = {"controller/kafka_io.py", "streaming_jobs/runtime/kafka.py"}
+"""The only modules that may import confluent_kafka."""
+
+CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/prom.py"}
+"""The only controller module that may import prometheus_client."""
+
+
+def modules(package: str) -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py"))
+
+
+def imported(path: str) -> set[str]:
+    """Top-level names of every absolute import in the module."""
+    tree = ast.parse((ROOT / path).read_text(), filename=path)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+ALL = modules("controller") + modules("streaming_jobs") + modules("schemas")
+
+
+def test_the_packages_are_found() -> None:
+    assert "controller/loop.py" in ALL and "schemas/codec.py" in ALL
+
+
+@pytest.mark.parametrize("path", modules("controller"))
+def test_controller_imports_only_schemas_of_the_project(path: str) -> None:
+    assert imported(path) & (PROJECT - {"controller", "schemas"}) == set()
+    assert "pyspark" not in imported(path)
+
+
+@pytest.mark.parametrize("path", modules("streaming_jobs"))
+def test_streaming_jobs_never_import_the_controller(path: str) -> None:
+    assert imported(path) & (PROJECT - {"streaming_jobs", "schemas"}) == set()
+
+
+@pytest.mark.parametrize("path", modules("schemas"))
+def test_schemas_import_nothing_of_the_project(path: str) -> None:
+    assert imported(path) & (PROJECT - {"schemas"}) == set()
+
+
+@pytest.mark.parametrize("path", ALL)
+def test_only_adapters_import_kafka_and_prometheus(path: str) -> None:
+    names = imported(path)
+    if path not in KAFKA_ADAPTERS:
+        assert "confluent_kafka" not in names
+    if path.startswith("controller/") and path not in CONTROLLER_PROMETHEUS_ADAPTERS:
+        assert "prometheus_client" not in names
+
+
+@pytest.mark.parametrize("path", ALL)
+def test_only_streaming_jobs_import_pyspark(path: str) -> None:
+    if not path.startswith("streaming_jobs/"):
+        assert "pyspark" not in imported(path)
