@@ -74,22 +74,30 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
     `metrics` defaults to a fresh registry, served on `settings.metrics_port` unless it is 0.
     """
     metrics = ControllerMetrics(new_registry()) if metrics is None else metrics
-    if settings.metrics_port:
-        serve(settings.metrics_port, metrics.registry)
     log.info("controller starting: metrics from %s at %s%s", settings.kafka.metrics_topic,
              settings.kafka.bootstrap_servers, " (dry run)" if settings.dry_run else "")
-    with kafka_controller(settings, metrics) as loop:
+    with ExitStack() as stack:
+        if settings.metrics_port:
+            stack.callback(serve(settings.metrics_port, metrics.registry).shutdown)
+        loop = stack.enter_context(kafka_controller(settings, metrics))
         if handle_signals:
-            _stop_on_signals(loop)
+            stack.enter_context(_stopping_on_signals(loop))
         cycles = loop.run(max_cycles=max_cycles, timeout_s=timeout_s)
     log.info("controller stopped after %d cycles", cycles)
     return cycles
 
 
-def _stop_on_signals(loop: ControlLoop) -> None:
+@contextmanager
+def _stopping_on_signals(loop: ControlLoop) -> Iterator[None]:
+    """SIGTERM and Ctrl-C end the loop after its cycle, so clients close cleanly; the previous
+    handlers come back afterwards (the caller may be a longer-lived process, or pytest)."""
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("%s received, stopping after this cycle", signal.Signals(signum).name)
         loop.stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

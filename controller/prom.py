@@ -9,6 +9,7 @@ use a fresh registry and nothing touches the global one. Labels stay bounded: `q
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -83,6 +84,11 @@ def new_registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-def serve(port: int, registry: CollectorRegistry) -> None:
-    """Serve /metrics on `port` from a daemon thread (it dies with the process)."""
-    start_http_server(port, registry=registry)
+class Endpoint(Protocol):
+    def shutdown(self) -> None: ...
+
+
+def serve(port: int, registry: CollectorRegistry) -> Endpoint:
+    """Serve /metrics on `port` from a daemon thread; `shutdown()` the result to stop it."""
+    server, _thread = start_http_server(port, registry=registry)
+    return server

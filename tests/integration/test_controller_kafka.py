@@ -3,12 +3,22 @@ session's real broker with uuid topics and groups per test; plus the adapters' o
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from controller.app import kafka_controller
 from controller.kafka_io import (
     KafkaAckSource,
     KafkaControlSink,
@@ -18,8 +28,11 @@ from controller.kafka_io import (
     KafkaWriter,
 )
 from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
-from controller.settings import KafkaSettings
+from controller.prom import ControllerMetrics, new_registry
+from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
+from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from tests.controller_port_contract import CONTRACT, PortHarness
+from tests.unit.controller_traces import T0_MS, Job, end_ms, simulate
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +108,61 @@ def test_a_missing_ack_topic_is_a_clear_setup_error(bootstrap_servers: str) -> N
                              ack_topic=f"missing-{uuid.uuid4().hex}")
     with pytest.raises(KafkaSetupError, match="does not exist"):
         KafkaAckSource(settings, lambda e: None, setup_timeout_s=5)
+
+
+def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:
+    """Backlogged metrics in → one control tuple out → its ack → cooldown, over the broker."""
+    settings = ControllerSettings(kafka=kafka_harness.settings, metrics_port=0,
+                                  policy=PolicySettings(cooldown_s=600))
+    trace = simulate(Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500,
+                         epoch=3), 30)
+    shift_ms = int(time.time() * 1000) - end_ms(trace)  # the window is pruned by the real clock
+    trace = [replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
+                     batch_end_ms=s.batch_end_ms + shift_ms) for s in trace]
+    with kafka_controller(settings, ControllerMetrics(new_registry())) as loop:
+        for sample in trace:
+            kafka_harness.publish("metrics", codec_for(TaskMetrics).encode(sample))
+        deadline = time.monotonic() + 30
+        while "q1" not in loop.states or loop.states["q1"].in_flight is None:
+            assert time.monotonic() < deadline, f"no decision; verdicts {loop.verdicts}"
+            loop.run(max_cycles=1)
+        [raw] = kafka_harness.read("control", 1)
+        control = codec_for(ControlTuple).decode(raw)
+        assert control.epoch == 4 and int(control.value) > 2
+        kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
+            control.control_id, "q1", "i1", 4, Outcome.APPLIED, "ok", 900, T0_MS)))
+        while loop.states["q1"].in_flight is not None:
+            assert time.monotonic() < deadline, "the ack never arrived"
+            loop.run(max_cycles=1)
+        assert loop.states["q1"].cooldown_until_ms > time.time() * 1000
+
+
+def test_the_cli_serves_metrics_and_stops_cleanly_on_sigterm(kafka_harness: KafkaHarness) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    k = kafka_harness.settings
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
+           "STREAMCTL_METRICS_TOPIC": k.metrics_topic, "STREAMCTL_ACK_TOPIC": k.ack_topic,
+           "STREAMCTL_CONTROL_TOPIC": k.control_topic,
+           "STREAMCTL_DECISIONS_TOPIC": k.decisions_topic,
+           "STREAMCTL_CONTROLLER_METRICS_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "controller", "run", "--timeout-s", "60"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, body = time.monotonic() + 30, ""
+        while "streamctl_metrics_records_total" not in body:
+            assert time.monotonic() < deadline and proc.poll() is None, "no /metrics endpoint"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    body = r.read().decode()
+            except OSError:
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "SIGTERM received" in out and "controller stopped after" in out
