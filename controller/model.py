@@ -31,7 +31,7 @@ class QueryModel:
     samples: int
     config_epoch: int
     arrival_rate: float
-    """λ, records/s: growth of Σ latest_offset over the window."""
+    """λ, records/s: growth of Σ latest_offset over the newest `arrival_window_s`."""
     throughput: float
     """Records/s actually processed over the window (Σ input_rows / elapsed)."""
     busy_ratio: float
@@ -46,6 +46,7 @@ class QueryModel:
     task_slots: int
     backlog_records: float
     backlog_trend_records_per_s: float
+    """Least-squares slope of the per-sample backlog over the newest `arrival_window_s`."""
     time_to_drain_s: float
     """B / (capacity − λ); 0 without backlog, infinite when arrivals meet capacity."""
 
@@ -165,25 +166,35 @@ def evaluate(
     elapsed_ms = samples[-1].batch_end_ms - samples[0].batch_start_ms
     if elapsed_ms <= 0:
         return NotReady("the window's batches span no time")
-    arrival = arrival_rate(samples)
+    recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
+    arrival = arrival_rate(recent)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
     per_unit = rate_per_unit(samples)
     if per_unit is None:
         return NotReady("no batch with input rows in the window; processing rate unknown")
-    return _build(query_id, samples, elapsed_ms, arrival, per_unit)
+    return _build(query_id, samples, recent, elapsed_ms, arrival, per_unit)
+
+
+def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
+                at_least: int) -> tuple[TaskMetrics, ...]:
+    """The newest samples that started within `span_s` of the newest one, but at least
+    `at_least` of them (an idle query reports only every ~10 s)."""
+    horizon = samples[-1].batch_start_ms - span_s * 1000
+    inside = sum(1 for s in samples if s.batch_start_ms >= horizon)
+    return samples[-max(inside, at_least):]
 
 
 def _build(
-    query_id: str, samples: tuple[TaskMetrics, ...], elapsed_ms: int, arrival: float,
-    per_unit: float,
+    query_id: str, samples: tuple[TaskMetrics, ...], recent: tuple[TaskMetrics, ...],
+    elapsed_ms: int, arrival: float, per_unit: float,
 ) -> QueryModel:
     newest = samples[-1]
     partitions = len({(p.topic, p.partition) for p in newest.partitions})
     units = _units_of(newest)
     backlog = backlog_records(newest, arrival)
     trend = slope_per_s([(s.batch_start_ms / 1000, backlog_records(s, arrival))
-                         for s in samples])
+                         for s in recent])
     return QueryModel(
         query_id=query_id, samples=len(samples), config_epoch=newest.config_epoch,
         arrival_rate=arrival,

@@ -38,6 +38,12 @@ class ModelSettings:
     idle heartbeats (Spark reports an idle query only every ~10 s), short enough that a load
     step dominates the estimates within a minute."""
 
+    arrival_window_s: float = 10.0
+    """λ and the backlog trend use only the newest samples spanning this long (at least
+    `min_samples` of them), so a load step shows in full within 10 s instead of being averaged
+    into the whole window and sizing the query too small. μ, throughput and busy ratio keep the
+    whole window: they describe the query, not the load, and more samples steady them."""
+
     max_samples: int = 300
     """Hard cap on samples kept per query, so a query triggering every 100 ms cannot grow the
     window without bound (300 covers 60 s at a 200 ms trigger)."""
@@ -52,6 +58,9 @@ class ModelSettings:
 
     def __post_init__(self) -> None:
         _positive("model.window_s", self.window_s)
+        _check(0 < self.arrival_window_s <= self.window_s,
+               f"model.arrival_window_s must be in (0, model.window_s={self.window_s}], got "
+               f"{self.arrival_window_s}")
         _check(self.min_samples >= 3,
                f"model.min_samples must be at least 3 (a trend needs 3 points), got "
                f"{self.min_samples}")

@@ -106,3 +106,10 @@ def test_units_are_bounded_by_partitions_and_slots() -> None:
 def test_slope_is_least_squares() -> None:
     assert slope_per_s([(0, 1), (1, 3), (2, 5)]) == pytest.approx(2)
     assert slope_per_s([(5, 1), (5, 9)]) == 0
+
+
+def test_a_load_step_shows_in_full_after_the_arrival_window() -> None:
+    # A whole-window average would still be near (120 × 48 + 900 × 12) / 60 = 276/s.
+    job = Job(rates=[(0, 120), (60, 900)], per_unit=200, parallelism=2, max_per_batch=400)
+    trace = [s for s in simulate(job, 120) if s.batch_start_ms <= T0_MS + 72_000]
+    assert modelled(trace[-60:]).arrival_rate == pytest.approx(900, rel=0.03)

@@ -26,6 +26,7 @@ from controller.settings import (
      "need 1 <= policy.min_parallelism (8) <= policy.max_parallelism (4)"),
     (lambda: PolicySettings(catch_up_s=0), "policy.catch_up_s must be a positive number"),
     (lambda: ModelSettings(min_samples=2), "model.min_samples must be at least 3"),
+    (lambda: ModelSettings(arrival_window_s=90), "model.arrival_window_s must be in (0, "),
     (lambda: ModelSettings(max_samples=3, min_samples=4), "model.max_samples (3) must be >="),
     (lambda: KafkaSettings(metrics_offset_reset="middle"), "'latest' or 'earliest'"),
     (lambda: KafkaSettings(bootstrap_servers=" "), "kafka.bootstrap_servers must not be empty"),
