@@ -10,6 +10,7 @@ Spark replays it when the query restarts from the checkpoint. Neighbours: `sink`
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,17 @@ class QuiesceRequested(RuntimeError):
 def is_gate_stop(error_text: str | None) -> bool:
     """Whether a query's termination error is our own gate (normal), not a failure."""
     return error_text is not None and QuiesceRequested.__name__ in error_text
+
+
+class HideGateStops(logging.Filter):
+    """Drops py4j's error log of a foreachBatch callback that raised `QuiesceRequested`.
+
+    py4j logs every exception raised in a Python callback with a traceback; for the gate that
+    is a normal stop, not an error.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], QuiesceRequested))
 
 
 class BatchGate:

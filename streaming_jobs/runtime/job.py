@@ -110,7 +110,7 @@ class ElasticJob:
             self.query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         self.query.close()
         self._consumer.close()
-        undelivered = self._publisher.flush()
+        undelivered = self._publisher.close()
         if undelivered:
             log.warning("%d metrics/ack records undelivered at shutdown", undelivered)
         if self._owns_spark:

@@ -47,6 +47,12 @@ class RecordPublisher:
         """Messages still undelivered after the timeout."""
         return int(self._producer.flush(timeout_s))
 
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Flush, then release the client; returns the messages left undelivered."""
+        undelivered = self.flush(timeout_s)
+        self._producer.close()
+        return undelivered
+
 
 def _log_failure(err: KafkaError | None, msg: object) -> None:
     if err is not None:

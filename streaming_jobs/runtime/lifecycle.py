@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime.gate import BatchGate, HideGateStops, is_gate_stop
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
@@ -47,6 +47,7 @@ class Commit:
     end_ms: int
 
 
+_PY4J_CALLBACK_LOGGER = "py4j.clientserver"
 ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
 
 
@@ -64,6 +65,9 @@ class ElasticQuery:
         self.last_commit: Commit | None = None
         self._listener = ProgressListener(self._progress)
         spark.streams.addListener(self._listener)
+        py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
+        if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
+            py4j_log.addFilter(HideGateStops())
 
     @property
     def knobs(self) -> Knobs:

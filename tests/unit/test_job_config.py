@@ -1,0 +1,40 @@
+"""JobConfig: env and option precedence, defaults, validation messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming_jobs.config import ConfigError, JobConfig
+
+
+def test_defaults_and_env() -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_INPUT_PARALLELISM": "3",
+           "STREAMCTL_SPARK_JARS": "/a.jar, /b.jar"}
+    config = JobConfig.from_sources({}, env)
+    assert config.query_id == "sensor-averages"
+    assert config.input_topic == "sensor-readings"
+    assert config.dlq_topic == "sensor-readings.dlq"
+    assert config.checkpoint_dir == ".streamctl/checkpoints/sensor-averages"
+    assert config.input_parallelism == 3
+    assert config.jar_list == ("/a.jar", "/b.jar")
+    assert config.instance_id  # hostname-pid
+
+
+def test_options_win_over_env() -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_QUERY_ID": "from-env"}
+    config = JobConfig.from_sources({"query_id": "from-cli", "window_s": None}, env)
+    assert config.query_id == "from-cli"
+    assert config.checkpoint_dir == ".streamctl/checkpoints/from-cli"
+    assert config.window_s == 10
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({}, "bootstrap-servers"),
+    ({"bootstrap_servers": "k:1", "task_slots": "abc"}, "task_slots: 'abc' is not a valid int"),
+    ({"bootstrap_servers": "k:1", "input_parallelism": 20}, "exceeds task_slots 16"),
+    ({"bootstrap_servers": "k:1", "metrics_port": 70000}, "metrics_port"),
+    ({"bootstrap_servers": "k:1", "state_partitions": 0}, "state_partitions must be > 0"),
+])
+def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        JobConfig.from_sources(options, {})

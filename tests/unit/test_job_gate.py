@@ -1,0 +1,39 @@
+"""The quiesce gate: admitted batches, refusal once closed, draining on commit."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested, is_gate_stop
+
+
+def test_closed_gate_refuses_and_drains_on_commit() -> None:
+    gate = BatchGate()
+    gate.admit(7)
+    gate.close()
+    with pytest.raises(QuiesceRequested) as refused:
+        gate.admit(8)
+    assert is_gate_stop(f"py4j wrapped: {refused.value!r}")
+    assert not gate.wait_drained(0.05, lambda: False)  # batch 7 still writing
+    threading.Timer(0.05, gate.committed, args=(7,)).start()
+    assert gate.wait_drained(5.0, lambda: False)
+
+
+def test_terminated_query_counts_as_drained() -> None:
+    gate = BatchGate()
+    gate.admit(1)
+    gate.close()
+    assert gate.wait_drained(1.0, lambda: True)
+
+
+def test_reopened_gate_forgets_uncommitted_batches() -> None:
+    gate = BatchGate()
+    gate.admit(3)
+    gate.close()
+    gate.open()
+    gate.admit(3)  # the replay of the same batch is admitted again
+    gate.committed(3)
+    assert gate.wait_drained(0.0, lambda: False)
+    assert not is_gate_stop("java.lang.OutOfMemoryError") and not is_gate_stop(None)
