@@ -1,0 +1,74 @@
+"""Progress → TaskMetrics, from progress events recorded from a real run (no query needed).
+
+The recording (`data/job_progress_events.json`): batch 0 reads 300 of 501 offsets with one
+undecodable record; batch 2 is the no-data batch that closes windows; batch 3 holds one record
+later than the watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from schemas.codec import codec_for
+from schemas.records import Role, SourcePartition, TaskMetrics
+from streaming_jobs.runtime.metrics import (
+    RunContext,
+    backlog_records,
+    dead_letters,
+    timestamp_ms,
+    to_task_metrics,
+    warn_if_late_data,
+)
+
+EVENTS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "data" / "job_progress_events.json").read_text())
+TOPIC = "cap-in-5dc323"
+CTX = RunContext(query_id="sensor-averages", instance_id="host-1", config_epoch=3,
+                 input_parallelism=4, state_partitions=2, task_slots=16,
+                 trigger_interval_ms=500, source_topics=(TOPIC,), sink_topics=("out",))
+
+
+def progress(batch_id: int, **changes: Any) -> StreamingQueryProgress:
+    event = json.loads(json.dumps(next(e for e in EVENTS if e["batchId"] == batch_id)))
+    event.update(changes)
+    return StreamingQueryProgress.fromJson(event)
+
+
+def test_first_batch() -> None:
+    m = to_task_metrics(progress(0), CTX, output_rows=0)
+    assert (m.query_id, m.instance_id, m.role, m.config_epoch) == (
+        "sensor-averages", "host-1", Role.ACTIVE, 3)
+    assert m.batch_start_ms == timestamp_ms("2026-11-22T00:37:44.861Z") == 1795307864861
+    assert (m.busy_ms, m.batch_end_ms - m.batch_start_ms) == (28258, 28258)
+    assert (m.input_rows, m.trigger_interval_ms, m.input_parallelism) == (300, 500, 4)
+    assert m.partitions == (SourcePartition(TOPIC, 0, -1, 299, 500),
+                            SourcePartition(TOPIC, 1, -1, 1, 1))
+    assert backlog_records(m) == 201
+    assert (m.state_rows, m.state_bytes, m.state_partitions, m.task_slots) == (6, 2416, 2, 16)
+    assert (m.source_topics, m.sink_topics) == ((TOPIC,), ("out",))
+    assert dead_letters(progress(0)) == 1
+    assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(m)) == m
+
+
+def test_no_data_batch_and_null_latest_offset() -> None:
+    raw = progress(2)
+    assert dead_letters(raw) == 0  # the observed sum over no rows is null
+    source = dict(EVENTS[2]["sources"][0], latestOffset=None)
+    m = to_task_metrics(progress(2, sources=[source]), CTX, output_rows=12)
+    assert (m.input_rows, m.output_rows) == (0, 12)
+    assert [(p.start_offset, p.end_offset, p.latest_offset) for p in m.partitions] == [
+        (500, 500, 500), (1, 1, 1)]
+
+
+def test_late_rows_are_reported_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    m = to_task_metrics(progress(3), CTX, output_rows=0)
+    assert m.rows_dropped_by_watermark == 1
+    with caplog.at_level(logging.WARNING):
+        warn_if_late_data(m)
+    assert "1 late rows dropped by the watermark" in caplog.text
