@@ -155,6 +155,8 @@ class ControlLoop:
         state = self.states.get(query_id, ControlState())
         modelled = evaluate(query_id, window.samples, self.settings.model)
         if isinstance(modelled, NotReady):
+            # Quiet must be continuous and observed: a gap in the data restarts the timer.
+            state = observed(state, False, now_ms)
             self.models.pop(query_id, None)
             verdict: Verdict = modelled
         else:
