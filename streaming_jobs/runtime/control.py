@@ -117,6 +117,9 @@ class ControlLoop:
             applied = self._job.reconfigure(verdict.knobs)
         except RestartFailed as exc:
             return self._ack(tuple_, Outcome.FAILED, str(exc))
+        except Exception as exc:  # e.g. the rollback failed too: say so, keep listening
+            log.exception("reconfiguration for control %s failed", tuple_.control_id)
+            return self._ack(tuple_, Outcome.FAILED, f"reconfiguration failed: {exc}")
         return self._ack(tuple_, Outcome.APPLIED, applied.detail, applied.pause_ms)
 
     def _ack(self, t: ControlTuple, outcome: Outcome, detail: str, pause_ms: int = 0) -> Ack:

@@ -41,7 +41,11 @@ class ElasticJob:
                  registry: CollectorRegistry | None = None) -> None:
         self.config = config
         self._owns_spark = spark is None
+        started = time.monotonic()
         self.spark = spark if spark is not None else build_session(config)
+        if self._owns_spark:
+            log.info("SparkSession local[%d] up in %.1f s", config.task_slots,
+                     time.monotonic() - started)
         self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
         self._publisher = RecordPublisher(config.bootstrap_servers,
                                           f"streamctl-job-{config.instance_id}")
@@ -96,9 +100,11 @@ class ElasticJob:
                 log.info("max runtime %.0f s reached", max_runtime_s)
                 return 0
             with self._lock:  # a query stopped by a reconfiguration is not a failure
+                down = not self.query.is_active()
                 failure = self.query.failure()
-            if failure is not None:
-                log.error("query %s failed: %s", self.config.query_id, failure)
+            if down:
+                log.error("query %s is not running: %s", self.config.query_id,
+                          failure or "stopped after a failed reconfiguration")
                 return 1
         return 0
 

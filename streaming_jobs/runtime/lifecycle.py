@@ -158,11 +158,11 @@ class ElasticQuery:
         if progress.name != self._config.query_id:
             return
         run_id = str(progress.runId)
-        self.gate.committed(progress.batchId)
         end_ms = timestamp_ms(progress.timestamp) + int(progress.durationMs.get(
             "triggerExecution", 0))
-        with self._commits:
+        with self._commits:  # before the gate hears of it: a drained quiesce reads it
             self.last_commit = Commit(run_id, progress.batchId, end_ms)
             self._commits.notify_all()
+        self.gate.committed(progress.batchId)
         context = self._contexts.get(run_id) or self._context(self._knobs)
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))

@@ -11,8 +11,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from streaming_jobs.runtime.lifecycle import ElasticQuery, Knobs
+from streaming_jobs.runtime.lifecycle import Commit, Knobs
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,32 @@ class Applied:
     detail: str
 
 
-class Reconfigurer:
-    """Applies new knobs to an `ElasticQuery` at a batch boundary."""
+class RestartableQuery(Protocol):
+    """What the protocol needs of a query (`lifecycle.ElasticQuery`, or a test double)."""
 
-    def __init__(self, query: ElasticQuery, clock_ms: Callable[[], int] | None = None) -> None:
+    @property
+    def knobs(self) -> Knobs: ...
+
+    @property
+    def last_commit(self) -> Commit | None: ...
+
+    def quiesce_and_stop(self, timeout_s: float) -> bool: ...
+
+    def start(self, knobs: Knobs) -> str: ...
+
+    def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None: ...
+
+    def failure(self) -> str | None: ...
+
+    def is_active(self) -> bool: ...
+
+    def is_idle(self) -> bool: ...
+
+
+class Reconfigurer:
+    """Applies new knobs to a query at a batch boundary."""
+
+    def __init__(self, query: RestartableQuery, clock_ms: Callable[[], int] | None = None) -> None:
         self._query = query
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
