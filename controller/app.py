@@ -76,28 +76,46 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
     metrics = ControllerMetrics(new_registry()) if metrics is None else metrics
     log.info("controller starting: metrics from %s at %s%s", settings.kafka.metrics_topic,
              settings.kafka.bootstrap_servers, " (dry run)" if settings.dry_run else "")
+    stop = _StopRequest()
     with ExitStack() as stack:
+        if handle_signals:
+            # Before anything slow: a SIGTERM during start-up must still close what was opened.
+            stack.enter_context(_signals_to(stop))
         if settings.metrics_port:
             stack.callback(serve(settings.metrics_port, metrics.registry).shutdown)
         loop = stack.enter_context(kafka_controller(settings, metrics))
-        if handle_signals:
-            stack.enter_context(_stopping_on_signals(loop))
+        stop.attach(loop)
         cycles = loop.run(max_cycles=max_cycles, timeout_s=timeout_s)
     log.info("controller stopped after %d cycles", cycles)
     return cycles
 
 
+class _StopRequest:
+    """Remembers a stop asked for before the loop exists and passes it on once it does."""
+
+    def __init__(self) -> None:
+        self._loop: ControlLoop | None = None
+        self._requested = False
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("%s received, stopping after this cycle", signal.Signals(signum).name)
+        self._requested = True
+        if self._loop is not None:
+            self._loop.stop()
+
+    def attach(self, loop: ControlLoop) -> None:
+        self._loop = loop
+        if self._requested:
+            loop.stop()
+
+
 @contextmanager
-def _stopping_on_signals(loop: ControlLoop) -> Iterator[None]:
+def _signals_to(handler: _StopRequest) -> Iterator[None]:
     """SIGTERM and Ctrl-C end the loop after its cycle, so clients close cleanly; the previous
     handlers come back afterwards (the caller may be a longer-lived process, or pytest)."""
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s received, stopping after this cycle", signal.Signals(signum).name)
-        loop.stop()
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
