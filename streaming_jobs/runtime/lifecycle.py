@@ -20,10 +20,11 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.gate import BatchGate, HideGateStops, is_gate_stop
+from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
+from streaming_jobs.runtime.session import hide_gate_stops
 from streaming_jobs.runtime.sink import KafkaBatchSink
 from streaming_jobs.sensor_averages import build_averages
 
@@ -40,14 +41,14 @@ class Knobs:
 
 @dataclass(frozen=True)
 class Commit:
-    """A committed batch: its run, id and end (progress timestamp + triggerExecution)."""
+    """A committed batch: its run, id, start (progress timestamp) and end (+ triggerExecution)."""
 
     run_id: str
     batch_id: int
+    start_ms: int
     end_ms: int
 
 
-_PY4J_CALLBACK_LOGGER = "py4j.clientserver"
 ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
 
 
@@ -65,9 +66,7 @@ class ElasticQuery:
         self.last_commit: Commit | None = None
         self._listener = ProgressListener(self._progress)
         spark.streams.addListener(self._listener)
-        py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
-        if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
-            py4j_log.addFilter(HideGateStops())
+        hide_gate_stops(spark)
 
     @property
     def knobs(self) -> Knobs:
@@ -158,10 +157,10 @@ class ElasticQuery:
         if progress.name != self._config.query_id:
             return
         run_id = str(progress.runId)
-        end_ms = timestamp_ms(progress.timestamp) + int(progress.durationMs.get(
-            "triggerExecution", 0))
+        start_ms = timestamp_ms(progress.timestamp)
+        end_ms = start_ms + int(progress.durationMs.get("triggerExecution", 0))
         with self._commits:  # before the gate hears of it: a drained quiesce reads it
-            self.last_commit = Commit(run_id, progress.batchId, end_ms)
+            self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
         context = self._contexts.get(run_id) or self._context(self._knobs)

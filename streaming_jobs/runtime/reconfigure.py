@@ -72,7 +72,8 @@ class Reconfigurer:
         restarted query — the gap in committed output, which includes the quiesce wait, the
         restart and that first batch's own execution (often the replay of the batch the gate
         held back). If no batch arrives within IDLE_GRACE_S, the pause ends at the moment the
-        restarted query is seen active and idle.
+        restarted query is seen active and idle. The detail also names the shorter gap in which
+        no batch ran at all (last commit → start of the first restarted batch).
         """
         old = self._query.knobs
         began_ms = self._clock_ms()
@@ -81,29 +82,32 @@ class Reconfigurer:
         stopped_ms = self._clock_ms()
         try:
             run_id = self._query.start(new)
-            resumed_ms = self._resumed_ms(run_id)
+            first = self._first_commit(run_id)
         except Exception as exc:
             self._roll_back(old)
             raise RestartFailed(f"restart with input_parallelism {new.input_parallelism} "
                                 f"failed ({exc}); rolled back to {old.input_parallelism}") from exc
+        resumed_ms = first.end_ms if first else self._clock_ms()
         detail = (f"input_parallelism {old.input_parallelism}→{new.input_parallelism}; "
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
-                  f"restart to first commit {resumed_ms - stopped_ms} ms")
+                  + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "
+                     f"for {max(0, first.start_ms - since_ms)} ms" if first else
+                     f"restart to idle {resumed_ms - stopped_ms} ms (no new data)"))
         return Applied(pause_ms=max(0, resumed_ms - since_ms), detail=detail)
 
-    def _resumed_ms(self, run_id: str) -> int:
-        """When the restarted run first committed, or was seen active and idle."""
+    def _first_commit(self, run_id: str) -> Commit | None:
+        """The restarted run's first commit, or None once it is seen active and idle."""
         deadline = time.monotonic() + FIRST_COMMIT_TIMEOUT_S
         grace_until = time.monotonic() + IDLE_GRACE_S
         while time.monotonic() < deadline:
             commit = self._query.wait_commit(run_id, 0.2)
             if commit is not None:
-                return commit.end_ms
+                return commit
             failure = self._query.failure()
             if failure is not None or not self._query.is_active():
                 raise RuntimeError(failure or "query stopped right after starting")
             if time.monotonic() >= grace_until and self._query.is_idle():
-                return self._clock_ms()
+                return None
         raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
 
     def _roll_back(self, old: Knobs) -> None:

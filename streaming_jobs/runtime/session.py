@@ -6,6 +6,7 @@ import path, bind address). Neighbours: `job` (creates it once; restarts reuse i
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.gate import HideGateStops
 
 # Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
 # functions by module reference, so they must be able to import both packages.
@@ -26,6 +28,23 @@ def prepare_environment() -> None:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if _PACKAGE_ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *paths])
+
+
+# Logs "Query … terminated with error" and a stack trace when a query ends with an exception,
+# which every gate stop does; the runtime logs real failures itself, with the exception text.
+_QUERY_TERMINATION_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+_PY4J_CALLBACK_LOGGER = "py4j.clientserver"
+
+
+def hide_gate_stops(spark: SparkSession) -> None:
+    """Keep quiesce-gate stops (normal) out of Spark's and py4j's error logs."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(_QUERY_TERMINATION_LOGGER, log4j.Level.FATAL)
+    py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
+    if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
+        py4j_log.addFilter(HideGateStops())
 
 
 def build_session(config: JobConfig) -> SparkSession:
