@@ -1,0 +1,29 @@
+# The streamctl image: Python 3.11, a Java 17 runtime for Spark, the project, and the Spark
+# Kafka connector jars resolved by Maven at build time (never copied into the repository).
+FROM python:3.11-slim-bookworm AS base
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/streamctl
+COPY pyproject.toml README.md ./
+COPY schemas schemas
+COPY controller controller
+COPY streaming_jobs streaming_jobs
+COPY stack stack
+COPY streamctl streamctl
+RUN pip install --no-cache-dir .
+
+FROM base AS jars
+RUN apt-get update && apt-get install -y --no-install-recommends maven \
+ && rm -rf /var/lib/apt/lists/*
+ENV STREAMCTL_STATE_DIR=/opt/streamctl/state
+RUN streamctl stack resolve \
+ && mkdir -p /opt/jars \
+ && python -c "from stack.connector import spark_kafka_jars; import shutil; [shutil.copy(p, '/opt/jars') for p in spark_kafka_jars()]"
+
+FROM base
+COPY --from=jars /opt/jars /opt/jars
+ENV STREAMCTL_SPARK_JARS_DIR=/opt/jars \
+    SPARK_LOCAL_IP=0.0.0.0
+EXPOSE 9300 9301
+CMD ["streamctl", "--help"]

@@ -1,0 +1,70 @@
+"""Root argument parser of `streamctl`; each subcommand group registers itself."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _fill_spark_jars_from_stack() -> None:
+    """The job reads its Spark Kafka connector jars from STREAMCTL_SPARK_JARS. An image sets
+    STREAMCTL_SPARK_JARS_DIR (jars resolved at build time); locally we resolve them with
+    Maven (cached in ~/.m2). A value the caller set wins."""
+    if os.environ.get("STREAMCTL_SPARK_JARS"):
+        return
+    jars_dir = os.environ.get("STREAMCTL_SPARK_JARS_DIR")
+    if jars_dir:
+        jars = sorted(Path(jars_dir).glob("*.jar"))
+    else:
+        from stack.connector import spark_kafka_jars
+
+        jars = spark_kafka_jars()
+    os.environ["STREAMCTL_SPARK_JARS"] = ",".join(str(p) for p in jars)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from controller.cli import add_controller_commands
+    from stack.cli import add_stack_commands
+    from streamctl.demo import add_demo_command
+    from streamctl.loadgen import add_produce_command
+    from streaming_jobs.cli import add_job_commands
+
+    parser = argparse.ArgumentParser(
+        prog="streamctl",
+        description=(
+            "An elastic control loop for PySpark Structured Streaming jobs on Kafka: jobs "
+            "publish per-batch metrics, a controller sizes them and sends control tuples the "
+            "jobs apply at runtime."
+        ),
+    )
+    groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+    add_stack_commands(groups)
+    add_job_commands(groups)
+    add_controller_commands(groups)
+    add_produce_command(groups)
+    add_demo_command(groups)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.group == "job":
+        _fill_spark_jars_from_stack()
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        build_parser().parse_args([args.group, "--help"])
+        return 2
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except UserFacingError as exc:
+        print(f"streamctl: {exc}", file=sys.stderr)
+        return 1
+
+
+class UserFacingError(Exception):
+    """An error whose message tells the user what to do; printed without a traceback."""
