@@ -50,7 +50,12 @@ def required_units(arrival: float, backlog: float, per_unit: float,
 def backlog_causes(model: QueryModel, settings: PolicySettings) -> list[str]:
     """Why the query counts as backlogged (empty when it does not)."""
     causes = []
-    if model.arrival_rate > model.capacity * settings.high_water_utilisation:
+    # The capacity estimate charges Spark's fixed per-batch cost to the records, so at low
+    # rates (small batches) it reads low. Overload counts only when the backlog agrees: it is
+    # growing, or already above the floor. A shrinking small backlog refutes the estimate.
+    corroborated = (model.backlog_trend_records_per_s > 0
+                    or model.backlog_records > settings.backlog_floor_records)
+    if model.arrival_rate > model.capacity * settings.high_water_utilisation and corroborated:
         causes.append("overload")
     if model.backlog_records > settings.backlog_floor_records:
         if model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s:

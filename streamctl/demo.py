@@ -190,6 +190,8 @@ class Narrator:
         return got
 
     def _on_decision(self, d: Decision) -> None:
+        if d.action.startswith("ack_"):
+            return  # the controller logs acks as decisions too; the ack itself is shown
         elapsed = time.monotonic() - self.load_started
         if d.control_id and self.first_control_s is None and elapsed > self.settings.step_at_s:
             self.first_control_s = elapsed - self.settings.step_at_s
@@ -218,11 +220,17 @@ class Narrator:
         print("\nsummary")
         print(f"  records produced and acknowledged: {ledger.acked} ({ledger.failed} failed)")
         print(f"  decisions and acks: {len(self.events)}")
+        for event in self.events:
+            print(f"    {event}")
         if self.first_control_s is not None:
             print(f"  load step -> first control tuple: {self.first_control_s:.1f} s")
         if self.pauses_ms:
             print(f"  reconfiguration pause(s): {', '.join(f'{p} ms' for p in self.pauses_ms)}")
-        print(f"  lag at the end: {lag} records; parallelism {self.view.parallelism()}")
+        arrival = self.view.arrival_per_s()
+        behind = f" (about {lag / arrival:.1f} s of input)" if arrival > 0 else ""
+        print(f"  lag at the end: {lag} records{behind} at parallelism "
+              f"{self.view.parallelism()}; a micro-batch job always trails by roughly one "
+              "trigger interval plus one batch")
 
 
 def add_demo_command(groups: argparse._SubParsersAction) -> None:

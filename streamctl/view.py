@@ -26,10 +26,13 @@ class QueryView:
         self.samples.append(m)
 
     def _recent(self) -> list[TaskMetrics]:
+        """The samples of the last few seconds, and never fewer than the last three: when
+        batches take longer than the smoothing span, rates still need two intervals."""
         if not self.samples:
             return []
         newest = self.samples[-1].batch_end_ms
-        return [s for s in self.samples if newest - s.batch_end_ms <= _SMOOTHING_MS]
+        recent = [s for s in self.samples if newest - s.batch_end_ms <= _SMOOTHING_MS]
+        return recent if len(recent) >= 3 else list(self.samples)[-3:]
 
     def arrival_per_s(self) -> float:
         recent = [s for s in self._recent() if s.partitions]

@@ -56,6 +56,16 @@ def test_small_backlog_within_capacity_holds() -> None:
     assert isinstance(verdict, Hold) and verdict.reason.startswith("within band")
 
 
+def test_estimated_overload_refuted_by_a_shrinking_small_backlog_holds() -> None:
+    """Small micro-batches make the capacity estimate read low (fixed per-batch cost); when
+    the backlog is small and shrinking, the job evidently keeps up, so nothing is done."""
+    refuted = model(arrival_rate=150, rate_per_unit=59, backlog_records=733,
+                    backlog_trend_records_per_s=-20.9, time_to_drain_s=30)
+    assert isinstance(decide(refuted, ControlState(), NOW, POLICY), Hold)
+    growing = replace(refuted, backlog_trend_records_per_s=5)
+    assert isinstance(decide(growing, ControlState(), NOW, POLICY), Scale)
+
+
 def test_target_is_capped_by_task_slots_and_max_parallelism() -> None:
     verdict = decide(model(task_slots=4), ControlState(), NOW, POLICY)
     assert isinstance(verdict, Scale) and verdict.target == 4

@@ -61,3 +61,11 @@ def test_view_derives_rates_and_lag_from_offsets() -> None:
     assert "waiting" in status_line(0, 0, QueryView("empty"))
     assert status_line(12, 500, view, 2600).split()[:6] == ["12", "500", "500", "400", "600",
                                                             "0.8"]
+
+
+def test_view_keeps_rates_when_batches_outlast_the_smoothing_span() -> None:
+    view = QueryView("q")
+    for i in range(4):  # one batch every 6.5 s, 3 250 records each
+        view.add(metrics(i, i * 6500, 3250, 3250 * (i + 1), 3250 * (i + 1)))
+    assert view.processed_per_s() == pytest.approx(500)
+    assert view.arrival_per_s() == pytest.approx(500)
