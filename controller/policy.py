@@ -51,9 +51,11 @@ def backlog_causes(model: QueryModel, settings: PolicySettings) -> list[str]:
     """Why the query counts as backlogged (empty when it does not)."""
     causes = []
     # The capacity estimate charges Spark's fixed per-batch cost to the records, so at low
-    # rates (small batches) it reads low. Overload counts only when the backlog agrees: it is
-    # growing, or already above the floor. A shrinking small backlog refutes the estimate.
-    corroborated = (model.backlog_trend_records_per_s > 0
+    # rates (small batches) it reads low. Overload counts only when the backlog agrees: it
+    # grows faster than noise, or is already above the floor. A small backlog that is flat or
+    # shrinking refutes the estimate: the job keeps up by amortising that cost over bigger
+    # batches.
+    corroborated = (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
                     or model.backlog_records > settings.backlog_floor_records)
     if model.arrival_rate > model.capacity * settings.high_water_utilisation and corroborated:
         causes.append("overload")

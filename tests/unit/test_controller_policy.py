@@ -62,7 +62,9 @@ def test_estimated_overload_refuted_by_a_shrinking_small_backlog_holds() -> None
     refuted = model(arrival_rate=150, rate_per_unit=59, backlog_records=733,
                     backlog_trend_records_per_s=-20.9, time_to_drain_s=30)
     assert isinstance(decide(refuted, ControlState(), NOW, POLICY), Hold)
-    growing = replace(refuted, backlog_trend_records_per_s=5)
+    noise = replace(refuted, backlog_trend_records_per_s=5.9)
+    assert isinstance(decide(noise, ControlState(), NOW, POLICY), Hold)
+    growing = replace(refuted, backlog_trend_records_per_s=120)
     assert isinstance(decide(growing, ControlState(), NOW, POLICY), Scale)
 
 
