@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Ack, Decision, Outcome, TaskMetrics
+from stack import defaults
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
@@ -45,19 +46,19 @@ class DemoSettings:
 
 @dataclass(frozen=True)
 class DemoTopics:
-    input: str = "sensor-readings"
-    output: str = "sensor-averages"
-    dlq: str = "sensor-readings.dlq"
-    metrics: str = "streamctl.metrics"
-    control: str = "streamctl.control"
-    acks: str = "streamctl.acks"
-    decisions: str = "streamctl.decisions"
+    """The default topics of the local stack, which the demo recreates on every run."""
+
+    input: str = defaults.INPUT_TOPIC
+    output: str = defaults.OUTPUT_TOPIC
+    dlq: str = defaults.DEAD_LETTER_TOPIC
+    metrics: str = defaults.METRICS_TOPIC
+    control: str = defaults.CONTROL_TOPIC
+    acks: str = defaults.ACKS_TOPIC
+    decisions: str = defaults.DECISIONS_TOPIC
 
 
 def run_demo(settings: DemoSettings) -> int:
-    from stack.defaults import default_state_dir
-
-    state_dir = default_state_dir()
+    state_dir = defaults.default_state_dir()
     with ExitStack() as cleanup:
         bootstrap = _start_broker(settings, state_dir, cleanup)
         topics = DemoTopics()
@@ -89,11 +90,10 @@ def _start_broker(settings: DemoSettings, state_dir: Path, cleanup: ExitStack) -
 
 def _recreate_topics(bootstrap: str, topics: DemoTopics) -> None:
     """Fresh topics every run, so a demo never replays an older run's data or decisions."""
-    from stack.defaults import DEFAULT_TOPICS
     from stack.topics import delete_topics, ensure_topics
 
     names = set(vars(topics).values())
-    specs = [spec for spec in DEFAULT_TOPICS if spec.name in names]
+    specs = [spec for spec in defaults.DEFAULT_TOPICS if spec.name in names]
     delete_topics(bootstrap, [s.name for s in specs])
     ensure_topics(bootstrap, specs)
 
