@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import threading
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from stack import defaults
@@ -59,7 +62,7 @@ class DemoTopics:
 
 def run_demo(settings: DemoSettings) -> int:
     state_dir = defaults.default_state_dir()
-    with ExitStack() as cleanup:
+    with _sigterm_as_interrupt(), ExitStack() as cleanup:
         bootstrap = _start_broker(settings, state_dir, cleanup)
         topics = DemoTopics()
         _recreate_topics(bootstrap, topics)
@@ -72,6 +75,22 @@ def run_demo(settings: DemoSettings) -> int:
         cleanup.callback(stop_all, children)
         return Narrator(settings, bootstrap, topics, tail, children).run()
     return 1
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a supervisor, `timeout`, `kill`) takes the same path as Ctrl-C, so the demo
+    always stops what it started: its children run in their own sessions and would
+    otherwise outlive it."""
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _start_broker(settings: DemoSettings, state_dir: Path, cleanup: ExitStack) -> str:
@@ -143,15 +162,17 @@ class Narrator:
         loader.start()
         print(f"load: {profile.base_per_s:.0f} records/s, stepping to "
               f"{profile.peak_per_s:.0f}/s at {profile.start_s:.0f} s\n{HEADER}")
+        exit_code = 0
         try:
             self._narrate(profile)
         except KeyboardInterrupt:
             print("\ninterrupted; stopping")
+            exit_code = 130  # the shell's convention for "stopped by a signal"
         finally:
             stop.set()
             loader.join(35)
         self._summary(ledger)
-        return 0
+        return exit_code
 
     def _wait_for_job(self) -> bool:
         print("waiting for the job's first metrics (Spark starts in ~10-20 s)...")

@@ -1,0 +1,79 @@
+"""`streamctl demo` stops every process it started when it is told to stop (SIGTERM here,
+which takes the same path as Ctrl-C), so nothing is left running behind a demo."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stack.ports import find_free_port, port_in_use
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def _free_port_pair() -> int:
+    """The demo's broker takes `port` and `port + 1` (its KRaft controller listener)."""
+    for _ in range(50):
+        port = find_free_port()
+        if not port_in_use(port + 1):
+            return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended while we looked
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_stops_the_broker_job_and_controller(tmp_path: Path) -> None:
+    env = {**os.environ, "STREAMCTL_STATE_DIR": str(tmp_path / "state")}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "streamctl", "demo", "--port", str(_free_port_pair()),
+         "--duration-s", "600"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in demo.stdout or ()],
+                     daemon=True).start()
+    seen = []
+    deadline = time.monotonic() + 180
+    while not any(line.startswith("load:") for line in seen):
+        assert time.monotonic() < deadline, "the demo never started its load:\n" + "".join(seen)
+        assert demo.poll() is None, "the demo exited early:\n" + "".join(seen)
+        with contextlib.suppress(queue.Empty):
+            seen.append(lines.get(timeout=1))
+
+    started = _descendants(demo.pid)
+    assert len(started) >= 3, started  # at least the broker, the job and the controller
+    demo.send_signal(signal.SIGTERM)
+    assert demo.wait(90) == 130
+    deadline = time.monotonic() + 60
+    while (left := {pid for pid in started if _alive(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"still running after the demo stopped: {sorted(left)}"
