@@ -11,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl"}
 
-KAFKA_ADAPTERS = {"controller/kafka_io.py", "streaming_jobs/runtime/kafka.py"}
+KAFKA_ADAPTERS = {"controller/kafka_io.py", "controller/trace_kafka.py",
+                  "streaming_jobs/runtime/kafka.py"}
 """The only modules that may import confluent_kafka."""
 
 CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/prom.py"}

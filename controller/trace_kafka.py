@@ -1,0 +1,97 @@
+"""Reads a time range of the metrics topic for `controller record` and `controller replay`
+(a Kafka adapter: with `kafka_io`, the only controller modules that import confluent_kafka).
+
+Owns positioning by time: every partition starts at the first offset whose timestamp is at
+or after `from_ms` (`offsets_for_times`), and is finished at the first record stamped after
+`to_ms` or, once the wall clock is past `to_ms`, at the partition's end. So the same call
+copies last night's range or records the next five minutes live. The consumer is assigned
+(no group join, never commits). Bad payloads are handed to the caller with their position,
+never raised. Neighbours: `trace` (the entry type), `replay` and `cli` (the callers).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+
+from controller.kafka_io import KafkaSetupError
+from controller.trace import BadRecord, TraceEntry
+from schemas import DecodeError, TaskMetrics, codec_for
+
+_GRACE_MS = 2_000
+"""After `to_ms` on the wall clock, how long records stamped before it may still arrive
+(a producer's linger and retries)."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def read_metrics(bootstrap_servers: str, topic: str, from_ms: int, to_ms: int,
+                 on_bad: Callable[[BadRecord], None], *,
+                 timeout_s: float = 60.0) -> Iterator[TraceEntry]:
+    """Metrics records of `topic` stamped in [from_ms, to_ms], partition by partition in
+    offset order. Waits for the wall clock to pass `to_ms` (live recording); gives up
+    `timeout_s` after that with what it has."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"streamctl-trace-{uuid.uuid4()}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "log_level": 3,
+    })
+    try:
+        starts = _start_offsets(consumer, topic, from_ms)
+        consumer.assign(starts)
+        yield from _consume(consumer, topic, {tp.partition for tp in starts}, to_ms, on_bad,
+                            deadline_ms=max(to_ms, _now_ms()) + int(timeout_s * 1000))
+    finally:
+        consumer.close()
+
+
+def _start_offsets(consumer: Consumer, topic: str, from_ms: int) -> list[TopicPartition]:
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot reach Kafka to look up topic {topic!r}: {exc}") from exc
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise KafkaSetupError(f"topic {topic!r} does not exist")
+    wanted = [TopicPartition(topic, p, from_ms) for p in sorted(metadata.partitions)]
+    found = consumer.offsets_for_times(wanted, timeout=10)
+    # -1: nothing stamped at or after from_ms yet; start at the end and wait for it.
+    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
+            for tp in found]
+
+
+def _consume(consumer: Consumer, topic: str, open_partitions: set[int], to_ms: int,
+             on_bad: Callable[[BadRecord], None], *, deadline_ms: int) -> Iterator[TraceEntry]:
+    codec = codec_for(TaskMetrics)
+    at_end: set[int] = set()
+    while open_partitions and _now_ms() < deadline_ms:
+        if _now_ms() > to_ms + _GRACE_MS and open_partitions <= at_end:
+            return
+        for message in consumer.consume(num_messages=500, timeout=0.5):
+            partition = message.partition() or 0
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                continue
+            at_end.discard(partition)
+            if partition not in open_partitions:
+                continue
+            stamp = message.timestamp()[1]
+            if stamp > to_ms:
+                open_partitions.discard(partition)
+                continue
+            offset = message.offset() or 0
+            try:
+                metrics = codec.decode(message.value(), topic=topic, partition=partition,
+                                       offset=offset)
+            except DecodeError as exc:
+                on_bad(BadRecord(f"{topic}[{partition}]@{offset}", exc.reason))
+                continue
+            yield TraceEntry(stamp, metrics, partition, offset)
