@@ -128,12 +128,15 @@ def add_run_command(commands: argparse._SubParsersAction) -> None:
 
 
 def add_controller_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `controller run` on the root `streamctl` parser."""
+    """Register `controller run`, `record` and `replay` on the root `streamctl` parser."""
     group = subparsers.add_parser(
         "controller", help="the elastic controller (metrics in, control tuples out)",
         description="The controller process of streamctl.")
-    add_run_command(group.add_subparsers(dest="controller_command", required=True,
-                                         metavar="COMMAND"))
+    commands = group.add_subparsers(dest="controller_command", required=True,
+                                    metavar="COMMAND")
+    add_run_command(commands)
+    add_record_command(commands)
+    add_replay_command(commands)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -162,3 +165,146 @@ def main(argv: list[str] | None = None) -> int:
     add_run_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     return int(args.handler(args))
+
+
+# -- record and replay (offline analysis; see controller.replay) -----------------------------
+
+
+def _time_ms(text: str) -> int:
+    """An ISO 8601 time (UTC unless it carries an offset) as epoch milliseconds."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _add_range_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="from_ms", type=_time_ms, default=None, metavar="TIME",
+                        help="first record time, ISO 8601 (UTC unless an offset is given), "
+                             "e.g. 2026-11-22T01:30:00Z")
+    parser.add_argument("--to", dest="to_ms", type=_time_ms, default=None, metavar="TIME",
+                        help="last record time, ISO 8601; may be in the future (waits for it)")
+
+
+def add_record_command(commands: argparse._SubParsersAction) -> None:
+    record = commands.add_parser(
+        "record", help="copy the metrics topic to a JSON-lines trace file",
+        description="Copy TaskMetrics records of the metrics topic to a JSON-lines file (one "
+                    "record with its Kafka timestamp per line), for a duration from now or "
+                    "between two times. Undecodable records are counted and listed with "
+                    "topic, partition and offset, never fatal. `controller replay --trace` "
+                    "reads the file.")
+    record.add_argument("--output", "-o", required=True, help="trace file to write (.jsonl)")
+    record.add_argument("--duration-s", type=float, default=None,
+                        help="record this many seconds from now (instead of --from/--to)")
+    _add_range_options(record)
+    defaults = KafkaSettings()
+    for name in ("bootstrap_servers", "metrics_topic"):
+        record.add_argument(f"--{name.replace('_', '-')}", dest=name,
+                            default=os.environ.get(env_name(name), getattr(defaults, name)),
+                            help=f"{field_docs(KafkaSettings)[name]} [env {env_name(name)}]")
+    record.set_defaults(handler=record_command)
+
+
+def record_command(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from controller.kafka_io import KafkaSetupError
+    from controller.trace import TraceWriter
+    from controller.trace_kafka import read_metrics
+
+    now_ms = time.time_ns() // 1_000_000
+    if args.duration_s is not None:
+        from_ms, to_ms = now_ms, now_ms + int(args.duration_s * 1000)
+    elif args.from_ms is not None and args.to_ms is not None:
+        from_ms, to_ms = args.from_ms, args.to_ms
+    else:
+        print("controller record: give --duration-s, or --from and --to", file=sys.stderr)
+        return 2
+    try:
+        with Path(args.output).open("w") as out:
+            writer = TraceWriter(out, topic=args.metrics_topic, from_ms=from_ms)
+            for entry in read_metrics(args.bootstrap_servers, args.metrics_topic, from_ms,
+                                      to_ms, writer.bad):
+                writer.write(entry)
+            writer.close(to_ms)
+    except KafkaSetupError as exc:
+        print(f"controller record: {exc}", file=sys.stderr)
+        return 1
+    print(f"recorded {writer.records} metrics records to {args.output}, "
+          f"{len(writer.bad_records)} bad")
+    for bad in writer.bad_records:
+        print(f"  bad record at {bad.where}: {bad.reason}")
+    return 0
+
+
+def add_replay_command(commands: argparse._SubParsersAction) -> None:
+    replay = commands.add_parser(
+        "replay", help="what the controller would have decided on recorded metrics",
+        description="Run the controller's real loop and policy over recorded metrics, on a "
+                    "clock that follows the recorded times, and print each decision (seconds "
+                    "from the trace start, action, parameter current → target, reason) and a "
+                    "summary. Sent control tuples count as APPLIED after --ack-delay-s; the "
+                    "recorded job never changed, so events after a query's first actuation "
+                    "(marked *) are what the policy would do if that change had no effect.")
+    source = replay.add_argument_group("what to replay (a file, or the topic between two times)")
+    source.add_argument("--trace", default=None,
+                        help="trace file written by `controller record`")
+    _add_range_options(source)
+    how = replay.add_argument_group("replay")
+    how.add_argument("--ack-delay-s", type=float, default=5.0,
+                     help="trace seconds until a sent control tuple counts as applied "
+                          "(default 5)")
+    how.add_argument("--tail-s", type=float, default=0.0,
+                     help="keep the clock running this long after the trace ends (default 0)")
+    how.add_argument("--json", action="store_true",
+                     help="print the events and summary as one JSON document")
+    add_settings_options(replay)
+    replay.set_defaults(handler=replay_command)
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from controller.replay import ReplayOptions, render_text, replay
+    from controller.trace import Trace, read_trace
+
+    try:
+        settings = settings_from(args, os.environ)
+    except SettingsError as exc:
+        print(f"controller replay: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    if args.trace is not None:
+        trace, source = read_trace(Path(args.trace)), args.trace
+    elif args.from_ms is not None and args.to_ms is not None:
+        from controller.kafka_io import KafkaSetupError
+        from controller.trace import BadRecord
+        from controller.trace_kafka import read_metrics
+
+        bad: list[BadRecord] = []
+        kafka = settings.kafka
+        try:
+            entries = tuple(read_metrics(kafka.bootstrap_servers, kafka.metrics_topic,
+                                         args.from_ms, args.to_ms, bad.append))
+        except KafkaSetupError as exc:
+            print(f"controller replay: {exc}", file=sys.stderr)
+            return 1
+        trace = Trace(entries, topic=kafka.metrics_topic, from_ms=args.from_ms,
+                      to_ms=args.to_ms, bad_records=tuple(bad))
+        source = f"{kafka.metrics_topic} from {args.from_ms} to {args.to_ms}"
+    else:
+        print("controller replay: give --trace FILE, or --from and --to", file=sys.stderr)
+        return 2
+    result = replay(trace, settings, ReplayOptions(args.ack_delay_s, args.tail_s))
+    if args.json:
+        print(json.dumps({"source": source, **result.to_json()}, indent=1))
+    else:
+        render_text(result, source)
+    return 0
