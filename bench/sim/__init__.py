@@ -1,0 +1,1 @@
+"""Simulation harness: a queueing model of micro-batch jobs driving the controller and baselines."""

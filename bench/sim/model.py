@@ -1,0 +1,331 @@
+"""A fast queueing model of micro-batch jobs reading and writing Kafka topics.
+
+Owns the job side of the simulation: topics (end offsets over time), and per job the
+micro-batch cycle of a Spark Structured Streaming query with a Kafka source and a
+processing-time trigger, plus the reconfiguration protocol of `streaming_jobs`. It emits
+`TaskMetrics` and `Ack`s exactly where the real job does, in simulated time (integer
+milliseconds, no sleeping). Neighbours: `run` drives it tick by tick and hands what it emits
+to a policy; `profiles` feeds the first topic. It never imports the controller.
+
+What one batch does, as in Spark: at its start it plans against the latest offsets (capped by
+`max_per_batch`, prorated over partitions by their lag like the Kafka source's rate limit), is
+busy rows / (μ × units) + a fixed overhead, commits, and then writes selectivity × rows to its
+sink topic. The next batch starts on the next trigger tick, or at once when the batch overran
+the interval. A trigger with nothing new runs no batch; an idle query reports every
+`idle_report_s`. A control tuple is applied as `streaming_jobs.runtime` does: quiesce (the
+running batch commits, no new one starts), a restart of `restart_s` with no batch running,
+then the first batch of the new run; the ack (APPLIED, with the pause from the last commit
+before to the first commit after) is sent when that batch commits.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from bench.sim.profiles import Profile
+from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
+
+T0_MS = 1_700_000_000_000
+"""Simulated time 0 as epoch milliseconds in the records."""
+
+IDLE_BUSY_MS = 5
+"""An idle trigger still asks the broker for the latest offsets; a few ms."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job's parameters. Defaults are the bundled job measured on a 2-core laptop
+    (`bench/results/throughput.json`: 339, 602, 1063 records/s at 2, 4, 8 with 4 000-record
+    batches fit μ ≈ 200/s per unit plus ≈ 1.5 s per batch)."""
+
+    query_id: str
+    source_topic: str
+    sink_topic: str
+    rate_per_unit: float = 200.0
+    """μ: records/s one unit of parallelism processes while busy."""
+    overhead_s: float = 1.5
+    """Fixed cost of every batch (planning, scheduling, commit), whatever its size."""
+    max_per_batch: int = 4000
+    """maxOffsetsPerTrigger."""
+    trigger_s: float = 2.0
+    task_slots: int = 16
+    selectivity: float = 1.0
+    """Output records per input record."""
+    restart_s: float = 5.0
+    """Reconfiguration: time with no batch running between the quiesced commit and the first
+    batch of the restarted query (measured 1.7–9 s on the laptop)."""
+    parallelism: int = 2
+    """Input parallelism at the start."""
+    idle_report_s: float = 10.0
+    """Spark's noDataProgressEventInterval."""
+    instance_id: str = "sim-1"
+
+    def units(self, parallelism: int, partitions: int) -> int:
+        """Tasks that run at once: at least one per Kafka partition, at most the slots."""
+        return min(max(parallelism, partitions, 1), self.task_slots)
+
+
+class Topic(Protocol):
+    name: str
+    partitions: int
+
+    def end_offsets(self, t_ms: int) -> list[int]:
+        """Per partition, the end offset at `t_ms` (records written before it)."""
+        ...
+
+
+@dataclass
+class ExternalTopic:
+    """Written by producers following a profile, spread evenly over the partitions."""
+
+    name: str
+    partitions: int
+    profile: Profile
+
+    def end_offsets(self, t_ms: int) -> list[int]:
+        return spread(int(self.profile.produced(t_ms / 1000)), self.partitions)
+
+    def produced(self, t_ms: int) -> int:
+        return int(self.profile.produced(t_ms / 1000))
+
+
+@dataclass
+class PipeTopic:
+    """Written by an upstream job at its commits; readers see only what was written before."""
+
+    name: str
+    partitions: int
+    _times: list[int] = field(default_factory=lambda: [0])
+    _totals: list[int] = field(default_factory=lambda: [0])
+
+    def append(self, t_ms: int, records: int) -> None:
+        if records <= 0:
+            return
+        self._times.append(t_ms)
+        self._totals.append(self._totals[-1] + records)
+
+    def end_offsets(self, t_ms: int) -> list[int]:
+        return spread(self.produced(t_ms), self.partitions)
+
+    def produced(self, t_ms: int) -> int:
+        return self._totals[bisect_right(self._times, t_ms) - 1]
+
+
+def spread(total: int, partitions: int) -> list[int]:
+    """Keyed records spread evenly: partition p holds the p-th share of `total`."""
+    base, extra = divmod(total, partitions)
+    return [base + (1 if p < extra else 0) for p in range(partitions)]
+
+
+def plan(lag: list[int], cap: int) -> list[int]:
+    """Records per partition of the next batch, as Spark's Kafka source rate-limits: the cap
+    prorated by each partition's share of the lag (rounded down, a sliver rounded up)."""
+    total = sum(lag)
+    if total <= cap:
+        return list(lag)
+    take = []
+    for size in lag:
+        prorate = cap * size / total
+        take.append(min(size, math.ceil(prorate) if prorate < 1 else math.floor(prorate)))
+    return take
+
+
+@dataclass
+class _Batch:
+    batch_id: int
+    start_ms: int
+    end_ms: int
+    starts: list[int]
+    take: list[int]
+    latest: list[int]
+
+
+class Phase(StrEnum):
+    QUIESCING = "quiescing"
+    """The running batch may commit; no new one starts."""
+    RESTARTING = "restarting"
+    """No batch runs until `restart_until_ms`."""
+    FIRST_BATCH = "first_batch"
+    """The restarted query's first batch is running; its commit ends the pause."""
+
+
+@dataclass
+class _Reconfig:
+    control: ControlTuple
+    value: int
+    phase: Phase = Phase.QUIESCING
+    last_commit_ms: int = 0
+    restart_until_ms: int = 0
+
+
+class SimJob:
+    """One query instance; `advance_to` runs its events in time order."""
+
+    def __init__(self, spec: JobSpec, source: Topic, sink: PipeTopic | None) -> None:
+        self.spec, self.source, self.sink = spec, source, sink
+        self.parallelism, self.epoch, self.next_batch_id = spec.parallelism, 0, 0
+        self.positions = [0] * source.partitions
+        self.processed, self.output = 0, 0
+        self.running: _Batch | None = None
+        self.next_trigger_ms = 0
+        self.last_report_ms: int | None = None
+        self.last_commit_ms: int | None = None
+        self.reconfig: _Reconfig | None = None
+        self.queued: list[ControlTuple] = []
+        self.outbox_metrics: list[TaskMetrics] = []
+        self.outbox_acks: list[Ack] = []
+
+    @property
+    def units(self) -> int:
+        return self.spec.units(self.parallelism, self.source.partitions)
+
+    def backlog(self, t_ms: int) -> int:
+        """Records in the source topic not yet committed (a running batch's count too)."""
+        return sum(self.source.end_offsets(t_ms)) - self.processed
+
+    # -- control ---------------------------------------------------------------------------
+
+    def deliver(self, control: ControlTuple, t_ms: int) -> None:
+        """A control tuple for this query arrived; the job handles one at a time."""
+        self.queued.append(control)
+        self._next_control(t_ms)
+
+    def _next_control(self, t_ms: int) -> None:
+        while self.reconfig is None and self.queued:
+            control = self.queued.pop(0)
+            verdict = self._evaluate(control)
+            if isinstance(verdict, str):
+                self._ack(control, Outcome.REJECTED, verdict, 0, t_ms)
+            elif verdict == self.parallelism:
+                self.epoch = control.epoch
+                self._ack(control, Outcome.APPLIED, f"input_parallelism {verdict} already in "
+                          f"force; epoch advanced to {control.epoch}", 0, t_ms)
+            else:
+                self.reconfig = _Reconfig(control, verdict)
+                if self.running is None:
+                    self._restart(t_ms)
+
+    def _evaluate(self, control: ControlTuple) -> int | str:
+        """The new value, or why it is rejected (as `streaming_jobs.runtime.control`)."""
+        try:
+            value = int(control.value)
+        except ValueError:
+            value = 0
+        if control.parameter != "input_parallelism" or not 1 <= value <= self.spec.task_slots:
+            return f"bad {control.parameter}={control.value!r}"
+        if control.epoch <= self.epoch:
+            return f"stale epoch {control.epoch} ≤ {self.epoch} in force"
+        return value
+
+    def _restart(self, t_ms: int) -> None:
+        assert self.reconfig is not None
+        self.reconfig.phase = Phase.RESTARTING
+        self.reconfig.last_commit_ms = (self.last_commit_ms if self.last_commit_ms is not None
+                                        else t_ms)
+        self.reconfig.restart_until_ms = t_ms + int(self.spec.restart_s * 1000)
+
+    def _ack(self, control: ControlTuple, outcome: Outcome, detail: str, pause_ms: int,
+             t_ms: int) -> None:
+        self.outbox_acks.append(Ack(
+            control_id=control.control_id, query_id=control.query_id,
+            instance_id=self.spec.instance_id, epoch=control.epoch, outcome=outcome,
+            detail=detail, pause_ms=pause_ms, acked_at_ms=T0_MS + t_ms))
+
+    # -- time --------------------------------------------------------------------------------
+
+    def advance_to(self, t_ms: int) -> None:
+        while True:
+            event_ms = self._next_event_ms()
+            if event_ms > t_ms:
+                return
+            if self.running is not None:
+                self._commit(self.running)
+            elif self.reconfig is not None and self.reconfig.phase is Phase.RESTARTING:
+                self._resume(event_ms)
+            else:
+                self._trigger(event_ms)
+
+    def _next_event_ms(self) -> int:
+        if self.running is not None:
+            return self.running.end_ms
+        if self.reconfig is not None and self.reconfig.phase is Phase.RESTARTING:
+            return self.reconfig.restart_until_ms
+        return self.next_trigger_ms
+
+    def _trigger(self, t_ms: int) -> None:
+        latest = self.source.end_offsets(t_ms)
+        lag = [end - pos for end, pos in zip(latest, self.positions, strict=True)]
+        take = plan(lag, self.spec.max_per_batch)
+        rows = sum(take)
+        if rows == 0:
+            self.next_trigger_ms = t_ms + int(self.spec.trigger_s * 1000)
+            if (self.last_report_ms is None
+                    or t_ms - self.last_report_ms >= self.spec.idle_report_s * 1000):
+                self.last_report_ms = t_ms
+                self.outbox_metrics.append(self._metrics(
+                    _Batch(-1, t_ms, t_ms + IDLE_BUSY_MS, list(self.positions),
+                           [0] * len(take), latest), rows=0))
+            return
+        busy_ms = round((rows / (self.spec.rate_per_unit * self.units)
+                         + self.spec.overhead_s) * 1000)
+        self.running = _Batch(self.next_batch_id, t_ms, t_ms + busy_ms, list(self.positions),
+                              take, latest)
+        self.next_batch_id += 1
+
+    def _commit(self, batch: _Batch) -> None:
+        self.running = None
+        rows = sum(batch.take)
+        self.positions = [s + n for s, n in zip(batch.starts, batch.take, strict=True)]
+        self.processed += rows
+        # Cumulative rounding keeps Σ output = selectivity × Σ input exact over the run.
+        produced = math.floor(self.processed * self.spec.selectivity + 1e-9)
+        out, self.output = produced - self.output, produced
+        if self.sink is not None:
+            self.sink.append(batch.end_ms, out)
+        self.outbox_metrics.append(self._metrics(batch, rows=rows, output_rows=out))
+        self.last_commit_ms = self.last_report_ms = batch.end_ms
+        trigger_ms = int(self.spec.trigger_s * 1000)
+        self.next_trigger_ms = max(batch.end_ms, batch.start_ms + trigger_ms)
+        if self.reconfig is None:
+            return
+        if self.reconfig.phase is Phase.QUIESCING:  # this was the last batch of the old run
+            self._restart(batch.end_ms)
+        else:
+            self._finish_reconfig(batch.end_ms)
+
+    def _resume(self, t_ms: int) -> None:
+        """The restarted query is up with the new value and epoch; it triggers at once."""
+        assert self.reconfig is not None
+        self.parallelism, self.epoch = self.reconfig.value, self.reconfig.control.epoch
+        self.reconfig.phase = Phase.FIRST_BATCH
+        self._trigger(t_ms)
+        if self.running is None:  # nothing to read: the pause ends when it is seen idle
+            self._finish_reconfig(t_ms)
+
+    def _finish_reconfig(self, t_ms: int) -> None:
+        assert self.reconfig is not None
+        reconfig, self.reconfig = self.reconfig, None
+        self._ack(reconfig.control, Outcome.APPLIED, f"input_parallelism → {reconfig.value}",
+                  t_ms - reconfig.last_commit_ms, t_ms)
+        self._next_control(t_ms)
+
+    def _metrics(self, batch: _Batch, rows: int, output_rows: int = 0) -> TaskMetrics:
+        spec = self.spec
+        return TaskMetrics(
+            query_id=spec.query_id, instance_id=spec.instance_id, role=Role.ACTIVE,
+            config_epoch=self.epoch, batch_id=batch.batch_id,
+            batch_start_ms=T0_MS + batch.start_ms, batch_end_ms=T0_MS + batch.end_ms,
+            trigger_interval_ms=int(spec.trigger_s * 1000), input_rows=rows,
+            output_rows=output_rows, busy_ms=batch.end_ms - batch.start_ms,
+            partitions=tuple(
+                SourcePartition(self.source.name, p,
+                                -1 if batch.batch_id == 0 else batch.starts[p],
+                                batch.starts[p] + batch.take[p], batch.latest[p])
+                for p in range(len(batch.starts))),
+            input_parallelism=self.parallelism, state_partitions=0,
+            task_slots=spec.task_slots, source_topics=(self.source.name,),
+            sink_topics=(self.sink.name,) if self.sink is not None else (spec.sink_topic,))

@@ -1,0 +1,160 @@
+"""The simulator's queueing model: records are conserved, metrics look like the real job's,
+and control tuples are applied and acked as `streaming_jobs.runtime` does."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.sim import profiles, scenarios
+from bench.sim.baselines import Threshold
+from bench.sim.measures import direction_changes
+from bench.sim.model import T0_MS, JobSpec, plan
+from bench.sim.policies import Static
+from bench.sim.run import Scenario, Trace, World, simulate
+from schemas import ControlTuple, Outcome, TaskMetrics
+
+JOB = JobSpec(query_id="job", source_topic="in", sink_topic="out")
+
+
+def _scenario(rate: float, seconds: int = 120, **job: float) -> Scenario:
+    return Scenario("t", profiles.steps("flat", seconds, [(0, rate)], 0),
+                    (replace(JOB, **job),), duration_s=seconds, warmup_s=0)
+
+
+def _batches(trace: Trace, query_id: str) -> list[TaskMetrics]:
+    return [m for m in trace.metrics if m.query_id == query_id and m.batch_id >= 0]
+
+
+def _check_offsets(batches: list[TaskMetrics], cap: int) -> None:
+    for before, after in pairwise(batches):
+        assert after.batch_id == before.batch_id + 1
+        assert after.batch_start_ms >= before.batch_end_ms
+        for old, new in zip(before.partitions, after.partitions, strict=True):
+            assert new.start_offset == old.end_offset
+            assert new.latest_offset >= old.latest_offset
+    for m in batches:
+        assert m.batch_end_ms - m.batch_start_ms == m.busy_ms
+        assert m.input_rows == sum(p.end_offset - max(p.start_offset, 0) for p in m.partitions)
+        assert 0 < m.input_rows <= cap + len(m.partitions)
+        assert all(p.end_offset <= p.latest_offset for p in m.partitions)
+
+
+@settings(max_examples=15, deadline=None)
+@given(rate=st.floats(20, 2000), selectivity=st.floats(0.1, 2.0),
+       per_unit=st.floats(50, 500), cap=st.integers(500, 8000))
+def test_records_are_conserved_through_a_pipeline(rate: float, selectivity: float,
+                                                  per_unit: float, cap: int) -> None:
+    up = replace(JOB, query_id="a", sink_topic="mid", selectivity=selectivity,
+                 rate_per_unit=per_unit, max_per_batch=cap)
+    down = replace(JOB, query_id="b", source_topic="mid", max_per_batch=cap)
+    world = World(Scenario("t", profiles.step(rate, 2, 40, 200), (up, down), warmup_s=0))
+    emitted: list[TaskMetrics] = []
+    for t_ms in range(1000, 200_001, 1000):
+        emitted += world.advance_to(t_ms)[0]
+        a, b = world.jobs
+        # produced = processed + backlog, for each job, at every tick
+        produced = world.source.produced(t_ms)
+        assert sum(a.source.end_offsets(t_ms)) == produced == a.processed + a.backlog(t_ms)
+        assert b.processed + b.backlog(t_ms) == sum(b.source.end_offsets(t_ms)) == a.output
+    for job in world.jobs:
+        mine = [m for m in emitted if m.query_id == job.spec.query_id and m.batch_id >= 0]
+        assert sum(m.input_rows for m in mine) == job.processed
+        assert sum(m.output_rows for m in mine) == job.output
+        _check_offsets(mine, cap)
+    assert world.jobs[0].output == int(world.jobs[0].processed * selectivity + 1e-9)
+
+
+def test_metrics_carry_what_the_real_job_reports() -> None:
+    trace = simulate(_scenario(300, max_per_batch=1000), Static())
+    batches = _batches(trace, "job")
+    first = batches[0]
+    assert first.batch_id == 0 and all(p.start_offset == -1 for p in first.partitions)
+    assert first.source_topics == ("in",) and first.sink_topics == ("out",)
+    assert {(m.input_parallelism, m.task_slots, m.trigger_interval_ms, m.config_epoch)
+            for m in batches} == {(2, 16, 2000, 0)}
+    # 900/s into 2 units of 200/s: capped batches leave the rest behind as latest − end
+    assert any(sum(p.latest_offset - p.end_offset for p in m.partitions) > 0 for m in batches)
+    _check_offsets(batches, 1000)
+    # a batch is busy rows / (μ × units) + the fixed overhead
+    assert first.busy_ms == round((first.input_rows / 400 + 1.5) * 1000)
+
+
+def test_an_idle_job_reports_every_ten_seconds() -> None:
+    scenario = Scenario("idle", profiles.steps("once", 60, [(0, 100), (5, 0)], 0), (JOB,),
+                        duration_s=60, warmup_s=0)
+    idle = [m for m in simulate(scenario, Static()).metrics if m.batch_id < 0]
+    gaps = [b.batch_start_ms - a.batch_start_ms for a, b in pairwise(idle)]
+    assert len(idle) >= 4 and all(g == 10_000 for g in gaps)
+    assert all(m.input_rows == 0 and m.partitions[0].start_offset == m.partitions[0].end_offset
+               for m in idle)
+
+
+class _Once:
+    """Sends one tuple at a given second and records the acks."""
+
+    name = "once"
+
+    def __init__(self, at_s: int, value: str, epoch: int = 1) -> None:
+        self.at_ms, self.value, self.epoch = at_s * 1000, value, epoch
+        self.acks: list = []
+
+    def step(self, metrics, acks, now_ms):  # type: ignore[no-untyped-def]
+        self.acks += acks
+        if now_ms - 1_700_000_000_000 != self.at_ms:
+            return []
+        return [ControlTuple("c1", "job", "source", "input_parallelism", self.value,
+                             self.epoch, "test", "test", now_ms)]
+
+
+def test_a_control_tuple_is_applied_after_the_pause_and_acked_with_it() -> None:
+    policy = _Once(at_s=40, value="6")
+    trace = simulate(_scenario(300, seconds=90, restart_s=4.0), policy)
+    [ack] = policy.acks
+    assert ack.outcome is Outcome.APPLIED and ack.epoch == 1
+    batches = _batches(trace, "job")
+    old = [m for m in batches if m.config_epoch == 0]
+    new = [m for m in batches if m.config_epoch == 1]
+    assert {m.input_parallelism for m in new} == {6} and old and new
+    # no batch for the restart; the pause runs from the last old commit to the first new one
+    assert new[0].batch_start_ms - old[-1].batch_end_ms == 4000
+    assert ack.pause_ms == new[0].batch_end_ms - old[-1].batch_end_ms
+    assert trace.units["job"][-1] == 6
+
+
+def test_a_stale_epoch_or_a_bad_value_is_rejected() -> None:
+    for value, epoch in (("6", 0), ("99", 1), ("six", 1)):
+        policy = _Once(at_s=10, value=value, epoch=epoch)
+        trace = simulate(_scenario(100, seconds=20), policy)
+        assert [a.outcome for a in policy.acks] == [Outcome.REJECTED]
+        assert trace.units["job"][-1] == 2
+
+
+def test_plan_prorates_the_cap_by_lag_like_the_kafka_source() -> None:
+    assert plan([300, 100], 1000) == [300, 100]
+    assert plan([3000, 1000], 1000) == [750, 250]
+    assert plan([9999, 1], 1000) == [999, 1]
+
+
+def test_direction_changes_count_flips_only() -> None:
+    assert direction_changes([2, 2, 4, 8, 8]) == 0
+    assert direction_changes([2, 4, 3, 5]) == 2
+
+
+def test_the_threshold_baseline_adds_round_ratio_units() -> None:
+    # 900/s on 2 units: batches overrun the 2 s trigger several times over
+    trace = simulate(_scenario(900, seconds=90), Threshold())
+    [(at_s, control)] = trace.controls
+    busy = [m.busy_ms for m in _batches(trace, "job") if m.batch_end_ms <= T0_MS + at_s * 1000]
+    ratio = sum(busy) / len(busy) / 2000
+    assert ratio > 3 and control.value == str(2 + round(ratio))
+
+
+def test_every_scenario_runs_every_policy_quickly() -> None:
+    # the runner used by `python -m bench.sim`, on the cheapest policy
+    for scenario in scenarios.all_scenarios():
+        trace = simulate(scenario, Static())
+        assert len(trace.times_s) == scenario.duration_s
