@@ -1,0 +1,72 @@
+"""Issue 3's "done when" claims, asserted on the simulator with the real control loop.
+
+Each test runs `bench.sim`'s scenario (the same numbers as the published tables) under
+"ours", i.e. `controller.loop.ControlLoop` with production settings over the in-memory fakes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from bench.sim import scenarios
+from bench.sim.measures import figures
+from bench.sim.policies import Ours
+from bench.sim.run import Scenario, Trace, simulate
+
+
+@pytest.fixture(autouse=True)
+def _quiet_controller() -> Iterator[None]:
+    logger = logging.getLogger("controller")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+def _ours(scenario: Scenario) -> Trace:
+    return simulate(scenario, Ours())
+
+
+STEP_4X_PENDING = pytest.mark.xfail(
+    strict=True, reason="the controller's μ charges the 1.5 s per-batch overhead to the records, "
+    "so it reads lower at every higher parallelism, and its first λ straddles the step: "
+    "4 → 11 → 15 → 16 today; the overhead-aware rate model is in progress")
+
+
+@pytest.mark.parametrize("scenario", [
+    scenarios.step_2x(), pytest.param(scenarios.step_4x(), marks=STEP_4X_PENDING),
+], ids=lambda s: s.name)
+def test_a_single_step_converges_in_one_action_at_most_two(scenario: Scenario) -> None:
+    trace = _ours(scenario)
+    result = figures(trace)
+    assert result.converge_s is not None, "still over the backlog target at the end"
+    assert 1 <= result.actions <= 2, [c.value for _, c in trace.controls]
+    assert result.direction_changes == 0
+
+
+def test_noisy_steady_state_does_not_oscillate() -> None:
+    result = figures(_ours(scenarios.noisy()))
+    assert result.direction_changes == 0 and result.actions <= 1
+
+
+@pytest.mark.xfail(strict=True, reason="pipeline sizing (an upstream's projected output as the "
+                   "downstream's arrival rate) is not in the controller yet; c is sized only "
+                   "after b's fix lets the load through, in a later round")
+def test_a_pipeline_with_a_bottleneck_in_the_middle_is_sized_in_one_round() -> None:
+    scenario = scenarios.pipeline()
+    trace = _ours(scenario)
+    queries = [job.query_id for job in scenario.jobs]
+    ups = {q: [(t, c) for t, c in trace.controls if c.query_id == q] for q in queries}
+    assert all(ups.values()), f"not every job was scaled: {ups}"
+    # one round: every job's tuple was issued before any of them took effect (acked) ...
+    first_ids = {c.control_id for tuples in ups.values() for _, c in tuples[:1]}
+    issued_by = max(t for tuples in ups.values() for t, _ in tuples[:1])
+    first_ack = min(t for t, a in trace.acks if a.control_id in first_ids)
+    assert issued_by <= first_ack, f"last first-tuple at {issued_by} s, first ack {first_ack} s"
+    # ... and it was enough: no job needed a second scale-up, and the pipeline settled
+    assert all(len(tuples) == 1 for tuples in ups.values()), {
+        q: [c.value for _, c in tuples] for q, tuples in ups.items()}
+    assert figures(trace).converge_s is not None
