@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from schemas.records import Ack, ControlTuple
+from schemas.records import Ack, ControlTuple, TaskMetrics
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.control import ControlLoop
 from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
@@ -24,6 +24,7 @@ from streaming_jobs.runtime.lifecycle import ElasticQuery, Knobs
 from streaming_jobs.runtime.metrics import (
     RunContext,
     dead_letters,
+    heartbeat,
     to_task_metrics,
     warn_if_late_data,
 )
@@ -50,7 +51,9 @@ class ElasticJob:
         self._publisher = RecordPublisher(config.bootstrap_servers,
                                           f"streamctl-job-{config.instance_id}")
         self._lock = threading.Lock()  # one reconfiguration or shutdown at a time
-        self.query = ElasticQuery(self.spark, config, self._publish_progress)
+        self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
+        self.query = ElasticQuery(self.spark, config, self._publish_progress,
+                                  self._publish_heartbeat)
         self._reconfigurer = Reconfigurer(self.query)
         # A group per instance: every instance sees every tuple and filters on query_id.
         self._consumer = TypedConsumer(
@@ -131,8 +134,13 @@ class ElasticJob:
         if dead:
             log.warning("batch %d: %d undecodable records sent to %s", metrics.batch_id, dead,
                         self.config.dlq_topic)
+        self._last_metrics = metrics
         self._publisher.publish(self.config.metrics_topic, metrics.query_id, metrics)
         self.prometheus.record_batch(metrics, dead)
+
+    def _publish_heartbeat(self, ctx: RunContext, at_ms: int) -> None:
+        metrics = heartbeat(ctx, at_ms, self._last_metrics)
+        self._publisher.publish(self.config.metrics_topic, metrics.query_id, metrics)
 
     def _send_ack(self, ack: Ack) -> None:
         self._publisher.publish(self.config.ack_topic, ack.query_id, ack)

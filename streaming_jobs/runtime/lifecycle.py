@@ -50,13 +50,17 @@ class Commit:
 
 
 ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
+IdleHandler = Callable[[RunContext, int], None]
+"""Called with the idle run's context and the idle event's time (epoch ms)."""
 
 
 class ElasticQuery:
     """The bundled job's query, restartable from its checkpoint in the same SparkSession."""
 
-    def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler):
+    def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler,
+                 on_idle: IdleHandler | None = None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
+        self._on_idle = on_idle
         self.gate = BatchGate()
         self.sink = KafkaBatchSink(self.gate, config.bootstrap_servers, config.output_topic)
         self._knobs = Knobs(epoch=0, input_parallelism=config.input_parallelism)
@@ -64,7 +68,7 @@ class ElasticQuery:
         self._query: StreamingQuery | None = None
         self._commits = threading.Condition()
         self.last_commit: Commit | None = None
-        self._listener = ProgressListener(self._progress)
+        self._listener = ProgressListener(self._progress, self._idle)
         spark.streams.addListener(self._listener)
         hide_gate_stops(spark)
 
@@ -152,6 +156,11 @@ class ElasticQuery:
             input_parallelism=knobs.input_parallelism, state_partitions=c.state_partitions,
             task_slots=c.task_slots, trigger_interval_ms=int(c.trigger_interval_s * 1000),
             source_topics=(c.input_topic,), sink_topics=(c.output_topic,))
+
+    def _idle(self, run_id: str, timestamp: str) -> None:
+        context = self._contexts.get(run_id)  # None: another query of the session
+        if context is not None and self._on_idle is not None:
+            self._on_idle(context, timestamp_ms(timestamp))
 
     def _progress(self, progress: StreamingQueryProgress) -> None:
         if progress.name != self._config.query_id:

@@ -93,6 +93,27 @@ def to_task_metrics(
         source_topics=ctx.source_topics, sink_topics=ctx.sink_topics)
 
 
+def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None) -> TaskMetrics:
+    """The record an idle query publishes: batch_id −1, no rows, no busy time.
+
+    Idle means the source found nothing new, so each partition's latest offset is where the
+    last batch ended; the controller then sees a zero arrival rate and no backlog instead of
+    silence (which it would take for a lost instance).
+    """
+    partitions = () if last is None else tuple(
+        SourcePartition(p.topic, p.partition, p.end_offset, p.end_offset, p.end_offset)
+        for p in last.partitions)
+    return TaskMetrics(
+        query_id=ctx.query_id, instance_id=ctx.instance_id, role=Role.ACTIVE,
+        config_epoch=ctx.config_epoch, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
+        trigger_interval_ms=ctx.trigger_interval_ms, input_rows=0, output_rows=0, busy_ms=0,
+        partitions=partitions, input_parallelism=ctx.input_parallelism,
+        state_partitions=ctx.state_partitions, task_slots=ctx.task_slots,
+        state_rows=0 if last is None else last.state_rows,
+        state_bytes=0 if last is None else last.state_bytes,
+        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics)
+
+
 def backlog_records(metrics: TaskMetrics) -> int:
     """Records the source had seen but the batch did not read: Σ latest − end."""
     return sum(max(0, p.latest_offset - p.end_offset) for p in metrics.partitions)

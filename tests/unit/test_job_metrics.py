@@ -72,3 +72,28 @@ def test_late_rows_are_reported_and_logged(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING):
         warn_if_late_data(m)
     assert "1 late rows dropped by the watermark" in caplog.text
+
+
+def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> None:
+    from pyspark.sql.streaming.listener import QueryIdleEvent
+
+    from streaming_jobs.runtime.listener import ProgressListener
+    from streaming_jobs.runtime.metrics import heartbeat
+
+    heard: list[tuple[str, str]] = []
+    listener = ProgressListener(lambda _p: None, lambda run, ts: heard.append((run, ts)))
+    listener.onQueryIdle(QueryIdleEvent.fromJson({
+        "id": "00000000-0000-0000-0000-000000000001",
+        "runId": "00000000-0000-0000-0000-000000000002",
+        "timestamp": "2026-11-21T10:00:05.000Z"}))
+    assert heard == [("00000000-0000-0000-0000-000000000002", "2026-11-21T10:00:05.000Z")]
+
+    last = to_task_metrics(progress(0), CTX, 7)
+    beat = heartbeat(CTX, timestamp_ms(heard[0][1]), last)
+    assert (beat.batch_id, beat.input_rows, beat.busy_ms) == (-1, 0, 0)
+    assert beat.batch_start_ms == beat.batch_end_ms == timestamp_ms("2026-11-21T10:00:05.000Z")
+    assert [(p.start_offset, p.end_offset, p.latest_offset) for p in beat.partitions] == [
+        (p.end_offset, p.end_offset, p.end_offset) for p in last.partitions]
+    assert backlog_records(beat) == 0
+    assert heartbeat(CTX, 1, None).partitions == ()
+    assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(beat)) == beat
