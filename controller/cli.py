@@ -191,6 +191,16 @@ def _add_range_options(parser: argparse.ArgumentParser) -> None:
                         help="last record time, ISO 8601; may be in the future (waits for it)")
 
 
+def _range_given(args: argparse.Namespace, command: str) -> bool:
+    """Both ends of a time range, in order (an inverted range is reported, not run)."""
+    if args.from_ms is None or args.to_ms is None:
+        return False
+    if args.from_ms > args.to_ms:
+        print(f"{command}: --from is after --to", file=sys.stderr)
+        return False
+    return True
+
+
 def add_record_command(commands: argparse._SubParsersAction) -> None:
     record = commands.add_parser(
         "record", help="copy the metrics topic to a JSON-lines trace file",
@@ -222,7 +232,7 @@ def record_command(args: argparse.Namespace) -> int:
     now_ms = time.time_ns() // 1_000_000
     if args.duration_s is not None:
         from_ms, to_ms = now_ms, now_ms + int(args.duration_s * 1000)
-    elif args.from_ms is not None and args.to_ms is not None:
+    elif _range_given(args, "controller record"):
         from_ms, to_ms = args.from_ms, args.to_ms
     else:
         print("controller record: give --duration-s, or --from and --to", file=sys.stderr)
@@ -283,7 +293,7 @@ def replay_command(args: argparse.Namespace) -> int:
         return 2
     if args.trace is not None:
         trace, source = read_trace(Path(args.trace)), args.trace
-    elif args.from_ms is not None and args.to_ms is not None:
+    elif _range_given(args, "controller replay"):
         from controller.kafka_io import KafkaSetupError
         from controller.trace import BadRecord
         from controller.trace_kafka import read_metrics

@@ -152,3 +152,17 @@ def test_the_replay_reports_bad_records_of_the_trace() -> None:
 def test_replay_without_a_source_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["controller", "replay"]) == 2
     assert "--trace" in capsys.readouterr().err
+
+
+def test_times_are_iso_8601_utc_unless_an_offset_is_given() -> None:
+    from controller.cli import _time_ms
+
+    assert _time_ms("2023-11-14T22:13:20Z") == T0_MS
+    assert _time_ms("2023-11-14T22:13:20") == T0_MS
+    assert _time_ms("2023-11-15T00:13:20+02:00") == T0_MS
+
+
+def test_an_inverted_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["controller", "replay", "--from", "2026-01-02T00:00:00Z",
+                 "--to", "2026-01-01T00:00:00Z"]) == 2
+    assert "--from is after --to" in capsys.readouterr().err
