@@ -87,6 +87,23 @@ def load_schema(avro_name: str) -> dict[str, Any]:
     raise LookupError(f"no .avsc file under schemas/avro defines {avro_name}")
 
 
+def previous_schemas(avro_name: str) -> list[dict[str, Any]]:
+    """Earlier versions of a shipped schema (`schemas/history/<name>.<version>.avsc`).
+
+    A reader must resolve records its writers produced before an upgrade: jobs and the
+    controller are upgraded one at a time, and topics and recorded traces keep old records.
+    Every schema change keeps the previous file here, and the codec accepts all of them.
+    """
+    found = []
+    for entry in sorted(resources.files("schemas").joinpath("history").iterdir(),
+                        key=lambda e: e.name):
+        if entry.name.endswith(".avsc"):
+            raw = json.loads(entry.read_text())
+            if f"{raw['namespace']}.{raw['name']}" == avro_name:
+                found.append(raw)
+    return found
+
+
 class Codec(Generic[R]):
     """Encodes and decodes one record type."""
 
@@ -99,6 +116,9 @@ class Codec(Generic[R]):
         )
         self.fingerprint = _schema_fingerprint(self.schema)
         self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
+        if schema is None:
+            for previous in previous_schemas(record_type.AVRO_NAME):
+                self.register_writer_schema(previous)
 
     def register_writer_schema(self, writer_schema: dict[str, Any]) -> None:
         """Accept records written with an older (or newer) compatible schema."""

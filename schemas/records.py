@@ -9,7 +9,7 @@ nothing else in the project sees Avro dicts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar, Self
@@ -48,6 +48,10 @@ class _Record:
     def from_avro(cls, data: dict[str, Any]) -> Self:
         kwargs = {}
         for f in fields(cls):  # type: ignore[arg-type]
+            if f.name not in data and f.default is not MISSING:
+                # A dict written before the field existed (e.g. a recorded trace): the Avro
+                # default applies, as it does when the codec resolves an older writer schema.
+                continue
             value = data[f.name]
             if f.name in cls._TIMESTAMP_FIELDS:
                 value = epoch_ms(value)
@@ -109,6 +113,7 @@ class TaskMetrics(_Record):
     rows_dropped_by_watermark: int = 0
     source_topics: tuple[str, ...] = ()
     sink_topics: tuple[str, ...] = ()
+    max_offsets_per_trigger: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

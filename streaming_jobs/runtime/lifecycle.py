@@ -155,7 +155,8 @@ class ElasticQuery:
             query_id=c.query_id, instance_id=c.instance_id, config_epoch=knobs.epoch,
             input_parallelism=knobs.input_parallelism, state_partitions=c.state_partitions,
             task_slots=c.task_slots, trigger_interval_ms=int(c.trigger_interval_s * 1000),
-            source_topics=(c.input_topic,), sink_topics=(c.output_topic,))
+            source_topics=(c.input_topic,), sink_topics=(c.output_topic,),
+            max_offsets_per_trigger=c.max_offsets_per_trigger)
 
     def _idle(self, run_id: str, timestamp: str) -> None:
         context = self._contexts.get(run_id)  # None: another query of the session

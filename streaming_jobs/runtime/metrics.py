@@ -34,6 +34,8 @@ class RunContext:
     trigger_interval_ms: int
     source_topics: tuple[str, ...]
     sink_topics: tuple[str, ...]
+    max_offsets_per_trigger: int = 0
+    """The source's per-batch record cap (0: unbounded); the controller sizes with it."""
 
 
 def timestamp_ms(iso: str) -> int:
@@ -90,7 +92,8 @@ def to_task_metrics(
         task_slots=ctx.task_slots, state_rows=sum(op.numRowsTotal for op in ops),
         state_bytes=sum(op.memoryUsedBytes for op in ops),
         rows_dropped_by_watermark=sum(op.numRowsDroppedByWatermark for op in ops),
-        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics)
+        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
+        max_offsets_per_trigger=ctx.max_offsets_per_trigger)
 
 
 def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None) -> TaskMetrics:
@@ -111,7 +114,8 @@ def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None) -> TaskMetr
         state_partitions=ctx.state_partitions, task_slots=ctx.task_slots,
         state_rows=0 if last is None else last.state_rows,
         state_bytes=0 if last is None else last.state_bytes,
-        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics)
+        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
+        max_offsets_per_trigger=ctx.max_offsets_per_trigger)
 
 
 def backlog_records(metrics: TaskMetrics) -> int:

@@ -31,7 +31,8 @@ EVENTS: list[dict[str, Any]] = json.loads(
 TOPIC = "cap-in-5dc323"
 CTX = RunContext(query_id="sensor-averages", instance_id="host-1", config_epoch=3,
                  input_parallelism=4, state_partitions=2, task_slots=16,
-                 trigger_interval_ms=500, source_topics=(TOPIC,), sink_topics=("out",))
+                 trigger_interval_ms=500, source_topics=(TOPIC,), sink_topics=("out",),
+                 max_offsets_per_trigger=400)
 
 
 def progress(batch_id: int, **changes: Any) -> StreamingQueryProgress:
@@ -52,6 +53,7 @@ def test_first_batch() -> None:
     assert backlog_records(m) == 201
     assert (m.state_rows, m.state_bytes, m.state_partitions, m.task_slots) == (6, 2416, 2, 16)
     assert (m.source_topics, m.sink_topics) == ((TOPIC,), ("out",))
+    assert m.max_offsets_per_trigger == 400
     assert dead_letters(progress(0)) == 1
     assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(m)) == m
 
@@ -96,4 +98,5 @@ def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> N
         (p.end_offset, p.end_offset, p.end_offset) for p in last.partitions]
     assert backlog_records(beat) == 0
     assert heartbeat(CTX, 1, None).partitions == ()
+    assert beat.max_offsets_per_trigger == 400
     assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(beat)) == beat

@@ -39,6 +39,7 @@ task_metrics = st.builds(
     TaskMetrics, text, text, st.sampled_from(Role), longs, longs, millis, millis, longs, longs,
     longs, longs, st.lists(partitions, max_size=4).map(tuple), ints, ints, ints, longs, longs,
     longs, st.lists(text, max_size=3).map(tuple), st.lists(text, max_size=3).map(tuple),
+    longs,
 )
 control_tuples = st.builds(
     ControlTuple, text, text, text, text, text, longs, text, text, millis,
@@ -136,3 +137,26 @@ def test_an_older_writer_schema_is_resolved_against_the_current_one() -> None:
     decoded = reader.decode(payload)
     assert decoded.state_bytes == 0  # the default, not the value the old writer could not carry
     assert decoded.state_rows == 9
+
+
+def test_records_of_the_previous_task_metrics_schema_still_decode() -> None:
+    """v1 (before max_offsets_per_trigger) is shipped in schemas/history and resolved with
+    the field's default, so a controller upgraded before its jobs still reads their metrics."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.1.avsc").read_text())
+    assert "max_offsets_per_trigger" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8,
+                          sink_topics=("out",), max_offsets_per_trigger=4000)
+    payload = Codec(TaskMetrics, schema=old_schema).encode(metrics)
+    decoded = codec_for(TaskMetrics).decode(payload)
+    assert decoded.max_offsets_per_trigger == 0  # unknown: the default
+    assert decoded.sink_topics == ("out",) and decoded.task_slots == 8
+    current = codec_for(TaskMetrics).encode(metrics)
+    assert codec_for(TaskMetrics).decode(current).max_offsets_per_trigger == 4000
+
+
+def test_a_dict_from_before_a_defaulted_field_gets_the_default() -> None:
+    """Recorded traces hold `to_avro()` dicts; one written before a field existed still reads."""
+    data = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8).to_avro()
+    del data["max_offsets_per_trigger"]
+    assert TaskMetrics.from_avro(data).max_offsets_per_trigger == 0
