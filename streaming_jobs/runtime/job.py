@@ -13,6 +13,7 @@ import threading
 import time
 
 from prometheus_client import CollectorRegistry
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
@@ -115,15 +116,22 @@ class ElasticJob:
         """Quiesce and stop the query, then flush and close the Kafka clients."""
         self._stopping.set()
         self._control_thread.join(timeout=QUIESCE_TIMEOUT_S + 60)
-        with self._lock:
-            self.query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
-        self.query.close()
+        try:
+            with self._lock:
+                self.query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
+            self.query.close()
+            if self._owns_spark:
+                self.spark.stop()
+        except (Py4JError, ConnectionError) as exc:
+            # A signal sent to the whole process group (systemd, `timeout`) also ends Spark's
+            # JVM; the checkpoint still ends at the last committed batch, so nothing is lost.
+            log.warning("Spark's JVM exited before the query could be stopped in order (%s); "
+                        "the next start resumes from the last committed batch",
+                        type(exc).__name__)
         self._consumer.close()
         undelivered = self._publisher.close()
         if undelivered:
             log.warning("%d metrics/ack records undelivered at shutdown", undelivered)
-        if self._owns_spark:
-            self.spark.stop()
         log.info("job %s stopped", self.config.query_id)
 
     def _publish_progress(self, progress: StreamingQueryProgress, ctx: RunContext,
