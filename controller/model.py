@@ -1,8 +1,10 @@
 """The rate model: per query, what arrives, what it can process, and what is left behind.
 
-Owns the estimates λ (arrival rate), μ (processing rate per unit of parallelism), capacity,
-backlog B and its trend, from the samples of one `window.QueryWindow`. Pure: samples in,
-`QueryModel` or `NotReady` out. `policy` sizes the query from a `QueryModel`.
+Owns the estimates λ (arrival rate), μ (true processing rate per unit) and the per-batch
+overhead c (via `fit`), the batch cap N, capacity (via `sizing`), backlog B and its trend,
+selectivity and the per-partition shares of lag and arrivals, from the samples of one
+`window.QueryWindow`. Pure: samples in, `QueryModel` or `NotReady` out. `policy` and
+`topology` size the query from a `QueryModel`.
 
 Conventions: times are the jobs' batch timestamps; rates are records per second; a "unit" is
 one concurrently running source task, i.e. the input parallelism as far as it can take effect
@@ -13,11 +15,14 @@ above the task slots, beyond which tasks queue instead of running).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import pairwise
 
+from controller.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.results import NotReady
 from controller.settings import ModelSettings
+from controller.sizing import capacity, drain_time_s
 from schemas import SourcePartition, TaskMetrics
 
 PartitionKey = tuple[str, int]
@@ -37,7 +42,7 @@ class QueryModel:
     busy_ratio: float
     """Σ busy time / elapsed wall time, in [0, 1]."""
     rate_per_unit: float
-    """μ, records per busy second per unit of parallelism."""
+    """μ, records per second of useful (non-overhead) busy time per unit (see `fit`)."""
     parallelism: int
     """input_parallelism in force (newest sample)."""
     units: int
@@ -49,11 +54,37 @@ class QueryModel:
     """Least-squares slope of the per-sample backlog over the newest `arrival_window_s`."""
     time_to_drain_s: float
     """B / (capacity − λ); 0 without backlog, infinite when arrivals meet capacity."""
+    batch_overhead_s: float = 0.0
+    """c, seconds every batch costs whatever its size (see `fit`)."""
+    overhead_source: str = "assumed_zero"
+    """'fit', 'remembered' or 'assumed_zero': how c was found (`fit` module docstring)."""
+    batch_cap: int = 0
+    """N, most records per batch (maxOffsetsPerTrigger); 0 when unbounded."""
+    batch_cap_source: str = "unbounded"
+    """'reported' by the job, 'observed' (largest batch that left records behind),
+    'remembered' (observed earlier) or 'unbounded' (none of these)."""
+    rate_samples: int = 0
+    """Batches μ and c were estimated from (with rows, not a run's warm-up batch)."""
+    recent_throughput: float = 0.0
+    """Records/s processed over the newest `arrival_window_s` (what a downstream sees now)."""
+    selectivity: float = 1.0
+    """Σ output_rows / Σ input_rows over the window: output records per input record."""
+    trigger_interval_s: float = 0.0
+    source_topics: tuple[str, ...] = ()
+    sink_topics: tuple[str, ...] = ()
+    partition_lag_shares: tuple[tuple[str, float], ...] = ()
+    """Per source partition ('topic/p') its share of the newest sample's lag, largest first."""
+    partition_arrival_shares: tuple[tuple[str, float], ...] = ()
+    """Per source partition its share of the arrivals over the newest `arrival_window_s`."""
 
     @property
     def capacity(self) -> float:
-        """Records/s the query processes at 100 % busy with its current units."""
-        return self.rate_per_unit * self.units
+        """Records/s the query processes with its current units running full batches back to
+        back (the per-batch overhead included; `sizing`)."""
+        return self.capacity_at(self.units)
+
+    def capacity_at(self, units: int) -> float:
+        return capacity(self.rate_per_unit, units, self.batch_overhead_s, self.batch_cap)
 
     @property
     def utilisation(self) -> float:
@@ -69,6 +100,9 @@ class QueryModel:
             "time_to_drain_s": self.time_to_drain_s, "parallelism": float(self.parallelism),
             "units": float(self.units), "source_partitions": float(self.source_partitions),
             "task_slots": float(self.task_slots), "samples": float(self.samples),
+            "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
+            "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
+            "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
         }
 
 
@@ -102,18 +136,31 @@ def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
     return grown * 1000 / span_ms if span_ms > 0 else None
 
 
-def rate_per_unit(samples: tuple[TaskMetrics, ...]) -> float | None:
-    """μ = Σ input_rows / Σ (busy_s × units), over batches that processed rows.
+SampleKey = tuple[str, int, int]
+"""(instance, batch id, end time of a heartbeat else 0), as `window.sample_key`."""
 
-    Weighting busy time by each batch's units keeps μ right across a window that straddles a
-    parallelism change; with constant parallelism it is Σ rows / Σ busy_s / units.
+
+def _key(sample: TaskMetrics) -> SampleKey:
+    return (sample.instance_id, sample.batch_id,
+            sample.batch_end_ms if sample.batch_id < 0 else 0)
+
+
+def rate_points(samples: tuple[TaskMetrics, ...],
+                warm_up: Collection[SampleKey] = ()) -> list[BatchPoint]:
+    """The batches μ and c are estimated from: with rows and busy time, not a warm-up."""
+    return [BatchPoint(s.input_rows, _units_of(s), s.busy_ms / 1000) for s in samples
+            if s.input_rows > 0 and s.busy_ms > 0 and _key(s) not in warm_up]
+
+
+def rate_per_unit(samples: tuple[TaskMetrics, ...],
+                  settings: ModelSettings | None = None) -> float | None:
+    """μ from useful time: Σ rows / Σ units × (busy − c), c fitted when the batches allow.
+
+    Weighting by each batch's units keeps μ right across a window that straddles a
+    parallelism change.
     """
-    rows, unit_seconds = 0, 0.0
-    for s in samples:
-        if s.input_rows > 0 and s.busy_ms > 0:
-            rows += s.input_rows
-            unit_seconds += s.busy_ms / 1000 * _units_of(s)
-    return rows / unit_seconds if unit_seconds > 0 else None
+    cost = fit_batch_cost(rate_points(samples), settings or ModelSettings())
+    return cost.per_unit if cost is not None else None
 
 
 def _units_of(sample: TaskMetrics) -> int:
@@ -151,16 +198,17 @@ def slope_per_s(points: list[tuple[float, float]]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / var
 
 
-def time_to_drain_s(backlog: float, capacity: float, arrival: float) -> float:
-    if backlog <= 0:
-        return 0.0
-    return backlog / (capacity - arrival) if capacity > arrival else math.inf
-
-
 def evaluate(
-    query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings
+    query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
+    warm_up: Collection[SampleKey] = (), remembered_overhead_s: float | None = None,
+    remembered_batch_cap: int = 0,
 ) -> QueryModel | NotReady:
-    """The model of one query from its window, or why there is none yet."""
+    """The model of one query from its window, or why there is none yet.
+
+    `warm_up`: keys of the window's warm-up batches (`window.QueryWindow.warm_up`), left out of
+    μ and c. `remembered_overhead_s`: the overhead last fitted for the query (`fit` rule 2);
+    `remembered_batch_cap`: the cap last observed for it (`batch_cap`).
+    """
     if len(samples) < settings.min_samples:
         return NotReady(f"only {len(samples)} samples, need {settings.min_samples}")
     elapsed_ms = samples[-1].batch_end_ms - samples[0].batch_start_ms
@@ -170,10 +218,15 @@ def evaluate(
     arrival = arrival_rate(recent)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
-    per_unit = rate_per_unit(samples)
-    if per_unit is None:
+    if not any(s.input_rows > 0 for s in samples):
         return NotReady("no batch with input rows in the window; processing rate unknown")
-    return _build(query_id, samples, recent, elapsed_ms, arrival, per_unit)
+    points = rate_points(samples, warm_up)
+    cost = fit_batch_cost(points, settings, remembered_overhead_s)
+    if cost is None:
+        return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
+                        "processing rate unknown")
+    cap = batch_cap(samples, remembered_batch_cap)
+    return _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
 
 
 def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
@@ -187,7 +240,8 @@ def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
 
 def _build(
     query_id: str, samples: tuple[TaskMetrics, ...], recent: tuple[TaskMetrics, ...],
-    elapsed_ms: int, arrival: float, per_unit: float,
+    elapsed_ms: int, arrival: float, cost: BatchCost, rate_samples: int,
+    cap_found: tuple[int, str],
 ) -> QueryModel:
     newest = samples[-1]
     partitions = len({(p.topic, p.partition) for p in newest.partitions})
@@ -195,13 +249,66 @@ def _build(
     backlog = backlog_records(newest, arrival)
     trend = slope_per_s([(s.batch_start_ms / 1000, backlog_records(s, arrival))
                          for s in recent])
+    cap, cap_source = cap_found
+    rows = sum(s.input_rows for s in samples)
+    recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
     return QueryModel(
         query_id=query_id, samples=len(samples), config_epoch=newest.config_epoch,
-        arrival_rate=arrival,
-        throughput=sum(s.input_rows for s in samples) * 1000 / elapsed_ms,
+        arrival_rate=arrival, throughput=rows * 1000 / elapsed_ms,
         busy_ratio=min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
-        rate_per_unit=per_unit, parallelism=newest.input_parallelism, units=units,
+        rate_per_unit=cost.per_unit, parallelism=newest.input_parallelism, units=units,
         source_partitions=partitions, task_slots=newest.task_slots,
         backlog_records=backlog, backlog_trend_records_per_s=trend,
-        time_to_drain_s=time_to_drain_s(backlog, per_unit * units, arrival),
+        time_to_drain_s=drain_time_s(
+            backlog, capacity(cost.per_unit, units, cost.overhead_s, cap), arrival),
+        batch_overhead_s=cost.overhead_s, overhead_source=cost.source, batch_cap=cap,
+        batch_cap_source=cap_source, rate_samples=rate_samples,
+        recent_throughput=(sum(s.input_rows for s in recent) * 1000 / recent_ms
+                           if recent_ms > 0 else 0.0),
+        selectivity=sum(s.output_rows for s in samples) / rows if rows > 0 else 1.0,
+        trigger_interval_s=newest.trigger_interval_ms / 1000,
+        source_topics=newest.source_topics, sink_topics=newest.sink_topics,
+        partition_lag_shares=_shares(
+            {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
+             if p.latest_offset >= 0 and p.end_offset >= 0}),
+        partition_arrival_shares=_shares(partition_arrivals(recent)),
     )
+
+
+def batch_cap(samples: tuple[TaskMetrics, ...], remembered: int = 0) -> tuple[int, str]:
+    """N and where it came from. Without a reported cap, a batch that left records behind
+    was cut by the cap, so the largest such batch is N (Spark prorates the cap over the
+    partitions and rounds down, so it may read a record or two short). Without one in the
+    window, the cap last observed for the query (`remembered`) still holds: a job that keeps
+    up never shows its cap, and forgetting it would overstate its capacity."""
+    reported = samples[-1].max_offsets_per_trigger
+    if reported > 0:
+        return reported, "reported"
+    cut = [s.input_rows for s in samples if s.input_rows > 0 and lag_records(s) > 0]
+    if cut:
+        return max(cut), "observed"
+    return (remembered, "remembered") if remembered > 0 else (0, "unbounded")
+
+
+def partition_arrivals(samples: tuple[TaskMetrics, ...]) -> dict[str, int]:
+    """Records that arrived per partition between consecutive samples (as `arrival_rate`)."""
+    grown: dict[str, int] = {}
+    for before, after in pairwise(samples):
+        old, new = _known(before), _known(after)
+        for key in old.keys() & new.keys():
+            name = _name(new[key])
+            grown[name] = grown.get(name, 0) + max(
+                0, new[key].latest_offset - old[key].latest_offset)
+    return grown
+
+
+def _name(partition: SourcePartition) -> str:
+    return f"{partition.topic}/{partition.partition}"
+
+
+def _shares(amounts: dict[str, int]) -> tuple[tuple[str, float], ...]:
+    total = sum(amounts.values())
+    if total <= 0:
+        return ()
+    return tuple(sorted(((k, v / total) for k, v in amounts.items()),
+                        key=lambda kv: (-kv[1], kv[0])))

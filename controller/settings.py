@@ -56,6 +56,18 @@ class ModelSettings:
     """Queries tracked at once; samples of further queries are dropped (with a warning). Bounds
     memory and the cardinality of the per-query Prometheus labels."""
 
+    overhead_fit_min_spread: float = 1.5
+    """The per-batch overhead is fitted (busy_s ≈ overhead_s + rows / (μ × units)) only when the
+    largest batch in the window holds at least this many times the records per unit of the
+    smallest. With batches of one size, overhead and per-record cost cannot be told apart.
+    1.5× is what a steady load with ±20 % noise gives over a minute; whether that is enough
+    to trust is the slope-error check's call, not this one's."""
+
+    overhead_fit_max_slope_error: float = 0.25
+    """The fit is used only when the standard error of its slope (1/μ) is at most this fraction
+    of the slope. Real batch times jitter by ±0.5 s on a laptop; past 25 % the fitted μ could be
+    off by half and would size the query wrong, so the model falls back instead."""
+
     def __post_init__(self) -> None:
         _positive("model.window_s", self.window_s)
         _check(0 < self.arrival_window_s <= self.window_s,
@@ -68,6 +80,9 @@ class ModelSettings:
                f"model.max_samples ({self.max_samples}) must be >= model.min_samples "
                f"({self.min_samples})")
         _check(self.max_queries >= 1, f"model.max_queries must be >= 1, got {self.max_queries}")
+        _check(math.isfinite(self.overhead_fit_min_spread) and self.overhead_fit_min_spread > 1,
+               f"model.overhead_fit_min_spread must be > 1, got {self.overhead_fit_min_spread}")
+        _positive("model.overhead_fit_max_slope_error", self.overhead_fit_max_slope_error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +90,8 @@ class PolicySettings:
     """When a query counts as backlogged or idle, and how far the policy may move it."""
 
     target_utilisation: float = 0.7
-    """Utilisation (arrival rate / capacity) to size for. 70 % leaves headroom for bursts and
-    for the fixed per-batch overhead the linear model does not see."""
+    """Utilisation (demand / capacity, capacity counting the per-batch overhead) to size for.
+    70 % leaves headroom for bursts and for the error of the rate estimates."""
 
     high_water_utilisation: float = 0.9
     """Arrivals above this fraction of capacity count as backlogged even before a backlog
@@ -116,6 +131,30 @@ class PolicySettings:
     """No new decision for a query this long after its last actuation was answered (or timed
     out), so the window refills with metrics of the new configuration first."""
 
+    ineffective_gain_ratio: float = 0.5
+    """After an applied scale-up that left the query backlogged, the capacity gain measured
+    under the new configuration must reach this fraction of the predicted gain, or the scaling
+    is remembered as ineffective (skew, an external limit) and not repeated. Half: the rate
+    estimates are good to ~20 %, so a shortfall of half is not noise."""
+
+    ineffective_memory_s: float = 1800.0
+    """How long an ineffective scaling is remembered. External limits (a slow sink, a busy
+    broker) come and go; after half an hour the policy may try again."""
+
+    skew_partition_share: float = 0.7
+    """A source partition holding more than this share of the backlog (or, without a backlog,
+    of the arrivals) while other partitions exist is reported as skew. With 2 partitions 70 %
+    is more than twice the other's share; uniform keys stay far below it."""
+
+    lost_after_intervals: int = 5
+    """A query that publishes no metrics for this many trigger intervals (or this many times
+    its longest recent batch, which may run far past the trigger when backlogged) is reported
+    lost. Five: a restart or a slow commit can swallow two or three intervals."""
+
+    lost_after_min_s: float = 25.0
+    """Floor of the lost-query timeout: Spark reports an idle query only every ~10 s, so one
+    missed heartbeat plus slack must never count as lost."""
+
     def __post_init__(self) -> None:
         for name in ("target_utilisation", "high_water_utilisation", "low_water_utilisation"):
             _ratio(f"policy.{name}", getattr(self, name))
@@ -135,6 +174,14 @@ class PolicySettings:
         _check(self.scale_down_stabilisation_s >= 0,
                "policy.scale_down_stabilisation_s must be >= 0")
         _check(self.cooldown_s >= 0, "policy.cooldown_s must be >= 0")
+        _ratio("policy.ineffective_gain_ratio", self.ineffective_gain_ratio)
+        _positive("policy.ineffective_memory_s", self.ineffective_memory_s)
+        _check(0.5 <= self.skew_partition_share <= 1,
+               f"policy.skew_partition_share must be in [0.5, 1], got "
+               f"{self.skew_partition_share}")
+        _check(self.lost_after_intervals >= 1,
+               f"policy.lost_after_intervals must be >= 1, got {self.lost_after_intervals}")
+        _positive("policy.lost_after_min_s", self.lost_after_min_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """Metric traces for controller tests: a tiny simulation of a Spark query reading Kafka.
 
-Records arrive at a piecewise-constant rate spread evenly over the partitions; each micro-batch
-plans against the latest offsets at its start, takes at most `max_per_batch` records, and is
-busy for rows / (μ × units) seconds plus a fixed overhead. Batches run back to back when there
-is more to read, otherwise on the trigger; an idle query reports only every 10 s, as Spark does.
+Records arrive at a piecewise-constant rate spread over the partitions (evenly, or with a share
+on partition 0); each micro-batch plans against the latest offsets at its start, takes at most
+`max_per_batch` records, and is busy for rows / (μ × units) seconds plus a fixed overhead (and,
+for the first batch with rows, an optional warm-up). Batches run back to back when there is
+more to read, otherwise on the trigger; an idle query reports only every 10 s, as Spark does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ class Job:
     query_id: str = "q1"
     instance_id: str = "i1"
     epoch: int = 0
+    report_cap: bool = False
+    """Fill max_offsets_per_trigger with `max_per_batch` (jobs since the field exists do)."""
+    warm_up_s: float = 0.0
+    """Extra busy time of the first batch with rows (Spark's start-up of a run)."""
+    source_topic: str = "in"
+    sink_topic: str = "out"
+    skew: float = 0.0
+    """Share of the records that go to partition 0 on top of an even spread (0: even)."""
 
     def produced(self, t_s: float) -> float:
         total, steps = 0.0, [*self.rates, (float("inf"), 0.0)]
@@ -41,8 +50,10 @@ class Job:
 
     def latest(self, t_s: float) -> list[int]:
         total = int(self.produced(t_s))
-        base, extra = divmod(total, self.partitions)
-        return [base + (1 if p < extra else 0) for p in range(self.partitions)]
+        hot = int(total * self.skew)
+        base, extra = divmod(total - hot, self.partitions)
+        return [base + (1 if p < extra else 0) + (hot if p == 0 else 0)
+                for p in range(self.partitions)]
 
     @property
     def units(self) -> int:
@@ -54,12 +65,15 @@ def simulate(job: Job, seconds: float, *, start_s: float = 0.0,
     """Batches of `job` from `start_s` for `seconds`, reading on from `positions`."""
     pos = list(positions) if positions is not None else [0] * job.partitions
     t, batch, out, last_report = start_s, first_batch, [], start_s - 10
+    started = False
     while t < start_s + seconds:
         latest = job.latest(t)
         take = [min(latest[p] - pos[p], job.max_per_batch // job.partitions)
                 for p in range(job.partitions)]
         rows = sum(take)
         busy = rows / (job.per_unit * job.units) + job.overhead_s
+        if rows > 0 and not started:
+            busy, started = busy + job.warm_up_s, True
         if rows > 0 or t - last_report >= 10:
             out.append(metrics(job, batch, t, busy, pos, take, latest))
             batch, last_report = batch + 1, t
@@ -79,9 +93,11 @@ def metrics(job: Job, batch: int, t_s: float, busy_s: float, pos: list[int], tak
         batch_end_ms=start_ms + int(busy_s * 1000), trigger_interval_ms=int(job.trigger_s * 1000),
         input_rows=sum(take), output_rows=sum(take), busy_ms=int(busy_s * 1000),
         partitions=tuple(
-            SourcePartition("in", p, pos[p], pos[p] + take[p], latest[p])
+            SourcePartition(job.source_topic, p, pos[p], pos[p] + take[p], latest[p])
             for p in range(job.partitions)),
         input_parallelism=job.parallelism, state_partitions=0, task_slots=job.task_slots,
+        source_topics=(job.source_topic,), sink_topics=(job.sink_topic,),
+        max_offsets_per_trigger=job.max_per_batch if job.report_cap else 0,
     )
 
 

@@ -113,3 +113,47 @@ def test_a_load_step_shows_in_full_after_the_arrival_window() -> None:
     job = Job(rates=[(0, 120), (60, 900)], per_unit=200, parallelism=2, max_per_batch=400)
     trace = [s for s in simulate(job, 120) if s.batch_start_ms <= T0_MS + 72_000]
     assert modelled(trace[-60:]).arrival_rate == pytest.approx(900, rel=0.03)
+
+
+def test_the_first_batch_of_a_run_is_not_a_rate_sample() -> None:
+    """Spark's warm-up: 4 s more on the first batch with rows of an (instance, epoch)."""
+    from controller.window import QueryWindow
+
+    job = Job(rates=[(0, 300)], per_unit=210, parallelism=2, warm_up_s=4.0)
+    window = QueryWindow("q1", window_s=60, max_samples=100)
+    for sample in simulate(job, 20):
+        window.add(sample)
+    assert len(window.warm_up) == 1
+    with_warm_up = modelled(list(window.samples))
+    without = evaluate("q1", window.samples, SETTINGS, warm_up=window.warm_up)
+    assert isinstance(without, QueryModel)
+    assert without.rate_per_unit == pytest.approx(210, rel=0.02)
+    assert with_warm_up.rate_per_unit < 0.9 * 210
+    assert without.rate_samples == with_warm_up.rate_samples - 1
+
+
+def test_only_a_warm_up_batch_with_rows_is_not_ready() -> None:
+    trace = [s for s in simulate(Job([(0, 300)], 210, 2), 10) if s.input_rows > 0]
+    trace = [trace[0], *(replace(s, input_rows=0) for s in trace[1:])]
+    warm = frozenset({(trace[0].instance_id, trace[0].batch_id, 0)})
+    result = evaluate("q1", tuple(trace), SETTINGS, warm_up=warm)
+    assert isinstance(result, NotReady) and "warm-up" in result.reason
+
+
+def test_the_batch_cap_is_reported_observed_or_remembered() -> None:
+    steady = Job([(0, 300)], 210, 2, max_per_batch=4000)
+    assert modelled(simulate(steady, 20)).batch_cap_source == "unbounded"
+    remembered = evaluate("q1", tuple(simulate(steady, 20)), SETTINGS, remembered_batch_cap=4000)
+    assert isinstance(remembered, QueryModel)
+    assert (remembered.batch_cap, remembered.batch_cap_source) == (4000, "remembered")
+    reported = modelled(simulate(replace(steady, report_cap=True), 20))
+    assert (reported.batch_cap, reported.batch_cap_source) == (4000, "reported")
+
+
+def test_partition_shares_name_the_hot_partition() -> None:
+    job = Job([(0, 800)], 210, 2, max_per_batch=500, skew=0.8)
+    m = modelled(simulate(job, 30)[-10:])
+    assert m.partition_arrival_shares[0] == ("in/0", pytest.approx(0.9, abs=0.02))
+    assert m.partition_lag_shares[0][0] == "in/0"
+    assert m.sink_topics == ("out",) and m.source_topics == ("in",)
+    assert m.selectivity == 1.0

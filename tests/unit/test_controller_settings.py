@@ -32,6 +32,11 @@ from controller.settings import (
     (lambda: KafkaSettings(bootstrap_servers=" "), "kafka.bootstrap_servers must not be empty"),
     (lambda: ControllerSettings(metrics_port=70000), "metrics_port must be in [0, 65535]"),
     (lambda: ControllerSettings(ack_timeout_s=-1), "ack_timeout_s must be a positive number"),
+    (lambda: ModelSettings(overhead_fit_min_spread=1), "model.overhead_fit_min_spread must be > 1"),
+    (lambda: PolicySettings(skew_partition_share=0.3),
+     "policy.skew_partition_share must be in [0.5, 1]"),
+    (lambda: PolicySettings(lost_after_intervals=0), "policy.lost_after_intervals must be >= 1"),
+    (lambda: PolicySettings(ineffective_gain_ratio=0), "policy.ineffective_gain_ratio must be"),
 ])
 def test_invalid_settings_say_what_and_why(make: Callable[[], object], message: str) -> None:
     with pytest.raises(SettingsError, match=re.escape(message)):
