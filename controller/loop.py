@@ -1,9 +1,11 @@
 """The control loop: collect → settle → evaluate → decide → act → report, one cycle at a time.
 
-Owns the per-query memory (windows, `ControlState`, last verdict) and the order of the steps;
-every effect goes through `controller.ports`. The decisions themselves come from the pure
-core (`window`, `model`, `policy`). Built by `controller.app` with Kafka adapters, by tests
-with `controller.fakes`.
+Owns the per-query memory (windows, `ControlState`, last verdict, last fitted overhead) and
+the order of the steps; every effect goes through `controller.ports`. The decisions
+themselves come from the pure core (`window`, `model`, `judgement`, `policy`, `topology`):
+all ready queries are decided together each cycle, so a pipeline is sized in one round.
+Built by `controller.app` with Kafka adapters, by tests, the replay and the simulator with
+`controller.fakes`.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controller import report
+from controller.judgement import judge_effect, liveness
 from controller.model import QueryModel, evaluate
-from controller.policy import decide, is_quiet
+from controller.policy import backlog_causes, is_quiet
 from controller.ports import (
     AckSource,
     Clock,
@@ -26,17 +29,19 @@ from controller.ports import (
     MetricsSource,
     NullObserver,
 )
-from controller.results import NotReady, Scale, Verdict
+from controller.results import Hold, Lost, NotReady, Recommend, Scale, Verdict
 from controller.settings import ControllerSettings
 from controller.state import (
     ControlState,
     InFlight,
     ack_overdue,
+    applied,
     issued,
     next_epoch,
     observed,
     settled,
 )
+from controller.topology import plan
 from controller.window import QueryWindow, Windows
 from schemas import Ack, ControlTuple, Decision, Outcome
 
@@ -68,6 +73,10 @@ class ControlLoop:
         self.states: dict[str, ControlState] = {}
         self.verdicts: dict[str, Verdict] = {}
         self.models: dict[str, QueryModel] = {}
+        self._overheads: dict[str, float] = {}
+        """Per query, the per-batch overhead last fitted (`fit` rule 2)."""
+        self._caps: dict[str, int] = {}
+        """Per query, the batch cap last reported or observed (`model.batch_cap`)."""
         self._next_status_ms = 0
         self._stopping = False
 
@@ -93,9 +102,9 @@ class ControlLoop:
         now_ms = self.ports.clock.now_ms()
         self._windows.prune(now_ms)
         self.settle(now_ms)
+        verdicts = self.decide_all(now_ms)
         for window in self._windows:
-            verdict = self.evaluate(window, now_ms)
-            self.act(window, verdict, now_ms)
+            self.act(window, verdicts[window.query_id], now_ms)
         self.report(now_ms)
 
     # -- collect ---------------------------------------------------------------------------
@@ -137,7 +146,10 @@ class ControlLoop:
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)
         self._record_outcome(ack.query_id, flight, f"ack_{ack.outcome.value.lower()}",
                              ack.detail, now_ms)
-        self.states[ack.query_id] = settled(state, now_ms, self.settings.policy.cooldown_s)
+        cooldown_s = self.settings.policy.cooldown_s
+        self.states[ack.query_id] = (applied(state, now_ms, cooldown_s)
+                                     if ack.outcome is Outcome.APPLIED
+                                     else settled(state, now_ms, cooldown_s))
 
     def _on_timeout(self, query_id: str, flight: InFlight, now_ms: int) -> None:
         reason = (f"no ack for control {flight.control_id} within "
@@ -150,32 +162,76 @@ class ControlLoop:
 
     # -- evaluate and decide ------------------------------------------------------------------
 
-    def evaluate(self, window: QueryWindow, now_ms: int) -> Verdict:
+    def decide_all(self, now_ms: int) -> dict[str, Verdict]:
+        """Every query's verdict this cycle: lost or not ready on its own, the ready ones
+        together (`topology.plan`), so a pipeline is sized in one round."""
+        verdicts: dict[str, Verdict] = {}
+        ready: dict[str, QueryModel] = {}
+        for window in self._windows:
+            found = self.evaluate(window, now_ms)
+            if isinstance(found, QueryModel):
+                ready[window.query_id] = found
+            else:
+                verdicts[window.query_id] = found
+        verdicts |= plan(ready, self.states, now_ms, self.settings.policy)
+        for query_id, model in ready.items():
+            self.ports.observer.modelled(model, _desired(model, verdicts[query_id],
+                                                         self.states[query_id]))
+        for query_id, verdict in verdicts.items():
+            self._note(query_id, verdict, now_ms)
+        self.ports.observer.lost(sorted(q for q, v in verdicts.items() if isinstance(v, Lost)))
+        return verdicts
+
+    def evaluate(self, window: QueryWindow, now_ms: int) -> QueryModel | NotReady | Lost:
+        """The query's model, or why there is none: lost, or not ready yet."""
         query_id = window.query_id
         state = self.states.get(query_id, ControlState())
-        modelled = evaluate(query_id, window.samples, self.settings.model)
-        if isinstance(modelled, NotReady):
+        newest = window.samples[-1] if window.samples else None
+        lost = liveness(window.last_seen_ms,
+                        newest.trigger_interval_ms / 1000 if newest else 0.0,
+                        newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
+                        self.settings.policy)
+        found: QueryModel | NotReady | Lost = lost or evaluate(
+            query_id, window.samples, self.settings.model, warm_up=window.warm_up,
+            remembered_overhead_s=self._overheads.get(query_id),
+            remembered_batch_cap=self._caps.get(query_id, 0))
+        if not isinstance(found, QueryModel):
+            if isinstance(found, NotReady) and window.changed:
+                found = NotReady(f"stabilising after a change to epoch {window.epoch}: "
+                                 f"{found.reason}")
             # Quiet must be continuous and observed: a gap in the data restarts the timer.
-            state = observed(state, False, now_ms)
+            self.states[query_id] = observed(state, False, now_ms)
             self.models.pop(query_id, None)
-            verdict: Verdict = modelled
-        else:
-            state = observed(state, is_quiet(modelled, self.settings.policy), now_ms)
-            verdict = decide(modelled, state, now_ms, self.settings.policy)
-            self.models[query_id] = modelled
-            self.ports.observer.modelled(modelled, _desired(modelled, verdict, state))
-        self.states[query_id] = state
-        self._note(query_id, verdict)
-        return verdict
+            return found
+        if found.overhead_source == "fit":
+            self._overheads[query_id] = found.batch_overhead_s
+        if found.batch_cap_source in ("reported", "observed"):
+            self._caps[query_id] = found.batch_cap
+        policy = self.settings.policy
+        state = observed(state, is_quiet(found, policy), now_ms)
+        self.states[query_id] = judge_effect(state, found, bool(backlog_causes(found, policy)),
+                                             now_ms, policy)
+        self.models[query_id] = found
+        return found
 
-    def _note(self, query_id: str, verdict: Verdict) -> None:
-        """Log a hold or not-ready only when its kind changes; the status line repeats it."""
+    def _note(self, query_id: str, verdict: Verdict, now_ms: int) -> None:
+        """Log a non-scaling verdict only when its kind changes (the status line repeats it);
+        record advice, "cannot help" and lost queries in the decision log the same way."""
         previous = self.verdicts.get(query_id)
         self.verdicts[query_id] = verdict
-        if not isinstance(verdict, Scale) and (previous is None
-                                               or previous.action != verdict.action):
-            log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
-            self.ports.observer.decided(query_id, verdict.action)
+        if isinstance(verdict, Scale) or (previous is not None
+                                          and previous.action == verdict.action):
+            return
+        if isinstance(previous, Lost):
+            log.info("%s: metrics again after being reported lost", query_id)
+        log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
+        self.ports.observer.decided(query_id, verdict.action)
+        if isinstance(verdict, Recommend):
+            self.ports.observer.recommended(query_id, verdict.action)
+        if isinstance(verdict, Recommend | Lost) or (isinstance(verdict, Hold)
+                                                     and verdict.action == "cannot_help"):
+            self._write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
+                                             now_ms=now_ms, dry_run=self.settings.dry_run))
 
     # -- act ------------------------------------------------------------------------------------
 
@@ -203,8 +259,10 @@ class ControlLoop:
                       query_id, control.control_id, exc)
             self.states[query_id] = settled(state, now_ms, self.settings.policy.cooldown_s)
             return
-        self.states[query_id] = issued(state, InFlight(control.control_id, verdict.target,
-                                                       epoch, now_ms))
+        model = self.models[query_id]
+        self.states[query_id] = issued(state, InFlight(
+            control.control_id, verdict.target, epoch, now_ms, current=verdict.current,
+            rate_per_unit=model.rate_per_unit, batch_overhead_s=model.batch_overhead_s))
         self._write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
                                            now_ms=now_ms, control_id=control.control_id,
                                            dry_run=False))

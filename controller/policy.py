@@ -1,24 +1,31 @@
 """The scaling policy: from a query's `model.QueryModel` and `state.ControlState` to a verdict.
 
-Owns when a query is backlogged or quiet, the sizing formula, the bounds of the knob, and the
-reason sentence of every verdict. Pure: `now_ms` comes in, `results.Hold` or `results.Scale`
-comes out; `loop` acts on it. A richer policy (state partitions, executors, pipelines) can
-replace `decide` without touching the model or the loop.
+Owns when a query is backlogged or quiet, the bounds of the knob, the choice between scaling,
+holding and recommending, and the reason sentence of every verdict. Pure: `now_ms` comes in,
+a `results.Verdict` comes out. `topology.plan` calls `decide` for every query in topological
+order, passing the extra arrivals an upstream's resizing will send (`inflow`); `loop` acts.
 
-Sizing (one step, no probing): p* = ceil((λ + B / catch_up_s) / (μ × target_utilisation)),
-i.e. the units that process the arrivals plus the backlog spread over the catch-up time while
-busy only `target_utilisation` of the time; then bounded (see `bounds`).
+Sizing (one step, no probing; the equations are in `sizing`): the demand is the arrivals plus
+the backlog spread over the catch-up time, D = λ + inflow + B / catch_up_s, and the target is
+the fewest units whose capacity, per-batch overhead included, meets D at the target
+utilisation; then bounded (see `bounds`). When no number of units can (the overhead eats the
+batch time) the verdict recommends a bigger batch cap; at the upper bound it recommends
+throttling the producers or shedding load, with the numbers.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from controller.model import QueryModel
-from controller.results import INPUT_PARALLELISM, Hold, Scale
+from controller.judgement import ineffective_sentence, skew
+from controller.model import QueryModel, effective_units
+from controller.results import INPUT_PARALLELISM, Hold, Recommend, Scale, Verdict
 from controller.settings import PolicySettings
+from controller.sizing import batch_cap_needed, drain_time_s, required_units
 from controller.state import ControlState
+from controller.wording import num, pct, units
+
+__all__ = ["Bounds", "backlog_causes", "bounds", "decide", "is_quiet", "num", "pct"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,39 +33,55 @@ class Bounds:
     low: int
     high: int
     high_set_by: str
-    """What caps the knob ('task slots' or 'max_parallelism'), for the reason sentence."""
+    """What caps the knob ('task slots', 'max_parallelism' or 'an ineffective scale-up'),
+    for the reason sentence."""
 
 
-def bounds(model: QueryModel, settings: PolicySettings) -> Bounds:
+def bounds(model: QueryModel, settings: PolicySettings,
+           state: ControlState | None = None, now_ms: int = 0) -> Bounds:
     """Input parallelism below the topic's partition count changes nothing (Spark's
     minPartitions is a minimum) and above the task slots only queues tasks. When the partitions
-    exceed the ceiling, the floor wins: the knob cannot go below it anyway."""
+    exceed the ceiling, the floor wins: the knob cannot go below it anyway. A remembered
+    ineffective scale-up caps it at the level where more stopped helping."""
     low = max(settings.min_parallelism, model.source_partitions)
     high, set_by = settings.max_parallelism, "max_parallelism"
     if 0 < model.task_slots < high:
         high, set_by = model.task_slots, "task slots"
+    memory = state.ineffective if state is not None else None
+    if memory is not None and now_ms < memory.until_ms:
+        ceiling = max(memory.current, model.parallelism)
+        if ceiling < high:
+            high, set_by = ceiling, "an ineffective scale-up"
     return Bounds(low, max(high, low), set_by)
 
 
-def required_units(arrival: float, backlog: float, per_unit: float,
-                   settings: PolicySettings) -> int:
-    """p* before bounds. The small epsilon keeps an exact fit (4.0000000001) from rounding up."""
-    demand = arrival + max(0.0, backlog) / settings.catch_up_s
-    return max(1, math.ceil(demand / (per_unit * settings.target_utilisation) - 1e-9))
+def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
+    """Records/s to provide for: arrivals (plus an upstream's projected extra) and the backlog
+    spread over the catch-up time."""
+    return model.arrival_rate + inflow + max(0.0, model.backlog_records) / settings.catch_up_s
 
 
-def backlog_causes(model: QueryModel, settings: PolicySettings) -> list[str]:
+def target_units(model: QueryModel, settings: PolicySettings,
+                 inflow: float = 0.0) -> int | None:
+    """Units that meet the demand at the target utilisation (None: no number can)."""
+    return required_units(demand(model, settings, inflow), model.rate_per_unit,
+                          settings.target_utilisation, model.batch_overhead_s, model.batch_cap)
+
+
+def backlog_causes(model: QueryModel, settings: PolicySettings,
+                   inflow: float = 0.0) -> list[str]:
     """Why the query counts as backlogged (empty when it does not)."""
     causes = []
-    # The capacity estimate charges Spark's fixed per-batch cost to the records, so at low
-    # rates (small batches) it reads low. Overload counts only when the backlog agrees: it
-    # grows faster than noise, or is already above the floor. A small backlog that is flat or
-    # shrinking refutes the estimate: the job keeps up by amortising that cost over bigger
-    # batches.
+    # Overload estimated from rates counts only when the backlog agrees (grows faster than
+    # noise, or is already above the floor): a small flat or shrinking backlog refutes it.
     corroborated = (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
                     or model.backlog_records > settings.backlog_floor_records)
-    if model.arrival_rate > model.capacity * settings.high_water_utilisation and corroborated:
+    high_water = model.capacity * settings.high_water_utilisation
+    if model.arrival_rate > high_water and corroborated:
         causes.append("overload")
+    # An upstream's resizing is a forecast, not noise: its own backlog already corroborated it.
+    if inflow > 0 and model.arrival_rate + inflow > high_water:
+        causes.append("upstream")
     if model.backlog_records > settings.backlog_floor_records:
         if model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s:
             causes.append("growing")
@@ -68,6 +91,7 @@ def backlog_causes(model: QueryModel, settings: PolicySettings) -> list[str]:
 
 
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
+    """A scale-down candidate: utilisation (overhead included) under low water, no backlog."""
     return (model.utilisation < settings.low_water_utilisation
             and model.backlog_records <= settings.backlog_floor_records
             and model.backlog_trend_records_per_s <= settings.backlog_growth_records_per_s)
@@ -84,34 +108,43 @@ def gate(state: ControlState, now_ms: int) -> Hold | None:
     return None
 
 
-def decide(model: QueryModel, state: ControlState, now_ms: int,
-           settings: PolicySettings) -> Hold | Scale:
-    """The verdict for one query now."""
+def decide(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
+           inflow: float = 0.0, inflow_from: str = "") -> Verdict:
+    """The verdict for one query now; `inflow` is the extra records/s its upstreams'
+    resizing will send (`topology`), named by `inflow_from`."""
     held = gate(state, now_ms)
     if held is not None:
         return Hold(held.reason, model.figures())
-    if backlog_causes(model, settings):
-        return _scale_up(model, settings)
-    if state.quiet_since_ms is not None:
+    if backlog_causes(model, settings, inflow):
+        return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
+    if state.quiet_since_ms is not None and inflow <= 0:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
-    return Hold(f"within band: {_load(model)}, backlog {num(model.backlog_records)} records",
-                model.figures())
+    return Hold(f"within band: {_load(model)}, backlog {num(model.backlog_records)} "
+                f"records{_skew_note(model, settings)}", model.figures())
 
 
-def _scale_up(model: QueryModel, settings: PolicySettings) -> Hold | Scale:
-    limits = bounds(model, settings)
-    wanted = required_units(model.arrival_rate, model.backlog_records, model.rate_per_unit,
-                            settings)
+def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
+              inflow: float, inflow_from: str) -> Verdict:
+    limits = bounds(model, settings, state, now_ms)
+    wanted = target_units(model, settings, inflow)
+    figures = {**model.figures(), "demand": demand(model, settings, inflow), "inflow": inflow}
+    if wanted is None:
+        return _raise_batch_cap(model, limits, figures, settings, inflow)
     target = min(max(wanted, limits.low), limits.high)
-    figures = {**model.figures(), "target": float(target), "required": float(wanted)}
+    figures |= {"target": float(target), "required": float(wanted)}
+    pressure = f"{_pressure(model, inflow, inflow_from)}; {_load(model)}"
     if target <= model.parallelism:
-        action = "cannot_help" if model.parallelism >= limits.high else "hold"
-        return Hold(f"backlogged ({_pressure(model)}; {_load(model)}) but {wanted} units "
-                    f"are needed and {model.parallelism} run, at most {limits.high} "
-                    f"({limits.high_set_by})", figures, action)
-    sizing = _sizing(model, target, wanted, limits, settings)
+        memory = state.ineffective
+        if memory is not None and limits.high_set_by == "an ineffective scale-up":
+            return Hold(f"{ineffective_sentence(memory, model, now_ms, settings)} ({pressure})",
+                        figures, "cannot_help")
+        if model.parallelism >= limits.high:
+            return _throttle(model, limits, figures, settings, inflow)
+        return Hold(f"backlogged ({pressure}) but {wanted} units are needed and "
+                    f"{model.parallelism} run{_skew_note(model, settings)}", figures)
+    sizing = _sizing(model, target, wanted, limits, settings, inflow)
     return Scale(INPUT_PARALLELISM, model.parallelism, target,
-                 f"{_pressure(model)}; {_load(model)}; {sizing}", figures)
+                 f"{pressure}; {sizing}{_skew_note(model, settings)}", figures)
 
 
 def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> Hold | Scale:
@@ -121,8 +154,9 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
                     f"{settings.scale_down_stabilisation_s:.0f} s needed before scaling down",
                     model.figures())
     limits = bounds(model, settings)
-    wanted = required_units(model.arrival_rate, model.backlog_records, model.rate_per_unit,
-                            settings)
+    wanted = target_units(model, settings)
+    if wanted is None:  # cannot happen while quiet; never shrink on a figure we cannot size
+        return Hold(f"quiet ({_load(model)}) but no size meets the demand", model.figures())
     target = max(wanted, model.parallelism - settings.max_scale_down_step, limits.low)
     figures = {**model.figures(), "target": float(target), "required": float(wanted)}
     if target >= model.parallelism:
@@ -131,50 +165,88 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
     return Scale(INPUT_PARALLELISM, model.parallelism, target,
                  f"{_load(model)}, below {pct(settings.low_water_utilisation)} for "
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
-                 f"{_units(wanted)} would do at {pct(settings.target_utilisation)}; stepping "
+                 f"{units(wanted)} would do at {pct(settings.target_utilisation)}; stepping "
                  f"down {model.parallelism} → {target} (at most "
                  f"{settings.max_scale_down_step} per step)", figures)
 
 
-def _pressure(model: QueryModel) -> str:
+def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
+              settings: PolicySettings, inflow: float) -> Recommend:
+    """At the upper bound: what the producers may send so the query keeps up at the target
+    utilisation and still drains its backlog within the catch-up time."""
+    top = model.capacity_at(effective_units(limits.high, model.source_partitions,
+                                            model.task_slots))
+    arriving = model.arrival_rate + inflow
+    allowed = max(0.0, settings.target_utilisation * top
+                  - model.backlog_records / settings.catch_up_s)
+    shed = 1 - allowed / arriving if arriving > 0 else 0.0
+    figures = {**figures, "capacity_at_max": top, "throttle_to": allowed, "shed_fraction": shed}
+    return Recommend(
+        "throttle", "producer_rate", allowed,
+        f"at {units(limits.high)} ({limits.high_set_by}) capacity is {num(top)}/s against "
+        f"{num(arriving)}/s arriving and {num(model.backlog_records)} records behind; "
+        f"throttle the producers to {num(allowed)}/s or shed {pct(shed)} of records "
+        f"(keeps {pct(settings.target_utilisation)} utilisation and drains the backlog in "
+        f"{num(settings.catch_up_s)} s){_skew_note(model, settings)}", figures)
+
+
+def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float],
+                     settings: PolicySettings, inflow: float) -> Verdict:
+    """No number of units meets the demand: with batches of N records and c seconds of
+    overhead, at most N / c records/s get through however many units run."""
+    need = demand(model, settings, inflow)
+    top = effective_units(limits.high, model.source_partitions, model.task_slots)
+    cap = batch_cap_needed(need, model.rate_per_unit, top, model.batch_overhead_s,
+                           settings.target_utilisation)
+    if cap is None:
+        return _throttle(model, limits, figures, settings, inflow)
+    figures = {**figures, "batch_cap_needed": float(cap)}
+    return Recommend(
+        "raise_batch_cap", "max_offsets_per_trigger", float(cap),
+        f"{_load(model)}; the {num(model.batch_overhead_s)} s per-batch overhead dominates: "
+        f"batches of {num(model.batch_cap)} records get at most "
+        f"{num(model.batch_cap / model.batch_overhead_s)}/s through however many units run, "
+        f"and {num(need)}/s are needed; raise max_offsets_per_trigger to at least {num(cap)} "
+        f"(at {units(top)}) instead of adding units", figures)
+
+
+def _pressure(model: QueryModel, inflow: float, inflow_from: str) -> str:
     trend = model.backlog_trend_records_per_s
     direction = "growing" if trend >= 0 else "shrinking"
-    return f"backlog {num(model.backlog_records)} records {direction} {num(abs(trend))}/s"
+    text = f"backlog {num(model.backlog_records)} records {direction} {num(abs(trend))}/s"
+    if inflow > 0:
+        text += f"; {inflow_from or 'upstream'} will send {num(inflow)}/s more once resized"
+    return text
 
 
 def _load(model: QueryModel) -> str:
     verb = "exceeds" if model.arrival_rate > model.capacity else "within"
+    if model.batch_overhead_s > 0 and model.batch_cap > 0:
+        how = (f"{model.units} × {num(model.rate_per_unit)}/s per unit, "
+               f"{num(model.batch_overhead_s)} s per batch of {num(model.batch_cap)}")
+    elif model.batch_overhead_s > 0:
+        how = (f"{model.units} × {num(model.rate_per_unit)}/s per unit, "
+               f"{num(model.batch_overhead_s)} s per batch")
+    else:
+        how = f"{model.units} × {num(model.rate_per_unit)}/s per unit at 100% busy"
     return (f"arrival {num(model.arrival_rate)}/s {verb} capacity {num(model.capacity)}/s "
-            f"({model.units} × {num(model.rate_per_unit)}/s per unit at 100% busy, "
-            f"utilisation {pct(model.utilisation)})")
+            f"({how}, utilisation {pct(model.utilisation)})")
 
 
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
-            settings: PolicySettings) -> str:
+            settings: PolicySettings, inflow: float) -> str:
     if target == wanted:
         return (f"{target} units drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation")
-    capacity = model.rate_per_unit * target
-    drain = (model.backlog_records / (capacity - model.arrival_rate)
-             if capacity > model.arrival_rate else math.inf)
+    capacity = model.capacity_at(target)
+    arriving = model.arrival_rate + inflow
+    drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
     return (f"{wanted} units wanted, {bound}: drains in {num(drain)} s at "
-            f"{pct(model.arrival_rate / capacity)} utilisation")
+            f"{pct(arriving / capacity)} utilisation")
 
 
-def _units(count: int) -> str:
-    return f"{count} unit" if count == 1 else f"{count} units"
-
-
-def num(value: float) -> str:
-    """12 400, 310, 3.5, ∞ — readable at a glance in a log line."""
-    if math.isinf(value):
-        return "∞"
-    if abs(value) >= 100:
-        return f"{value:,.0f}".replace(",", " ")
-    return f"{value:.3g}"
-
-
-def pct(ratio: float) -> str:
-    return "∞%" if math.isinf(ratio) else f"{ratio * 100:.0f}%"
+def _skew_note(model: QueryModel, settings: PolicySettings) -> str:
+    found = skew(model, settings)
+    return f"; {found.describe()}" if found else ""

@@ -66,6 +66,10 @@ class LoopObserver(Protocol):
     def decided(self, query_id: str, action: str) -> None: ...
     def acked(self, query_id: str, outcome: str) -> None: ...
     def ack_timed_out(self, query_id: str) -> None: ...
+    def recommended(self, query_id: str, action: str) -> None: ...
+    def lost(self, query_ids: list[str]) -> None:
+        """The queries reported lost this cycle (all of them, every cycle)."""
+        ...
 
 
 class NullObserver:
@@ -82,6 +86,12 @@ class NullObserver:
         pass
 
     def ack_timed_out(self, query_id: str) -> None:
+        pass
+
+    def recommended(self, query_id: str, action: str) -> None:
+        pass
+
+    def lost(self, query_ids: list[str]) -> None:
         pass
 
 

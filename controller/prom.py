@@ -2,7 +2,8 @@
 
 Owns the metric names and labels, all defined once on an injected `CollectorRegistry` so tests
 use a fresh registry and nothing touches the global one. Labels stay bounded: `query` by
-`ModelSettings.max_queries`, `action` and `outcome` by the policy's and the ack's fixed sets,
+`ModelSettings.max_queries`, `action` and `outcome` by the policy's and the ack's fixed sets
+(recommendations are counted by action only: how often, not for whom),
 `topic` by the two topics the controller consumes. Implements `ports.LoopObserver`.
 """
 
@@ -47,6 +48,18 @@ class ControllerMetrics:
                                      registry=registry)
         self.metrics_records = Counter("streamctl_metrics_records",
                                        "Metrics records received.", registry=registry)
+        self.overhead = gauge("streamctl_batch_overhead_seconds",
+                              "Fixed cost of every micro-batch, fitted from busy time over "
+                              "batch size (0 when it cannot be told apart yet).")
+        self.per_unit = gauge("streamctl_true_processing_rate_per_unit_records_per_second",
+                              "μ: records per second of useful busy time per unit.")
+        self.lost_queries = Gauge("streamctl_lost_queries",
+                                  "Queries silent for longer than their liveness timeout.",
+                                  registry=registry)
+        self.recommendations = Counter("streamctl_recommendations",
+                                       "Advice the controller cannot carry out itself (throttle, "
+                                       "raise_batch_cap), each time it is first given.",
+                                       ["action"], registry=registry)
 
     def metrics_received(self, count: int) -> None:
         self.metrics_records.inc(count)
@@ -64,6 +77,8 @@ class ControllerMetrics:
         self.current.labels(q).set(model.parallelism)
         if desired is not None:
             self.desired.labels(q).set(desired)
+        self.overhead.labels(q).set(model.batch_overhead_s)
+        self.per_unit.labels(q).set(model.rate_per_unit)
 
     def decided(self, query_id: str, action: str) -> None:
         self.decisions.labels(query_id, action).inc()
@@ -73,6 +88,12 @@ class ControllerMetrics:
 
     def ack_timed_out(self, query_id: str) -> None:
         self.ack_timeouts.inc()
+
+    def recommended(self, query_id: str, action: str) -> None:
+        self.recommendations.labels(action).inc()
+
+    def lost(self, query_ids: list[str]) -> None:
+        self.lost_queries.set(len(query_ids))
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

@@ -1,14 +1,15 @@
 """How decisions and status read: log lines and `schemas.Decision` records.
 
-Owns the text an operator sees on stdout and the audit record written for each decision. Pure
-formatting; `loop` does the logging and the writing.
+Owns the text an operator sees on stdout and the audit record written for each decision
+(scalings; advice, "cannot help" and lost queries; actuation outcomes). Pure formatting;
+`loop` does the logging and the writing.
 """
 
 from __future__ import annotations
 
 from controller.model import QueryModel
-from controller.policy import num, pct
-from controller.results import Scale, Verdict
+from controller.results import Hold, Lost, Recommend, Scale, Verdict
+from controller.wording import num, pct
 from schemas import Decision
 
 
@@ -26,8 +27,8 @@ def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None
     return (f"{query_id}: λ {num(model.arrival_rate)}/s, capacity {num(model.capacity)}/s, "
             f"backlog {num(model.backlog_records)} records "
             f"({num(model.backlog_trend_records_per_s)}/s), utilisation "
-            f"{pct(model.utilisation)}, busy {pct(model.busy_ratio)}, parallelism "
-            f"{model.parallelism} — {said}")
+            f"{pct(model.utilisation)}, busy {pct(model.busy_ratio)}, overhead "
+            f"{num(model.batch_overhead_s)} s/batch, parallelism {model.parallelism} — {said}")
 
 
 def decision_record(query_id: str, scale: Scale, *, decision_id: str, now_ms: int,
@@ -47,4 +48,18 @@ def outcome_record(query_id: str, *, action: str, parameter: str, target: int, r
         decision_id=decision_id, query_id=query_id, decided_at_ms=now_ms, action=action,
         parameter=parameter, current_value="", target_value=str(target), reason=reason,
         figures={}, control_id=control_id,
+    )
+
+
+def advice_record(query_id: str, verdict: Recommend | Hold | Lost, *, decision_id: str,
+                  now_ms: int, dry_run: bool) -> Decision:
+    """A verdict the controller does not act on but an operator should see: throttle or
+    raise_batch_cap (with the recommended value), cannot_help, lost."""
+    parameter, target = ((verdict.parameter, f"{verdict.value:.0f}")
+                         if isinstance(verdict, Recommend) else ("", ""))
+    return Decision(
+        decision_id=decision_id, query_id=query_id, decided_at_ms=now_ms,
+        action=verdict.action, parameter=parameter, current_value="", target_value=target,
+        reason=verdict.reason, figures=dict(verdict.figures), control_id=None,
+        dry_run=dry_run,
     )

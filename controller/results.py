@@ -1,8 +1,9 @@
-"""The typed outcomes of the pure core, shared by `model`, `policy` and `loop`.
+"""The typed outcomes of the pure core, shared by `model`, `policy`, `topology` and `loop`.
 
 `NotReady` is a normal result (window not full, stabilising after a change), never an
-exception. `Hold` and `Scale` are the policy's verdicts; each carries its reason as one
-readable sentence and its figures as data, which `loop` writes to the decision log as-is.
+exception. `Hold`, `Scale` and `Recommend` are the policy's verdicts, `Lost` the liveness
+check's; each carries its reason as one readable sentence with the numbers in it and its
+figures as data, which `loop` writes to the decision log as-is.
 """
 
 from __future__ import annotations
@@ -47,4 +48,32 @@ class Scale:
         return "scale_up" if self.target > self.current else "scale_down"
 
 
-Verdict = NotReady | Hold | Scale
+@dataclass(frozen=True, slots=True)
+class Recommend:
+    """Advice the controller cannot carry out with its knob: at the resource limit, throttle
+    the producers (or shed load); when the per-batch overhead dominates, raise the batch cap.
+
+    `action` is 'throttle' or 'raise_batch_cap'; `parameter` and `value` name what to change
+    ('producer_rate' in records/s, or 'max_offsets_per_trigger' in records per batch).
+    """
+
+    action: str
+    parameter: str
+    value: float
+    reason: str
+    figures: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """No metrics from the query for longer than its liveness timeout: the instance is gone
+    or hung. The remedy is a restart or failover, never more parallelism."""
+
+    reason: str
+    silent_s: float
+    timeout_s: float
+    figures: Mapping[str, float] = field(default_factory=dict)
+    action: str = "lost"
+
+
+Verdict = NotReady | Hold | Scale | Recommend | Lost

@@ -1,7 +1,8 @@
 """What the controller remembers about its own actions on one query, as a pure state machine.
 
-Owns the in-flight control tuple, the epochs issued, the cooldown and the scale-down
-stabilisation timer. Every transition is a function from the old `ControlState` to a new one;
+Owns the in-flight control tuple, the epochs issued, the cooldown, the scale-down
+stabilisation timer, and the memory of scale-ups that did not help (`judgement` decides).
+Every transition is a function from the old `ControlState` to a new one;
 `loop` holds one per query and applies transitions on sends, acks and timeouts, and `policy`
 reads it to gate decisions.
 """
@@ -19,6 +20,37 @@ class InFlight:
     target: int
     epoch: int
     issued_at_ms: int
+    current: int = 0
+    """Parallelism when it was sent."""
+    rate_per_unit: float = 0.0
+    """μ the decision was sized with (records/s per unit)."""
+    batch_overhead_s: float = 0.0
+    """c the decision was sized with."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectCheck:
+    """An applied scale-up whose effect on capacity is still to be measured. It keeps μ and c
+    rather than capacities: the batch cap may only become known after the change (the first
+    batch cut by it), and before/predicted/measured must be compared under the same cap."""
+
+    current: int
+    target: int
+    rate_per_unit: float
+    batch_overhead_s: float
+    applied_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ineffective:
+    """A scale-up that raised capacity far less than predicted; not repeated until
+    `until_ms`. `current` is the level where more parallelism stopped helping."""
+
+    current: int
+    target: int
+    measured_gain: float
+    predicted_gain: float
+    until_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +60,10 @@ class ControlState:
     cooldown_until_ms: int = 0
     quiet_since_ms: int | None = None
     """Since when the query has been continuously quiet (scale-down candidate), if it is."""
+    settled_at_ms: int = 0
+    """When the last actuation ended (a restarting job is silent for a while after it)."""
+    effect_check: EffectCheck | None = None
+    ineffective: Ineffective | None = None
 
 
 def next_epoch(state: ControlState, epoch_seen: int) -> int:
@@ -47,8 +83,18 @@ def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     A rejected or failed value is not retried right away either: the cooldown gives the job
     time to report metrics under whatever configuration it kept.
     """
-    return replace(state, in_flight=None, quiet_since_ms=None,
+    return replace(state, in_flight=None, quiet_since_ms=None, settled_at_ms=now_ms,
                    cooldown_until_ms=now_ms + int(cooldown_s * 1000))
+
+
+def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
+    """The in-flight tuple was applied: settle, and for a scale-up measure its effect later."""
+    flight = state.in_flight
+    after = settled(state, now_ms, cooldown_s)
+    if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
+        return replace(after, effect_check=None)
+    return replace(after, effect_check=EffectCheck(
+        flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s, now_ms))
 
 
 def ack_overdue(state: ControlState, now_ms: int, ack_timeout_s: float) -> bool:

@@ -101,7 +101,8 @@ def test_metrics_from_before_the_change_are_ignored_after_the_ack() -> None:
     h.feed(simulate(OVERLOADED, 30))
     h.ack(Outcome.APPLIED)
     h.feed(simulate(OVERLOADED, 30, start_s=30, first_batch=100))
-    assert h.loop.verdicts["q1"] == NotReady("only 0 samples, need 4")
+    assert h.loop.verdicts["q1"] == NotReady(
+        "stabilising after a change to epoch 4: only 0 samples, need 4")
 
 
 def test_ack_timeout_is_recorded_and_the_next_epoch_skips_past_it() -> None:
@@ -157,3 +158,61 @@ def test_status_lines_report_the_figures(caplog: pytest.LogCaptureFixture) -> No
         h.feed(simulate(OVERLOADED, 30))
     [line] = [r.getMessage() for r in caplog.records if r.name == "controller.status"]
     assert line.startswith("q1: λ 8") and "capacity 4" in line and "parallelism 2" in line
+
+
+class LostRecorder(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost_now: list[str] = []
+        self.recommended_actions: list[str] = []
+
+    def lost(self, query_ids: list[str]) -> None:
+        self.lost_now = query_ids
+
+    def recommended(self, query_id: str, action: str) -> None:
+        self.recommended_actions.append(action)
+
+
+def test_a_silent_query_is_reported_lost_once_and_never_scaled() -> None:
+    h = Harness()
+    h.observer = LostRecorder()
+    h.loop.ports.observer = h.observer
+    steady = Job(rates=[(0, 300)], per_unit=210, parallelism=2)
+    h.feed(simulate(steady, 30))
+    h.clock.advance(30)
+    h.loop.run(max_cycles=3)
+    assert h.loop.verdicts["q1"].action == "lost"
+    assert h.observer.lost_now == ["q1"]
+    [decision] = [d for d in h.bus.written_decisions() if d.action == "lost"]
+    assert decision.reason.startswith("no metrics for ")
+    assert h.bus.sent_controls() == []
+    h.feed(simulate(steady, 10, start_s=62, first_batch=100))
+    assert h.loop.verdicts["q1"].action != "lost" and h.observer.lost_now == []
+
+
+def test_a_pipeline_gets_all_its_tuples_in_one_cycle() -> None:
+    """b is the bottleneck; c sees only what b lets through but is sized for what b will
+    send once resized, in the same cycle."""
+    h = Harness()
+    b = Job(rates=[(0, 600)], per_unit=100, parallelism=2, max_per_batch=500, query_id="b",
+            source_topic="a-out", sink_topic="b-out")
+    c = Job(rates=[(0, 200)], per_unit=200, parallelism=2, max_per_batch=500, query_id="c",
+            source_topic="b-out", sink_topic="out")
+    trace = sorted(simulate(b, 30) + simulate(c, 30), key=lambda s: s.batch_end_ms)
+    h.feed(trace)
+    sent = {control.query_id: int(control.value) for control in h.bus.sent_controls()}
+    assert set(sent) == {"b", "c"} and sent["c"] > 2
+    assert "b will send" in h.bus.sent_controls()[-1].reason
+
+
+def test_a_recommendation_is_recorded_once_and_counted() -> None:
+    h = Harness()
+    h.observer = LostRecorder()
+    h.loop.ports.observer = h.observer
+    full = replace(OVERLOADED, rates=[(0, 5000)], parallelism=16, task_slots=16, partitions=2)
+    h.feed(simulate(full, 30), cycles=3)
+    assert h.bus.sent_controls() == []
+    [advice] = [d for d in h.bus.written_decisions() if d.action == "throttle"]
+    assert advice.parameter == "producer_rate" and float(advice.target_value) > 0
+    assert "throttle the producers to" in advice.reason
+    assert h.observer.recommended_actions == ["throttle"]

@@ -6,13 +6,15 @@ import math
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.model import QueryModel
-from controller.policy import bounds, decide, required_units
-from controller.results import Hold, Scale
+from controller.policy import bounds, decide, target_units
+from controller.results import Hold, Recommend, Scale
 from controller.settings import PolicySettings
+from controller.sizing import required_units
 from controller.state import ControlState, InFlight
 
 NOW = 1_700_000_000_000
@@ -87,10 +89,18 @@ def test_partitions_set_the_floor() -> None:
     assert bounds(model(source_partitions=8, task_slots=4), POLICY).high == 8
 
 
-def test_backlogged_at_the_ceiling_cannot_help() -> None:
+def test_backlogged_at_the_ceiling_recommends_throttling_with_the_numbers() -> None:
+    # 16 units × 200/s = 3 200/s against 4 000/s: no more units to add. At 80 % that is
+    # 2 560/s, minus 50 000 / 60 s to drain the backlog: throttle to ~1 727/s, shed ~57 %.
     verdict = decide(model(parallelism=16, units=16, arrival_rate=4000, backlog_records=50_000),
                      ControlState(), NOW, POLICY)
-    assert isinstance(verdict, Hold) and verdict.action == "cannot_help"
+    assert isinstance(verdict, Recommend) and verdict.action == "throttle"
+    assert verdict.parameter == "producer_rate"
+    assert verdict.value == pytest.approx(0.8 * 3200 - 50_000 / 60)
+    assert verdict.figures["shed_fraction"] == pytest.approx(1 - verdict.value / 4000)
+    assert verdict.reason.startswith(
+        "at 16 units (task slots) capacity is 3 200/s against 4 000/s arriving and 50 000 "
+        "records behind; throttle the producers to 1 727/s or shed 57% of records")
 
 
 def test_no_decision_in_flight_or_in_cooldown() -> None:
@@ -119,7 +129,7 @@ def test_scale_down_waits_for_stabilisation_then_steps() -> None:
 
 
 def test_exact_fit_does_not_round_up() -> None:
-    assert required_units(320, 0, 200, replace(POLICY, target_utilisation=0.8)) == 2
+    assert required_units(320, 200, 0.8) == 2
 
 
 rates = st.floats(min_value=0, max_value=1e6, allow_nan=False)
@@ -145,4 +155,7 @@ def test_required_units_are_monotone_in_arrival_and_backlog(
         a1: float, a2: float, b1: float, b2: float, mu: float) -> None:
     lo_a, hi_a = sorted((a1, a2))
     lo_b, hi_b = sorted((b1, b2))
-    assert required_units(lo_a, lo_b, mu, POLICY) <= required_units(hi_a, hi_b, mu, POLICY)
+    low = target_units(model(arrival_rate=lo_a, backlog_records=lo_b, rate_per_unit=mu), POLICY)
+    high = target_units(model(arrival_rate=hi_a, backlog_records=hi_b, rate_per_unit=mu),
+                        POLICY)
+    assert low is not None and high is not None and low <= high

@@ -12,7 +12,7 @@ MODEL = QueryModel(
     query_id="q1", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
     busy_ratio=0.98, rate_per_unit=200, parallelism=2, units=2, source_partitions=2,
     task_slots=16, backlog_records=6_000, backlog_trend_records_per_s=300,
-    time_to_drain_s=math.inf)
+    time_to_drain_s=math.inf, batch_overhead_s=1.5)
 
 
 def test_figures_and_counters_are_exported() -> None:
@@ -24,11 +24,14 @@ def test_figures_and_counters_are_exported() -> None:
     metrics.acked("q1", "APPLIED")
     metrics.ack_timed_out("q1")
     metrics.decode_error(DecodeError("bad", topic="streamctl.metrics", partition=0, offset=7))
+    metrics.recommended("q1", "throttle")
+    metrics.lost(["q1", "q2"])
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
 
     assert value("streamctl_arrival_rate_records_per_second", query="q1") == 700
+    # 2 units × 200/s with 1.5 s per batch but no batch cap: the overhead amortises away.
     assert value("streamctl_processing_rate_records_per_second", query="q1") == 400
     assert value("streamctl_throughput_records_per_second", query="q1") == 400
     assert value("streamctl_backlog_records", query="q1") == 6_000
@@ -41,3 +44,7 @@ def test_figures_and_counters_are_exported() -> None:
     assert value("streamctl_ack_timeouts_total") == 1
     assert value("streamctl_decode_errors_total", topic="streamctl.metrics") == 1
     assert value("streamctl_metrics_records_total") == 3
+    assert value("streamctl_batch_overhead_seconds", query="q1") == 1.5
+    assert value("streamctl_true_processing_rate_per_unit_records_per_second", query="q1") == 200
+    assert value("streamctl_recommendations_total", action="throttle") == 1
+    assert value("streamctl_lost_queries") == 2

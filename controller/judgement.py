@@ -1,0 +1,117 @@
+"""Judgement beyond sizing: skew, lost instances, and scale-ups that did not help.
+
+Owns three pure checks the policy and the loop consult:
+- `skew`: the backlog (or, under load without one, the arrivals) concentrated on one source
+  partition while others exist — reported in reasons; Spark's minPartitions splits a hot
+  partition's offset range, so skew in Kafka partitions does not by itself stop scaling.
+- `liveness`: no metrics for longer than a multiple of the query's batch interval, with a
+  floor (Spark reports an idle query only every ~10 s) → `results.Lost`.
+- `judge_effect`: after an applied scale-up, the capacity measured under the new
+  configuration against the predicted one → a remembered `state.Ineffective`, so the policy
+  says "cannot help" instead of repeating it.
+Neighbours: `policy` (skew wording, the ineffective ceiling), `loop` (calls `liveness` and
+`judge_effect` with the query's `ControlState`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from controller.model import QueryModel, effective_units
+from controller.results import Lost
+from controller.settings import PolicySettings
+from controller.sizing import capacity
+from controller.state import ControlState, Ineffective
+from controller.wording import num, pct
+
+
+@dataclass(frozen=True, slots=True)
+class Skew:
+    partition: str
+    share: float
+    of: str
+    """'backlog' or 'arrivals'."""
+    partitions: int
+
+    def describe(self) -> str:
+        return (f"skew: partition {self.partition} holds {pct(self.share)} of the {self.of} "
+                f"across {self.partitions} partitions")
+
+
+def skew(model: QueryModel, settings: PolicySettings) -> Skew | None:
+    """The hottest partition, if it holds more than `skew_partition_share` of what matters."""
+    if model.backlog_records > settings.backlog_floor_records:
+        shares, of = model.partition_lag_shares, "backlog"
+    elif model.utilisation >= settings.low_water_utilisation:
+        # Under load without a backlog, uneven arrivals are the early sign of the same thing.
+        shares, of = model.partition_arrival_shares, "arrivals"
+    else:
+        return None
+    if len(shares) < 2 or shares[0][1] <= settings.skew_partition_share:
+        return None
+    return Skew(shares[0][0], shares[0][1], of, len(shares))
+
+
+def lost_timeout_s(trigger_s: float, last_busy_s: float, settings: PolicySettings) -> float:
+    """How long a query may stay silent: a multiple of its batch interval (a backlogged batch
+    runs far past the trigger), never below the floor."""
+    interval = max(trigger_s, last_busy_s)
+    return max(settings.lost_after_intervals * interval, settings.lost_after_min_s)
+
+
+def liveness(last_seen_ms: int | None, trigger_s: float, last_busy_s: float,
+             state: ControlState, now_ms: int, settings: PolicySettings) -> Lost | None:
+    """`Lost` when the query has been silent too long. A query never seen is not lost, and
+    neither is one whose reconfiguration is in flight (its restart is silent; the ack timeout
+    covers it); after an actuation the silence counts from when it ended."""
+    if last_seen_ms is None or state.in_flight is not None:
+        return None
+    since_ms = max(last_seen_ms, state.settled_at_ms)
+    silent_s = (now_ms - since_ms) / 1000
+    timeout_s = lost_timeout_s(trigger_s, last_busy_s, settings)
+    if silent_s <= timeout_s:
+        return None
+    return Lost(f"no metrics for {silent_s:.0f} s (timeout {timeout_s:.0f} s: "
+                f"{settings.lost_after_intervals} × its {num(max(trigger_s, last_busy_s))} s "
+                f"batch interval, at least {settings.lost_after_min_s:.0f} s); the instance is "
+                "gone or hung — restart or fail it over, more parallelism cannot help",
+                silent_s, timeout_s, {"silent_s": silent_s, "timeout_s": timeout_s})
+
+
+def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_ms: int,
+                 settings: PolicySettings) -> ControlState:
+    """Settle a pending effect check with the first model of the new configuration.
+
+    A query that keeps up after the change was helped enough, whatever the figures say (no
+    false "ineffective" from a noisy μ). One still backlogged is judged on capacity: the
+    measured gain must reach `ineffective_gain_ratio` of the predicted gain.
+    """
+    check = state.effect_check
+    if state.ineffective is not None and now_ms >= state.ineffective.until_ms:
+        state = replace(state, ineffective=None)
+    if check is None or model.parallelism != check.target:
+        return state
+    state = replace(state, effect_check=None)
+    if not backlogged:
+        return state
+    def before_at(parallelism: int) -> float:  # the old μ and c, today's batch cap
+        units = effective_units(parallelism, model.source_partitions, model.task_slots)
+        return capacity(check.rate_per_unit, units, check.batch_overhead_s, model.batch_cap)
+
+    measured = model.capacity / before_at(check.current) - 1
+    predicted = before_at(check.target) / before_at(check.current) - 1
+    if predicted <= 0 or measured >= settings.ineffective_gain_ratio * predicted:
+        return state
+    return replace(state, ineffective=Ineffective(
+        check.current, check.target, measured, predicted,
+        now_ms + int(settings.ineffective_memory_s * 1000)))
+
+
+def ineffective_sentence(memory: Ineffective, model: QueryModel, now_ms: int,
+                         settings: PolicySettings) -> str:
+    found = skew(model, settings)
+    cause = f"likely {found.describe()}" if found else "likely skew or an external limit"
+    return (f"cannot help: scaling {memory.current}→{memory.target} raised capacity only "
+            f"{pct(memory.measured_gain)} (predicted {pct(memory.predicted_gain)}); {cause}; "
+            f"not scaling past {max(memory.current, model.parallelism)} for another "
+            f"{(memory.until_ms - now_ms) / 60_000:.0f} min")

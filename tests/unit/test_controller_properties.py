@@ -1,0 +1,149 @@
+"""Properties of the policy (hypothesis): bounds, no oscillation on a stationary noisy load,
+monotone sizing, and a lost instance reported within its timeout."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryMetricsSource,
+)
+from controller.judgement import lost_timeout_s
+from controller.loop import ControlLoop, Ports
+from controller.model import QueryModel
+from controller.policy import bounds, decide, target_units
+from controller.results import Scale
+from controller.settings import ControllerSettings, PolicySettings
+from controller.state import ControlState
+from schemas import Ack, Outcome
+from tests.unit.controller_traces import T0_MS, Job, simulate
+
+NOW = T0_MS + 3_600_000
+POLICY = PolicySettings()
+
+rates = st.floats(min_value=0, max_value=1e5, allow_nan=False)
+backlogs = st.floats(min_value=0, max_value=1e7, allow_nan=False)
+
+
+@st.composite
+def models(draw: st.DrawFn) -> QueryModel:
+    parallelism = draw(st.integers(1, 64))
+    return QueryModel(
+        query_id="q", samples=10, config_epoch=0, arrival_rate=draw(rates),
+        throughput=100, busy_ratio=draw(st.floats(0, 1)),
+        rate_per_unit=draw(st.floats(1, 1e4)), parallelism=parallelism, units=parallelism,
+        source_partitions=draw(st.integers(1, 32)), task_slots=draw(st.integers(0, 64)),
+        backlog_records=draw(backlogs),
+        backlog_trend_records_per_s=draw(st.floats(-1e4, 1e4)), time_to_drain_s=math.inf,
+        batch_overhead_s=draw(st.floats(0, 5)), batch_cap=draw(st.integers(0, 100_000)))
+
+
+@given(models(), st.booleans())
+def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool) -> None:
+    state = ControlState(quiet_since_ms=NOW - 10**7 if quiet_long else None)
+    verdict = decide(model, state, NOW, POLICY)
+    if isinstance(verdict, Scale):
+        limits = bounds(model, POLICY)
+        assert limits.low <= verdict.target
+        if verdict.action == "scale_up":
+            assert model.parallelism < verdict.target <= limits.high
+        else:  # from above the ceiling too, only by the bounded step towards it
+            assert verdict.target < model.parallelism
+            assert verdict.current - verdict.target <= POLICY.max_scale_down_step
+
+
+@given(models(), rates, rates, backlogs, backlogs)
+def test_target_parallelism_is_monotone_in_arrival_and_backlog(
+        model: QueryModel, a1: float, a2: float, b1: float, b2: float) -> None:
+    def units(arrival: float, backlog: float) -> float:
+        found = target_units(replace(model, arrival_rate=arrival, backlog_records=backlog),
+                             POLICY)
+        return math.inf if found is None else found  # None: no number of units suffices
+
+    (lo_a, hi_a), (lo_b, hi_b) = sorted((a1, a2)), sorted((b1, b2))
+    assert units(lo_a, lo_b) <= units(hi_a, lo_b) <= units(hi_a, hi_b)
+
+
+def closed_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
+    """The real loop over a job that applies what it is sent (after a 5 s pause) under a
+    load redrawn every 5 s within ±noise of the job's rate; returns (time, action)."""
+    rng = random.Random(seed)
+    base = job.rates[0][1]
+    steps = [(float(t), base * (1 + rng.uniform(-noise, noise))) for t in range(0, seconds, 5)]
+    job = replace(job, rates=steps)
+    bus, clock = MemoryBus(), FakeClock(T0_MS)
+    loop = ControlLoop(ControllerSettings(), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+        clock=clock))
+    actions: list[tuple[float, str]] = []
+    t, batch, positions, fresh = 0.0, 0, [0] * job.partitions, True
+    while t < seconds:
+        # Only the first batch of a run (start or restart) carries the warm-up.
+        run = job if fresh else replace(job, warm_up_s=0.0)
+        chunk = simulate(run, 5, start_s=t, positions=positions, first_batch=batch)
+        fresh = fresh and not any(s.input_rows > 0 for s in chunk)
+        if chunk:
+            batch = chunk[-1].batch_id + 1
+            positions = [p.end_offset for p in chunk[-1].partitions]
+            bus.publish_metrics(*chunk)
+        t += 5
+        clock.ms = T0_MS + int(t * 1000)
+        loop.run_once()
+        for control in bus.sent_controls()[len(actions):]:
+            new = int(control.value)
+            actions.append((t, "up" if new > job.parallelism else "down"))
+            t += 5  # the restart
+            job, fresh = replace(job, parallelism=new, epoch=control.epoch), True
+            bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
+                                control.epoch, Outcome.APPLIED, "", 5000, clock.ms))
+    return actions
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6))
+def test_a_stationary_noisy_load_does_not_oscillate(rate: float, noise: float,
+                                                    parallelism: int, seed: int) -> None:
+    job = Job(rates=[(0, rate)], per_unit=200, parallelism=parallelism, overhead_s=1.5,
+              max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0)
+    actions = closed_loop(job, noise, seed, 600)
+    stabilisation = POLICY.scale_down_stabilisation_s
+    for (t1, d1), (_, d2), (t3, d3) in zip(actions, actions[1:], actions[2:], strict=False):
+        assert not (d1 == "up" and d2 == "down" and d3 == "up"
+                    and t3 - t1 <= stabilisation), actions
+    assert sum(1 for _, d in actions if d == "up") <= 2, actions
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.5, 10), st.integers(0, 3))
+def test_a_lost_instance_is_reported_within_the_timeout(trigger_s: float, extra: int) -> None:
+    job = Job(rates=[(0, 100)], per_unit=200, parallelism=2, trigger_s=trigger_s)
+    trace = simulate(job, 40)
+    bus, clock = MemoryBus(), FakeClock(trace[-1].batch_end_ms)
+    loop = ControlLoop(ControllerSettings(), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+        clock=clock))
+    bus.publish_metrics(*trace)
+    last = trace[-1]
+    timeout_s = lost_timeout_s(trigger_s, last.busy_ms / 1000, POLICY)
+    reported_at = None
+    while reported_at is None and clock.ms < last.batch_end_ms + 3_600_000:
+        loop.run_once()
+        if loop.verdicts["q1"].action == "lost":
+            reported_at = clock.ms
+        clock.advance(1.0 + extra * 0.5)  # the loop's cycle
+    assert reported_at is not None
+    silent_s = (reported_at - last.batch_end_ms) / 1000
+    assert timeout_s < silent_s <= timeout_s + 1.0 + extra * 0.5
+    assert bus.sent_controls() == []
