@@ -327,5 +327,6 @@ class SimJob:
                                 batch.starts[p] + batch.take[p], batch.latest[p])
                 for p in range(len(batch.starts))),
             input_parallelism=self.parallelism, state_partitions=0,
-            task_slots=spec.task_slots, source_topics=(self.source.name,),
+            task_slots=spec.task_slots, max_offsets_per_trigger=spec.max_per_batch,
+            source_topics=(self.source.name,),
             sink_topics=(self.sink.name,) if self.sink is not None else (spec.sink_topic,))
