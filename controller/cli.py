@@ -205,10 +205,10 @@ def add_record_command(commands: argparse._SubParsersAction) -> None:
     record = commands.add_parser(
         "record", help="copy the metrics topic to a JSON-lines trace file",
         description="Copy TaskMetrics records of the metrics topic to a JSON-lines file (one "
-                    "record with its Kafka timestamp per line), for a duration from now or "
-                    "between two times. Undecodable records are counted and listed with "
-                    "topic, partition and offset, never fatal. `controller replay --trace` "
-                    "reads the file.")
+                    "record with its Kafka timestamp per line): for a duration from now, "
+                    "between two times, or from now until Ctrl-C. Undecodable records are "
+                    "counted and listed with topic, partition and offset, never fatal. "
+                    "`controller replay --trace` reads the file.")
     record.add_argument("--output", "-o", required=True, help="trace file to write (.jsonl)")
     record.add_argument("--duration-s", type=float, default=None,
                         help="record this many seconds from now (instead of --from/--to)")
@@ -219,6 +219,10 @@ def add_record_command(commands: argparse._SubParsersAction) -> None:
                             default=os.environ.get(env_name(name), getattr(defaults, name)),
                             help=f"{field_docs(KafkaSettings)[name]} [env {env_name(name)}]")
     record.set_defaults(handler=record_command)
+
+
+_UNTIL_INTERRUPTED_MS = 2**53
+"""`--to` of a recording with no range given: far enough that only Ctrl-C ends it."""
 
 
 def record_command(args: argparse.Namespace) -> int:
@@ -234,15 +238,21 @@ def record_command(args: argparse.Namespace) -> int:
         from_ms, to_ms = now_ms, now_ms + int(args.duration_s * 1000)
     elif _range_given(args, "controller record"):
         from_ms, to_ms = args.from_ms, args.to_ms
+    elif args.from_ms is None and args.to_ms is None:
+        from_ms, to_ms = now_ms, _UNTIL_INTERRUPTED_MS
+        print("recording until Ctrl-C", file=sys.stderr)
     else:
         print("controller record: give --duration-s, or --from and --to", file=sys.stderr)
         return 2
     try:
         with Path(args.output).open("w") as out:
             writer = TraceWriter(out, topic=args.metrics_topic, from_ms=from_ms)
-            for entry in read_metrics(args.bootstrap_servers, args.metrics_topic, from_ms,
-                                      to_ms, writer.bad):
-                writer.write(entry)
+            try:
+                for entry in read_metrics(args.bootstrap_servers, args.metrics_topic,
+                                          from_ms, to_ms, writer.bad):
+                    writer.write(entry)
+            except KeyboardInterrupt:
+                to_ms = min(to_ms, time.time_ns() // 1_000_000)
             writer.close(to_ms)
     except KafkaSetupError as exc:
         print(f"controller record: {exc}", file=sys.stderr)
