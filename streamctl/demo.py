@@ -216,8 +216,11 @@ class Narrator:
         elapsed = time.monotonic() - self.load_started
         if d.control_id and self.first_control_s is None and elapsed > self.settings.step_at_s:
             self.first_control_s = elapsed - self.settings.step_at_s
-        line = (f">>> decision at {elapsed:.0f} s: {d.action} {d.parameter} "
-                f"{d.current_value} -> {d.target_value}: {d.reason}")
+        if d.current_value and d.target_value:
+            line = (f">>> decision at {elapsed:.0f} s: {d.action} {d.parameter} "
+                    f"{d.current_value} -> {d.target_value}: {d.reason}")
+        else:  # advice (throttle, cannot_help, lost, ...) changes no knob of the job
+            line = f">>> {d.action.replace('_', ' ')} at {elapsed:.0f} s: {d.reason}"
         self.events.append(line)
         print(line, flush=True)
 

@@ -40,7 +40,9 @@ class QueryView:
             return 0.0
         first, last = recent[0], recent[-1]
         span_s = (last.batch_start_ms - first.batch_start_ms) / 1000
-        grown = _latest(last) - _latest(first)
+        # A restarted query first replays the batch planned before the change, whose latest
+        # offsets are older than the previous batch's: never report that as negative arrival.
+        grown = max(0, _latest(last) - _latest(first))
         return grown / span_s if span_s > 0 else 0.0
 
     def processed_per_s(self) -> float:

@@ -69,3 +69,10 @@ def test_view_keeps_rates_when_batches_outlast_the_smoothing_span() -> None:
         view.add(metrics(i, i * 6500, 3250, 3250 * (i + 1), 3250 * (i + 1)))
     assert view.processed_per_s() == pytest.approx(500)
     assert view.arrival_per_s() == pytest.approx(500)
+
+
+def test_a_replayed_batch_after_a_restart_never_shows_negative_arrival() -> None:
+    view = QueryView("q")
+    view.add(metrics(5, 0, 4000, 20_000, 30_000))
+    view.add(metrics(6, 2000, 4000, 16_000, 26_000, parallelism=8))  # planned before the change
+    assert view.arrival_per_s() == 0.0
