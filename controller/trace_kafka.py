@@ -2,8 +2,8 @@
 (a Kafka adapter: with `kafka_io`, the only controller modules that import confluent_kafka).
 
 Owns positioning by time: every partition starts at the first offset whose timestamp is at
-or after `from_ms` (`offsets_for_times`), and is finished at the first record stamped after
-`to_ms` or, once the wall clock is past `to_ms`, at the partition's end. So the same call
+or after `from_ms` (`offsets_for_times`), and is finished at the first record stamped well
+after `to_ms` or, once the wall clock is past `to_ms`, at the partition's end. So the same call
 copies last night's range or records the next five minutes live. The consumer is assigned
 (no group join, never commits). Bad payloads are handed to the caller with their position,
 never raised. Neighbours: `trace` (the entry type), `replay` and `cli` (the callers).
@@ -24,6 +24,11 @@ from schemas import DecodeError, TaskMetrics, codec_for
 _GRACE_MS = 2_000
 """After `to_ms` on the wall clock, how long records stamped before it may still arrive
 (a producer's linger and retries)."""
+
+_DISORDER_MS = 30_000
+"""How far timestamps may run out of order within a partition (several producers, retries):
+a record stamped after `to_ms` is skipped, and only one stamped later than `to_ms` by more
+than this ends the partition."""
 
 
 def _now_ms() -> int:
@@ -85,7 +90,8 @@ def _consume(consumer: Consumer, topic: str, open_partitions: set[int], to_ms: i
                 continue
             stamp = message.timestamp()[1]
             if stamp > to_ms:
-                open_partitions.discard(partition)
+                if stamp > to_ms + _DISORDER_MS:
+                    open_partitions.discard(partition)
                 continue
             offset = message.offset() or 0
             try:

@@ -49,10 +49,15 @@ def metrics_topic(bootstrap_servers: str, new_topic: Callable[..., str]
     from_ms, to_ms = samples[0].batch_end_ms, samples[-1].batch_end_ms
     producer = Producer({"bootstrap.servers": bootstrap_servers, "log_level": 3})
     codec = codec_for(TaskMetrics)
-    decoys = [(from_ms - 60_000, samples[0]), (to_ms + 60_000, samples[-1])]
-    for stamp, m in [*decoys, *((m.batch_end_ms, m) for m in samples)]:
-        producer.produce(topic, codec.encode(m), key=m.query_id, timestamp=stamp)
-    producer.produce(topic, b"garbage", key=b"q1", timestamp=from_ms + 1000)
+    # In write order, one partition (one key): a decoy before the range, the samples with a
+    # record stamped just after the range among them (timestamps within a partition are only
+    # roughly ordered) and garbage, then a decoy after the range.
+    stamped = [(from_ms - 60_000, codec.encode(samples[0]))]
+    stamped += [(m.batch_end_ms, codec.encode(m)) for m in samples[:-1]]
+    stamped += [(to_ms + 5_000, codec.encode(samples[0])), (from_ms + 1000, b"garbage")]
+    stamped += [(to_ms, codec.encode(samples[-1])), (to_ms + 60_000, codec.encode(samples[0]))]
+    for stamp, payload in stamped:
+        producer.produce(topic, payload, key=b"q1", timestamp=stamp)
     assert producer.flush(30) == 0
     return topic, samples, from_ms, to_ms
 
