@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -49,9 +49,16 @@ class BrokerLayout:
         return (self.data_dir / "meta.properties").is_file()
 
 
-def new_cluster_id() -> str:
-    """Kafka's cluster id format: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """Kafka's cluster id format: 16 random bytes, URL-safe base64 without padding.
+
+    An id starting with '-' would be read as an option by the storage tool's command line
+    (about 1 start in 64); like Kafka's own `Uuid.randomUuid`, draw again.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def render_server_properties(port: int, controller_port: int, data_dir: Path) -> str:

@@ -107,3 +107,10 @@ def test_poll_until_is_bounded_and_returns_the_first_value() -> None:
     assert 0.3 <= time.monotonic() - started < 2.0
     calls = iter([None, None, "ready"])
     assert poll_until(lambda: next(calls), timeout_s=5.0, interval_s=0.01) == "ready"
+
+
+def test_a_cluster_id_never_starts_with_a_dash() -> None:
+    """The storage tool would read '-…' as an option; a leading 0xf8-0xfb byte encodes so."""
+    draws = iter([b"\xfb" + b"\x00" * 15, b"\x01" * 16])
+    cluster_id = new_cluster_id(lambda: next(draws))
+    assert cluster_id == "AQEBAQEBAQEBAQEBAQEBAQ"
