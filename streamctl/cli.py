@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stack.cli import add_stack_commands
     from streamctl.demo import add_demo_command
     from streamctl.loadgen import add_produce_command
+    from streamctl.watch import add_watch_commands
     from streaming_jobs.cli import add_job_commands
 
     parser = argparse.ArgumentParser(
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_controller_commands(groups)
     add_produce_command(groups)
     add_demo_command(groups)
+    add_watch_commands(groups)
     return parser
 
 

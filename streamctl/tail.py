@@ -22,6 +22,10 @@ class Tail:
     bootstrap_servers: str
     record_types: Mapping[str, type[_Record]]  # topic -> record type on it
     from_beginning: bool = False
+    start_at_ms: int | None = None
+    """Start at the first record stamped at or after this time (wins over from_beginning)."""
+    client_log_level: int = 3
+    """librdkafka's own log (syslog levels); 0 for commands that report errors themselves."""
     decode_errors: list[DecodeError] = field(default_factory=list)
     _partitions: dict[str, list[int]] = field(default_factory=dict)
 
@@ -31,14 +35,18 @@ class Tail:
             "group.id": f"streamctl-tail-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
-            "log_level": 3,
+            "log_level": self.client_log_level,
         })
         start = OFFSET_BEGINNING if self.from_beginning else OFFSET_END
-        self._consumer.assign([
-            TopicPartition(topic, p, start)
+        assignment = [
+            TopicPartition(topic, p, start if self.start_at_ms is None else self.start_at_ms)
             for topic in self.record_types
             for p in self.partitions(topic)
-        ])
+        ]
+        if self.start_at_ms is not None:
+            # A partition with nothing newer comes back at offset -1 (its end): start there.
+            assignment = self._consumer.offsets_for_times(assignment, timeout=10)
+        self._consumer.assign(assignment)
 
     def partitions(self, topic: str) -> list[int]:
         if topic not in self._partitions:

@@ -1,0 +1,156 @@
+"""`streamctl status` and `streamctl decisions`: read streamctl's topics and print the board.
+
+Owns the commands' options, reading the metrics, decisions and acks topics from a point in
+time, the live refresh, and the errors a user can act on (no broker, no topics). The folding
+and the text are in `board`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException
+
+from schemas.records import Ack, Decision, TaskMetrics
+from stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
+from streamctl.board import Board, ack_line, decision_lines, status_table
+from streamctl.cli import UserFacingError
+from streamctl.settings import add_bootstrap_option
+from streamctl.tail import Tail
+
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+def add_watch_commands(groups: argparse._SubParsersAction) -> None:
+    status = groups.add_parser(
+        "status", help="a live table of the queries: rates, lag, parallelism, decisions",
+        description="Per query: arrival and processing rate, lag, input parallelism, share "
+        "of time busy, when its metrics were last seen, the controller's last decision with "
+        "its reason, and the last reconfiguration pause. Read from the metrics, decisions "
+        "and acks topics.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_topic_options(status)
+    status.add_argument("--since-s", type=float, default=600.0,
+                        help="read this many seconds of history at start")
+    status.add_argument("--refresh-s", type=float, default=2.0, help="seconds between redraws")
+    status.add_argument("--once", action="store_true",
+                        help="print one table and exit (the default when stdout is not a terminal)")
+    status.set_defaults(handler=_status)
+
+    decisions = groups.add_parser(
+        "decisions", help="tail the controller's decision log (with each decision's ack)",
+        description="Print the controller's decisions with their reasons and the jobs' acks; "
+        "with --follow, keep printing new ones.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_topic_options(decisions)
+    decisions.add_argument("--since-s", type=float, default=3600.0,
+                           help="print decisions of the last this many seconds")
+    decisions.add_argument("--query", help="only this query id")
+    decisions.add_argument("-f", "--follow", action="store_true",
+                           help="keep printing new decisions until Ctrl-C")
+    decisions.set_defaults(handler=_decisions)
+
+
+def _add_topic_options(p: argparse.ArgumentParser) -> None:
+    add_bootstrap_option(p)
+    p.add_argument("--metrics-topic", default=METRICS_TOPIC,
+                   help="where the jobs publish their per-batch metrics")
+    p.add_argument("--decisions-topic", default=DECISIONS_TOPIC,
+                   help="the controller's decision log")
+    p.add_argument("--acks-topic", default=ACKS_TOPIC,
+                   help="where the jobs answer each control tuple")
+
+
+def _open_tail(args: argparse.Namespace, topics: dict[str, type]) -> Tail:
+    start_ms = int(time.time() * 1000 - args.since_s * 1000)
+    try:
+        return Tail(args.bootstrap_servers, topics, start_at_ms=start_ms, client_log_level=0)
+    except KafkaException as exc:
+        raise UserFacingError(
+            f"cannot reach Kafka at {args.bootstrap_servers} ({exc.args[0].str()}): start the "
+            "local broker with `streamctl stack up`, or point --bootstrap-servers / "
+            "STREAMCTL_BOOTSTRAP_SERVERS at yours") from None
+    except RuntimeError as exc:
+        raise UserFacingError(f"{exc}; create streamctl's topics with `streamctl stack topics`"
+                              ) from None
+
+
+def _drain(tail: Tail, board: Board, budget_s: float = 5.0) -> None:
+    """Read until the topics go quiet (or `budget_s`), so the first table is complete."""
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        records = tail.poll(timeout_s=0.3, max_records=2000)
+        if not records:
+            return
+        board.add_all(r for _, r in records)
+
+
+def _report_garbage(tail: Tail, seen: int) -> int:
+    for err in tail.decode_errors[seen:]:
+        print(f"streamctl: skipped an undecodable record: {err}", file=sys.stderr)
+    return len(tail.decode_errors)
+
+
+def _status(args: argparse.Namespace) -> int:
+    tail = _open_tail(args, {args.metrics_topic: TaskMetrics,
+                             args.decisions_topic: Decision, args.acks_topic: Ack})
+    board, garbage = Board(), 0
+    live = not args.once and sys.stdout.isatty()
+    try:
+        while True:
+            _drain(tail, board)
+            garbage = _report_garbage(tail, garbage)
+            table = "\n".join(status_table(board, int(time.time() * 1000)))
+            print(f"{_CLEAR}{table}" if live else table, flush=True)
+            if not live:
+                return 0
+            time.sleep(args.refresh_s)
+    finally:
+        tail.close()
+
+
+def _decisions(args: argparse.Namespace) -> int:
+    tail = _open_tail(args, {args.decisions_topic: Decision, args.acks_topic: Ack})
+    log = DecisionPrinter(Board(), args.query)
+    garbage = 0
+    try:
+        _drain(tail, log.board)
+        if log.print_new() == 0 and not args.follow:
+            print(f"no decisions in the last {args.since_s:.0f} s")
+        while args.follow:
+            log.board.add_all(r for _, r in tail.poll(timeout_s=1.0))
+            garbage = _report_garbage(tail, garbage)
+            log.print_new()
+        return 0
+    finally:
+        tail.close()
+
+
+class DecisionPrinter:
+    """Prints each decision once, when it arrives, with the ack known by then; an ack that
+    arrives later is printed on its own line when it comes."""
+
+    def __init__(self, board: Board, query: str | None,
+                 out: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+        self.board, self._query, self._out = board, query, out
+        self._done = 0
+        self._awaiting_ack: set[str] = set()
+
+    def print_new(self) -> int:
+        """Prints what is new; returns how many decisions it printed."""
+        printed = 0
+        for decision in self.board.decisions[self._done:]:
+            if self._query and decision.query_id != self._query:
+                continue
+            ack = self.board.ack_for(decision)
+            self._out("\n".join(decision_lines(decision, ack)))
+            printed += 1
+            if decision.control_id and ack is None and not decision.dry_run:
+                self._awaiting_ack.add(decision.control_id)
+        self._done = len(self.board.decisions)
+        for control_id in sorted(self._awaiting_ack & self.board.acks.keys()):
+            self._out(ack_line(self.board.acks[control_id]))
+            self._awaiting_ack.discard(control_id)
+        return printed

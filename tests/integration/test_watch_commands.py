@@ -1,0 +1,91 @@
+"""`streamctl status` and `streamctl decisions` against the real broker (uuid topics per test):
+what a job, a controller and a job's acks wrote is what the commands print."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from schemas import codec_for
+from schemas.records import Outcome, _Record
+from streamctl.cli import main
+from tests.unit.test_streamctl_board import ack, decision, metrics
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def produce(bootstrap: str, topic: str, records: list[_Record], stamp_ms: int = 0) -> None:
+    """Records stamped now, or at `stamp_ms` (the commands read from a point in time)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for record in records:
+        producer.produce(topic, codec_for(type(record)).encode(record), timestamp=stamp_ms)
+    assert producer.flush(30) == 0
+
+
+def topics(new_topic: Callable[..., str]) -> dict[str, str]:
+    return {"metrics": new_topic(), "decisions": new_topic(), "acks": new_topic()}
+
+
+def run(bootstrap: str, t: dict[str, str], *args: str) -> list[str]:
+    return ["--bootstrap-servers", bootstrap, "--metrics-topic", t["metrics"],
+            "--decisions-topic", t["decisions"], "--acks-topic", t["acks"], *args]
+
+
+def test_status_prints_each_query_with_its_last_decision_and_pause(
+        bootstrap_servers: str, new_topic: Callable[..., str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    t = topics(new_topic)
+    now = int(time.time() * 1000)
+    produce(bootstrap_servers, t["metrics"],
+            [metrics(i, now - 20_000 + i * 1000, 100, (i + 1) * 100, (i + 1) * 100 + 40, 500)
+             for i in range(10)])
+    produce(bootstrap_servers, t["decisions"], [decision("c-1", now - 15_000)])
+    produce(bootstrap_servers, t["acks"], [ack("c-1", Outcome.APPLIED, 4_100, now - 10_000)])
+    # Garbage on a topic is reported with its position and skipped, never fatal.
+    garbage = Producer({"bootstrap.servers": bootstrap_servers})
+    garbage.produce(t["metrics"], b"not avro")
+    assert garbage.flush(30) == 0
+
+    assert main(["status", *run(bootstrap_servers, t, "--once")]) == 0
+    out, err = capsys.readouterr()
+    assert "skipped an undecodable record" in err and t["metrics"] in err
+    row = next(line for line in out.splitlines() if line.startswith("q "))
+    assert row.split()[1:6] == ["100", "100", "40", "2", "50%"]
+    assert "scale_up input_parallelism 2→6" in row
+    assert "reason: backlog 1 892 records growing 146/s" in out
+    assert "last pause: 4.1 s" in out
+
+
+def test_decisions_prints_the_log_with_acks_and_filters_by_query(
+        bootstrap_servers: str, new_topic: Callable[..., str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    t = topics(new_topic)
+    now = int(time.time() * 1000)
+    two_hours_ago = now - 7_200_000  # before the default --since-s
+    produce(bootstrap_servers, t["decisions"], [decision("c-0", two_hours_ago)],
+            stamp_ms=two_hours_ago)
+    produce(bootstrap_servers, t["decisions"],
+            [decision("c-1", now - 5_000), decision("c-2", now - 4_000, query="other")])
+    produce(bootstrap_servers, t["acks"],
+            [ack("c-1", Outcome.REJECTED, 0, now - 4_500, detail="stale epoch 1 ≤ 2")])
+
+    assert main(["decisions", *run(bootstrap_servers, t, "--query", "q")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("scale_up input_parallelism") == 1
+    assert "[rejected, pause 0.0 s]" in out and "ack: stale epoch 1 ≤ 2" in out
+
+
+def test_an_unreachable_broker_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--once", "--bootstrap-servers", "127.0.0.1:1"]) == 1
+    assert "streamctl stack up" in capsys.readouterr().err
+
+
+def test_a_missing_topic_says_how_to_create_it(
+        bootstrap_servers: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["decisions", "--bootstrap-servers", bootstrap_servers,
+            "--decisions-topic", "no-such-topic-for-streamctl"]
+    assert main(args) == 1
+    assert "streamctl stack topics" in capsys.readouterr().err
