@@ -7,10 +7,12 @@ Kafka in these types.
 from schemas.codec import Codec, DecodeError, codec_for
 from schemas.records import (
     Ack,
+    CardTransaction,
     ControlTuple,
     Decision,
     Outcome,
     Role,
+    ScoredTransaction,
     SensorReading,
     SensorWindowAverage,
     SourcePartition,
@@ -19,12 +21,14 @@ from schemas.records import (
 
 __all__ = [
     "Ack",
+    "CardTransaction",
     "Codec",
     "ControlTuple",
     "Decision",
     "DecodeError",
     "Outcome",
     "Role",
+    "ScoredTransaction",
     "SensorReading",
     "SensorWindowAverage",
     "SourcePartition",

@@ -25,8 +25,10 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.records import (
     Ack,
+    CardTransaction,
     ControlTuple,
     Decision,
+    ScoredTransaction,
     SensorReading,
     SensorWindowAverage,
     TaskMetrics,
@@ -176,4 +178,5 @@ def codec_for(record_type: type[R]) -> Codec[R]:
 
 ALL_RECORD_TYPES: tuple[type[_Record], ...] = (
     TaskMetrics, ControlTuple, Ack, Decision, SensorReading, SensorWindowAverage,
+    CardTransaction, ScoredTransaction,
 )

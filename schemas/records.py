@@ -219,3 +219,46 @@ class SensorWindowAverage(_Record):
     min_value: float
     max_value: float
     seq_sum: int
+
+
+@dataclass(frozen=True, slots=True)
+class CardTransaction(_Record):
+    """Input event of the bundled fraud-detection job (one card payment of one account)."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.cards.v1.CardTransaction"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"event_time_ms"})
+
+    txn_id: str
+    account_id: str
+    card_id: str
+    account_seq: int
+    amount: float
+    merchant: str
+    country: str
+    event_time_ms: int
+    channel: str = "online"
+    priority: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredTransaction(_Record):
+    """One scored transaction (output of the fraud-detection job, one per input)."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.cards.v1.ScoredTransaction"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"event_time_ms"})
+
+    account_id: str
+    txn_id: str
+    account_seq: int
+    event_time_ms: int
+    amount: float
+    account_txn_count: int
+    score: float
+    rules_fired: tuple[str, ...]
+    alert: bool
+    scorer_version: str
+
+    @classmethod
+    def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs["rules_fired"] = tuple(kwargs["rules_fired"])
+        return kwargs
