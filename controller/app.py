@@ -20,9 +20,11 @@ from controller.kafka_io import (
     KafkaMetricsSource,
     KafkaWriter,
 )
+from controller.kafka_recovery import read_history
 from controller.loop import ControlLoop, Ports
-from controller.ports import SystemClock
+from controller.ports import OnDecodeError, SystemClock
 from controller.prom import ControllerMetrics, new_registry, serve
+from controller.recovery import history_span_s, recover
 from controller.settings import ControllerSettings
 from schemas import DecodeError
 
@@ -63,7 +65,24 @@ def kafka_controller(settings: ControllerSettings,
         ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
                       clock=SystemClock(), observer=metrics)
-        yield ControlLoop(settings, ports)
+        loop = ControlLoop(settings, ports)
+        resume_from_history(loop, settings, ports.clock.now_ms(), on_error)
+        yield loop
+
+
+def resume_from_history(loop: ControlLoop, settings: ControllerSettings, now_ms: int,
+                        on_error: OnDecodeError) -> None:
+    """Seed the loop with what a previous run of this controller did (epochs, the tuple in
+    flight, the cooldown), read from its topics, so a restart repeats and contradicts nothing."""
+    span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
+                                 cooldown_s=settings.policy.cooldown_s) * 1000)
+    history = read_history(settings.kafka, now_ms - span_ms, on_error)
+    recovered = recover(history, now_ms, issuer=settings.issuer,
+                        cooldown_s=settings.policy.cooldown_s,
+                        ack_timeout_s=settings.ack_timeout_s)
+    loop.states.update(recovered.states)
+    for line in recovered.summary:
+        log.info("resuming %s", line)
 
 
 def run(settings: ControllerSettings, *, max_cycles: int | None = None,

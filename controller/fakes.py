@@ -114,3 +114,6 @@ class MemoryBus:
 
     def written_decisions(self) -> list[Decision]:
         return [codec_for(Decision).decode(p) for p in self.decisions.payloads]
+
+    def acks_published(self) -> list[Ack]:
+        return [codec_for(Ack).decode(p) for p in self.acks.payloads]

@@ -162,14 +162,17 @@ class KafkaWriter:
 
 
 class KafkaControlSink:
-    """`ControlSink` keyed by query id, so one query's tuples stay in order on any layout."""
+    """`ControlSink` keyed by query id and parameter: the control topic is compacted, so the
+    last tuple per knob (the desired state) survives for a restarted controller or job. The
+    topic has one partition, so all tuples keep their order whatever the key."""
 
     def __init__(self, writer: KafkaWriter, topic: str) -> None:
         self._writer = writer
         self._topic = topic
 
     def send(self, control: ControlTuple) -> None:
-        self._writer.write(self._topic, control.query_id, codec_for(ControlTuple).encode(control))
+        self._writer.write(self._topic, f"{control.query_id}/{control.parameter}",
+                           codec_for(ControlTuple).encode(control))
 
 
 class KafkaDecisionLog:

@@ -29,8 +29,9 @@ DEAD_LETTER_TOPIC = "sensor-readings.dlq"
 
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(METRICS_TOPIC, partitions=1),
-    # Compaction comes later with keyed control tuples; plain retention is fine until then.
-    TopicSpec(CONTROL_TOPIC, partitions=1),
+    # Keyed <query>/<parameter> and compacted: the last tuple per knob is the desired state a
+    # restarted controller resumes from. One partition, so a query's tuples keep their order.
+    TopicSpec(CONTROL_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
     TopicSpec(ACKS_TOPIC, partitions=1),
     TopicSpec(DECISIONS_TOPIC, partitions=1),
     # Few partitions on purpose: Spark's minPartitions splits them, so the parallelism knob

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl"}
 
 KAFKA_ADAPTERS = {"controller/kafka_io.py", "controller/trace_kafka.py",
+                  "controller/kafka_recovery.py",
                   "streaming_jobs/runtime/kafka.py"}
 """The only modules that may import confluent_kafka."""
 

@@ -1,0 +1,109 @@
+"""A restarted controller's memory, rebuilt from what it wrote to Kafka (pure).
+
+Owns the fold from history — the control tuples it sent, the jobs' acks, its decision log —
+to one `ControlState` per query, so that after a restart it neither repeats an action (the
+cooldown and an unanswered tuple are restored) nor contradicts one (epochs continue above
+every epoch it issued; a job rejects anything lower anyway). What is not restored, and why:
+the metrics windows (they refill within one window; the readiness check says so) and the
+memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect).
+Neighbours: `kafka_recovery` reads the topics; `app` seeds the loop with the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.state import ControlState, EffectCheck, InFlight
+from schemas import Ack, ControlTuple, Decision, Outcome
+
+
+@dataclass(frozen=True)
+class History:
+    """What the controller finds on its topics at start-up."""
+
+    tuples: tuple[ControlTuple, ...]
+    acks: tuple[Ack, ...]
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class Recovered:
+    states: dict[str, ControlState]
+    summary: tuple[str, ...]
+    """One readable line per recovered query, for the start-up log."""
+
+
+def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
+            ack_timeout_s: float) -> Recovered:
+    """Per query: the epochs issued, the tuple still in flight or the cooldown running."""
+    own = [t for t in history.tuples if t.issuer == issuer]
+    acks = {a.control_id: a for a in history.acks}
+    decisions = {d.control_id: d for d in history.decisions if d.control_id}
+    states: dict[str, ControlState] = {}
+    summary: list[str] = []
+    for query_id in sorted({t.query_id for t in own}):
+        latest = max((t for t in own if t.query_id == query_id), key=lambda t: t.epoch)
+        state, line = _query_state(latest, acks.get(latest.control_id),
+                                   decisions.get(latest.control_id), now_ms,
+                                   cooldown_s=cooldown_s, ack_timeout_s=ack_timeout_s)
+        states[query_id] = state
+        summary.append(f"{query_id}: {line}")
+    return Recovered(states, tuple(summary))
+
+
+def _query_state(latest: ControlTuple, ack: Ack | None, decision: Decision | None, now_ms: int,
+                 *, cooldown_s: float, ack_timeout_s: float) -> tuple[ControlState, str]:
+    head = (f"last tuple {latest.parameter}={latest.value} at epoch {latest.epoch} "
+            f"({latest.control_id})")
+    cooldown_ms = int(cooldown_s * 1000)
+    if ack is None:
+        overdue_at = latest.issued_at_ms + int(ack_timeout_s * 1000)
+        if now_ms < overdue_at:
+            flight = _in_flight(latest, decision)
+            return (ControlState(last_epoch_issued=latest.epoch, in_flight=flight),
+                    f"{head} is unanswered; waiting for its ack until the timeout")
+        # Timed out while nobody watched: settle as the loop would have, at the timeout.
+        return (ControlState(last_epoch_issued=latest.epoch, settled_at_ms=overdue_at,
+                             cooldown_until_ms=overdue_at + cooldown_ms),
+                f"{head} was never answered; treated as timed out")
+    state = ControlState(last_epoch_issued=latest.epoch, settled_at_ms=ack.acked_at_ms,
+                         cooldown_until_ms=ack.acked_at_ms + cooldown_ms,
+                         effect_check=_effect_check(ack, decision))
+    left_s = max(0, state.cooldown_until_ms - now_ms) / 1000
+    return state, f"{head} was {ack.outcome.value.lower()}; cooldown {left_s:.0f} s left"
+
+
+def _in_flight(t: ControlTuple, decision: Decision | None) -> InFlight:
+    figures = decision.figures if decision is not None else {}
+    return InFlight(
+        control_id=t.control_id, target=_int(t.value), epoch=t.epoch,
+        issued_at_ms=t.issued_at_ms,
+        current=_int(decision.current_value) if decision is not None else 0,
+        rate_per_unit=figures.get("processing_rate_per_unit", 0.0),
+        batch_overhead_s=figures.get("batch_overhead_s", 0.0))
+
+
+def _effect_check(ack: Ack, decision: Decision | None) -> EffectCheck | None:
+    """An applied scale-up's effect is still to be measured, as if the loop had seen the ack."""
+    if decision is None or ack.outcome is not Outcome.APPLIED:
+        return None
+    current, target = _int(decision.current_value), _int(decision.target_value)
+    rate = decision.figures.get("processing_rate_per_unit", 0.0)
+    if target <= current or rate <= 0:
+        return None
+    return EffectCheck(current, target, rate, decision.figures.get("batch_overhead_s", 0.0),
+                       ack.acked_at_ms)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def history_span_s(*, ack_timeout_s: float, cooldown_s: float) -> float:
+    """How far back acks and decisions are read. A tuple issued earlier than the ack timeout
+    plus the cooldown has been answered or timed out, and its cooldown is over, so its ack
+    changes nothing today; twice that covers a tuple issued right at the edge."""
+    return 2 * (ack_timeout_s + cooldown_s)
