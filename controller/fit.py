@@ -36,7 +36,8 @@ _MIN_USEFUL_SHARE = 0.1
 @dataclass(frozen=True, slots=True)
 class BatchPoint:
     rows: int
-    units: int
+    units: float
+    """Units that worked in parallel (`model.batch_concurrency`)."""
     busy_s: float
 
     @property

@@ -19,6 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import pairwise
 
+from controller.arrival import ArrivalEstimate, estimate, intervals, known_offsets
 from controller.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.results import NotReady
 from controller.settings import ModelSettings
@@ -76,6 +77,12 @@ class QueryModel:
     """Per source partition ('topic/p') its share of the newest sample's lag, largest first."""
     partition_arrival_shares: tuple[tuple[str, float], ...] = ()
     """Per source partition its share of the arrivals over the newest `arrival_window_s`."""
+    task_skew: float = 1.0
+    """How much longer the newest batch took than an even split of its records over its
+    units would (units ÷ `batch_concurrency`); it holds while the input parallelism is at most
+    the partition count (one task per partition) and vanishes above it."""
+    arrival_pending: float | None = None
+    """The newest arrival interval's rate when it departs from λ unconfirmed (`arrival`)."""
 
     @property
     def capacity(self) -> float:
@@ -84,7 +91,10 @@ class QueryModel:
         return self.capacity_at(self.units)
 
     def capacity_at(self, units: int) -> float:
-        return capacity(self.rate_per_unit, units, self.batch_overhead_s, self.batch_cap)
+        # Up to one task per partition a hot partition sets the pace; above, Spark's
+        # minPartitions splits the offset ranges and the tasks even out.
+        working = units / self.task_skew if units <= self.source_partitions else units
+        return capacity(self.rate_per_unit, working, self.batch_overhead_s, self.batch_cap)
 
     @property
     def utilisation(self) -> float:
@@ -103,7 +113,8 @@ class QueryModel:
             "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
             "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
-        }
+            "task_skew": self.task_skew,
+        } | ({} if self.arrival_pending is None else {"arrival_pending": self.arrival_pending})
 
 
 def effective_units(parallelism: int, source_partitions: int, task_slots: int) -> int:
@@ -112,28 +123,12 @@ def effective_units(parallelism: int, source_partitions: int, task_slots: int) -
     return min(units, task_slots) if task_slots > 0 else units
 
 
-def _known(sample: TaskMetrics) -> dict[PartitionKey, SourcePartition]:
-    # -1 marks an offset the source did not know (first batch, empty partition).
-    return {(p.topic, p.partition): p for p in sample.partitions if p.latest_offset >= 0}
-
-
 def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
-    """λ from the growth of each partition's latest offset between consecutive samples.
-
-    Only partitions known in both samples of a pair count, and only pairs with such partitions
-    count towards the elapsed time, so a heartbeat without offsets or a partition that appears
-    later does not fake a burst. A shrinking offset (topic recreated) counts as no growth.
-    """
-    grown, span_ms = 0, 0
-    for before, after in pairwise(samples):
-        old, new = _known(before), _known(after)
-        common = old.keys() & new.keys()
-        dt_ms = after.batch_start_ms - before.batch_start_ms
-        if dt_ms <= 0 or not common:
-            continue
-        grown += sum(max(0, new[k].latest_offset - old[k].latest_offset) for k in common)
-        span_ms += dt_ms
-    return grown * 1000 / span_ms if span_ms > 0 else None
+    """Plain λ over all of `samples`: Σ growth of the latest offsets / Σ interval time (see
+    `arrival.intervals`); `evaluate` uses the change-point-aware `arrival.estimate` instead."""
+    found = intervals(samples)
+    elapsed_ms = sum(i.end_ms - i.start_ms for i in found)
+    return sum(i.records for i in found) * 1000 / elapsed_ms if elapsed_ms > 0 else None
 
 
 SampleKey = tuple[str, int, int]
@@ -147,9 +142,24 @@ def _key(sample: TaskMetrics) -> SampleKey:
 
 def rate_points(samples: tuple[TaskMetrics, ...],
                 warm_up: Collection[SampleKey] = ()) -> list[BatchPoint]:
-    """The batches μ and c are estimated from: with rows and busy time, not a warm-up."""
-    return [BatchPoint(s.input_rows, _units_of(s), s.busy_ms / 1000) for s in samples
+    """The batches μ and c are estimated from: with rows and busy time, not a warm-up; each
+    with the units that actually worked in parallel (`batch_concurrency`)."""
+    return [BatchPoint(s.input_rows, batch_concurrency(s), s.busy_ms / 1000) for s in samples
             if s.input_rows > 0 and s.busy_ms > 0 and _key(s) not in warm_up]
+
+
+def batch_concurrency(sample: TaskMetrics) -> float:
+    """Units that worked in parallel on the batch: its units, but with at most one task per
+    partition (input parallelism ≤ partitions) the batch ends when its largest partition's
+    task does, so Σ rows / largest partition's rows (a hot partition: ~1)."""
+    units = _units_of(sample)
+    partitions = len({(p.topic, p.partition) for p in sample.partitions})
+    if sample.input_parallelism > partitions:
+        return float(units)
+    read = [p.end_offset - p.start_offset for p in sample.partitions
+            if p.start_offset >= 0 and p.end_offset >= p.start_offset]
+    largest = max(read, default=0)
+    return min(float(units), sum(read) / largest) if largest > 0 else float(units)
 
 
 def rate_per_unit(samples: tuple[TaskMetrics, ...],
@@ -178,13 +188,17 @@ def lag_records(sample: TaskMetrics) -> int:
 
 
 def backlog_records(sample: TaskMetrics, arrival: float) -> float:
-    """B after `sample`: its lag plus what arrived while it ran (λ × busy time).
+    """B after `sample`: its lag plus what arrived while it overran its trigger interval.
 
     The batch planned against `latest_offset` at its start, so records that arrived during its
-    busy time are not in `latest − end` yet; λ × busy_s estimates them. It ignores arrivals
-    since the batch ended, which are small when batches run back to back (the backlogged case).
+    busy time are not in `latest − end` yet; λ × busy_s estimates them. But a query that keeps
+    up holds one trigger interval of arrivals between batches by design (they wait for the
+    next trigger), so only arrivals beyond the trigger interval are a backlog: a 2 s trigger
+    at 600/s is 1 200 records waiting as a matter of course, not an overload. Arrivals since
+    the batch ended are ignored: small when batches run back to back (the backlogged case).
     """
-    return lag_records(sample) + arrival * sample.busy_ms / 1000
+    overrun_s = max(0, sample.busy_ms - sample.trigger_interval_ms) / 1000
+    return lag_records(sample) + arrival * overrun_s
 
 
 def slope_per_s(points: list[tuple[float, float]]) -> float:
@@ -209,13 +223,14 @@ def evaluate(
     μ and c. `remembered_overhead_s`: the overhead last fitted for the query (`fit` rule 2);
     `remembered_batch_cap`: the cap last observed for it (`batch_cap`).
     """
-    if len(samples) < settings.min_samples:
-        return NotReady(f"only {len(samples)} samples, need {settings.min_samples}")
+    needed = samples_needed(samples, settings)
+    if len(samples) < needed:
+        return NotReady(f"only {len(samples)} samples, need {needed}")
     elapsed_ms = samples[-1].batch_end_ms - samples[0].batch_start_ms
     if elapsed_ms <= 0:
         return NotReady("the window's batches span no time")
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
-    arrival = arrival_rate(recent)
+    arrival = estimate(intervals(samples), settings)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
     if not any(s.input_rows > 0 for s in samples):
@@ -229,6 +244,22 @@ def evaluate(
     return _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
 
 
+MIN_TREND_SAMPLES = 3
+"""A least-squares trend needs three points (`ModelSettings.min_samples` is at least this)."""
+
+
+def samples_needed(samples: tuple[TaskMetrics, ...], settings: ModelSettings) -> int:
+    """`min_samples`, or fewer when the window cannot hold that many at the query's batch pace
+    (batches of 21 s fit only three times in 60 s), but never fewer than a trend needs."""
+    if len(samples) < 2:
+        return settings.min_samples
+    pace_ms = (samples[-1].batch_start_ms - samples[0].batch_start_ms) / (len(samples) - 1)
+    if pace_ms <= 0:
+        return settings.min_samples
+    fit = int(settings.window_s * 1000 // pace_ms) + 1
+    return max(MIN_TREND_SAMPLES, min(settings.min_samples, fit))
+
+
 def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
                 at_least: int) -> tuple[TaskMetrics, ...]:
     """The newest samples that started within `span_s` of the newest one, but at least
@@ -240,9 +271,10 @@ def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
 
 def _build(
     query_id: str, samples: tuple[TaskMetrics, ...], recent: tuple[TaskMetrics, ...],
-    elapsed_ms: int, arrival: float, cost: BatchCost, rate_samples: int,
+    elapsed_ms: int, found: ArrivalEstimate, cost: BatchCost, rate_samples: int,
     cap_found: tuple[int, str],
 ) -> QueryModel:
+    arrival = found.rate
     newest = samples[-1]
     partitions = len({(p.topic, p.partition) for p in newest.partitions})
     units = _units_of(newest)
@@ -250,6 +282,8 @@ def _build(
     trend = slope_per_s([(s.batch_start_ms / 1000, backlog_records(s, arrival))
                          for s in recent])
     cap, cap_source = cap_found
+    worked = [s for s in samples if s.input_rows > 0]
+    skew = units / batch_concurrency(worked[-1]) if worked else 1.0
     rows = sum(s.input_rows for s in samples)
     recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
     return QueryModel(
@@ -259,8 +293,9 @@ def _build(
         rate_per_unit=cost.per_unit, parallelism=newest.input_parallelism, units=units,
         source_partitions=partitions, task_slots=newest.task_slots,
         backlog_records=backlog, backlog_trend_records_per_s=trend,
-        time_to_drain_s=drain_time_s(
-            backlog, capacity(cost.per_unit, units, cost.overhead_s, cap), arrival),
+        time_to_drain_s=drain_time_s(backlog, capacity(
+            cost.per_unit, units / skew if units <= partitions else units, cost.overhead_s,
+            cap), arrival),
         batch_overhead_s=cost.overhead_s, overhead_source=cost.source, batch_cap=cap,
         batch_cap_source=cap_source, rate_samples=rate_samples,
         recent_throughput=(sum(s.input_rows for s in recent) * 1000 / recent_ms
@@ -272,6 +307,7 @@ def _build(
             {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
              if p.latest_offset >= 0 and p.end_offset >= 0}),
         partition_arrival_shares=_shares(partition_arrivals(recent)),
+        task_skew=skew, arrival_pending=found.pending_rate,
     )
 
 
@@ -294,7 +330,7 @@ def partition_arrivals(samples: tuple[TaskMetrics, ...]) -> dict[str, int]:
     """Records that arrived per partition between consecutive samples (as `arrival_rate`)."""
     grown: dict[str, int] = {}
     for before, after in pairwise(samples):
-        old, new = _known(before), _known(after)
+        old, new = known_offsets(before), known_offsets(after)
         for key in old.keys() & new.keys():
             name = _name(new[key])
             grown[name] = grown.get(name, 0) + max(

@@ -80,7 +80,10 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
     if model.arrival_rate > high_water and corroborated:
         causes.append("overload")
     # An upstream's resizing is a forecast, not noise: its own backlog already corroborated it.
-    if inflow > 0 and model.arrival_rate + inflow > high_water:
+    # A forecast of less extra than the backlog growth that counts as noise is noise too (an
+    # upstream that is catching up projects a few records/s from rounding).
+    if (inflow > settings.backlog_growth_records_per_s
+            and model.arrival_rate + inflow > high_water):
         causes.append("upstream")
     if model.backlog_records > settings.backlog_floor_records:
         if model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s:

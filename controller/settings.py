@@ -44,6 +44,23 @@ class ModelSettings:
     into the whole window and sizing the query too small. μ, throughput and busy ratio keep the
     whole window: they describe the query, not the load, and more samples steady them."""
 
+    level_shift_ratio: float = 1.5
+    """An arrival interval whose rate is beyond this factor of the current level (or below
+    level / factor) is a candidate level shift (`controller.arrival`). A stationary load that
+    varies by ±20 % stays inside it (1.2 / 0.8 = 1.5), so noise is averaged, not chased."""
+
+    level_agreement: float = 0.2
+    """Two arrival intervals measure the same level when their rates differ by at most this
+    fraction of the larger; a shift whose newest interval has fallen back by more than this
+    from the peak of the departure is a burst that is ending, not a new level. The producers
+    of the recorded traces vary by ~1 % between batches; 20 % is the same noise band as
+    `level_shift_ratio`."""
+
+    level_confirm_intervals: int = 2
+    """Consecutive departing intervals that confirm a level shift. Two: one interval is
+    indistinguishable from a burst; a second that agrees makes it a step, and sizing for it
+    then takes one round. Each extra interval costs one batch (10-20 s when backlogged)."""
+
     max_samples: int = 300
     """Hard cap on samples kept per query, so a query triggering every 100 ms cannot grow the
     window without bound (300 covers 60 s at a 200 ms trigger)."""
@@ -79,6 +96,13 @@ class ModelSettings:
         _check(self.max_samples >= self.min_samples,
                f"model.max_samples ({self.max_samples}) must be >= model.min_samples "
                f"({self.min_samples})")
+        _check(math.isfinite(self.level_shift_ratio) and self.level_shift_ratio > 1,
+               f"model.level_shift_ratio must be > 1, got {self.level_shift_ratio}")
+        _check(0 <= self.level_agreement < 1,
+               f"model.level_agreement must be in [0, 1), got {self.level_agreement}")
+        _check(self.level_confirm_intervals >= 1,
+               f"model.level_confirm_intervals must be >= 1, got "
+               f"{self.level_confirm_intervals}")
         _check(self.max_queries >= 1, f"model.max_queries must be >= 1, got {self.max_queries}")
         _check(math.isfinite(self.overhead_fit_min_spread) and self.overhead_fit_min_spread > 1,
                f"model.overhead_fit_min_spread must be > 1, got {self.overhead_fit_min_spread}")

@@ -27,7 +27,7 @@ _EXACT = 1e-9
 """Keeps an exact fit (4.0000000001 units) from rounding up to the next unit."""
 
 
-def capacity(per_unit: float, units: int, overhead_s: float, batch_cap: int) -> float:
+def capacity(per_unit: float, units: float, overhead_s: float, batch_cap: int) -> float:
     """Records/s `units` process running full batches back to back."""
     useful = per_unit * units
     if useful <= 0:

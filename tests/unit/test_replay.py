@@ -24,38 +24,9 @@ from streamctl.cli import main
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("step_up", "one_prompt_scale_up"):
-        "2 → 3 at 28 s: λ lags (294/s read 8 s after a step to 700/s: it comes from the "
-        "offsets seen at the start of 5-12 s batches); μ is right now (184/s per unit), so "
-        "the lag is no longer cancelled by an underestimate of μ",
-    ("step_down", "no_scale_up"):
-        "8 → 11 at 16 s while the backlog (1 800, left from the warm-up) shrinks at 49/s: "
-        "uncapped batches fall back to the busy-time μ (83/s per unit), so 600/s reads as "
-        "90 % of capacity (the job sustains ~1 000/s at 8)",
-    ("step_down", "one_bounded_scale_down"):
-        "the scale-down itself is as expected (8 → 6 at 80 s) but comes after the false "
-        "scale-up, so it is counterfactual",
-    ("spike", "not_sized_for_the_peak"):
-        "2 → 7 at 36 s, 4 s after the spike ended: λ over the newest 10 s still holds the "
-        "spike (607/s); the recorded rest of the trace shows parallelism 2 draining the "
-        "backlog by ~76 s on its own",
-    ("skewed_keys", "scale_up"):
-        "never decides: batches last ~21 s (the hot partition is one task), so the 60 s "
-        "window never holds min_samples = 4 samples and the query is not_ready for the whole "
-        "trace while its backlog grows from 5 000 to 33 000 records (with --min-samples 3: "
-        "2 → 14 at 50 s)",
-    ("skewed_keys", "skew_is_named"):
-        "the policy detects skew (with --min-samples 3 its decision names the partition "
-        "holding 95 % of the backlog) but never gets to a verdict on this trace",
-    ("lost_instance", "nothing_while_alive"):
-        "2 → 3 at 45 s on the live job's metrics: 200/s on a job that sustains ~340/s reads "
-        "as 86 % utilisation (μ 120/s per unit)",
-    ("lost_instance", "lost_reported"):
-        "lost at 76 s, 31 s after the kill: the silence counts from the simulated ack (50 s) "
-        "of the false scale-up at 45 s; in a dry run it is reported at 72 s",
-}
-"""(trace, check id) → why the committed policy misses it (checked at dae44fb)."""
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
+"""(trace, check id) → why the committed policy misses it. Empty since the change-point-aware
+arrival estimate, the trigger-aware backlog, skew-aware μ and readiness for long batches."""
 
 
 def _expected() -> list[tuple[str, dict[str, Any]]]:

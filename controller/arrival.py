@@ -1,0 +1,194 @@
+"""The arrival rate λ: a change-point-aware level of the input topics' growth.
+
+Owns how the latest offsets the batches report become one rate: the per-interval growth
+between consecutive samples (`intervals`), and the level of the current segment of those
+intervals (`estimate`). Pure; `model.evaluate` calls it with a window's samples.
+
+Why not one average over a fixed span: a micro-batch reports the latest offsets it saw when
+it was planned, i.e. at its start, so the newest figure is one batch old, and a backlogged
+batch lasts 10–20 s. A 10 s average that straddles a load step sizes the query for a mix of
+the old and the new rate, and a second round follows; the newest interval alone sizes it for
+whatever burst that interval caught. Instead the intervals are read as a piecewise-constant
+rate with occasional level shifts:
+
+- an interval within `level_shift_ratio` of the current level belongs to it;
+- one beyond it starts a candidate shift (up or down); it is *confirmed* once
+  `level_confirm_intervals` consecutive departing intervals agree with each other (within
+  `level_agreement`) and their level also departs from the mean of the whole window before
+  them; the new segment is those agreeing intervals (the one that straddles the change is a
+  mix of both levels and is left out, and a burst that is ending falls back and disagrees);
+- a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
+  interval that fits the old level again drops it. Its records are not lost: they are in the
+  backlog, which the batches measure directly (`model.backlog_records`), so a spike is
+  drained rather than sized for.
+
+The level of a segment is its growth over its newest `arrival_window_s` (at least its newest
+interval): one step is sized in one round, and a stationary noisy load is still averaged.
+When records arrive in bursts coarser than the intervals (`bursty`: a reader of an upstream
+micro-batch job's output), single intervals say nothing and λ is the plain mean over the
+newest `arrival_window_s`, as before change points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from controller.settings import ModelSettings
+from schemas import SourcePartition, TaskMetrics
+
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Records that reached the source partitions between two planning times."""
+
+    start_ms: int
+    end_ms: int
+    records: int
+
+    @property
+    def rate(self) -> float:
+        return self.records * 1000 / (self.end_ms - self.start_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalEstimate:
+    rate: float
+    """λ, records/s: the level of the current segment."""
+    since_ms: int
+    """Start of the current segment (a confirmed shift moves it)."""
+    pending_rate: float | None = None
+    """The newest interval's rate when it departs from the level without being confirmed
+    yet (a step that must persist one more interval, or a burst that will not)."""
+
+
+def known_offsets(sample: TaskMetrics) -> dict[PartitionKey, SourcePartition]:
+    """Partitions whose latest offset the source knew (-1: first batch, empty partition)."""
+    return {(p.topic, p.partition): p for p in sample.partitions if p.latest_offset >= 0}
+
+
+def intervals(samples: Sequence[TaskMetrics]) -> list[Interval]:
+    """Growth of Σ latest offset between consecutive samples, timed by their batch starts
+    (when the source read the latest offsets: Spark plans a batch against them).
+
+    Only partitions known in both samples of a pair count, and only pairs with such partitions
+    make an interval, so a heartbeat without offsets or a partition that appears later does
+    not fake a burst. A shrinking offset (topic recreated) counts as no growth.
+    """
+    found = []
+    for before, after in pairwise(samples):
+        old, new = known_offsets(before), known_offsets(after)
+        common = old.keys() & new.keys()
+        if after.batch_start_ms <= before.batch_start_ms or not common:
+            continue
+        grown = sum(max(0, new[k].latest_offset - old[k].latest_offset) for k in common)
+        found.append(Interval(before.batch_start_ms, after.batch_start_ms, grown))
+    return found
+
+
+def level(segment: Sequence[Interval], span_s: float) -> float:
+    """Growth rate over the segment's intervals that start within `span_s` of its newest end
+    (at least the newest interval)."""
+    horizon = segment[-1].end_ms - span_s * 1000
+    recent = [i for i in segment if i.start_ms >= horizon] or [segment[-1]]
+    elapsed = sum(i.end_ms - i.start_ms for i in recent)
+    return sum(i.records for i in recent) * 1000 / elapsed
+
+
+def departure(rate: float, level_rate: float, ratio: float) -> int:
+    """+1 when `rate` is beyond `ratio` × the level, -1 when below level / `ratio`, else 0."""
+    if rate > level_rate * ratio:
+        return 1
+    if rate * ratio < level_rate:
+        return -1
+    return 0
+
+
+def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstimate | None:
+    """The current level and any unconfirmed departure from it (module docstring)."""
+    if not found:
+        return None
+    if bursty(found, settings.level_shift_ratio):
+        recent = [i for i in found if i.start_ms >= found[-1].end_ms
+                  - settings.arrival_window_s * 1000]
+        return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
+                                         else found[-BURSTY_AT_LEAST:]), found[0].start_ms)
+    segment: list[Interval] = [found[0]]
+    run: list[Interval] = []
+    direction = 0
+    for index, interval in enumerate(found[1:], start=1):
+        way = departure(interval.rate, level(segment, settings.arrival_window_s),
+                        settings.level_shift_ratio)
+        if way == 0:
+            segment.append(interval)
+            run, direction = [], 0  # a candidate shift that did not last: a transient
+            continue
+        if way != direction:
+            run, direction = [], way
+        run.append(interval)
+        history = found[:index + 1 - len(run)]
+        tail = confirmed_tail(run, history, direction, settings)
+        if tail:
+            segment, run, direction = tail, [], 0
+    pending = run[-1].rate if run else None
+    return ArrivalEstimate(level(segment, settings.arrival_window_s), segment[0].start_ms,
+                           pending)
+
+
+BURSTY_AT_LEAST = 3
+"""Intervals averaged at least when arrivals are bursty: more than one upstream batch."""
+
+
+BURSTY_REVERSALS = 2
+"""Jumps beyond `level_shift_ratio` straight back and forth (or intervals without growth) in
+one window that make the arrivals bursty: one is a spike or a dip (the estimate's business),
+repeated ones are the pattern."""
+
+
+def bursty(found: Sequence[Interval], ratio: float) -> bool:
+    """Whether records arrive in bursts coarser than the intervals. An upstream micro-batch
+    job writes each batch's output at once, so a reader sees 0, 0, 2 000, 0, … or, with a
+    trigger close to the upstream's batch period, 160, 57, 160, 57/s: single intervals are
+    then no rate observations, and only their mean over `arrival_window_s` is."""
+    empty = sum(1 for i in found if i.records == 0)
+    if empty >= BURSTY_REVERSALS and empty < len(found):
+        return True
+    rates = [i.rate for i in found]
+    reversals = sum(1 for a, b, c in zip(rates, rates[1:], rates[2:], strict=False)
+                    if (way := departure(b, a, ratio)) != 0 and departure(c, b, ratio) == -way)
+    return reversals >= BURSTY_REVERSALS
+
+
+def confirmed_tail(run: Sequence[Interval], history: Sequence[Interval], direction: int,
+                   settings: ModelSettings) -> list[Interval]:
+    """The new segment when `run` confirms a shift, else [] (module docstring).
+
+    Confirmed: at least `level_confirm_intervals` of its newest intervals agree with each other
+    (a burst that is ending falls back and disagrees), and their level departs, the same way,
+    from the mean of everything before the run in the window too, not only from the current
+    segment: a stationary noisy load swings between its extremes, but around its mean.
+    """
+    tail = agreeing_tail(run, settings.level_agreement)
+    if len(tail) < settings.level_confirm_intervals:
+        return []
+    shifted = departure(mean_rate(tail), mean_rate(history), settings.level_shift_ratio)
+    return tail if shifted == direction else []
+
+
+def mean_rate(found: Sequence[Interval]) -> float:
+    elapsed = sum(i.end_ms - i.start_ms for i in found)
+    return sum(i.records for i in found) * 1000 / elapsed
+
+
+def agreeing_tail(run: Sequence[Interval], agreement: float) -> list[Interval]:
+    """The newest intervals of `run` whose rates agree with the newest one's."""
+    newest = run[-1].rate
+    tail = [run[-1]]
+    for interval in reversed(run[:-1]):
+        if abs(interval.rate - newest) > agreement * max(interval.rate, newest):
+            break
+        tail.insert(0, interval)
+    return tail

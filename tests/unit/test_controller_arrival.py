@@ -1,0 +1,83 @@
+"""The change-point-aware arrival estimate: steps are taken in one go, spikes are not chased,
+noise and bursty upstreams are averaged."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.arrival import Interval, estimate
+from controller.settings import ModelSettings
+
+SETTINGS = ModelSettings()
+
+
+def series(rates: list[float], seconds: float = 2.0) -> list[Interval]:
+    """Consecutive intervals of `seconds` each at the given records/s."""
+    step_ms = int(seconds * 1000)
+    return [Interval(i * step_ms, (i + 1) * step_ms, round(rate * seconds))
+            for i, rate in enumerate(rates)]
+
+
+def rate_of(rates: list[float], seconds: float = 2.0) -> float:
+    found = estimate(series(rates, seconds), SETTINGS)
+    assert found is not None
+    return found.rate
+
+
+def test_a_step_is_taken_once_two_intervals_agree_on_it() -> None:
+    before = [120.0] * 10
+    # the interval that straddles the step is a mix of both levels and is left out
+    assert rate_of([*before, 224, 720]) == pytest.approx(120)
+    assert rate_of([*before, 224, 720, 698]) == pytest.approx(705, rel=0.01)
+
+
+def test_a_burst_that_falls_back_is_not_sized_for() -> None:
+    # the spike trace: 120/s, a straddling 542, the 1 199/s peak, then 865 as it ends
+    assert rate_of([120.0] * 10 + [542, 1199]) == pytest.approx(120)
+    found = estimate(series([120.0] * 10 + [542, 1199, 865]), SETTINGS)
+    assert found is not None
+    assert found.rate == pytest.approx(120) and found.pending_rate == pytest.approx(865)
+    assert rate_of([120.0] * 10 + [542, 1199, 865, 120]) == pytest.approx(120)
+
+
+def test_a_step_down_is_taken_too() -> None:
+    assert rate_of([600.0] * 10 + [350, 100, 101]) == pytest.approx(100.5, rel=0.01)
+
+
+def test_bursty_arrivals_are_averaged() -> None:
+    # an upstream micro-batch job's output read with a shorter trigger: 0, 0, 600, 0, 0, 600
+    # (the newest 10 s hold one or two of its bursts, so 120-240/s for a mean of 200/s)
+    assert 120 <= rate_of([0, 0, 600] * 4) <= 240
+    # or with a trigger close to its period: 160, 57, 160, 57/s
+    assert 57 < rate_of([160, 57] * 6) < 160
+
+
+@given(st.floats(100, 10_000), st.floats(2, 20), st.booleans(), st.integers(0, 5))
+def test_a_step_gives_the_new_rate_within_three_intervals(
+        base: float, factor: float, up: bool, straddle_tenths: int) -> None:
+    new = base * factor if up else base / factor
+    straddle = base + (new - base) * straddle_tenths / 10
+    assert rate_of([base] * 8 + [straddle, new, new], seconds=10) == pytest.approx(new, rel=0.02)
+
+
+# beyond the band of `level_shift_ratio` (inside it, a burst is noise and is averaged)
+@given(st.floats(10, 10_000), st.one_of(st.floats(0, 0.6), st.floats(1.6, 1000)),
+       st.integers(0, 3))
+def test_a_one_interval_spike_does_not_move_the_estimate(base: float, factor: float,
+                                                         after: int) -> None:
+    rates = [base] * 8 + [base * factor] + [base] * after
+    found = estimate(series(rates, seconds=10), SETTINGS)
+    assert found is not None
+    assert found.rate == pytest.approx(base, rel=0.02)  # records are whole
+
+
+@given(st.lists(st.floats(0.8, 1.2), min_size=5, max_size=30), st.floats(10, 10_000))
+def test_noise_within_the_band_is_averaged_not_followed(noise: list[float],
+                                                        base: float) -> None:
+    found = series([base * n for n in noise])
+    seen = [i.rate for i in found]
+    estimated = estimate(found, SETTINGS)
+    assert estimated is not None
+    assert min(seen) <= estimated.rate <= max(seen)
