@@ -26,6 +26,7 @@ DECISIONS_TOPIC = "streamctl.decisions"
 INPUT_TOPIC = "sensor-readings"
 OUTPUT_TOPIC = "sensor-averages"
 DEAD_LETTER_TOPIC = "sensor-readings.dlq"
+SINK_MARKERS_TOPIC = "streamctl.sink-markers"
 
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(METRICS_TOPIC, partitions=1),
@@ -39,6 +40,8 @@ DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(INPUT_TOPIC, partitions=2),
     TopicSpec(OUTPUT_TOPIC, partitions=2),
     TopicSpec(DEAD_LETTER_TOPIC, partitions=1),
+    # The transactional sink's commit markers: only the last one per query id matters.
+    TopicSpec(SINK_MARKERS_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
 )
 
 

@@ -25,8 +25,9 @@ from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.session import hide_gate_stops
-from streaming_jobs.runtime.sink import KafkaBatchSink
-from streaming_jobs.sensor_averages import build_averages
+from streaming_jobs.runtime.sink import transactional_sink
+from streaming_jobs.runtime.transactional import OutputEncoder
+from streaming_jobs.sensor_averages import ENCODED_SCHEMA, build_averages, encode_averages
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,9 @@ class ElasticQuery:
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
         self.gate = BatchGate()
-        self.sink = KafkaBatchSink(self.gate, config.bootstrap_servers, config.output_topic)
+        self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
+                                       config.output_topic,
+                                       OutputEncoder(encode_averages, ENCODED_SCHEMA))
         self._knobs = Knobs(epoch=0, input_parallelism=config.input_parallelism)
         self._contexts: dict[str, RunContext] = {}
         self._query: StreamingQuery | None = None

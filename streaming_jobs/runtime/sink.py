@@ -1,53 +1,215 @@
-"""The foreachBatch sink: the quiesce gate, then the official Kafka batch writer.
+"""The foreachBatch sinks: the quiesce gate, then the batch's output written to Kafka.
 
 Owns what happens to one micro-batch's output: admit it through the gate (or refuse it before
-executing anything), persist it so the stateful plan runs once, encode to Avro, write with
-`write.format("kafka")`, count the rows, unpersist. Neighbours: `gate`, `lifecycle` (reads the
-per-batch output counts when the batch's progress arrives).
+executing anything), encode it with the job's `OutputEncoder`, write it, count the rows.
+
+- `TransactionalKafkaSink` (the jobs' sink): exactly-once for `read_committed` consumers. It
+  brings the encoded rows to the driver as Arrow and writes them with a commit marker in one
+  Kafka transaction; a replayed batch whose marker is committed is executed (so state and
+  watermark advance) but not written again. See docs/exactly-once.md.
+- `AtLeastOnceKafkaSink`: Spark's own Kafka batch writer; a batch replayed after a crash is
+  written twice. Kept as the baseline for `bench.sink`.
+
+Neighbours: `gate`, `transactional` (markers, replay decision), `transactional_kafka` (the
+producer), `lifecycle` (constructs the sink, reads per-batch output counts on progress).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from streaming_jobs.runtime.gate import BatchGate
-from streaming_jobs.sensor_averages import ENCODED_SCHEMA, encode_averages
+from streaming_jobs.runtime.transactional import (
+    DEFAULT_MARKER_TOPIC,
+    CommitMarker,
+    OutputBatch,
+    OutputEncoder,
+    Replay,
+    SinkFenced,
+    SinkUnavailable,
+    TransactionalWriter,
+    decide,
+    output_batch,
+)
+from streaming_jobs.runtime.transactional_kafka import (
+    KafkaTransactionalWriter,
+    TransactionalSettings,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
 
-class KafkaBatchSink:
-    """Callable passed to `foreachBatch`; remembers output rows per batch id until taken."""
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""Spark's local property holding the query id stored in the checkpoint (set on the thread
+that runs foreachBatch); it is the same on every restart from that checkpoint."""
 
-    def __init__(self, gate: BatchGate, bootstrap_servers: str, topic: str) -> None:
-        self._gate = gate
-        self._bootstrap_servers = bootstrap_servers
-        self._topic = topic
+
+class _OutputRows:
+    """Output rows per batch id, remembered until the batch's progress event takes them."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._output_rows: dict[int, int] = {}
+        self._rows: dict[int, int] = {}
+
+    def put(self, batch_id: int, rows: int) -> None:
+        with self._lock:
+            self._rows[batch_id] = rows
+
+    def take(self, batch_id: int) -> int:
+        with self._lock:
+            rows = self._rows.pop(batch_id, 0)
+            for older in [b for b in self._rows if b < batch_id]:
+                del self._rows[older]
+            return rows
+
+
+class TransactionalKafkaSink:
+    """Callable passed to `foreachBatch`: one Kafka transaction (rows + marker) per batch."""
+
+    def __init__(self, gate: BatchGate, writer: TransactionalWriter, query_id: str, topic: str,
+                 encoder: OutputEncoder, clock_ms: Callable[[], int] | None = None) -> None:
+        self._gate, self._writer, self._encoder = gate, writer, encoder
+        self._query_id = query_id
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._topic_lock = threading.Lock()
+        self._topic = topic
+        self._output = _OutputRows()
+        self._started = False
+        self._last: CommitMarker | None = None
+        self._fenced: SinkFenced | None = None
+        self._skipped = 0
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._gate.admit(batch_id)  # raises before anything of the batch executes
-        batch_df.persist()
+        # One Spark action: the stateful plan runs once, replay or not (state and watermark
+        # must advance either way), and the encoded rows arrive on the driver.
+        table = batch_df.mapInArrow(self._encoder.function, self._encoder.schema).toArrow()
+        checkpoint_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        self.write(output_batch(table), batch_id, checkpoint_id or "")
+
+    def write(self, batch: OutputBatch, batch_id: int, checkpoint_id: str) -> Replay:
+        """Commit `batch` with its marker unless the marker says it is already committed."""
+        if self._fenced is not None:  # never re-initialise: that would fence the new owner
+            raise self._fenced
+        last = self._start()
+        decision = decide(last, checkpoint_id, batch_id)
+        if decision is Replay.SKIP:
+            self._skip(batch, batch_id, last)
+        else:
+            marker = CommitMarker(self._query_id, checkpoint_id, batch_id, self.topic,
+                                  batch.rows, self._clock_ms())
+            self._commit(batch, marker)
+        self._output.put(batch_id, batch.rows)
+        return decision
+
+    def retarget(self, topic: str) -> None:
+        """Write the next batch to `topic` (call at a batch boundary, with the gate closed)."""
+        if not topic.strip():
+            raise ValueError("retarget: the output topic must not be empty")
+        with self._topic_lock:
+            log.info("query %s: output %s → %s from the next batch", self._query_id,
+                     self._topic, topic)
+            self._topic = topic
+
+    @property
+    def topic(self) -> str:
+        with self._topic_lock:
+            return self._topic
+
+    @property
+    def last_committed(self) -> CommitMarker | None:
+        """The newest marker known committed (read at start, then each commit)."""
+        return self._last
+
+    def skipped_replays(self) -> int:
+        """Batches not written because their output was already committed (a counter)."""
+        return self._skipped
+
+    def take_output_rows(self, batch_id: int) -> int:
+        """Rows `batch_id` put in the output (0 if the sink did not see it); forgets older."""
+        return self._output.take(batch_id)
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def _start(self) -> CommitMarker | None:
+        if not self._started:
+            self._last = self._writer.start(self._query_id)
+            self._started = True
+            log.info("query %s: transactional sink ready; last committed batch %s",
+                     self._query_id, "none" if self._last is None else
+                     f"{self._last.batch_id} ({self._last.rows} rows to {self._last.topic})")
+        return self._last
+
+    def _commit(self, batch: OutputBatch, marker: CommitMarker) -> None:
+        try:
+            self._writer.commit(marker.topic, batch, marker)
+        except SinkFenced as exc:
+            self._fenced = exc
+            raise
+        except SinkUnavailable:
+            self._started = False  # the commit may have happened: read the marker again
+            raise
+        self._last = marker
+
+    def _skip(self, batch: OutputBatch, batch_id: int, last: CommitMarker | None) -> None:
+        self._skipped += 1
+        committed_rows = last.rows if last is not None else batch.rows
+        log.warning("query %s: batch %d is a replay; its %d rows were already committed to "
+                    "%s, not writing them again", self._query_id, batch_id, committed_rows,
+                    last.topic if last is not None else "?")
+        if committed_rows != batch.rows:
+            log.warning("query %s: replayed batch %d has %d rows, the committed attempt had "
+                        "%d: the job's output is not deterministic on replay", self._query_id,
+                        batch_id, batch.rows, committed_rows)
+
+
+def transactional_sink(gate: BatchGate, bootstrap_servers: str, query_id: str, topic: str,
+                       encoder: OutputEncoder,
+                       marker_topic: str = DEFAULT_MARKER_TOPIC) -> TransactionalKafkaSink:
+    """The jobs' sink on Kafka; its transactional id is stable per query."""
+    settings = TransactionalSettings(bootstrap_servers, transactional_id(query_id),
+                                     marker_topic=marker_topic)
+    return TransactionalKafkaSink(gate, KafkaTransactionalWriter(settings), query_id, topic,
+                                  encoder)
+
+
+def transactional_id(query_id: str) -> str:
+    return f"streamctl-{query_id}-sink"
+
+
+class AtLeastOnceKafkaSink:
+    """Spark's official Kafka batch writer behind the gate: a replayed batch is written again."""
+
+    def __init__(self, gate: BatchGate, bootstrap_servers: str, topic: str,
+                 encoder: OutputEncoder) -> None:
+        self._gate, self._encoder = gate, encoder
+        self._bootstrap_servers, self._topic = bootstrap_servers, topic
+        self._output = _OutputRows()
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self._gate.admit(batch_id)
+        batch_df.persist()  # the stateful plan runs once for the count and the write
         try:
             rows = batch_df.count()
             if rows:
-                (batch_df.mapInArrow(encode_averages, ENCODED_SCHEMA)
+                (batch_df.mapInArrow(self._encoder.function, self._encoder.schema)
                  .write.format("kafka")
                  .option("kafka.bootstrap.servers", self._bootstrap_servers)
                  .option("topic", self._topic)
                  .save())
         finally:
             batch_df.unpersist()
-        with self._lock:
-            self._output_rows[batch_id] = rows
+        self._output.put(batch_id, rows)
+
+    def retarget(self, topic: str) -> None:
+        self._topic = topic
 
     def take_output_rows(self, batch_id: int) -> int:
-        """Rows written by `batch_id` (0 if the sink did not see it), forgetting older ids."""
-        with self._lock:
-            rows = self._output_rows.pop(batch_id, 0)
-            for older in [b for b in self._output_rows if b < batch_id]:
-                del self._output_rows[older]
-            return rows
+        return self._output.take(batch_id)

@@ -13,7 +13,8 @@ PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl"}
 
 KAFKA_ADAPTERS = {"controller/kafka_io.py", "controller/trace_kafka.py",
                   "controller/kafka_recovery.py",
-                  "streaming_jobs/runtime/kafka.py"}
+                  "streaming_jobs/runtime/kafka.py",
+                  "streaming_jobs/runtime/transactional_kafka.py"}
 """The only modules that may import confluent_kafka."""
 
 CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/prom.py"}

@@ -1,0 +1,172 @@
+"""The transactional sink's pure parts: markers, the replay decision, and the sink's bookkeeping
+(replays, retargeting, fencing, an unknown commit outcome) against an in-memory writer."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaError
+
+from schemas.codec import DecodeError
+from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested
+from streaming_jobs.runtime.sink import TransactionalKafkaSink
+from streaming_jobs.runtime.transactional import (
+    CheckpointBehindOutput,
+    CommitMarker,
+    OutputBatch,
+    OutputEncoder,
+    Replay,
+    SinkFenced,
+    SinkUnavailable,
+    decide,
+    decode_marker,
+    encode_marker,
+    output_batch,
+)
+from streaming_jobs.runtime.transactional_kafka import Action, classify
+
+
+def marker(batch_id: int, checkpoint_id: str = "c1", rows: int = 2) -> CommitMarker:
+    return CommitMarker("q", checkpoint_id, batch_id, "out", rows, 1_700_000_000_000)
+
+
+class MemoryWriter:
+    """In-memory `TransactionalWriter`: a committed log of (topic, values, marker)."""
+
+    def __init__(self, markers: list[CommitMarker] | None = None) -> None:
+        self.markers = list(markers or [])
+        self.output: list[tuple[str, list[bytes | None]]] = []
+        self.starts = 0
+        self.fail_next: Exception | None = None
+
+    def start(self, query_id: str) -> CommitMarker | None:
+        self.starts += 1
+        mine = [m for m in self.markers if m.query_id == query_id]
+        return mine[-1] if mine else None
+
+    def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        self.output.append((topic, list(batch.values)))
+        self.markers.append(marker)
+
+    def close(self) -> None:
+        pass
+
+
+def sink(writer: MemoryWriter, gate: BatchGate | None = None) -> TransactionalKafkaSink:
+    return TransactionalKafkaSink(gate or BatchGate(), writer, "q", "out",
+                                  OutputEncoder(lambda batches: batches), clock_ms=lambda: 7)
+
+
+def batch(*values: bytes) -> OutputBatch:
+    return OutputBatch(keys=[None] * len(values), values=list(values))
+
+
+def test_a_marker_round_trips_in_the_standard_framing() -> None:
+    payload = encode_marker(marker(3))
+    assert payload[:2] == b"\xc3\x01"
+    assert decode_marker(payload) == marker(3)
+
+
+def test_garbage_on_the_marker_topic_is_a_decode_error_with_its_position() -> None:
+    with pytest.raises(DecodeError, match="bad marker") as caught:
+        decode_marker(b"nope", topic="markers", partition=0, offset=12)
+    assert (caught.value.topic, caught.value.offset) == ("markers", 12)
+
+
+@pytest.mark.parametrize(("last", "checkpoint", "batch_id", "expected"), [
+    (None, "c1", 0, Replay.WRITE),
+    (marker(4), "c1", 5, Replay.WRITE),
+    (marker(4), "c1", 4, Replay.SKIP),  # committed, then a crash before Spark's commit log
+    (marker(4), "c2", 0, Replay.WRITE),  # a new checkpoint numbers its batches from 0
+])
+def test_replay_decision(last: CommitMarker | None, checkpoint: str, batch_id: int,
+                         expected: Replay) -> None:
+    assert decide(last, checkpoint, batch_id) is expected
+
+
+def test_a_checkpoint_behind_the_output_is_refused_with_both_batch_ids() -> None:
+    with pytest.raises(CheckpointBehindOutput, match=r"batch 2 of checkpoint c1.*batch 4"):
+        decide(marker(4), "c1", 2)
+
+
+def test_batches_are_committed_with_their_marker_and_replays_skipped() -> None:
+    writer = MemoryWriter()
+    s = sink(writer)
+    assert s.write(batch(b"a", b"b"), 0, "c1") is Replay.WRITE
+    assert s.write(batch(b"a", b"b"), 0, "c1") is Replay.SKIP
+    assert writer.output == [("out", [b"a", b"b"])]
+    assert writer.markers == [CommitMarker("q", "c1", 0, "out", 2, 7)]
+    assert s.skipped_replays() == 1
+    assert s.take_output_rows(0) == 2  # the replay's rows are in the output (once)
+
+
+def test_a_restarted_sink_reads_the_last_marker_once() -> None:
+    writer = MemoryWriter([marker(4)])
+    s = sink(writer)
+    assert s.write(batch(b"x", b"y"), 4, "c1") is Replay.SKIP
+    assert s.write(batch(b"z"), 5, "c1") is Replay.WRITE
+    assert writer.starts == 1 and s.last_committed == CommitMarker("q", "c1", 5, "out", 1, 7)
+
+
+def test_retarget_takes_effect_at_the_next_batch_and_is_in_its_marker() -> None:
+    writer = MemoryWriter()
+    s = sink(writer)
+    s.write(batch(b"a"), 0, "c1")
+    s.retarget("out-v2")
+    s.write(batch(b"b"), 1, "c1")
+    assert [topic for topic, _ in writer.output] == ["out", "out-v2"]
+    assert [m.topic for m in writer.markers] == ["out", "out-v2"]
+    with pytest.raises(ValueError, match="must not be empty"):
+        s.retarget(" ")
+
+
+def test_a_fenced_sink_stays_fenced_and_never_reinitialises() -> None:
+    writer = MemoryWriter()
+    s = sink(writer)
+    writer.fail_next = SinkFenced("another instance with a higher epoch owns this sink")
+    with pytest.raises(SinkFenced):
+        s.write(batch(b"a"), 0, "c1")
+    with pytest.raises(SinkFenced):
+        s.write(batch(b"a"), 0, "c1")
+    assert writer.starts == 1 and writer.output == []
+
+
+def test_after_an_unknown_commit_outcome_the_marker_is_read_again() -> None:
+    writer = MemoryWriter()
+    s = sink(writer)
+    s.write(batch(b"a"), 0, "c1")
+    writer.fail_next = SinkUnavailable("commit timed out")
+    with pytest.raises(SinkUnavailable):
+        s.write(batch(b"b"), 1, "c1")
+    writer.markers.append(marker(1, rows=1))  # the commit did happen after all
+    assert s.write(batch(b"b"), 1, "c1") is Replay.SKIP
+    assert writer.starts == 2
+
+
+def test_a_closed_gate_refuses_the_batch_before_anything_runs() -> None:
+    gate = BatchGate()
+    gate.close()
+    with pytest.raises(QuiesceRequested):
+        sink(MemoryWriter(), gate)(object(), 3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("error", "action"), [
+    (KafkaError(KafkaError._FENCED, fatal=True), Action.FENCED),
+    (KafkaError(KafkaError.PRODUCER_FENCED), Action.FENCED),
+    (KafkaError(KafkaError._STATE, txn_requires_abort=True), Action.ABORT),
+    (KafkaError(KafkaError._TIMED_OUT, retriable=True), Action.RETRY),
+    (KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, retriable=True), Action.RETRY),
+    (KafkaError(KafkaError._INCONSISTENT, fatal=True), Action.FATAL),
+    (KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), Action.FATAL),
+])
+def test_transaction_errors_are_classified_by_what_comes_next(error: KafkaError,
+                                                              action: Action) -> None:
+    assert classify(error) is action
+
+
+def test_an_encoder_without_key_and_value_is_named() -> None:
+    with pytest.raises(ValueError, match=r"missing \['key'\]"):
+        output_batch(pa.table({"value": [b"v"]}))
