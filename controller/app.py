@@ -14,10 +14,12 @@ from contextlib import ExitStack, contextmanager
 from types import FrameType
 
 from controller.kafka_io import (
+    NO_KEY,
     KafkaAckSource,
     KafkaControlSink,
     KafkaDecisionLog,
     KafkaMetricsSource,
+    KafkaSetupError,
     KafkaWriter,
 )
 from controller.kafka_recovery import read_history
@@ -55,6 +57,8 @@ def kafka_controller(settings: ControllerSettings,
     """A loop on Kafka; every client is closed on the way out, whatever happened."""
     kafka = settings.kafka
     on_error = DecodeErrorReporter(metrics)
+    if not kafka.control_key and not settings.dry_run:  # fail before opening any client
+        raise KafkaSetupError(NO_KEY)
     with ExitStack() as stack:
         writer = KafkaWriter(kafka)
         stack.callback(writer.close)
@@ -62,7 +66,8 @@ def kafka_controller(settings: ControllerSettings,
         stack.callback(acks.close)
         source = KafkaMetricsSource(kafka, on_error)
         stack.callback(source.close)
-        ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic),
+        ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic,
+                                                                kafka.control_key),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
                       clock=SystemClock(), observer=metrics)
         loop = ControlLoop(settings, ports)

@@ -26,6 +26,7 @@ from controller.settings import (
     PolicySettings,
     SettingsError,
 )
+from schemas import auth
 
 GROUPS: dict[str | None, type] = {
     None: ControllerSettings, "model": ModelSettings, "policy": PolicySettings,
@@ -40,6 +41,7 @@ ENV_NAMES = {
     "ack_topic": "STREAMCTL_ACK_TOPIC",
     "decisions_topic": "STREAMCTL_DECISIONS_TOPIC",
     "metrics_port": "STREAMCTL_CONTROLLER_METRICS_PORT",
+    "control_key": "STREAMCTL_CONTROL_KEY",
 }
 """The names shared with the rest of the stack; others are STREAMCTL_CONTROLLER_<FIELD>."""
 
@@ -104,10 +106,20 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Contr
             if given is not None:
                 chosen[name] = given
         values[group] = chosen
+    if "control_key" not in values["kafka"] and environ.get(auth.KEY_FILE_ENV):
+        values["kafka"]["control_key"] = _key_from_file(environ)
     return ControllerSettings(
         model=ModelSettings(**values["model"]), policy=PolicySettings(**values["policy"]),
         kafka=KafkaSettings(**values["kafka"]), **values[None],
     )
+
+
+def _key_from_file(environ: Mapping[str, str]) -> str:
+    try:
+        key = auth.key_from_env({auth.KEY_FILE_ENV: environ[auth.KEY_FILE_ENV]})
+        return key.decode() if key else ""
+    except (auth.ControlKeyError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"control key: {exc}") from exc
 
 
 def add_run_command(commands: argparse._SubParsersAction) -> None:

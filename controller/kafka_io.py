@@ -17,12 +17,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from controller.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
 from controller.settings import KafkaSettings
-from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
+from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
 
 log = logging.getLogger("controller.kafka")
 
 _MAX_BATCH = 500
 """Records per consume call: a cycle's worth for dozens of queries at sub-second triggers."""
+
+
+NO_KEY = (f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV} to the key the jobs "
+          "verify (they reject unsigned control tuples)")
 
 
 class KafkaSetupError(RuntimeError):
@@ -166,13 +170,18 @@ class KafkaControlSink:
     last tuple per knob (the desired state) survives for a restarted controller or job. The
     topic has one partition, so all tuples keep their order whatever the key."""
 
-    def __init__(self, writer: KafkaWriter, topic: str) -> None:
+    def __init__(self, writer: KafkaWriter, topic: str, key: str) -> None:
         self._writer = writer
         self._topic = topic
+        self._key = key.encode()
 
     def send(self, control: ControlTuple) -> None:
+        """Signs every tuple: only holders of the key can reconfigure a job."""
+        if not self._key:
+            raise DeliveryError(NO_KEY)
+        signed = auth.sign(control, self._key)
         self._writer.write(self._topic, f"{control.query_id}/{control.parameter}",
-                           codec_for(ControlTuple).encode(control))
+                           codec_for(ControlTuple).encode(signed))
 
 
 class KafkaDecisionLog:

@@ -234,11 +234,18 @@ class KafkaSettings:
     """Where a new group starts on the metrics topic: the controller cares about recent
     metrics, not last night's ('earliest' is for replays and tests)."""
 
+    control_key: str = field(default="", repr=False)
+    """Shared secret every control tuple is signed with (HMAC-SHA256); the jobs reject tuples
+    not signed with it. Prefer STREAMCTL_CONTROL_KEY_FILE (e.g. a Docker secret) to the option,
+    which `ps` shows. Required unless dry_run."""
+
     def __post_init__(self) -> None:
         _check(bool(self.bootstrap_servers.strip()), "kafka.bootstrap_servers must not be empty")
         for name in ("metrics_topic", "control_topic", "ack_topic", "decisions_topic",
                      "group_id"):
             _check(bool(getattr(self, name).strip()), f"kafka.{name} must not be empty")
+        _check(not self.control_key or len(self.control_key.encode()) >= 16,
+               "kafka.control_key must have at least 16 bytes (e.g. `openssl rand -hex 32`)")
         _check(self.metrics_offset_reset in ("latest", "earliest"),
                "kafka.metrics_offset_reset must be 'latest' or 'earliest', got "
                f"{self.metrics_offset_reset!r}")

@@ -28,6 +28,7 @@ from schemas.records import (
     CardTransaction,
     ControlTuple,
     Decision,
+    DesiredStateRecord,
     ScoredTransaction,
     SensorReading,
     SensorWindowAverage,
@@ -178,5 +179,5 @@ def codec_for(record_type: type[R]) -> Codec[R]:
 
 ALL_RECORD_TYPES: tuple[type[_Record], ...] = (
     TaskMetrics, ControlTuple, Ack, Decision, SensorReading, SensorWindowAverage,
-    CardTransaction, ScoredTransaction,
+    CardTransaction, ScoredTransaction, DesiredStateRecord,
 )

@@ -114,6 +114,7 @@ class TaskMetrics(_Record):
     source_topics: tuple[str, ...] = ()
     sink_topics: tuple[str, ...] = ()
     max_offsets_per_trigger: int = 0
+    rows_shed: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -163,6 +164,28 @@ class Ack(_Record):
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["outcome"] = Outcome(kwargs["outcome"])
         return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredStateRecord(_Record):
+    """A job's configuration in force, as published to the compacted state topic."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.DesiredState"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"updated_at_ms"})
+
+    query_id: str
+    instance_id: str
+    epoch: int
+    control_id: str | None
+    updated_at_ms: int
+    input_parallelism: int
+    state_partitions: int
+    max_offsets_per_trigger: int
+    shed_fraction: float
+    udf_version: str
+    input_topic: str
+    output_topic: str
+    executors: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ DECISIONS_TOPIC = "streamctl.decisions"
 INPUT_TOPIC = "sensor-readings"
 OUTPUT_TOPIC = "sensor-averages"
 DEAD_LETTER_TOPIC = "sensor-readings.dlq"
+STATE_TOPIC = "streamctl.state"
 SINK_MARKERS_TOPIC = "streamctl.sink-markers"
 
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
@@ -34,6 +35,8 @@ DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     # restarted controller resumes from. One partition, so a query's tuples keep their order.
     TopicSpec(CONTROL_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
     TopicSpec(ACKS_TOPIC, partitions=1),
+    # Each job's desired state, keyed by query id: only the newest per query matters.
+    TopicSpec(STATE_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
     TopicSpec(DECISIONS_TOPIC, partitions=1),
     # Few partitions on purpose: Spark's minPartitions splits them, so the parallelism knob
     # is visible from 2 upward instead of being pinned by the topic layout.

@@ -25,6 +25,25 @@ def _fill_spark_jars_from_stack() -> None:
     os.environ["STREAMCTL_SPARK_JARS"] = ",".join(str(p) for p in jars)
 
 
+def _fill_control_key_from_stack(args: argparse.Namespace) -> None:
+    """Jobs refuse to start without the controller's key. A key the caller set
+    (STREAMCTL_CONTROL_KEY, or STREAMCTL_CONTROL_KEY_FILE, e.g. a Docker secret) wins. Locally,
+    `stack up` and `demo` generate one under the state dir (`control.key`, mode 0600), and the
+    job and controller started on this machine read it from there. `job run` and `controller
+    run` never generate one: a deployment that forgot its key fails closed."""
+    from schemas import auth
+
+    if os.environ.get(auth.KEY_ENV) or os.environ.get(auth.KEY_FILE_ENV):
+        return
+    from stack.defaults import default_state_dir
+
+    path = (getattr(args, "state_dir", None) or default_state_dir()) / "control.key"
+    if args.group == "demo" or getattr(args, "stack_command", None) == "up":
+        auth.ensure_key_file(path)
+    if path.is_file():
+        os.environ[auth.KEY_FILE_ENV] = str(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from controller.cli import add_controller_commands
     from stack.cli import add_stack_commands
@@ -53,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.group == "job":
+    if args.group == "job" and getattr(args, "job_command", None) == "run":
         _fill_spark_jars_from_stack()
+    if args.group in ("job", "controller", "demo", "stack"):
+        _fill_control_key_from_stack(args)
     handler = getattr(args, "handler", None)
     if handler is None:
         build_parser().parse_args([args.group, "--help"])

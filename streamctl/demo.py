@@ -58,6 +58,7 @@ class DemoTopics:
     control: str = defaults.CONTROL_TOPIC
     acks: str = defaults.ACKS_TOPIC
     decisions: str = defaults.DECISIONS_TOPIC
+    state: str = defaults.STATE_TOPIC
 
 
 def run_demo(settings: DemoSettings) -> int:

@@ -1,7 +1,8 @@
-"""`job run`: the command line of the bundled job (registered into the root `streamctl` CLI).
+"""`job run` and `job state`: the bundled job's command line (registered into `streamctl`).
 
-Owns the options (one per `JobConfig` field, defaults from STREAMCTL_* env vars), logging set-up
-and signal handling. `python -m streaming_jobs run …` uses the same options.
+Owns the options (one per `JobConfig` field but the environment-only secret, defaults from
+STREAMCTL_* env vars), logging set-up and signal handling. `python -m streaming_jobs run …`
+uses the same options. `job state` reads a job's desired state back from the state topic.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from dataclasses import MISSING, fields
 from typing import Any
 
-from streaming_jobs.config import ConfigError, JobConfig, env_var
+from streaming_jobs.config import ENV_ONLY, ConfigError, JobConfig, env_var
 
 _HELP = {
     "bootstrap_servers": "Kafka bootstrap servers (required)",
@@ -38,7 +39,22 @@ _HELP = {
     "metrics_port": "Prometheus port (0 = off)",
     "spark_jars": "comma-separated jars for spark.jars (the Spark Kafka connector)",
     "max_runtime_s": "stop cleanly after this many seconds (0 = run until SIGTERM/Ctrl-C)",
+    "job": "bundled job: sensor-averages or fraud-detection (sets the default query id and "
+           "topics)",
+    "state_topic": "compacted topic for the job's desired state (keyed by query id)",
+    "max_offsets_per_trigger_limit": "highest batch cap a control tuple may set",
+    "max_state_partitions": "highest state partitions a control tuple may set",
+    "max_executors": "highest executor count a control tuple may request",
+    "shed_fraction": "initial fraction of low-priority records shed",
+    "max_shed_fraction": "highest shed fraction a control tuple may set (< 1)",
+    "low_priority_prefixes": "comma-separated sensor-id prefixes that may be shed "
+                             "(empty = every reading)",
+    "udf_version": "initial enrichment function version (v1 region, v2 sub-region)",
 }
+_KEY_HELP = ("The control key is read from STREAMCTL_CONTROL_KEY or the file named by "
+             "STREAMCTL_CONTROL_KEY_FILE, never from an option; the job refuses to start "
+             "without one. Applied control tuples are persisted beside the checkpoint "
+             "(<checkpoint-dir>.desired-state.json) and win over these options on a restart.")
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str}
 
 
@@ -46,8 +62,10 @@ def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentPars
     parser = subparsers.add_parser(
         name, help="run the sensor-averages job with its elastic runtime",
         description="Run the bundled sensor-averages job; it applies control tuples at "
-                    "batch boundaries and publishes per-batch metrics.")
+                    "batch boundaries and publishes per-batch metrics. " + _KEY_HELP)
     for f in fields(JobConfig):
+        if f.name in ENV_ONLY:
+            continue
         default = "" if f.default is MISSING or f.default == "" else f" (default {f.default})"
         parser.add_argument(
             f"--{f.name.replace('_', '-')}", dest=f.name, type=_TYPES[str(f.type)],
@@ -57,16 +75,20 @@ def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentPars
 
 
 def add_job_commands(subparsers: Any) -> None:
-    """Register `job run` on the root CLI's subparsers."""
-    job = subparsers.add_parser("job", help="run streaming jobs")
-    add_run_command(job.add_subparsers(dest="job_command", required=True, metavar="COMMAND"))
+    """Register `job run` and `job state` on the root CLI's subparsers."""
+    job = subparsers.add_parser("job", help="run streaming jobs, read their desired state")
+    commands = job.add_subparsers(dest="job_command", required=True, metavar="COMMAND")
+    add_run_command(commands)
+    from streaming_jobs.state_cli import add_state_command
+
+    add_state_command(commands)
 
 
 def run_command(args: argparse.Namespace) -> int:
     _configure_logging()
     try:
         config = JobConfig.from_sources({f.name: getattr(args, f.name, None)
-                                         for f in fields(JobConfig)})
+                                         for f in fields(JobConfig) if f.name not in ENV_ONLY})
     except ConfigError as exc:
         print(f"job run: {exc}", file=sys.stderr)
         return 2
@@ -75,7 +97,11 @@ def run_command(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    job = ElasticJob(config)
+    try:
+        job = ElasticJob(config)
+    except ConfigError as exc:  # e.g. a start-up value the parameter registry refuses
+        print(f"job run: {exc}", file=sys.stderr)
+        return 2
     job.start()
     try:
         return job.run(stop, config.max_runtime_s)

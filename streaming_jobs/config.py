@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from schemas import auth
 
 
 class ConfigError(ValueError):
@@ -54,6 +56,29 @@ class JobConfig:
     """Comma-separated jar paths for spark.jars (the Spark Kafka connector)."""
     max_runtime_s: float = 0.0
     """Stop cleanly after this many seconds; 0 runs until SIGTERM / Ctrl-C."""
+    job: str = "sensor-averages"
+    """The bundled job to run (`streaming_jobs.plans.PLANS`): sensor-averages or
+    fraud-detection; its own query id and topics are the defaults of those options."""
+    state_topic: str = "streamctl.state"
+    """Compacted topic where the job publishes its desired state (keyed by query id)."""
+    max_offsets_per_trigger_limit: int = 100_000
+    """Highest batch cap a control tuple may set (throttle upper bound)."""
+    max_state_partitions: int = 64
+    """Highest state partition count a control tuple may set."""
+    max_executors: int = 64
+    """Highest executor count a control tuple may request on a cluster manager."""
+    shed_fraction: float = 0.0
+    """Initial fraction of low-priority input records dropped (load shedding)."""
+    max_shed_fraction: float = 0.5
+    """Highest shed fraction a control tuple may set; never all of the input."""
+    low_priority_prefixes: str = ""
+    """Comma-separated sensor-id prefixes whose readings are low priority (the only ones load
+    shedding may drop); empty: every reading is low priority."""
+    udf_version: str = "v1"
+    """Initial enrichment function version (see `sensor_averages.ENRICHMENTS`)."""
+    control_key: bytes = field(default=b"", repr=False, compare=False)
+    """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
+    by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
 
     def __post_init__(self) -> None:
         for problem in _problems(self):
@@ -63,6 +88,16 @@ class JobConfig:
     def jar_list(self) -> tuple[str, ...]:
         return tuple(j.strip() for j in self.spark_jars.split(",") if j.strip())
 
+    @property
+    def low_priority_prefix_list(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.low_priority_prefixes.split(",") if p.strip())
+
+    @property
+    def desired_state_path(self) -> str:
+        """Where the applied desired state is persisted: beside the checkpoint directory (not
+        inside it, which belongs to Spark)."""
+        return self.checkpoint_dir.rstrip("/") + ".desired-state.json"
+
     @classmethod
     def from_sources(
         cls, options: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
@@ -71,6 +106,8 @@ class JobConfig:
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for f in fields(cls):
+            if f.name in ENV_ONLY:
+                continue
             raw = (options or {}).get(f.name)
             if raw is None:
                 raw = env.get(env_var(f.name))
@@ -78,10 +115,38 @@ class JobConfig:
                 values[f.name] = _parse(f.name, raw, _PARSERS.get(f.type, str))  # type: ignore[arg-type]
         if "bootstrap_servers" not in values:
             raise ConfigError("--bootstrap-servers (or STREAMCTL_BOOTSTRAP_SERVERS) is required")
+        for name, default in _job_defaults(values.get("job", cls.job)).items():
+            values.setdefault(name, default)
         values.setdefault("instance_id", f"{socket.gethostname()}-{os.getpid()}")
         query_id = values.get("query_id", cls.query_id)
         values.setdefault("checkpoint_dir", f".streamctl/checkpoints/{query_id}")
+        values["control_key"] = _control_key(env)
         return cls(**values)
+
+
+ENV_ONLY = frozenset({"control_key"})
+"""Fields read only from the environment (secrets), never from options."""
+
+
+def _control_key(env: Mapping[str, str]) -> bytes:
+    """Fail closed: a job without a key would have to accept anyone's control tuples."""
+    try:
+        key = auth.key_from_env(env)
+    except auth.ControlKeyError as exc:
+        raise ConfigError(str(exc)) from None
+    if key is None:
+        raise ConfigError(f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV} (the "
+                          "controller's key); the job refuses to start without one, since it "
+                          "could not tell the controller's control tuples from anyone else's")
+    return key
+
+
+def _job_defaults(job: str) -> Mapping[str, str]:
+    """The query id and topics a bundled job uses when the options do not name them."""
+    from streaming_jobs.plans import PLANS  # the jobs' modules: not needed to parse options
+
+    plan = PLANS.get(job)
+    return plan.default_topics if plan is not None else {}
 
 
 def env_var(field_name: str) -> str:
@@ -106,9 +171,27 @@ def _problems(c: JobConfig) -> list[str]:
         "task_slots": c.task_slots,
     }
     problems = [f"{k} must be > 0, got {v}" for k, v in positive.items() if v <= 0]
+    from streaming_jobs.plans import PLANS
+
+    if c.job not in PLANS:
+        problems.append(f"job must be one of {', '.join(sorted(PLANS))}, got {c.job!r}")
+    if c.max_offsets_per_trigger > c.max_offsets_per_trigger_limit:
+        problems.append(f"max_offsets_per_trigger {c.max_offsets_per_trigger} exceeds "
+                        f"max_offsets_per_trigger_limit {c.max_offsets_per_trigger_limit}")
+    if c.state_partitions > c.max_state_partitions:
+        problems.append(f"state_partitions {c.state_partitions} exceeds max_state_partitions "
+                        f"{c.max_state_partitions}")
     if c.input_parallelism > c.task_slots:
         problems.append(
             f"input_parallelism {c.input_parallelism} exceeds task_slots {c.task_slots}")
+    limits = {"max_offsets_per_trigger_limit": c.max_offsets_per_trigger_limit,
+              "max_state_partitions": c.max_state_partitions, "max_executors": c.max_executors}
+    problems += [f"{k} must be > 0, got {v}" for k, v in limits.items() if v <= 0]
+    if not 0 <= c.max_shed_fraction < 1:
+        problems.append(f"max_shed_fraction must be in [0, 1), got {c.max_shed_fraction}")
+    if not 0 <= c.shed_fraction <= c.max_shed_fraction:
+        problems.append(f"shed_fraction must be in [0, max_shed_fraction="
+                        f"{c.max_shed_fraction}], got {c.shed_fraction}")
     for name, value in (("enrichment_cost_ms", c.enrichment_cost_ms),
                         ("watermark_s", c.watermark_s), ("max_runtime_s", c.max_runtime_s)):
         if value < 0:
@@ -116,6 +199,6 @@ def _problems(c: JobConfig) -> list[str]:
     if not 0 <= c.metrics_port <= 65535:
         problems.append(f"metrics_port must be 0 (off) or a TCP port, got {c.metrics_port}")
     topics = ("input_topic", "output_topic", "dlq_topic", "metrics_topic", "control_topic",
-              "ack_topic", "query_id", "bootstrap_servers")
+              "ack_topic", "state_topic", "query_id", "bootstrap_servers", "udf_version")
     problems += [f"{t} must not be empty" for t in topics if not getattr(c, t).strip()]
     return problems

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
@@ -31,11 +32,11 @@ if TYPE_CHECKING:
 REGIONS = ("north", "south", "east", "west")
 ENRICHED_SCHEMA = (
     "sensor_id string, event_time_ms long, value double, seq long, region string, "
-    "dead_letter boolean"
+    "dead_letter boolean, shed boolean"
 )
 ENCODED_SCHEMA = "key binary, value binary"
 OBSERVATION = "enrichment"
-"""Name of the observed metric carrying `dead_letters` per batch (in the query progress)."""
+"""Name of the observed metric carrying `dead_letters` and `rows_shed` per batch."""
 
 
 class DeadLetterSink(Protocol):
@@ -52,32 +53,71 @@ def region_of(sensor_id: str) -> str:
     return REGIONS[int.from_bytes(digest, "big") % len(REGIONS)]
 
 
+def subregion_of(sensor_id: str) -> str:
+    """Version 2 of the lookup: a finer, differently keyed one ('north-2', ...)."""
+    digest = hashlib.blake2b(sensor_id.encode(), digest_size=4, person=b"subregion").digest()
+    number = int.from_bytes(digest, "big")
+    return f"{REGIONS[number % len(REGIONS)]}-{number // len(REGIONS) % 3 + 1}"
+
+
+ENRICHMENTS: dict[str, Callable[[str], str]] = {"v1": region_of, "v2": subregion_of}
+"""Registered enrichment functions by version; a control tuple `udf_version` picks one."""
+
+
+@dataclass(frozen=True)
+class ShedRule:
+    """Which records load shedding drops: low-priority ones, a `fraction` of them.
+
+    The choice hashes the record's Kafka position (topic, partition, offset), so a replayed
+    batch drops exactly the records it dropped before, in any process.
+    """
+
+    fraction: float = 0.0
+    low_priority_prefixes: tuple[str, ...] = ()
+    """Sensor-id prefixes that are low priority; empty: every sensor is."""
+
+    def sheds(self, sensor_id: str, topic: str, partition: int, offset: int) -> bool:
+        if self.fraction <= 0:
+            return False
+        if self.low_priority_prefixes and not sensor_id.startswith(self.low_priority_prefixes):
+            return False
+        digest = hashlib.blake2b(f"{topic}/{partition}/{offset}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "big") / 2**64 < self.fraction
+
+
 def decode_and_enrich(
-    batches: Iterator[pa.RecordBatch], cost_ms: float, dead_letters: DeadLetterSink
+    batches: Iterator[pa.RecordBatch], cost_ms: float, dead_letters: DeadLetterSink,
+    lookup: Callable[[str], str] = region_of, shed: ShedRule = ShedRule(),
 ) -> Iterator[pa.RecordBatch]:
     """Kafka rows (value, topic, partition, offset) → enriched readings, one row per input.
 
-    Undecodable rows go to `dead_letters` and come out flagged `dead_letter` with nulls, so
-    they can be counted by the plan; the lookup cost is slept once per batch (n × cost).
+    Undecodable rows go to `dead_letters` and come out flagged `dead_letter` with nulls; rows
+    that `shed` drops come out flagged `shed` and skip the lookup. Both are counted by the
+    plan. The lookup cost is slept once per batch (looked-up rows × cost).
     """
     codec = codec_for(SensorReading)
     for batch in batches:
         cols = batch.to_pydict()
         out: dict[str, list[object]] = {k: [] for k in (
-            "sensor_id", "event_time_ms", "value", "seq", "region", "dead_letter")}
+            "sensor_id", "event_time_ms", "value", "seq", "region", "dead_letter", "shed")}
+        looked_up = 0
         for payload, topic, partition, offset in zip(
                 cols["value"], cols["topic"], cols["partition"], cols["offset"], strict=True):
             row: tuple[object, ...]
             try:
                 r = codec.decode(payload, topic=topic, partition=partition, offset=offset)
-                row = (r.sensor_id, r.event_time_ms, r.value, r.seq, region_of(r.sensor_id), False)
             except DecodeError as err:
                 dead_letters.send(payload, err)
-                row = (None, None, None, None, None, True)
+                row = (None, None, None, None, None, True, False)
+            else:
+                dropped = shed.sheds(r.sensor_id, topic, partition, offset)
+                looked_up += not dropped
+                region = None if dropped else lookup(r.sensor_id)
+                row = (r.sensor_id, r.event_time_ms, r.value, r.seq, region, False, dropped)
             for column, value in zip(out, row, strict=True):
                 out[column].append(value)
-        if cost_ms > 0 and batch.num_rows:
-            time.sleep(batch.num_rows * cost_ms / 1000.0)
+        if cost_ms > 0 and looked_up:
+            time.sleep(looked_up * cost_ms / 1000.0)
         yield pa.RecordBatch.from_pydict(out, schema=_enriched_arrow_schema())
     dead_letters.flush()
 
@@ -85,7 +125,7 @@ def decode_and_enrich(
 def _enriched_arrow_schema() -> pa.Schema:
     return pa.schema([("sensor_id", pa.string()), ("event_time_ms", pa.int64()),
                       ("value", pa.float64()), ("seq", pa.int64()), ("region", pa.string()),
-                      ("dead_letter", pa.bool_())])
+                      ("dead_letter", pa.bool_()), ("shed", pa.bool_())])
 
 
 def encode_averages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -111,9 +151,11 @@ def build_averages(
     from pyspark.sql import functions as F
 
     cost_ms = config.enrichment_cost_ms
+    lookup = ENRICHMENTS[config.udf_version]
+    shed = ShedRule(config.shed_fraction, config.low_priority_prefix_list)
 
     def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return decode_and_enrich(batches, cost_ms, dead_letter_factory())
+        return decode_and_enrich(batches, cost_ms, dead_letter_factory(), lookup, shed)
 
     raw = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", config.bootstrap_servers)
@@ -126,13 +168,17 @@ def build_averages(
     enriched = (raw.select("value", "topic", "partition", "offset")
                 .mapInArrow(enrich, ENRICHED_SCHEMA)
                 .observe(OBSERVATION,
-                         F.sum(F.col("dead_letter").cast("long")).alias("dead_letters"))
-                .where(~F.col("dead_letter"))
+                         F.sum(F.col("dead_letter").cast("long")).alias("dead_letters"),
+                         F.sum(F.col("shed").cast("long")).alias("rows_shed"))
+                .where(~F.col("dead_letter") & ~F.col("shed"))
                 .withColumn("event_time", F.timestamp_millis("event_time_ms")))
     window = F.window("event_time", f"{config.window_s} seconds")
+    # Region is not a grouping key: a window open across a UDF swap stays one row, labelled
+    # by the lookup of its newest reading.
     return (enriched.withWatermark("event_time", f"{config.watermark_s} seconds")
-            .groupBy(window, "sensor_id", "region")
-            .agg(F.count("*").alias("count"), F.avg("value").alias("avg_value"),
+            .groupBy(window, "sensor_id")
+            .agg(F.max_by("region", "event_time_ms").alias("region"),
+                 F.count("*").alias("count"), F.avg("value").alias("avg_value"),
                  F.min("value").alias("min_value"), F.max("value").alias("max_value"),
                  F.sum("seq").alias("seq_sum"))
             .select("sensor_id", "region",

@@ -8,15 +8,35 @@ session ever pays for Maven. Add fixtures for other tiers in their own section b
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
+from schemas import auth
 from stack.broker import LocalBroker
 from stack.defaults import default_state_dir
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, delete_topics, ensure_topics
+
+# --- Control key -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def control_key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Jobs refuse to start without the controller's key: every process a test starts (job,
+    controller, demo) inherits this session's key file, unless the caller set a key already."""
+    if os.environ.get(auth.KEY_ENV) or os.environ.get(auth.KEY_FILE_ENV):
+        yield os.environ.get(auth.KEY_FILE_ENV, "")
+        return
+    path = str(auth.ensure_key_file(tmp_path_factory.mktemp("control-key") / "control.key"))
+    os.environ[auth.KEY_FILE_ENV] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop(auth.KEY_FILE_ENV, None)
+
 
 # --- Kafka -------------------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
-"""Control tuples: validation against the knobs in force, and the loop that answers with acks.
+"""Control tuples: authenticity, validation against the desired state, and one ack per tuple.
 
-Owns which parameters a job accepts, the bounds and epoch rules, and the ack for each tuple
-addressed to this query. Tuples are handled one at a time, so reconfigurations are serialized.
-Neighbours: `kafka` (the consumer and the ack publisher), `job` (implements `Reconfigurable`).
+Owns the order of checks (addressed to this query → signed with the shared key → a known
+parameter that can change here → a value within bounds → an epoch not stale) and the ack for
+each tuple addressed to this query. Tuples are handled one at a time, so reconfigurations are
+serialized. Neighbours: `parameters` (the registry), `kafka` (the consumer and the ack
+publisher), `job` (implements `Reconfigurable`).
 """
 
 from __future__ import annotations
@@ -11,79 +13,131 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Protocol
 
+from schemas import auth
 from schemas.codec import DecodeError
 from schemas.records import Ack, ControlTuple, Outcome
-from streaming_jobs.runtime.lifecycle import Knobs
+from streaming_jobs.runtime.parameters import (
+    REGISTRY,
+    TOPIC_PARAMETERS,
+    BadValue,
+    DesiredState,
+    Limits,
+    render,
+    with_value,
+)
 from streaming_jobs.runtime.reconfigure import Applied, RestartFailed
 
 log = logging.getLogger(__name__)
-SUPPORTED = ("input_parallelism",)
-UNDECODABLE = "undecodable"
-"""Outcome label counted for garbage on the control topic (there is no tuple to ack)."""
+
+
+class Reason(StrEnum):
+    """Why a tuple was not applied (bounded: these are Prometheus label values)."""
+
+    UNDECODABLE = "undecodable"
+    """Garbage on the control topic: counted and logged, no ack possible."""
+    UNSIGNED = "unsigned"
+    BAD_SIGNATURE = "bad_signature"
+    UNKNOWN_PARAMETER = "unknown_parameter"
+    UNSUPPORTED = "unsupported"
+    BAD_VALUE = "bad_value"
+    STALE_EPOCH = "stale_epoch"
+
+
+UNDECODABLE = Reason.UNDECODABLE.value
 
 
 @dataclass(frozen=True)
 class Reject:
+    reason: Reason
     detail: str
 
 
 @dataclass(frozen=True)
 class Reassert:
-    """The value is already in force; only the epoch advances."""
+    """The value is already in force; at most the epoch advances."""
+
+    detail: str
 
 
 @dataclass(frozen=True)
 class Change:
-    knobs: Knobs
+    desired: DesiredState
 
 
 Verdict = Reject | Reassert | Change
 
 
-def evaluate(tuple_: ControlTuple, in_force: Knobs, task_slots: int) -> Verdict:
-    """What to do with a tuple addressed to this query (pure)."""
-    if tuple_.parameter not in SUPPORTED:
-        return Reject(f"unknown parameter '{tuple_.parameter}'; supported: {', '.join(SUPPORTED)}")
+def authenticate(tuple_: ControlTuple, key: bytes) -> Reject | None:
+    verdict = auth.verify(tuple_, key)
+    if verdict is auth.Verdict.UNSIGNED:
+        return Reject(Reason.UNSIGNED, "unsigned control tuple (no auth_tag); only the "
+                                       "controller, holding the shared key, may reconfigure")
+    if verdict is auth.Verdict.BAD_SIGNATURE:
+        return Reject(Reason.BAD_SIGNATURE, "bad authentication tag: not signed with this "
+                                            "job's control key, or altered after signing")
+    return None
+
+
+def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Verdict:
+    """What to do with an authentic tuple addressed to this query (pure)."""
+    name = tuple_.parameter
+    parameter = REGISTRY.get(name)
+    if parameter is None:
+        return Reject(Reason.UNKNOWN_PARAMETER,
+                      f"unknown parameter '{name}'; supported: {', '.join(REGISTRY)}")
+    unavailable = parameter.availability(limits)
+    if unavailable is not None:
+        return Reject(Reason.UNSUPPORTED, f"cannot change {name}: {unavailable}")
     try:
-        value = int(tuple_.value)
-    except ValueError:
-        value = 0
-    if str(value) != tuple_.value.strip() or not 1 <= value <= task_slots:
-        return Reject(f"bad value {tuple_.value!r} for input_parallelism: "
-                      f"expected an integer in [1, {task_slots}] (task_slots)")
-    if tuple_.epoch <= in_force.epoch:
-        return Reject(f"stale epoch {tuple_.epoch} ≤ {in_force.epoch} in force")
-    if value == in_force.input_parallelism:
-        return Reassert()
-    return Change(Knobs(epoch=tuple_.epoch, input_parallelism=value))
+        value = parameter.parse(tuple_.value, limits)
+    except BadValue as exc:
+        return Reject(Reason.BAD_VALUE, f"bad value {tuple_.value!r} for {name}: {exc}")
+    in_force = desired.value(name)
+    if tuple_.epoch < desired.epoch or (tuple_.epoch == desired.epoch and value != in_force):
+        return Reject(Reason.STALE_EPOCH,
+                      f"stale epoch {tuple_.epoch} ≤ {desired.epoch} in force")
+    if value == in_force:
+        advanced = ("" if tuple_.epoch == desired.epoch
+                    else f"; epoch advanced to {tuple_.epoch}")
+        return Reassert(f"{name} {render(value)} already in force{advanced}")
+    return Change(with_value(desired, name, value, tuple_.epoch))
 
 
 class Reconfigurable(Protocol):
     """What the control loop needs of a job."""
 
     @property
-    def knobs(self) -> Knobs: ...
+    def desired(self) -> DesiredState: ...
 
-    def advance_epoch(self, epoch: int) -> None: ...
+    def limits(self) -> Limits: ...
 
-    def reconfigure(self, knobs: Knobs) -> Applied: ...
+    def advance_epoch(self, epoch: int, control_id: str) -> None: ...
+
+    def reconfigure(self, desired: DesiredState, control_id: str) -> Applied: ...
 
 
 class ControlSource(Protocol):
     def poll(self, timeout_s: float) -> ControlTuple | DecodeError | None: ...
+
+    def topic_exists(self, topic: str) -> bool: ...
+
+
+Count = Callable[[str, str | None], None]
+"""count(outcome, rejection reason or None): outcome is an Outcome value or 'undecodable'."""
 
 
 class ControlLoop:
     """Consumes control tuples for `query_id` and publishes one ack per tuple."""
 
     def __init__(self, source: ControlSource, job: Reconfigurable,
-                 send_ack: Callable[[Ack], None], count: Callable[[str], None], *,
-                 query_id: str, instance_id: str, task_slots: int) -> None:
+                 send_ack: Callable[[Ack], None], count: Count, *,
+                 query_id: str, instance_id: str, key: bytes) -> None:
         self._source, self._job, self._send_ack, self._count = source, job, send_ack, count
-        self._query_id, self._instance_id, self._task_slots = query_id, instance_id, task_slots
+        self._query_id, self._instance_id, self._key = query_id, instance_id, key
 
     def run(self, stop: threading.Event, poll_s: float = 0.5) -> None:
         while not stop.is_set():
@@ -92,29 +146,35 @@ class ControlLoop:
     def poll_once(self, timeout_s: float) -> Ack | None:
         item = self._source.poll(timeout_s)
         if isinstance(item, DecodeError):
-            self._count(UNDECODABLE)
-            log.warning("ignoring undecodable control record: %s", item)
+            self._count(UNDECODABLE, Reason.UNDECODABLE.value)
+            log.warning("ignoring undecodable control record (no ack possible): %s", item)
             return None
         if item is None or item.query_id != self._query_id:
             return None
-        ack = self.handle(item)
-        self._count(ack.outcome.value)
+        ack, reason = self._handle(item)
+        self._count(ack.outcome.value, reason)
         self._send_ack(ack)
         return ack
 
     def handle(self, tuple_: ControlTuple) -> Ack:
-        verdict = evaluate(tuple_, self._job.knobs, self._task_slots)
-        log.info("control %s (%s=%s, epoch %d): %s", tuple_.control_id, tuple_.parameter,
-                 tuple_.value, tuple_.epoch, verdict)
+        return self._handle(tuple_)[0]
+
+    def _handle(self, tuple_: ControlTuple) -> tuple[Ack, str | None]:
+        verdict = authenticate(tuple_, self._key) or evaluate(
+            tuple_, self._job.desired, self._limits_for(tuple_))
+        log.info("control %s (%s=%s, epoch %d, issuer %s): %s", tuple_.control_id,
+                 tuple_.parameter, tuple_.value, tuple_.epoch, tuple_.issuer, verdict)
         if isinstance(verdict, Reject):
-            return self._ack(tuple_, Outcome.REJECTED, verdict.detail)
+            detail = f"{verdict.reason.value}: {verdict.detail}"
+            return self._ack(tuple_, Outcome.REJECTED, detail), verdict.reason.value
+        return self._act(tuple_, verdict), None
+
+    def _act(self, tuple_: ControlTuple, verdict: Reassert | Change) -> Ack:
         if isinstance(verdict, Reassert):
-            self._job.advance_epoch(tuple_.epoch)
-            return self._ack(tuple_, Outcome.APPLIED,
-                             f"input_parallelism {tuple_.value.strip()} already in force; "
-                             f"epoch advanced to {tuple_.epoch}")
+            self._job.advance_epoch(tuple_.epoch, tuple_.control_id)
+            return self._ack(tuple_, Outcome.APPLIED, verdict.detail)
         try:
-            applied = self._job.reconfigure(verdict.knobs)
+            applied = self._job.reconfigure(verdict.desired, tuple_.control_id)
         except RestartFailed as exc:
             return self._ack(tuple_, Outcome.FAILED, str(exc))
         except Exception as exc:  # e.g. the rollback failed too: say so, keep listening
@@ -122,7 +182,16 @@ class ControlLoop:
             return self._ack(tuple_, Outcome.FAILED, f"reconfiguration failed: {exc}")
         return self._ack(tuple_, Outcome.APPLIED, applied.detail, applied.pause_ms)
 
+    def _limits_for(self, tuple_: ControlTuple) -> Limits:
+        limits = self._job.limits()
+        if tuple_.parameter in TOPIC_PARAMETERS:
+            topic = tuple_.value.strip()
+            exists = bool(topic) and self._source.topic_exists(topic)
+            limits = replace(limits, existing_topics=frozenset({topic} if exists else ()))
+        return limits
+
     def _ack(self, t: ControlTuple, outcome: Outcome, detail: str, pause_ms: int = 0) -> Ack:
         return Ack(control_id=t.control_id, query_id=t.query_id, instance_id=self._instance_id,
                    epoch=t.epoch, outcome=outcome, detail=detail, pause_ms=pause_ms,
                    acked_at_ms=int(time.time() * 1000))
+

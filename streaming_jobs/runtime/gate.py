@@ -4,8 +4,10 @@ A batch is *admitted* when it enters the foreachBatch sink while the gate is ope
 *committed* when its progress event arrives (Spark posts onQueryProgress after writing the
 commit log entry). Once the gate is closed a batch entering the sink raises `QuiesceRequested`
 before executing anything: its offsets are in the offset log, nothing of it was written, and
-Spark replays it when the query restarts from the checkpoint. Neighbours: `sink` (admits),
-`lifecycle` (commits, closes, waits).
+Spark replays it when the query restarts from the checkpoint. A *held* gate instead makes a
+batch entering the sink wait until it is released: that is how a setting the running query
+reads per batch (the sink's topic) is swapped at a batch boundary without a restart.
+Neighbours: `sink` (admits), `lifecycle` (commits, closes, holds, waits).
 """
 
 from __future__ import annotations
@@ -46,10 +48,13 @@ class BatchGate:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._closed = False
+        self._held = False
         self._admitted: set[int] = set()
 
     def admit(self, batch_id: int) -> None:
         with self._cond:
+            while self._held and not self._closed:
+                self._cond.wait(0.2)
             if self._closed:
                 raise QuiesceRequested(batch_id)
             self._admitted.add(batch_id)
@@ -62,11 +67,23 @@ class BatchGate:
     def close(self) -> None:
         with self._cond:
             self._closed = True
+            self._cond.notify_all()
+
+    def hold(self) -> None:
+        """New batches wait in `admit` until `release` (admitted ones carry on)."""
+        with self._cond:
+            self._held = True
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
 
     def open(self) -> None:
         """Reopen for a restarted query; a batch admitted but never committed will replay."""
         with self._cond:
             self._closed = False
+            self._held = False
             self._admitted.clear()
 
     @property

@@ -1,9 +1,10 @@
 """The bundled job with its elastic runtime: the programmatic entry point.
 
-Owns the wiring (SparkSession, query, metrics publisher, Prometheus, control loop thread) and
-the process-level lifecycle: start, run until stopped or failed, shut down cleanly (quiesce,
-stop the query, flush producers, close the consumer). Neighbours: `cli` calls it; everything
-under `runtime` is assembled here.
+Owns the wiring (SparkSession, query, metrics publisher, Prometheus, control loop thread), the
+desired state's persistence and publication after each applied tuple, and the process-level
+lifecycle: start (resuming the persisted desired state), run until stopped or failed, shut down
+cleanly (quiesce, stop the query, flush producers, close the consumer). Neighbours: `cli` calls
+it; everything under `runtime` is assembled here.
 """
 
 from __future__ import annotations
@@ -18,22 +19,34 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import Ack, ControlTuple, TaskMetrics
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import ConfigError, JobConfig
+from streaming_jobs.runtime import desired as desired_file
 from streaming_jobs.runtime.control import ControlLoop
 from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
-from streaming_jobs.runtime.lifecycle import ElasticQuery, Knobs
+from streaming_jobs.runtime.lifecycle import ElasticQuery
 from streaming_jobs.runtime.metrics import (
     RunContext,
     dead_letters,
     heartbeat,
     to_task_metrics,
     warn_if_late_data,
+    warn_if_shed,
 )
+from streaming_jobs.runtime.parameters import REGISTRY, BadValue, DesiredState, Limits
 from streaming_jobs.runtime.prometheus import JobPrometheus
 from streaming_jobs.runtime.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
-from streaming_jobs.runtime.session import build_session
+from streaming_jobs.runtime.session import build_session, executors_for
+from streaming_jobs.sensor_averages import ENRICHMENTS
 
 log = logging.getLogger(__name__)
+
+NOT_YET = (
+    ("state_partitions", "not supported yet: it needs the offline state repartitioning "
+                         "primitive (streaming_jobs/runtime/state_repartition.py)"),
+    ("input_topic", "not supported yet: Spark cannot change a query's subscribed topics under "
+                    "its checkpoint; the exact-offset switch is not implemented"),
+)
+"""Parameters in the registry that this runtime rejects, with the reason given in the ack."""
 
 
 class ElasticJob:
@@ -41,6 +54,9 @@ class ElasticJob:
 
     def __init__(self, config: JobConfig, spark: SparkSession | None = None,
                  registry: CollectorRegistry | None = None) -> None:
+        if not config.control_key:  # fail closed: see JobConfig.control_key
+            raise ConfigError("no control key: the job refuses to start without one, since "
+                              "it could not tell the controller's control tuples from others'")
         self.config = config
         self._owns_spark = spark is None
         started = time.monotonic()
@@ -53,44 +69,100 @@ class ElasticJob:
                                           f"streamctl-job-{config.instance_id}")
         self._lock = threading.Lock()  # one reconfiguration or shutdown at a time
         self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
+        self._executors = executors_for(self.spark)
         self.query = ElasticQuery(self.spark, config, self._publish_progress,
-                                  self._publish_heartbeat)
+                                  self._publish_heartbeat, desired=self._initial_desired(),
+                                  executors=self._executors)
         self._reconfigurer = Reconfigurer(self.query)
         # A group per instance: every instance sees every tuple and filters on query_id.
         self._consumer = TypedConsumer(
             config.bootstrap_servers, config.control_topic,
             f"streamctl-job-{config.query_id}-{config.instance_id}", ControlTuple)
         self._stopping = threading.Event()
+        self._state_topic_exists = False
         loop = ControlLoop(self._consumer, self, self._send_ack, self._count_control,
                            query_id=config.query_id, instance_id=config.instance_id,
-                           task_slots=config.task_slots)
+                           key=config.control_key)
         self._control_thread = threading.Thread(
             target=loop.run, args=(self._stopping,), name="streamctl-control", daemon=True)
 
     # -- Reconfigurable (called from the control thread) --
     @property
-    def knobs(self) -> Knobs:
-        return self.query.knobs
+    def desired(self) -> DesiredState:
+        return self.query.desired
 
-    def advance_epoch(self, epoch: int) -> None:
+    def limits(self) -> Limits:
+        c = self.config
+        slots = self._executors.task_slots() if self._executors else c.task_slots
+        return Limits(task_slots=slots, max_state_partitions=c.max_state_partitions,
+                      max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
+                      max_shed_fraction=c.max_shed_fraction, udf_versions=tuple(ENRICHMENTS),
+                      max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
+                      unsupported=NOT_YET)
+
+    def advance_epoch(self, epoch: int, control_id: str) -> None:
         with self._lock:
             self.query.advance_epoch(epoch)
+            self._record_desired(control_id)
 
-    def reconfigure(self, knobs: Knobs) -> Applied:
+    def reconfigure(self, desired: DesiredState, control_id: str) -> Applied:
         with self._lock:
-            applied = self._reconfigurer.apply(knobs)
+            applied = self._reconfigurer.apply(desired)
+            self._record_desired(control_id)
         log.info("reconfigured %s at epoch %d: %s; pause %d ms", self.config.query_id,
-                 knobs.epoch, applied.detail, applied.pause_ms)
+                 desired.epoch, applied.detail, applied.pause_ms)
         return applied
+
+    def _initial_desired(self) -> DesiredState:
+        """The persisted desired state if there is one (fail-static), else the configured."""
+        configured = DesiredState.from_config(self.config)
+        limits = self.limits()
+        for name, parameter in REGISTRY.items():
+            if parameter.availability(limits) is None and name != "output_topic":
+                try:
+                    parameter.parse(str(configured.value(name)), limits)
+                except BadValue as exc:
+                    raise ConfigError(f"{name}={configured.value(name)!r}: {exc}") from None
+        persisted = desired_file.load(self.config.desired_state_path, self.config.query_id,
+                                      configured, limits)
+        if persisted is None:
+            return configured
+        log.info("resuming the desired state of epoch %d from %s: %s", persisted.epoch,
+                 self.config.desired_state_path, configured.describe_change(persisted))
+        return persisted
+
+    def _record_desired(self, control_id: str | None) -> None:
+        """Persist (so a restarted process resumes it), publish, export the state in force."""
+        state, c = self.query.desired, self.config
+        try:
+            desired_file.save(c.desired_state_path, c.query_id, state)
+        except OSError as exc:
+            log.error("could not persist the desired state to %s (%s); a restarted process "
+                      "would start from epoch %d's predecessor", c.desired_state_path, exc,
+                      state.epoch)
+        record = desired_file.to_record(state, query_id=c.query_id, instance_id=c.instance_id,
+                                        control_id=control_id, at_ms=int(time.time() * 1000))
+        if self._state_topic_exists:
+            self._publisher.publish(c.state_topic, c.query_id, record)
+        self.prometheus.shed_fraction.labels(c.query_id).set(state.shed_fraction)
 
     # -- lifecycle --
     def start(self) -> None:
-        self.query.start(self.query.knobs)
+        self._state_topic_exists = self._consumer.topic_exists(self.config.state_topic)
+        if not self._state_topic_exists:
+            log.warning("state topic %s does not exist: the desired state is persisted to %s "
+                        "but not published (`streamctl stack up` creates the topic)",
+                        self.config.state_topic, self.config.desired_state_path)
+        self.query.start(self.query.desired)
+        self._record_desired(None)
         self._control_thread.start()
         self.prometheus.serve(self.config.metrics_port)
-        log.info("job %s (instance %s) started: input %s → output %s, input_parallelism %d",
-                 self.config.query_id, self.config.instance_id, self.config.input_topic,
-                 self.config.output_topic, self.query.knobs.input_parallelism)
+        d = self.query.desired
+        log.info("job %s (instance %s) started at epoch %d: input %s → output %s, "
+                 "input_parallelism %d, max_offsets_per_trigger %d, shed_fraction %g, udf %s",
+                 self.config.query_id, self.config.instance_id, d.epoch, d.input_topic,
+                 d.output_topic, d.input_parallelism, d.max_offsets_per_trigger,
+                 d.shed_fraction, d.udf_version)
 
     def wait_control_ready(self, timeout_s: float) -> bool:
         """Whether the control consumer holds its partitions (tuples sent now are seen)."""
@@ -115,7 +187,8 @@ class ElasticJob:
     def stop(self) -> None:
         """Quiesce and stop the query, then flush and close the Kafka clients."""
         self._stopping.set()
-        self._control_thread.join(timeout=QUIESCE_TIMEOUT_S + 60)
+        if self._control_thread.ident is not None:  # a job never started has no thread
+            self._control_thread.join(timeout=QUIESCE_TIMEOUT_S + 60)
         try:
             with self._lock:
                 self.query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
@@ -138,6 +211,7 @@ class ElasticJob:
                           output_rows: int) -> None:
         metrics = to_task_metrics(progress, ctx, output_rows)
         warn_if_late_data(metrics)
+        warn_if_shed(metrics)
         dead = dead_letters(progress)
         if dead:
             log.warning("batch %d: %d undecodable records sent to %s", metrics.batch_id, dead,
@@ -153,5 +227,5 @@ class ElasticJob:
     def _send_ack(self, ack: Ack) -> None:
         self._publisher.publish(self.config.ack_topic, ack.query_id, ack)
 
-    def _count_control(self, outcome: str) -> None:
-        self.prometheus.record_control(self.config.query_id, outcome)
+    def _count_control(self, outcome: str, reason: str | None) -> None:
+        self.prometheus.record_control(self.config.query_id, outcome, reason)

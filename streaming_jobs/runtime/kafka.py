@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -135,6 +136,15 @@ class TypedConsumer(Generic[R]):
             return None
         return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
 
+    def topic_exists(self, topic: str, timeout_s: float = 5.0) -> bool:
+        """Whether the broker knows `topic` (with partitions); False when unreachable too."""
+        try:
+            metadata = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            log.warning("cannot look up topic %s: %s", topic, exc)
+            return False
+        return metadata is not None and metadata.error is None and bool(metadata.partitions)
+
     def _decode(self, value: bytes | None, topic: str | None, partition: int | None,
                 offset: int | None) -> R | DecodeError:
         try:
@@ -144,3 +154,51 @@ class TypedConsumer(Generic[R]):
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def read_latest(bootstrap_servers: str, topic: str, key: str, record_type: type[R],
+                timeout_s: float = 10.0) -> R | None:
+    """The newest record under `key` in `topic` (read from the start to its current end).
+
+    On a compacted topic that is the key's last value. Undecodable records are skipped with a
+    warning naming their position. Raises `LookupError` when the topic is
+    missing, `TimeoutError` when the end is not reached in time.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "unused",
+                         "enable.auto.commit": False})
+    try:
+        ends = _end_offsets(consumer, topic, timeout_s)
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        return _scan(consumer, ends, key.encode(), codec_for(record_type), timeout_s)
+    finally:
+        consumer.close()
+
+
+def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
+    metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise LookupError(f"topic {topic!r} does not exist")
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+            for p in metadata.partitions}
+
+
+def _scan(consumer: Consumer, ends: dict[int, int], key: bytes, codec: Any,
+          timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    positions = {p: 0 for p in ends}
+    latest = None
+    while any(positions[p] < ends[p] for p in ends):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"could not read to the end of the topic in {timeout_s:.0f} s")
+        msg = consumer.poll(0.5)
+        if msg is None or msg.error() is not None:
+            continue
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        positions[partition] = offset + 1
+        if msg.key() == key:
+            try:
+                latest = codec.decode(msg.value(), topic=msg.topic(), partition=partition,
+                                      offset=offset)
+            except DecodeError as err:
+                log.warning("skipping an undecodable record: %s", err)
+    return latest

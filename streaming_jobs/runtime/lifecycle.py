@@ -1,10 +1,10 @@
-"""One elastic streaming query: start, quiesce, stop, and what each run committed.
+"""One elastic streaming query: start, quiesce, hold, swap, stop, and what each run committed.
 
-Owns the StreamingQuery handle, the knobs in force (config epoch, input parallelism), the run
-context per Spark run id (so a late progress event of a stopped run is still labelled with the
-knobs it ran with), and the commit history the reconfiguration protocol measures pauses from.
-Neighbours: `gate` and `sink` (the foreachBatch side), `listener` (progress events),
-`reconfigure` (drives quiesce → start), `job` (wiring, metrics publishing).
+Owns the StreamingQuery handle, the desired state in force, the run context per Spark run id
+(so a late progress event of a stopped run is still labelled with the settings it ran with),
+and the commit history the reconfiguration protocol measures pauses from. Neighbours: `gate`
+and `sink` (the foreachBatch side), `listener` (progress events), `reconfigure` (drives
+quiesce → start, or hold → swap → release), `job` (wiring, metrics publishing).
 """
 
 from __future__ import annotations
@@ -14,30 +14,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import JobConfig
+from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
+from streaming_jobs.runtime.parameters import DesiredState
 from streaming_jobs.runtime.session import hide_gate_stops
 from streaming_jobs.runtime.sink import transactional_sink
 from streaming_jobs.runtime.transactional import OutputEncoder
-from streaming_jobs.sensor_averages import ENCODED_SCHEMA, build_averages, encode_averages
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """The reconfigurable settings in force, and the epoch of the tuple that set them."""
-
-    epoch: int
-    input_parallelism: int
 
 
 @dataclass(frozen=True)
@@ -50,6 +44,14 @@ class Commit:
     end_ms: int
 
 
+class Executors(Protocol):
+    """The cluster manager's executor request API (`session.SparkExecutors`, or a double)."""
+
+    def request_total(self, executors: int) -> None: ...
+
+    def task_slots(self) -> int: ...
+
+
 ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
 IdleHandler = Callable[[RunContext, int], None]
 """Called with the idle run's context and the idle event's time (epoch ms)."""
@@ -59,14 +61,18 @@ class ElasticQuery:
     """The bundled job's query, restartable from its checkpoint in the same SparkSession."""
 
     def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler,
-                 on_idle: IdleHandler | None = None):
+                 on_idle: IdleHandler | None = None, *, desired: DesiredState | None = None,
+                 executors: Executors | None = None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
+        self._plan = plan_for(config.job)
+        self._executors = executors
+        self._desired = desired or DesiredState.from_config(config)
         self.gate = BatchGate()
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
-                                       config.output_topic,
-                                       OutputEncoder(encode_averages, ENCODED_SCHEMA))
-        self._knobs = Knobs(epoch=0, input_parallelism=config.input_parallelism)
+                                       self._desired.output_topic,
+                                       OutputEncoder(self._plan.encode,
+                                                     self._plan.encoded_schema))
         self._contexts: dict[str, RunContext] = {}
         self._query: StreamingQuery | None = None
         self._commits = threading.Condition()
@@ -76,35 +82,59 @@ class ElasticQuery:
         hide_gate_stops(spark)
 
     @property
-    def knobs(self) -> Knobs:
-        return self._knobs
+    def desired(self) -> DesiredState:
+        return self._desired
 
     @property
     def run_id(self) -> str | None:
         return str(self._query.runId) if self._query is not None else None
 
-    def start(self, knobs: Knobs) -> str:
-        """Start a run with `knobs` from the checkpoint; returns its Spark run id."""
-        self._knobs = knobs
-        df = build_averages(self._spark, self._config, knobs.input_parallelism,
-                            DeadLetterFactory(self._config.bootstrap_servers,
-                                              self._config.dlq_topic))
+    def start(self, desired: DesiredState) -> str:
+        """Start a run with `desired` from the checkpoint; returns its Spark run id."""
+        self._desired = desired
+        self.sink.retarget(desired.output_topic)
+        df = self._plan.build(self._spark, effective_config(self._config, desired),
+                              DeadLetterFactory(self._config.bootstrap_servers,
+                                                self._config.dlq_topic))
         self.gate.open()
         self._query = (df.writeStream.queryName(self._config.query_id)
-                       .outputMode("append")
+                       .outputMode(self._plan.output_mode)
                        .foreachBatch(self.sink)
                        .option("checkpointLocation", self._config.checkpoint_dir)
                        .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)}"
                                 " milliseconds")
                        .start())
-        self._contexts[str(self._query.runId)] = self._context(knobs)
+        self._contexts[str(self._query.runId)] = self._context(desired)
         return str(self._query.runId)
 
     def advance_epoch(self, epoch: int) -> None:
         """Same settings, newer epoch (an idempotent tuple): no restart needed."""
-        self._knobs = replace(self._knobs, epoch=epoch)
+        self._set_running(replace(self._desired, epoch=epoch))
+
+    def hold(self, timeout_s: float) -> bool:
+        """Hold new batches at the gate and wait for admitted ones to commit."""
+        self.gate.hold()
+        query = self._query
+        if query is None:
+            return True
+        return self.gate.wait_drained(timeout_s, lambda: not query.isActive)
+
+    def swap(self, desired: DesiredState) -> None:
+        """Apply the per-batch settings of `desired` to the running query (gate held)."""
+        if desired.executors and desired.executors != self._desired.executors:
+            if self._executors is None:
+                raise RuntimeError("no executor allocation client (local mode)")
+            self._executors.request_total(desired.executors)
+        self.sink.retarget(desired.output_topic)
+        self._set_running(desired)
+
+    def release(self) -> None:
+        self.gate.release()
+
+    def _set_running(self, desired: DesiredState) -> None:
+        self._desired = desired
         if self.run_id is not None:
-            self._contexts[self.run_id] = self._context(self._knobs)
+            self._contexts[self.run_id] = self._context(desired)
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         """Close the gate, let admitted batches commit, stop. False if the wait timed out."""
@@ -152,14 +182,19 @@ class ElasticQuery:
     def close(self) -> None:
         self._spark.streams.removeListener(self._listener)
 
-    def _context(self, knobs: Knobs) -> RunContext:
+    def task_slots(self) -> int:
+        """Tasks the cluster runs at once: local[N]'s N, else the executors' cores."""
+        return self._executors.task_slots() if self._executors else self._config.task_slots
+
+    def _context(self, desired: DesiredState) -> RunContext:
         c = self._config
         return RunContext(
-            query_id=c.query_id, instance_id=c.instance_id, config_epoch=knobs.epoch,
-            input_parallelism=knobs.input_parallelism, state_partitions=c.state_partitions,
-            task_slots=c.task_slots, trigger_interval_ms=int(c.trigger_interval_s * 1000),
-            source_topics=(c.input_topic,), sink_topics=(c.output_topic,),
-            max_offsets_per_trigger=c.max_offsets_per_trigger)
+            query_id=c.query_id, instance_id=c.instance_id, config_epoch=desired.epoch,
+            input_parallelism=desired.input_parallelism,
+            state_partitions=desired.state_partitions, task_slots=self.task_slots(),
+            trigger_interval_ms=int(c.trigger_interval_s * 1000),
+            source_topics=(desired.input_topic,), sink_topics=(desired.output_topic,),
+            max_offsets_per_trigger=desired.max_offsets_per_trigger)
 
     def _idle(self, run_id: str, timestamp: str) -> None:
         context = self._contexts.get(run_id)  # None: another query of the session
@@ -176,5 +211,14 @@ class ElasticQuery:
             self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
-        context = self._contexts.get(run_id) or self._context(self._knobs)
+        context = self._contexts.get(run_id) or self._context(self._desired)
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
+
+
+def effective_config(config: JobConfig, desired: DesiredState) -> JobConfig:
+    """The start-up config with the desired state's values: what the plan is built from."""
+    return replace(config, input_parallelism=desired.input_parallelism,
+                   state_partitions=desired.state_partitions,
+                   max_offsets_per_trigger=desired.max_offsets_per_trigger,
+                   shed_fraction=desired.shed_fraction, udf_version=desired.udf_version,
+                   input_topic=desired.input_topic, output_topic=desired.output_topic)

@@ -66,8 +66,20 @@ def source_partitions(progress: StreamingQueryProgress) -> tuple[SourcePartition
 
 def dead_letters(progress: StreamingQueryProgress) -> int:
     """Undecodable input rows of the batch, from the plan's observed metric."""
+    return _observed(progress, "dead_letters")
+
+
+def rows_shed(progress: StreamingQueryProgress) -> int:
+    """Input rows the batch dropped by load shedding, from the plan's observed metric."""
+    return _observed(progress, "rows_shed")
+
+
+def _observed(progress: StreamingQueryProgress, name: str) -> int:
     row = progress.observedMetrics.get(OBSERVATION)
-    value = row["dead_letters"] if row is not None else None
+    try:
+        value = row[name] if row is not None else None
+    except (KeyError, ValueError):  # a progress recorded before the metric existed
+        value = None
     return int(value or 0)
 
 
@@ -93,7 +105,7 @@ def to_task_metrics(
         state_bytes=sum(op.memoryUsedBytes for op in ops),
         rows_dropped_by_watermark=sum(op.numRowsDroppedByWatermark for op in ops),
         source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
-        max_offsets_per_trigger=ctx.max_offsets_per_trigger)
+        max_offsets_per_trigger=ctx.max_offsets_per_trigger, rows_shed=rows_shed(progress))
 
 
 def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None) -> TaskMetrics:
@@ -127,3 +139,9 @@ def warn_if_late_data(metrics: TaskMetrics) -> None:
     if metrics.rows_dropped_by_watermark > 0:
         log.warning("query %s batch %d: %d late rows dropped by the watermark",
                     metrics.query_id, metrics.batch_id, metrics.rows_dropped_by_watermark)
+
+
+def warn_if_shed(metrics: TaskMetrics) -> None:
+    if metrics.rows_shed > 0:
+        log.warning("query %s batch %d: %d low-priority rows shed (of %d read)",
+                    metrics.query_id, metrics.batch_id, metrics.rows_shed, metrics.input_rows)

@@ -42,6 +42,17 @@ class JobPrometheus:
         self.dead_letters = Counter("streamctl_job_dead_letter_records_total",
                                     "Input records sent to the dead-letter topic", _QUERY,
                                     registry=registry)
+        self.rows_shed = Counter("streamctl_job_rows_shed_total",
+                                 "Low-priority input rows dropped by load shedding", _QUERY,
+                                 registry=registry)
+        self.control_rejections = Counter(
+            "streamctl_job_control_rejections_total",
+            "Control tuples not applied, by reason (unsigned, bad_signature, undecodable, "
+            "unknown_parameter, unsupported, bad_value, stale_epoch)", (*_QUERY, "reason"),
+            registry=registry)
+        self.shed_fraction = Gauge("streamctl_job_shed_fraction",
+                                   "Fraction of low-priority records shed, in force", _QUERY,
+                                   registry=registry)
         self.late_rows = Counter("streamctl_job_rows_dropped_by_watermark_total",
                                  "Input rows dropped as later than the watermark", _QUERY,
                                  registry=registry)
@@ -56,9 +67,12 @@ class JobPrometheus:
         self.config_epoch.labels(q).set(m.config_epoch)
         self.dead_letters.labels(q).inc(dead_letters)
         self.late_rows.labels(q).inc(m.rows_dropped_by_watermark)
+        self.rows_shed.labels(q).inc(m.rows_shed)
 
-    def record_control(self, query_id: str, outcome: str) -> None:
+    def record_control(self, query_id: str, outcome: str, reason: str | None = None) -> None:
         self.control_tuples.labels(query_id, outcome).inc()
+        if reason is not None:
+            self.control_rejections.labels(query_id, reason).inc()
 
     def serve(self, port: int) -> None:
         """Expose the registry over HTTP; port 0 means no endpoint."""

@@ -1,8 +1,10 @@
-"""The reconfiguration protocol: quiesce → apply → restart from the checkpoint → measure.
+"""The reconfiguration protocol: quiesce → apply → resume → measure, for every parameter.
 
-Owns the one thing that changes a running query's settings, its rollback when the restart
-fails, and the definition of the pause it reports. Callers serialize calls (the control loop
-handles one tuple at a time). Neighbours: `lifecycle` (the query), `control` (calls `apply`).
+Owns the one thing that changes a running query's desired state, the two ways a change takes
+effect (restart the query from its checkpoint, or swap a per-batch setting while the gate holds
+new batches), the rollback when that fails, and the definition of the pause it reports.
+Callers serialize calls (the control loop handles one tuple at a time). Neighbours: `lifecycle`
+(the query), `parameters` (which path a change takes), `control` (calls `apply`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from streaming_jobs.runtime.lifecycle import Commit, Knobs
+from streaming_jobs.runtime.lifecycle import Commit
+from streaming_jobs.runtime.parameters import Apply, DesiredState, apply_path
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ FIRST_COMMIT_TIMEOUT_S = 120.0
 
 
 class RestartFailed(RuntimeError):
-    """The restarted query did not come up; the previous settings are back in force."""
+    """The change could not be applied; the previous settings are back in force."""
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,20 @@ class RestartableQuery(Protocol):
     """What the protocol needs of a query (`lifecycle.ElasticQuery`, or a test double)."""
 
     @property
-    def knobs(self) -> Knobs: ...
+    def desired(self) -> DesiredState: ...
 
     @property
     def last_commit(self) -> Commit | None: ...
 
     def quiesce_and_stop(self, timeout_s: float) -> bool: ...
 
-    def start(self, knobs: Knobs) -> str: ...
+    def start(self, desired: DesiredState) -> str: ...
+
+    def hold(self, timeout_s: float) -> bool: ...
+
+    def swap(self, desired: DesiredState) -> None: ...
+
+    def release(self) -> None: ...
 
     def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None: ...
 
@@ -58,14 +67,43 @@ class RestartableQuery(Protocol):
 
 
 class Reconfigurer:
-    """Applies new knobs to a query at a batch boundary."""
+    """Applies a new desired state to a query at a batch boundary."""
 
     def __init__(self, query: RestartableQuery, clock_ms: Callable[[], int] | None = None) -> None:
         self._query = query
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
-    def apply(self, new: Knobs) -> Applied:
-        """Restart with `new`; raises RestartFailed after rolling back.
+    def apply(self, new: DesiredState) -> Applied:
+        """Swap or restart into `new`; raises RestartFailed after rolling back."""
+        old = self._query.desired
+        change = old.describe_change(new)
+        if apply_path(old, new) is Apply.SWAP:
+            return self._swap(old, new, change)
+        return self._restart(old, new, change)
+
+    def _swap(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
+        """Hold new batches at the gate, let admitted ones commit, swap, release.
+
+        No restart: the running query reads the swapped setting from its next batch on. The
+        pause is the time new batches were held.
+        """
+        began_ms = self._clock_ms()
+        drained = self._query.hold(QUIESCE_TIMEOUT_S)
+        try:
+            self._query.swap(new)
+        except Exception as exc:
+            log.error("swap to %s failed (%s); restoring the previous settings", change, exc)
+            self._query.swap(old)
+            raise RestartFailed(f"{change} failed ({exc}); rolled back") from exc
+        finally:
+            self._query.release()
+        held_ms = self._clock_ms() - began_ms
+        return Applied(pause_ms=held_ms, detail=(
+            f"{change}; swapped at a batch boundary without a restart, new batches held "
+            f"{held_ms} ms{'' if drained else ' (quiesce timed out)'}"))
+
+    def _restart(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
+        """Restart with `new` from the checkpoint.
 
         The pause is measured from the commit of the last batch before the change (or the start
         of the quiesce if nothing had committed yet) to the commit of the first batch of the
@@ -75,7 +113,6 @@ class Reconfigurer:
         restarted query is seen active and idle. The detail also names the shorter gap in which
         no batch ran at all (last commit → start of the first restarted batch).
         """
-        old = self._query.knobs
         began_ms = self._clock_ms()
         drained = self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         since_ms = self._query.last_commit.end_ms if self._query.last_commit else began_ms
@@ -85,10 +122,10 @@ class Reconfigurer:
             first = self._first_commit(run_id)
         except Exception as exc:
             self._roll_back(old)
-            raise RestartFailed(f"restart with input_parallelism {new.input_parallelism} "
-                                f"failed ({exc}); rolled back to {old.input_parallelism}") from exc
+            raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
+                                f"epoch {old.epoch}") from exc
         resumed_ms = first.end_ms if first else self._clock_ms()
-        detail = (f"input_parallelism {old.input_parallelism}→{new.input_parallelism}; "
+        detail = (f"{change}; "
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
                   + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "
                      f"for {max(0, first.start_ms - since_ms)} ms" if first else
@@ -110,8 +147,8 @@ class Reconfigurer:
                 return None
         raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
 
-    def _roll_back(self, old: Knobs) -> None:
-        log.error("restart failed; rolling back to input_parallelism %d", old.input_parallelism)
+    def _roll_back(self, old: DesiredState) -> None:
+        log.error("restart failed; rolling back to the desired state of epoch %d", old.epoch)
         if self._query.is_active():
             self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         self._query.start(old)

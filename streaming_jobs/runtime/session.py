@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.gate import HideGateStops
+from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER
 
 # Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
 # functions by module reference, so they must be able to import both packages.
@@ -53,6 +54,9 @@ def build_session(config: JobConfig) -> SparkSession:
                .appName(f"streamctl-{config.query_id}")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(config.state_partitions))
+               # Offline state repartitioning refuses the HDFS-backed default store; the
+               # provider is fixed in a checkpoint at its first batch (older ones keep theirs).
+               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
                # Spark's console progress bar and INFO logs would bury the job's own log lines.
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
@@ -61,3 +65,31 @@ def build_session(config: JobConfig) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+class SparkExecutors:
+    """Executor requests through Spark's allocation API (standalone, Kubernetes, YARN).
+
+    `SparkContext.requestTotalExecutors` is a developer API with no Python binding, reached
+    through py4j; its third argument is a Scala immutable Map (no locality preferences).
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._sc = spark.sparkContext
+
+    def request_total(self, executors: int) -> None:
+        jvm = self._sc._jvm
+        assert jvm is not None
+        no_locality = getattr(getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
+        if not self._sc._jsc.sc().requestTotalExecutors(executors, 0, no_locality):
+            raise RuntimeError(f"the cluster manager ({self._sc.master}) did not accept a "
+                               f"request for {executors} executors")
+
+    def task_slots(self) -> int:
+        """On a cluster manager Spark's default parallelism is the executors' total cores."""
+        return int(self._sc.defaultParallelism)
+
+
+def executors_for(spark: SparkSession) -> SparkExecutors | None:
+    """None in local mode, where there are no executors to request."""
+    return None if str(spark.sparkContext.master).startswith("local") else SparkExecutors(spark)

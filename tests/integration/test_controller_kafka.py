@@ -30,11 +30,14 @@ from controller.kafka_io import (
 from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
 from controller.prom import ControllerMetrics, new_registry
 from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
-from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
+from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth, codec_for
 from tests.controller_port_contract import CONTRACT, PortHarness
 from tests.unit.controller_traces import T0_MS, Job, end_ms, simulate
 
 pytestmark = pytest.mark.integration
+
+
+CONTROL_KEY = "integration-test-control-key"
 
 
 class KafkaHarness:
@@ -44,7 +47,8 @@ class KafkaHarness:
         self.settings = KafkaSettings(
             bootstrap_servers=bootstrap, metrics_topic=new_topic(), control_topic=new_topic(),
             ack_topic=new_topic(), decisions_topic=new_topic(),
-            group_id=f"test-{uuid.uuid4().hex}", metrics_offset_reset="earliest")
+            group_id=f"test-{uuid.uuid4().hex}", metrics_offset_reset="earliest",
+            control_key=CONTROL_KEY)
         self.metrics_topic = self.settings.metrics_topic
         self._topics = {"metrics": self.settings.metrics_topic, "acks": self.settings.ack_topic,
                         "control": self.settings.control_topic,
@@ -64,7 +68,7 @@ class KafkaHarness:
         return source
 
     def control_sink(self) -> ControlSink:
-        return KafkaControlSink(self._writer, self.settings.control_topic)
+        return KafkaControlSink(self._writer, self.settings.control_topic, CONTROL_KEY)
 
     def decision_log(self) -> DecisionLog:
         return KafkaDecisionLog(self._writer, self.settings.decisions_topic)
@@ -129,6 +133,7 @@ def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:
         [raw] = kafka_harness.read("control", 1)
         control = codec_for(ControlTuple).decode(raw)
         assert control.epoch == 4 and int(control.value) > 2
+        assert auth.verify(control, CONTROL_KEY.encode()) is auth.Verdict.VALID
         kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
             control.control_id, "q1", "i1", 4, Outcome.APPLIED, "ok", 900, T0_MS)))
         while loop.states["q1"].in_flight is not None:

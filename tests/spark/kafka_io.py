@@ -48,6 +48,12 @@ class TopicReader:
                 self.messages.append(msg)
         return self.messages
 
+    def poll(self, timeout_s: float) -> None:
+        """Read at most one more message (waiting up to `timeout_s`)."""
+        msg = self._consumer.poll(timeout_s)
+        if msg is not None and msg.error() is None:
+            self.messages.append(msg)
+
     def records(self, record_type: type[R]) -> list[R]:
         codec = codec_for(record_type)
         return [codec.decode(m.value()) for m in self.messages]

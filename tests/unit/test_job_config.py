@@ -6,10 +6,12 @@ import pytest
 
 from streaming_jobs.config import ConfigError, JobConfig
 
+KEY = {"STREAMCTL_CONTROL_KEY": "0123456789abcdef0123"}
+
 
 def test_defaults_and_env() -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_INPUT_PARALLELISM": "3",
-           "STREAMCTL_SPARK_JARS": "/a.jar, /b.jar"}
+           "STREAMCTL_SPARK_JARS": "/a.jar, /b.jar", **KEY}
     config = JobConfig.from_sources({}, env)
     assert config.query_id == "sensor-averages"
     assert config.input_topic == "sensor-readings"
@@ -18,10 +20,23 @@ def test_defaults_and_env() -> None:
     assert config.input_parallelism == 3
     assert config.jar_list == ("/a.jar", "/b.jar")
     assert config.instance_id  # hostname-pid
+    assert config.control_key == b"0123456789abcdef0123"
+    assert "0123456789" not in repr(config)
+    assert config.desired_state_path == (".streamctl/checkpoints/sensor-averages"
+                                         ".desired-state.json")
+
+
+def test_the_key_comes_only_from_the_environment_and_is_required() -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092"}
+    with pytest.raises(ConfigError, match="no control key: set STREAMCTL_CONTROL_KEY or "
+                                          "STREAMCTL_CONTROL_KEY_FILE"):
+        JobConfig.from_sources({"control_key": "given-as-an-option!"}, env)
+    with pytest.raises(ConfigError, match="at least 16"):
+        JobConfig.from_sources({}, {**env, "STREAMCTL_CONTROL_KEY": "short"})
 
 
 def test_options_win_over_env() -> None:
-    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_QUERY_ID": "from-env"}
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_QUERY_ID": "from-env", **KEY}
     config = JobConfig.from_sources({"query_id": "from-cli", "window_s": None}, env)
     assert config.query_id == "from-cli"
     assert config.checkpoint_dir == ".streamctl/checkpoints/from-cli"
@@ -34,7 +49,12 @@ def test_options_win_over_env() -> None:
     ({"bootstrap_servers": "k:1", "input_parallelism": 20}, "exceeds task_slots 16"),
     ({"bootstrap_servers": "k:1", "metrics_port": 70000}, "metrics_port"),
     ({"bootstrap_servers": "k:1", "state_partitions": 0}, "state_partitions must be > 0"),
+    ({"bootstrap_servers": "k:1", "shed_fraction": 0.6}, r"shed_fraction must be in \[0, "
+                                                          r"max_shed_fraction=0.5\]"),
+    ({"bootstrap_servers": "k:1", "max_shed_fraction": 1.0}, "max_shed_fraction must be in"),
+    ({"bootstrap_servers": "k:1", "max_offsets_per_trigger": 200_000},
+     "exceeds max_offsets_per_trigger_limit 100000"),
 ])
 def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        JobConfig.from_sources(options, {})
+        JobConfig.from_sources(options, KEY)

@@ -1,4 +1,4 @@
-"""The quiesce gate: admitted batches, refusal once closed, draining on commit."""
+"""The quiesce gate: admitted batches, refusal once closed, holding, draining on commit."""
 
 from __future__ import annotations
 
@@ -37,3 +37,37 @@ def test_reopened_gate_forgets_uncommitted_batches() -> None:
     gate.committed(3)
     assert gate.wait_drained(0.0, lambda: False)
     assert not is_gate_stop("java.lang.OutOfMemoryError") and not is_gate_stop(None)
+
+
+def test_a_held_gate_makes_new_batches_wait_until_released() -> None:
+    gate = BatchGate()
+    gate.admit(4)
+    gate.hold()
+    admitted = threading.Event()
+    waiting = threading.Thread(target=lambda: (gate.admit(5), admitted.set()))
+    waiting.start()
+    gate.committed(4)
+    assert gate.wait_drained(1.0, lambda: False)  # batch 5 waits outside: not admitted yet
+    assert not admitted.wait(0.3)
+    gate.release()
+    assert admitted.wait(5.0)
+    waiting.join(5.0)
+    assert not gate.wait_drained(0.0, lambda: False)  # batch 5 is now writing
+
+
+def test_closing_a_held_gate_refuses_the_waiting_batch() -> None:
+    gate = BatchGate()
+    gate.hold()
+    errors: list[BaseException] = []
+
+    def admit() -> None:
+        try:
+            gate.admit(9)
+        except QuiesceRequested as exc:
+            errors.append(exc)
+
+    waiting = threading.Thread(target=admit)
+    waiting.start()
+    gate.close()
+    waiting.join(5.0)
+    assert len(errors) == 1 and not waiting.is_alive()

@@ -21,6 +21,7 @@ from streaming_jobs.runtime.metrics import (
     RunContext,
     backlog_records,
     dead_letters,
+    rows_shed,
     timestamp_ms,
     to_task_metrics,
     warn_if_late_data,
@@ -61,6 +62,7 @@ def test_first_batch() -> None:
 def test_no_data_batch_and_null_latest_offset() -> None:
     raw = progress(2)
     assert dead_letters(raw) == 0  # the observed sum over no rows is null
+    assert rows_shed(raw) == 0  # recorded before the plan observed rows_shed
     source = dict(EVENTS[2]["sources"][0], latestOffset=None)
     m = to_task_metrics(progress(2, sources=[source]), CTX, output_rows=12)
     assert (m.input_rows, m.output_rows) == (0, 12)
@@ -100,3 +102,12 @@ def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> N
     assert heartbeat(CTX, 1, None).partitions == ()
     assert beat.max_offsets_per_trigger == 400
     assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(beat)) == beat
+
+
+def test_rows_shed_come_from_the_observed_metric() -> None:
+    event = json.loads(json.dumps(next(e for e in EVENTS if e["batchId"] == 0)))
+    observed = event["observedMetrics"]["enrichment"]
+    observed["rows_shed"] = 42
+    raw = StreamingQueryProgress.fromJson(event)
+    assert rows_shed(raw) == 42
+    assert to_task_metrics(raw, CTX, output_rows=0).rows_shed == 42

@@ -1,33 +1,58 @@
-"""The reconfiguration protocol against an in-memory query: pause measurement and rollback."""
+"""The reconfiguration protocol against an in-memory query: pause measurement, the restart and
+swap paths, and rollback."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from streaming_jobs.runtime.lifecycle import Commit, Knobs
+from streaming_jobs.runtime.lifecycle import Commit
+from streaming_jobs.runtime.parameters import DesiredState
 from streaming_jobs.runtime.reconfigure import Reconfigurer, RestartFailed
+
+START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
+                     max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
+                     input_topic="in", output_topic="out", executors=0)
+WIDER = replace(START, epoch=1, input_parallelism=4)
 
 
 class FakeQuery:
-    """Commits at fixed wall-clock milliseconds; `start` can be told to fail."""
+    """Commits at fixed wall-clock milliseconds; `start`/`swap` can be told to fail."""
 
-    def __init__(self, fail_with: int | None = None) -> None:
-        self.knobs = Knobs(epoch=0, input_parallelism=2)
+    def __init__(self, fail_with: DesiredState | None = None) -> None:
+        self.desired = START
         self.last_commit: Commit | None = Commit("run-0", 9, start_ms=400, end_ms=1_000)
         self.fail_with = fail_with
-        self.started: list[Knobs] = []
+        self.started: list[DesiredState] = []
+        self.swapped: list[DesiredState] = []
+        self.held = False
         self.active = True
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.active = False
         return True
 
-    def start(self, knobs: Knobs) -> str:
-        self.started.append(knobs)
-        if knobs.input_parallelism == self.fail_with:
+    def start(self, desired: DesiredState) -> str:
+        self.started.append(desired)
+        if desired == self.fail_with:
             raise RuntimeError("source refused")
-        self.knobs, self.active = knobs, True
+        self.desired, self.active = desired, True
         return f"run-{len(self.started)}"
+
+    def hold(self, timeout_s: float) -> bool:
+        self.held = True
+        return True
+
+    def swap(self, desired: DesiredState) -> None:
+        assert self.held, "swapped without holding the gate"
+        self.swapped.append(desired)
+        if desired == self.fail_with:
+            raise RuntimeError("cluster manager refused")
+        self.desired = desired
+
+    def release(self) -> None:
+        self.held = False
 
     def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None:
         return Commit(run_id, 10, start_ms=2_400, end_ms=4_500)
@@ -44,18 +69,50 @@ class FakeQuery:
 
 def test_pause_runs_from_last_commit_to_first_commit_after_restart() -> None:
     clock = iter([2_000, 2_300])  # quiesce began, query stopped
-    applied = Reconfigurer(FakeQuery(), clock_ms=lambda: next(clock)).apply(Knobs(1, 4))
+    applied = Reconfigurer(FakeQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 3_500
     assert applied.detail == ("input_parallelism 2→4; quiesce 300 ms, "
                               "restart to first commit 2200 ms, no batch running for 1400 ms")
 
 
-def test_failed_restart_rolls_back_to_the_previous_value() -> None:
-    query = FakeQuery(fail_with=4)
-    with pytest.raises(RestartFailed, match=r"source refused.*rolled back to 2"):
-        Reconfigurer(query, clock_ms=lambda: 0).apply(Knobs(1, 4))
-    assert query.started == [Knobs(1, 4), Knobs(0, 2)]
-    assert query.knobs == Knobs(0, 2) and query.active
+@pytest.mark.parametrize("change", [
+    {"max_offsets_per_trigger": 500}, {"shed_fraction": 0.2}, {"udf_version": "v2"},
+    {"input_parallelism": 4, "output_topic": "out-2"},
+])
+def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> None:
+    query = FakeQuery()
+    new = replace(START, epoch=1, **change)  # type: ignore[arg-type]
+    clock = iter([2_000, 2_300])
+    Reconfigurer(query, clock_ms=lambda: next(clock)).apply(new)
+    assert query.started == [new] and query.swapped == []
+
+
+def test_failed_restart_rolls_back_to_the_previous_state() -> None:
+    query = FakeQuery(fail_with=WIDER)
+    with pytest.raises(RestartFailed, match=r"input_parallelism 2→4 failed \(source refused\); "
+                                            r"rolled back to epoch 0"):
+        Reconfigurer(query, clock_ms=lambda: 0).apply(WIDER)
+    assert query.started == [WIDER, START]
+    assert query.desired == START and query.active
+
+
+def test_output_retarget_swaps_at_a_batch_boundary_without_a_restart() -> None:
+    query = FakeQuery()
+    new = replace(START, epoch=1, output_topic="out-2")
+    clock = iter([2_000, 2_012])  # hold began, released
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(new)
+    assert query.started == [] and query.swapped == [new] and not query.held
+    assert applied.pause_ms == 12
+    assert applied.detail == ("output_topic out→out-2; swapped at a batch boundary without a "
+                              "restart, new batches held 12 ms")
+
+
+def test_failed_swap_restores_the_previous_state_and_releases_the_gate() -> None:
+    new = replace(START, epoch=1, executors=3)
+    query = FakeQuery(fail_with=new)
+    with pytest.raises(RestartFailed, match=r"executors 0→3 failed \(cluster manager refused\)"):
+        Reconfigurer(query, clock_ms=lambda: 0).apply(new)
+    assert query.swapped == [new, START] and query.desired == START and not query.held
 
 
 class IdleQuery(FakeQuery):
@@ -70,6 +127,6 @@ def test_without_new_data_the_pause_ends_when_the_restarted_query_is_idle(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("streaming_jobs.runtime.reconfigure.IDLE_GRACE_S", 0.0)
     clock = iter([2_000, 2_300, 2_900])  # quiesce began, stopped, seen idle
-    applied = Reconfigurer(IdleQuery(), clock_ms=lambda: next(clock)).apply(Knobs(1, 4))
+    applied = Reconfigurer(IdleQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 1_900
     assert applied.detail.endswith("restart to idle 600 ms (no new data)")

@@ -155,6 +155,19 @@ def test_records_of_the_previous_task_metrics_schema_still_decode() -> None:
     assert codec_for(TaskMetrics).decode(current).max_offsets_per_trigger == 4000
 
 
+def test_records_of_task_metrics_v2_decode_with_no_rows_shed() -> None:
+    """v2 (before rows_shed) is shipped in schemas/history; its records read as 0 rows shed."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.2.avsc").read_text())
+    assert "rows_shed" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8,
+                          max_offsets_per_trigger=4000, rows_shed=12)
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert (decoded.rows_shed, decoded.max_offsets_per_trigger) == (0, 4000)
+    current = codec_for(TaskMetrics).encode(metrics)
+    assert codec_for(TaskMetrics).decode(current).rows_shed == 12
+
+
 def test_a_dict_from_before_a_defaulted_field_gets_the_default() -> None:
     """Recorded traces hold `to_avro()` dicts; one written before a field existed still reads."""
     data = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8).to_avro()

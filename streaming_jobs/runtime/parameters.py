@@ -1,0 +1,211 @@
+"""The job's desired state, and the registry of parameters a control tuple may set.
+
+Owns, per parameter: how its value text is parsed and bounded (`Limits`, from `JobConfig` and
+what the runtime knows), whether it can be changed in this deployment at all, and whether
+applying it needs a restart of the query or only a swap at a batch boundary. Pure: no Spark,
+Kafka or clock. Neighbours: `control` (evaluates tuples with it), `reconfigure` (asks which
+apply path a change takes), `desired` (persists and publishes the state).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from enum import Enum
+
+from streaming_jobs.config import JobConfig
+
+Value = int | float | str
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """Every runtime parameter of the job, and the epoch of the tuple that set them."""
+
+    epoch: int
+    """Epoch of the last applied (or re-asserted) control tuple; 0 before any."""
+    input_parallelism: int
+    """Kafka source minPartitions: Spark tasks reading the input per batch."""
+    state_partitions: int
+    """Partitions of the stateful aggregation."""
+    max_offsets_per_trigger: int
+    """Batch cap in records (the throttle)."""
+    shed_fraction: float
+    """Fraction of low-priority input records dropped, counted per batch."""
+    udf_version: str
+    """Registered version of the enrichment function."""
+    input_topic: str
+    output_topic: str
+    executors: int
+    """Executors requested from the cluster manager; 0: not managed (local mode)."""
+
+    @classmethod
+    def from_config(cls, config: JobConfig) -> DesiredState:
+        return cls(epoch=0, input_parallelism=config.input_parallelism,
+                   state_partitions=config.state_partitions,
+                   max_offsets_per_trigger=config.max_offsets_per_trigger,
+                   shed_fraction=config.shed_fraction, udf_version=config.udf_version,
+                   input_topic=config.input_topic, output_topic=config.output_topic,
+                   executors=0)
+
+    def value(self, name: str) -> Value:
+        value: Value = getattr(self, name)
+        return value
+
+    def changed(self, other: DesiredState) -> tuple[str, ...]:
+        """Parameters whose values differ (the epoch is not a parameter)."""
+        return tuple(f.name for f in fields(self)
+                     if f.name != "epoch" and getattr(self, f.name) != getattr(other, f.name))
+
+    def describe_change(self, new: DesiredState) -> str:
+        """'<param> old→new' for each changed parameter, e.g. 'input_parallelism 2→4'."""
+        return ", ".join(f"{n} {render(self.value(n))}→{render(new.value(n))}"
+                         for n in self.changed(new)) or "no change"
+
+
+def render(value: Value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds a parameter's value in this job, as of the tuple being evaluated."""
+
+    task_slots: int
+    max_state_partitions: int
+    max_offsets_per_trigger: int
+    max_shed_fraction: float
+    udf_versions: tuple[str, ...]
+    max_executors: int
+    master: str
+    """Spark master URL ('local[16]', 'spark://host:7077', ...)."""
+    existing_topics: frozenset[str] = frozenset()
+    """Topics known to exist; the control loop fills it for topic parameters."""
+    unsupported: tuple[tuple[str, str], ...] = ()
+    """(parameter, reason) for parameters this build of the runtime cannot apply yet."""
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+
+class Apply(Enum):
+    """How a change takes effect at the batch boundary."""
+
+    RESTART = "restart"
+    """Quiesce, stop, restart the query from its checkpoint with the new plan."""
+    SWAP = "swap"
+    """Hold new batches at the gate, swap a setting the running query reads per batch."""
+
+
+class BadValue(ValueError):
+    """The value text cannot be parsed or is out of bounds; the message says what is allowed."""
+
+
+Parser = Callable[[str, Limits], Value]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    parse: Parser
+    apply: Apply
+    availability: Callable[[Limits], str | None] = lambda _limits: None
+    """Why this parameter cannot be changed in this deployment, or None."""
+
+
+def _int_in(low: Callable[[Limits], int], high: Callable[[Limits], int], bound: str) -> Parser:
+    def parse(text: str, limits: Limits) -> int:
+        lo, hi = low(limits), high(limits)
+        text = text.strip()
+        if not re.fullmatch(r"[+-]?\d+", text) or not lo <= int(text) <= hi:
+            raise BadValue(f"expected an integer in [{lo}, {hi}] ({bound})")
+        return int(text)
+    return parse
+
+
+def _fraction(text: str, limits: Limits) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= limits.max_shed_fraction:  # False for NaN
+        raise BadValue(f"expected a number in [0, {limits.max_shed_fraction:g}] "
+                       "(max_shed_fraction)")
+    return value
+
+
+def _udf(text: str, limits: Limits) -> str:
+    if text.strip() not in limits.udf_versions:
+        raise BadValue(f"expected a registered version: {', '.join(limits.udf_versions)}")
+    return text.strip()
+
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topic(text: str, limits: Limits) -> str:
+    name = text.strip()
+    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise BadValue("expected a Kafka topic name (1-249 of [A-Za-z0-9._-])")
+    if name not in limits.existing_topics:
+        raise BadValue(f"topic {name!r} does not exist; create it first")
+    return name
+
+
+def _cluster_only(limits: Limits) -> str | None:
+    if limits.local:
+        return (f"executors can only be changed on a cluster manager; this job runs "
+                f"{limits.master}")
+    return None
+
+
+def _not_yet(name: str) -> Callable[[Limits], str | None]:
+    def availability(limits: Limits) -> str | None:
+        return dict(limits.unsupported).get(name)
+    return availability
+
+
+def _one(_limits: Limits) -> int:
+    return 1
+
+
+REGISTRY: dict[str, Parameter] = {p.name: p for p in (
+    Parameter("input_parallelism",
+              _int_in(_one, lambda lim: lim.task_slots, "task_slots"), Apply.RESTART),
+    Parameter("max_offsets_per_trigger",
+              _int_in(_one, lambda lim: lim.max_offsets_per_trigger,
+                      "max_offsets_per_trigger_limit"), Apply.RESTART),
+    Parameter("shed_fraction", _fraction, Apply.RESTART),
+    Parameter("udf_version", _udf, Apply.RESTART),
+    Parameter("output_topic", _topic, Apply.SWAP),
+    Parameter("executors", _int_in(_one, lambda lim: lim.max_executors, "max_executors"),
+              Apply.SWAP, _cluster_only),
+    Parameter("state_partitions",
+              _int_in(_one, lambda lim: lim.max_state_partitions, "max_state_partitions"),
+              Apply.RESTART, _not_yet("state_partitions")),
+    Parameter("input_topic", _topic, Apply.RESTART, _not_yet("input_topic")),
+)}
+"""Every parameter a control tuple may name. Shedding and the UDF live inside the query's
+plan (Python functions shipped to the workers when it starts), so they restart it; the sink's
+topic and the executor request are read per batch / driver-side, so they swap."""
+
+TOPIC_PARAMETERS = frozenset({"output_topic", "input_topic"})
+
+
+def apply_path(old: DesiredState, new: DesiredState) -> Apply:
+    """RESTART if any changed parameter needs it, else SWAP."""
+    changed = old.changed(new)
+    return (Apply.RESTART if any(REGISTRY[n].apply is Apply.RESTART for n in changed)
+            else Apply.SWAP)
+
+
+def with_value(state: DesiredState, name: str, value: Value,
+               epoch: int | None = None) -> DesiredState:
+    """`state` with one parameter set (and the epoch, when given)."""
+    changes: dict[str, Value] = {name: value}
+    if epoch is not None:
+        changes["epoch"] = epoch
+    return replace(state, **changes)  # type: ignore[arg-type]  # registry parsers type values

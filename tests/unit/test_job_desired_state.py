@@ -1,0 +1,66 @@
+"""The desired state persisted beside the checkpoint: atomic, read back, checked against
+today's bounds, and converted to the published record."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from schemas.codec import codec_for
+from schemas.records import DesiredStateRecord
+from streaming_jobs.runtime import desired
+from streaming_jobs.runtime.parameters import DesiredState, Limits
+
+CONFIGURED = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
+                          max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
+                          input_topic="in", output_topic="out", executors=0)
+APPLIED = replace(CONFIGURED, epoch=9, input_parallelism=6, max_offsets_per_trigger=800,
+                  shed_fraction=0.25, udf_version="v2", output_topic="out-2")
+LIMITS = Limits(task_slots=16, max_state_partitions=64, max_offsets_per_trigger=100_000,
+                max_shed_fraction=0.5, udf_versions=("v1", "v2"), max_executors=8,
+                master="local[16]", unsupported=(("state_partitions", "not yet"),))
+
+
+def test_saved_state_comes_back_with_its_epoch(tmp_path: Path) -> None:
+    path = str(tmp_path / "ckpt.desired-state.json")
+    desired.save(path, "q", APPLIED)
+    assert desired.load(path, "q", CONFIGURED, LIMITS) == APPLIED
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.desired-state.json"]  # no temp left
+    desired.save(path, "q", replace(APPLIED, epoch=10))
+    assert desired.load(path, "q", CONFIGURED, LIMITS) == replace(APPLIED, epoch=10)
+
+
+def test_no_file_means_the_configured_state(tmp_path: Path) -> None:
+    assert desired.load(str(tmp_path / "none.json"), "q", CONFIGURED, LIMITS) is None
+
+
+def test_values_out_of_todays_bounds_fall_back_to_the_configured_ones(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = str(tmp_path / "s.json")
+    desired.save(path, "q", replace(APPLIED, input_parallelism=12, state_partitions=32))
+    restored = desired.load(path, "q", CONFIGURED, replace(LIMITS, task_slots=8))
+    assert restored == replace(APPLIED, input_parallelism=2)  # state_partitions: not changeable
+    assert "input_parallelism=12 is out of today's bounds" in caplog.text
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "cannot read the desired state"),
+    (json.dumps({"query_id": "other", "epoch": 3}), "holds the desired state of query other"),
+])
+def test_an_unreadable_or_foreign_file_is_an_error_naming_it(tmp_path: Path, content: str,
+                                                             message: str) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(content)
+    with pytest.raises(desired.DesiredStateFileError, match=message):
+        desired.load(str(path), "q", CONFIGURED, LIMITS)
+
+
+def test_the_published_record_round_trips() -> None:
+    record = desired.to_record(APPLIED, query_id="q", instance_id="i", control_id="c-9",
+                               at_ms=1_700_000_000_000)
+    codec = codec_for(DesiredStateRecord)
+    assert codec.decode(codec.encode(record)) == record
+    assert (record.epoch, record.shed_fraction, record.output_topic) == (9, 0.25, "out-2")
