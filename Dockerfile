@@ -1,6 +1,9 @@
 # The streamctl image: Python 3.11, a Java 17 runtime for Spark, the project, and the Spark
 # Kafka connector jars resolved by Maven at build time (never copied into the repository).
-FROM python:3.11-slim-bookworm AS base
+# docker-compose.yml runs every project process from it: topic init, the jobs, the controller,
+# the load generator, and the Spark workers (`spark-class ... Worker`, from the pyspark pin:
+# executors must run the driver's Python and the project's modules).
+FROM python:3.11.14-slim-bookworm AS base
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/*
@@ -25,5 +28,6 @@ FROM base
 COPY --from=jars /opt/jars /opt/jars
 ENV STREAMCTL_SPARK_JARS_DIR=/opt/jars \
     SPARK_LOCAL_IP=0.0.0.0
-EXPOSE 9300 9301
+# 9300 controller metrics, 9301 job metrics, 8081 Spark worker web UI and metrics.
+EXPOSE 9300 9301 8081
 CMD ["streamctl", "--help"]

@@ -1,0 +1,304 @@
+"""The deployment files as data, and what the code says they should contain.
+
+Owns reading `docker-compose.yml`, `deploy/prometheus.yml` and the Grafana dashboard, and the
+"truth from the code" they are checked against: the environment variables each process reads
+(from `JobConfig`'s fields, the controller's settings and every `STREAMCTL_*` string constant in
+the sources), the metric names the code defines, the topics in `stack/defaults.py`. Everything is
+computed from the code each time, so the checks follow the code as it grows. Neighbours: the
+tests in this package; `env_reference` renders the README's configuration table from here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.yml"
+DASHBOARD_DIR = ROOT / "deploy" / "grafana" / "dashboards"
+GRAFANA_PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
+PROJECT_IMAGE = "streamctl:"
+
+# Which packages each kind of project process imports (and so which env constants it may read).
+_PROCESS_SOURCES = {
+    "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py"),
+    "controller": ("controller", "schemas", "stack", "streamctl/cli.py"),
+    "topics": ("stack", "streamctl/cli.py"),
+    "load": ("streamctl", "schemas", "stack"),
+}
+_COMMANDS = {
+    ("job", "run"): "job", ("controller", "run"): "controller", ("stack", "topics"): "topics",
+    ("produce",): "load",
+}
+_ENV_CONSTANT = re.compile(r"^STREAMCTL_[A-Z0-9_]*[A-Z0-9]$")
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def compose() -> dict[str, Any]:
+    return load_yaml(COMPOSE_FILE)
+
+
+def services() -> dict[str, dict[str, Any]]:
+    return compose()["services"]
+
+
+def environment(service: Mapping[str, Any]) -> dict[str, str]:
+    """A service's environment as strings (YAML anchors and merge keys already resolved)."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # the `- KEY=value` form
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+def is_project_service(service: Mapping[str, Any]) -> bool:
+    return str(service.get("image", "")).startswith(PROJECT_IMAGE)
+
+
+def process_kind(service: Mapping[str, Any]) -> str | None:
+    """Which project process a service runs, from its command (None: not a streamctl one)."""
+    command = service.get("command") or []
+    if not command or command[0] != "streamctl":
+        return None
+    for prefix, kind in _COMMANDS.items():
+        if tuple(command[1 : 1 + len(prefix)]) == prefix:
+            return kind
+    raise AssertionError(f"unknown streamctl command in compose: {command}")
+
+
+# --- what the code reads ------------------------------------------------------------------------
+
+
+def env_constants(*sources: str) -> set[str]:
+    """`STREAMCTL_*` string constants in the given packages or files (the names read literally)."""
+    found: set[str] = set()
+    for source in sources:
+        path = ROOT / source
+        for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                        and _ENV_CONSTANT.match(node.value):
+                    found.add(node.value)
+    return found
+
+
+def job_env_vars() -> dict[str, Any]:
+    """`STREAMCTL_<FIELD>` of every `JobConfig` field, with the field's default."""
+    from streaming_jobs.config import JobConfig, env_var
+
+    return {env_var(f.name): f.default for f in fields(JobConfig)}
+
+
+def controller_env_vars() -> dict[str, Any]:
+    """The environment name of every controller setting, with its default."""
+    from controller.cli import GROUPS, _scalar_fields, env_name
+
+    return {env_name(name): default for cls in GROUPS.values()
+            for name, default in _scalar_fields(cls)}
+
+
+def env_read_by(kind: str) -> set[str]:
+    names = env_constants(*_PROCESS_SOURCES[kind])
+    if kind == "job":
+        names |= set(job_env_vars())
+    if kind == "controller":
+        names |= set(controller_env_vars())
+    return names
+
+
+# --- topics -------------------------------------------------------------------------------------
+
+
+def topic_fields_in_code() -> dict[str, str]:
+    """Every topic the code uses by default: `*_topic` fields of the job and controller config."""
+    from controller.settings import KafkaSettings
+    from streaming_jobs.config import JobConfig
+
+    used = {f"JobConfig.{f.name}": str(f.default) for f in fields(JobConfig)
+            if f.name.endswith("_topic")}
+    used |= {f"KafkaSettings.{f.name}": str(f.default) for f in fields(KafkaSettings)
+             if f.name.endswith("_topic")}
+    return used
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+_SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
+             "histogram": ("_bucket", "_sum", "_count", "_created"),
+             "summary": ("_sum", "_count", "_created", ""), "info": ("_info",)}
+
+
+def exported_metric_names() -> set[str]:
+    """Sample names the project's registries expose (counters with `_total`, etc.)."""
+    from prometheus_client import CollectorRegistry
+
+    from controller.prom import ControllerMetrics, new_registry
+    from streaming_jobs.runtime.prometheus import JobPrometheus
+
+    registries = [ControllerMetrics(new_registry()).registry,
+                  JobPrometheus(CollectorRegistry()).registry]
+    return {family.name + suffix for registry in registries for family in registry.collect()
+            for suffix in _SUFFIXES.get(family.type, ("",))}
+
+
+# --- Prometheus and Grafana ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    job: str
+    host: str
+    port: int
+    metrics_path: str
+
+
+def scrape_targets(config: Mapping[str, Any] | None = None) -> list[ScrapeTarget]:
+    config = load_yaml(PROMETHEUS_FILE) if config is None else config
+    targets = []
+    for job in config["scrape_configs"]:
+        path = job.get("metrics_path", "/metrics")
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                host, port = target.rsplit(":", 1)
+                targets.append(ScrapeTarget(job["job_name"], host, int(port), path))
+        for dns in job.get("dns_sd_configs", []):
+            targets += [ScrapeTarget(job["job_name"], name, int(dns["port"]), path)
+                        for name in dns["names"]]
+    return targets
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted(DASHBOARD_DIR.glob("*.json"))}
+
+
+def panel_queries(dashboard: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, PromQL expression) of every panel target and annotation, rows included."""
+    def walk(panels: list[dict[str, Any]]) -> Iterator[tuple[str, str]]:
+        for panel in panels:
+            for target in panel.get("targets", []):
+                yield f"panel {panel['title']!r} {target.get('refId', '')}", target["expr"]
+            yield from walk(panel.get("panels", []))
+
+    yield from walk(dashboard.get("panels", []))
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if annotation.get("expr"):
+            yield f"annotation {annotation['name']!r}", annotation["expr"]
+
+
+_PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
+    "unless", "offset", "le", "inf", "nan",
+}
+_STRINGS = re.compile(r'"(?:\\.|[^"\\])*"')
+_SELECTORS = re.compile(r"\{[^}]*\}")
+_RANGES = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)")
+_IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression: identifiers that are not functions, keywords,
+    label matchers, grouping labels or durations."""
+    text = _GROUPING.sub(" ", _RANGES.sub(" ", _SELECTORS.sub(" ", _STRINGS.sub(" ", expr))))
+    names = set()
+    for match in _IDENT.finditer(text):
+        rest = text[match.end():].lstrip()
+        if rest.startswith("(") or match.group().lower() in _PROMQL_WORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def grafana_to_promql(expr: str) -> str:
+    """A dashboard expression with Grafana's variables filled in as the dashboard would."""
+    return (expr.replace("$__rate_interval", "1m").replace("$__interval", "15s")
+            .replace('"$query"', '".*"'))
+
+
+# --- running a compose service as a local process -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalMapping:
+    """How a compose service's settings become a local process's (docs/deploy.md, "Without
+    Docker"): in-network addresses to loopback ones, in-container ports to free local ports
+    (variables named `*_PORT` and scrape targets alike), container paths to local directories."""
+
+    addresses: Mapping[str, str]
+    """e.g. {"kafka:19092": "127.0.0.1:41234"}."""
+    ports: Mapping[int, int]
+    """In-container port -> local port, e.g. {9301: 40111}."""
+    paths: Mapping[str, str]
+    """Container path prefix -> local directory prefix, e.g. {"/run/secrets/": "/tmp/x/"}."""
+
+    def value(self, name: str, value: str) -> str:
+        if value in self.addresses:
+            return self.addresses[value]
+        if name.endswith("_PORT") and value.isdigit() and int(value) in self.ports:
+            return str(self.ports[int(value)])
+        for prefix, local in self.paths.items():
+            if value.startswith(prefix):
+                return local + value[len(prefix):]
+        return value
+
+    def environment(self, service: Mapping[str, Any]) -> dict[str, str]:
+        return {k: self.value(k, v) for k, v in environment(service).items()}
+
+    def target(self, host: str, port: int) -> str:
+        """Where a scrape target `host:port` of a locally running service is reached."""
+        return f"127.0.0.1:{self.ports[port]}"
+
+
+def secret_mounts(service: Mapping[str, Any]) -> dict[str, str]:
+    """Path in the container -> secret name, for the secrets a service mounts (short form)."""
+    return {f"/run/secrets/{name}": name for name in service.get("secrets", [])}
+
+
+def local_prometheus_config(mapping: LocalMapping, running: set[str]) -> dict[str, Any]:
+    """`deploy/prometheus.yml` with the targets of the locally running services rewritten to
+    their local ports, and every other target (Spark, the standby job) left out."""
+    config = load_yaml(PROMETHEUS_FILE)
+    jobs = []
+    for job in config["scrape_configs"]:
+        targets = [mapping.target(host, int(port)) for static in job.get("static_configs", [])
+                   for host, port in (t.rsplit(":", 1) for t in static["targets"])
+                   if host in running]
+        if targets:
+            kept = {k: v for k, v in job.items() if not k.endswith("_sd_configs")}
+            jobs.append({**kept, "static_configs": [{"targets": targets}]})
+    return {**config, "scrape_configs": jobs}
+
+
+def listen_ports(count: int) -> list[int]:
+    """Free ports below the kernel's ephemeral range, for servers we start by port number.
+
+    A port from `bind(0)` is an ephemeral one: between our check and the server's bind, the
+    job's JVM or py4j can take it as a random port of its own (seen here: the job's metrics
+    port answered with py4j's gateway). Below the range only an explicit bind takes a port.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports: list[int] = []
+    for candidate in random.sample(range(20000, low), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+        ports.append(candidate)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports between 20000 and {low}")
