@@ -1,0 +1,172 @@
+"""The README's configuration reference, rendered from the code.
+
+Every environment variable a streamctl process reads (job and controller settings from their
+config classes, the shared names from the constants in the sources) and the variables
+docker-compose.yml interpolates, with who reads it, its default and its meaning. The test in
+`test_compose_static.py` fails when the README's table differs from this rendering; then run
+`.venv/bin/python -m tests.deploy.env_reference --write` and review the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import sys
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from tests.deploy import deployment as d
+
+README = d.ROOT / "README.md"
+BEGIN = "<!-- env-reference:begin (generated: python -m tests.deploy.env_reference --write) -->"
+END = "<!-- env-reference:end -->"
+
+# Variables read by name (not derived from a config class): who reads them, default, meaning.
+SHARED = {
+    "STREAMCTL_STATE_DIR": ("stack, demo", "`<repo>/.streamctl`",
+                            "State of the local stack: broker data and logs, Maven cache, "
+                            "checkpoints, the demo's logs and generated control key."),
+    "STREAMCTL_SPARK_JARS": ("job", "resolved by `stack`",
+                             "Comma-separated jar paths for `spark.jars` (the Spark Kafka "
+                             "connector); set by `streamctl` itself when empty."),
+    "STREAMCTL_SPARK_JARS_DIR": ("job (image)", "unset",
+                                 "Directory whose `*.jar` become `STREAMCTL_SPARK_JARS`; the "
+                                 "image sets it to the jars resolved at build time."),
+    "STREAMCTL_CONTROL_KEY_FILE": ("job, controller",
+                                   "unset; locally `<state dir>/control.key`",
+                                   "File holding the control-tuple HMAC key (a Docker secret); "
+                                   "used when `STREAMCTL_CONTROL_KEY` is unset. `stack up` and "
+                                   "`demo` generate the local one."),
+}
+# Readers beyond the config class that declares a variable (commands that read it by name).
+ALSO_READ_BY = {"STREAMCTL_STATE_TOPIC": "`job state`"}
+COMPOSE = {
+    "GRAFANA_ADMIN_PASSWORD": ("docker compose (grafana)", "`admin`",
+                               "Password of Grafana's `admin` user."),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    readers: str
+    default: str
+    meaning: str
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass, first sentence, whitespace collapsed."""
+    tree = ast.parse(inspect.getsource(sys.modules[cls.__module__]))
+    body = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    docs = {}
+    for node, after in zip(body.body, body.body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
+            docs[node.target.id] = _first_sentence(str(after.value.value))
+    return docs
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    match = re.match(r"(.+?\.)(\s|$)", text)
+    return match.group(1) if match else text
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
+
+
+def _default(value: Any) -> str:
+    if value is MISSING:
+        return "required"
+    if value in ("", b""):
+        return "unset"
+    return f"`{value}`"
+
+
+def _job_rows() -> dict[str, Row]:
+    from streaming_jobs.cli import _HELP
+    from streaming_jobs.config import JobConfig, env_var
+
+    docs = attribute_docs(JobConfig)  # the option's help is the shorter, user-facing text
+    return {env_var(f.name): Row(env_var(f.name), "job", _default(f.default),
+                                 _sentence(_HELP.get(f.name) or docs.get(f.name, "")))
+            for f in fields(JobConfig)}
+
+
+def _controller_rows() -> dict[str, Row]:
+    from controller.cli import GROUPS, _scalar_fields, env_name
+
+    rows = {}
+    for group, cls in GROUPS.items():
+        docs = attribute_docs(cls)
+        for name, default in _scalar_fields(cls):
+            label = f"{group}.{name}" if group else name
+            rows[env_name(name)] = Row(env_name(name), "controller", _default(default),
+                                       f"{docs.get(name, '')} (`{label}`)")
+    return rows
+
+
+def rows() -> list[Row]:
+    """One row per variable; a variable both processes read shows both defaults if they differ."""
+    merged: dict[str, Row] = {}
+    for source in (_job_rows(), _controller_rows()):
+        for name, row in source.items():
+            if name not in merged:
+                merged[name] = row
+                continue
+            old = merged[name]
+            default = old.default if old.default == row.default else \
+                f"{old.readers}: {old.default}; {row.readers}: {row.default}"
+            merged[name] = Row(name, f"{old.readers}, {row.readers}", default, old.meaning)
+    for table in (SHARED, COMPOSE):
+        for name, (readers, default, meaning) in table.items():
+            merged.setdefault(name, Row(name, readers, default, meaning))
+    for name, readers in ALSO_READ_BY.items():
+        if name in merged:
+            row = merged[name]
+            merged[name] = Row(name, f"{row.readers}, {readers}", row.default, row.meaning)
+    if "STREAMCTL_BOOTSTRAP_SERVERS" in merged:  # also `stack topics` and `produce`
+        row = merged["STREAMCTL_BOOTSTRAP_SERVERS"]
+        merged[row.name] = Row(row.name, "all", row.default, row.meaning)
+    return sorted(merged.values(), key=lambda r: (r.readers not in ("all",), r.readers, r.name))
+
+
+def _cell(text: str) -> str:
+    """Markdown-safe: a pipe would split the cell, `<name>` outside a code span would vanish
+    as an HTML tag (inside one, `&lt;` would show literally)."""
+    parts = text.replace("|", "/").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
+
+
+def render() -> str:
+    lines = ["| variable | read by | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{r.name}` | {r.readers} | {_cell(r.default)} | {_cell(r.meaning)} |"
+              for r in rows()]
+    return "\n".join([BEGIN, *lines, END])
+
+
+def readme_block() -> str:
+    text = README.read_text(encoding="utf-8")
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < 0:
+        return ""
+    return text[start : end + len(END)]
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["--write"]:
+        text = README.read_text(encoding="utf-8")
+        old = readme_block()
+        if not old:
+            print(f"README.md has no {BEGIN} ... {END} block", file=sys.stderr)
+            return 1
+        README.write_text(text.replace(old, render()), encoding="utf-8")
+        return 0
+    print(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
