@@ -6,10 +6,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry
 
 from schemas.codec import DecodeError
 from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested
-from streaming_jobs.runtime.sink import TransactionalKafkaSink
+from streaming_jobs.runtime.sink import SinkCollector, TransactionalKafkaSink
 from streaming_jobs.runtime.transactional import (
     CheckpointBehindOutput,
     CommitMarker,
@@ -101,6 +102,15 @@ def test_batches_are_committed_with_their_marker_and_replays_skipped() -> None:
     assert writer.markers == [CommitMarker("q", "c1", 0, "out", 2, 7)]
     assert s.skipped_replays() == 1
     assert s.take_output_rows(0) == 2  # the replay's rows are in the output (once)
+
+
+def test_skipped_replays_are_a_prometheus_counter() -> None:
+    registry = CollectorRegistry()
+    s = sink(MemoryWriter([marker(4)]))
+    registry.register(SinkCollector("q", s))
+    s.write(batch(b"x", b"y"), 4, "c1")
+    assert registry.get_sample_value("streamctl_job_sink_replays_skipped_total",
+                                     {"query": "q"}) == 1
 
 
 def test_a_restarted_sink_reads_the_last_marker_once() -> None:
