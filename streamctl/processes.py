@@ -6,6 +6,7 @@ only the parent, which then stops the children in order), with its output in a l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,16 +32,32 @@ class Child:
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
+    def kill(self) -> None:
+        """SIGKILL to the child's whole session (Spark's JVM included): a crash, no cleanup."""
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+    def pause(self) -> None:
+        """SIGSTOP to the child's session: frozen as by a long GC pause or a network cut."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGTERM (the child shuts down cleanly), SIGKILL if it has not exited in time."""
         if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGCONT)  # a paused child cannot exit
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        self._log.close()
+        if not self._log.closed:
+            self._log.close()
         return self.process.returncode
 
 

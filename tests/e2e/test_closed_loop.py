@@ -14,28 +14,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from schemas import (
-    Ack,
-    Decision,
-    Outcome,
-    SensorReading,
-    SensorWindowAverage,
-    TaskMetrics,
-    codec_for,
-)
-from streamctl.loadgen import Ledger, LoadSpec, producer_config, run_load
+from schemas import Ack, Decision, Outcome, TaskMetrics
+from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from streamctl.view import QueryView
+from tests.accounting import assert_every_record_accounted_for, flush_last_windows, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 WINDOW_MS = 10_000
 QUERY = "e2e-sensors"
-FLUSH_SENSOR = "zz-flush"
 
 
 @pytest.fixture
@@ -92,7 +83,7 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
         for child in closed_loop:
             assert child.alive(), f"{child.name} died:\n{child.log_tail()}"
 
-    _until(lambda: (consume(), bool(view.samples))[1], 150, "the job's first metrics")
+    until(lambda: (consume(), bool(view.samples))[1], 150, "the job's first metrics")
 
     # 120/s is well within two units of ~200/s each; 900/s needs about seven.
     profile = RateProfile("step", 120, 900, start_s=10)
@@ -102,7 +93,7 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
     step_at = time.monotonic() + 10
     load.start()
 
-    _until(lambda: (consume(), any(a.outcome is Outcome.APPLIED for a in acks))[1], 120,
+    until(lambda: (consume(), any(a.outcome is Outcome.APPLIED for a in acks))[1], 120,
            "an applied control tuple")
     first_control_after_step_s = time.monotonic() - step_at
     load.join(90)
@@ -115,51 +106,12 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
     assert applied[0].pause_ms > 0
 
     # The backlog drains: the job catches up with everything that was produced.
-    _until(lambda: (consume(), view.samples and view.samples[-1].input_parallelism > 2
+    until(lambda: (consume(), view.samples and view.samples[-1].input_parallelism > 2
                     and view.lag_records(tail.log_end_total(t["input"])) == 0)[1],
            120, "the backlog to drain at the new parallelism")
 
-    _flush_last_windows(bootstrap_servers, t["input"])
-    _assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
+    flush_last_windows(bootstrap_servers, t["input"])
+    assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
     print(f"\nload step -> applied control tuple: {first_control_after_step_s:.1f} s; "
           f"pause {applied[0].pause_ms} ms; decision: {scale_ups[0].reason}")
     tail.close()
-
-
-def _flush_last_windows(bootstrap: str, topic: str) -> None:
-    """A record far in event time moves the watermark past every real window, so the job
-    emits them all (append mode emits a window once, when the watermark closes it)."""
-    producer = Producer(producer_config(bootstrap))
-    future = int(time.time() * 1000) + 10 * 60_000
-    for partition in (0, 1):
-        reading = SensorReading(FLUSH_SENSOR, future, 0.0, -1)
-        producer.produce(topic, codec_for(SensorReading).encode(reading), partition=partition)
-    assert producer.flush(30) == 0
-
-
-def _assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger) -> None:
-    rows: dict[tuple[str, int], list[SensorWindowAverage]] = {}
-    out = Tail(bootstrap, {topic: SensorWindowAverage}, from_beginning=True)
-
-    def collect() -> bool:
-        for _topic, row in out.poll(0.5, 5000):
-            assert isinstance(row, SensorWindowAverage)
-            rows.setdefault((row.sensor_id, row.window_start_ms), []).append(row)
-        return set(ledger.counts) <= set(rows)
-
-    _until(collect, 120, "every produced window in the output")
-    out.close()
-    duplicated = {k: v for k, v in rows.items() if len(v) > 1}
-    assert not duplicated, f"windows emitted more than once: {list(duplicated)[:5]}"
-    produced = {k: (ledger.counts[k], ledger.seq_sums[k]) for k in ledger.counts}
-    emitted = {k: (v[0].count, v[0].seq_sum) for k, v in rows.items() if k[0] != FLUSH_SENSOR}
-    assert emitted == produced
-    assert out.decode_errors == []
-
-
-def _until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
