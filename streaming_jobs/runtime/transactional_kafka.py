@@ -92,7 +92,9 @@ class KafkaTransactionalWriter:
             "partitioner": "murmur2_random",
         })
         self._call("init_transactions", self._producer.init_transactions)
-        return read_last_marker(s.bootstrap_servers, s.marker_topic, query_id, s.retry_budget_s)
+        # Another query's transaction ends at the latest when the broker times it out.
+        wait_s = s.transaction_timeout_ms / 1000 + s.retry_budget_s
+        return read_last_marker(s.bootstrap_servers, s.marker_topic, query_id, wait_s)
 
     def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None:
         producer = self._require_producer()
