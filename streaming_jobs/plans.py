@@ -28,6 +28,7 @@ from schemas.records import (
 )
 from streaming_jobs import sensor_averages
 from streaming_jobs.fraud import plan as fraud
+from streaming_jobs.fraud.scoring import SCORERS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,6 +55,8 @@ class JobPlan:
     output_record: type[_Record]
     default_topics: Mapping[str, str]
     """JobConfig field → topic, used when the option is not given (input, output, dlq)."""
+    udf_versions: tuple[str, ...]
+    """The registered versions of the job's swappable function (`udf_version` values)."""
     output_mode: str = "append"
     stateful: bool = True
     """Keeps state in the checkpoint: its state partitions can be repartitioned offline."""
@@ -76,6 +79,7 @@ PLANS: dict[str, JobPlan] = {
         description="sensor readings → enriched → per-sensor event-time window averages",
         build=_build_sensor_averages, encode=sensor_averages.encode_averages,
         input_record=SensorReading, output_record=SensorWindowAverage,
+        udf_versions=tuple(sensor_averages.ENRICHMENTS),
         default_topics={"query_id": "sensor-averages", "input_topic": "sensor-readings",
                         "output_topic": "sensor-averages",
                         "dlq_topic": "sensor-readings.dlq"}),
@@ -85,6 +89,7 @@ PLANS: dict[str, JobPlan] = {
                     "one scored transaction per input",
         build=_build_fraud_detection, encode=fraud.encode_scored,
         input_record=CardTransaction, output_record=ScoredTransaction,
+        udf_versions=tuple(SCORERS),
         default_topics={"query_id": "fraud-detection", "input_topic": "card-transactions",
                         "output_topic": "scored-transactions",
                         "dlq_topic": "card-transactions.dlq"}),

@@ -43,8 +43,8 @@ from streaming_jobs.fraud.rules import (
     expiry_ms,
     step,
 )
-from streaming_jobs.fraud.scoring import DEFAULT_SCORER, Features, RemoteScorer
-from streaming_jobs.sensor_averages import OBSERVATION, DeadLetterSink
+from streaming_jobs.fraud.scoring import Features, RemoteScorer, scorer_for
+from streaming_jobs.sensor_averages import OBSERVATION, DeadLetterSink, ShedRule
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +58,7 @@ _TXN_FIELDS = ("txn_id", "account_id", "card_id", "account_seq", "amount", "merc
 DECODED_SCHEMA = (
     "txn_id string, account_id string, card_id string, account_seq long, amount double, "
     "merchant string, country string, event_time_ms long, channel string, priority int, "
-    "dead_letter boolean")
+    "dead_letter boolean, shed boolean")
 SCORED_SCHEMA = (
     "account_id string, txn_id string, account_seq long, event_time_ms long, amount double, "
     "account_txn_count long, score double, rules_fired array<string>, alert boolean, "
@@ -69,6 +69,7 @@ STATE_SCHEMA = (
 """`recent_ms` is comma-separated: PySpark 4.3 cannot read an array in this state schema (its
 worker fails parsing the array type's JSON: KeyError 'elementType')."""
 DEFAULT_RULES = FraudRules()
+NO_SHEDDING = ShedRule()
 _SCORED_COLUMNS = tuple(part.split()[0] for part in SCORED_SCHEMA.split(", "))
 
 
@@ -78,28 +79,33 @@ def _decoded_arrow_schema() -> pa.Schema:
                       ("amount", pa.float64()), ("merchant", pa.string()),
                       ("country", pa.string()), ("event_time_ms", pa.int64()),
                       ("channel", pa.string()), ("priority", pa.int32()),
-                      ("dead_letter", pa.bool_())])
+                      ("dead_letter", pa.bool_()), ("shed", pa.bool_())])
 
 
-def decode_transactions(batches: Iterator[pa.RecordBatch],
-                        dead_letters: DeadLetterSink) -> Iterator[pa.RecordBatch]:
+def decode_transactions(batches: Iterator[pa.RecordBatch], dead_letters: DeadLetterSink,
+                        shed: ShedRule = NO_SHEDDING) -> Iterator[pa.RecordBatch]:
     """Kafka rows (value, topic, partition, offset) → transactions, one row per input.
 
-    Undecodable rows go to `dead_letters` and come out flagged `dead_letter` with nulls, so
-    the plan counts them (observed metric) before dropping them.
+    Undecodable rows go to `dead_letters` and come out flagged `dead_letter` with nulls;
+    low-priority transactions (`priority` 0) that `shed` drops come out flagged `shed`. The
+    plan counts both (observed metrics) before dropping them; neither is scored.
     """
     codec = codec_for(CardTransaction)
     for batch in batches:
         cols = batch.to_pydict()
-        out: dict[str, list[object]] = {name: [] for name in (*_TXN_FIELDS, "dead_letter")}
+        out: dict[str, list[object]] = {name: [] for name in (*_TXN_FIELDS, "dead_letter",
+                                                              "shed")}
         for payload, topic, partition, offset in zip(
                 cols["value"], cols["topic"], cols["partition"], cols["offset"], strict=True):
             try:
                 txn = codec.decode(payload, topic=topic, partition=partition, offset=offset)
-                row = (*(getattr(txn, name) for name in _TXN_FIELDS), False)
             except DecodeError as err:
                 dead_letters.send(payload, err)
-                row = (*(None for _ in _TXN_FIELDS), True)
+                row = (*(None for _ in _TXN_FIELDS), True, False)
+            else:
+                dropped = txn.priority == 0 and shed.sheds(txn.account_id, topic, partition,
+                                                           offset)
+                row = (*(getattr(txn, name) for name in _TXN_FIELDS), False, dropped)
             for column, value in zip(out, row, strict=True):
                 out[column].append(value)
         yield pa.RecordBatch.from_pydict(out, schema=_decoded_arrow_schema())
@@ -131,7 +137,10 @@ class AccountScorer:
         if state.hasTimedOut:  # idle past the TTL: forget the account
             state.remove()
             return
-        txns = pd.concat(list(frames), ignore_index=True).sort_values(
+        nonempty = [f for f in frames if len(f)]
+        if not nonempty:
+            return
+        txns = pd.concat(nonempty, ignore_index=True).sort_values(
             ["event_time_ms", "account_seq"], kind="stable")
         current = state_from_row(state.get) if state.exists else AccountState()
         rows, features = [], []
@@ -175,18 +184,20 @@ def build_fraud_detection(
     config: JobConfig,
     dead_letter_factory: Callable[[], DeadLetterSink],
     rules: FraudRules = DEFAULT_RULES,
-    scorer_version: str = DEFAULT_SCORER,
 ) -> DataFrame:
     """The streaming plan up to the scored rows (columns of ScoredTransaction).
 
     From `config`: the source (topic, `input_parallelism` as minPartitions, batch cap), the
-    watermark (`watermark_s`) and the scoring call's cost per record (`enrichment_cost_ms`).
+    watermark (`watermark_s`), the scoring call's version (`udf_version`) and cost per record
+    (`enrichment_cost_ms`), and the share of low-priority transactions shed (`shed_fraction`).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    shed = ShedRule(config.shed_fraction)
+
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return decode_transactions(batches, dead_letter_factory())
+        return decode_transactions(batches, dead_letter_factory(), shed)
 
     raw = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", config.bootstrap_servers)
@@ -199,11 +210,13 @@ def build_fraud_detection(
     transactions = (raw.select("value", "topic", "partition", "offset")
                     .mapInArrow(decode, DECODED_SCHEMA)
                     .observe(OBSERVATION,
-                             F.sum(F.col("dead_letter").cast("long")).alias("dead_letters"))
-                    .where(~F.col("dead_letter"))
-                    .drop("dead_letter")
+                             F.sum(F.col("dead_letter").cast("long")).alias("dead_letters"),
+                             F.sum(F.col("shed").cast("long")).alias("rows_shed"))
+                    .where(~F.col("dead_letter") & ~F.col("shed"))
+                    .drop("dead_letter", "shed")
                     .withColumn("event_time", F.timestamp_millis("event_time_ms")))
-    score = AccountScorer(rules, RemoteScorer(scorer_version, config.enrichment_cost_ms))
+    scorer_for(config.udf_version)  # an unknown version fails here, not in a Spark task
+    score = AccountScorer(rules, RemoteScorer(config.udf_version, config.enrichment_cost_ms))
     return (transactions.withWatermark("event_time", f"{config.watermark_s} seconds")
             .groupBy("account_id")
             .applyInPandasWithState(score, SCORED_SCHEMA, STATE_SCHEMA, "append",
