@@ -1,23 +1,29 @@
-"""Load generator: produces `SensorReading` records at a rate profile and keeps a ledger.
+"""Load generator: produces the bundled jobs' input at a rate profile and keeps a ledger.
 
-The ledger holds what the broker acknowledged (not what was merely attempted), so a test or
-the demo can account for every record in the job's output: per sensor and event-time window,
-the count and the sum of sequence numbers.
+Sensor readings (`SensorReading`, the sensor-averages job) or card transactions
+(`CardTransaction`, the fraud-detection job; generator in `cards`). The ledger holds what the
+broker acknowledged (not what was merely attempted), so a test or the demo can account for
+every record in the job's output: per sensor and event-time window, the count and the sum of
+sequence numbers; per account, the transactions and the highest account_seq.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from schemas import SensorReading, codec_for
+from schemas import CardTransaction, Codec, SensorReading, codec_for
+from schemas.records import _Record
+from streamctl.cards import CardEvents, CardLedger
 from streamctl.profiles import RateProfile
 
 _TICK_S = 0.02
@@ -42,6 +48,20 @@ class Ledger:
             self.acked += 1
 
 
+class AckLedger(Protocol):
+    """What `run_load` needs of a ledger (`Ledger` for readings, `CardLedger` for cards)."""
+
+    acked: int
+    failed: int
+
+    def record(self, record: Any) -> None: ...
+
+
+EVENT_TYPES = {"sensor": ("sensor-readings", SensorReading),
+               "card": ("card-transactions", CardTransaction)}
+"""Event type → (default topic, record type)."""
+
+
 @dataclass(frozen=True)
 class LoadSpec:
     """What to produce: where, how fast, over which keys."""
@@ -54,6 +74,18 @@ class LoadSpec:
     hot_key_share: float = 0.0  # share of records that go to sensor 0 (skew); 0 = uniform
     start_seq: int = 0
     window_ms: int = 10_000
+    event_type: str = "sensor"
+    """sensor (SensorReading, keys `sensors`) or card (CardTransaction, keys `accounts`)."""
+    accounts: int = 200
+    low_priority_share: float = 0.3
+    """Cards only: share of transactions with priority 0 (sheddable)."""
+
+    def __post_init__(self) -> None:
+        if self.event_type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {self.event_type!r}; use "
+                             f"{' or '.join(EVENT_TYPES)}")
+        if self.event_type == "card":  # refuses a bad account count or share up front
+            CardEvents(self.accounts, self.hot_key_share, self.low_priority_share)
 
 
 def producer_config(bootstrap_servers: str) -> dict[str, object]:
@@ -72,24 +104,49 @@ def _pick_sensor(rng: random.Random, spec: LoadSpec) -> str:
     return f"sensor-{rng.randrange(spec.sensors):03d}"
 
 
+EventMaker = Callable[[int, int], tuple[str, _Record]]
+"""(event time ms, global seq) → (key, record)."""
+
+
+def event_maker(spec: LoadSpec, rng: random.Random) -> EventMaker:
+    if spec.event_type == "card":
+        cards = CardEvents(spec.accounts, spec.hot_key_share, spec.low_priority_share,
+                           run_tag=f"{rng.getrandbits(32):08x}-")
+
+        def card(now_ms: int, _seq: int) -> tuple[str, _Record]:
+            txn = cards.make(rng, now_ms)
+            return txn.account_id, txn
+        return card
+
+    def reading(now_ms: int, seq: int) -> tuple[str, _Record]:
+        r = SensorReading(_pick_sensor(rng, spec), now_ms, rng.uniform(-10, 40), seq)
+        return r.sensor_id, r
+    return reading
+
+
+def new_ledger(spec: LoadSpec) -> Ledger | CardLedger:
+    return CardLedger() if spec.event_type == "card" else Ledger(spec.window_ms)
+
+
 def run_load(
     spec: LoadSpec,
-    ledger: Ledger,
+    ledger: AckLedger,
     stop: threading.Event | None = None,
     on_tick: Callable[[float, int], None] | None = None,
-) -> Ledger:
+) -> AckLedger:
     """Produce until `duration_s` elapses or `stop` is set; flush; return the ledger."""
     stop = stop or threading.Event()
     producer = Producer(producer_config(spec.bootstrap_servers))
-    codec = codec_for(SensorReading)
+    codec: Codec[Any] = codec_for(EVENT_TYPES[spec.event_type][1])
     rng = random.Random(spec.start_seq)
+    make = event_maker(spec, rng)
     seq = spec.start_seq
     started = time.monotonic()
 
-    def delivered(reading: SensorReading) -> Callable[[KafkaError | None, Message], None]:
+    def delivered(record: _Record) -> Callable[[KafkaError | None, Message], None]:
         def callback(err: KafkaError | None, _msg: Message) -> None:
             if err is None:
-                ledger.record(reading)
+                ledger.record(record)
             else:
                 ledger.failed += 1
         return callback
@@ -101,8 +158,8 @@ def run_load(
         due = int(spec.profile.expected_by(elapsed)) - (seq - spec.start_seq)
         now_ms = int(time.time() * 1000)
         for _ in range(max(0, due)):
-            reading = SensorReading(_pick_sensor(rng, spec), now_ms, rng.uniform(-10, 40), seq)
-            _produce(producer, spec.topic, reading, codec.encode(reading), delivered(reading))
+            key, record = make(now_ms, seq)
+            _produce(producer, spec.topic, key, codec.encode(record), delivered(record))
             seq += 1
         producer.poll(0)
         if on_tick:
@@ -112,11 +169,11 @@ def run_load(
     return ledger
 
 
-def _produce(producer: Producer, topic: str, reading: SensorReading, value: bytes,
+def _produce(producer: Producer, topic: str, key: str, value: bytes,
              callback: Callable[[KafkaError | None, Message], None]) -> None:
     while True:
         try:
-            producer.produce(topic, key=reading.sensor_id, value=value, on_delivery=callback)
+            producer.produce(topic, key=key, value=value, on_delivery=callback)
             return
         except BufferError:
             # The local queue is full: let deliveries drain rather than drop the record.
@@ -126,14 +183,20 @@ def _produce(producer: Producer, topic: str, reading: SensorReading, value: byte
 def add_produce_command(groups: argparse._SubParsersAction) -> None:
     p = groups.add_parser(
         "produce",
-        help="generate sensor readings at a rate profile",
-        description="Produce SensorReading records (Avro) to the job's input topic.",
+        help="generate sensor readings or card transactions at a rate profile",
+        description="Produce SensorReading (sensor-averages job) or CardTransaction "
+                    "(fraud-detection job) records, Avro, to the job's input topic.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     from streamctl.settings import add_bootstrap_option
 
     add_bootstrap_option(p)
-    p.add_argument("--topic", default="sensor-readings", help="input topic of the job")
+    p.add_argument("--event-type", default="sensor", choices=list(EVENT_TYPES),
+                   help="sensor: readings for sensor-averages; card: transactions for "
+                        "fraud-detection")
+    p.add_argument("--topic", default=None,
+                   help="input topic of the job (default sensor-readings or "
+                        "card-transactions, by event type)")
     p.add_argument("--profile", default="step", choices=["constant", "step", "ramp", "spike"],
                    help="shape of the input rate over time")
     p.add_argument("--rate", type=float, default=150.0, help="base rate, records/s")
@@ -145,16 +208,27 @@ def add_produce_command(groups: argparse._SubParsersAction) -> None:
                    help="end of the ramp or spike, seconds after start")
     p.add_argument("--duration-s", type=float, default=120.0, help="how long to produce")
     p.add_argument("--sensors", type=int, default=50, help="number of distinct sensor keys")
+    p.add_argument("--accounts", type=int, default=200,
+                   help="number of distinct card accounts (event type card)")
+    p.add_argument("--low-priority-share", type=float, default=0.3,
+                   help="share of card transactions with priority 0, the only ones load "
+                        "shedding may drop (event type card)")
     p.add_argument("--hot-key-share", type=float, default=0.0,
-                   help="share of records sent to one hot sensor (0 = uniform keys)")
+                   help="share of records sent to one hot sensor or account (0 = uniform)")
     p.set_defaults(handler=_produce_command)
 
 
 def _produce_command(args: argparse.Namespace) -> int:
     end = args.change_until_s if args.profile in ("ramp", "spike") else float("inf")
     profile = RateProfile(args.profile, args.rate, args.peak_rate, args.change_at_s, end)
-    spec = LoadSpec(args.bootstrap_servers, args.topic, profile, args.duration_s,
-                    args.sensors, args.hot_key_share)
+    topic = args.topic or EVENT_TYPES[args.event_type][0]
+    try:
+        spec = LoadSpec(args.bootstrap_servers, topic, profile, args.duration_s, args.sensors,
+                        args.hot_key_share, event_type=args.event_type,
+                        accounts=args.accounts, low_priority_share=args.low_priority_share)
+    except ValueError as exc:
+        print(f"produce: {exc}", file=sys.stderr)
+        return 2
     last_print = [0.0]
 
     def progress(elapsed: float, sent: int) -> None:
@@ -163,6 +237,8 @@ def _produce_command(args: argparse.Namespace) -> int:
             print(f"\r{elapsed:6.1f}s  rate {profile.rate_at(elapsed):7.0f}/s  sent {sent:9d}",
                   end="", flush=True)
 
-    ledger = run_load(spec, Ledger(spec.window_ms), on_tick=progress)
-    print(f"\nacknowledged {ledger.acked} records, {ledger.failed} failed")
+    ledger = new_ledger(spec)
+    run_load(spec, ledger, on_tick=progress)
+    accounts = f" over {len(ledger.counts)} accounts" if isinstance(ledger, CardLedger) else ""
+    print(f"\nacknowledged {ledger.acked} records{accounts} to {topic}, {ledger.failed} failed")
     return 0 if ledger.failed == 0 else 1
