@@ -7,9 +7,10 @@ Neighbours: `broker` (checks before launching), test fixtures (`find_free_ports`
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Iterable
-from contextlib import ExitStack
+from pathlib import Path
 
 from stack.errors import PortInUseError
 
@@ -41,13 +42,33 @@ def check_ports_free(ports: Iterable[tuple[int, str, str]]) -> None:
             )
 
 
+_LISTEN_FLOOR = 20000
+"""Lowest port handed out: above the well-known and commonly configured service ports."""
+
+
 def find_free_ports(count: int) -> list[int]:
-    """`count` distinct ports that were free a moment ago (held together so none repeats)."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in socks]
+    """`count` distinct ports, free a moment ago, below the kernel's ephemeral range.
+
+    A port from `bind(0)` is an ephemeral one: between our check and the server's own bind,
+    another process (Spark's JVM, py4j, any client connection) can take it as a random local
+    port (seen here: a job's metrics port answered with py4j's gateway). Below the ephemeral
+    range only an explicit bind takes a port.
+    """
+    low = _ephemeral_floor()
+    ports: list[int] = []
+    for candidate in random.sample(range(_LISTEN_FLOOR, low), min(400, low - _LISTEN_FLOOR)):
+        if candidate not in ports and not port_in_use(candidate):
+            ports.append(candidate)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError(f"no {count} free ports between {_LISTEN_FLOOR} and {low}")
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default, when the range cannot be read (not Linux)
 
 
 def find_free_port() -> int:

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import ast
 import json
-import random
 import re
-import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from stack.ports import find_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -284,21 +284,5 @@ def local_prometheus_config(mapping: LocalMapping, running: set[str]) -> dict[st
 
 
 def listen_ports(count: int) -> list[int]:
-    """Free ports below the kernel's ephemeral range, for servers we start by port number.
-
-    A port from `bind(0)` is an ephemeral one: between our check and the server's bind, the
-    job's JVM or py4j can take it as a random port of its own (seen here: the job's metrics
-    port answered with py4j's gateway). Below the range only an explicit bind takes a port.
-    """
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    ports: list[int] = []
-    for candidate in random.sample(range(20000, low), 200):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-        ports.append(candidate)
-        if len(ports) == count:
-            return ports
-    raise RuntimeError(f"no {count} free ports between 20000 and {low}")
+    """Free ports for servers we start by port number (see `stack.ports.find_free_ports`)."""
+    return find_free_ports(count)
