@@ -28,6 +28,9 @@ OUTPUT_TOPIC = "sensor-averages"
 DEAD_LETTER_TOPIC = "sensor-readings.dlq"
 STATE_TOPIC = "streamctl.state"
 SINK_MARKERS_TOPIC = "streamctl.sink-markers"
+FRAUD_INPUT_TOPIC = "card-transactions"
+FRAUD_OUTPUT_TOPIC = "scored-transactions"
+FRAUD_DEAD_LETTER_TOPIC = "card-transactions.dlq"
 
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(METRICS_TOPIC, partitions=1),
@@ -43,6 +46,10 @@ DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(INPUT_TOPIC, partitions=2),
     TopicSpec(OUTPUT_TOPIC, partitions=2),
     TopicSpec(DEAD_LETTER_TOPIC, partitions=1),
+    # The fraud-detection job's (`--job fraud-detection`), keyed by account.
+    TopicSpec(FRAUD_INPUT_TOPIC, partitions=2),
+    TopicSpec(FRAUD_OUTPUT_TOPIC, partitions=2),
+    TopicSpec(FRAUD_DEAD_LETTER_TOPIC, partitions=1),
     # The transactional sink's commit markers: only the last one per query id matters.
     TopicSpec(SINK_MARKERS_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
 )
