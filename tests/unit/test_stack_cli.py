@@ -44,5 +44,5 @@ def test_defaults_follow_the_environment(tmp_path: Path) -> None:
 
 def test_default_topics_are_unique_and_input_has_two_partitions() -> None:
     names = [spec.name for spec in DEFAULT_TOPICS]
-    assert len(names) == len(set(names)) == 9
+    assert len(names) == len(set(names)) == 12
     assert next(s for s in DEFAULT_TOPICS if s.name == INPUT_TOPIC).partitions == 2
