@@ -50,6 +50,8 @@ class BatchGate:
         self._closed = False
         self._held = False
         self._admitted: set[int] = set()
+        self.last_admitted: int | None = None
+        """The newest batch admitted since the gate was opened (None: none)."""
 
     def admit(self, batch_id: int) -> None:
         with self._cond:
@@ -58,6 +60,7 @@ class BatchGate:
             if self._closed:
                 raise QuiesceRequested(batch_id)
             self._admitted.add(batch_id)
+            self.last_admitted = max(batch_id, self.last_admitted or batch_id)
 
     def committed(self, batch_id: int) -> None:
         with self._cond:
@@ -85,6 +88,7 @@ class BatchGate:
             self._closed = False
             self._held = False
             self._admitted.clear()
+            self.last_admitted = None
 
     @property
     def closed(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
@@ -20,7 +21,9 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import Ack, ControlTuple, TaskMetrics
 from streaming_jobs.config import ConfigError, JobConfig
+from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime import desired as desired_file
+from streaming_jobs.runtime import state_partitions
 from streaming_jobs.runtime.control import ControlLoop
 from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
 from streaming_jobs.runtime.lifecycle import ElasticQuery
@@ -36,17 +39,17 @@ from streaming_jobs.runtime.parameters import REGISTRY, BadValue, DesiredState, 
 from streaming_jobs.runtime.prometheus import JobPrometheus
 from streaming_jobs.runtime.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
 from streaming_jobs.runtime.session import build_session, executors_for
+from streaming_jobs.runtime.state_repartition import StateRepartitionError
 from streaming_jobs.sensor_averages import ENRICHMENTS
 
 log = logging.getLogger(__name__)
 
 NOT_YET = (
-    ("state_partitions", "not supported yet: it needs the offline state repartitioning "
-                         "primitive (streaming_jobs/runtime/state_repartition.py)"),
     ("input_topic", "not supported yet: Spark cannot change a query's subscribed topics under "
                     "its checkpoint; the exact-offset switch is not implemented"),
 )
 """Parameters in the registry that this runtime rejects, with the reason given in the ack."""
+STATELESS = ("state_partitions", "this job keeps no state")
 
 
 class ElasticJob:
@@ -98,7 +101,7 @@ class ElasticJob:
                       max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
                       max_shed_fraction=c.max_shed_fraction, udf_versions=tuple(ENRICHMENTS),
                       max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
-                      unsupported=NOT_YET)
+                      unsupported=NOT_YET if plan_for(c.job).stateful else (*NOT_YET, STATELESS))
 
     def advance_epoch(self, epoch: int, control_id: str) -> None:
         with self._lock:
@@ -153,7 +156,14 @@ class ElasticJob:
             log.warning("state topic %s does not exist: the desired state is persisted to %s "
                         "but not published (`streamctl stack up` creates the topic)",
                         self.config.state_topic, self.config.desired_state_path)
-        self.query.start(self.query.desired)
+        try:
+            self.query.start(self.query.desired)
+        except StateRepartitionError as exc:  # e.g. a crash left a batch uncommitted
+            kept = state_partitions.current(self.config.checkpoint_dir)
+            log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
+                      kept)
+            self.query.start(replace(self.query.desired, state_partitions=kept or
+                                     self.query.desired.state_partitions))
         self._record_desired(None)
         self._control_thread.start()
         self.prometheus.serve(self.config.metrics_port)

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.plans import plan_for
+from streaming_jobs.runtime import state_partitions
 from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
@@ -74,6 +75,8 @@ class ElasticQuery:
                                        OutputEncoder(self._plan.encode,
                                                      self._plan.encoded_schema))
         self._contexts: dict[str, RunContext] = {}
+        self.state_note: str | None = None
+        """What the last `start` did to the state partitions (for the ack), if anything."""
         self._query: StreamingQuery | None = None
         self._commits = threading.Condition()
         self.last_commit: Commit | None = None
@@ -89,8 +92,23 @@ class ElasticQuery:
     def run_id(self) -> str | None:
         return str(self._query.runId) if self._query is not None else None
 
+    @property
+    def stateful(self) -> bool:
+        return self._plan.stateful
+
     def start(self, desired: DesiredState) -> str:
-        """Start a run with `desired` from the checkpoint; returns its Spark run id."""
+        """Start a run with `desired` from the checkpoint; returns its Spark run id.
+
+        A stateful query whose checkpoint has another number of state partitions is
+        repartitioned first (the query is stopped here); `state_note` says what was done.
+        """
+        self.state_note = None
+        if self._plan.stateful:
+            self.state_note = state_partitions.align(
+                self._spark, self._config.checkpoint_dir, desired.state_partitions,
+                last_admitted=self.gate.last_admitted,
+                seen_commit=self.last_commit.batch_id if self.last_commit else None,
+                max_partitions=self._config.max_state_partitions)
         self._desired = desired
         self.sink.retarget(desired.output_topic)
         df = self._plan.build(self._spark, effective_config(self._config, desired),

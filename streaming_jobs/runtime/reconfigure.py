@@ -51,6 +51,9 @@ class RestartableQuery(Protocol):
 
     def start(self, desired: DesiredState) -> str: ...
 
+    @property
+    def state_note(self) -> str | None: ...
+
     def hold(self, timeout_s: float) -> bool: ...
 
     def swap(self, desired: DesiredState) -> None: ...
@@ -125,7 +128,8 @@ class Reconfigurer:
             raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
                                 f"epoch {old.epoch}") from exc
         resumed_ms = first.end_ms if first else self._clock_ms()
-        detail = (f"{change}; "
+        note = f"{self._query.state_note}, " if self._query.state_note else ""
+        detail = (f"{change}; {note}"
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
                   + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "
                      f"for {max(0, first.start_ms - since_ms)} ms" if first else

@@ -1,5 +1,8 @@
-"""The job on a real broker: a live input_parallelism 2→4 change loses and duplicates nothing,
-and bad control tuples are rejected while the job keeps running."""
+"""The job on a real broker: a live input_parallelism 2→4 change loses and duplicates nothing;
+forged, unsigned, stale, malformed and out-of-range tuples are rejected (acked, or counted for
+garbage) while the job keeps running unchanged; throttle, shed, UDF swap and output retarget
+are applied under load and show in the output and metrics; the desired state is persisted,
+published, and resumed by a new process."""
 
 from __future__ import annotations
 
@@ -8,14 +11,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from schemas import auth
 from schemas.codec import codec_for
 from schemas.records import (
     Ack,
     ControlTuple,
+    DesiredStateRecord,
     Outcome,
     SensorReading,
     SensorWindowAverage,
@@ -27,6 +33,7 @@ from tests.spark.kafka_io import TopicReader, produce, produce_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
+KEY = b"spark-integration-control-key"
 T0_MS = 1_700_000_000_000
 WINDOW_S = 10
 SENSORS = tuple(f"sensor-{i}" for i in range(5))
@@ -52,10 +59,13 @@ def expected_windows() -> dict[tuple[str, int], tuple[int, int]]:
     return {k: (counts[k], sums[k]) for k in counts}
 
 
-def control(query_id: str, parameter: str, value: str, epoch: int) -> ControlTuple:
-    return ControlTuple(control_id=str(uuid.uuid4()), query_id=query_id, operator_id="source",
-                        parameter=parameter, value=value, epoch=epoch, issuer="test",
-                        reason="integration test", issued_at_ms=int(time.time() * 1000))
+def control(query_id: str, parameter: str, value: str, epoch: int,
+            key: bytes | None = KEY) -> ControlTuple:
+    """Signed with the job's key (None: unsigned)."""
+    tuple_ = ControlTuple(control_id=str(uuid.uuid4()), query_id=query_id, operator_id="source",
+                          parameter=parameter, value=value, epoch=epoch, issuer="test",
+                          reason="integration test", issued_at_ms=int(time.time() * 1000))
+    return tuple_ if key is None else auth.sign(tuple_, key)
 
 
 @pytest.fixture
@@ -69,7 +79,9 @@ def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
         ack_topic=new_topic(partitions=1), checkpoint_dir=str(tmp_path / "checkpoint"),
         input_parallelism=2, max_offsets_per_trigger=400, trigger_interval_s=0.5,
         enrichment_cost_ms=1.0, window_s=WINDOW_S, watermark_s=5, state_partitions=2,
-        task_slots=SPARK_TASK_SLOTS, metrics_port=0)
+        task_slots=SPARK_TASK_SLOTS, metrics_port=0, control_key=KEY,
+        state_topic=new_topic(partitions=1, config={"cleanup.policy": "compact"}),
+        low_priority_prefixes="sensor-0,sensor-1")
 
 
 @pytest.fixture
@@ -121,7 +133,7 @@ def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
     assert applied.pause_ms > 0
     assert "2→4" in applied.detail
 
-    _assert_rejections(cfg, acks)
+    _assert_rejections(running_job, cfg, acks)
 
     all_in = TOTAL + 2  # the two garbage records occupy offsets too
     seen = metrics.until(lambda ms: _consumed(ms) >= all_in, 180)
@@ -141,7 +153,6 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
     """The other quiesce ending: a new batch hits the closed gate and the query terminates
     itself; that is a normal stop, and the refused batch is processed after the restart."""
     from streaming_jobs.runtime.job import ElasticJob
-    from streaming_jobs.runtime.lifecycle import Knobs
 
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
@@ -160,7 +171,7 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
         time.sleep(0.1)
     assert job.query.failure() is None  # terminated by the gate: not a failure
 
-    applied = job.reconfigure(Knobs(epoch=1, input_parallelism=3))
+    applied = job.reconfigure(replace(job.desired, epoch=1, input_parallelism=3), "c-test")
     assert applied.pause_ms > 0
     metrics.until(lambda ms: _consumed(ms) >= TOTAL, 180)
     _assert_exactly_once(cfg, output)
@@ -180,18 +191,45 @@ def _assert_exactly_once(cfg: JobConfig, output: TopicReader) -> None:
     assert {(w.sensor_id, w.window_start_ms): (w.count, w.seq_sum) for w in windows} == expected
 
 
-def _assert_rejections(cfg: JobConfig, acks: TopicReader) -> None:
+def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
+    """Each bad tuple is acked REJECTED naming why and counted by reason; garbage is counted;
+    the job keeps running with its desired state unchanged."""
+    from streaming_jobs.runtime.job import ElasticJob
+
+    assert isinstance(job, ElasticJob)
+    before = job.desired
+    q = cfg.query_id
     bad = {
-        control(cfg.query_id, "state_partitions", "8", epoch=2): "unknown parameter",
-        control(cfg.query_id, "input_parallelism", "99", epoch=3): "'99'",
-        control(cfg.query_id, "input_parallelism", "3", epoch=1): "stale epoch 1 ≤ 1",
+        control(q, "input_parallelism", "3", epoch=2, key=b"someone-else's-key!"):
+            "bad_signature: bad authentication tag",
+        control(q, "input_parallelism", "3", epoch=2, key=None): "unsigned: unsigned",
+        control(q, "input_parallelism", "3", epoch=1): "stale_epoch: stale epoch 1 ≤ 1",
+        control(q, "input_parallelism", "99", epoch=3):
+            "bad_value: bad value '99' for input_parallelism: expected an integer in [1, 4]",
+        control(q, "shed_fraction", "0.9", epoch=3): "bad_value: bad value '0.9'",
+        control(q, "executors", "3", epoch=3): "this job runs local[4]",
+        control(q, "state_partitions", "8", epoch=3): "unsupported: cannot change "
+                                                      "state_partitions: not supported yet",
     }
-    produce_records(cfg.bootstrap_servers, cfg.control_topic,
-                    [(cfg.query_id, t) for t in bad])
+    produce(cfg.bootstrap_servers, cfg.control_topic, [(q.encode(), b"\xc3\x01garbage")])
+    produce_records(cfg.bootstrap_servers, cfg.control_topic, [(q, t) for t in bad])
     for tuple_, expected_detail in bad.items():
         ack = _ack_for(acks, tuple_.control_id)
         assert ack.outcome is Outcome.REJECTED
-        assert expected_detail in ack.detail
+        assert expected_detail in ack.detail, ack.detail
+    assert job.query.is_active() and job.desired == before
+    rejected = {reason: _counter(job, "streamctl_job_control_rejections_total", reason=reason)
+                for reason in ("bad_signature", "unsigned", "stale_epoch", "bad_value",
+                               "unsupported", "undecodable")}
+    assert rejected == {"bad_signature": 1, "unsigned": 1, "stale_epoch": 1, "bad_value": 2,
+                        "unsupported": 2, "undecodable": 1}
+
+
+def _counter(job: object, name: str, **labels: str) -> float:
+    registry = job.prometheus.registry  # type: ignore[attr-defined]
+    value = registry.get_sample_value(name, {"query": job.config.query_id,  # type: ignore[attr-defined]
+                                             **labels})
+    return value or 0.0
 
 
 def _ack_for(reader: TopicReader, control_id: str) -> Ack:
@@ -217,3 +255,202 @@ def _consumed(messages: list) -> int:
 def _windows(messages: list) -> list[SensorWindowAverage]:
     codec = codec_for(SensorWindowAverage)
     return [w for w in (codec.decode(m.value()) for m in messages) if w.sensor_id != SENTINEL]
+
+
+class SteadyLoad:
+    """Produces readings 0, 1, 2, ... in chunks until stopped; `produced` counts them."""
+
+    def __init__(self, config: JobConfig, per_chunk: int = 20, every_s: float = 0.1) -> None:
+        from confluent_kafka import Producer
+
+        self._producer = Producer({"bootstrap.servers": config.bootstrap_servers, "acks": "all"})
+        self._topic, self._per_chunk, self._every_s = config.input_topic, per_chunk, every_s
+        self._stop = threading.Event()
+        self.produced = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        codec = codec_for(SensorReading)
+        while not self._stop.wait(self._every_s):
+            for seq in range(self.produced, self.produced + self._per_chunk):
+                r = reading(seq)
+                self._producer.produce(self._topic, key=r.sensor_id.encode(),
+                                       value=codec.encode(r))
+            assert self._producer.flush(30) == 0
+            self.produced += self._per_chunk
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(60)
+        return self.produced
+
+
+ACTIONS = (("max_offsets_per_trigger", "300"), ("shed_fraction", "0.3"), ("udf_version", "v2"),
+           ("output_topic", None))
+"""Applied in this order, epochs 1-4; None: the test's second output topic."""
+
+
+def test_throttle_shed_udf_swap_and_output_retarget_under_load(
+        spark: object, job_config: JobConfig, new_topic: Callable[..., str]) -> None:
+    from streaming_jobs.runtime.job import ElasticJob
+    from streaming_jobs.runtime.kafka import read_latest
+
+    cfg, second_output = job_config, new_topic(partitions=1)
+    job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    job.start()
+    readers = {name: TopicReader(cfg.bootstrap_servers, topic) for name, topic in (
+        ("metrics", cfg.metrics_topic), ("acks", cfg.ack_topic), ("out", cfg.output_topic),
+        ("out2", second_output))}
+    assert job.wait_control_ready(30)
+    load = SteadyLoad(cfg)
+    try:
+        readers["metrics"].until(lambda ms: any(_metrics(m).input_rows for m in ms), 120)
+        last_id = _apply_each_action(cfg, readers, second_output)
+    finally:
+        produced = load.stop()
+    expected = replace(job.desired, epoch=4, max_offsets_per_trigger=300, shed_fraction=0.3,
+                       udf_version="v2", output_topic=second_output)
+    assert job.desired == expected
+
+    produce_records(cfg.bootstrap_servers, cfg.input_topic,
+                    [(SENTINEL, SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1))])
+    seen = readers["metrics"].until(lambda ms: _consumed(ms) >= produced + 1, 240)
+    shed = _assert_metrics_reflect_throttle_and_shed(seen)
+    assert _counter(job, "streamctl_job_rows_shed_total") == shed
+    _assert_windows_across_the_retarget(readers, produced, shed)
+
+    state = read_latest(cfg.bootstrap_servers, cfg.state_topic, cfg.query_id,
+                        DesiredStateRecord)
+    assert state is not None and (state.epoch, state.control_id) == (4, last_id)
+    assert (state.output_topic, state.shed_fraction, state.udf_version) == (
+        second_output, 0.3, "v2")
+    job.stop()
+    restarted = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    assert restarted.desired == expected  # a new process resumes the applied state
+    restarted.stop()
+    for reader in readers.values():
+        reader.close()
+
+
+def _apply_each_action(cfg: JobConfig, readers: dict[str, TopicReader], second: str) -> str:
+    """Send each action, check its ack, let two batches run with it; the last control id."""
+    tuple_ = None
+    for epoch, (parameter, value) in enumerate(ACTIONS, start=1):
+        tuple_ = control(cfg.query_id, parameter, value or second, epoch)
+        produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, tuple_)])
+        ack = _ack_for(readers["acks"], tuple_.control_id)
+        assert ack.outcome is Outcome.APPLIED, ack.detail
+        assert ack.detail.startswith(f"{parameter} ") and "→" in ack.detail, ack.detail
+        assert ("without a restart" in ack.detail) == (parameter == "output_topic")
+        readers["metrics"].until(lambda ms, e=epoch: sum(
+            1 for m in map(_metrics, ms) if m.config_epoch == e and m.input_rows) >= 2, 180)
+    assert tuple_ is not None
+    return tuple_.control_id
+
+
+def _assert_metrics_reflect_throttle_and_shed(messages: list) -> int:
+    """Batch caps and shed rows per epoch; returns the rows shed in all (each batch once)."""
+    batches = {m.batch_id: m for m in map(_metrics, messages) if m.batch_id >= 0}
+    by_epoch: dict[int, list[TaskMetrics]] = {}
+    for m in batches.values():
+        by_epoch.setdefault(m.config_epoch, []).append(m)
+    assert all(m.max_offsets_per_trigger == 400 for m in by_epoch[0])
+    throttled = sorted((m for e, ms in by_epoch.items() if e >= 1 for m in ms),
+                       key=lambda m: m.batch_id)
+    assert all(m.max_offsets_per_trigger == 300 for m in throttled)
+    # The first may be the replay of the batch the gate held back, planned under the old cap.
+    assert throttled[0].input_rows <= 400
+    assert all(m.input_rows <= 300 for m in throttled[1:])
+    assert sum(m.rows_shed for e in (0, 1) for m in by_epoch.get(e, [])) == 0
+    assert sum(m.rows_shed for e in (2, 3, 4) for m in by_epoch.get(e, [])) > 0
+    return sum(m.rows_shed for m in batches.values())
+
+
+def _assert_windows_across_the_retarget(readers: dict[str, TopicReader], produced: int,
+                                        shed: int) -> None:
+    """Every window once across the two topics; only low-priority sensors lost (shed) rows,
+    exactly as many as the metrics counted; v1 regions first, v2 last."""
+    expected = _expected_windows(produced)
+    rows: dict[tuple[str, int], list[SensorWindowAverage]] = {}
+
+    def collect() -> bool:
+        rows.clear()
+        for name in ("out", "out2"):
+            for w in _windows(readers[name].messages):
+                rows.setdefault((w.sensor_id, w.window_start_ms), []).append(w)
+        return set(expected) <= set(rows)
+
+    deadline = time.monotonic() + 180
+    while not collect():
+        assert time.monotonic() < deadline, f"windows missing: {set(expected) - set(rows)}"
+        for name in ("out", "out2"):
+            readers[name].poll(0.2)
+    assert _windows(readers["out"].messages) and _windows(readers["out2"].messages)
+    assert all(len(ws) == 1 for ws in rows.values()), "a window was emitted twice"
+    missing = 0
+    for key, (count, seq_sum) in expected.items():
+        window = rows[key][0]
+        if key[0] in ("sensor-0", "sensor-1"):  # low priority: may be shed
+            assert window.count <= count
+            missing += count - window.count
+        else:
+            assert (window.count, window.seq_sum) == (count, seq_sum), key
+    assert missing == shed
+    first, last = min(k[1] for k in expected), max(k[1] for k in expected)
+    assert all("-" not in ws[0].region for k, ws in rows.items() if k[1] == first)
+    assert all("-" in ws[0].region for k, ws in rows.items() if k[1] == last)
+
+
+def _expected_windows(produced: int) -> dict[tuple[str, int], tuple[int, int]]:
+    counts: Counter[tuple[str, int]] = Counter()
+    sums: Counter[tuple[str, int]] = Counter()
+    for seq in range(produced):
+        r = reading(seq)
+        key = (r.sensor_id, r.event_time_ms // (WINDOW_S * 1000) * WINDOW_S * 1000)
+        counts[key] += 1
+        sums[key] += seq
+    return {k: (counts[k], sums[k]) for k in counts}
+
+
+def test_state_partitions_up_and_down_keep_every_window(spark: object,
+                                                        job_config: JobConfig) -> None:
+    """2→4→1 state partitions while records arrive: Spark's offline repartition between the
+    quiesce and the restart; every window is still emitted once with every record."""
+    from streaming_jobs.runtime.job import ElasticJob
+    from tests.spark.fraud_io import stateful_session
+
+    cfg = job_config
+    with stateful_session(spark, partitions=cfg.state_partitions):
+        job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+        job.start()
+        metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
+        acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
+        output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
+        assert job.wait_control_ready(30)
+        produce_records(cfg.bootstrap_servers, cfg.input_topic,
+                        ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
+        metrics.until(lambda ms: any(_metrics(m).input_rows > 0 for m in ms), 120)
+        stop_producing = threading.Event()
+        producer = threading.Thread(target=produce_slowly,
+                                    args=(cfg, range(FIRST_HALF, TOTAL), stop_producing))
+        producer.start()
+        try:
+            for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
+                tuple_ = control(cfg.query_id, "state_partitions", str(new), epoch)
+                produce_records(cfg.bootstrap_servers, cfg.control_topic,
+                                [(cfg.query_id, tuple_)])
+                ack = _ack_for(acks, tuple_.control_id)
+                assert ack.outcome is Outcome.APPLIED, ack.detail
+                assert f"state repartitioned {old}→{new}" in ack.detail, ack.detail
+        finally:
+            producer.join(timeout=60)
+            stop_producing.set()
+        metrics.until(lambda ms: _consumed(ms) >= TOTAL, 180)
+        _assert_exactly_once(cfg, output)  # its sentinel makes a batch at epoch 2
+        seen = metrics.until(lambda ms: _consumed(ms) >= TOTAL + 1, 120)
+        partitions = {m.config_epoch: m.state_partitions for m in map(_metrics, seen)}
+        assert partitions == {0: 2, 1: 4, 2: 1}
+        job.stop()
+    for reader in (metrics, acks, output):
+        reader.close()

@@ -28,6 +28,7 @@ class FakeQuery:
         self.swapped: list[DesiredState] = []
         self.held = False
         self.active = True
+        self.state_note: str | None = None
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.active = False
@@ -85,6 +86,16 @@ def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> N
     clock = iter([2_000, 2_300])
     Reconfigurer(query, clock_ms=lambda: next(clock)).apply(new)
     assert query.started == [new] and query.swapped == []
+
+
+def test_a_state_repartition_is_named_in_the_detail() -> None:
+    query = FakeQuery()
+    query.state_note = "state repartitioned 4→8 in 900 ms"
+    clock = iter([2_000, 2_300])
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
+        replace(START, epoch=1, state_partitions=8))
+    assert applied.detail.startswith("state_partitions 4→8; state repartitioned 4→8 in 900 ms, "
+                                     "quiesce 300 ms")
 
 
 def test_failed_restart_rolls_back_to_the_previous_state() -> None:
