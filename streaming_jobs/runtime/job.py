@@ -39,7 +39,11 @@ from streaming_jobs.runtime.parameters import REGISTRY, BadValue, DesiredState, 
 from streaming_jobs.runtime.prometheus import JobPrometheus
 from streaming_jobs.runtime.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
 from streaming_jobs.runtime.session import build_session, executors_for
-from streaming_jobs.runtime.state_repartition import StateRepartitionError
+from streaming_jobs.runtime.state_repartition import (
+    ROCKSDB_PROVIDER,
+    StateRepartitionError,
+    read_state_store_provider,
+)
 from streaming_jobs.sensor_averages import ENRICHMENTS
 
 log = logging.getLogger(__name__)
@@ -49,7 +53,7 @@ NOT_YET = (
                     "its checkpoint; the exact-offset switch is not implemented"),
 )
 """Parameters in the registry that this runtime rejects, with the reason given in the ack."""
-STATELESS = ("state_partitions", "this job keeps no state")
+
 
 
 class ElasticJob:
@@ -101,7 +105,21 @@ class ElasticJob:
                       max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
                       max_shed_fraction=c.max_shed_fraction, udf_versions=tuple(ENRICHMENTS),
                       max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
-                      unsupported=NOT_YET if plan_for(c.job).stateful else (*NOT_YET, STATELESS))
+                      unsupported=NOT_YET + self._state_partitions_unsupported())
+
+    def _state_partitions_unsupported(self) -> tuple[tuple[str, str], ...]:
+        """Why state partitions cannot change here: a stateless plan, or a checkpoint whose
+        state store Spark cannot repartition (fixed at the query's first batch)."""
+        if not plan_for(self.config.job).stateful:
+            return (("state_partitions", "this job keeps no state"),)
+        try:
+            provider = read_state_store_provider(self.config.checkpoint_dir)
+        except StateRepartitionError:
+            return ()  # no batch yet: the session's store applies
+        if provider and provider != ROCKSDB_PROVIDER:
+            return (("state_partitions", f"its checkpoint uses {provider.rsplit('.', 1)[-1]}; "
+                                         "Spark repartitions only the RocksDB state store"),)
+        return ()
 
     def advance_epoch(self, epoch: int, control_id: str) -> None:
         with self._lock:

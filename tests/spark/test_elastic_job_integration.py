@@ -209,7 +209,9 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
         control(q, "shed_fraction", "0.9", epoch=3): "bad_value: bad value '0.9'",
         control(q, "executors", "3", epoch=3): "this job runs local[4]",
         control(q, "state_partitions", "8", epoch=3): "unsupported: cannot change "
-                                                      "state_partitions: not supported yet",
+            "state_partitions: its checkpoint uses HDFSBackedStateStoreProvider",
+        control(q, "input_topic", cfg.output_topic, epoch=3): "unsupported: cannot change "
+                                                              "input_topic: not supported yet",
     }
     produce(cfg.bootstrap_servers, cfg.control_topic, [(q.encode(), b"\xc3\x01garbage")])
     produce_records(cfg.bootstrap_servers, cfg.control_topic, [(q, t) for t in bad])
@@ -222,7 +224,7 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
                 for reason in ("bad_signature", "unsigned", "stale_epoch", "bad_value",
                                "unsupported", "undecodable")}
     assert rejected == {"bad_signature": 1, "unsigned": 1, "stale_epoch": 1, "bad_value": 2,
-                        "unsupported": 2, "undecodable": 1}
+                        "unsupported": 3, "undecodable": 1}
 
 
 def _counter(job: object, name: str, **labels: str) -> float:
