@@ -1,0 +1,139 @@
+"""A test bed for fault injection: real job and controller processes, real broker, load with
+sequence numbers, and the exact accounting of `tests.accounting` at the end.
+
+Each fault test builds one `FaultBed` (uuid topics, its own checkpoint), breaks something,
+lets the system recover, and checks that the committed output holds every produced record
+exactly once. `recovery_s` measures the time from the fault to the first batch with rows
+committed after it (the job publishes a batch's metrics after its commit), which the tests
+print.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schemas import TaskMetrics
+from streamctl.loadgen import Ledger, LoadSpec, run_load
+from streamctl.processes import Child, start_child, stop_all
+from streamctl.profiles import RateProfile
+from streamctl.tail import Tail
+from tests.accounting import assert_every_record_accounted_for, flush_last_windows, until
+
+WINDOW_MS = 5_000
+CONTROL_KEY = "fault-suite-control-key"
+"""Shared by the job and the controller of a bed: tuples are signed and checked."""
+TOPIC_KINDS = ("input", "output", "dlq", "metrics", "control", "acks", "decisions")
+
+
+@dataclass
+class FaultBed:
+    bootstrap: str
+    topics: dict[str, str]
+    workdir: Path
+    query_id: str = "faults"
+    children: list[Child] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=lambda: Ledger(WINDOW_MS))
+    _stop_load: threading.Event = field(default_factory=threading.Event)
+    _load: threading.Thread | None = None
+    _tail: Tail | None = None
+    commits: list[TaskMetrics] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, bootstrap: str, new_topic: Callable[..., str], workdir: Path) -> FaultBed:
+        topics = {k: new_topic(partitions=2 if k in ("input", "output") else 1)
+                  for k in TOPIC_KINDS}
+        return cls(bootstrap, topics, workdir)
+
+    @property
+    def env(self) -> dict[str, str]:
+        t = self.topics
+        return {"STREAMCTL_BOOTSTRAP_SERVERS": self.bootstrap,
+                "STREAMCTL_METRICS_TOPIC": t["metrics"], "STREAMCTL_CONTROL_TOPIC": t["control"],
+                "STREAMCTL_ACK_TOPIC": t["acks"], "STREAMCTL_DECISIONS_TOPIC": t["decisions"],
+                "STREAMCTL_CONTROL_KEY": CONTROL_KEY}
+
+    def start_job(self, name: str = "job", *extra: str) -> Child:
+        t = self.topics
+        child = start_child(name, [
+            "job", "run", "--query-id", self.query_id, "--instance-id", name,
+            "--input-topic", t["input"], "--output-topic", t["output"], "--dlq-topic", t["dlq"],
+            "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
+            "--enrichment-cost-ms", "2", "--trigger-interval-s", "1",
+            "--window-s", str(WINDOW_MS // 1000), "--watermark-s", "5", "--metrics-port", "0",
+            *extra,
+        ], self.workdir, self.env)
+        self.children.append(child)
+        return child
+
+    def start_controller(self, name: str = "controller", *extra: str) -> Child:
+        child = start_child(name, ["controller", "run", "--metrics-port", "0", *extra],
+                            self.workdir, self.env)
+        self.children.append(child)
+        return child
+
+    def start_load(self, rate_per_s: float = 150.0) -> None:
+        spec = LoadSpec(self.bootstrap, self.topics["input"],
+                        RateProfile("constant", rate_per_s, rate_per_s), duration_s=3600,
+                        sensors=20, window_ms=WINDOW_MS)
+        self._load = threading.Thread(target=run_load, args=(spec, self.ledger, self._stop_load),
+                                      daemon=True)
+        self._load.start()
+
+    def stop_load(self) -> None:
+        self._stop_load.set()
+        if self._load is not None:
+            self._load.join(60)
+        assert self.ledger.failed == 0, f"{self.ledger.failed} records were not acknowledged"
+
+    def follow_commits(self) -> None:
+        """Collect the metrics of committed batches (with rows) as they arrive."""
+        if self._tail is None:
+            self._tail = Tail(self.bootstrap, {self.topics["metrics"]: TaskMetrics},
+                              from_beginning=True)
+        for _topic, m in self._tail.poll(0.3):
+            assert isinstance(m, TaskMetrics)
+            if m.batch_id >= 0 and m.input_rows > 0:
+                self.commits.append(m)
+
+    def committed_after(self, at_ms: int) -> TaskMetrics | None:
+        return next((m for m in self.commits if m.batch_start_ms > at_ms), None)
+
+    def wait_commit_after(self, at_ms: int, timeout_s: float, what: str) -> TaskMetrics:
+        def seen() -> bool:
+            self.follow_commits()
+            self.assert_alive()
+            return self.committed_after(at_ms) is not None
+        until(seen, timeout_s, what)
+        found = self.committed_after(at_ms)
+        assert found is not None
+        return found
+
+    def recovery_s(self, fault_ms: int, timeout_s: float = 150.0) -> float:
+        """Seconds from the fault to the end of the first batch with rows started after it."""
+        first = self.wait_commit_after(fault_ms, timeout_s, "the first commit after the fault")
+        return (first.batch_end_ms - fault_ms) / 1000
+
+    def assert_alive(self, *names: str) -> None:
+        for child in self.children:
+            if (not names or child.name in names) and child.process.returncode is None:
+                assert child.alive(), f"{child.name} died:\n{child.log_tail()}"
+
+    def finish_and_check(self) -> None:
+        """Stop the load, let the job close every window, check the output exactly."""
+        self.stop_load()
+        flush_last_windows(self.bootstrap, self.topics["input"])
+        assert_every_record_accounted_for(self.bootstrap, self.topics["output"], self.ledger)
+
+    def close(self) -> None:
+        self._stop_load.set()
+        stop_all(self.children)
+        if self._tail is not None:
+            self._tail.close()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,106 @@
+"""Fault injection on real processes: each test breaks one thing under load, lets the system
+recover, prints the time from the fault to the first committed batch after it, and checks
+the committed output (read_committed) holds every produced record exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from schemas import TaskMetrics
+from stack.broker import LocalBroker
+from stack.defaults import default_state_dir
+from stack.ports import find_free_ports
+from stack.topics import TopicSpec, ensure_topics
+from streamctl.tail import Tail
+from tests.accounting import until
+from tests.faults.harness import TOPIC_KINDS, FaultBed, now_ms
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
+
+
+@pytest.fixture
+def bed(bootstrap_servers: str, new_topic: Callable[..., str],
+        tmp_path: Path) -> Iterator[FaultBed]:
+    b = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
+    yield b
+    b.close()
+
+
+def warm(bed: FaultBed) -> None:
+    """Job up, load flowing, a few batches committed."""
+    bed.start_load(150)
+    bed.wait_commit_after(now_ms(), 180, "the job's first batches under load")
+    bed.wait_commit_after(now_ms(), 60, "one more batch")
+
+
+def report(fault: str, seconds: float) -> None:
+    print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")
+
+
+def test_kill_9_of_the_job_mid_batch_then_restart(bed: FaultBed) -> None:
+    job = bed.start_job("job-1")
+    warm(bed)
+    bed.wait_commit_after(now_ms(), 60, "a batch to start the next one after")
+    job.kill()  # a batch is running: batches take most of each trigger interval here
+    fault = now_ms()
+    bed.start_job("job-2")
+    report("kill -9 of the job mid-batch, restarted from its checkpoint", bed.recovery_s(fault))
+    bed.wait_commit_after(now_ms(), 60, "a steady batch after recovery")
+    bed.finish_and_check()
+
+
+def test_garbage_on_the_input_metrics_and_control_topics(bed: FaultBed) -> None:
+    bed.start_job("job-1")
+    controller = bed.start_controller()
+    warm(bed)
+    fault = now_ms()
+    producer = Producer({"bootstrap.servers": bed.bootstrap})
+    for kind in ("input", "metrics", "control"):
+        for i in range(50):
+            producer.produce(bed.topics[kind], value=b"\xde\xad garbage %d" % i)
+    assert producer.flush(30) == 0
+    report("50 garbage records on each of input, metrics and control", bed.recovery_s(fault))
+    bed.finish_and_check()
+    bed.assert_alive()
+    dead = Tail(bed.bootstrap, {bed.topics["dlq"]: TaskMetrics}, from_beginning=True)
+    # The dead-letter topic holds raw payloads: none of them decode, all are counted.
+    until(lambda: (dead.poll(0.5), len(dead.decode_errors) >= 50)[1], 60,
+          "50 records on the dead-letter topic")
+    dead.close()
+    assert "undecodable" in controller.log_path.read_text()
+
+
+@pytest.fixture
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker of this test's own, since the test stops and restarts it."""
+    port, controller_port = find_free_ports(2)
+    broker = LocalBroker(tmp_path_factory.mktemp("restartable-kafka"), port, controller_port,
+                         maven_dir=default_state_dir() / "maven")
+    broker.start(timeout_s=120.0)
+    yield broker
+    broker.stop(timeout_s=30.0)
+
+
+def test_broker_stop_and_restart(own_broker: LocalBroker, tmp_path: Path) -> None:
+    bootstrap = own_broker.bootstrap_servers
+    names = {k: f"faults-{k}" for k in TOPIC_KINDS}
+    ensure_topics(bootstrap, [TopicSpec(n, partitions=2 if k in ("input", "output") else 1)
+                              for k, n in names.items()], timeout_s=30)
+    bed = FaultBed(bootstrap, names, tmp_path)
+    try:
+        bed.start_job("job-1")
+        bed.start_controller()
+        warm(bed)
+        own_broker.stop(timeout_s=30)
+        fault = now_ms()
+        own_broker.start(timeout_s=120)
+        report("broker stopped and restarted (same port, same data)", bed.recovery_s(fault, 240))
+        bed.wait_commit_after(now_ms(), 60, "a steady batch after the broker came back")
+        bed.finish_and_check()
+        bed.assert_alive()
+    finally:
+        bed.close()
