@@ -1,0 +1,155 @@
+"""Benchmark: the fraud job's scoring rate at several state partitions, and repartition time.
+
+The fraud job's I/O-bound scoring call runs in the tasks of its stateful operator, one per
+state partition, so its capacity should grow with the state partitions even on 2 cores. For
+each number of partitions this preloads the same card transactions into a fresh topic on a
+local broker, runs the registered plan on them (availableNow, `--batches` batches, fresh
+checkpoint, RocksDB state store) in one SparkSession and reports the median time of the
+batches after the first (`triggerExecution`): the first opens a state store per partition and
+carries that one-off cost. One unreported warm-up run comes first (Spark's and the Python
+workers' start). It then repartitions the first checkpoint offline
+to the last number and reports how long Spark took.
+
+    .venv/bin/python -m bench.fraud_partitions --partitions 2 4 8 --records 4000 --cost-ms 10
+
+prints a table and writes `bench/results/fraud_partitions.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stack.broker import LocalBroker
+from stack.connector import spark_kafka_jars
+from stack.defaults import default_state_dir
+from stack.ports import find_free_ports
+from stack.topics import TopicSpec, ensure_topics
+from streamctl.cards import CardEvents
+from streamctl.loadgen import producer_config
+
+RESULTS = Path(__file__).parent / "results" / "fraud_partitions.json"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    state_partitions: int
+    records_per_batch: int
+    median_batch_s: float
+    """Median over the batches after the first."""
+    scored_per_s: float
+
+
+def preload(bootstrap: str, topic: str, records: int, accounts: int) -> None:
+    import random
+
+    from confluent_kafka import Producer
+
+    from schemas import CardTransaction, codec_for
+
+    producer, codec = Producer(producer_config(bootstrap)), codec_for(CardTransaction)
+    events, rng = CardEvents(accounts), random.Random(0)
+    for i in range(records):
+        txn = events.make(rng, 1_700_000_000_000 + i * 10)
+        producer.produce(topic, key=txn.account_id, value=codec.encode(txn))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _drain(batch: Any, _batch_id: int) -> None:
+    batch.count()  # runs the plan (scoring included) without writing anywhere
+
+
+def run_once(spark: Any, config: Any, partitions: int) -> float:
+    """Median seconds of the batches with rows after the first."""
+    from streaming_jobs.plans import plan_for
+    from streaming_jobs.runtime.kafka import DeadLetterFactory
+
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    plan = plan_for("fraud-detection")
+    df = plan.build(spark, config, DeadLetterFactory(config.bootstrap_servers, config.dlq_topic))
+    query = (df.writeStream.outputMode(plan.output_mode)
+             .foreachBatch(_drain)
+             .option("checkpointLocation", config.checkpoint_dir)
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(600), "the run did not finish in 10 minutes"
+    busy = [p.durationMs["triggerExecution"] for p in query.recentProgress if p.numInputRows]
+    return statistics.median(busy[1:] or busy) / 1000.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[2, 4, 8],
+                        help="state partitions to compare")
+    parser.add_argument("--records", type=int, default=4000, help="transactions per run")
+    parser.add_argument("--batches", type=int, default=4, help="batches per run")
+    parser.add_argument("--accounts", type=int, default=100, help="distinct accounts")
+    parser.add_argument("--cost-ms", type=float, default=5.0,
+                        help="scoring call latency per transaction")
+    args = parser.parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    from streaming_jobs.config import JobConfig
+    from streaming_jobs.runtime.session import prepare_environment
+    from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER, repartition_state
+
+    with tempfile.TemporaryDirectory(prefix="fraud-bench-") as tmp:
+        port, controller_port = find_free_ports(2)
+        broker = LocalBroker(Path(tmp) / "kafka", port, controller_port,
+                             maven_dir=default_state_dir() / "maven")
+        broker.start(timeout_s=120.0)
+        prepare_environment()
+        spark = (SparkSession.builder.master("local[16]").appName("bench-fraud-partitions")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+                 .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars()))
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            results, first_cp = [], ""
+            base = JobConfig(bootstrap_servers=broker.bootstrap_servers, job="fraud-detection",
+                             max_offsets_per_trigger=max(1, args.records // args.batches),
+                             input_parallelism=4,
+                             enrichment_cost_ms=args.cost_ms, watermark_s=60, metrics_port=0)
+            for n in [0, *args.partitions]:  # 0: the warm-up
+                topic = f"bench-cards-{n}"
+                records = args.records if n else 200
+                ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, partitions=4)], 30.0)
+                preload(broker.bootstrap_servers, topic, records, args.accounts)
+                config = replace(base, input_topic=topic, dlq_topic=f"{topic}.dlq",
+                                 checkpoint_dir=f"{tmp}/cp-{n}")
+                batch_s = run_once(spark, config, n or args.partitions[0])
+                if not n:
+                    continue
+                first_cp = first_cp or config.checkpoint_dir
+                per_batch = base.max_offsets_per_trigger
+                results.append(RunResult(n, per_batch, round(batch_s, 2),
+                                         round(per_batch / batch_s, 1)))
+                print(f"state partitions {n:3d}: {per_batch} per batch, median {batch_s:6.2f} s "
+                      f"= {per_batch / batch_s:7.1f} scored/s", flush=True)
+            moved = repartition_state(spark, first_cp, args.partitions[-1])
+            print(f"repartition {moved.old_partitions} -> {moved.new_partitions}: "
+                  f"{moved.duration_ms} ms")
+        finally:
+            spark.stop()
+            broker.stop(timeout_s=30.0)
+    RESULTS.write_text(json.dumps({
+        "command": " ".join(["python -m bench.fraud_partitions",
+                             *(sys.argv[1:] if argv is None else argv)]),
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "cost_ms": args.cost_ms, "runs": [asdict(r) for r in results],
+        "repartition": {"from": moved.old_partitions, "to": moved.new_partitions,
+                        "duration_ms": moved.duration_ms}}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
