@@ -37,18 +37,16 @@ class PidRecord:
 
 
 def is_alive(pid: int, marker: str | None = None) -> bool:
-    """True if `pid` runs and is not a zombie; with /proc, its command line must hold `marker`.
-
-    The marker (the server.properties path) guards against a recycled pid after a reboot.
-    """
+    """True if `pid` runs and is not a zombie; with /proc, its command line must hold `marker`
+    (see `proc_entry_alive`)."""
     proc = Path(f"/proc/{pid}")
     if proc.is_dir():
         try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except (OSError, IndexError):
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
             return False
-        return state != "Z" and (marker is None or marker in cmdline)
+        return proc_entry_alive(stat, cmdline, marker)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -56,6 +54,22 @@ def is_alive(pid: int, marker: str | None = None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def proc_entry_alive(stat: str, cmdline: bytes, marker: str | None) -> bool:
+    """Whether a /proc entry (`stat`, `cmdline`) is a live process running `marker`.
+
+    The marker (the server.properties path) guards against a recycled pid after a reboot.
+    A command line that is still empty is a process in the middle of `exec` (seen right after
+    `Popen` returns, while the new image is set up): it is alive, and what it will run cannot
+    be told yet, so it is not refused for the marker.
+    """
+    fields = stat.rsplit(")", 1)  # the command name in parentheses may itself hold spaces
+    if len(fields) < 2 or not fields[1].split():
+        return False
+    if fields[1].split()[0] == "Z":
+        return False
+    return marker is None or not cmdline or marker in cmdline.decode(errors="replace")
 
 
 def terminate(pid: int, timeout_s: float, child: subprocess.Popen[bytes] | None = None) -> bool:
