@@ -3,18 +3,29 @@
 Partitions are assigned directly (no consumer group join), from the end or the beginning, so
 a watcher sees records within milliseconds of starting. Garbage is counted and reported with
 its position, never raised.
+
+A directly assigned librdkafka consumer can stop fetching for good after a broker restart
+(confluentinc/librdkafka#5153, open; seen once here in the broker-restart fault test: the
+watcher saw no record for 240 s while the job and the controller had long resumed). So when a
+poll has returned nothing for `stall_check_s`, the tail compares each partition's position with
+its end offset and, if records wait, assigns the partitions again at the positions it has
+reached: that restarts the fetchers and neither skips nor repeats a record.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,8 +37,17 @@ class Tail:
     """Start at the first record stamped at or after this time (wins over from_beginning)."""
     client_log_level: int = 3
     """librdkafka's own log (syslog levels); 0 for commands that report errors themselves."""
+    stall_check_s: float = 5.0
+    """Quiet time after which the tail checks for records it should be fetching (see above):
+    long enough that a check costs nothing on a busy topic, short against a test's budget."""
     decode_errors: list[DecodeError] = field(default_factory=list)
+    fetch_restarts: int = 0
+    """How many times a stalled fetch was restarted."""
     _partitions: dict[str, list[int]] = field(default_factory=dict)
+    _starts: list[TopicPartition] = field(default_factory=list)
+    _next: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Per partition, the offset after the last record delivered."""
+    _quiet_since: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self._consumer = Consumer({
@@ -46,7 +66,18 @@ class Tail:
         if self.start_at_ms is not None:
             # A partition with nothing newer comes back at offset -1 (its end): start there.
             assignment = self._consumer.offsets_for_times(assignment, timeout=10)
-        self._consumer.assign(assignment)
+        # Concrete offsets, so a stall check can tell a partition waiting to be read from one
+        # with nothing new since the start (read_committed: its end is the last stable offset).
+        self._starts = [self._resolve(p) for p in assignment]
+        self._consumer.assign(self._starts)
+
+    def _resolve(self, start: TopicPartition) -> TopicPartition:
+        if start.offset >= 0:
+            return start
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(start.topic, start.partition), timeout=10)
+        return TopicPartition(start.topic, start.partition,
+                              low if start.offset == OFFSET_BEGINNING else high)
 
     def partitions(self, topic: str) -> list[int]:
         if topic not in self._partitions:
@@ -57,11 +88,19 @@ class Tail:
         return self._partitions[topic]
 
     def poll(self, timeout_s: float = 0.2, max_records: int = 500) -> list[tuple[str, _Record]]:
+        messages = self._consumer.consume(max_records, timeout_s)
+        now = time.monotonic()
+        if messages:
+            self._quiet_since = now
+        elif now - self._quiet_since >= self.stall_check_s:
+            self._quiet_since = now
+            self._restart_stalled_fetch()
         out: list[tuple[str, _Record]] = []
-        for msg in self._consumer.consume(max_records, timeout_s):
+        for msg in messages:
             if msg.error() is not None:
                 continue  # partition EOF and transient errors: librdkafka retries itself
             topic = msg.topic() or ""
+            self._next[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
             try:
                 record = codec_for(self.record_types[topic]).decode(
                     msg.value(), topic=topic, partition=msg.partition(), offset=msg.offset())
@@ -70,6 +109,32 @@ class Tail:
                 continue
             out.append((topic, record))
         return out
+
+    def _restart_stalled_fetch(self) -> None:
+        """Assign again at the positions reached if any partition has records it does not
+        fetch. A broker that does not answer is not a stall: the client retries by itself."""
+        # The consumer's position also counts records it skipped (aborted transactions,
+        # transaction markers), but it has none for a partition whose fetch stopped.
+        reached = [TopicPartition(s.topic, s.partition, max(
+                       p.offset, self._next.get((s.topic, s.partition), s.offset)))
+                   for s, p in zip(self._starts, self._consumer.position(self._starts),
+                                   strict=True)]
+        try:
+            waiting = [p for p in reached if self._end_offset(p) > p.offset]
+        except KafkaException:
+            return
+        if not waiting:
+            return
+        self.fetch_restarts += 1
+        log.warning("records wait on %s but none arrived for %.0f s: restarting the fetch at "
+                    "the positions reached", ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
+                                                      for p in waiting), self.stall_check_s)
+        self._consumer.assign(reached)
+        self._consumer.resume(reached)  # a paused partition stays paused across assign()
+
+    def _end_offset(self, partition: TopicPartition) -> int:
+        return int(self._consumer.get_watermark_offsets(
+            TopicPartition(partition.topic, partition.partition), timeout=2)[1])
 
     def log_end_total(self, topic: str) -> int:
         """Σ of the partitions' end offsets (high watermarks) of `topic`, read now."""
