@@ -117,11 +117,14 @@ class TypedConsumer(Generic[R]):
         self._consumer.subscribe([topic], on_assign=self._on_assign)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Pin "latest" to the high watermark now, so a tuple produced after `assigned` is set
-        # is never skipped by a later, lazy offset reset.
-        for tp in partitions:
-            _, high = consumer.get_watermark_offsets(tp, timeout=10.0)
-            tp.offset = high
+        # First assignment: pin "latest" to the high watermark now, so a tuple produced after
+        # `assigned` is set is never skipped by a later, lazy offset reset. A later one (the
+        # group rejoined, e.g. after a broker restart) resumes from the committed offsets:
+        # pinning again would skip the tuples sent meanwhile.
+        if not self.assigned.is_set():
+            for tp in partitions:
+                _, high = consumer.get_watermark_offsets(tp, timeout=10.0)
+                tp.offset = high
         consumer.assign(partitions)
         self.assigned.set()
 
