@@ -8,9 +8,11 @@ order, passing the extra arrivals an upstream's resizing will send (`inflow`); `
 Sizing (one step, no probing; the equations are in `sizing`): the demand is the arrivals plus
 the backlog spread over the catch-up time, D = λ + inflow + B / catch_up_s, and the target is
 the fewest units whose capacity, per-batch overhead included, meets D at the target
-utilisation; then bounded (see `bounds`). When no number of units can (the overhead eats the
-batch time) the verdict recommends a bigger batch cap; at the upper bound it recommends
-throttling the producers or shedding load, with the numbers.
+utilisation; then bounded (see `bounds`). An upstream's inflow is its steady extra plus the
+part of its catch-up burst that those units cannot take as it comes (`sizing.Inflow`). When
+no number of units can (the overhead eats the batch time) the verdict recommends a bigger
+batch cap; at the upper bound it recommends throttling the producers or shedding load, with
+the numbers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from controller.judgement import ineffective_sentence, skew
 from controller.model import QueryModel, effective_units
 from controller.results import INPUT_PARALLELISM, Hold, Recommend, Scale, Verdict
 from controller.settings import PolicySettings
-from controller.sizing import batch_cap_needed, drain_time_s, required_units
+from controller.sizing import (
+    NO_INFLOW,
+    Inflow,
+    batch_cap_needed,
+    capacity,
+    drain_time_s,
+    required_units,
+)
 from controller.state import ControlState
 from controller.wording import num, pct, units
 
@@ -61,17 +70,48 @@ def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> 
     return model.arrival_rate + inflow + max(0.0, model.backlog_records) / settings.catch_up_s
 
 
+def inflow_rate(model: QueryModel, settings: PolicySettings, inflow: Inflow,
+                capacity_rate: float) -> float:
+    """Records/s the upstreams add for a query with `capacity_rate` (`sizing.Inflow`)."""
+    return inflow.rate_at(model.arrival_rate, capacity_rate, settings.catch_up_s)
+
+
 def target_units(model: QueryModel, settings: PolicySettings,
-                 inflow: float = 0.0) -> int | None:
-    """Units that meet the demand at the target utilisation (None: no number can)."""
+                 inflow: Inflow = NO_INFLOW) -> int | None:
+    """Fewest units that meet the demand at the target utilisation (None: no number can).
+
+    An upstream's catch-up burst counts only as far as the units cannot take it as it comes,
+    so more units need less of it: the smallest that suffice are searched from the size for
+    the steady rate up. When none up to `max_parallelism` drains the burst in time, the answer
+    is `max_parallelism` (the most the policy would ask for), or the steady size if larger.
+    """
+    steady = _units_for(model, settings, inflow.steady)
+    if steady is None or inflow.burst_records <= 0:
+        return steady
+    ceiling = max(steady, settings.max_parallelism)
+    for size in range(steady, ceiling + 1):
+        extra = inflow_rate(model, settings, inflow, _capacity(model, size))
+        needed = _units_for(model, settings, extra)
+        if needed is not None and needed <= size:
+            return size
+    return ceiling
+
+
+def _units_for(model: QueryModel, settings: PolicySettings, inflow: float) -> int | None:
     return required_units(demand(model, settings, inflow), model.rate_per_unit,
                           settings.target_utilisation, model.batch_overhead_s, model.batch_cap)
 
 
+def _capacity(model: QueryModel, units: int) -> float:
+    """Capacity at `units` as `required_units` counts it (skew aside, as the sizing does)."""
+    return capacity(model.rate_per_unit, units, model.batch_overhead_s, model.batch_cap)
+
+
 def backlog_causes(model: QueryModel, settings: PolicySettings,
-                   inflow: float = 0.0) -> list[str]:
+                   inflow: Inflow = NO_INFLOW) -> list[str]:
     """Why the query counts as backlogged (empty when it does not)."""
     causes = []
+    extra = inflow_rate(model, settings, inflow, model.capacity)
     # Overload estimated from rates counts only when the backlog agrees (grows faster than
     # noise, or is already above the floor): a small flat or shrinking backlog refutes it.
     corroborated = (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
@@ -81,9 +121,10 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
         causes.append("overload")
     # An upstream's resizing is a forecast, not noise: its own backlog already corroborated it.
     # A forecast of less extra than the backlog growth that counts as noise is noise too (an
-    # upstream that is catching up projects a few records/s from rounding).
-    if (inflow > settings.backlog_growth_records_per_s
-            and model.arrival_rate + inflow > high_water):
+    # upstream that is catching up projects a few records/s from rounding). A burst counts
+    # only as far as the current capacity cannot take it as it comes.
+    if (extra > settings.backlog_growth_records_per_s
+            and model.arrival_rate + extra > high_water):
         causes.append("upstream")
     if model.backlog_records > settings.backlog_floor_records:
         if model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s:
@@ -112,29 +153,33 @@ def gate(state: ControlState, now_ms: int) -> Hold | None:
 
 
 def decide(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
-           inflow: float = 0.0, inflow_from: str = "") -> Verdict:
-    """The verdict for one query now; `inflow` is the extra records/s its upstreams'
-    resizing will send (`topology`), named by `inflow_from`."""
+           inflow: Inflow = NO_INFLOW, inflow_from: str = "") -> Verdict:
+    """The verdict for one query now; `inflow` is what its upstreams' resizing will send
+    beyond what arrives now (`topology`), named by `inflow_from`."""
     held = gate(state, now_ms)
     if held is not None:
         return Hold(held.reason, model.figures())
     if backlog_causes(model, settings, inflow):
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
-    if state.quiet_since_ms is not None and inflow <= 0:
+    if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     return Hold(f"within band: {_load(model)}, backlog {num(model.backlog_records)} "
                 f"records{_skew_note(model, settings)}", model.figures())
 
 
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
-              inflow: float, inflow_from: str) -> Verdict:
+              inflow: Inflow, inflow_from: str) -> Verdict:
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(model, settings, inflow)
-    figures = {**model.figures(), "demand": demand(model, settings, inflow), "inflow": inflow}
     if wanted is None:
-        return _raise_batch_cap(model, limits, figures, settings, inflow)
+        return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     target = min(max(wanted, limits.low), limits.high)
-    figures |= {"target": float(target), "required": float(wanted)}
+    extra = inflow_rate(model, settings, inflow, _capacity(model, target))
+    figures = {**model.figures(), "demand": demand(model, settings, extra), "inflow": extra,
+               "target": float(target), "required": float(wanted)}
+    if inflow.burst_records > 0:
+        figures |= {"inflow_steady": inflow.steady, "burst_records": inflow.burst_records,
+                    "burst_rate": inflow.burst_rate}
     pressure = f"{_pressure(model, inflow, inflow_from)}; {_load(model)}"
     if target <= model.parallelism:
         memory = state.ineffective
@@ -145,7 +190,7 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             return _throttle(model, limits, figures, settings, inflow)
         return Hold(f"backlogged ({pressure}) but {wanted} units are needed and "
                     f"{model.parallelism} run{_skew_note(model, settings)}", figures)
-    sizing = _sizing(model, target, wanted, limits, settings, inflow)
+    sizing = _sizing(model, target, wanted, limits, settings, extra)
     return Scale(INPUT_PARALLELISM, model.parallelism, target,
                  f"{pressure}; {sizing}{_skew_note(model, settings)}", figures)
 
@@ -174,12 +219,12 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
 
 
 def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
-              settings: PolicySettings, inflow: float) -> Recommend:
+              settings: PolicySettings, inflow: Inflow) -> Recommend:
     """At the upper bound: what the producers may send so the query keeps up at the target
     utilisation and still drains its backlog within the catch-up time."""
     top = model.capacity_at(effective_units(limits.high, model.source_partitions,
                                             model.task_slots))
-    arriving = model.arrival_rate + inflow
+    arriving = model.arrival_rate + inflow_rate(model, settings, inflow, top)
     allowed = max(0.0, settings.target_utilisation * top
                   - model.backlog_records / settings.catch_up_s)
     shed = 1 - allowed / arriving if arriving > 0 else 0.0
@@ -194,16 +239,18 @@ def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
 
 
 def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float],
-                     settings: PolicySettings, inflow: float) -> Verdict:
+                     settings: PolicySettings, inflow: Inflow) -> Verdict:
     """No number of units meets the demand: with batches of N records and c seconds of
     overhead, at most N / c records/s get through however many units run."""
-    need = demand(model, settings, inflow)
     top = effective_units(limits.high, model.source_partitions, model.task_slots)
+    extra = inflow_rate(model, settings, inflow, _capacity(model, top))
+    need = demand(model, settings, extra)
+    figures = {**figures, "demand": need, "inflow": extra}
     cap = batch_cap_needed(need, model.rate_per_unit, top, model.batch_overhead_s,
                            settings.target_utilisation)
     if cap is None:
         return _throttle(model, limits, figures, settings, inflow)
-    figures = {**figures, "batch_cap_needed": float(cap)}
+    figures |= {"batch_cap_needed": float(cap)}
     return Recommend(
         "raise_batch_cap", "max_offsets_per_trigger", float(cap),
         f"{_load(model)}; the {num(model.batch_overhead_s)} s per-batch overhead dominates: "
@@ -213,12 +260,17 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
         f"(at {units(top)}) instead of adding units", figures)
 
 
-def _pressure(model: QueryModel, inflow: float, inflow_from: str) -> str:
+def _pressure(model: QueryModel, inflow: Inflow, inflow_from: str) -> str:
     trend = model.backlog_trend_records_per_s
     direction = "growing" if trend >= 0 else "shrinking"
     text = f"backlog {num(model.backlog_records)} records {direction} {num(abs(trend))}/s"
-    if inflow > 0:
-        text += f"; {inflow_from or 'upstream'} will send {num(inflow)}/s more once resized"
+    if inflow.any:
+        text += (f"; {inflow_from or 'upstream'} will send {num(inflow.steady)}/s more once "
+                 "resized")
+    if inflow.burst_records > 0:
+        peak = model.arrival_rate + inflow.steady + inflow.burst_rate
+        text += (f", plus {num(inflow.burst_records)} records while catching up "
+                 f"(up to {num(peak)}/s arriving)")
     return text
 
 
@@ -238,6 +290,7 @@ def _load(model: QueryModel) -> str:
 
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
             settings: PolicySettings, inflow: float) -> str:
+    """How the target meets the demand; `inflow` is the upstreams' extra at the target."""
     if target == wanted:
         return (f"{target} units drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation")

@@ -137,6 +137,15 @@ class PolicySettings:
     """Least-squares growth of the backlog above which the query is backlogged even if its
     arrival rate looks under capacity (the rate estimate lags a load step)."""
 
+    reconfiguration_pause_s: float = 10.0
+    """Seconds of arrivals a resized query is expected to fall behind by: its restart (from
+    the last commit before to the first after, an ack's `pause_ms`) and the wait for its
+    running batch at the old size (quiesce). It drains that pile-up flat out, so a pipeline's
+    readers are sized for it as part of its catch-up burst (`topology`). The bundled job's
+    acks show 4-5 s of pause after 3-11 s of quiescing (README), the simulator's 8-9 s of
+    pause; 10 s is in between. Its own sizing needs no allowance: at 70 % target utilisation
+    a 10 s pile-up drains in about 23 s, well within `catch_up_s`."""
+
     min_parallelism: int = 1
     """Lowest input parallelism the policy will ask for."""
 
@@ -188,6 +197,9 @@ class PolicySettings:
                f"policy.high_water_utilisation, got {self.low_water_utilisation} < "
                f"{self.target_utilisation} <= {self.high_water_utilisation}")
         _positive("policy.catch_up_s", self.catch_up_s)
+        _check(math.isfinite(self.reconfiguration_pause_s) and self.reconfiguration_pause_s >= 0,
+               f"policy.reconfiguration_pause_s must be a number >= 0, got "
+               f"{self.reconfiguration_pause_s}")
         _check(self.backlog_floor_records >= 0, "policy.backlog_floor_records must be >= 0")
         _check(self.backlog_growth_records_per_s >= 0,
                "policy.backlog_growth_records_per_s must be >= 0")

@@ -1,7 +1,8 @@
 """Capacity of a micro-batch query and the units that meet a demand: the sizing equations.
 
 Owns the arithmetic shared by `model` (capacity, utilisation), `policy` (target units,
-recommendations) and `topology` (projected output). Pure functions of plain numbers.
+recommendations) and `topology` (projected output), and `Inflow`, what an upstream's resizing
+will send a reader. Pure functions of plain numbers and one frozen value type.
 
 A micro-batch pays a fixed overhead c (planning, state store commit, task launch) on top of
 its per-record work, so a batch of n records on p units is busy c + n / (μ p). A backlogged
@@ -17,11 +18,23 @@ most it can sustain. Sizing asks for demand D ≤ ρ × capacity(p) at target ut
 
 which has no solution when ρ N ≤ D c: the overhead alone eats the batch time, and only a
 bigger batch cap helps, N ≥ D c μ p / (ρ μ p − D) at a given p.
+
+An upstream that is resized while it has a backlog catches up by running flat out: for a
+while it sends its reader more than its steady output (`Inflow`). Sizing the reader for that
+peak buys capacity for a burst of a few seconds; ignoring it leaves the reader backlogged and
+sized again a round later. The reader is sized for the steady rate plus the part of the burst
+it cannot take as it comes, spread over the catch-up time, like its own backlog:
+
+    waiting(C) = V × clip((A + R − C) / R, 0, 1)    D(C) = A + (B + waiting(C)) / catch_up_s
+
+where V records arrive at R records/s on top of the steady arrivals A for V / R seconds, and
+C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 _EXACT = 1e-9
 """Keeps an exact fit (4.0000000001 units) from rounding up to the next unit."""
@@ -68,3 +81,45 @@ def drain_time_s(backlog: float, capacity_rate: float, arrival: float) -> float:
     if backlog <= 0:
         return 0.0
     return backlog / (capacity_rate - arrival) if capacity_rate > arrival else math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Inflow:
+    """What a query's upstreams will send beyond what reaches it now, once they are resized
+    (`topology` projects it, `policy` sizes for it; the equations are in the module docstring).
+    """
+
+    steady: float = 0.0
+    """Records/s more than arrive now, for good: their steady output at their new size."""
+    burst_records: float = 0.0
+    """Records their catch-up sends on top of `steady`: the backlogs they will drain (their own
+    and what their upstreams' catch-up hands them), times their selectivities."""
+    burst_rate: float = 0.0
+    """Records/s on top of `steady` while they catch up: flat out minus steady output."""
+
+    @property
+    def any(self) -> bool:
+        return self.steady > 0 or self.burst_records > 0
+
+    def waiting(self, steady_arrivals: float, capacity_rate: float) -> float:
+        """Records of the burst that a reader with `capacity_rate` and `steady_arrivals` (its
+        own λ plus `steady`) cannot take as they come: they wait, a backlog, after the burst."""
+        if self.burst_records <= 0 or self.burst_rate <= 0:
+            return 0.0
+        excess = (steady_arrivals + self.burst_rate - capacity_rate) / self.burst_rate
+        return self.burst_records * min(1.0, max(0.0, excess))
+
+    def rate_at(self, arrival_rate: float, capacity_rate: float, catch_up_s: float) -> float:
+        """Records/s to provide for on top of the reader's own `arrival_rate` (λ) at
+        `capacity_rate`: the steady extra and the burst's waiting records over the catch-up
+        time."""
+        return (self.steady
+                + self.waiting(arrival_rate + self.steady, capacity_rate) / catch_up_s)
+
+    def plus(self, other: Inflow) -> Inflow:
+        """Two upstreams' inflows together (their bursts taken to coincide: the worst case)."""
+        return Inflow(self.steady + other.steady, self.burst_records + other.burst_records,
+                      self.burst_rate + other.burst_rate)
+
+
+NO_INFLOW = Inflow()

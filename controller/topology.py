@@ -7,27 +7,48 @@ models, so one round sends one tuple per query that needs one.
 
 Why: when a middle job is the bottleneck it passes on only what it can process, so nothing
 in the next job's own metrics says what it will receive once the middle job is fixed. Each
-query's projected output is handed to its readers as extra arrivals:
+query's projected output is handed to its readers as a `sizing.Inflow`, in two parts:
 
-    processed' = min(capacity(units'), λ + inflow + B / catch_up_s)
-    inflow(downstream) = Σ_upstreams max(0, selectivity × (processed' − recent throughput))
+    steady = selectivity × (min(capacity(units'), λ + inflow.steady) − recent throughput)
+    burst  = selectivity × (B + (λ + inflow.steady) × pause + inflow.burst_records) records,
+             sent on top of the steady output at
+             selectivity × (capacity(units') − λ − inflow.steady) records/s
 
-where units' is the upstream's new size (its `Scale` target, or the target in flight) and
-the recent throughput is what the downstream sees arriving now. Only an upstream that is
-being resized or is backlogged projects anything: otherwise its output is already in the
-downstream's λ, and projecting from noisy rates would only add noise. A negative difference
-is not projected either: a downstream is never sized down on a forecast. Queries in a cycle
-(a topology error) are decided last, without inflow.
+where units' is the upstream's new size (its `Scale` target, or the target in flight), the
+recent throughput is what its readers see arriving now, and pause is
+`reconfiguration_pause_s` (0 when it is not resized). The burst is the upstream's catch-up:
+a resized query drains its backlog, what piled up while it restarted and whatever its own
+upstreams' catch-up hands it, running full batches back to back, i.e. flat out. Sizing a
+reader for that peak buys it capacity for a burst of seconds; ignoring it leaves the reader
+backlogged and sized again a round later. `policy` sizes the reader for the steady rate plus
+the part of the burst it cannot take as it comes, spread over its catch-up time (`sizing`),
+as it does its own backlog. An upstream that cannot keep up even at units' sends its
+capacity and no burst.
+
+A reader's λ lags its upstream: the upstream writes at its commits, so right after a step
+the reader has seen the new rate for a batch or two at most (in the simulator's pipeline, b
+measured 147/s and c 109/s when a 400/s step had reached a 11 s before). The steady extra a
+reader is sized for is therefore at least what its upstreams will send in all minus its own
+λ; a reader that also has producers outside the plan keeps λ + the upstreams' extra,
+whichever is larger.
+
+Only an upstream that is being resized, is backlogged or passes on an inflow of its own
+projects anything: otherwise its output is already in the downstream's λ, and projecting
+from noisy rates would only add noise. A negative steady difference is not projected either:
+a downstream is never sized down on a forecast. Queries in a cycle (a topology error) are
+decided last, without inflow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from controller.model import QueryModel, effective_units
-from controller.policy import decide, demand
+from controller.policy import decide
 from controller.results import Scale, Verdict
 from controller.settings import PolicySettings
+from controller.sizing import NO_INFLOW, Inflow
 from controller.state import ControlState
 
 
@@ -65,28 +86,58 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
     upstreams will send once they are resized."""
     ups = upstreams(models)
     verdicts: dict[str, Verdict] = {}
-    extra_out: dict[str, float] = {}
+    sends: dict[str, Output] = {}
     for query_id in topological_order(ups):
         model, state = models[query_id], states.get(query_id, ControlState())
-        senders = [u for u in ups[query_id] if extra_out.get(u, 0.0) > 0]
-        inflow = sum(extra_out[u] for u in senders)
+        senders = [u for u in ups[query_id] if u in sends]
+        inflow = received(model, [sends[u] for u in senders])
         verdict = decide(model, state, now_ms, settings, inflow, " and ".join(senders))
         verdicts[query_id] = verdict
-        extra_out[query_id] = projected_extra_output(model, state, verdict, inflow, settings)
+        output = projected_output(model, state, verdict, inflow, settings)
+        if output is not None and output.extra.any:
+            sends[query_id] = output
     return verdicts
 
 
-def projected_extra_output(model: QueryModel, state: ControlState, verdict: Verdict,
-                           inflow: float, settings: PolicySettings) -> float:
-    """Records/s more than now that this query will write once resized (module docstring)."""
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A query's projected output once resized: its steady rate and what its readers get
+    beyond what reaches them now."""
+
+    steady: float
+    extra: Inflow
+
+
+def received(model: QueryModel, outputs: Sequence[Output]) -> Inflow:
+    """The inflow of a reader of `outputs`: their extras together, with the steady part at
+    least what they will send minus the reader's λ (which lags them; module docstring)."""
+    inflow = NO_INFLOW
+    for output in outputs:
+        inflow = inflow.plus(output.extra)
+    sent = sum(output.steady for output in outputs)
+    return replace(inflow, steady=max(inflow.steady, sent - model.arrival_rate))
+
+
+def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
+                     inflow: Inflow, settings: PolicySettings) -> Output | None:
+    """What this query will send once resized; None when it is not being resized, has no
+    backlog and passes on no inflow (what it sends is already in its readers' λ)."""
+    pause_s = settings.reconfiguration_pause_s
     if isinstance(verdict, Scale):
         parallelism = verdict.target
     elif state.in_flight is not None:
         parallelism = state.in_flight.target
-    elif model.backlog_records > settings.backlog_floor_records:
-        parallelism = model.parallelism
+    elif model.backlog_records > settings.backlog_floor_records or inflow.any:
+        parallelism, pause_s = model.parallelism, 0.0
     else:
-        return 0.0
+        return None
     units = effective_units(parallelism, model.source_partitions, model.task_slots)
-    processed = min(model.capacity_at(units), demand(model, settings, inflow))
-    return max(0.0, model.selectivity * (processed - model.recent_throughput))
+    top = model.capacity_at(units)
+    arriving = model.arrival_rate + inflow.steady
+    sends = model.selectivity * min(top, arriving)
+    steady = max(0.0, sends - model.selectivity * model.recent_throughput)
+    if top <= arriving:  # it never catches up: it sends its capacity, and no burst
+        return Output(sends, Inflow(steady))
+    behind = max(0.0, model.backlog_records) + arriving * pause_s + inflow.burst_records
+    return Output(sends, Inflow(steady, model.selectivity * behind,
+                                model.selectivity * (top - arriving)))

@@ -46,6 +46,20 @@ def test_a_step_down_is_taken_too() -> None:
     assert rate_of([600.0] * 10 + [350, 100, 101]) == pytest.approx(100.5, rel=0.01)
 
 
+def test_a_fall_after_a_burst_is_taken_once_it_has_lasted_the_arrival_window() -> None:
+    # b of the simulator's pipeline while a catches up (~609/s, confirmed as a level) and
+    # then settles at 391/s: 1.56x below the burst but not 1.5x below the window's mean with
+    # the burst in it. Once 391/s has held for the arrival window (10 s) it is the level, so
+    # one interval that caught two of a's batches (781/s) is pending, not λ.
+    burst = [296.0, 0, 421, 609, 608, 609, 508, 716, 283, 370]
+    assert rate_of([*burst, 391, 391], 2.3) == pytest.approx(607, rel=0.01)
+    settled = series([*burst, *[391.0] * 13, 781], 2.3)
+    found = estimate(settled, SETTINGS)
+    assert found is not None
+    assert found.rate == pytest.approx(391, rel=0.01)
+    assert found.pending_rate == pytest.approx(781, rel=0.01)
+
+
 def test_bursty_arrivals_are_averaged() -> None:
     # an upstream micro-batch job's output read with a shorter trigger: 0, 0, 600, 0, 0, 600
     # (the newest 10 s hold one or two of its bursts, so 120-240/s for a mean of 200/s)

@@ -24,6 +24,7 @@ from controller.model import QueryModel
 from controller.policy import bounds, decide, target_units
 from controller.results import Scale
 from controller.settings import ControllerSettings, PolicySettings
+from controller.sizing import NO_INFLOW, Inflow
 from controller.state import ControlState
 from schemas import Ack, Outcome
 from tests.unit.controller_traces import T0_MS, Job, simulate
@@ -48,10 +49,15 @@ def models(draw: st.DrawFn) -> QueryModel:
         batch_overhead_s=draw(st.floats(0, 5)), batch_cap=draw(st.integers(0, 100_000)))
 
 
-@given(models(), st.booleans())
-def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool) -> None:
+inflows = st.one_of(st.just(NO_INFLOW), st.builds(Inflow, rates, backlogs, rates))
+"""What an upstream's resizing sends a reader (`topology`): none, or steady + a burst."""
+
+
+@given(models(), st.booleans(), inflows)
+def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool,
+                                      inflow: Inflow) -> None:
     state = ControlState(quiet_since_ms=NOW - 10**7 if quiet_long else None)
-    verdict = decide(model, state, NOW, POLICY)
+    verdict = decide(model, state, NOW, POLICY, inflow)
     if isinstance(verdict, Scale):
         limits = bounds(model, POLICY)
         assert limits.low <= verdict.target

@@ -25,6 +25,8 @@ from controller.settings import (
     (lambda: PolicySettings(min_parallelism=8, max_parallelism=4),
      "need 1 <= policy.min_parallelism (8) <= policy.max_parallelism (4)"),
     (lambda: PolicySettings(catch_up_s=0), "policy.catch_up_s must be a positive number"),
+    (lambda: PolicySettings(reconfiguration_pause_s=-1),
+     "policy.reconfiguration_pause_s must be a number >= 0, got -1"),
     (lambda: ModelSettings(min_samples=2), "model.min_samples must be at least 3"),
     (lambda: ModelSettings(arrival_window_s=90), "model.arrival_window_s must be in (0, "),
     (lambda: ModelSettings(max_samples=3, min_samples=4), "model.max_samples (3) must be >="),

@@ -46,13 +46,6 @@ def test_noisy_steady_state_does_not_oscillate() -> None:
     assert result.direction_changes == 0 and result.actions <= 1
 
 
-@pytest.mark.xfail(strict=True, reason="all three jobs get a tuple in the first round and a "
-                   "is now sized for 400/s (change-point-aware λ): 2 → 6 / 10 / 6, but while b "
-                   "drains the backlog it built before its resize it runs flat out (~570/s), "
-                   "more than c at 6 units takes (537/s); c's backlog grows past the noise "
-                   "threshold and c gets a second scale-up (→ 15). Projecting each upstream's "
-                   "full capacity instead gives one round but sizes b and c for that few-second "
-                   "burst (16/16 at the slot cap, +25 % resource-s), so it was not taken")
 def test_a_pipeline_with_a_bottleneck_in_the_middle_is_sized_in_one_round() -> None:
     scenario = scenarios.pipeline()
     trace = _ours(scenario)
