@@ -86,3 +86,16 @@ def test_local_mode_is_the_default_and_a_standalone_master_is_a_cluster() -> Non
 def test_bad_cluster_settings_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         JobConfig.from_sources({"bootstrap_servers": "k:1", **options}, KEY)
+
+
+def test_on_a_cluster_the_session_gets_executor_settings_and_no_dynamic_allocation() -> None:
+    from streaming_jobs.runtime.session import cluster_settings
+
+    assert cluster_settings(JobConfig.from_sources({"bootstrap_servers": "k:1"}, KEY)) == {}
+    cluster = JobConfig.from_sources(
+        {"bootstrap_servers": "k:1", "spark_master": "spark://m:7077", "executor_cores": "2",
+         "executor_memory_mb": "512", "max_executors": "3", "spark_driver_host": "job"}, KEY)
+    assert cluster_settings(cluster) == {
+        "spark.executor.cores": "2", "spark.executor.memory": "512m",
+        "spark.dynamicAllocation.enabled": "false", "spark.cores.max": "6",
+        "spark.driver.host": "job"}
