@@ -26,8 +26,10 @@ RUN streamctl stack resolve \
 
 FROM base
 COPY --from=jars /opt/jars /opt/jars
-ENV STREAMCTL_SPARK_JARS_DIR=/opt/jars \
-    SPARK_LOCAL_IP=0.0.0.0
+# No SPARK_LOCAL_IP: a worker would advertise that address to the master and its executors'
+# drivers, and 0.0.0.0 reaches no one. Unset, Spark uses the container's address on the
+# compose network; the jobs' drivers name theirs (STREAMCTL_SPARK_DRIVER_HOST).
+ENV STREAMCTL_SPARK_JARS_DIR=/opt/jars
 # 9300 controller metrics, 9301 job metrics, 8081 Spark worker web UI and metrics.
 EXPOSE 9300 9301 8081
 CMD ["streamctl", "--help"]

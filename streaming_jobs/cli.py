@@ -35,7 +35,8 @@ _HELP = {
     "window_s": "event-time window length in seconds",
     "watermark_s": "allowed event-time lateness in seconds",
     "state_partitions": "shuffle/state partitions of the aggregation",
-    "task_slots": "Spark local[N] task slots; upper bound of input_parallelism",
+    "task_slots": "Spark local[N] task slots in local mode; upper bound of input_parallelism "
+                  "there",
     "metrics_port": "Prometheus port (0 = off)",
     "spark_jars": "comma-separated jars for spark.jars (the Spark Kafka connector)",
     "max_runtime_s": "stop cleanly after this many seconds (0 = run until SIGTERM/Ctrl-C)",
@@ -50,6 +51,13 @@ _HELP = {
     "low_priority_prefixes": "comma-separated sensor-id prefixes that may be shed "
                              "(empty = every reading)",
     "udf_version": "initial enrichment function version (v1 region, v2 sub-region)",
+    "spark_master": "Spark master: empty for local[task_slots] in this process, or "
+                    "spark://host:port[,host:port] for a Spark standalone cluster",
+    "spark_driver_host": "address executors reach this driver at (spark.driver.host; on a "
+                         "cluster)",
+    "executor_cores": "cores per executor (spark.executor.cores; on a cluster)",
+    "executor_memory_mb": "heap per executor in MiB (spark.executor.memory; on a cluster)",
+    "executors": "executors to request at start (on a cluster; 0 = what it grants)",
 }
 _KEY_HELP = ("The control key is read from STREAMCTL_CONTROL_KEY or the file named by "
              "STREAMCTL_CONTROL_KEY_FILE, never from an option; the job refuses to start "

@@ -7,6 +7,7 @@ Owns the option names, their environment variables, defaults and validation. Nei
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -49,7 +50,8 @@ class JobConfig:
     watermark_s: int = 10
     state_partitions: int = 4
     task_slots: int = 16
-    """Spark runs local[task_slots]; also the upper bound for input_parallelism."""
+    """Spark runs local[task_slots] (local mode); also the upper bound for input_parallelism
+    there. On a cluster the executors' cores are the task slots."""
     metrics_port: int = 9301
     """Prometheus endpoint port; 0 turns it off."""
     spark_jars: str = ""
@@ -76,6 +78,23 @@ class JobConfig:
     shedding may drop); empty: every reading is low priority."""
     udf_version: str = "v1"
     """Initial enrichment function version (see `sensor_averages.ENRICHMENTS`)."""
+    spark_master: str = ""
+    """Spark master URL: empty runs the job in local mode, local[task_slots], inside its own
+    process; spark://host:port[,host:port] submits it to a Spark standalone cluster, whose
+    executors then run its tasks and the `executors` control tuple resizes it."""
+    spark_driver_host: str = ""
+    """Address the executors reach this driver at (spark.driver.host), e.g. the job's service
+    name in compose; empty: Spark's default (SPARK_LOCAL_IP, which the job sets to 127.0.0.1
+    when unset, so a cluster on this machine works without it)."""
+    executor_cores: int = 1
+    """Cores per executor on a cluster (spark.executor.cores). One, so that several executors
+    fit on a worker and each executor the controller asks for adds one task slot."""
+    executor_memory_mb: int = 1024
+    """Heap per executor on a cluster (spark.executor.memory); the bundled jobs keep little
+    state per executor, and two executors fit a 2 GiB worker."""
+    executors: int = 0
+    """Executors to request at start on a cluster; 0: what the cluster manager grants (on
+    standalone every free core, up to max_executors x executor_cores)."""
     control_key: bytes = field(default=b"", repr=False, compare=False)
     """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
     by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
@@ -83,6 +102,22 @@ class JobConfig:
     def __post_init__(self) -> None:
         for problem in _problems(self):
             raise ConfigError(problem)
+
+    @property
+    def local(self) -> bool:
+        """Whether Spark runs in local mode, inside the job's process."""
+        return not self.spark_master
+
+    @property
+    def master(self) -> str:
+        """The Spark master URL the session is built with."""
+        return self.spark_master or f"local[{self.task_slots}]"
+
+    @property
+    def max_task_slots(self) -> int:
+        """Most tasks the job can run at once, which bounds input_parallelism: local[N]'s N, or
+        on a cluster every executor it may request times its cores."""
+        return self.task_slots if self.local else self.max_executors * self.executor_cores
 
     @property
     def jar_list(self) -> tuple[str, ...]:
@@ -181,12 +216,16 @@ def _problems(c: JobConfig) -> list[str]:
     if c.state_partitions > c.max_state_partitions:
         problems.append(f"state_partitions {c.state_partitions} exceeds max_state_partitions "
                         f"{c.max_state_partitions}")
-    if c.input_parallelism > c.task_slots:
-        problems.append(
-            f"input_parallelism {c.input_parallelism} exceeds task_slots {c.task_slots}")
     limits = {"max_offsets_per_trigger_limit": c.max_offsets_per_trigger_limit,
-              "max_state_partitions": c.max_state_partitions, "max_executors": c.max_executors}
+              "max_state_partitions": c.max_state_partitions, "max_executors": c.max_executors,
+              "executor_cores": c.executor_cores}
     problems += [f"{k} must be > 0, got {v}" for k, v in limits.items() if v <= 0]
+    if c.input_parallelism > c.max_task_slots:
+        bound = ("task_slots" if c.local
+                 else "max_executors x executor_cores on a cluster")
+        problems.append(f"input_parallelism {c.input_parallelism} exceeds {bound} "
+                        f"{c.max_task_slots}")
+    problems += _cluster_problems(c)
     if not 0 <= c.max_shed_fraction < 1:
         problems.append(f"max_shed_fraction must be in [0, 1), got {c.max_shed_fraction}")
     if not 0 <= c.shed_fraction <= c.max_shed_fraction:
@@ -201,4 +240,28 @@ def _problems(c: JobConfig) -> list[str]:
     topics = ("input_topic", "output_topic", "dlq_topic", "metrics_topic", "control_topic",
               "ack_topic", "state_topic", "query_id", "bootstrap_servers", "udf_version")
     problems += [f"{t} must not be empty" for t in topics if not getattr(c, t).strip()]
+    return problems
+
+
+_STANDALONE_MASTER = re.compile(r"spark://[^\s:/,]+:\d{1,5}(,[^\s:/,]+:\d{1,5})*")
+MIN_EXECUTOR_MEMORY_MB = 450
+"""Spark refuses smaller executors (1.5 x its 300 MiB reserved memory)."""
+
+
+def _cluster_problems(c: JobConfig) -> list[str]:
+    problems = []
+    if c.spark_master and not _STANDALONE_MASTER.fullmatch(c.spark_master):
+        problems.append(
+            f"spark_master must be empty (local mode, local[task_slots]) or a Spark standalone "
+            f"master spark://host:port[,host:port], got {c.spark_master!r}; for local mode set "
+            "task_slots instead, and Kubernetes or YARN need settings this job does not have")
+    if c.executor_memory_mb < MIN_EXECUTOR_MEMORY_MB:
+        problems.append(f"executor_memory_mb must be >= {MIN_EXECUTOR_MEMORY_MB} (Spark's "
+                        f"minimum), got {c.executor_memory_mb}")
+    if c.executors and c.local:
+        problems.append(f"executors {c.executors} needs a cluster (spark_master); local mode "
+                        "runs local[task_slots] in the job's process")
+    if not 0 <= c.executors <= c.max_executors:
+        problems.append(f"executors must be in [0, max_executors={c.max_executors}], "
+                        f"got {c.executors}")
     return problems

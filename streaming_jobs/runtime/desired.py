@@ -22,6 +22,7 @@ from streaming_jobs.runtime.parameters import (
     BadValue,
     DesiredState,
     Limits,
+    is_request,
     with_value,
 )
 
@@ -77,6 +78,8 @@ def _restored(state: DesiredState, name: str, raw: object, limits: Limits,
     parameter = REGISTRY.get(name)
     if parameter is None or parameter.availability(limits) is not None:
         return state  # not changeable here: the configured value stands
+    if not is_request(name, raw):
+        return state  # nothing was requested: the configured value stands
     text = str(raw)
     if name in TOPIC_PARAMETERS:  # it existed when applied; a missing topic shows on start
         limits = replace(limits, existing_topics=frozenset({text}))

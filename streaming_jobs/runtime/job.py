@@ -35,7 +35,13 @@ from streaming_jobs.runtime.metrics import (
     warn_if_late_data,
     warn_if_shed,
 )
-from streaming_jobs.runtime.parameters import REGISTRY, BadValue, DesiredState, Limits
+from streaming_jobs.runtime.parameters import (
+    REGISTRY,
+    BadValue,
+    DesiredState,
+    Limits,
+    is_request,
+)
 from streaming_jobs.runtime.prometheus import JobPrometheus
 from streaming_jobs.runtime.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
 from streaming_jobs.runtime.session import build_session, executors_for
@@ -69,14 +75,13 @@ class ElasticJob:
         started = time.monotonic()
         self.spark = spark if spark is not None else build_session(config)
         if self._owns_spark:
-            log.info("SparkSession local[%d] up in %.1f s", config.task_slots,
-                     time.monotonic() - started)
+            log.info("SparkSession %s up in %.1f s", config.master, time.monotonic() - started)
         self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
         self._publisher = RecordPublisher(config.bootstrap_servers,
                                           f"streamctl-job-{config.instance_id}")
         self._lock = threading.Lock()  # one reconfiguration or shutdown at a time
         self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
-        self._executors = executors_for(self.spark)
+        self._executors = executors_for(self.spark, config)
         self.query = ElasticQuery(self.spark, config, self._publish_progress,
                                   self._publish_heartbeat, desired=self._initial_desired(),
                                   executors=self._executors)
@@ -100,8 +105,7 @@ class ElasticJob:
 
     def limits(self) -> Limits:
         c = self.config
-        slots = self._executors.task_slots() if self._executors else c.task_slots
-        return Limits(task_slots=slots, max_state_partitions=c.max_state_partitions,
+        return Limits(task_slots=c.max_task_slots, max_state_partitions=c.max_state_partitions,
                       max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
                       max_shed_fraction=c.max_shed_fraction, udf_versions=tuple(ENRICHMENTS),
                       max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
@@ -139,7 +143,8 @@ class ElasticJob:
         configured = DesiredState.from_config(self.config)
         limits = self.limits()
         for name, parameter in REGISTRY.items():
-            if parameter.availability(limits) is None and name != "output_topic":
+            if (parameter.availability(limits) is None and name != "output_topic"
+                    and is_request(name, configured.value(name))):
                 try:
                     parameter.parse(str(configured.value(name)), limits)
                 except BadValue as exc:
@@ -167,6 +172,15 @@ class ElasticJob:
             self._publisher.publish(c.state_topic, c.query_id, record)
         self.prometheus.shed_fraction.labels(c.query_id).set(state.shed_fraction)
 
+    def _request_executors(self) -> None:
+        """On a cluster, ask for the desired executor count (configured or resumed) before
+        the query's first batch; executors granted beyond it are released as they register
+        (`run`)."""
+        wanted = self.query.desired.executors
+        if self._executors is not None and is_request("executors", wanted):
+            self._executors.request_total(wanted)
+            log.info("requested %d executors from %s", wanted, self.config.master)
+
     # -- lifecycle --
     def start(self) -> None:
         self._state_topic_exists = self._consumer.topic_exists(self.config.state_topic)
@@ -174,6 +188,7 @@ class ElasticJob:
             log.warning("state topic %s does not exist: the desired state is persisted to %s "
                         "but not published (`streamctl stack up` creates the topic)",
                         self.config.state_topic, self.config.desired_state_path)
+        self._request_executors()
         try:
             self.query.start(self.query.desired)
         except StateRepartitionError as exc:  # e.g. a crash left a batch uncommitted
@@ -186,11 +201,12 @@ class ElasticJob:
         self._control_thread.start()
         self.prometheus.serve(self.config.metrics_port)
         d = self.query.desired
-        log.info("job %s (instance %s) started at epoch %d: input %s → output %s, "
-                 "input_parallelism %d, max_offsets_per_trigger %d, shed_fraction %g, udf %s",
-                 self.config.query_id, self.config.instance_id, d.epoch, d.input_topic,
-                 d.output_topic, d.input_parallelism, d.max_offsets_per_trigger,
-                 d.shed_fraction, d.udf_version)
+        log.info("job %s (instance %s) started at epoch %d on %s: input %s → output %s, "
+                 "input_parallelism %d, max_offsets_per_trigger %d, shed_fraction %g, udf %s, "
+                 "task slots %d", self.config.query_id, self.config.instance_id, d.epoch,
+                 self.config.master, d.input_topic, d.output_topic, d.input_parallelism,
+                 d.max_offsets_per_trigger, d.shed_fraction, d.udf_version,
+                 self.query.task_slots())
 
     def wait_control_ready(self, timeout_s: float) -> bool:
         """Whether the control consumer holds its partitions (tuples sent now are seen)."""
@@ -206,11 +222,19 @@ class ElasticJob:
             with self._lock:  # a query stopped by a reconfiguration is not a failure
                 down = not self.query.is_active()
                 failure = self.query.failure()
+                if not down:
+                    self._release_surplus_executors()
             if down:
                 log.error("query %s is not running: %s", self.config.query_id,
                           failure or "stopped after a failed reconfiguration")
                 return 1
         return 0
+
+    def _release_surplus_executors(self) -> None:
+        try:
+            self.query.release_surplus_executors(QUIESCE_TIMEOUT_S)
+        except Py4JError as exc:  # the next round tries again
+            log.warning("could not release surplus executors: %s", exc)
 
     def stop(self) -> None:
         """Quiesce and stop the query, then flush and close the Kafka clients."""

@@ -48,9 +48,19 @@ class Commit:
 class Executors(Protocol):
     """The cluster manager's executor request API (`session.SparkExecutors`, or a double)."""
 
+    def registered(self) -> tuple[str, ...]: ...
+
     def request_total(self, executors: int) -> None: ...
 
+    def wait_for(self, executors: int, timeout_s: float) -> float | None: ...
+
     def task_slots(self) -> int: ...
+
+
+EXECUTOR_WAIT_S = 90.0
+"""How long an `executors` change waits for the executors to register before it acks (an
+executor JVM starts in 5-10 s on the 2-core development machine); past it the ack says how
+many did. Batches keep running meanwhile: the gate is released before the wait."""
 
 
 ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
@@ -149,6 +159,39 @@ class ElasticQuery:
     def release(self) -> None:
         self.gate.release()
 
+    def settle(self, old: DesiredState, new: DesiredState) -> str | None:
+        """After a swap, wait for what it asked of the cluster manager; the ack's note on it."""
+        if self._executors is None or not new.executors or new.executors == old.executors:
+            return None
+        waited_s = self._executors.wait_for(new.executors, EXECUTOR_WAIT_S)
+        slots = _plural(self._executors.task_slots(), "task slot")
+        if waited_s is None:
+            return (f"{len(self._executors.registered())} of {new.executors} executors "
+                    f"registered within {EXECUTOR_WAIT_S:.0f} s ({slots}): the cluster has no "
+                    "room for more yet; the request stands and the master launches them when "
+                    "it can")
+        return (f"{_plural(new.executors, 'executor')} running {waited_s:.1f} s after the "
+                f"request ({slots})")
+
+    def release_surplus_executors(self, timeout_s: float) -> int:
+        """Kill executors registered beyond the desired count, at a batch boundary; how many.
+
+        A standalone master launches an application's executors as soon as it registers, and
+        keeps launching toward a target that has since been lowered; those register after the
+        request that should have excluded them. Called periodically: level-triggered.
+        """
+        executors, wanted = self._executors, self._desired.executors
+        if executors is None or not wanted or len(executors.registered()) <= wanted:
+            return 0
+        self.hold(timeout_s)
+        try:
+            surplus = len(executors.registered()) - wanted
+            executors.request_total(wanted)
+        finally:
+            self.release()
+        log.info("released %d executors beyond the %d requested", surplus, wanted)
+        return surplus
+
     def _set_running(self, desired: DesiredState) -> None:
         self._desired = desired
         if self.run_id is not None:
@@ -214,10 +257,15 @@ class ElasticQuery:
             source_topics=(desired.input_topic,), sink_topics=(desired.output_topic,),
             max_offsets_per_trigger=desired.max_offsets_per_trigger)
 
+    def _live(self, context: RunContext) -> RunContext:
+        """On a cluster the task slots are the executors registered now, not at the start."""
+        return context if self._executors is None else replace(
+            context, task_slots=self._executors.task_slots())
+
     def _idle(self, run_id: str, timestamp: str) -> None:
         context = self._contexts.get(run_id)  # None: another query of the session
         if context is not None and self._on_idle is not None:
-            self._on_idle(context, timestamp_ms(timestamp))
+            self._on_idle(self._live(context), timestamp_ms(timestamp))
 
     def _progress(self, progress: StreamingQueryProgress) -> None:
         if progress.name != self._config.query_id:
@@ -229,8 +277,12 @@ class ElasticQuery:
             self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
-        context = self._contexts.get(run_id) or self._context(self._desired)
+        context = self._live(self._contexts.get(run_id) or self._context(self._desired))
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def effective_config(config: JobConfig, desired: DesiredState) -> JobConfig:

@@ -39,7 +39,8 @@ class DesiredState:
     input_topic: str
     output_topic: str
     executors: int
-    """Executors requested from the cluster manager; 0: not managed (local mode)."""
+    """Executors requested from the cluster manager; 0 (`NOT_REQUESTED`): none requested, what
+    the cluster manager granted stands (always so in local mode)."""
 
     @classmethod
     def from_config(cls, config: JobConfig) -> DesiredState:
@@ -48,7 +49,7 @@ class DesiredState:
                    max_offsets_per_trigger=config.max_offsets_per_trigger,
                    shed_fraction=config.shed_fraction, udf_version=config.udf_version,
                    input_topic=config.input_topic, output_topic=config.output_topic,
-                   executors=0)
+                   executors=config.executors)
 
     def value(self, name: str) -> Value:
         value: Value = getattr(self, name)
@@ -63,6 +64,16 @@ class DesiredState:
         """'<param> old→new' for each changed parameter, e.g. 'input_parallelism 2→4'."""
         return ", ".join(f"{n} {render(self.value(n))}→{render(new.value(n))}"
                          for n in self.changed(new)) or "no change"
+
+
+NOT_REQUESTED = 0
+"""`DesiredState.executors` before any request: no control tuple may ask for it."""
+
+
+def is_request(name: str, value: object) -> bool:
+    """Whether a desired value is one to check against the parameter's bounds: an executor
+    count of `NOT_REQUESTED` is none at all."""
+    return not (name == "executors" and value == NOT_REQUESTED)
 
 
 def render(value: Value) -> str:

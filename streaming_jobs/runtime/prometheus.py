@@ -34,6 +34,9 @@ class JobPrometheus:
         self.input_parallelism = Gauge("streamctl_job_input_parallelism",
                                        "Kafka source minPartitions in force", _QUERY,
                                        registry=registry)
+        self.task_slots = Gauge("streamctl_job_task_slots",
+                                "Tasks the job runs at once: local[N]'s N, or the cores of the "
+                                "executors registered on a cluster", _QUERY, registry=registry)
         self.config_epoch = Gauge("streamctl_job_config_epoch", "Config epoch in force", _QUERY,
                                   registry=registry)
         self.control_tuples = Counter("streamctl_job_control_tuples_total",
@@ -64,6 +67,7 @@ class JobPrometheus:
         self.batch_duration.labels(q).observe(m.busy_ms / 1000.0)
         self.backlog.labels(q).set(backlog_records(m))
         self.input_parallelism.labels(q).set(m.input_parallelism)
+        self.task_slots.labels(q).set(m.task_slots)
         self.config_epoch.labels(q).set(m.config_epoch)
         self.dead_letters.labels(q).inc(dead_letters)
         self.late_rows.labels(q).inc(m.rows_dropped_by_watermark)

@@ -60,6 +60,8 @@ class RestartableQuery(Protocol):
 
     def release(self) -> None: ...
 
+    def settle(self, old: DesiredState, new: DesiredState) -> str | None: ...
+
     def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None: ...
 
     def failure(self) -> str | None: ...
@@ -85,10 +87,11 @@ class Reconfigurer:
         return self._restart(old, new, change)
 
     def _swap(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
-        """Hold new batches at the gate, let admitted ones commit, swap, release.
+        """Hold new batches at the gate, let admitted ones commit, swap, release, settle.
 
         No restart: the running query reads the swapped setting from its next batch on. The
-        pause is the time new batches were held.
+        pause is the time new batches were held. Settling (executors registering after a
+        request) happens after the release, while batches run; the ack reports it.
         """
         began_ms = self._clock_ms()
         drained = self._query.hold(QUIESCE_TIMEOUT_S)
@@ -101,9 +104,11 @@ class Reconfigurer:
         finally:
             self._query.release()
         held_ms = self._clock_ms() - began_ms
+        settled = self._query.settle(old, new)
         return Applied(pause_ms=held_ms, detail=(
             f"{change}; swapped at a batch boundary without a restart, new batches held "
-            f"{held_ms} ms{'' if drained else ' (quiesce timed out)'}"))
+            f"{held_ms} ms{'' if drained else ' (quiesce timed out)'}"
+            + (f"; {settled}" if settled else "")))
 
     def _restart(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
         """Restart with `new` from the checkpoint.

@@ -1,7 +1,9 @@
-"""The SparkSession the job runs in: local[task_slots], quiet, with the Kafka connector jars.
+"""The SparkSession the job runs in (local[task_slots], or a Spark standalone cluster), quiet,
+with the Kafka connector jars, and the executor requests made to the cluster manager.
 
-Owns Spark settings and the process environment Spark's Python workers inherit (interpreter,
-import path, bind address). Neighbours: `job` (creates it once; restarts reuse it).
+Owns Spark settings, what running on a cluster changes in them, and the process environment
+Spark's Python workers inherit (interpreter, import path, bind address). Neighbours: `job`
+(creates it once; restarts reuse it), `lifecycle` (asks `SparkExecutors` for executors).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -23,7 +26,12 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def prepare_environment() -> None:
-    """Set what local-mode workers inherit, without overriding the caller's explicit choices."""
+    """Set what Spark's Python workers inherit, without overriding the caller's explicit choices.
+
+    Local mode forks them from this process. On a cluster the executors start them with the
+    interpreter path set here (Spark ships PYSPARK_PYTHON with every Python function), so that
+    path must exist on every worker with the project installed; the import path does not
+    travel (see `cluster_settings`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -48,9 +56,33 @@ def hide_gate_stops(spark: SparkSession) -> None:
         py4j_log.addFilter(HideGateStops())
 
 
+def cluster_settings(config: JobConfig) -> dict[str, str]:
+    """What running on a cluster manager adds to the session's settings (nothing locally).
+
+    The Kafka connector (`spark.jars`) reaches the executors through the driver's file
+    server. The project's Python packages do not: the executors' interpreter must have them
+    installed (the compose workers run the project image; on this machine the venv does).
+    """
+    if config.local:
+        return {}
+    settings = {
+        "spark.executor.cores": str(config.executor_cores),
+        "spark.executor.memory": f"{config.executor_memory_mb}m",
+        # The controller's requests are the only ones: Spark's allocation manager would undo
+        # them, and Spark refuses to kill executors on request while it runs.
+        "spark.dynamicAllocation.enabled": "false",
+        # Standalone grants an application every free core up to this: never more than the
+        # job may request.
+        "spark.cores.max": str(config.max_executors * config.executor_cores),
+    }
+    if config.spark_driver_host:
+        settings["spark.driver.host"] = config.spark_driver_host
+    return settings
+
+
 def build_session(config: JobConfig) -> SparkSession:
     prepare_environment()
-    builder = (SparkSession.builder.master(f"local[{config.task_slots}]")
+    builder = (SparkSession.builder.master(config.master)
                .appName(f"streamctl-{config.query_id}")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(config.state_partitions))
@@ -62,34 +94,77 @@ def build_session(config: JobConfig) -> SparkSession:
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     if config.jar_list:
         builder = builder.config("spark.jars", ",".join(config.jar_list))
+    for key, value in cluster_settings(config).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
 
 class SparkExecutors:
-    """Executor requests through Spark's allocation API (standalone, Kubernetes, YARN).
+    """Executor requests to a cluster manager through Spark's developer API (py4j; PySpark has
+    no binding), with dynamic allocation off.
 
-    `SparkContext.requestTotalExecutors` is a developer API with no Python binding, reached
-    through py4j; its third argument is a Scala immutable Map (no locality preferences).
+    A standalone master launches executors when the target rises, but does not stop any when
+    it falls: the driver kills the surplus itself. Requests are asynchronous; executors
+    register with the driver seconds later (`wait_for`).
     """
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, cores_per_executor: int) -> None:
         self._sc = spark.sparkContext
+        self._cores = cores_per_executor
+
+    def registered(self) -> tuple[str, ...]:
+        """Ids of the executors registered with the driver that may run tasks (not those
+        being killed, which stay registered for a few seconds)."""
+        sc = self._sc._jsc.sc()
+        backend = sc.schedulerBackend()
+        ids = str(sc.getExecutorIds().mkString(","))
+        return tuple(i for i in ids.split(",") if i and backend.isExecutorActive(i))
 
     def request_total(self, executors: int) -> None:
-        jvm = self._sc._jvm
+        """Make `executors` the target: kill the newest registered ones beyond it, then set it.
+
+        Kill first: Spark lowers its target by one per executor killed, so the request after
+        it is what stays in force.
+        """
+        surplus = sorted(self.registered(), key=_executor_order)[executors:]
+        jvm, sc = self._sc._jvm, self._sc._jsc.sc()
         assert jvm is not None
+        if surplus:
+            ids = jvm.java.util.ArrayList()
+            for executor_id in surplus:
+                ids.add(executor_id)
+            if not sc.killExecutors(jvm.scala.jdk.javaapi.CollectionConverters.asScala(ids)
+                                    .toList()):
+                raise RuntimeError(f"the cluster manager ({self._sc.master}) did not accept "
+                                   f"killing executors {', '.join(surplus)}")
         no_locality = getattr(getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
-        if not self._sc._jsc.sc().requestTotalExecutors(executors, 0, no_locality):
+        if not sc.requestTotalExecutors(executors, 0, no_locality):
             raise RuntimeError(f"the cluster manager ({self._sc.master}) did not accept a "
                                f"request for {executors} executors")
 
+    def wait_for(self, executors: int, timeout_s: float) -> float | None:
+        """Seconds until exactly `executors` are registered, or None after `timeout_s`."""
+        started = time.monotonic()
+        while len(self.registered()) != executors:
+            if time.monotonic() - started >= timeout_s:
+                return None
+            time.sleep(0.2)
+        return time.monotonic() - started
+
     def task_slots(self) -> int:
-        """On a cluster manager Spark's default parallelism is the executors' total cores."""
-        return int(self._sc.defaultParallelism)
+        """Tasks the registered executors run at once (one core per task)."""
+        return len(self.registered()) * self._cores
 
 
-def executors_for(spark: SparkSession) -> SparkExecutors | None:
+def _executor_order(executor_id: str) -> tuple[int, str]:
+    """Standalone numbers executors 0, 1, 2, ... in launch order; oldest first."""
+    return (int(executor_id), "") if executor_id.isdigit() else (1 << 62, executor_id)
+
+
+def executors_for(spark: SparkSession, config: JobConfig) -> SparkExecutors | None:
     """None in local mode, where there are no executors to request."""
-    return None if str(spark.sparkContext.master).startswith("local") else SparkExecutors(spark)
+    if str(spark.sparkContext.master).startswith("local"):
+        return None
+    return SparkExecutors(spark, config.executor_cores)

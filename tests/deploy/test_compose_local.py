@@ -2,11 +2,14 @@
 
 End-to-end tier, no Docker: the topic-init service, the job and the controller run with the
 `command` and `environment` of docker-compose.yml (mapped by `deployment.LocalMapping`:
-`kafka:19092` to the session broker, in-container ports to free local ports, /var/lib/streamctl
-and /run/secrets to a temporary directory) against the session broker, with a small constant
-load. Then Debian's `prometheus` scrapes them with deploy/prometheus.yml rewritten to those
-ports, and `promtool` checks the config and every endpoint. Needs `prometheus` and `promtool`
-on PATH (`./dev test` installs them).
+`kafka:19092` to the session broker, `spark://spark-master:7077` to a local Spark master and
+worker run from their compose services (`spark_cluster`), the job's driver host to loopback,
+in-container ports to free local ports, /var/lib/streamctl and /run/secrets to a temporary
+directory) against the session broker, with a small constant load. The job's driver submits
+its tasks to that cluster, with the compose file's executor settings. Then Debian's
+`prometheus` scrapes the job, the controller and the Spark master with deploy/prometheus.yml
+rewritten to those ports, and `promtool` checks the config and every endpoint. Needs
+`prometheus` and `promtool` on PATH (`./dev test` installs them).
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from stack.defaults import DEFAULT_TOPICS
 from stack.waiting import Deadline, poll_until
 from streamctl.processes import Child
 from tests.deploy import deployment as d
+from tests.deploy.spark_cluster import LocalSparkCluster, start_cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(540)]
 
 QUERY = "sensor-averages"
-STARTUP_BUDGET_S = 240.0  # Spark's first batch on 2 busy cores; typically 30-60 s
+STARTUP_BUDGET_S = 240.0  # driver, executors and the first batch on 2 busy cores: 60-120 s
 SERVICES = d.services()
+JOB_ENV = d.environment(SERVICES["job"])
 
 
 @dataclass
@@ -50,6 +55,7 @@ class LocalStack:
     children: list[Child]
     topics_output: str
     tmp: Path
+    spark: LocalSparkCluster
 
 
 def _start(name: str, command: list[str], env: dict[str, str], log_dir: Path) -> Child:
@@ -95,15 +101,26 @@ def _wait_for(children: list[Child], probe: object, what: str, budget_s: float) 
 
 
 @pytest.fixture(scope="module")
-def local_stack(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory,
-                ) -> Iterator[LocalStack]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
+    """The compose master and one worker (2 cores, 2 GiB: what the job's two executors take)."""
+    cluster = start_cluster(tmp_path_factory.mktemp("spark"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def local_stack(bootstrap_servers: str, spark: LocalSparkCluster,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     tmp = tmp_path_factory.mktemp("compose-local")
     job_port, controller_port = d.listen_ports(2)
     advertised = d.environment(SERVICES["kafka"])["KAFKA_ADVERTISED_LISTENERS"]
     internal = dict(item.split("://") for item in advertised.split(","))["INTERNAL"]
     mapping = d.LocalMapping(
-        addresses={internal: bootstrap_servers},
-        ports={9301: job_port, 9300: controller_port},
+        addresses={internal: bootstrap_servers, JOB_ENV["STREAMCTL_SPARK_MASTER"]:
+                   spark.master_url, JOB_ENV["STREAMCTL_SPARK_DRIVER_HOST"]: "127.0.0.1"},
+        ports={9301: job_port, 9300: controller_port, 8080: spark.ui_ports["spark-master"]},
         paths={"/var/lib/streamctl/": f"{tmp}/var/", "/run/secrets/": f"{tmp}/secrets/"})
     ensure_key_file(tmp / "secrets" / "control-key")
     topics = subprocess.run(
@@ -120,7 +137,7 @@ def local_stack(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory
                            {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap_servers}, tmp / "logs"))
     endpoints = {"controller": f"http://127.0.0.1:{controller_port}/metrics",
                  "job": f"http://127.0.0.1:{job_port}/metrics"}
-    stack = LocalStack(mapping, endpoints, children, topics.stdout, tmp)
+    stack = LocalStack(mapping, endpoints, children, topics.stdout, tmp, spark)
     try:
         _wait_for(children, lambda: (
             (_sample(_scrape(endpoints["job"]), "streamctl_job_input_rows_total") or 0) > 0
@@ -161,6 +178,16 @@ def test_job_metrics_reach_the_controller_and_both_endpoints_show_the_query(
     assert arrival is not None and arrival > 0, "the controller saw no arrivals"
 
 
+def test_the_job_runs_on_the_spark_cluster_with_the_executors_compose_asks_for(
+        local_stack: LocalStack) -> None:
+    slots = int(JOB_ENV["STREAMCTL_EXECUTORS"]) * int(JOB_ENV["STREAMCTL_EXECUTOR_CORES"])
+    assert poll_until(lambda: True if _sample(_scrape(local_stack.endpoints["job"]),
+                                              "streamctl_job_task_slots") == slots else None,
+                      60.0, 1.0), f"the job never reported {slots} task slots"
+    assert local_stack.spark.master_metric("metrics_master_apps_Value") == 1
+    assert local_stack.spark.master_metric("metrics_master_waitingApps_Value") == 0
+
+
 @pytest.mark.parametrize("service", ["controller", "job"])
 def test_promtool_accepts_every_endpoint(local_stack: LocalStack, service: str) -> None:
     text = _scrape(local_stack.endpoints[service])
@@ -190,7 +217,8 @@ def prometheus(local_stack: LocalStack) -> Iterator[str]:
     assert subprocess.run([_tool("promtool"), "check", "config", str(d.PROMETHEUS_FILE)],
                           capture_output=True, timeout=30).returncode == 0
     config_path = local_stack.tmp / "prometheus.yml"
-    config = d.local_prometheus_config(local_stack.mapping, {"controller", "job"})
+    config = d.local_prometheus_config(local_stack.mapping,
+                                       {"controller", "job", "spark-master"})
     config_path.write_text(yaml.safe_dump(config))
     check = subprocess.run([_tool("promtool"), "check", "config", str(config_path)],
                            capture_output=True, text=True, timeout=30)
@@ -238,7 +266,8 @@ def test_prometheus_scrapes_the_stack_and_answers_every_dashboard_query(
     up = poll_until(lambda: True if _all_targets_up(prometheus) else None, 60.0, 1.0)
     targets = _api(prometheus, "/api/v1/targets")["data"]["activeTargets"]
     assert up, f"targets not up: {targets}"
-    assert {t["labels"]["job"] for t in targets} == {"streamctl-controller", "streamctl-job"}
+    assert {t["labels"]["job"] for t in targets} == {
+        "streamctl-controller", "streamctl-job", "spark-master", "spark-applications"}
     live = _live_samples(local_stack)
     deadline = Deadline.after(60.0)
     for where, expr in (q for b in d.dashboards().values() for q in d.panel_queries(b)):

@@ -58,3 +58,44 @@ def test_options_win_over_env() -> None:
 def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         JobConfig.from_sources(options, KEY)
+
+
+def test_local_mode_is_the_default_and_a_standalone_master_is_a_cluster() -> None:
+    local = JobConfig.from_sources({"bootstrap_servers": "k:1"}, KEY)
+    assert (local.local, local.master, local.max_task_slots) == (True, "local[16]", 16)
+    cluster = JobConfig.from_sources(
+        {"bootstrap_servers": "k:1", "spark_master": "spark://m1:7077,m2:7077",
+         "executor_cores": "2", "max_executors": "3", "input_parallelism": "6"}, KEY)
+    assert (cluster.local, cluster.master) == (False, "spark://m1:7077,m2:7077")
+    assert cluster.max_task_slots == 6  # every executor it may request, times its cores
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"spark_master": "local[4]"}, "for local mode set task_slots instead"),
+    ({"spark_master": "k8s://https://api:6443"}, "Kubernetes or YARN need settings"),
+    ({"spark_master": "spark://master"}, r"spark://host:port\[,host:port\]"),
+    ({"executors": 2}, "executors 2 needs a cluster"),
+    ({"spark_master": "spark://m:7077", "executors": 9, "max_executors": 8},
+     r"executors must be in \[0, max_executors=8\]"),
+    ({"spark_master": "spark://m:7077", "executor_memory_mb": 256},
+     r">= 450 \(Spark's minimum\)"),
+    ({"spark_master": "spark://m:7077", "executor_cores": 0}, "executor_cores must be > 0"),
+    ({"spark_master": "spark://m:7077", "max_executors": 2, "input_parallelism": 3},
+     "exceeds max_executors x executor_cores on a cluster 2"),
+])
+def test_bad_cluster_settings_are_named(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        JobConfig.from_sources({"bootstrap_servers": "k:1", **options}, KEY)
+
+
+def test_on_a_cluster_the_session_gets_executor_settings_and_no_dynamic_allocation() -> None:
+    from streaming_jobs.runtime.session import cluster_settings
+
+    assert cluster_settings(JobConfig.from_sources({"bootstrap_servers": "k:1"}, KEY)) == {}
+    cluster = JobConfig.from_sources(
+        {"bootstrap_servers": "k:1", "spark_master": "spark://m:7077", "executor_cores": "2",
+         "executor_memory_mb": "512", "max_executors": "3", "spark_driver_host": "job"}, KEY)
+    assert cluster_settings(cluster) == {
+        "spark.executor.cores": "2", "spark.executor.memory": "512m",
+        "spark.dynamicAllocation.enabled": "false", "spark.cores.max": "6",
+        "spark.driver.host": "job"}

@@ -64,3 +64,14 @@ def test_the_published_record_round_trips() -> None:
     codec = codec_for(DesiredStateRecord)
     assert codec.decode(codec.encode(record)) == record
     assert (record.epoch, record.shed_fraction, record.output_topic) == (9, 0.25, "out-2")
+
+
+def test_on_a_cluster_a_requested_executor_count_comes_back_and_none_requested_is_silent(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cluster = replace(LIMITS, master="spark://m:7077")
+    path = str(tmp_path / "s.json")
+    desired.save(path, "q", replace(APPLIED, executors=3))
+    assert desired.load(path, "q", CONFIGURED, cluster) == replace(APPLIED, executors=3)
+    desired.save(path, "q", APPLIED)  # executors 0: nothing was ever requested
+    assert desired.load(path, "q", CONFIGURED, cluster) == APPLIED
+    assert "out of today's bounds" not in caplog.text

@@ -29,6 +29,7 @@ class FakeQuery:
         self.held = False
         self.active = True
         self.state_note: str | None = None
+        self.settle_note: str | None = None
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.active = False
@@ -54,6 +55,10 @@ class FakeQuery:
 
     def release(self) -> None:
         self.held = False
+
+    def settle(self, old: DesiredState, new: DesiredState) -> str | None:
+        assert not self.held, "settled while holding the gate: batches would wait for it"
+        return self.settle_note
 
     def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None:
         return Commit(run_id, 10, start_ms=2_400, end_ms=4_500)
@@ -116,6 +121,18 @@ def test_output_retarget_swaps_at_a_batch_boundary_without_a_restart() -> None:
     assert applied.pause_ms == 12
     assert applied.detail == ("output_topic out→out-2; swapped at a batch boundary without a "
                               "restart, new batches held 12 ms")
+
+
+def test_an_executor_request_is_acked_with_what_registered_after_the_gate_reopened() -> None:
+    query = FakeQuery()
+    query.settle_note = "3 executors running 6.2 s after the request (3 task slots)"
+    clock = iter([2_000, 2_030])
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
+        replace(START, epoch=1, executors=3))
+    assert applied.pause_ms == 30  # the wait for registration is not a pause
+    assert applied.detail == ("executors 0→3; swapped at a batch boundary without a restart, "
+                              "new batches held 30 ms; 3 executors running 6.2 s after the "
+                              "request (3 task slots)")
 
 
 def test_failed_swap_restores_the_previous_state_and_releases_the_gate() -> None:

@@ -1,0 +1,147 @@
+"""The compose file's Spark standalone master and workers, run locally from pyspark's own Spark.
+
+`spark-master` and `spark-worker` run with their compose `command` and `environment` (the
+official image's `/opt/spark/bin/spark-class` and the project image's `spark-class` are both
+pyspark's own, the same Spark version; host names and ports mapped to loopback and free ports,
+the mounted `deploy/spark/metrics.properties` to the repository's file). Each worker gets its
+own web UI port and work directory. `LocalSparkCluster.stop` ends every process it started,
+the executors the workers launched included. Neighbours: `test_spark_metrics_local` (scrape
+paths), `test_compose_local` (the job service on this cluster), `tests/spark/
+test_executors_standalone` (the `executors` control tuple).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from stack.waiting import poll_until
+from streamctl.processes import Child
+from tests.deploy import deployment as d
+
+SPARK_HOME = Path(importlib.util.find_spec("pyspark").origin).parent  # type: ignore[union-attr,arg-type]
+STARTUP_BUDGET_S = 150.0
+"""Master up and every worker registered: about 30 s on the shared 2-core machine."""
+
+
+@dataclass
+class LocalSparkCluster:
+    master_port: int
+    ui_ports: dict[str, int]
+    """Service instance ('spark-master', 'spark-worker', 'spark-worker-2', ...) -> web UI port."""
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    def master_metric(self, name: str) -> float | None:
+        """A sample of the master's Prometheus text, e.g. metrics_master_aliveWorkers_Value."""
+        return sample(scrape(f"http://127.0.0.1:{self.ui_ports['spark-master']}"
+                             "/metrics/master/prometheus/"), name)
+
+    def assert_alive(self) -> None:
+        for child in self.children:
+            assert child.alive(), f"{child.name} exited:\n{child.log_tail()}"
+
+    def logs(self, lines: int = 10) -> str:
+        return "\n".join(f"--- {c.name}\n{c.log_tail(lines)}" for c in self.children)
+
+    def stop(self) -> None:
+        """Workers first, then the master; anything left in a worker's session (executors
+        whose driver did not end them) is killed."""
+        for child in reversed(self.children):
+            child.stop(timeout_s=20.0)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)
+
+
+def scrape(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return None
+
+
+def sample(text: str | None, name: str) -> float | None:
+    """The sample's value, or None while the daemon's UI answers with HTML: Spark binds the
+    web UI first and attaches the metrics servlets a moment later."""
+    try:
+        for family in text_string_to_metric_families(text or ""):
+            for s in family.samples:
+                if s.name == name:
+                    return float(s.value)
+    except ValueError:
+        return None
+    return None
+
+
+def _local(text: str, replacements: Mapping[str, str]) -> str:
+    for old, new in replacements.items():
+        text = text.replace(old, new)
+    return text
+
+
+def _mounts(service: Mapping[str, object]) -> dict[str, str]:
+    """Container path -> repository path of a service's bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):  # type: ignore[attr-defined]
+        source, target = volume.split(":")[:2]
+        if source.startswith("./"):
+            mounts[target] = str(d.ROOT / source[2:])
+    return mounts
+
+
+def _start(service_name: str, instance: str, replacements: Mapping[str, str], tmp: Path,
+           env_overrides: Mapping[str, str]) -> Child:
+    service = d.services()[service_name]
+    replacements = {**replacements, **_mounts(service)}
+    command = [_local(arg, replacements) for arg in service["command"]]
+    command[0] = str(SPARK_HOME / "bin" / "spark-class")
+    env = {k: _local(v, replacements) for k, v in d.environment(service).items()}
+    env |= {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+            # not inside the venv's pyspark
+            "SPARK_WORKER_DIR": str(tmp / f"{instance}-work"), **env_overrides}
+    log_path = tmp / f"{instance}.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    return Child(instance, process, log_path, log)
+
+
+def start_cluster(tmp: Path, workers: int = 1,
+                  worker_env: Mapping[str, str] | None = None) -> LocalSparkCluster:
+    """Master and `workers` workers, waited for until all are registered (or stopped and
+    failed). `worker_env` overrides the compose worker environment (e.g. SPARK_WORKER_CORES)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    master_port, master_ui, *worker_uis = d.listen_ports(2 + workers)
+    base = {"spark-master": "127.0.0.1", "7077": str(master_port), "8080": str(master_ui)}
+    cluster = LocalSparkCluster(master_port, {"spark-master": master_ui})
+    try:
+        cluster.children.append(_start("spark-master", "spark-master", base, tmp, {}))
+        for i, ui in enumerate(worker_uis, start=1):
+            instance = "spark-worker" if i == 1 else f"spark-worker-{i}"
+            cluster.ui_ports[instance] = ui
+            cluster.children.append(_start("spark-worker", instance, {**base, "8081": str(ui)},
+                                           tmp, worker_env or {}))
+
+        def registered() -> bool | None:
+            cluster.assert_alive()
+            alive = cluster.master_metric("metrics_master_aliveWorkers_Value")
+            return True if alive == workers else None
+
+        assert poll_until(registered, STARTUP_BUDGET_S, 1.0), cluster.logs()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
