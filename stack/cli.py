@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from security import kafka as kafka_security
+from security.kafka import KafkaSecurity
 from stack.broker import LocalBroker
 from stack.connector import resolve_connector
 from stack.defaults import (
@@ -178,8 +180,15 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kafka_security() -> KafkaSecurity:
+    try:
+        return kafka_security.from_env()
+    except kafka_security.KafkaSecurityError as exc:
+        raise StackError(f"Kafka security: {exc}") from None
+
+
 def _topics(args: argparse.Namespace) -> int:
-    result = ensure_topics(args.bootstrap_servers, DEFAULT_TOPICS, args.timeout)
+    result = ensure_topics(args.bootstrap_servers, DEFAULT_TOPICS, args.timeout, _kafka_security())
     for spec in DEFAULT_TOPICS:
         state = "created" if spec.name in result.created else "exists"
         print(f"{spec.name:<24} {spec.partitions} partition(s)  {state}")

@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartiti
 
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
+from security.kafka import PLAINTEXT, KafkaSecurity
 
 
 @dataclass
@@ -26,12 +27,14 @@ class Tail:
     """Start at the first record stamped at or after this time (wins over from_beginning)."""
     client_log_level: int = 3
     """librdkafka's own log (syslog levels); 0 for commands that report errors themselves."""
+    security: KafkaSecurity = PLAINTEXT
     decode_errors: list[DecodeError] = field(default_factory=list)
     _partitions: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._consumer = Consumer({
             "bootstrap.servers": self.bootstrap_servers,
+            **self.security.librdkafka(),
             "group.id": f"streamctl-tail-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

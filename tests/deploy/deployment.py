@@ -31,10 +31,10 @@ PROJECT_IMAGE = "streamctl:"
 
 # Which packages each kind of project process imports (and so which env constants it may read).
 _PROCESS_SOURCES = {
-    "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py"),
-    "controller": ("controller", "schemas", "stack", "streamctl/cli.py"),
-    "topics": ("stack", "streamctl/cli.py"),
-    "load": ("streamctl", "schemas", "stack"),
+    "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py", "security"),
+    "controller": ("controller", "schemas", "stack", "streamctl/cli.py", "security"),
+    "topics": ("stack", "streamctl/cli.py", "security/kafka.py"),
+    "load": ("streamctl", "schemas", "stack", "security/kafka.py"),
 }
 _COMMANDS = {
     ("job", "run"): "job", ("controller", "run"): "controller", ("stack", "topics"): "topics",
@@ -96,10 +96,11 @@ def env_constants(*sources: str) -> set[str]:
 
 
 def job_env_vars() -> dict[str, Any]:
-    """`STREAMCTL_<FIELD>` of every `JobConfig` field, with the field's default."""
-    from streaming_jobs.config import JobConfig, env_var
+    """`STREAMCTL_<FIELD>` of every `JobConfig` field read from a variable of that name, with
+    the field's default."""
+    from streaming_jobs.config import OWN_VARIABLES, JobConfig, env_var
 
-    return {env_var(f.name): f.default for f in fields(JobConfig)}
+    return {env_var(f.name): f.default for f in fields(JobConfig) if f.name not in OWN_VARIABLES}
 
 
 def controller_env_vars() -> dict[str, Any]:

@@ -86,8 +86,8 @@ def test_bad_settings_name_the_variable_to_fix(ca: str, change: dict[str, str],
 
 
 def test_a_ca_file_without_tls_and_an_unreadable_password_file_are_refused(ca: str) -> None:
-    with pytest.raises(KafkaSecurityError, match="STREAMCTL_KAFKA_SSL_CA_FILE only applies to "
-                                                 "SSL or SASL_SSL, but .*=SASL_PLAINTEXT"):
+    with pytest.raises(KafkaSecurityError, match=r"STREAMCTL_KAFKA_SSL_CA_FILE only applies to "
+                                                 r"SSL or SASL_SSL, but .*=SASL_PLAINTEXT"):
         from_env(sasl_ssl_env(ca, STREAMCTL_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT"))
     env = sasl_ssl_env(ca, STREAMCTL_KAFKA_SASL_PASSWORD_FILE="/nonexistent/password")
     del env["STREAMCTL_KAFKA_SASL_PASSWORD"]
@@ -97,5 +97,5 @@ def test_a_ca_file_without_tls_and_an_unreadable_password_file_are_refused(ca: s
 
 
 def test_constructed_directly_the_messages_name_the_fields() -> None:
-    with pytest.raises(KafkaSecurityError, match="^username is required with protocol=SASL_SSL"):
+    with pytest.raises(KafkaSecurityError, match=r"^username is required with protocol=SASL_SSL"):
         KafkaSecurity("SASL_SSL")
