@@ -131,6 +131,11 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
         values["password"] = _read_password(password_file)
     problem = _problem({f.name: values.get(f.name, f.default) for f in fields(KafkaSecurity)},
                        _env_name)
+    ca_file = values.get("ssl_ca_file", "")
+    if not problem and ca_file and not Path(ca_file).is_file():
+        # Checked here, where the process starts, not on construction: a setting may be
+        # rendered for another machine (a container's tool configuration).
+        problem = f"{ENV_NAMES['ssl_ca_file']}={ca_file}: no such file"
     if problem:
         raise KafkaSecurityError(problem)
     return KafkaSecurity(**values)
@@ -172,8 +177,6 @@ def _problem(v: Mapping[str, Any], name: Callable[[str], str]) -> str | None:
     if ca_file and not tls:
         return (f"{name('ssl_ca_file')} only applies to SSL or SASL_SSL, but "
                 f"{name('protocol')}={protocol}")
-    if ca_file and not Path(ca_file).is_file():
-        return f"{name('ssl_ca_file')}={ca_file}: no such file"
     return None
 
 

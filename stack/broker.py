@@ -82,10 +82,11 @@ class LocalBroker:
         classpath: Sequence[Path] | None = None,
         maven_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
-        secure: bool = False,
+        secure: bool | None = None,
     ) -> None:
         """`classpath` skips Maven (tests); `maven_dir` defaults to `<state>/maven`; `secure`
-        starts the SASL_SSL broker with ACLs instead of the plain one."""
+        starts the SASL_SSL broker with ACLs instead of the plain one (None: as the state dir
+        was formatted, plain for a new one)."""
         # Absolute, because the broker runs with its own cwd and the pid check matches paths.
         self.state_dir = Path(state_dir or default_state_dir()).resolve()
         self.port = port
@@ -98,7 +99,7 @@ class LocalBroker:
         self._maven_dir = maven_dir or self.state_dir / "maven"
         self._env = dict(os.environ if env is None else env)
         self._child: subprocess.Popen[bytes] | None = None
-        self.secure = secure
+        self.secure = secure if secure is not None else self._secured_marker.exists()
         self.secure_files = SecureFiles(self.state_dir / "secure")
 
     @property
@@ -193,9 +194,13 @@ class LocalBroker:
                 "`streamctl stack down` or use another STREAMCTL_STATE_DIR."
             )
 
+    @property
+    def _secured_marker(self) -> Path:
+        return self.layout.root / "secured"
+
     def _check_mode(self) -> None:
         """A state dir formatted plain has no admin user; one formatted secured needs one."""
-        marker = self.layout.root / "secured"
+        marker = self._secured_marker
         if not self.layout.formatted:
             marker.unlink(missing_ok=True)
             if self.secure:

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas import auth
 from security.kafka import PASSWORD_FILE_ENV, KafkaSecurity
 from stack import tls
+from stack.broker_files import SecureBrokerFiles, SecureListeners, render_secure_properties
 
 ADMIN = "admin"
 """Super user: the broker's own inter-broker login, topic and ACL administration."""
@@ -30,6 +32,17 @@ METRICS_USER = "prometheus"
 """The username scrapes present to the metrics endpoints (basic auth)."""
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+# The compose secure override (docker-compose.secure.yml): Kafka's in-network listener for the
+# containers and its host listener; the scraped services; where the secrets appear.
+COMPOSE_KAFKA_HOSTS = ("kafka", "localhost", "127.0.0.1")
+COMPOSE_METRICS_HOSTS = ("controller", "job", "job-standby", "localhost", "127.0.0.1")
+COMPOSE_SECRETS = "/run/secrets"
+COMPOSE_LISTENERS = SecureListeners(
+    bind={"INTERNAL": "0.0.0.0:19092", "HOST": "0.0.0.0:9092"},
+    advertised={"INTERNAL": "kafka:19092", "HOST": "localhost:9092"},
+    controller_bind="0.0.0.0:9093", controller_voter="kafka:9093")
+COMPOSE_DATA_DIR = "/var/lib/kafka/data"
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,20 @@ class SecureFiles:
     def metrics_password(self) -> Path:
         """The basic-auth password of the metrics endpoints (user `METRICS_USER`)."""
         return self.root / "metrics-password"
+
+    @property
+    def kafka_server_properties(self) -> Path:
+        """Compose only: the broker's configuration (it holds the admin's password)."""
+        return self.root / "kafka-server.properties"
+
+    @property
+    def kafka_admin_client(self) -> Path:
+        """Compose only: Kafka's own tools log in as the admin with it (the health check)."""
+        return self.root / "kafka-admin-client.properties"
+
+    @property
+    def control_key(self) -> Path:
+        return self.root / "control.key"
 
     def password_file(self, user: str) -> Path:
         return self.root / f"{user}-password"
@@ -102,6 +129,26 @@ def write_secure_files(root: Path, kafka_hosts: Sequence[str] = LOCAL_HOSTS,
     _write(files.kafka_key_password, secrets.token_urlsafe(24), file_mode)
     if not (files.ca.exists() and files.kafka_keystore.exists() and files.metrics_key.exists()):
         _write_certificates(files, kafka_hosts, metrics_hosts, file_mode)
+    return files
+
+
+def write_compose_secrets(root: Path) -> SecureFiles:
+    """Everything docker-compose.secure.yml mounts as secrets, generated where missing: the
+    layout above for the compose host names, the broker's server.properties and its tools'
+    admin login (paths as the containers see them), and the control-tuple key."""
+    files = write_secure_files(root, COMPOSE_KAFKA_HOSTS, COMPOSE_METRICS_HOSTS, 0o644)
+    inside = SecureFiles(Path(COMPOSE_SECRETS))
+    properties = render_secure_properties(
+        COMPOSE_LISTENERS, COMPOSE_DATA_DIR,
+        SecureBrokerFiles(str(inside.kafka_keystore), files.kafka_key_password.read_text().strip(),
+                          str(inside.ca)),
+        ADMIN, files.password(ADMIN))
+    _write(files.kafka_server_properties, properties, 0o644, replace=True)
+    admin = KafkaSecurity("SASL_SSL", MECHANISM, ADMIN, files.password(ADMIN), str(inside.ca))
+    tool_config = "".join(f"{k.removeprefix('kafka.')}={v}\n"
+                          for k, v in admin.spark_options().items())
+    _write(files.kafka_admin_client, tool_config, 0o644, replace=True)
+    auth.ensure_key_file(files.control_key)
     return files
 
 
