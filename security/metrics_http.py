@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import logging
 import os
 import ssl
 import threading
@@ -21,6 +22,8 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+log = logging.getLogger(__name__)
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -124,6 +127,11 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     """One thread per scrape; `shutdown()` stops serving (call it from another thread)."""
 
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that fails the TLS handshake (plain HTTP, an untrusted certificate) or
+        hangs up is the client's problem: one debug line, not a traceback on stderr."""
+        log.debug("metrics request from %s failed", client_address, exc_info=True)
 
 
 class _QuietHandler(WSGIRequestHandler):
