@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from security.env import read
+
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
@@ -118,17 +120,11 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
     """The setting in the environment (read once at start-up), validated with messages that name
     the variables; nothing set means PLAINTEXT."""
     env = os.environ if env is None else env
-    values = {name: env[var].strip() for name, var in ENV_NAMES.items() if env.get(var, "").strip()}
+    values = read(env, ENV_NAMES, "password", PASSWORD_FILE_ENV, KafkaSecurityError)
     if "protocol" in values:
         values["protocol"] = values["protocol"].upper()
     if "sasl_mechanism" in values:
         values["sasl_mechanism"] = values["sasl_mechanism"].upper()
-    password_file = env.get(PASSWORD_FILE_ENV, "").strip()
-    if password_file:
-        if "password" in values:
-            raise KafkaSecurityError(f"set {ENV_NAMES['password']} or {PASSWORD_FILE_ENV}, not "
-                                     "both")
-        values["password"] = _read_password(password_file)
     problem = _problem({f.name: values.get(f.name, f.default) for f in fields(KafkaSecurity)},
                        _env_name)
     ca_file = values.get("ssl_ca_file", "")
@@ -145,14 +141,6 @@ def _env_name(name: str) -> str:
     if name == "password":
         return f"{ENV_NAMES['password']} (or {PASSWORD_FILE_ENV})"
     return ENV_NAMES[name]
-
-
-def _read_password(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KafkaSecurityError(f"{PASSWORD_FILE_ENV}={path}: cannot read the password file "
-                                 f"({exc})") from exc
 
 
 def _problem(v: Mapping[str, Any], name: Callable[[str], str]) -> str | None:

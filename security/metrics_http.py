@@ -23,6 +23,8 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from security.env import read
+
 log = logging.getLogger(__name__)
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -82,17 +84,8 @@ class EndpointSecurity:
 def from_env(env: Mapping[str, str] | None = None) -> EndpointSecurity:
     """The endpoint's setting in the environment; nothing set means plain HTTP."""
     env = os.environ if env is None else env
-    values = {name: env[var].strip() for name, var in ENV_NAMES.items() if env.get(var, "").strip()}
-    password_file = env.get(PASSWORD_FILE_ENV, "").strip()
-    if password_file:
-        if "basic_auth_password" in values:
-            raise EndpointSecurityError(f"set {ENV_NAMES['basic_auth_password']} or "
-                                        f"{PASSWORD_FILE_ENV}, not both")
-        try:
-            values["basic_auth_password"] = Path(password_file).read_text("utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise EndpointSecurityError(f"{PASSWORD_FILE_ENV}={password_file}: cannot read "
-                                        f"the password file ({exc})") from exc
+    values = read(env, ENV_NAMES, "basic_auth_password", PASSWORD_FILE_ENV,
+                  EndpointSecurityError)
     problem = _problem({f.name: values.get(f.name, "")
                         for f in fields(EndpointSecurity)}, _env_name)
     if problem:

@@ -6,11 +6,12 @@ the local broker (`LocalBroker(secure=True)`) serves with them, so `/run/secrets
 that directory. The compose `topics` service creates the SCRAM users and the ACLs (after the
 broker's own grants are wiped, so they are the init service's alone); the `controller` and the
 `job` run with their compose command and environment (their metrics on HTTPS with basic auth),
-a small load runs as the load principal, and the controller, told to scale a quiet query down
-at once, sends a control tuple that the job applies and acks, all over SASL_SSL. Then: wrong
-passwords, clients without TLS and non-controller principals writing the control topic are
-refused; scrapes without the credentials are refused; a real Prometheus scrapes the endpoints
-with deploy/prometheus.secure.yml. Needs `prometheus` and `promtool` (`./dev setup`).
+a small load runs as the load principal, and the controller, told to size for a tiny
+utilisation, scales the query up: a control tuple that the job applies and acks, all over
+SASL_SSL. Then: wrong passwords, clients without TLS and non-controller principals writing
+the control topic are refused; scrapes without the credentials are refused; a real
+Prometheus scrapes the endpoints with deploy/prometheus.secure.yml. Needs `prometheus` and
+`promtool` (`./dev setup`).
 """
 
 from __future__ import annotations
@@ -63,9 +64,13 @@ QUERY = "sensor-averages"
 STARTUP_BUDGET_S = 300.0  # the secured broker, then Spark's first batch on 2 busy cores
 MERGED = d.secure_compose()
 SERVICES = MERGED["services"]
-# Scale a quiet query down at once, so the controller sends a tuple within the test.
-EAGER_CONTROLLER = {"STREAMCTL_CONTROLLER_SCALE_DOWN_STABILISATION_S": "0",
+# Size for 4 % utilisation: 40 records/s exceed 5 % of any capacity 2 units can have at the
+# job's 5 ms per record (2 × 200/s), so the controller scales up on every machine, at once.
+EAGER_CONTROLLER = {"STREAMCTL_CONTROLLER_TARGET_UTILISATION": "0.04",
+                    "STREAMCTL_CONTROLLER_HIGH_WATER_UTILISATION": "0.05",
+                    "STREAMCTL_CONTROLLER_LOW_WATER_UTILISATION": "0.03",
                     "STREAMCTL_CONTROLLER_MIN_SAMPLES": "3"}
+LOAD_PER_S = 40
 
 
 @dataclass
@@ -160,7 +165,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
         load_env = {**mapping.environment(SERVICES["load"]),
                     "STREAMCTL_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
         children.append(_start("load", ["streamctl", "produce", "--topic", "sensor-readings",
-                                        "--profile", "constant", "--rate", "20",
+                                        "--profile", "constant", "--rate", str(LOAD_PER_S),
                                         "--duration-s", "500"], load_env, tmp / "logs"))
         endpoints = {"controller": f"https://127.0.0.1:{metrics_port}/metrics",
                      "job": f"https://127.0.0.1:{job_port}/metrics"}
@@ -181,7 +186,7 @@ def test_the_init_service_alone_creates_exactly_the_acl_set(stack: SecureStack) 
 
 def test_job_and_controller_exchange_metrics_a_control_tuple_and_its_ack(
         stack: SecureStack) -> None:
-    """Metrics job → controller, a signed scale-down controller → job, the ack back: every hop
+    """Metrics job → controller, a signed scale-up controller → job, the ack back: every hop
     is a SASL_SSL client of its own principal."""
     def acked() -> bool | None:
         applied = _sample(stack.metrics("controller"), "streamctl_acks_total") or 0
@@ -194,8 +199,10 @@ def test_job_and_controller_exchange_metrics_a_control_tuple_and_its_ack(
                if s.name == "streamctl_job_control_tuples_total"
                and s.labels.get("outcome") == "applied"]
     assert applied and applied[0].value >= 1, "the job applied no control tuple"
-    assert _sample(job, "streamctl_job_input_parallelism") == 1.0
-    assert _sample(controller, "streamctl_current_parallelism") in (1.0, 2.0)
+    initial = float(d.environment(SERVICES["job"])["STREAMCTL_INPUT_PARALLELISM"])
+    assert (_sample(job, "streamctl_job_input_parallelism") or 0) > initial
+    assert (_sample(job, "streamctl_job_config_epoch") or 0) >= 1
+    assert (_sample(controller, "streamctl_desired_parallelism") or 0) > initial
     assert (_sample(job, "streamctl_job_input_rows_total") or 0) > 0
 
 
