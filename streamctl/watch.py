@@ -76,8 +76,10 @@ def _open_tail(args: argparse.Namespace, topics: dict[str, type]) -> Tail:
             "point --bootstrap-servers / STREAMCTL_BOOTSTRAP_SERVERS at yours (a secured "
             "broker also needs the STREAMCTL_KAFKA_* settings)") from None
     except RuntimeError as exc:
-        raise UserFacingError(f"{exc}; create streamctl's topics with `streamctl stack topics`"
-                              ) from None
+        hint = ("the principal in STREAMCTL_KAFKA_SASL_USERNAME may not read it (ACLs): use "
+                "one that may, e.g. the admin" if "AUTHORIZATION" in str(exc)
+                else "create streamctl's topics with `streamctl stack topics`")
+        raise UserFacingError(f"{exc}; {hint}") from None
 
 
 def _drain(tail: Tail, board: Board, budget_s: float = 5.0) -> None:
