@@ -135,14 +135,16 @@ def apply_acls(admin: AdminClient, grants: Iterable[Grant], timeout_s: float = 3
     return len(wanted)
 
 
+_ANY: Any = None  # a filter's None matches every name, principal and host (the stubs say str)
+EVERY_BINDING = AclBindingFilter(ResourceType.ANY, _ANY, ResourcePatternType.ANY, _ANY, _ANY,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+
+
 def granted(admin: AdminClient, timeout_s: float = 30.0) -> set[tuple[str, str, str, str, bool]]:
     """Every ALLOW binding on the broker as (user, resource, name, operation, prefixed)."""
     # None matches any name, principal and host (the type stubs say str).
-    anything: Any = None
-    everything = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY, anything,
-                                  anything, AclOperation.ANY, AclPermissionType.ANY)
     kinds = {v: k for k, v in _RESOURCES.items()}
-    found = admin.describe_acls(everything, request_timeout=timeout_s).result(timeout=timeout_s)
+    found = admin.describe_acls(EVERY_BINDING, request_timeout=timeout_s).result(timeout=timeout_s)
     return {(b.principal.removeprefix("User:"), kinds[b.restype], b.name, b.operation.name,
              b.resource_pattern_type == ResourcePatternType.PREFIXED) for b in found}
 

@@ -27,18 +27,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
     AdminClient,
-    ResourcePatternType,
-    ResourceType,
     ScramMechanism,
     UserScramCredentialDeletion,
 )
@@ -100,10 +94,7 @@ class SecureStack:
 
 def _wipe_grants(admin: AdminClient) -> None:
     """Remove what the broker granted at start, so the init service must create it all."""
-    anything: Any = None  # matches every name, principal and host (the stubs say str)
-    everything = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY,
-                                  anything, anything, AclOperation.ANY, AclPermissionType.ANY)
-    for future in admin.delete_acls([everything], request_timeout=30).values():
+    for future in admin.delete_acls([acls.EVERY_BINDING], request_timeout=30).values():
         future.result(timeout=30)
     users = [u for u in secure.USERS if u != secure.ADMIN]
     deletions = [UserScramCredentialDeletion(u, ScramMechanism.SCRAM_SHA_512) for u in users]
