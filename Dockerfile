@@ -14,6 +14,7 @@ COPY controller controller
 COPY streaming_jobs streaming_jobs
 COPY stack stack
 COPY streamctl streamctl
+COPY security security
 RUN pip install --no-cache-dir .
 
 FROM base AS jars

@@ -106,7 +106,8 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
             # Before anything slow: a SIGTERM during start-up must still close what was opened.
             stack.enter_context(_signals_to(stop))
         if settings.metrics_port:
-            stack.callback(serve(settings.metrics_port, metrics.registry).shutdown)
+            stack.callback(serve(settings.metrics_port, metrics.registry,
+                                 settings.metrics_endpoint).shutdown)
         loop = stack.enter_context(kafka_controller(settings, metrics))
         stop.attach(loop)
         cycles = loop.run(max_cycles=max_cycles, timeout_s=timeout_s)

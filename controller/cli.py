@@ -27,6 +27,8 @@ from controller.settings import (
     SettingsError,
 )
 from schemas import auth
+from security import kafka as kafka_security
+from security import metrics_http
 
 GROUPS: dict[str | None, type] = {
     None: ControllerSettings, "model": ModelSettings, "policy": PolicySettings,
@@ -108,10 +110,26 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Contr
         values[group] = chosen
     if "control_key" not in values["kafka"] and environ.get(auth.KEY_FILE_ENV):
         values["kafka"]["control_key"] = _key_from_file(environ)
+    values["kafka"]["security"] = _kafka_security(environ)
+    values[None]["metrics_endpoint"] = _metrics_endpoint(environ)
     return ControllerSettings(
         model=ModelSettings(**values["model"]), policy=PolicySettings(**values["policy"]),
         kafka=KafkaSettings(**values["kafka"]), **values[None],
     )
+
+
+def _kafka_security(environ: Mapping[str, str]) -> kafka_security.KafkaSecurity:
+    try:
+        return kafka_security.from_env(environ)
+    except kafka_security.KafkaSecurityError as exc:
+        raise SettingsError(f"Kafka security: {exc}") from exc
+
+
+def _metrics_endpoint(environ: Mapping[str, str]) -> metrics_http.EndpointSecurity:
+    try:
+        return metrics_http.from_env(environ)
+    except metrics_http.EndpointSecurityError as exc:
+        raise SettingsError(f"metrics endpoint: {exc}") from exc
 
 
 def _key_from_file(environ: Mapping[str, str]) -> str:
@@ -245,6 +263,11 @@ def record_command(args: argparse.Namespace) -> int:
     from controller.trace import TraceWriter
     from controller.trace_kafka import read_metrics
 
+    try:
+        security = _kafka_security(os.environ)
+    except SettingsError as exc:
+        print(f"controller record: {exc}", file=sys.stderr)
+        return 2
     now_ms = time.time_ns() // 1_000_000
     if args.duration_s is not None:
         from_ms, to_ms = now_ms, now_ms + int(args.duration_s * 1000)
@@ -261,7 +284,7 @@ def record_command(args: argparse.Namespace) -> int:
             writer = TraceWriter(out, topic=args.metrics_topic, from_ms=from_ms)
             try:
                 for entry in read_metrics(args.bootstrap_servers, args.metrics_topic,
-                                          from_ms, to_ms, writer.bad):
+                                          from_ms, to_ms, writer.bad, security=security):
                     writer.write(entry)
             except KeyboardInterrupt:
                 to_ms = min(to_ms, time.time_ns() // 1_000_000)
@@ -324,7 +347,8 @@ def replay_command(args: argparse.Namespace) -> int:
         kafka = settings.kafka
         try:
             entries = tuple(read_metrics(kafka.bootstrap_servers, kafka.metrics_topic,
-                                         args.from_ms, args.to_ms, bad.append))
+                                         args.from_ms, args.to_ms, bad.append,
+                                         security=kafka.security))
         except KafkaSetupError as exc:
             print(f"controller replay: {exc}", file=sys.stderr)
             return 1

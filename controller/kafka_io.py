@@ -1,6 +1,7 @@
 """Kafka adapters of the controller's ports (the only module here that imports confluent_kafka).
 
-Owns the client configurations: the metrics consumer (own group, `latest` by default), the ack
+Owns the client configurations (every client gets the Kafka security of `KafkaSettings`,
+`security.kafka`): the metrics consumer (own group, `latest` by default), the ack
 consumer (assigned at the end of every partition before anything is sent, so no ack can slip
 past it), and one idempotent producer (`acks=all`) shared by the control sink and the decision
 log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`. Neighbours:
@@ -42,14 +43,17 @@ def _log_client_error(error: KafkaError) -> None:
         log.debug("kafka client error (retrying): %s", error)
 
 
-def _common(settings: KafkaSettings) -> dict[str, Any]:
+def client_config(settings: KafkaSettings, **extra: Any) -> dict[str, Any]:
+    """What every controller client shares: where Kafka is, how to log in, error logging."""
     return {
         "bootstrap.servers": settings.bootstrap_servers,
+        **settings.security.librdkafka(),
         "error_cb": _log_client_error,
         "logger": log,
         # syslog level 3: librdkafka's own chatter (connection attempts, rebalances) stays out
         # of the operator's status output; errors still show.
         "log_level": 3,
+        **extra,
     }
 
 
@@ -72,7 +76,7 @@ class KafkaMetricsSource:
     def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError) -> None:
         self._on_error = on_decode_error
         self._consumer = Consumer({
-            **_common(settings),
+            **client_config(settings),
             "group.id": settings.group_id,
             "auto.offset.reset": settings.metrics_offset_reset,
             "enable.auto.commit": True,
@@ -98,7 +102,7 @@ class KafkaAckSource:
                  setup_timeout_s: float = 10.0) -> None:
         self._on_error = on_decode_error
         self._consumer = Consumer({
-            **_common(settings),
+            **client_config(settings),
             # Never commits: a throwaway group id keeps it out of anyone's group.
             "group.id": f"{settings.group_id}.acks.{uuid.uuid4()}",
             "enable.auto.commit": False,
@@ -140,7 +144,7 @@ class KafkaWriter:
     def __init__(self, settings: KafkaSettings, delivery_timeout_s: float = 15.0) -> None:
         self._timeout_s = delivery_timeout_s
         self._producer = Producer({
-            **_common(settings),
+            **client_config(settings),
             "enable.idempotence": True,
             "acks": "all",
             "delivery.timeout.ms": int(delivery_timeout_s * 1000),

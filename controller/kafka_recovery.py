@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from controller.kafka_io import KafkaSetupError
+from controller.kafka_io import KafkaSetupError, client_config
 from controller.ports import OnDecodeError
 from controller.recovery import History
 from controller.settings import KafkaSettings
@@ -31,25 +31,23 @@ def read_history(settings: KafkaSettings, since_ms: int, on_decode_error: OnDeco
     """Every control tuple still on the (compacted) control topic, and the acks and decisions
     stamped at or after `since_ms`."""
     return History(
-        tuples=tuple(read_until_end(settings.bootstrap_servers, settings.control_topic,
+        tuples=tuple(read_until_end(settings, settings.control_topic,
                                     ControlTuple, None, on_decode_error, timeout_s)),
-        acks=tuple(read_until_end(settings.bootstrap_servers, settings.ack_topic, Ack,
+        acks=tuple(read_until_end(settings, settings.ack_topic, Ack,
                                   since_ms, on_decode_error, timeout_s)),
-        decisions=tuple(read_until_end(settings.bootstrap_servers, settings.decisions_topic,
+        decisions=tuple(read_until_end(settings, settings.decisions_topic,
                                        Decision, since_ms, on_decode_error, timeout_s)))
 
 
-def read_until_end(bootstrap_servers: str, topic: str, record_type: type[R],
+def read_until_end(settings: KafkaSettings, topic: str, record_type: type[R],
                    since_ms: int | None, on_decode_error: OnDecodeError,
                    timeout_s: float) -> list[R]:
     """Records of `topic` from `since_ms` (None: the beginning) to the end it has now."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap_servers,
+    consumer = Consumer(client_config(settings, **{
         "group.id": f"streamctl-recovery-{uuid.uuid4()}",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
-        "log_level": 3,
-    })
+    }))
     try:
         starts, ends = _positions(consumer, topic, since_ms, timeout_s)
         pending = {p: end for p, end in ends.items() if starts[p] < end}

@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
 from controller.model import QueryModel
 from schemas import DecodeError
+from security import metrics_http
+from security.metrics_http import EndpointSecurity
 
 
 class ControllerMetrics:
@@ -109,7 +111,8 @@ class Endpoint(Protocol):
     def shutdown(self) -> None: ...
 
 
-def serve(port: int, registry: CollectorRegistry) -> Endpoint:
-    """Serve /metrics on `port` from a daemon thread; `shutdown()` the result to stop it."""
-    server, _thread = start_http_server(port, registry=registry)
-    return server
+def serve(port: int, registry: CollectorRegistry,
+          security: EndpointSecurity = metrics_http.PLAIN) -> Endpoint:
+    """Serve /metrics on `port` from a daemon thread, with `security`'s TLS and basic auth;
+    `shutdown()` the result to stop it."""
+    return metrics_http.serve(make_wsgi_app(registry), port, security)

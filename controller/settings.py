@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from security.kafka import KafkaSecurity
+from security.metrics_http import EndpointSecurity
+
 
 class SettingsError(ValueError):
     """A setting is out of range; the message names the setting and the allowed range."""
@@ -251,6 +254,11 @@ class KafkaSettings:
     not signed with it. Prefer STREAMCTL_CONTROL_KEY_FILE (e.g. a Docker secret) to the option,
     which `ps` shows. Required unless dry_run."""
 
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    """How every client of the controller authenticates to Kafka; only from the
+    STREAMCTL_KAFKA_* variables (`security.kafka`), never from options (a password would show
+    in `ps`)."""
+
     def __post_init__(self) -> None:
         _check(bool(self.bootstrap_servers.strip()), "kafka.bootstrap_servers must not be empty")
         for name in ("metrics_topic", "control_topic", "ack_topic", "decisions_topic",
@@ -288,6 +296,10 @@ class ControllerSettings:
 
     metrics_port: int = 9300
     """Port of the Prometheus endpoint; 0 serves none."""
+
+    metrics_endpoint: EndpointSecurity = field(default_factory=EndpointSecurity)
+    """TLS and basic auth of the Prometheus endpoint; only from the STREAMCTL_METRICS_*
+    variables (`security.metrics_http`), never from options."""
 
     issuer: str = "streamctl-controller"
     """Written into every control tuple so a job (and a reader of the log) knows who sent it."""

@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from controller.kafka_io import KafkaSetupError
 from controller.trace import BadRecord, TraceEntry
 from schemas import DecodeError, TaskMetrics, codec_for
+from security.kafka import PLAINTEXT, KafkaSecurity
 
 _GRACE_MS = 2_000
 """After `to_ms` on the wall clock, how long records stamped before it may still arrive
@@ -36,13 +37,14 @@ def _now_ms() -> int:
 
 
 def read_metrics(bootstrap_servers: str, topic: str, from_ms: int, to_ms: int,
-                 on_bad: Callable[[BadRecord], None], *,
-                 timeout_s: float = 60.0) -> Iterator[TraceEntry]:
+                 on_bad: Callable[[BadRecord], None], *, timeout_s: float = 60.0,
+                 security: KafkaSecurity = PLAINTEXT) -> Iterator[TraceEntry]:
     """Metrics records of `topic` stamped in [from_ms, to_ms], partition by partition in
     offset order. Waits for the wall clock to pass `to_ms` (live recording); gives up
     `timeout_s` after that with what it has."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap_servers,
+        **security.librdkafka(),
         "group.id": f"streamctl-trace-{uuid.uuid4()}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,

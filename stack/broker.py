@@ -2,7 +2,10 @@
 
 Owns the broker's life cycle under `<state>/kafka/`: writing its config files, formatting
 storage on first start, launching `java kafka.Kafka` detached with its output in `broker.log`,
-readiness by a real metadata request, controlled shutdown, and status. Neighbours:
+readiness by a real metadata request, controlled shutdown, and status. Plain by default; with
+`secure=True` its only client listener is SASL_SSL (SCRAM users, a throwaway CA under
+`<state>/secure/`, the ACLs of `acls.streamctl_acls`), and a state dir keeps the mode it was
+formatted with. Neighbours:
 `broker_files` (layout, rendering), `maven` (classpath), `jvm`, `ports`, `process`,
 `kafka_admin` (readiness); `cli` drives it; test fixtures use `LocalBroker` directly.
 """
@@ -16,11 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from security.kafka import PLAINTEXT, KafkaSecurity
+from stack import acls
 from stack.broker_files import (
     TEMPLATES,
     BrokerLayout,
+    SecureBrokerFiles,
+    SecureListeners,
     java_command,
     new_cluster_id,
+    render_secure_properties,
     render_server_properties,
 )
 from stack.defaults import DEFAULT_PORT, default_state_dir
@@ -36,6 +44,7 @@ from stack.kafka_admin import admin_client, broker_ids
 from stack.maven import BROKER_POM, resolve_classpath
 from stack.ports import HOST, check_ports_free
 from stack.process import PidRecord, is_alive, tail, terminate
+from stack.secure import ADMIN, MECHANISM, USERS, SecureFiles, write_secure_files
 from stack.waiting import Deadline
 
 _FORMAT_TIMEOUT_S = 120.0
@@ -73,8 +82,11 @@ class LocalBroker:
         classpath: Sequence[Path] | None = None,
         maven_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
+        secure: bool | None = None,
     ) -> None:
-        """`classpath` skips Maven (tests); `maven_dir` defaults to `<state>/maven`."""
+        """`classpath` skips Maven (tests); `maven_dir` defaults to `<state>/maven`; `secure`
+        starts the SASL_SSL broker with ACLs instead of the plain one (None: as the state dir
+        was formatted, plain for a new one)."""
         # Absolute, because the broker runs with its own cwd and the pid check matches paths.
         self.state_dir = Path(state_dir or default_state_dir()).resolve()
         self.port = port
@@ -87,10 +99,16 @@ class LocalBroker:
         self._maven_dir = maven_dir or self.state_dir / "maven"
         self._env = dict(os.environ if env is None else env)
         self._child: subprocess.Popen[bytes] | None = None
+        self.secure = secure if secure is not None else self._secured_marker.exists()
+        self.secure_files = SecureFiles(self.state_dir / "secure")
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{HOST}:{self.port}"
+
+    def client_security(self, user: str = ADMIN) -> KafkaSecurity:
+        """How `user` connects to this broker (any user connects to a plain one)."""
+        return self.secure_files.client(user) if self.secure else PLAINTEXT
 
     def start(self, timeout_s: float = 60.0) -> bool:
         """Start and wait until ready. False if this state dir's broker was already running."""
@@ -108,12 +126,15 @@ class LocalBroker:
             ]
         )
         classpath = self.classpath()
+        self._check_mode()
         self._write_configs()
         if not self.layout.formatted:
             self._format(java, classpath)
         pid = self._launch(java, classpath)
         try:
             self._await_ready(pid, deadline)
+            if self.secure:
+                self._grant(deadline)
         except StackError:
             self.stop(timeout_s=10.0)
             raise
@@ -134,7 +155,8 @@ class LocalBroker:
         if record is None:
             return BrokerStatus(False, False, None, None, None, self.layout)
         bootstrap = f"{HOST}:{record.port}"
-        ready = broker_ids(admin_client(bootstrap), probe_timeout_s) is not None
+        admin = admin_client(bootstrap, self.client_security())
+        ready = broker_ids(admin, probe_timeout_s) is not None
         return BrokerStatus(
             True, ready, record.pid, record.port, record.controller_port, self.layout
         )
@@ -172,15 +194,69 @@ class LocalBroker:
                 "`streamctl stack down` or use another STREAMCTL_STATE_DIR."
             )
 
+    @property
+    def _secured_marker(self) -> Path:
+        return self.layout.root / "secured"
+
+    def _check_mode(self) -> None:
+        """A state dir formatted plain has no admin user; one formatted secured needs one."""
+        marker = self._secured_marker
+        if not self.layout.formatted:
+            marker.unlink(missing_ok=True)
+            if self.secure:
+                self.layout.root.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+            return
+        if marker.exists() != self.secure:
+            was, asked = ("secured", "plain") if marker.exists() else ("plain", "secured")
+            raise BrokerConflictError(
+                f"the broker of {self.state_dir} was formatted {was}, not {asked}: use another "
+                "STREAMCTL_STATE_DIR, or delete its kafka/ directory to start afresh"
+            )
+
     def _write_configs(self) -> None:
         self.layout.data_dir.mkdir(parents=True, exist_ok=True)
-        self.layout.server_properties.write_text(
-            render_server_properties(self.port, self.controller_port, self.layout.data_dir)
-        )
+        if self.secure:
+            files = write_secure_files(self.secure_files.root)
+            properties = render_secure_properties(
+                SecureListeners(
+                    {"SECURE": f"{HOST}:{self.port}"}, {"SECURE": f"{HOST}:{self.port}"},
+                    f"{HOST}:{self.controller_port}", f"{HOST}:{self.controller_port}",
+                ),
+                self.layout.data_dir,
+                SecureBrokerFiles(
+                    str(files.kafka_keystore), files.kafka_key_password.read_text().strip(),
+                    str(files.ca),
+                ),
+                ADMIN,
+                files.password(ADMIN),
+            )
+        else:
+            properties = render_server_properties(
+                self.port, self.controller_port, self.layout.data_dir
+            )
+        # It holds passwords when secured: never readable by others, not even for a moment.
+        fd = os.open(self.layout.server_properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(properties)
         self.layout.log4j_config.write_text((TEMPLATES / "log4j2.xml").read_text())
 
+    def _grant(self, deadline: Deadline) -> None:
+        """The SCRAM users other than the admin (made at format time), and the ACLs."""
+        admin = admin_client(self.bootstrap_servers, self.client_security())
+        users = {u: self.secure_files.password(u) for u in USERS if u != ADMIN}
+        acls.upsert_scram_users(admin, users, max(deadline.remaining_s(), 5.0))
+        acls.apply_acls(admin, acls.streamctl_acls(), max(deadline.remaining_s(), 5.0))
+
     def _format(self, java: Path, classpath: Sequence[Path]) -> None:
-        args = ("format", "-t", new_cluster_id(), "-c", str(self.layout.server_properties))
+        args: tuple[str, ...] = (
+            "format", "-t", new_cluster_id(), "-c", str(self.layout.server_properties),
+        )  # fmt: skip
+        if self.secure:
+            # The broker logs in to itself as the admin, so that user must exist before the
+            # first start: KRaft stores it in the bootstrap metadata.
+            password = self.secure_files.password(ADMIN)
+            args += ("--add-scram", f"{MECHANISM}=[name={ADMIN},password={password}]")
         cmd = java_command(
             java, classpath, self.layout.log4j_config, "256m", "kafka.tools.StorageTool", *args
         )
@@ -229,7 +305,7 @@ class LocalBroker:
         return self._child.pid
 
     def _await_ready(self, pid: int, deadline: Deadline) -> None:
-        admin = admin_client(self.bootstrap_servers)
+        admin = admin_client(self.bootstrap_servers, self.client_security())
         marker = str(self.layout.server_properties)
         while True:
             if not is_alive(pid, marker):

@@ -1,7 +1,8 @@
 """The broker's files and command lines, as pure functions of its settings.
 
 Owns the on-disk layout under `<state>/kafka/`, the rendering of server.properties from
-`stack/templates/`, Kafka's cluster-id format and the `java` command line. No processes are
+`stack/templates/` (plain, or secured: SASL_SSL listeners, SCRAM, ACLs), Kafka's cluster-id
+format and the `java` command line. No processes are
 started here. Neighbour: `broker`, which does the starting.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -77,3 +78,70 @@ def java_command(
         f"-Dlog4j2.configurationFile={log4j}",
         "-cp", os.pathsep.join(str(jar) for jar in classpath), main, *args,
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SecureListeners:
+    """Where a secured broker listens: SASL_SSL client listeners by name, and its controller.
+
+    The local broker has one client listener on loopback; the compose broker has one for the
+    other containers and one for the Docker host. The first listener is the inter-broker one.
+    """
+
+    bind: Mapping[str, str]
+    """Listener name -> host:port to bind, e.g. {"SECURE": "127.0.0.1:9092"}."""
+    advertised: Mapping[str, str]
+    """Listener name -> host:port clients are told to use (its certificate must name it)."""
+    controller_bind: str
+    controller_voter: str
+    """host:port of this node's controller as the broker dials it (in the certificate too)."""
+
+
+def render_secure_properties(
+    listeners: SecureListeners,
+    data_dir: Path | str,
+    tls: SecureBrokerFiles,
+    admin: str,
+    admin_password: str,
+    mechanism: str = "SCRAM-SHA-512",
+) -> str:
+    """server.properties of a broker whose clients must use SASL_SSL (see the template)."""
+    names = list(listeners.bind)
+    jaas = (
+        f"org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{admin}" password="{admin_password}";'
+    )
+    client_jaas = "\n".join(
+        f"listener.name.{n.lower()}.{mechanism.lower()}.sasl.jaas.config={jaas}" for n in names
+    )
+    template = Template((TEMPLATES / "server-secure.properties").read_text())
+    return template.substitute(
+        controller_voter=listeners.controller_voter,
+        listeners=",".join(
+            [f"{n}://{a}" for n, a in listeners.bind.items()]
+            + [f"CONTROLLER://{listeners.controller_bind}"]
+        ),
+        advertised_listeners=",".join(f"{n}://{a}" for n, a in listeners.advertised.items()),
+        inter_broker_listener=names[0],
+        protocol_map=",".join([f"{n}:SASL_SSL" for n in names] + ["CONTROLLER:SASL_SSL"]),
+        data_dir=data_dir,
+        keystore=tls.keystore,
+        key_password=tls.key_password,
+        truststore=tls.truststore,
+        mechanism=mechanism,
+        admin=admin,
+        admin_password=admin_password,
+        client_jaas=client_jaas,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SecureBrokerFiles:
+    """The broker's TLS material as the broker sees it (paths may be inside a container)."""
+
+    keystore: str
+    """PKCS#12: the key and its certificate chain."""
+    key_password: str
+    """The keystore's and the key's password."""
+    truststore: str
+    """PEM: the CA certificate."""

@@ -13,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from security import kafka as kafka_security
+from security.kafka import KafkaSecurity
+from stack import acls
 from stack.broker import LocalBroker
 from stack.connector import resolve_connector
 from stack.defaults import (
@@ -24,8 +27,18 @@ from stack.defaults import (
     default_state_dir,
 )
 from stack.errors import StackError
+from stack.kafka_admin import admin_client
 from stack.maven import BROKER_POM, resolve_classpath
 from stack.ports import HOST
+from stack.secure import (
+    ADMIN,
+    CONTROLLER,
+    JOB,
+    LOAD,
+    USERS,
+    SecureFiles,
+    write_compose_secrets,
+)
 from stack.topics import ensure_topics
 
 Handler = Callable[[argparse.Namespace], int]
@@ -68,6 +81,23 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
         "--bootstrap-servers",
         default=default_bootstrap_servers(),
         help=f"Kafka address (default: ${BOOTSTRAP_ENV} or 127.0.0.1:9092)",
+    )
+    topics.add_argument(
+        "--secure-dir",
+        type=Path,
+        default=None,
+        help="also create the SCRAM users whose passwords are in this directory "
+        "(<user>-password) and streamctl's ACLs; connect as the admin (STREAMCTL_KAFKA_*)",
+    )
+    secrets = _add(
+        commands,
+        "secrets",
+        _secrets,
+        "generate the secrets of the compose secure override (CA, certificates, passwords, "
+        "the broker's config, the control key) where missing",
+    )
+    secrets.add_argument(
+        "--dir", type=Path, required=True, help="where to write them, e.g. deploy/secrets"
     )
     return stack
 
@@ -119,6 +149,12 @@ def _add_up(commands: Any) -> None:
     up.add_argument(
         "--no-topics", action="store_true", help="do not create the default topics after start"
     )
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="a SASL_SSL (SCRAM) broker with ACLs, its CA and passwords in <state>/secure/ "
+        "(a state dir keeps the mode it was first started with)",
+    )
 
 
 def _reporting_errors(handler: Handler) -> Handler:
@@ -135,14 +171,29 @@ def _reporting_errors(handler: Handler) -> Handler:
 
 
 def _up(args: argparse.Namespace) -> int:
-    broker = LocalBroker(args.state_dir, args.port, args.controller_port)
+    broker = LocalBroker(args.state_dir, args.port, args.controller_port, secure=args.secure)
     started = broker.start(timeout_s=args.timeout)
     print(broker.status().describe() + ("" if started else " (was already running)"))
     if not args.no_topics:
-        result = ensure_topics(broker.bootstrap_servers, DEFAULT_TOPICS, args.timeout)
+        result = ensure_topics(
+            broker.bootstrap_servers, DEFAULT_TOPICS, args.timeout, broker.client_security()
+        )
         print(f"topics: {len(result.created)} created, {len(result.existing)} already there")
     print(f"export {BOOTSTRAP_ENV}={broker.bootstrap_servers}")
+    if broker.secure:
+        _print_secure_env(broker.secure_files)
     return 0
+
+
+def _print_secure_env(files: SecureFiles) -> None:
+    """The admin's settings, and which user each process should run as."""
+    for name, value in files.client_env(ADMIN).items():
+        print(f"export {name}={value}")
+    print(
+        f"# as the admin; run the controller, the job and the load generator with "
+        f"STREAMCTL_KAFKA_SASL_USERNAME={CONTROLLER}, {JOB} and {LOAD}, each with "
+        f"STREAMCTL_KAFKA_SASL_PASSWORD_FILE={files.root}/<user>-password"
+    )
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -178,11 +229,32 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kafka_security() -> KafkaSecurity:
+    try:
+        return kafka_security.from_env()
+    except kafka_security.KafkaSecurityError as exc:
+        raise StackError(f"Kafka security: {exc}") from None
+
+
 def _topics(args: argparse.Namespace) -> int:
-    result = ensure_topics(args.bootstrap_servers, DEFAULT_TOPICS, args.timeout)
+    security = _kafka_security()
+    result = ensure_topics(args.bootstrap_servers, DEFAULT_TOPICS, args.timeout, security)
     for spec in DEFAULT_TOPICS:
         state = "created" if spec.name in result.created else "exists"
         print(f"{spec.name:<24} {spec.partitions} partition(s)  {state}")
+    if args.secure_dir is not None:
+        files = SecureFiles(args.secure_dir)
+        admin = admin_client(args.bootstrap_servers, security)
+        users = {u: files.password(u) for u in USERS if u != ADMIN}
+        acls.upsert_scram_users(admin, users, args.timeout)
+        count = acls.apply_acls(admin, acls.streamctl_acls(), args.timeout)
+        print(f"SCRAM users {', '.join(users)}; {count} ACL bindings")
+    return 0
+
+
+def _secrets(args: argparse.Namespace) -> int:
+    files = write_compose_secrets(args.dir)
+    print(f"secrets for docker-compose.secure.yml in {files.root} (existing files kept)")
     return 0
 
 

@@ -32,6 +32,10 @@ FRAUD_INPUT_TOPIC = "card-transactions"
 FRAUD_OUTPUT_TOPIC = "scored-transactions"
 FRAUD_DEAD_LETTER_TOPIC = "card-transactions.dlq"
 
+QUERY_IDS = ("sensor-averages", "fraud-detection")
+"""The bundled jobs' default query ids (`streaming_jobs.plans`; a unit test keeps them equal):
+the secured stack grants each one its transactional sink id."""
+
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(METRICS_TOPIC, partitions=1),
     # Keyed <query>/<parameter> and compacted: the last tuple per knob is the desired state a

@@ -13,6 +13,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from security.kafka import PLAINTEXT, KafkaSecurity
+
 # Connection-refused lines while a broker boots are expected, not news; set propagate = True
 # on this logger to see them when debugging.
 RDKAFKA_LOGGER = logging.getLogger("stack.rdkafka")
@@ -20,10 +22,12 @@ RDKAFKA_LOGGER.addHandler(logging.NullHandler())
 RDKAFKA_LOGGER.propagate = False
 
 
-def client_config(bootstrap_servers: str, **extra: Any) -> dict[str, Any]:
+def client_config(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT,
+                  **extra: Any) -> dict[str, Any]:
     """librdkafka settings shared by every client the stack creates."""
     return {
         "bootstrap.servers": bootstrap_servers,
+        **security.librdkafka(),
         "logger": RDKAFKA_LOGGER,
         # librdkafka backs off up to 10 s between reconnects; a broker that is still booting
         # would then be noticed seconds late. Local brokers are cheap to retry.
@@ -32,8 +36,8 @@ def client_config(bootstrap_servers: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def admin_client(bootstrap_servers: str) -> AdminClient:
-    return AdminClient(client_config(bootstrap_servers))
+def admin_client(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT) -> AdminClient:
+    return AdminClient(client_config(bootstrap_servers, security))
 
 
 def broker_ids(admin: AdminClient, timeout_s: float) -> list[int] | None:

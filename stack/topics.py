@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from security.kafka import PLAINTEXT, KafkaSecurity
 from stack.errors import TopicError
 from stack.kafka_admin import admin_client
 from stack.waiting import Deadline, poll_until
@@ -34,12 +35,15 @@ class EnsureResult:
 
 
 def ensure_topics(
-    bootstrap_servers: str, specs: Iterable[TopicSpec], timeout_s: float = 30.0
+    bootstrap_servers: str,
+    specs: Iterable[TopicSpec],
+    timeout_s: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> EnsureResult:
     """Create the topics that do not exist yet; return once all are visible with leaders."""
     specs = list(specs)
     deadline = Deadline.after(timeout_s)
-    admin = admin_client(bootstrap_servers)
+    admin = admin_client(bootstrap_servers, security)
     new = [
         NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs
     ]
@@ -56,12 +60,15 @@ def ensure_topics(
 
 
 def delete_topics(
-    bootstrap_servers: str, names: Iterable[str], timeout_s: float = 30.0
+    bootstrap_servers: str,
+    names: Iterable[str],
+    timeout_s: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> tuple[str, ...]:
     """Delete the named topics that exist; return the deleted ones once they are gone."""
     names = list(names)
     deadline = Deadline.after(timeout_s)
-    admin = admin_client(bootstrap_servers)
+    admin = admin_client(bootstrap_servers, security)
     futures = admin.delete_topics(names, request_timeout=deadline.remaining_s()) if names else {}
     deleted = tuple(name for name, f in futures.items() if _deleted(name, f, deadline))
     gone = poll_until(

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from schemas import CardTransaction, Codec, SensorReading, codec_for
 from schemas.records import _Record
+from security.kafka import PLAINTEXT, KafkaSecurity
 from streamctl.cards import CardEvents, CardLedger
 from streamctl.profiles import RateProfile
 
@@ -79,6 +80,8 @@ class LoadSpec:
     accounts: int = 200
     low_priority_share: float = 0.3
     """Cards only: share of transactions with priority 0 (sheddable)."""
+    security: KafkaSecurity = PLAINTEXT
+    """How the producer authenticates (STREAMCTL_KAFKA_*)."""
 
     def __post_init__(self) -> None:
         if self.event_type not in EVENT_TYPES:
@@ -88,9 +91,11 @@ class LoadSpec:
             CardEvents(self.accounts, self.hot_key_share, self.low_priority_share)
 
 
-def producer_config(bootstrap_servers: str) -> dict[str, object]:
+def producer_config(bootstrap_servers: str,
+                    security: KafkaSecurity = PLAINTEXT) -> dict[str, object]:
     return {
         "bootstrap.servers": bootstrap_servers,
+        **security.librdkafka(),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -136,7 +141,7 @@ def run_load(
 ) -> AckLedger:
     """Produce until `duration_s` elapses or `stop` is set; flush; return the ledger."""
     stop = stop or threading.Event()
-    producer = Producer(producer_config(spec.bootstrap_servers))
+    producer = Producer(producer_config(spec.bootstrap_servers, spec.security))
     codec: Codec[Any] = codec_for(EVENT_TYPES[spec.event_type][1])
     rng = random.Random(spec.start_seq)
     make = event_maker(spec, rng)
@@ -222,10 +227,13 @@ def _produce_command(args: argparse.Namespace) -> int:
     end = args.change_until_s if args.profile in ("ramp", "spike") else float("inf")
     profile = RateProfile(args.profile, args.rate, args.peak_rate, args.change_at_s, end)
     topic = args.topic or EVENT_TYPES[args.event_type][0]
+    from streamctl.settings import kafka_security
+
     try:
         spec = LoadSpec(args.bootstrap_servers, topic, profile, args.duration_s, args.sensors,
                         args.hot_key_share, event_type=args.event_type,
-                        accounts=args.accounts, low_priority_share=args.low_priority_share)
+                        accounts=args.accounts, low_priority_share=args.low_priority_share,
+                        security=kafka_security())
     except ValueError as exc:
         print(f"produce: {exc}", file=sys.stderr)
         return 2

@@ -5,11 +5,24 @@ from __future__ import annotations
 import argparse
 import os
 
+from security import kafka
+from security.kafka import KafkaSecurity
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def bootstrap_from_env() -> str:
     return os.environ.get("STREAMCTL_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP)
+
+
+def kafka_security() -> KafkaSecurity:
+    """The STREAMCTL_KAFKA_* setting of this command; a bad one stops it with the message."""
+    from streamctl.cli import UserFacingError
+
+    try:
+        return kafka.from_env()
+    except kafka.KafkaSecurityError as exc:
+        raise UserFacingError(f"Kafka security: {exc}") from None
 
 
 def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:

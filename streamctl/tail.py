@@ -24,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
+from security.kafka import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Tail:
     stall_check_s: float = 5.0
     """Quiet time after which the tail checks for records it should be fetching (see above):
     long enough that a check costs nothing on a busy topic, short against a test's budget."""
+    security: KafkaSecurity = PLAINTEXT
     decode_errors: list[DecodeError] = field(default_factory=list)
     fetch_restarts: int = 0
     """How many times a stalled fetch was restarted."""
@@ -52,6 +54,7 @@ class Tail:
     def __post_init__(self) -> None:
         self._consumer = Consumer({
             "bootstrap.servers": self.bootstrap_servers,
+            **self.security.librdkafka(),
             "group.id": f"streamctl-tail-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

@@ -18,7 +18,7 @@ from schemas.records import Ack, Decision, TaskMetrics
 from stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
 from streamctl.board import Board, ack_line, decision_lines, status_table
 from streamctl.cli import UserFacingError
-from streamctl.settings import add_bootstrap_option
+from streamctl.settings import add_bootstrap_option, kafka_security
 from streamctl.tail import Tail
 
 _CLEAR = "\x1b[H\x1b[2J"
@@ -65,16 +65,21 @@ def _add_topic_options(p: argparse.ArgumentParser) -> None:
 
 def _open_tail(args: argparse.Namespace, topics: dict[str, type]) -> Tail:
     start_ms = int(time.time() * 1000 - args.since_s * 1000)
+    security = kafka_security()
     try:
-        return Tail(args.bootstrap_servers, topics, start_at_ms=start_ms, client_log_level=0)
+        return Tail(args.bootstrap_servers, topics, start_at_ms=start_ms, client_log_level=0,
+                    security=security)
     except KafkaException as exc:
         raise UserFacingError(
-            f"cannot reach Kafka at {args.bootstrap_servers} ({exc.args[0].str()}): start the "
-            "local broker with `streamctl stack up`, or point --bootstrap-servers / "
-            "STREAMCTL_BOOTSTRAP_SERVERS at yours") from None
+            f"cannot reach Kafka at {args.bootstrap_servers} as {security.describe()} "
+            f"({exc.args[0].str()}): start the local broker with `streamctl stack up`, or "
+            "point --bootstrap-servers / STREAMCTL_BOOTSTRAP_SERVERS at yours (a secured "
+            "broker also needs the STREAMCTL_KAFKA_* settings)") from None
     except RuntimeError as exc:
-        raise UserFacingError(f"{exc}; create streamctl's topics with `streamctl stack topics`"
-                              ) from None
+        hint = ("the principal in STREAMCTL_KAFKA_SASL_USERNAME may not read it (ACLs): use "
+                "one that may, e.g. the admin" if "AUTHORIZATION" in str(exc)
+                else "create streamctl's topics with `streamctl stack topics`")
+        raise UserFacingError(f"{exc}; {hint}") from None
 
 
 def _drain(tail: Tail, board: Board, budget_s: float = 5.0) -> None:

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from schemas import auth
+from security import kafka as kafka_security
+from security import metrics_http
+from security.kafka import KafkaSecurity
+from security.metrics_http import EndpointSecurity
 
 
 class ConfigError(ValueError):
@@ -98,6 +102,12 @@ class JobConfig:
     control_key: bytes = field(default=b"", repr=False, compare=False)
     """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
     by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
+    kafka_security: KafkaSecurity = kafka_security.PLAINTEXT
+    """How every Kafka client of the job (Spark's source, the sinks, metrics, acks, control,
+    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables (`security.kafka`)."""
+    metrics_endpoint: EndpointSecurity = metrics_http.PLAIN
+    """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
+    (`security.metrics_http`)."""
 
     def __post_init__(self) -> None:
         for problem in _problems(self):
@@ -118,6 +128,12 @@ class JobConfig:
         """Most tasks the job can run at once, which bounds input_parallelism: local[N]'s N, or
         on a cluster every executor it may request times its cores."""
         return self.task_slots if self.local else self.max_executors * self.executor_cores
+
+    @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source and sink: the brokers and how to log in to them."""
+        return {"kafka.bootstrap.servers": self.bootstrap_servers,
+                **self.kafka_security.spark_options()}
 
     @property
     def jar_list(self) -> tuple[str, ...]:
@@ -156,11 +172,31 @@ class JobConfig:
         query_id = values.get("query_id", cls.query_id)
         values.setdefault("checkpoint_dir", f".streamctl/checkpoints/{query_id}")
         values["control_key"] = _control_key(env)
+        values["kafka_security"] = _kafka_security(env)
+        values["metrics_endpoint"] = _metrics_endpoint(env)
         return cls(**values)
 
 
-ENV_ONLY = frozenset({"control_key"})
+ENV_ONLY = frozenset({"control_key", "kafka_security", "metrics_endpoint"})
 """Fields read only from the environment (secrets), never from options."""
+
+OWN_VARIABLES = frozenset({"kafka_security", "metrics_endpoint"})
+"""Fields read from variables of their own (`security.kafka.ENV_NAMES`,
+`security.metrics_http.ENV_NAMES`), not from STREAMCTL_<FIELD>."""
+
+
+def _kafka_security(env: Mapping[str, str]) -> KafkaSecurity:
+    try:
+        return kafka_security.from_env(env)
+    except kafka_security.KafkaSecurityError as exc:
+        raise ConfigError(f"Kafka security: {exc}") from None
+
+
+def _metrics_endpoint(env: Mapping[str, str]) -> EndpointSecurity:
+    try:
+        return metrics_http.from_env(env)
+    except metrics_http.EndpointSecurityError as exc:
+        raise ConfigError(f"metrics endpoint: {exc}") from None
 
 
 def _control_key(env: Mapping[str, str]) -> bytes:

@@ -158,7 +158,7 @@ def build_averages(
         return decode_and_enrich(batches, cost_ms, dead_letter_factory(), lookup, shed)
 
     raw = (spark.readStream.format("kafka")
-           .option("kafka.bootstrap.servers", config.bootstrap_servers)
+           .options(**config.spark_kafka_options)
            .option("subscribe", config.input_topic)
            .option("startingOffsets", "earliest")
            .option("minPartitions", str(input_parallelism))

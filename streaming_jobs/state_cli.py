@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.records import DesiredStateRecord
+from security import kafka as kafka_security
 
 
 def add_state_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -42,8 +43,13 @@ def state_command(args: argparse.Namespace) -> int:
                  or "127.0.0.1:9092")
     topic = args.state_topic or os.environ.get("STREAMCTL_STATE_TOPIC") or "streamctl.state"
     try:
+        security = kafka_security.from_env()
+    except kafka_security.KafkaSecurityError as exc:
+        print(f"job state: Kafka security: {exc}", file=sys.stderr)
+        return 2
+    try:
         record = read_latest(bootstrap, topic, args.query_id, DesiredStateRecord,
-                             args.timeout_s)
+                             args.timeout_s, security)
     except (LookupError, TimeoutError) as exc:
         print(f"job state: {exc} (bootstrap {bootstrap}, topic {topic})", file=sys.stderr)
         return 1

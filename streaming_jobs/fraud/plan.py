@@ -200,7 +200,7 @@ def build_fraud_detection(
         return decode_transactions(batches, dead_letter_factory(), shed)
 
     raw = (spark.readStream.format("kafka")
-           .option("kafka.bootstrap.servers", config.bootstrap_servers)
+           .options(**config.spark_kafka_options)
            .option("subscribe", config.input_topic)
            .option("startingOffsets", "earliest")
            .option("minPartitions", str(config.input_parallelism))

@@ -78,7 +78,8 @@ class ElasticJob:
             log.info("SparkSession %s up in %.1f s", config.master, time.monotonic() - started)
         self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
         self._publisher = RecordPublisher(config.bootstrap_servers,
-                                          f"streamctl-job-{config.instance_id}")
+                                          f"streamctl-job-{config.instance_id}",
+                                          config.kafka_security)
         self._lock = threading.Lock()  # one reconfiguration or shutdown at a time
         self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
         self._executors = executors_for(self.spark, config)
@@ -89,7 +90,8 @@ class ElasticJob:
         # A group per instance: every instance sees every tuple and filters on query_id.
         self._consumer = TypedConsumer(
             config.bootstrap_servers, config.control_topic,
-            f"streamctl-job-{config.query_id}-{config.instance_id}", ControlTuple)
+            f"streamctl-job-{config.query_id}-{config.instance_id}", ControlTuple,
+            config.kafka_security)
         self._stopping = threading.Event()
         self._state_topic_exists = False
         loop = ControlLoop(self._consumer, self, self._send_ack, self._count_control,
@@ -199,7 +201,7 @@ class ElasticJob:
                                      self.query.desired.state_partitions))
         self._record_desired(None)
         self._control_thread.start()
-        self.prometheus.serve(self.config.metrics_port)
+        self.prometheus.serve(self.config.metrics_port, self.config.metrics_endpoint)
         d = self.query.desired
         log.info("job %s (instance %s) started at epoch %d on %s: input %s → output %s, "
                  "input_parallelism %d, max_offsets_per_trigger %d, shed_fraction %g, udf %s, "

@@ -2,7 +2,8 @@
 
 Owns producer/consumer settings: the idempotent record publisher (metrics, acks), the per-worker
 dead-letter producer used inside Spark tasks, and the control-topic consumer that starts at the
-end of the topic. Neighbours: `control` (consumes), `lifecycle` (publishes), the job's plan
+end of the topic. Every client gets the job's Kafka security (`security.kafka`) through
+`client_config`. Neighbours: `control` (consumes), `lifecycle` (publishes), the job's plan
 (dead letters).
 """
 
@@ -18,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
+from security.kafka import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=_Record)
@@ -27,14 +29,19 @@ class PublishError(RuntimeError):
     """A record could not be handed to Kafka; the message names topic and key."""
 
 
+def client_config(bootstrap_servers: str, security: KafkaSecurity, **settings: Any
+                  ) -> dict[str, Any]:
+    """librdkafka settings of one client: where, how it authenticates, then its own."""
+    return {"bootstrap.servers": bootstrap_servers, **security.librdkafka(), **settings}
+
+
 class RecordPublisher:
     """Idempotent, acks=all producer of Avro single-object encoded records."""
 
-    def __init__(self, bootstrap_servers: str, client_id: str) -> None:
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap_servers, "client.id": client_id,
-            "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-        })
+    def __init__(self, bootstrap_servers: str, client_id: str, security: KafkaSecurity) -> None:
+        self._producer = Producer(client_config(
+            bootstrap_servers, security, **{"client.id": client_id, "enable.idempotence": True,
+                                            "acks": "all", "linger.ms": 5}))
 
     def publish(self, topic: str, key: str, record: _Record) -> None:
         value = codec_for(type(record)).encode(record)
@@ -79,24 +86,29 @@ class KafkaDeadLetterSink:
             raise PublishError(f"{remaining} dead letters undelivered to {self._topic}")
 
 
-_worker_producers: dict[str, Producer] = {}
+_worker_producers: dict[tuple[str, KafkaSecurity], Producer] = {}
 _worker_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
 class DeadLetterFactory:
-    """Picklable recipe shipped to Spark tasks; one producer per Python worker process."""
+    """Picklable recipe shipped to Spark tasks; one producer per Python worker process and
+    broker. The security setting (with its password) travels with the task: on a cluster,
+    protect Spark's RPC (`spark.network.crypto.enabled`)."""
 
     bootstrap_servers: str
     topic: str
+    security: KafkaSecurity = PLAINTEXT
 
     def __call__(self) -> KafkaDeadLetterSink:
+        where = (self.bootstrap_servers, self.security)
         with _worker_lock:
-            producer = _worker_producers.get(self.bootstrap_servers)
+            producer = _worker_producers.get(where)
             if producer is None:
-                producer = Producer({"bootstrap.servers": self.bootstrap_servers,
-                                     "enable.idempotence": True, "acks": "all"})
-                _worker_producers[self.bootstrap_servers] = producer
+                producer = Producer(client_config(
+                    self.bootstrap_servers, self.security,
+                    **{"enable.idempotence": True, "acks": "all"}))
+                _worker_producers[where] = producer
         return KafkaDeadLetterSink(producer, self.topic)
 
 
@@ -107,12 +119,11 @@ class TypedConsumer(Generic[R]):
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
-                 record_type: type[R]) -> None:
+                 record_type: type[R], security: KafkaSecurity) -> None:
         self._codec = codec_for(record_type)
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap_servers, "group.id": group_id,
-            "auto.offset.reset": "latest", "enable.auto.commit": True,
-        })
+        self._consumer = Consumer(client_config(
+            bootstrap_servers, security, **{"group.id": group_id, "auto.offset.reset": "latest",
+                                            "enable.auto.commit": True}))
         self.assigned = threading.Event()
         self._consumer.subscribe([topic], on_assign=self._on_assign)
 
@@ -160,15 +171,16 @@ class TypedConsumer(Generic[R]):
 
 
 def read_latest(bootstrap_servers: str, topic: str, key: str, record_type: type[R],
-                timeout_s: float = 10.0) -> R | None:
+                timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT) -> R | None:
     """The newest record under `key` in `topic` (read from the start to its current end).
 
     On a compacted topic that is the key's last value. Undecodable records are skipped with a
     warning naming their position. Raises `LookupError` when the topic is
     missing, `TimeoutError` when the end is not reached in time.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "unused",
-                         "enable.auto.commit": False})
+    # Assigned, never commits: the group id is required by librdkafka but never joined.
+    consumer = Consumer(client_config(bootstrap_servers, security,
+                                      **{"group.id": "unused", "enable.auto.commit": False}))
     try:
         ends = _end_offsets(consumer, topic, timeout_s)
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])

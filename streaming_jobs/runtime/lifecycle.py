@@ -83,7 +83,8 @@ class ElasticQuery:
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic,
                                        OutputEncoder(self._plan.encode,
-                                                     self._plan.encoded_schema))
+                                                     self._plan.encoded_schema),
+                                       security=config.kafka_security)
         self._contexts: dict[str, RunContext] = {}
         self.state_note: str | None = None
         """What the last `start` did to the state partitions (for the ack), if anything."""
@@ -123,7 +124,8 @@ class ElasticQuery:
         self.sink.retarget(desired.output_topic)
         df = self._plan.build(self._spark, effective_config(self._config, desired),
                               DeadLetterFactory(self._config.bootstrap_servers,
-                                                self._config.dlq_topic))
+                                                self._config.dlq_topic,
+                                                self._config.kafka_security))
         self.gate.open()
         self._query = (df.writeStream.queryName(self._config.query_id)
                        .outputMode(self._plan.output_mode)

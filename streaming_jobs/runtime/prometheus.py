@@ -1,14 +1,17 @@
 """The job's Prometheus metrics, defined once on an injected registry, labelled by query.
 
 Owns metric names and the mapping from a `TaskMetrics` record to them; serving is
-`start_http_server` on the configured port (0 = off). Neighbours: `job` records into it.
+prometheus_client's exposition app on the configured port (0 = off), over HTTP or HTTPS and
+optionally behind basic auth (`security.metrics_http`). Neighbours: `job` records into it.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from schemas.records import TaskMetrics
+from security import metrics_http
+from security.metrics_http import EndpointSecurity
 from streaming_jobs.runtime.metrics import backlog_records
 
 _QUERY = ("query",)
@@ -78,7 +81,8 @@ class JobPrometheus:
         if reason is not None:
             self.control_rejections.labels(query_id, reason).inc()
 
-    def serve(self, port: int) -> None:
-        """Expose the registry over HTTP; port 0 means no endpoint."""
+    def serve(self, port: int, security: EndpointSecurity = metrics_http.PLAIN) -> None:
+        """Expose the registry on `port` with `security`'s TLS and basic auth; port 0 means no
+        endpoint."""
         if port:
-            start_http_server(port, registry=self.registry)
+            metrics_http.serve(make_wsgi_app(self.registry), port, security)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily
 
+from security.kafka import PLAINTEXT, KafkaSecurity
 from streaming_jobs.runtime.gate import BatchGate
 from streaming_jobs.runtime.transactional import (
     DEFAULT_MARKER_TOPIC,
@@ -189,11 +190,11 @@ class SinkCollector:
 
 
 def transactional_sink(gate: BatchGate, bootstrap_servers: str, query_id: str, topic: str,
-                       encoder: OutputEncoder,
-                       marker_topic: str = DEFAULT_MARKER_TOPIC) -> TransactionalKafkaSink:
+                       encoder: OutputEncoder, marker_topic: str = DEFAULT_MARKER_TOPIC, *,
+                       security: KafkaSecurity = PLAINTEXT) -> TransactionalKafkaSink:
     """The jobs' sink on Kafka; its transactional id is stable per query."""
     settings = TransactionalSettings(bootstrap_servers, transactional_id(query_id),
-                                     marker_topic=marker_topic)
+                                     marker_topic=marker_topic, security=security)
     return TransactionalKafkaSink(gate, KafkaTransactionalWriter(settings), query_id, topic,
                                   encoder)
 
@@ -206,9 +207,10 @@ class AtLeastOnceKafkaSink:
     """Spark's official Kafka batch writer behind the gate: a replayed batch is written again."""
 
     def __init__(self, gate: BatchGate, bootstrap_servers: str, topic: str,
-                 encoder: OutputEncoder) -> None:
+                 encoder: OutputEncoder, security: KafkaSecurity = PLAINTEXT) -> None:
         self._gate, self._encoder = gate, encoder
-        self._bootstrap_servers, self._topic = bootstrap_servers, topic
+        self._topic = topic
+        self._kafka = {"kafka.bootstrap.servers": bootstrap_servers, **security.spark_options()}
         self._output = _OutputRows()
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -219,7 +221,7 @@ class AtLeastOnceKafkaSink:
             if rows:
                 (batch_df.mapInArrow(self._encoder.function, self._encoder.schema)
                  .write.format("kafka")
-                 .option("kafka.bootstrap.servers", self._bootstrap_servers)
+                 .options(**self._kafka)
                  .option("topic", self._topic)
                  .save())
         finally:

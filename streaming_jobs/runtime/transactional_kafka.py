@@ -12,11 +12,15 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from security.kafka import PLAINTEXT, KafkaSecurity
+from streaming_jobs.runtime.kafka import client_config
 from streaming_jobs.runtime.transactional import (
     DEFAULT_MARKER_TOPIC,
     CommitMarker,
@@ -45,6 +49,11 @@ class TransactionalSettings:
     holds back `read_committed` readers of the partitions it wrote to."""
     retry_budget_s: float = 30.0
     """How long one call (init, commit, abort, marker read) may retry retriable errors."""
+    security: KafkaSecurity = PLAINTEXT
+    """How the producer and the marker reader authenticate (the job's setting)."""
+
+    def client(self, **settings: Any) -> dict[str, Any]:
+        return client_config(self.bootstrap_servers, self.security, **settings)
 
 
 class Action(enum.Enum):
@@ -83,18 +92,18 @@ class KafkaTransactionalWriter:
         """Fence older instances, then read the query's last marker (in that order: only after
         `init_transactions` can no transaction of ours still be open)."""
         s = self._settings
-        ensure_marker_topic(s.bootstrap_servers, s.marker_topic, s.retry_budget_s)
-        self._producer = Producer({
-            "bootstrap.servers": s.bootstrap_servers, "transactional.id": s.transactional_id,
+        ensure_marker_topic(s.client(), s.marker_topic, s.retry_budget_s)
+        self._producer = Producer(s.client(**{
+            "transactional.id": s.transactional_id,
             "transaction.timeout.ms": s.transaction_timeout_ms, "enable.idempotence": True,
             "acks": "all", "linger.ms": 5,
             # Java's partitioner, as Spark's own Kafka sink uses: a key keeps its partition.
             "partitioner": "murmur2_random",
-        })
+        }))
         self._call("init_transactions", self._producer.init_transactions)
         # Another query's transaction ends at the latest when the broker times it out.
         wait_s = s.transaction_timeout_ms / 1000 + s.retry_budget_s
-        return read_last_marker(s.bootstrap_servers, s.marker_topic, query_id, wait_s)
+        return read_last_marker(s.client(), s.marker_topic, query_id, wait_s)
 
     def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None:
         producer = self._require_producer()
@@ -171,10 +180,11 @@ class KafkaTransactionalWriter:
         raise SinkUnavailable(f"{context}; the next batch re-initialises the producer")
 
 
-def ensure_marker_topic(bootstrap_servers: str, topic: str, timeout_s: float) -> None:
+def ensure_marker_topic(client: Mapping[str, Any], topic: str, timeout_s: float) -> None:
     """Create the compacted marker topic when it does not exist (brokers here never
-    auto-create topics, and a job should not need a separate set-up step for it)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    auto-create topics, and a job should not need a separate set-up step for it). With ACLs
+    the job may not create topics: the topic-init service creates it (`stack.defaults`)."""
+    admin = AdminClient(dict(client))
     if topic in admin.list_topics(timeout=timeout_s).topics:
         return
     spec = NewTopic(topic, 1, -1, config={"cleanup.policy": "compact"})
@@ -186,7 +196,7 @@ def ensure_marker_topic(bootstrap_servers: str, topic: str, timeout_s: float) ->
             raise SinkUnavailable(f"cannot create marker topic {topic}: {exc}") from exc
 
 
-def read_last_marker(bootstrap_servers: str, topic: str, query_id: str,
+def read_last_marker(client: Mapping[str, Any], topic: str, query_id: str,
                      timeout_s: float) -> CommitMarker | None:
     """The last committed marker of `query_id`, read with `read_committed`.
 
@@ -195,9 +205,9 @@ def read_last_marker(bootstrap_servers: str, topic: str, query_id: str,
     it would be missed by stopping at that offset. So this waits (within `timeout_s`, which
     should exceed the transaction timeout) until every such transaction is resolved.
     """
-    ends = _end_offsets(bootstrap_servers, topic, timeout_s)
+    ends = _end_offsets(client, topic, timeout_s)
     consumer = Consumer({
-        "bootstrap.servers": bootstrap_servers, "group.id": f"streamctl-markers-{uuid.uuid4()}",
+        **client, "group.id": f"streamctl-markers-{uuid.uuid4()}",
         "isolation.level": "read_committed", "enable.auto.commit": False,
         "enable.partition.eof": True, "auto.offset.reset": "earliest",
     })
@@ -207,10 +217,10 @@ def read_last_marker(bootstrap_servers: str, topic: str, query_id: str,
         consumer.close()
 
 
-def _end_offsets(bootstrap_servers: str, topic: str, timeout_s: float) -> dict[int, int]:
+def _end_offsets(client: Mapping[str, Any], topic: str, timeout_s: float) -> dict[int, int]:
     from confluent_kafka import IsolationLevel
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(dict(client))
     partitions = admin.list_topics(topic, timeout=timeout_s).topics[topic].partitions
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
     futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_UNCOMMITTED,

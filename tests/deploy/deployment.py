@@ -24,17 +24,19 @@ from stack.ports import find_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+SECURE_COMPOSE_FILE = ROOT / "docker-compose.secure.yml"
 PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.yml"
+SECURE_PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.secure.yml"
 DASHBOARD_DIR = ROOT / "deploy" / "grafana" / "dashboards"
 GRAFANA_PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
 PROJECT_IMAGE = "streamctl:"
 
 # Which packages each kind of project process imports (and so which env constants it may read).
 _PROCESS_SOURCES = {
-    "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py"),
-    "controller": ("controller", "schemas", "stack", "streamctl/cli.py"),
-    "topics": ("stack", "streamctl/cli.py"),
-    "load": ("streamctl", "schemas", "stack"),
+    "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py", "security"),
+    "controller": ("controller", "schemas", "stack", "streamctl/cli.py", "security"),
+    "topics": ("stack", "streamctl/cli.py", "security/kafka.py"),
+    "load": ("streamctl", "schemas", "stack", "security/kafka.py"),
 }
 _COMMANDS = {
     ("job", "run"): "job", ("controller", "run"): "controller", ("stack", "topics"): "topics",
@@ -54,6 +56,35 @@ def compose() -> dict[str, Any]:
 
 def services() -> dict[str, dict[str, Any]]:
     return compose()["services"]
+
+
+def secure_compose() -> dict[str, Any]:
+    """docker-compose.yml with docker-compose.secure.yml applied as `docker compose -f … -f …`
+    does for the keys these files use: environments and secrets merge, volumes merge by their
+    target path, anything else (command, healthcheck test) is replaced."""
+    base, override = compose(), load_yaml(SECURE_COMPOSE_FILE)
+    merged = {name: dict(service) for name, service in base["services"].items()}
+    for name, changes in override["services"].items():
+        service = merged.setdefault(name, {})
+        for key, value in changes.items():
+            service[key] = _merge(key, service.get(key), value)
+    return {**base, "services": merged,
+            "secrets": {**base.get("secrets", {}), **override.get("secrets", {})}}
+
+
+def _merge(key: str, old: Any, new: Any) -> Any:
+    if old is None:
+        return new
+    if key == "environment":
+        return {**environment({key: old}), **environment({key: new})}
+    if key == "secrets":
+        return list(dict.fromkeys([*old, *new]))
+    if key == "volumes":
+        by_target = {v.split(":")[1]: v for v in [*old, *new]}
+        return list(by_target.values())
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **new}
+    return new
 
 
 def environment(service: Mapping[str, Any]) -> dict[str, str]:
@@ -96,10 +127,11 @@ def env_constants(*sources: str) -> set[str]:
 
 
 def job_env_vars() -> dict[str, Any]:
-    """`STREAMCTL_<FIELD>` of every `JobConfig` field, with the field's default."""
-    from streaming_jobs.config import JobConfig, env_var
+    """`STREAMCTL_<FIELD>` of every `JobConfig` field read from a variable of that name, with
+    the field's default."""
+    from streaming_jobs.config import OWN_VARIABLES, JobConfig, env_var
 
-    return {env_var(f.name): f.default for f in fields(JobConfig)}
+    return {env_var(f.name): f.default for f in fields(JobConfig) if f.name not in OWN_VARIABLES}
 
 
 def controller_env_vars() -> dict[str, Any]:
@@ -166,6 +198,7 @@ class ScrapeTarget:
 
 
 def scrape_targets(config: Mapping[str, Any] | None = None) -> list[ScrapeTarget]:
+    """Every target of `config` (default deploy/prometheus.yml)."""
     config = load_yaml(PROMETHEUS_FILE) if config is None else config
     targets = []
     for job in config["scrape_configs"]:
@@ -263,24 +296,40 @@ class LocalMapping:
         return f"127.0.0.1:{self.ports[port]}"
 
 
+def local_secrets(compose_file: Mapping[str, Any], directory: Path) -> dict[str, str]:
+    """/run/secrets/<name> -> where its file (`deploy/secrets/<file>`) is in `directory`."""
+    return {f"/run/secrets/{name}": str(directory / Path(secret["file"]).name)
+            for name, secret in compose_file.get("secrets", {}).items()}
+
+
 def secret_mounts(service: Mapping[str, Any]) -> dict[str, str]:
     """Path in the container -> secret name, for the secrets a service mounts (short form)."""
     return {f"/run/secrets/{name}": name for name in service.get("secrets", [])}
 
 
-def local_prometheus_config(mapping: LocalMapping, running: set[str]) -> dict[str, Any]:
-    """`deploy/prometheus.yml` with the targets of the locally running services rewritten to
-    their local ports, and every other target (Spark, the standby job) left out."""
-    config = load_yaml(PROMETHEUS_FILE)
+def local_prometheus_config(mapping: LocalMapping, running: set[str],
+                            path: Path = PROMETHEUS_FILE) -> dict[str, Any]:
+    """A Prometheus config (default `deploy/prometheus.yml`) with the targets of the locally
+    running services rewritten to their local ports, every other target (Spark, the standby
+    job) left out, and secret files (`*_file`) mapped to local paths."""
+    config = load_yaml(path)
     jobs = []
     for job in config["scrape_configs"]:
         targets = [mapping.target(host, int(port)) for static in job.get("static_configs", [])
                    for host, port in (t.rsplit(":", 1) for t in static["targets"])
                    if host in running]
         if targets:
-            kept = {k: v for k, v in job.items() if not k.endswith("_sd_configs")}
+            kept = {k: _local_files(mapping, v) for k, v in job.items()
+                    if not k.endswith("_sd_configs")}
             jobs.append({**kept, "static_configs": [{"targets": targets}]})
     return {**config, "scrape_configs": jobs}
+
+
+def _local_files(mapping: LocalMapping, value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: mapping.value(k.upper(), v) if k.endswith("_file") else _local_files(mapping, v)
+                for k, v in value.items()}
+    return value
 
 
 def listen_ports(count: int) -> list[int]:

@@ -87,12 +87,36 @@ def _default(value: Any) -> str:
 
 def _job_rows() -> dict[str, Row]:
     from streaming_jobs.cli import _HELP
-    from streaming_jobs.config import JobConfig, env_var
+    from streaming_jobs.config import OWN_VARIABLES, JobConfig, env_var
 
     docs = attribute_docs(JobConfig)  # the option's help is the shorter, user-facing text
     return {env_var(f.name): Row(env_var(f.name), "job", _default(f.default),
                                  _sentence(_HELP.get(f.name) or docs.get(f.name, "")))
-            for f in fields(JobConfig)}
+            for f in fields(JobConfig) if f.name not in OWN_VARIABLES}
+
+
+def _kafka_security_rows() -> dict[str, Row]:
+    """Read by every process that talks to Kafka (`security.kafka.from_env`)."""
+    from security import kafka
+
+    docs = attribute_docs(kafka.KafkaSecurity)
+    rows = {name: Row(name, "all", _default(getattr(kafka.PLAINTEXT, field)), docs[field])
+            for field, name in kafka.ENV_NAMES.items()}
+    rows[kafka.PASSWORD_FILE_ENV] = Row(kafka.PASSWORD_FILE_ENV, "all", "unset",
+                                        kafka.PASSWORD_FILE_MEANING)
+    return rows
+
+
+def _metrics_endpoint_rows() -> dict[str, Row]:
+    """Read by the job and the controller for their Prometheus endpoints."""
+    from security import metrics_http as m
+
+    docs = attribute_docs(m.EndpointSecurity)
+    rows = {name: Row(name, "job, controller", "unset", docs[field])
+            for field, name in m.ENV_NAMES.items()}
+    rows[m.PASSWORD_FILE_ENV] = Row(m.PASSWORD_FILE_ENV, "job, controller", "unset",
+                                    m.PASSWORD_FILE_MEANING)
+    return rows
 
 
 def _controller_rows() -> dict[str, Row]:
@@ -110,7 +134,7 @@ def _controller_rows() -> dict[str, Row]:
 
 def rows() -> list[Row]:
     """One row per variable; a variable both processes read shows both defaults if they differ."""
-    merged: dict[str, Row] = {}
+    merged: dict[str, Row] = {**_kafka_security_rows(), **_metrics_endpoint_rows()}
     for source in (_job_rows(), _controller_rows()):
         for name, row in source.items():
             if name not in merged:

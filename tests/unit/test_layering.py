@@ -1,5 +1,7 @@
 """The layering of ARCHITECTURE.md, enforced: every import (including lazy ones inside
-functions) of every module of `controller`, `streaming_jobs` and `schemas`, parsed with ast."""
+functions) of every module of `controller`, `streaming_jobs`, `schemas` and `security`, parsed
+with ast. `security` is the leaf both processes share for transport security (docs/architecture.md):
+it imports nothing of the project and no client library, so sharing it couples nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl"}
+PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "security"}
 
 KAFKA_ADAPTERS = {"controller/kafka_io.py", "controller/trace_kafka.py",
                   "controller/kafka_recovery.py",
@@ -37,27 +39,35 @@ def imported(path: str) -> set[str]:
     return names
 
 
-ALL = modules("controller") + modules("streaming_jobs") + modules("schemas")
+ALL = (modules("controller") + modules("streaming_jobs") + modules("schemas")
+       + modules("security"))
 
 
 def test_the_packages_are_found() -> None:
     assert "controller/loop.py" in ALL and "schemas/codec.py" in ALL
+    assert "security/kafka.py" in ALL
 
 
 @pytest.mark.parametrize("path", modules("controller"))
-def test_controller_imports_only_schemas_of_the_project(path: str) -> None:
-    assert imported(path) & (PROJECT - {"controller", "schemas"}) == set()
+def test_controller_imports_only_schemas_and_security_of_the_project(path: str) -> None:
+    assert imported(path) & (PROJECT - {"controller", "schemas", "security"}) == set()
     assert "pyspark" not in imported(path)
 
 
 @pytest.mark.parametrize("path", modules("streaming_jobs"))
 def test_streaming_jobs_never_import_the_controller(path: str) -> None:
-    assert imported(path) & (PROJECT - {"streaming_jobs", "schemas"}) == set()
+    assert imported(path) & (PROJECT - {"streaming_jobs", "schemas", "security"}) == set()
 
 
 @pytest.mark.parametrize("path", modules("schemas"))
 def test_schemas_import_nothing_of_the_project(path: str) -> None:
     assert imported(path) & (PROJECT - {"schemas"}) == set()
+
+
+@pytest.mark.parametrize("path", modules("security"))
+def test_security_is_a_leaf_without_client_libraries(path: str) -> None:
+    assert imported(path) & (PROJECT - {"security"}) == set()
+    assert imported(path) & {"confluent_kafka", "prometheus_client", "pyspark"} == set()
 
 
 @pytest.mark.parametrize("path", ALL)

@@ -1,0 +1,170 @@
+"""What each streamctl principal may do on a secured broker: the one ACL set, and applying it.
+
+Owns the grants per principal (least privilege: only the controller may write the control
+topic; the job reads it and writes its outputs, metrics, acks, state, dead letters and its
+transactional sink; the load generator writes the inputs), the SCRAM users, and the admin calls
+that create both. The secured local broker (`broker`) and compose's init service (`streamctl
+stack topics --secure-dir`) apply exactly `streamctl_acls()`; a test reads them back. The admin
+is a super user (server.properties) and needs no grant. Neighbours: `secure` (the users),
+`defaults` (the names), `cli`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialUpsertion,
+)
+
+from stack import defaults
+from stack.errors import StackError
+from stack.secure import CONTROLLER, JOB, LOAD
+
+SCRAM_ITERATIONS = 8192
+"""Twice Kafka's minimum for SCRAM-SHA-512 (4096): a login costs a few ms, a stolen hash much
+more to brute-force."""
+
+_READ, _WRITE, _DESCRIBE = "READ", "WRITE", "DESCRIBE"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """`operations` on a resource (`topic`, `group`, `transactional_id`) for `User:<user>`."""
+
+    user: str
+    resource: str
+    name: str
+    operations: tuple[str, ...]
+    prefixed: bool = False
+    """The name is a prefix (e.g. Spark's generated consumer groups), not a literal name."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """The topics, groups and queries of one deployment that the ACLs name."""
+
+    inputs: tuple[str, ...] = (defaults.INPUT_TOPIC, defaults.FRAUD_INPUT_TOPIC)
+    outputs: tuple[str, ...] = (defaults.OUTPUT_TOPIC, defaults.FRAUD_OUTPUT_TOPIC)
+    dead_letters: tuple[str, ...] = (defaults.DEAD_LETTER_TOPIC,
+                                     defaults.FRAUD_DEAD_LETTER_TOPIC)
+    metrics: str = defaults.METRICS_TOPIC
+    control: str = defaults.CONTROL_TOPIC
+    acks: str = defaults.ACKS_TOPIC
+    state: str = defaults.STATE_TOPIC
+    decisions: str = defaults.DECISIONS_TOPIC
+    markers: str = defaults.SINK_MARKERS_TOPIC
+    query_ids: tuple[str, ...] = defaults.QUERY_IDS
+    """Each query's transactional sink id is `streamctl-<query>-sink`."""
+    controller_group: str = "streamctl-controller"
+    extra: tuple[Grant, ...] = field(default=())
+
+
+def streamctl_acls(n: Names = Names()) -> tuple[Grant, ...]:
+    """Every grant of a streamctl deployment (the admin is a super user and needs none)."""
+    return (*_controller(n), *_job(n), *_load(n), *n.extra)
+
+
+def _controller(n: Names) -> list[Grant]:
+    return [
+        Grant(CONTROLLER, "topic", n.metrics, (_READ, _DESCRIBE)),
+        Grant(CONTROLLER, "topic", n.acks, (_READ, _DESCRIBE)),
+        # Written by the controller only; read back at start-up to resume (kafka_recovery).
+        Grant(CONTROLLER, "topic", n.control, (_READ, _WRITE, _DESCRIBE)),
+        Grant(CONTROLLER, "topic", n.decisions, (_READ, _WRITE, _DESCRIBE)),
+        # Its metrics group, and the ack consumer's throwaway `<group>.acks.<uuid>`.
+        Grant(CONTROLLER, "group", n.controller_group, (_READ,), prefixed=True),
+    ]
+
+
+def _job(n: Names) -> list[Grant]:
+    grants = [Grant(JOB, "topic", t, (_READ, _DESCRIBE)) for t in n.inputs]
+    grants += [Grant(JOB, "topic", t, (_WRITE, _DESCRIBE))
+               for t in (*n.outputs, *n.dead_letters, n.metrics, n.acks, n.state)]
+    grants += [
+        # The control topic is read, never written: a job cannot reconfigure another.
+        Grant(JOB, "topic", n.control, (_READ, _DESCRIBE)),
+        Grant(JOB, "topic", n.markers, (_READ, _WRITE, _DESCRIBE)),
+        # The control consumer's group per instance: streamctl-job-<query>-<instance>.
+        Grant(JOB, "group", "streamctl-job-", (_READ,), prefixed=True),
+        # Spark's Kafka source names its consumers' groups spark-kafka-source-<uuid>-...
+        Grant(JOB, "group", "spark-kafka-source-", (_READ,), prefixed=True),
+    ]
+    grants += [Grant(JOB, "transactional_id", f"streamctl-{q}-sink", (_WRITE, _DESCRIBE))
+               for q in n.query_ids]
+    return grants
+
+
+def _load(n: Names) -> list[Grant]:
+    return [Grant(LOAD, "topic", t, (_WRITE, _DESCRIBE)) for t in n.inputs]
+
+
+_RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP,
+              "transactional_id": ResourceType.TRANSACTIONAL_ID}
+
+
+def bindings(grants: Iterable[Grant]) -> list[AclBinding]:
+    return [AclBinding(_RESOURCES[g.resource], g.name,
+                       ResourcePatternType.PREFIXED if g.prefixed else ResourcePatternType.LITERAL,
+                       f"User:{g.user}", "*", AclOperation[op], AclPermissionType.ALLOW)
+            for g in grants for op in g.operations]
+
+
+def apply_acls(admin: AdminClient, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
+    """Create the grants' ACL bindings (creating an existing one is a no-op); returns how many."""
+    wanted = bindings(grants)
+    futures = admin.create_acls(wanted, request_timeout=timeout_s)
+    for binding, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise StackError(f"creating the ACL {binding} failed: {exc.args[0].str()}") from exc
+    return len(wanted)
+
+
+_ANY: Any = None  # a filter's None matches every name, principal and host (the stubs say str)
+EVERY_BINDING = AclBindingFilter(ResourceType.ANY, _ANY, ResourcePatternType.ANY, _ANY, _ANY,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+
+
+def granted(admin: AdminClient, timeout_s: float = 30.0) -> set[tuple[str, str, str, str, bool]]:
+    """Every ALLOW binding on the broker as (user, resource, name, operation, prefixed)."""
+    # None matches any name, principal and host (the type stubs say str).
+    kinds = {v: k for k, v in _RESOURCES.items()}
+    found = admin.describe_acls(EVERY_BINDING, request_timeout=timeout_s).result(timeout=timeout_s)
+    return {(b.principal.removeprefix("User:"), kinds[b.restype], b.name, b.operation.name,
+             b.resource_pattern_type == ResourcePatternType.PREFIXED) for b in found}
+
+
+def expected(grants: Iterable[Grant]) -> set[tuple[str, str, str, str, bool]]:
+    """`granted`'s form of `grants`."""
+    return {(g.user, g.resource, g.name, op, g.prefixed) for g in grants for op in g.operations}
+
+
+def upsert_scram_users(admin: AdminClient, passwords: Mapping[str, str],
+                       timeout_s: float = 30.0) -> None:
+    """Create (or reset) each user's SCRAM-SHA-512 credential."""
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
+    changes: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(user, info, password.encode())
+        for user, password in passwords.items()]
+    for user, future in admin.alter_user_scram_credentials(
+            changes, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise StackError(f"creating the SCRAM user {user} failed: "
+                             f"{exc.args[0].str()}") from exc
