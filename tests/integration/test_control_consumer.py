@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, Producer, TopicPartition
 
 from schemas import SensorReading, codec_for
+from security.kafka import PLAINTEXT
 from streaming_jobs.runtime.kafka import TypedConsumer
 from tests.accounting import until
 
@@ -40,7 +41,8 @@ def test_a_rejoin_resumes_at_the_committed_position_not_the_end(
     topic = new_topic()
     producer = Producer({"bootstrap.servers": bootstrap_servers})
     send(producer, topic, 0)  # before the consumer: not for it
-    consumer = TypedConsumer(bootstrap_servers, topic, f"group-{topic}", SensorReading)
+    consumer = TypedConsumer(bootstrap_servers, topic, f"group-{topic}", SensorReading,
+                             PLAINTEXT)
     try:
         until(lambda: (consumer.poll(0.2), consumer.assigned.is_set())[1], 30, "an assignment")
         send(producer, topic, 1)
