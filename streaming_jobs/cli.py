@@ -49,6 +49,10 @@ _HELP = {
     "max_shed_fraction": "highest shed fraction a control tuple may set (< 1)",
     "low_priority_prefixes": "comma-separated sensor-id prefixes that may be shed "
                              "(empty = every reading)",
+    "input_drain_quiet_s": "an input switch waits until the old topic's end offsets have "
+                           "not moved for this long",
+    "input_drain_timeout_s": "longest wait for the old topic to drain before an input "
+                             "switch is refused",
     "udf_version": "initial enrichment function version (v1 region, v2 sub-region)",
 }
 _KEY_HELP = ("The control key is read from STREAMCTL_CONTROL_KEY or the file named by "

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from streaming_jobs.runtime.input_switch import SwitchRefused
 from streaming_jobs.runtime.lifecycle import Commit
 from streaming_jobs.runtime.parameters import Apply, DesiredState, apply_path
 
@@ -30,6 +31,10 @@ FIRST_COMMIT_TIMEOUT_S = 120.0
 
 class RestartFailed(RuntimeError):
     """The change could not be applied; the previous settings are back in force."""
+
+
+class Refused(RuntimeError):
+    """A precondition of the change does not hold; nothing was changed or restarted."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,9 @@ class RestartableQuery(Protocol):
     def start(self, desired: DesiredState) -> str: ...
 
     @property
-    def state_note(self) -> str | None: ...
+    def start_note(self) -> str | None: ...
+
+    def drain_input(self, topic: str) -> str: ...
 
     def hold(self, timeout_s: float) -> bool: ...
 
@@ -82,7 +89,16 @@ class Reconfigurer:
         change = old.describe_change(new)
         if apply_path(old, new) is Apply.SWAP:
             return self._swap(old, new, change)
+        if new.input_topic != old.input_topic:
+            change = f"{change}; {self._drain(new.input_topic)}"
         return self._restart(old, new, change)
+
+    def _drain(self, topic: str) -> str:
+        """An input switch first lets the running query read the old topic to its end."""
+        try:
+            return self._query.drain_input(topic)
+        except SwitchRefused as exc:
+            raise Refused(f"cannot switch the input to {topic}: {exc}") from exc
 
     def _swap(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
         """Hold new batches at the gate, let admitted ones commit, swap, release.
@@ -128,7 +144,7 @@ class Reconfigurer:
             raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
                                 f"epoch {old.epoch}") from exc
         resumed_ms = first.end_ms if first else self._clock_ms()
-        note = f"{self._query.state_note}, " if self._query.state_note else ""
+        note = f"{self._query.start_note}, " if self._query.start_note else ""
         detail = (f"{change}; {note}"
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
                   + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "

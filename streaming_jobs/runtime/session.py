@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -46,6 +48,29 @@ def hide_gate_stops(spark: SparkSession) -> None:
     py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
     if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
         py4j_log.addFilter(HideGateStops())
+
+
+SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+
+
+@contextmanager
+def source_evolution(spark: SparkSession, enabled: bool) -> Iterator[None]:
+    """Spark's source evolution on (named sources) or off (unnamed) while a query is built
+    and started, then the session's own setting again.
+
+    A query keeps the setting it started with (it runs on a clone of the session's conf);
+    it must match its checkpoint: an unnamed source with it on, a named one with it off, or
+    it on over a checkpoint written without it, are all refused by Spark.
+    """
+    saved = spark.conf.get(SOURCE_EVOLUTION, None)
+    spark.conf.set(SOURCE_EVOLUTION, str(enabled).lower())
+    try:
+        yield
+    finally:
+        if saved is None:
+            spark.conf.unset(SOURCE_EVOLUTION)
+        else:
+            spark.conf.set(SOURCE_EVOLUTION, saved)
 
 
 def build_session(config: JobConfig) -> SparkSession:

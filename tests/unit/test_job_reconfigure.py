@@ -28,7 +28,7 @@ class FakeQuery:
         self.swapped: list[DesiredState] = []
         self.held = False
         self.active = True
-        self.state_note: str | None = None
+        self.start_note: str | None = None
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.active = False
@@ -90,7 +90,7 @@ def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> N
 
 def test_a_state_repartition_is_named_in_the_detail() -> None:
     query = FakeQuery()
-    query.state_note = "state repartitioned 4→8 in 900 ms"
+    query.start_note = "state repartitioned 4→8 in 900 ms"
     clock = iter([2_000, 2_300])
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
         replace(START, epoch=1, state_partitions=8))
