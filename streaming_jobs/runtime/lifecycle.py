@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
@@ -123,15 +123,16 @@ class ElasticQuery:
                                   DeadLetterFactory(self._config.bootstrap_servers,
                                                     self._config.dlq_topic), source)
             self.gate.open()
-            self._query = (df.writeStream.queryName(self._config.query_id)
-                           .outputMode(self._plan.output_mode)
-                           .foreachBatch(self.sink)
-                           .option("checkpointLocation", self._config.checkpoint_dir)
-                           .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)}"
-                                    " milliseconds")
-                           .start())
+            self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self._context(desired)
         return str(self._query.runId)
+
+    def _write(self, df: DataFrame) -> StreamingQuery:
+        c = self._config
+        return (df.writeStream.queryName(c.query_id).outputMode(self._plan.output_mode)
+                .foreachBatch(self.sink).option("checkpointLocation", c.checkpoint_dir)
+                .trigger(processingTime=f"{int(c.trigger_interval_s * 1000)} milliseconds")
+                .start())
 
     def _resume_input(self, desired: DesiredState, offsets: TopicOffsets) -> DesiredState:
         """The input the checkpoint resumes (a switch completes even across a crash)."""

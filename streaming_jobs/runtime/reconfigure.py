@@ -10,6 +10,7 @@ Callers serialize calls (the control loop handles one tuple at a time). Neighbou
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,8 +162,11 @@ class Reconfigurer:
             if commit is not None:
                 return commit
             failure = self._query.failure()
-            if failure is not None or not self._query.is_active():
-                raise RuntimeError(failure or "query stopped right after starting")
+            if failure is not None:
+                log.error("the restarted query failed: %s", failure)
+                raise RuntimeError(short_failure(failure))
+            if not self._query.is_active():
+                raise RuntimeError("query stopped right after starting")
             if time.monotonic() >= grace_until and self._query.is_idle():
                 return None
         raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
@@ -172,3 +176,23 @@ class Reconfigurer:
         if self._query.is_active():
             self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         self._query.start(old)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:Caused by: )?([\w$.]+(?:Error|Exception)): (.+)$")
+_QUERY_PREFIX = re.compile(r"^\[STREAM_FAILED\] Query \[.*?\] terminated with exception: ")
+FAILURE_DETAIL_CHARS = 300
+"""An ack carries the failure's gist; the full text (tracebacks, the plan) is in the log."""
+
+
+def short_failure(text: str) -> str:
+    """A query's termination error in one line for an ack: the innermost exception
+    (`ValueError: …`) if the text names one, else its first line."""
+    body = text.split("=== Streaming Query ===")[0]
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    causes = [m for m in map(_EXCEPTION_LINE.match, lines) if m]
+    if causes:
+        name, message = causes[-1].groups()
+        summary = f"{name.rsplit('.', 1)[-1]}: {message}"
+    else:
+        summary = _QUERY_PREFIX.sub("", lines[0]) if lines else "unknown failure"
+    return summary[:FAILURE_DETAIL_CHARS]

@@ -2,15 +2,18 @@
 forged, unsigned, stale, malformed and out-of-range tuples are rejected (acked, or counted for
 garbage) while the job keeps running unchanged; throttle, shed, UDF swap and output retarget
 are applied under load and show in the output and metrics; the desired state is persisted,
-published, and resumed by a new process."""
+published, and resumed by a new process; state partitions up and down; an input switch waits
+for the old topic to drain; a restart that really fails is rolled back."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,6 +87,24 @@ def produce_slowly(config: JobConfig, seqs: range, stop: threading.Event) -> Non
         stop.wait(0.05)
 
 
+@contextmanager
+def second_half_arriving(config: JobConfig, metrics: TopicReader) -> Iterator[None]:
+    """The first half is in and a batch read it; the second half arrives while the block
+    runs (and is all sent when it ends)."""
+    produce_records(config.bootstrap_servers, config.input_topic,
+                    ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
+    metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_slowly,
+                                args=(config, range(FIRST_HALF, TOTAL), stop))
+    producer.start()
+    try:
+        yield
+    finally:
+        producer.join(timeout=60)
+        stop.set()
+
+
 def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
                                                    job_config: JobConfig) -> None:
     cfg = job_config
@@ -92,21 +113,10 @@ def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
     output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
     dlq = TopicReader(cfg.bootstrap_servers, cfg.dlq_topic)
     produce(cfg.bootstrap_servers, cfg.input_topic, [(b"x", b"garbage"), (b"y", b"\xc3\x01bad")])
-    produce_records(cfg.bootstrap_servers, cfg.input_topic,
-                    ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
-    metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
-
-    stop_producing = threading.Event()
-    producer = threading.Thread(target=produce_slowly,
-                                args=(cfg, range(FIRST_HALF, TOTAL), stop_producing))
-    producer.start()
-    try:
+    with second_half_arriving(cfg, metrics):
         rescale = control(cfg.query_id, "input_parallelism", "4", epoch=1)
         produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, rescale)])
         applied = ack_for(acks, rescale.control_id)
-    finally:
-        producer.join(timeout=60)
-        stop_producing.set()
     assert applied.outcome is Outcome.APPLIED, applied.detail
     assert applied.pause_ms > 0
     assert "2→4" in applied.detail
@@ -383,24 +393,11 @@ def test_state_partitions_up_and_down_keep_every_window(spark: object,
         acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
         output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
         assert job.wait_control_ready(30)
-        produce_records(cfg.bootstrap_servers, cfg.input_topic,
-                        ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
-        metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
-        stop_producing = threading.Event()
-        producer = threading.Thread(target=produce_slowly,
-                                    args=(cfg, range(FIRST_HALF, TOTAL), stop_producing))
-        producer.start()
-        try:
+        with second_half_arriving(cfg, metrics):
             for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
-                tuple_ = control(cfg.query_id, "state_partitions", str(new), epoch)
-                produce_records(cfg.bootstrap_servers, cfg.control_topic,
-                                [(cfg.query_id, tuple_)])
-                ack = ack_for(acks, tuple_.control_id)
+                ack = _send(cfg, acks, "state_partitions", str(new), epoch)
                 assert ack.outcome is Outcome.APPLIED, ack.detail
                 assert f"state repartitioned {old}→{new}" in ack.detail, ack.detail
-        finally:
-            producer.join(timeout=60)
-            stop_producing.set()
         metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
         _assert_exactly_once(cfg, output)  # its sentinel makes a batch at epoch 2
         seen = metrics.until(lambda ms: consumed(ms) >= TOTAL + 1, 120)
@@ -488,3 +485,35 @@ def _assert_exactly_once_up_to(cfg: JobConfig, output: TopicReader, produced: in
     keys = [(w.sensor_id, w.window_start_ms) for w in windows]
     assert len(keys) == len(set(keys)), "a window was emitted twice"
     assert {(w.sensor_id, w.window_start_ms): (w.count, w.seq_sum) for w in windows} == expected
+
+
+def broken_lookup(sensor_id: str) -> str:
+    """A registered UDF version that fails in every Spark task that calls it."""
+    raise ValueError(f"lookup service refused {sensor_id}")
+
+
+def test_a_restart_that_fails_rolls_back_and_loses_nothing(
+        running_job: object, job_config: JobConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real failure on resume: the new UDF fails in the Spark tasks of the first batch after
+    the restart. The job restarts with the previous settings, acks FAILED with the reason,
+    keeps running, and the batch that failed is replayed: every window once."""
+    from streaming_jobs import sensor_averages
+    from streaming_jobs.runtime.job import ElasticJob
+
+    job, cfg = running_job, job_config
+    assert isinstance(job, ElasticJob)
+    monkeypatch.setitem(sensor_averages.ENRICHMENTS, "broken", broken_lookup)
+    metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
+    acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
+    output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
+    with second_half_arriving(cfg, metrics):
+        failed = _send(cfg, acks, "udf_version", "broken", epoch=1)
+    assert failed.outcome is Outcome.FAILED, failed.detail
+    assert re.fullmatch(r"restart with udf_version v1→broken failed \(ValueError: lookup "
+                        r"service refused sensor-\d\); rolled back to epoch 0", failed.detail), (
+        failed.detail)
+    assert job.query.is_active() and job.desired.udf_version == "v1" and job.desired.epoch == 0
+    metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
+    _assert_exactly_once(cfg, output)
+    for reader in (metrics, acks, output):
+        reader.close()

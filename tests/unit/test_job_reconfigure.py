@@ -141,3 +141,30 @@ def test_without_new_data_the_pause_ends_when_the_restarted_query_is_idle(
     applied = Reconfigurer(IdleQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 1_900
     assert applied.detail.endswith("restart to idle 600 ms (no new data)")
+
+
+SPARK_FAILURE = """An exception was raised by the Python Proxy. Return Message:
+Traceback (most recent call last):
+  File "/x/py4j/clientserver.py", line 644, in _call_proxy
+    return_value = getattr(self.pool[obj_id], method)(*params)
+pyspark.errors.exceptions.captured.PythonException: An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/x/streaming_jobs/sensor_averages.py", line 116, in decode_and_enrich
+    region = None if dropped else lookup(r.sensor_id)
+ValueError: lookup service refused sensor-0
+
+=== Streaming Query ===
+Identifier: q [id = 2082, runId = a8fb]
+Logical Plan:
+~WriteToMicroBatchDataSourceV1 ForeachBatchSink
+"""
+
+
+def test_a_failure_in_the_ack_is_its_innermost_exception_not_the_traceback() -> None:
+    from streaming_jobs.runtime.reconfigure import short_failure
+
+    assert short_failure(SPARK_FAILURE) == "ValueError: lookup service refused sensor-0"
+    assert short_failure("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with "
+                         "exception: Some data may have been lost\nmore") == (
+        "Some data may have been lost")
+    assert len(short_failure("x" * 1000)) == 300
