@@ -79,13 +79,16 @@ def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentPars
 
 
 def add_job_commands(subparsers: Any) -> None:
-    """Register `job run` and `job state` on the root CLI's subparsers."""
-    job = subparsers.add_parser("job", help="run streaming jobs, read their desired state")
+    """Register `job run`, `job state` and `job send` on the root CLI's subparsers."""
+    job = subparsers.add_parser("job", help="run streaming jobs, read their desired state, "
+                                            "send them a control tuple")
     commands = job.add_subparsers(dest="job_command", required=True, metavar="COMMAND")
     add_run_command(commands)
+    from streaming_jobs.send_cli import add_send_command
     from streaming_jobs.state_cli import add_state_command
 
     add_state_command(commands)
+    add_send_command(commands)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -414,6 +414,7 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
     they moved; records written to A afterwards are reported, and switching back reads them.
     Every window is emitted once with every record."""
     from streaming_jobs.runtime.job import ElasticJob
+    from streaming_jobs.send_cli import send
 
     cfg = replace(job_config, input_drain_quiet_s=1.0, input_drain_timeout_s=8.0)
     a, b = cfg.input_topic, new_topic(partitions=4)
@@ -434,7 +435,11 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
         load.move_to(b)
         on_a = load.produced
         metrics.until(lambda ms: consumed(ms) >= on_a, 180)  # the backlog on A, read
-        switched = _send(cfg, acks, "input_topic", b, epoch=1)
+        # As an operator would: `streamctl job send` (next epoch from the state topic).
+        switched = send(cfg.bootstrap_servers, cfg.query_id, "input_topic", b, KEY,
+                        control_topic=cfg.control_topic, ack_topic=cfg.ack_topic,
+                        state_topic=cfg.state_topic, timeout_s=180)
+        assert switched.epoch == 1
     finally:
         produced = load.stop()
     assert switched.outcome is Outcome.APPLIED and switched.pause_ms > 0, switched.detail
