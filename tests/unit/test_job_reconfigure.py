@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from streaming_jobs.runtime.input_switch import SwitchRefused
 from streaming_jobs.runtime.lifecycle import Commit
 from streaming_jobs.runtime.parameters import DesiredState
-from streaming_jobs.runtime.reconfigure import Reconfigurer, RestartFailed
+from streaming_jobs.runtime.reconfigure import Reconfigurer, Refused, RestartFailed
 
 START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                      max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
@@ -29,6 +30,7 @@ class FakeQuery:
         self.held = False
         self.active = True
         self.start_note: str | None = None
+        self.refuse_drain: str | None = None
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.active = False
@@ -44,6 +46,11 @@ class FakeQuery:
     def hold(self, timeout_s: float) -> bool:
         self.held = True
         return True
+
+    def drain_input(self, topic: str) -> str:
+        if self.refuse_drain:
+            raise SwitchRefused(self.refuse_drain)
+        return f"{self.desired.input_topic} drained in 800 ms"
 
     def swap(self, desired: DesiredState) -> None:
         assert self.held, "swapped without holding the gate"
@@ -168,3 +175,21 @@ def test_a_failure_in_the_ack_is_its_innermost_exception_not_the_traceback() -> 
                          "exception: Some data may have been lost\nmore") == (
         "Some data may have been lost")
     assert len(short_failure("x" * 1000)) == 300
+
+
+def test_an_input_switch_drains_before_the_quiesce_and_says_so() -> None:
+    query = FakeQuery()
+    query.start_note = "in left at {0: 9}, in-2 read from {0: 0}"
+    clock = iter([2_000, 2_300])
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
+        replace(START, epoch=1, input_topic="in-2"))
+    assert applied.detail.startswith("input_topic in→in-2; in drained in 800 ms; in left at "
+                                     "{0: 9}, in-2 read from {0: 0}, quiesce 300 ms")
+
+
+def test_an_input_switch_whose_old_topic_does_not_drain_changes_nothing() -> None:
+    query = FakeQuery()
+    query.refuse_drain = "in is still being written to"
+    with pytest.raises(Refused, match="cannot switch the input to in-2: in is still being"):
+        Reconfigurer(query).apply(replace(START, epoch=1, input_topic="in-2"))
+    assert query.started == [] and query.active and query.desired == START
