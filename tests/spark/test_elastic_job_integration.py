@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -382,17 +383,11 @@ def test_state_partitions_up_and_down_keep_every_window(spark: object,
                                                         job_config: JobConfig) -> None:
     """2→4→1 state partitions while records arrive: Spark's offline repartition between the
     quiesce and the restart; every window is still emitted once with every record."""
-    from streaming_jobs.runtime.job import ElasticJob
     from tests.spark.fraud_io import stateful_session
 
     cfg = job_config
     with stateful_session(spark, partitions=cfg.state_partitions):
-        job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
-        job.start()
-        metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
-        acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
-        output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
-        assert job.wait_control_ready(30)
+        job, metrics, acks, output = _started(spark, cfg)
         with second_half_arriving(cfg, metrics):
             for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
                 ack = _send(cfg, acks, "state_partitions", str(new), epoch)
@@ -418,12 +413,7 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
 
     cfg = replace(job_config, input_drain_quiet_s=1.0, input_drain_timeout_s=8.0)
     a, b = cfg.input_topic, new_topic(partitions=4)
-    job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
-    job.start()
-    metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
-    acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
-    output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
-    assert job.wait_control_ready(30)
+    job, metrics, acks, output = _started(spark, cfg)
     load = SteadyLoad(cfg, per_chunk=10)
     try:
         metrics.until(lambda ms: any(metrics_of(m).input_rows for m in ms), 120)
@@ -470,6 +460,20 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
     restarted.stop()
     for reader in (metrics, acks, output):
         reader.close()
+
+
+def _started(spark: object, cfg: JobConfig) -> tuple[Any, TopicReader, TopicReader,
+                                                     TopicReader]:
+    """A started job whose control consumer is ready, and readers of its metrics, acks and
+    output."""
+    from streaming_jobs.runtime.job import ElasticJob
+
+    job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    job.start()
+    readers = tuple(TopicReader(cfg.bootstrap_servers, topic)
+                    for topic in (cfg.metrics_topic, cfg.ack_topic, cfg.output_topic))
+    assert job.wait_control_ready(30), "control consumer never got its partition"
+    return job, *readers  # type: ignore[return-value]
 
 
 def _send(cfg: JobConfig, acks: TopicReader, parameter: str, value: str,
