@@ -50,6 +50,10 @@ _HELP = {
     "max_shed_fraction": "highest shed fraction a control tuple may set (< 1)",
     "low_priority_prefixes": "comma-separated sensor-id prefixes that may be shed "
                              "(empty = every reading)",
+    "input_drain_quiet_s": "an input switch waits until the old topic's end offsets have "
+                           "not moved for this long",
+    "input_drain_timeout_s": "longest wait for the old topic to drain before an input "
+                             "switch is refused",
     "udf_version": "initial enrichment function version (v1 region, v2 sub-region)",
     "spark_master": "Spark master: empty for local[task_slots] in this process, or "
                     "spark://host:port[,host:port] for a Spark standalone cluster",
@@ -83,13 +87,16 @@ def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentPars
 
 
 def add_job_commands(subparsers: Any) -> None:
-    """Register `job run` and `job state` on the root CLI's subparsers."""
-    job = subparsers.add_parser("job", help="run streaming jobs, read their desired state")
+    """Register `job run`, `job state` and `job send` on the root CLI's subparsers."""
+    job = subparsers.add_parser("job", help="run streaming jobs, read their desired state, "
+                                            "send them a control tuple")
     commands = job.add_subparsers(dest="job_command", required=True, metavar="COMMAND")
     add_run_command(commands)
+    from streaming_jobs.send_cli import add_send_command
     from streaming_jobs.state_cli import add_state_command
 
     add_state_command(commands)
+    add_send_command(commands)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -80,6 +80,14 @@ class JobConfig:
     low_priority_prefixes: str = ""
     """Comma-separated sensor-id prefixes whose readings are low priority (the only ones load
     shedding may drop); empty: every reading is low priority."""
+    input_drain_quiet_s: float = 5.0
+    """An input switch waits until the old topic's end offsets have not moved for this long
+    (and the job has read all of it): longer than two trigger intervals plus a producer's
+    linger and retries, so a producer still writing the old topic is noticed and the switch
+    refused instead of its later records being skipped."""
+    input_drain_timeout_s: float = 120.0
+    """Longest wait for the old topic to drain before an input switch is refused; the job
+    keeps running on it meanwhile (the same bound as a quiesce)."""
     udf_version: str = "v1"
     """Initial enrichment function version (see `sensor_averages.ENRICHMENTS`)."""
     spark_master: str = ""
@@ -148,6 +156,12 @@ class JobConfig:
         """Where the applied desired state is persisted: beside the checkpoint directory (not
         inside it, which belongs to Spark)."""
         return self.checkpoint_dir.rstrip("/") + ".desired-state.json"
+
+    @property
+    def input_source_path(self) -> str:
+        """Where the input source (topic, source generation, retired topics) is recorded,
+        beside the checkpoint (see `runtime.input_source`)."""
+        return self.checkpoint_dir.rstrip("/") + ".input-source.json"
 
     @classmethod
     def from_sources(
@@ -267,6 +281,9 @@ def _problems(c: JobConfig) -> list[str]:
     if not 0 <= c.shed_fraction <= c.max_shed_fraction:
         problems.append(f"shed_fraction must be in [0, max_shed_fraction="
                         f"{c.max_shed_fraction}], got {c.shed_fraction}")
+    if c.input_drain_quiet_s <= 0 or c.input_drain_timeout_s < c.input_drain_quiet_s:
+        problems.append(f"input_drain_quiet_s must be > 0 and at most input_drain_timeout_s, "
+                        f"got {c.input_drain_quiet_s} and {c.input_drain_timeout_s}")
     for name, value in (("enrichment_cost_ms", c.enrichment_cost_ms),
                         ("watermark_s", c.watermark_s), ("max_runtime_s", c.max_runtime_s)):
         if value < 0:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
@@ -29,6 +29,7 @@ from schemas.records import (
 from streaming_jobs import sensor_averages
 from streaming_jobs.fraud import plan as fraud
 from streaming_jobs.fraud.scoring import SCORERS
+from streaming_jobs.source import KafkaInput
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,8 +37,16 @@ if TYPE_CHECKING:
     from streaming_jobs.config import JobConfig
 
 DeadLetters = Callable[[], sensor_averages.DeadLetterSink]
-PlanBuilder = Callable[["SparkSession", "JobConfig", DeadLetters], "DataFrame"]
-"""(session, configuration in force, dead-letter sink factory) → the output rows."""
+
+
+class PlanBuilder(Protocol):
+    """(session, configuration in force, dead-letter sink factory, the input the runtime chose
+    — None: the configured topic, unnamed) → the output rows."""
+
+    def __call__(self, spark: SparkSession, config: JobConfig, dead_letters: DeadLetters,
+                 source: KafkaInput | None = None) -> DataFrame: ...
+
+
 Encoder = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 ENCODED_SCHEMA = "key binary, value binary"
 
@@ -63,14 +72,15 @@ class JobPlan:
     encoded_schema: str = ENCODED_SCHEMA
 
 
-def _build_sensor_averages(spark: SparkSession, config: JobConfig,
-                           dead_letters: DeadLetters) -> DataFrame:
-    return sensor_averages.build_averages(spark, config, config.input_parallelism, dead_letters)
+def _build_sensor_averages(spark: SparkSession, config: JobConfig, dead_letters: DeadLetters,
+                           source: KafkaInput | None = None) -> DataFrame:
+    return sensor_averages.build_averages(spark, config, config.input_parallelism, dead_letters,
+                                          source)
 
 
-def _build_fraud_detection(spark: SparkSession, config: JobConfig,
-                           dead_letters: DeadLetters) -> DataFrame:
-    return fraud.build_fraud_detection(spark, config, dead_letters)
+def _build_fraud_detection(spark: SparkSession, config: JobConfig, dead_letters: DeadLetters,
+                           source: KafkaInput | None = None) -> DataFrame:
+    return fraud.build_fraud_detection(spark, config, dead_letters, source=source)
 
 
 PLANS: dict[str, JobPlan] = {

@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
 from schemas.codec import DecodeError, codec_for
 from schemas.records import SensorReading, SensorWindowAverage
+from streaming_jobs.source import KafkaInput, read_kafka
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -146,8 +147,10 @@ def build_averages(
     config: JobConfig,
     input_parallelism: int,
     dead_letter_factory: Callable[[], DeadLetterSink],
+    source: KafkaInput | None = None,
 ) -> DataFrame:
-    """The streaming plan up to the aggregated rows (columns of SensorWindowAverage)."""
+    """The streaming plan up to the aggregated rows (columns of SensorWindowAverage), reading
+    `source` (default: the configured input topic)."""
     from pyspark.sql import functions as F
 
     cost_ms = config.enrichment_cost_ms
@@ -157,14 +160,7 @@ def build_averages(
     def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_and_enrich(batches, cost_ms, dead_letter_factory(), lookup, shed)
 
-    raw = (spark.readStream.format("kafka")
-           .options(**config.spark_kafka_options)
-           .option("subscribe", config.input_topic)
-           .option("startingOffsets", "earliest")
-           .option("minPartitions", str(input_parallelism))
-           .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-           .option("failOnDataLoss", "true")
-           .load())
+    raw = read_kafka(spark, replace(config, input_parallelism=input_parallelism), source)
     enriched = (raw.select("value", "topic", "partition", "offset")
                 .mapInArrow(enrich, ENRICHED_SCHEMA)
                 .observe(OBSERVATION,

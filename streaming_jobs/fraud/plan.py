@@ -45,6 +45,7 @@ from streaming_jobs.fraud.rules import (
 )
 from streaming_jobs.fraud.scoring import Features, RemoteScorer, scorer_for
 from streaming_jobs.sensor_averages import OBSERVATION, DeadLetterSink, ShedRule
+from streaming_jobs.source import KafkaInput, read_kafka
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,12 +185,14 @@ def build_fraud_detection(
     config: JobConfig,
     dead_letter_factory: Callable[[], DeadLetterSink],
     rules: FraudRules = DEFAULT_RULES,
+    source: KafkaInput | None = None,
 ) -> DataFrame:
     """The streaming plan up to the scored rows (columns of ScoredTransaction).
 
-    From `config`: the source (topic, `input_parallelism` as minPartitions, batch cap), the
-    watermark (`watermark_s`), the scoring call's version (`udf_version`) and cost per record
-    (`enrichment_cost_ms`), and the share of low-priority transactions shed (`shed_fraction`).
+    From `config`: the source (topic, `input_parallelism` as minPartitions, batch cap; the
+    runtime's `source` names it), the watermark (`watermark_s`), the scoring call's version
+    (`udf_version`) and cost per record (`enrichment_cost_ms`), and the share of low-priority
+    transactions shed (`shed_fraction`).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
@@ -199,14 +202,7 @@ def build_fraud_detection(
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_transactions(batches, dead_letter_factory(), shed)
 
-    raw = (spark.readStream.format("kafka")
-           .options(**config.spark_kafka_options)
-           .option("subscribe", config.input_topic)
-           .option("startingOffsets", "earliest")
-           .option("minPartitions", str(config.input_parallelism))
-           .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-           .option("failOnDataLoss", "true")
-           .load())
+    raw = read_kafka(spark, config, source)
     transactions = (raw.select("value", "topic", "partition", "offset")
                     .mapInArrow(decode, DECODED_SCHEMA)
                     .observe(OBSERVATION,

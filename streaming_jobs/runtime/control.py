@@ -29,7 +29,7 @@ from streaming_jobs.runtime.parameters import (
     render,
     with_value,
 )
-from streaming_jobs.runtime.reconfigure import Applied, RestartFailed
+from streaming_jobs.runtime.reconfigure import Applied, Refused, RestartFailed
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,9 @@ class Reason(StrEnum):
     UNSUPPORTED = "unsupported"
     BAD_VALUE = "bad_value"
     STALE_EPOCH = "stale_epoch"
+    PRECONDITION = "precondition"
+    """Valid, but what the change needs does not hold yet (an input switch whose old topic
+    is still written to); nothing was changed."""
 
 
 UNDECODABLE = Reason.UNDECODABLE.value
@@ -167,20 +170,20 @@ class ControlLoop:
         if isinstance(verdict, Reject):
             detail = f"{verdict.reason.value}: {verdict.detail}"
             return self._ack(tuple_, Outcome.REJECTED, detail), verdict.reason.value
-        return self._act(tuple_, verdict), None
-
-    def _act(self, tuple_: ControlTuple, verdict: Reassert | Change) -> Ack:
         if isinstance(verdict, Reassert):
             self._job.advance_epoch(tuple_.epoch, tuple_.control_id)
-            return self._ack(tuple_, Outcome.APPLIED, verdict.detail)
+            return self._ack(tuple_, Outcome.APPLIED, verdict.detail), None
         try:
             applied = self._job.reconfigure(verdict.desired, tuple_.control_id)
+        except Refused as exc:  # checked before anything changed: a rejection
+            detail = f"{Reason.PRECONDITION.value}: {exc}"
+            return self._ack(tuple_, Outcome.REJECTED, detail), Reason.PRECONDITION.value
         except RestartFailed as exc:
-            return self._ack(tuple_, Outcome.FAILED, str(exc))
+            return self._ack(tuple_, Outcome.FAILED, str(exc)), None
         except Exception as exc:  # e.g. the rollback failed too: say so, keep listening
             log.exception("reconfiguration for control %s failed", tuple_.control_id)
-            return self._ack(tuple_, Outcome.FAILED, f"reconfiguration failed: {exc}")
-        return self._ack(tuple_, Outcome.APPLIED, applied.detail, applied.pause_ms)
+            return self._ack(tuple_, Outcome.FAILED, f"reconfiguration failed: {exc}"), None
+        return self._ack(tuple_, Outcome.APPLIED, applied.detail, applied.pause_ms), None
 
     def _limits_for(self, tuple_: ControlTuple) -> Limits:
         limits = self._job.limits()

@@ -35,11 +35,15 @@ class DesiredStateFileError(RuntimeError):
 
 
 def save(path: str, query_id: str, state: DesiredState) -> None:
-    """Write atomically: a temporary file, fsync, rename over the old one."""
+    write_json_atomically(path, {"format": FORMAT_VERSION, "query_id": query_id,
+                                 **asdict(state)})
+
+
+def write_json_atomically(path: str, data: object) -> None:
+    """A temporary file, fsync, rename over the old one: a crash leaves the old or the new."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.tmp")
-    data = {"format": FORMAT_VERSION, "query_id": query_id, **asdict(state)}
     with temporary.open("w") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
         handle.flush()

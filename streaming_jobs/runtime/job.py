@@ -25,7 +25,7 @@ from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime import desired as desired_file
 from streaming_jobs.runtime import state_partitions
 from streaming_jobs.runtime.control import ControlLoop
-from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
+from streaming_jobs.runtime.kafka import RecordPublisher, TopicOffsets, TypedConsumer
 from streaming_jobs.runtime.lifecycle import ElasticQuery
 from streaming_jobs.runtime.metrics import (
     RunContext,
@@ -37,6 +37,7 @@ from streaming_jobs.runtime.metrics import (
 )
 from streaming_jobs.runtime.parameters import (
     REGISTRY,
+    TOPIC_PARAMETERS,
     BadValue,
     DesiredState,
     Limits,
@@ -54,13 +55,8 @@ from streaming_jobs.sensor_averages import ENRICHMENTS
 
 log = logging.getLogger(__name__)
 
-NOT_YET = (
-    ("input_topic", "not supported yet: Spark cannot change a query's subscribed topics under "
-                    "its checkpoint; the exact-offset switch is not implemented"),
-)
-"""Parameters in the registry that this runtime rejects, with the reason given in the ack."""
-
-
+RETIRED_CHECK_S = 30.0
+"""How often the job looks for records appended to an input topic it switched away from."""
 
 class ElasticJob:
     """`start()`, then `run(stop_event)` or your own wait, then `stop()`."""
@@ -83,9 +79,10 @@ class ElasticJob:
         self._lock = threading.Lock()  # one reconfiguration or shutdown at a time
         self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
         self._executors = executors_for(self.spark, config)
+        self._offsets = TopicOffsets(config.bootstrap_servers, config.kafka_security)
         self.query = ElasticQuery(self.spark, config, self._publish_progress,
                                   self._publish_heartbeat, desired=self._initial_desired(),
-                                  executors=self._executors)
+                                  executors=self._executors, offsets=self._offsets)
         self._reconfigurer = Reconfigurer(self.query)
         # A group per instance: every instance sees every tuple and filters on query_id.
         self._consumer = TypedConsumer(
@@ -94,6 +91,7 @@ class ElasticJob:
             config.kafka_security)
         self._stopping = threading.Event()
         self._state_topic_exists = False
+        self._reported_unread: dict[str, int] = {}
         loop = ControlLoop(self._consumer, self, self._send_ack, self._count_control,
                            query_id=config.query_id, instance_id=config.instance_id,
                            key=config.control_key)
@@ -111,7 +109,13 @@ class ElasticJob:
                       max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
                       max_shed_fraction=c.max_shed_fraction, udf_versions=tuple(ENRICHMENTS),
                       max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
-                      unsupported=NOT_YET + self._state_partitions_unsupported())
+                      unsupported=self._state_partitions_unsupported()
+                      + self._input_topic_unsupported())
+
+    def _input_topic_unsupported(self) -> tuple[tuple[str, str], ...]:
+        query = getattr(self, "query", None)  # None while the start-up values are checked
+        reason = query.inputs.unsupported() if query is not None else None
+        return (("input_topic", reason),) if reason else ()
 
     def _state_partitions_unsupported(self) -> tuple[tuple[str, str], ...]:
         """Why state partitions cannot change here: a stateless plan, or a checkpoint whose
@@ -145,7 +149,7 @@ class ElasticJob:
         configured = DesiredState.from_config(self.config)
         limits = self.limits()
         for name, parameter in REGISTRY.items():
-            if (parameter.availability(limits) is None and name != "output_topic"
+            if (parameter.availability(limits) is None and name not in TOPIC_PARAMETERS
                     and is_request(name, configured.value(name))):
                 try:
                     parameter.parse(str(configured.value(name)), limits)
@@ -217,10 +221,14 @@ class ElasticJob:
     def run(self, stop: threading.Event, max_runtime_s: float = 0.0) -> int:
         """Block until `stop` is set, the runtime is up, or the query fails (returns 1)."""
         deadline = time.monotonic() + max_runtime_s if max_runtime_s else None
+        next_retired_check = time.monotonic() + RETIRED_CHECK_S
         while not stop.wait(1.0):
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("max runtime %.0f s reached", max_runtime_s)
                 return 0
+            if time.monotonic() >= next_retired_check:
+                self.check_retired_inputs()
+                next_retired_check = time.monotonic() + RETIRED_CHECK_S
             with self._lock:  # a query stopped by a reconfiguration is not a failure
                 down = not self.query.is_active()
                 failure = self.query.failure()
@@ -237,6 +245,22 @@ class ElasticJob:
             self.query.release_surplus_executors(QUIESCE_TIMEOUT_S)
         except Py4JError as exc:  # the next round tries again
             log.warning("could not release surplus executors: %s", exc)
+
+    def check_retired_inputs(self) -> dict[str, int]:
+        """Records appended to topics the job switched away from: never read unless the job
+        switches back, so they are logged and exported, not left silent."""
+        unread = self.query.inputs.unread_retired()
+        for topic in self.query.inputs.current.retired:
+            self.prometheus.unread_retired.labels(self.config.query_id, topic).set(
+                unread.get(topic, 0))
+        for topic, count in unread.items():
+            if self._reported_unread.get(topic) == count:
+                continue
+            self._reported_unread[topic] = count
+            log.error("%d records were appended to %s after the job switched its input away "
+                      "from it: they are not read (their producers did not move); switching "
+                      "the input back to %s reads them", count, topic, topic)
+        return unread
 
     def stop(self) -> None:
         """Quiesce and stop the query, then flush and close the Kafka clients."""
@@ -256,6 +280,7 @@ class ElasticJob:
                         "the next start resumes from the last committed batch",
                         type(exc).__name__)
         self._consumer.close()
+        self._offsets.close()
         undelivered = self._publisher.close()
         if undelivered:
             log.warning("%d metrics/ack records undelivered at shutdown", undelivered)

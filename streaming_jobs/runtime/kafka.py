@@ -170,6 +170,31 @@ class TypedConsumer(Generic[R]):
         self._consumer.close()
 
 
+class TopicOffsets:
+    """Log start and end offsets of topics, from a consumer that never subscribes."""
+
+    def __init__(self, bootstrap_servers: str, security: KafkaSecurity) -> None:
+        self._consumer = Consumer(client_config(bootstrap_servers, security, **{
+            "group.id": "streamctl-offsets-unused", "enable.auto.commit": False}))
+        self._lock = threading.Lock()  # the control thread and the run loop both ask
+
+    def log_range(self, topic: str, timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
+        """Partition → (log start, log end); `LookupError` when the topic does not exist."""
+        with self._lock:
+            try:
+                metadata = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+                if metadata is None or metadata.error is not None or not metadata.partitions:
+                    raise LookupError(f"topic {topic!r} does not exist")
+                return {p: tuple(self._consumer.get_watermark_offsets(  # type: ignore[misc]
+                    TopicPartition(topic, p), timeout=timeout_s, cached=False))
+                    for p in metadata.partitions}
+            except KafkaException as exc:
+                raise LookupError(f"cannot read the offsets of {topic!r}: {exc}") from exc
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
 def read_latest(bootstrap_servers: str, topic: str, key: str, record_type: type[R],
                 timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT) -> R | None:
     """The newest record under `key` in `topic` (read from the start to its current end).

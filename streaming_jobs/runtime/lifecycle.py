@@ -16,19 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime import state_partitions
 from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime.input_source import InputSources, TopicOffsets
+from streaming_jobs.runtime.input_switch import SwitchRefused
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.parameters import DesiredState
-from streaming_jobs.runtime.session import hide_gate_stops
+from streaming_jobs.runtime.session import hide_gate_stops, source_evolution
 from streaming_jobs.runtime.sink import transactional_sink
 from streaming_jobs.runtime.transactional import OutputEncoder
 
@@ -73,12 +75,12 @@ class ElasticQuery:
 
     def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler,
                  on_idle: IdleHandler | None = None, *, desired: DesiredState | None = None,
-                 executors: Executors | None = None):
+                 executors: Executors | None = None, offsets: TopicOffsets):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
         self._plan = plan_for(config.job)
         self._executors = executors
-        self._desired = desired or DesiredState.from_config(config)
+        self._desired = self._resume_input(desired or DesiredState.from_config(config), offsets)
         self.gate = BatchGate()
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic,
@@ -86,8 +88,8 @@ class ElasticQuery:
                                                      self._plan.encoded_schema),
                                        security=config.kafka_security)
         self._contexts: dict[str, RunContext] = {}
-        self.state_note: str | None = None
-        """What the last `start` did to the state partitions (for the ack), if anything."""
+        self.start_note: str | None = None
+        """What the last `start` did to the state partitions or the input (for the ack)."""
         self._query: StreamingQuery | None = None
         self._commits = threading.Condition()
         self.last_commit: Commit | None = None
@@ -111,31 +113,57 @@ class ElasticQuery:
         """Start a run with `desired` from the checkpoint; returns its Spark run id.
 
         A stateful query whose checkpoint has another number of state partitions is
-        repartitioned first (the query is stopped here); `state_note` says what was done.
+        repartitioned first, and another input topic is switched to (the query is stopped
+        here); `start_note` says what was done.
         """
-        self.state_note = None
+        seen_commit = self.last_commit.batch_id if self.last_commit else None
+        state_note = None
         if self._plan.stateful:
-            self.state_note = state_partitions.align(
+            state_note = state_partitions.align(
                 self._spark, self._config.checkpoint_dir, desired.state_partitions,
-                last_admitted=self.gate.last_admitted,
-                seen_commit=self.last_commit.batch_id if self.last_commit else None,
+                last_admitted=self.gate.last_admitted, seen_commit=seen_commit,
                 max_partitions=self._config.max_state_partitions)
+        source, input_note = self.inputs.for_start(
+            desired.input_topic, desired.output_topic, last_admitted=self.gate.last_admitted,
+            seen_commit=seen_commit)
+        self.start_note = ", ".join(n for n in (state_note, input_note) if n) or None
         self._desired = desired
         self.sink.retarget(desired.output_topic)
-        df = self._plan.build(self._spark, effective_config(self._config, desired),
-                              DeadLetterFactory(self._config.bootstrap_servers,
-                                                self._config.dlq_topic,
-                                                self._config.kafka_security))
-        self.gate.open()
-        self._query = (df.writeStream.queryName(self._config.query_id)
-                       .outputMode(self._plan.output_mode)
-                       .foreachBatch(self.sink)
-                       .option("checkpointLocation", self._config.checkpoint_dir)
-                       .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)}"
-                                " milliseconds")
-                       .start())
+        with source_evolution(self._spark, source.name is not None):
+            df = self._plan.build(self._spark, effective_config(self._config, desired),
+                                  DeadLetterFactory(self._config.bootstrap_servers,
+                                                    self._config.dlq_topic,
+                                                    self._config.kafka_security), source)
+            self.gate.open()
+            self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self._context(desired)
         return str(self._query.runId)
+
+    def _write(self, df: DataFrame) -> StreamingQuery:
+        c = self._config
+        return (df.writeStream.queryName(c.query_id).outputMode(self._plan.output_mode)
+                .foreachBatch(self.sink).option("checkpointLocation", c.checkpoint_dir)
+                .trigger(processingTime=f"{int(c.trigger_interval_s * 1000)} milliseconds")
+                .start())
+
+    def _resume_input(self, desired: DesiredState, offsets: TopicOffsets) -> DesiredState:
+        """The input the checkpoint resumes (a switch completes even across a crash)."""
+        c = self._config
+        self.inputs = InputSources(c.checkpoint_dir, c.input_source_path, c.query_id, offsets)
+        try:
+            note = self.inputs.resume(desired.input_topic)
+        except SwitchRefused as exc:
+            raise ConfigError(f"input of query {c.query_id}: {exc}") from exc
+        if note is not None:
+            log.warning("query %s: %s", c.query_id, note)
+        return replace(desired, input_topic=self.inputs.current.topic)
+
+    def drain_input(self, topic: str) -> str:
+        """Keep running until the input topic is drained, before a switch to `topic`; raises
+        `SwitchRefused` (nothing changed) when it is not within the configured time."""
+        return self.inputs.drain(topic, self._desired.output_topic,
+                                 self._config.input_drain_quiet_s,
+                                 self._config.input_drain_timeout_s)
 
     def advance_epoch(self, epoch: int) -> None:
         """Same settings, newer epoch (an idempotent tuple): no restart needed."""

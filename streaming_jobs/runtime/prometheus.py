@@ -54,11 +54,17 @@ class JobPrometheus:
         self.control_rejections = Counter(
             "streamctl_job_control_rejections_total",
             "Control tuples not applied, by reason (unsigned, bad_signature, undecodable, "
-            "unknown_parameter, unsupported, bad_value, stale_epoch)", (*_QUERY, "reason"),
+            "unknown_parameter, unsupported, bad_value, stale_epoch, precondition)",
+            (*_QUERY, "reason"),
             registry=registry)
         self.shed_fraction = Gauge("streamctl_job_shed_fraction",
                                    "Fraction of low-priority records shed, in force", _QUERY,
                                    registry=registry)
+        self.unread_retired = Gauge(
+            "streamctl_job_unread_retired_input_records",
+            "Records appended to an input topic after the job switched away from it (the job "
+            "does not read them; switching back to the topic does)", (*_QUERY, "topic"),
+            registry=registry)
         self.late_rows = Counter("streamctl_job_rows_dropped_by_watermark_total",
                                  "Input rows dropped as later than the watermark", _QUERY,
                                  registry=registry)

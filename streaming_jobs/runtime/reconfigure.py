@@ -10,11 +10,13 @@ Callers serialize calls (the control loop handles one tuple at a time). Neighbou
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from streaming_jobs.runtime.input_switch import SwitchRefused
 from streaming_jobs.runtime.lifecycle import Commit
 from streaming_jobs.runtime.parameters import Apply, DesiredState, apply_path
 
@@ -30,6 +32,10 @@ FIRST_COMMIT_TIMEOUT_S = 120.0
 
 class RestartFailed(RuntimeError):
     """The change could not be applied; the previous settings are back in force."""
+
+
+class Refused(RuntimeError):
+    """A precondition of the change does not hold; nothing was changed or restarted."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,9 @@ class RestartableQuery(Protocol):
     def start(self, desired: DesiredState) -> str: ...
 
     @property
-    def state_note(self) -> str | None: ...
+    def start_note(self) -> str | None: ...
+
+    def drain_input(self, topic: str) -> str: ...
 
     def hold(self, timeout_s: float) -> bool: ...
 
@@ -84,7 +92,16 @@ class Reconfigurer:
         change = old.describe_change(new)
         if apply_path(old, new) is Apply.SWAP:
             return self._swap(old, new, change)
+        if new.input_topic != old.input_topic:
+            change = f"{change}; {self._drain(new.input_topic)}"
         return self._restart(old, new, change)
+
+    def _drain(self, topic: str) -> str:
+        """An input switch first lets the running query read the old topic to its end."""
+        try:
+            return self._query.drain_input(topic)
+        except SwitchRefused as exc:
+            raise Refused(f"cannot switch the input to {topic}: {exc}") from exc
 
     def _swap(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
         """Hold new batches at the gate, let admitted ones commit, swap, release, settle.
@@ -133,7 +150,7 @@ class Reconfigurer:
             raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
                                 f"epoch {old.epoch}") from exc
         resumed_ms = first.end_ms if first else self._clock_ms()
-        note = f"{self._query.state_note}, " if self._query.state_note else ""
+        note = f"{self._query.start_note}, " if self._query.start_note else ""
         detail = (f"{change}; {note}"
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
                   + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "
@@ -150,8 +167,11 @@ class Reconfigurer:
             if commit is not None:
                 return commit
             failure = self._query.failure()
-            if failure is not None or not self._query.is_active():
-                raise RuntimeError(failure or "query stopped right after starting")
+            if failure is not None:
+                log.error("the restarted query failed: %s", failure)
+                raise RuntimeError(short_failure(failure))
+            if not self._query.is_active():
+                raise RuntimeError("query stopped right after starting")
             if time.monotonic() >= grace_until and self._query.is_idle():
                 return None
         raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
@@ -161,3 +181,23 @@ class Reconfigurer:
         if self._query.is_active():
             self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         self._query.start(old)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:Caused by: )?([\w$.]+(?:Error|Exception)): (.+)$")
+_QUERY_PREFIX = re.compile(r"^\[STREAM_FAILED\] Query \[.*?\] terminated with exception: ")
+FAILURE_DETAIL_CHARS = 300
+"""An ack carries the failure's gist; the full text (tracebacks, the plan) is in the log."""
+
+
+def short_failure(text: str) -> str:
+    """A query's termination error in one line for an ack: the innermost exception
+    (`ValueError: …`) if the text names one, else its first line."""
+    body = text.split("=== Streaming Query ===")[0]
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    causes = [m for m in map(_EXCEPTION_LINE.match, lines) if m]
+    if causes:
+        name, message = causes[-1].groups()
+        summary = f"{name.rsplit('.', 1)[-1]}: {message}"
+    else:
+        summary = _QUERY_PREFIX.sub("", lines[0]) if lines else "unknown failure"
+    return summary[:FAILURE_DETAIL_CHARS]

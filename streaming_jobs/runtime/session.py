@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -78,6 +80,27 @@ def cluster_settings(config: JobConfig) -> dict[str, str]:
     if config.spark_driver_host:
         settings["spark.driver.host"] = config.spark_driver_host
     return settings
+SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+
+
+@contextmanager
+def source_evolution(spark: SparkSession, enabled: bool) -> Iterator[None]:
+    """Spark's source evolution on (named sources) or off (unnamed) while a query is built
+    and started, then the session's own setting again.
+
+    A query keeps the setting it started with (it runs on a clone of the session's conf);
+    it must match its checkpoint: an unnamed source with it on, a named one with it off, or
+    it on over a checkpoint written without it, are all refused by Spark.
+    """
+    saved = spark.conf.get(SOURCE_EVOLUTION, None)
+    spark.conf.set(SOURCE_EVOLUTION, str(enabled).lower())
+    try:
+        yield
+    finally:
+        if saved is None:
+            spark.conf.unset(SOURCE_EVOLUTION)
+        else:
+            spark.conf.set(SOURCE_EVOLUTION, saved)
 
 
 def build_session(config: JobConfig) -> SparkSession:

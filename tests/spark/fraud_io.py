@@ -1,14 +1,22 @@
-"""Test-side helpers for the fraud-detection job: transactions, and one availableNow run of
-the registered plan on a checkpoint, its output decoded through the plan's own encoder."""
+"""Test-side helpers for the fraud-detection job: transactions, a steady card load the test
+can move to another topic, a read_committed reader, and one availableNow run of the
+registered plan on a checkpoint, its output decoded through the plan's own encoder."""
 
 from __future__ import annotations
 
+import random
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
 from schemas.codec import codec_for
 from schemas.records import CardTransaction, ScoredTransaction
+from streamctl.cards import CardEvents
 from streaming_jobs.config import JobConfig
 from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime.kafka import DeadLetterFactory
@@ -74,3 +82,74 @@ def run_available_now(spark: Any, config: JobConfig, timeout_s: float = 240.0,
     assert finished, f"availableNow run did not finish within {timeout_s} s"
     assert query.exception() is None, query.exception()
     return output, query
+
+
+class CardLoad:
+    """Card transactions (`streamctl.cards`, per-account sequence numbers) at a steady rate
+    until stopped; `move_to` moves the producer to another topic. `acked` holds every
+    transaction the broker acknowledged, by txn id."""
+
+    def __init__(self, bootstrap: str, topic: str, *, accounts: int = 20, per_tick: int = 5,
+                 every_s: float = 0.1) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                   "enable.idempotence": True})
+        self._events, self._rng = CardEvents(accounts), random.Random(0)
+        self._topic, self._per_tick, self._every_s = topic, per_tick, every_s
+        self._codec = codec_for(CardTransaction)
+        self._tick = threading.Lock()
+        self._stop = threading.Event()
+        self.acked: dict[str, CardTransaction] = {}
+        self.failed = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._tick:
+                for _ in range(self._per_tick):
+                    txn = self._events.make(self._rng, int(time.time() * 1000))
+                    self._producer.produce(self._topic, key=txn.account_id,
+                                           value=self._codec.encode(txn),
+                                           on_delivery=self._delivered(txn))
+                assert self._producer.flush(30) == 0
+
+    def _delivered(self, txn: CardTransaction) -> Callable[[KafkaError | None, Message], None]:
+        def callback(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                self.acked[txn.txn_id] = txn
+            else:
+                self.failed += 1
+        return callback
+
+    def move_to(self, topic: str) -> None:
+        """Every transaction sent so far is acknowledged; the next go to `topic`."""
+        with self._tick:
+            self._topic = topic
+
+    def stop(self) -> dict[str, CardTransaction]:
+        self._stop.set()
+        self._thread.join(60)
+        return self.acked
+
+
+def read_committed(bootstrap: str, topics: list[str], want: int,
+                   timeout_s: float) -> list[bytes]:
+    """Values of `topics` as a read_committed consumer sees them: until `want` arrived (or
+    the timeout), then a little longer, since anything beyond `want` would be a duplicate."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe(topics)
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(values) < want and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+        time.sleep(1.0)
+        while (msg := consumer.poll(0.5)) is not None:
+            if msg.error() is None:
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values

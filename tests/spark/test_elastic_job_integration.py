@@ -2,25 +2,27 @@
 forged, unsigned, stale, malformed and out-of-range tuples are rejected (acked, or counted for
 garbage) while the job keeps running unchanged; throttle, shed, UDF swap and output retarget
 are applied under load and show in the output and metrics; the desired state is persisted,
-published, and resumed by a new process."""
+published, and resumed by a new process; state partitions up and down; an input switch waits
+for the old topic to drain; a restart that really fails is rolled back."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from schemas import auth
 from schemas.codec import codec_for
 from schemas.records import (
     Ack,
-    ControlTuple,
     DesiredStateRecord,
     Outcome,
     SensorReading,
@@ -29,11 +31,11 @@ from schemas.records import (
 )
 from streaming_jobs.config import JobConfig
 from tests.spark.conftest import SPARK_TASK_SLOTS
+from tests.spark.control_io import KEY, ack_for, consumed, control, counter, metrics_of
 from tests.spark.kafka_io import TopicReader, produce, produce_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
-KEY = b"spark-integration-control-key"
 T0_MS = 1_700_000_000_000
 WINDOW_S = 10
 SENSORS = tuple(f"sensor-{i}" for i in range(5))
@@ -46,26 +48,6 @@ def reading(seq: int) -> SensorReading:
     # 20 ms of event time per record: 3000 records span 60 s, six 10 s windows per sensor.
     return SensorReading(sensor_id=SENSORS[seq % len(SENSORS)], event_time_ms=T0_MS + seq * 20,
                          value=float(seq % 97), seq=seq)
-
-
-def expected_windows() -> dict[tuple[str, int], tuple[int, int]]:
-    counts: Counter[tuple[str, int]] = Counter()
-    sums: Counter[tuple[str, int]] = Counter()
-    for seq in range(TOTAL):
-        r = reading(seq)
-        key = (r.sensor_id, r.event_time_ms // (WINDOW_S * 1000) * WINDOW_S * 1000)
-        counts[key] += 1
-        sums[key] += seq
-    return {k: (counts[k], sums[k]) for k in counts}
-
-
-def control(query_id: str, parameter: str, value: str, epoch: int,
-            key: bytes | None = KEY) -> ControlTuple:
-    """Signed with the job's key (None: unsigned)."""
-    tuple_ = ControlTuple(control_id=str(uuid.uuid4()), query_id=query_id, operator_id="source",
-                          parameter=parameter, value=value, epoch=epoch, issuer="test",
-                          reason="integration test", issued_at_ms=int(time.time() * 1000))
-    return tuple_ if key is None else auth.sign(tuple_, key)
 
 
 @pytest.fixture
@@ -106,6 +88,24 @@ def produce_slowly(config: JobConfig, seqs: range, stop: threading.Event) -> Non
         stop.wait(0.05)
 
 
+@contextmanager
+def second_half_arriving(config: JobConfig, metrics: TopicReader) -> Iterator[None]:
+    """The first half is in and a batch read it; the second half arrives while the block
+    runs (and is all sent when it ends)."""
+    produce_records(config.bootstrap_servers, config.input_topic,
+                    ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
+    metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_slowly,
+                                args=(config, range(FIRST_HALF, TOTAL), stop))
+    producer.start()
+    try:
+        yield
+    finally:
+        producer.join(timeout=60)
+        stop.set()
+
+
 def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
                                                    job_config: JobConfig) -> None:
     cfg = job_config
@@ -114,21 +114,10 @@ def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
     output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
     dlq = TopicReader(cfg.bootstrap_servers, cfg.dlq_topic)
     produce(cfg.bootstrap_servers, cfg.input_topic, [(b"x", b"garbage"), (b"y", b"\xc3\x01bad")])
-    produce_records(cfg.bootstrap_servers, cfg.input_topic,
-                    ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
-    metrics.until(lambda ms: any(_metrics(m).input_rows > 0 for m in ms), 120)
-
-    stop_producing = threading.Event()
-    producer = threading.Thread(target=produce_slowly,
-                                args=(cfg, range(FIRST_HALF, TOTAL), stop_producing))
-    producer.start()
-    try:
+    with second_half_arriving(cfg, metrics):
         rescale = control(cfg.query_id, "input_parallelism", "4", epoch=1)
         produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, rescale)])
-        applied = _ack_for(acks, rescale.control_id)
-    finally:
-        producer.join(timeout=60)
-        stop_producing.set()
+        applied = ack_for(acks, rescale.control_id)
     assert applied.outcome is Outcome.APPLIED, applied.detail
     assert applied.pause_ms > 0
     assert "2→4" in applied.detail
@@ -136,10 +125,10 @@ def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
     _assert_rejections(running_job, cfg, acks)
 
     all_in = TOTAL + 2  # the two garbage records occupy offsets too
-    seen = metrics.until(lambda ms: _consumed(ms) >= all_in, 180)
-    after = [_metrics(m) for m in seen if _metrics(m).config_epoch == 1]
+    seen = metrics.until(lambda ms: consumed(ms) >= all_in, 180)
+    after = [metrics_of(m) for m in seen if metrics_of(m).config_epoch == 1]
     assert after and all(m.input_parallelism == 4 for m in after)
-    assert all(m.input_parallelism == 2 for m in map(_metrics, seen) if m.config_epoch == 0)
+    assert all(m.input_parallelism == 2 for m in map(metrics_of, seen) if m.config_epoch == 0)
 
     _assert_exactly_once(cfg, output)
     letters = dlq.until(lambda ms: len(ms) >= 2, 30)
@@ -160,7 +149,7 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
     output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
-    metrics.until(lambda ms: any(_metrics(m).input_rows > 0 for m in ms), 120)
+    metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
 
     job.query.gate.close()
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
@@ -173,7 +162,7 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
 
     applied = job.reconfigure(replace(job.desired, epoch=1, input_parallelism=3), "c-test")
     assert applied.pause_ms > 0
-    metrics.until(lambda ms: _consumed(ms) >= TOTAL, 180)
+    metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
     _assert_exactly_once(cfg, output)
     metrics.close()
     output.close()
@@ -181,14 +170,7 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
 
 def _assert_exactly_once(cfg: JobConfig, output: TopicReader) -> None:
     """Flush the last windows with a far-future sentinel, then compare every window."""
-    sentinel = SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1)
-    produce_records(cfg.bootstrap_servers, cfg.input_topic, [(SENTINEL, sentinel)])
-    expected = expected_windows()
-    output.until(lambda ms: len(_windows(ms)) >= len(expected), 180)
-    windows = _windows(output.messages)
-    keys = [(w.sensor_id, w.window_start_ms) for w in windows]
-    assert len(keys) == len(set(keys)), "a window was emitted twice"
-    assert {(w.sensor_id, w.window_start_ms): (w.count, w.seq_sum) for w in windows} == expected
+    _assert_exactly_once_up_to(cfg, output, TOTAL, cfg.input_topic)
 
 
 def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
@@ -210,48 +192,22 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
         control(q, "executors", "3", epoch=3): "this job runs local[4]",
         control(q, "state_partitions", "8", epoch=3): "unsupported: cannot change "
             "state_partitions: its checkpoint uses HDFSBackedStateStoreProvider",
-        control(q, "input_topic", cfg.output_topic, epoch=3): "unsupported: cannot change "
-                                                              "input_topic: not supported yet",
+        control(q, "input_topic", cfg.output_topic, epoch=3):
+            f"precondition: cannot switch the input to {cfg.output_topic}: "
+            f"{cfg.output_topic} is the job's own output topic",
     }
     produce(cfg.bootstrap_servers, cfg.control_topic, [(q.encode(), b"\xc3\x01garbage")])
     produce_records(cfg.bootstrap_servers, cfg.control_topic, [(q, t) for t in bad])
     for tuple_, expected_detail in bad.items():
-        ack = _ack_for(acks, tuple_.control_id)
+        ack = ack_for(acks, tuple_.control_id)
         assert ack.outcome is Outcome.REJECTED
         assert expected_detail in ack.detail, ack.detail
     assert job.query.is_active() and job.desired == before
-    rejected = {reason: _counter(job, "streamctl_job_control_rejections_total", reason=reason)
+    rejected = {reason: counter(job, "streamctl_job_control_rejections_total", reason=reason)
                 for reason in ("bad_signature", "unsigned", "stale_epoch", "bad_value",
-                               "unsupported", "undecodable")}
+                               "unsupported", "precondition", "undecodable")}
     assert rejected == {"bad_signature": 1, "unsigned": 1, "stale_epoch": 1, "bad_value": 2,
-                        "unsupported": 3, "undecodable": 1}
-
-
-def _counter(job: object, name: str, **labels: str) -> float:
-    registry = job.prometheus.registry  # type: ignore[attr-defined]
-    value = registry.get_sample_value(name, {"query": job.config.query_id,  # type: ignore[attr-defined]
-                                             **labels})
-    return value or 0.0
-
-
-def _ack_for(reader: TopicReader, control_id: str) -> Ack:
-    codec = codec_for(Ack)
-    messages = reader.until(
-        lambda ms: any(codec.decode(m.value()).control_id == control_id for m in ms), 180)
-    return next(a for a in map(codec.decode, (m.value() for m in messages))
-                if a.control_id == control_id)
-
-
-def _metrics(message: object) -> TaskMetrics:
-    return codec_for(TaskMetrics).decode(message.value())  # type: ignore[attr-defined]
-
-
-def _consumed(messages: list) -> int:
-    ends: dict[int, int] = {}
-    for m in map(_metrics, messages):
-        for p in m.partitions:
-            ends[p.partition] = max(ends.get(p.partition, 0), p.end_offset)
-    return sum(ends.values())
+                        "unsupported": 2, "precondition": 1, "undecodable": 1}
 
 
 def _windows(messages: list) -> list[SensorWindowAverage]:
@@ -268,6 +224,7 @@ class SteadyLoad:
         self._producer = Producer({"bootstrap.servers": config.bootstrap_servers, "acks": "all"})
         self._topic, self._per_chunk, self._every_s = config.input_topic, per_chunk, every_s
         self._stop = threading.Event()
+        self._chunk = threading.Lock()
         self.produced = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -275,12 +232,19 @@ class SteadyLoad:
     def _run(self) -> None:
         codec = codec_for(SensorReading)
         while not self._stop.wait(self._every_s):
-            for seq in range(self.produced, self.produced + self._per_chunk):
-                r = reading(seq)
-                self._producer.produce(self._topic, key=r.sensor_id.encode(),
-                                       value=codec.encode(r))
-            assert self._producer.flush(30) == 0
-            self.produced += self._per_chunk
+            with self._chunk:
+                for seq in range(self.produced, self.produced + self._per_chunk):
+                    r = reading(seq)
+                    self._producer.produce(self._topic, key=r.sensor_id.encode(),
+                                           value=codec.encode(r))
+                assert self._producer.flush(30) == 0
+                self.produced += self._per_chunk
+
+    def move_to(self, topic: str) -> None:
+        """The producers move: every record sent so far is acknowledged, the next go to
+        `topic`."""
+        with self._chunk:
+            self._topic = topic
 
     def stop(self) -> int:
         self._stop.set()
@@ -307,7 +271,7 @@ def test_throttle_shed_udf_swap_and_output_retarget_under_load(
     assert job.wait_control_ready(30)
     load = SteadyLoad(cfg)
     try:
-        readers["metrics"].until(lambda ms: any(_metrics(m).input_rows for m in ms), 120)
+        readers["metrics"].until(lambda ms: any(metrics_of(m).input_rows for m in ms), 120)
         last_id = _apply_each_action(cfg, readers, second_output)
     finally:
         produced = load.stop()
@@ -317,9 +281,9 @@ def test_throttle_shed_udf_swap_and_output_retarget_under_load(
 
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
                     [(SENTINEL, SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1))])
-    seen = readers["metrics"].until(lambda ms: _consumed(ms) >= produced + 1, 240)
+    seen = readers["metrics"].until(lambda ms: consumed(ms) >= produced + 1, 240)
     shed = _assert_metrics_reflect_throttle_and_shed(seen)
-    assert _counter(job, "streamctl_job_rows_shed_total") == shed
+    assert counter(job, "streamctl_job_rows_shed_total") == shed
     _assert_windows_across_the_retarget(readers, produced, shed)
 
     state = read_latest(cfg.bootstrap_servers, cfg.state_topic, cfg.query_id,
@@ -341,19 +305,19 @@ def _apply_each_action(cfg: JobConfig, readers: dict[str, TopicReader], second: 
     for epoch, (parameter, value) in enumerate(ACTIONS, start=1):
         tuple_ = control(cfg.query_id, parameter, value or second, epoch)
         produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, tuple_)])
-        ack = _ack_for(readers["acks"], tuple_.control_id)
+        ack = ack_for(readers["acks"], tuple_.control_id)
         assert ack.outcome is Outcome.APPLIED, ack.detail
         assert ack.detail.startswith(f"{parameter} ") and "→" in ack.detail, ack.detail
         assert ("without a restart" in ack.detail) == (parameter == "output_topic")
         readers["metrics"].until(lambda ms, e=epoch: sum(
-            1 for m in map(_metrics, ms) if m.config_epoch == e and m.input_rows) >= 2, 180)
+            1 for m in map(metrics_of, ms) if m.config_epoch == e and m.input_rows) >= 2, 180)
     assert tuple_ is not None
     return tuple_.control_id
 
 
 def _assert_metrics_reflect_throttle_and_shed(messages: list) -> int:
     """Batch caps and shed rows per epoch; returns the rows shed in all (each batch once)."""
-    batches = {m.batch_id: m for m in map(_metrics, messages) if m.batch_id >= 0}
+    batches = {m.batch_id: m for m in map(metrics_of, messages) if m.batch_id >= 0}
     by_epoch: dict[int, list[TaskMetrics]] = {}
     for m in batches.values():
         by_epoch.setdefault(m.config_epoch, []).append(m)
@@ -419,40 +383,146 @@ def test_state_partitions_up_and_down_keep_every_window(spark: object,
                                                         job_config: JobConfig) -> None:
     """2→4→1 state partitions while records arrive: Spark's offline repartition between the
     quiesce and the restart; every window is still emitted once with every record."""
-    from streaming_jobs.runtime.job import ElasticJob
     from tests.spark.fraud_io import stateful_session
 
     cfg = job_config
     with stateful_session(spark, partitions=cfg.state_partitions):
-        job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
-        job.start()
-        metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
-        acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
-        output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
-        assert job.wait_control_ready(30)
-        produce_records(cfg.bootstrap_servers, cfg.input_topic,
-                        ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
-        metrics.until(lambda ms: any(_metrics(m).input_rows > 0 for m in ms), 120)
-        stop_producing = threading.Event()
-        producer = threading.Thread(target=produce_slowly,
-                                    args=(cfg, range(FIRST_HALF, TOTAL), stop_producing))
-        producer.start()
-        try:
+        job, metrics, acks, output = _started(spark, cfg)
+        with second_half_arriving(cfg, metrics):
             for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
-                tuple_ = control(cfg.query_id, "state_partitions", str(new), epoch)
-                produce_records(cfg.bootstrap_servers, cfg.control_topic,
-                                [(cfg.query_id, tuple_)])
-                ack = _ack_for(acks, tuple_.control_id)
+                ack = _send(cfg, acks, "state_partitions", str(new), epoch)
                 assert ack.outcome is Outcome.APPLIED, ack.detail
                 assert f"state repartitioned {old}→{new}" in ack.detail, ack.detail
-        finally:
-            producer.join(timeout=60)
-            stop_producing.set()
-        metrics.until(lambda ms: _consumed(ms) >= TOTAL, 180)
+        metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
         _assert_exactly_once(cfg, output)  # its sentinel makes a batch at epoch 2
-        seen = metrics.until(lambda ms: _consumed(ms) >= TOTAL + 1, 120)
-        partitions = {m.config_epoch: m.state_partitions for m in map(_metrics, seen)}
+        seen = metrics.until(lambda ms: consumed(ms) >= TOTAL + 1, 120)
+        partitions = {m.config_epoch: m.state_partitions for m in map(metrics_of, seen)}
         assert partitions == {0: 2, 1: 4, 2: 1}
         job.stop()
+    for reader in (metrics, acks, output):
+        reader.close()
+
+
+def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
+        spark: object, job_config: JobConfig, new_topic: Callable[..., str]) -> None:
+    """A → B (4 partitions) under load: refused while producers still write A; applied once
+    they moved; records written to A afterwards are reported, and switching back reads them.
+    Every window is emitted once with every record."""
+    from streaming_jobs.runtime.job import ElasticJob
+    from streaming_jobs.send_cli import send
+
+    cfg = replace(job_config, input_drain_quiet_s=1.0, input_drain_timeout_s=8.0)
+    a, b = cfg.input_topic, new_topic(partitions=4)
+    job, metrics, acks, output = _started(spark, cfg)
+    load = SteadyLoad(cfg, per_chunk=10)
+    try:
+        metrics.until(lambda ms: any(metrics_of(m).input_rows for m in ms), 120)
+        refused = _send(cfg, acks, "input_topic", b, epoch=1)
+        assert refused.outcome is Outcome.REJECTED, refused.detail
+        assert refused.detail.startswith(f"precondition: cannot switch the input to {b}: {a} "
+                                         "is still being written to"), refused.detail
+        assert job.query.is_active() and job.desired.input_topic == a
+        load.move_to(b)
+        on_a = load.produced
+        metrics.until(lambda ms: consumed(ms) >= on_a, 180)  # the backlog on A, read
+        # As an operator would: `streamctl job send` (next epoch from the state topic).
+        switched = send(cfg.bootstrap_servers, cfg.query_id, "input_topic", b, KEY,
+                        control_topic=cfg.control_topic, ack_topic=cfg.ack_topic,
+                        state_topic=cfg.state_topic, timeout_s=180)
+        assert switched.epoch == 1
+    finally:
+        produced = load.stop()
+    assert switched.outcome is Outcome.APPLIED and switched.pause_ms > 0, switched.detail
+    assert f"{a} drained in" in switched.detail
+    assert f"{b} read from {{0: 0, 1: 0, 2: 0, 3: 0}}" in switched.detail, switched.detail
+
+    stragglers = range(produced, produced + 3)  # a producer that did not move
+    produce_records(cfg.bootstrap_servers, a, ((reading(s).sensor_id, reading(s))
+                                               for s in stragglers))
+    assert job.check_retired_inputs() == {a: 3}
+    assert counter(job, "streamctl_job_unread_retired_input_records", topic=a) == 3
+    metrics.until(lambda ms: consumed(ms) >= produced, 180)  # B drained too
+    back = _send(cfg, acks, "input_topic", a, epoch=2)
+    assert back.outcome is Outcome.APPLIED, back.detail
+    assert f"{a} read from {{0: " in back.detail
+    assert job.check_retired_inputs() == {}
+
+    _assert_exactly_once_up_to(cfg, output, produced + 3, a)
+    seen = metrics.until(lambda ms: any(metrics_of(m).config_epoch == 2 and
+                                        metrics_of(m).input_rows for m in ms), 60)
+    topics = {(m.config_epoch, m.source_topics) for m in map(metrics_of, seen)}
+    assert {(0, (a,)), (1, (b,)), (2, (a,))} <= topics
+    assert {p.partition for m in map(metrics_of, seen) if m.config_epoch == 1
+            for p in m.partitions} == {0, 1, 2, 3}
+    job.stop()
+    restarted = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    assert restarted.desired.input_topic == a and restarted.query.inputs.current.name == "input_2"
+    restarted.stop()
+    for reader in (metrics, acks, output):
+        reader.close()
+
+
+def _started(spark: object, cfg: JobConfig) -> tuple[Any, TopicReader, TopicReader,
+                                                     TopicReader]:
+    """A started job whose control consumer is ready, and readers of its metrics, acks and
+    output."""
+    from streaming_jobs.runtime.job import ElasticJob
+
+    job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    job.start()
+    readers = tuple(TopicReader(cfg.bootstrap_servers, topic)
+                    for topic in (cfg.metrics_topic, cfg.ack_topic, cfg.output_topic))
+    assert job.wait_control_ready(30), "control consumer never got its partition"
+    return job, *readers  # type: ignore[return-value]
+
+
+def _send(cfg: JobConfig, acks: TopicReader, parameter: str, value: str,
+          epoch: int) -> Ack:
+    tuple_ = control(cfg.query_id, parameter, value, epoch)
+    produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, tuple_)])
+    return ack_for(acks, tuple_.control_id)
+
+
+def _assert_exactly_once_up_to(cfg: JobConfig, output: TopicReader, produced: int,
+                               topic: str) -> None:
+    """`_assert_exactly_once` for readings 0 … produced − 1, flushed through `topic`."""
+    sentinel = SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1)
+    produce_records(cfg.bootstrap_servers, topic, [(SENTINEL, sentinel)])
+    expected = _expected_windows(produced)
+    output.until(lambda ms: len(_windows(ms)) >= len(expected), 180)
+    windows = _windows(output.messages)
+    keys = [(w.sensor_id, w.window_start_ms) for w in windows]
+    assert len(keys) == len(set(keys)), "a window was emitted twice"
+    assert {(w.sensor_id, w.window_start_ms): (w.count, w.seq_sum) for w in windows} == expected
+
+
+def broken_lookup(sensor_id: str) -> str:
+    """A registered UDF version that fails in every Spark task that calls it."""
+    raise ValueError(f"lookup service refused {sensor_id}")
+
+
+def test_a_restart_that_fails_rolls_back_and_loses_nothing(
+        running_job: object, job_config: JobConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real failure on resume: the new UDF fails in the Spark tasks of the first batch after
+    the restart. The job restarts with the previous settings, acks FAILED with the reason,
+    keeps running, and the batch that failed is replayed: every window once."""
+    from streaming_jobs import sensor_averages
+    from streaming_jobs.runtime.job import ElasticJob
+
+    job, cfg = running_job, job_config
+    assert isinstance(job, ElasticJob)
+    monkeypatch.setitem(sensor_averages.ENRICHMENTS, "broken", broken_lookup)
+    metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
+    acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
+    output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
+    with second_half_arriving(cfg, metrics):
+        failed = _send(cfg, acks, "udf_version", "broken", epoch=1)
+    assert failed.outcome is Outcome.FAILED, failed.detail
+    assert re.fullmatch(r"restart with udf_version v1→broken failed \(ValueError: lookup "
+                        r"service refused sensor-\d\); rolled back to epoch 0", failed.detail), (
+        failed.detail)
+    assert job.query.is_active() and job.desired.udf_version == "v1" and job.desired.epoch == 0
+    metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
+    _assert_exactly_once(cfg, output)
     for reader in (metrics, acks, output):
         reader.close()

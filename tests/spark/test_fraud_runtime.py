@@ -4,13 +4,11 @@ sees every acknowledged transaction scored exactly once, each account's count co
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
 from schemas.codec import codec_for
 from schemas.records import ScoredTransaction, TaskMetrics
@@ -19,6 +17,7 @@ from streamctl.loadgen import LoadSpec, run_load
 from streamctl.profiles import RateProfile
 from streaming_jobs.config import JobConfig
 from tests.spark.conftest import SPARK_TASK_SLOTS
+from tests.spark.fraud_io import read_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -46,28 +45,6 @@ def running_job(spark: object, config: JobConfig) -> Iterator[object]:
     job.stop()
 
 
-def read_committed(config: JobConfig, topic: str, want: int,
-                   timeout_s: float) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers,
-                         "group.id": f"test-{uuid.uuid4()}", "auto.offset.reset": "earliest",
-                         "isolation.level": "read_committed"})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(values) < want and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-        time.sleep(1.0)  # anything beyond `want` would be a duplicate: read a little longer
-        while (msg := consumer.poll(0.5)) is not None:
-            if msg.error() is None:
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def test_every_acknowledged_transaction_is_scored_once(running_job: object,
                                                        config: JobConfig) -> None:
     spec = LoadSpec(config.bootstrap_servers, config.input_topic,
@@ -77,8 +54,8 @@ def test_every_acknowledged_transaction_is_scored_once(running_job: object,
     assert isinstance(ledger, CardLedger) and ledger.failed == 0 and ledger.acked > 600
 
     codec = codec_for(ScoredTransaction)
-    scored = [codec.decode(v) for v in read_committed(config, config.output_topic,
-                                                      ledger.acked, timeout_s=240)]
+    scored = [codec.decode(v) for v in read_committed(
+        config.bootstrap_servers, [config.output_topic], ledger.acked, timeout_s=240)]
     assert len(scored) == ledger.acked, "lost or duplicated transactions"
     assert len({s.txn_id for s in scored}) == ledger.acked
     per_account: dict[str, list[tuple[int, int]]] = {}
@@ -89,6 +66,6 @@ def test_every_acknowledged_transaction_is_scored_once(running_job: object,
         assert sorted(pairs) == [(n, n + 1) for n in range(ledger.counts[account])], account
 
     metrics = [codec_for(TaskMetrics).decode(v) for v in read_committed(
-        config, config.metrics_topic, 1, timeout_s=30)]
+        config.bootstrap_servers, [config.metrics_topic], 1, timeout_s=30)]
     assert {m.query_id for m in metrics} == {config.query_id}
     assert {m.source_topics for m in metrics} == {(config.input_topic,)}

@@ -21,7 +21,7 @@ from streaming_jobs.runtime.control import (
     evaluate,
 )
 from streaming_jobs.runtime.parameters import Apply, DesiredState, Limits, apply_path
-from streaming_jobs.runtime.reconfigure import Applied, RestartFailed
+from streaming_jobs.runtime.reconfigure import Applied, Refused, RestartFailed
 
 KEY = b"k" * 32
 IN_FORCE = DesiredState(epoch=5, input_parallelism=2, state_partitions=4,
@@ -138,9 +138,9 @@ def test_output_retarget_and_executors_swap_everything_else_restarts() -> None:
 
 
 class FakeJob:
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, refuse: str | None = None) -> None:
         self.desired = IN_FORCE
-        self.fail = fail
+        self.fail, self.refuse = fail, refuse
         self.applied: list[str] = []
 
     def limits(self) -> Limits:
@@ -153,6 +153,8 @@ class FakeJob:
     def reconfigure(self, desired: DesiredState, control_id: str) -> Applied:
         if self.fail:
             raise RestartFailed("restart with input_parallelism 2→4 failed (boom); rolled back")
+        if self.refuse:
+            raise Refused(self.refuse)
         detail = self.desired.describe_change(desired)
         self.desired = desired
         self.applied.append(control_id)
@@ -169,7 +171,7 @@ class ListSource:
 
     def topic_exists(self, topic: str) -> bool:
         self.looked_up.append(topic)
-        return topic == "out-2"
+        return topic in ("out-2", "in-2")
 
 
 def run_loop(items: list[ControlTuple | DecodeError | None], job: FakeJob,
@@ -243,3 +245,13 @@ def test_failed_restart_acks_failed_with_the_reason() -> None:
     assert acks[0].outcome is Outcome.FAILED
     assert "rolled back" in acks[0].detail
     assert counts == Counter({("FAILED", None): 1})
+
+
+def test_a_change_whose_precondition_fails_is_rejected_and_counted_as_such() -> None:
+    job = FakeJob(refuse="cannot switch the input to in-2: in is still being written to")
+    acks, counts = run_loop([signed(tuple_("input_topic", "in-2"))], job)
+    assert acks[0].outcome is Outcome.REJECTED
+    assert acks[0].detail == ("precondition: cannot switch the input to in-2: in is still "
+                              "being written to")
+    assert job.desired == IN_FORCE
+    assert counts == Counter({("REJECTED", "precondition"): 1})

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from streaming_jobs.runtime.input_switch import SwitchRefused
 from streaming_jobs.runtime.lifecycle import Commit
 from streaming_jobs.runtime.parameters import DesiredState
-from streaming_jobs.runtime.reconfigure import Reconfigurer, RestartFailed
+from streaming_jobs.runtime.reconfigure import Reconfigurer, Refused, RestartFailed
 
 START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                      max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
@@ -28,8 +29,9 @@ class FakeQuery:
         self.swapped: list[DesiredState] = []
         self.held = False
         self.active = True
-        self.state_note: str | None = None
+        self.start_note: str | None = None
         self.settle_note: str | None = None
+        self.refuse_drain: str | None = None
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.active = False
@@ -45,6 +47,11 @@ class FakeQuery:
     def hold(self, timeout_s: float) -> bool:
         self.held = True
         return True
+
+    def drain_input(self, topic: str) -> str:
+        if self.refuse_drain:
+            raise SwitchRefused(self.refuse_drain)
+        return f"{self.desired.input_topic} drained in 800 ms"
 
     def swap(self, desired: DesiredState) -> None:
         assert self.held, "swapped without holding the gate"
@@ -95,7 +102,7 @@ def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> N
 
 def test_a_state_repartition_is_named_in_the_detail() -> None:
     query = FakeQuery()
-    query.state_note = "state repartitioned 4→8 in 900 ms"
+    query.start_note = "state repartitioned 4→8 in 900 ms"
     clock = iter([2_000, 2_300])
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
         replace(START, epoch=1, state_partitions=8))
@@ -158,3 +165,48 @@ def test_without_new_data_the_pause_ends_when_the_restarted_query_is_idle(
     applied = Reconfigurer(IdleQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 1_900
     assert applied.detail.endswith("restart to idle 600 ms (no new data)")
+
+
+SPARK_FAILURE = """An exception was raised by the Python Proxy. Return Message:
+Traceback (most recent call last):
+  File "/x/py4j/clientserver.py", line 644, in _call_proxy
+    return_value = getattr(self.pool[obj_id], method)(*params)
+pyspark.errors.exceptions.captured.PythonException: An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/x/streaming_jobs/sensor_averages.py", line 116, in decode_and_enrich
+    region = None if dropped else lookup(r.sensor_id)
+ValueError: lookup service refused sensor-0
+
+=== Streaming Query ===
+Identifier: q [id = 2082, runId = a8fb]
+Logical Plan:
+~WriteToMicroBatchDataSourceV1 ForeachBatchSink
+"""
+
+
+def test_a_failure_in_the_ack_is_its_innermost_exception_not_the_traceback() -> None:
+    from streaming_jobs.runtime.reconfigure import short_failure
+
+    assert short_failure(SPARK_FAILURE) == "ValueError: lookup service refused sensor-0"
+    assert short_failure("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with "
+                         "exception: Some data may have been lost\nmore") == (
+        "Some data may have been lost")
+    assert len(short_failure("x" * 1000)) == 300
+
+
+def test_an_input_switch_drains_before_the_quiesce_and_says_so() -> None:
+    query = FakeQuery()
+    query.start_note = "in left at {0: 9}, in-2 read from {0: 0}"
+    clock = iter([2_000, 2_300])
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
+        replace(START, epoch=1, input_topic="in-2"))
+    assert applied.detail.startswith("input_topic in→in-2; in drained in 800 ms; in left at "
+                                     "{0: 9}, in-2 read from {0: 0}, quiesce 300 ms")
+
+
+def test_an_input_switch_whose_old_topic_does_not_drain_changes_nothing() -> None:
+    query = FakeQuery()
+    query.refuse_drain = "in is still being written to"
+    with pytest.raises(Refused, match="cannot switch the input to in-2: in is still being"):
+        Reconfigurer(query).apply(replace(START, epoch=1, input_topic="in-2"))
+    assert query.started == [] and query.active and query.desired == START

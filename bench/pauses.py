@@ -1,0 +1,289 @@
+"""Benchmark: the pause each control action causes, beside a cold restart, in one run.
+
+Starts a local broker and the real job process (`streamctl job run`, sensor job) under a
+constant load, then sends signed control tuples, each action forth and back `--runs` times,
+and reads the pause from each ack: for a restart, the gap in committed output from the last
+batch before the change to the first batch committed after it; for a swap (output_topic), the
+time new batches were held (see `streaming_jobs/runtime/reconfigure`). For input_topic the
+load moves to the other topic first (the switch's contract); the drain that follows runs
+while the query runs and is not part of the pause. Then it measures the alternative the field
+uses today: stop the job process (SIGTERM) and start a new one from the same checkpoint,
+timing the same gap from the job's own metrics (last committed batch of the old process →
+first committed batch of the new one).
+
+    .venv/bin/python -m bench.pauses --runs 3
+
+prints a table, writes `bench/results/pauses.json` and `docs/pauses.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
+from schemas.auth import sign
+from stack.broker import LocalBroker
+from stack.ports import find_free_ports
+from stack.topics import TopicSpec, ensure_topics
+from streamctl.loadgen import Ledger, LoadSpec, run_load
+from streamctl.processes import Child, start_child
+from streamctl.profiles import RateProfile
+from streamctl.tail import Tail
+
+RESULTS = Path(__file__).parent / "results" / "pauses.json"
+TABLE = Path(__file__).parents[1] / "docs" / "pauses.md"
+KEY = "bench-pauses-control-key-0123456789"
+
+ACTIONS: tuple[tuple[str, str, str], ...] = (
+    ("input_parallelism", "4", "2"),
+    ("max_offsets_per_trigger", "2000", "4000"),
+    ("shed_fraction", "0.1", "0"),
+    ("udf_version", "v2", "v1"),
+    ("output_topic", "{out2}", "{out}"),
+    ("state_partitions", "8", "4"),
+    ("input_topic", "{in2}", "{in}"),
+)
+"""(parameter, changed value, original value); topic values are filled in per run."""
+
+
+EXPLANATION = """\
+- **Pause** of a restart: from the commit of the last batch before the change to the commit
+  of the first batch after it (the ack's `pause_ms`): the quiesce, the restart in the same
+  warm driver, and that first batch's own execution, often the replay of the batch the gate
+  held back. `output_topic` swaps at a batch boundary without a restart: its pause is the
+  time new batches were held.
+- `state_partitions` includes Spark's offline state repartitioning between stop and start.
+  `input_topic` moves the load to the other topic first; the drain of the old topic (read to
+  its end, then still for 5 s) runs while the query runs and is not part of the pause.
+- **Cold restart**: SIGTERM to the job process, then a new `streamctl job run` on the same
+  checkpoint: from the last batch the old process committed to the first the new one
+  committed (JVM, SparkSession and Python workers start again).
+
+Rerun with `.venv/bin/python -m bench.pauses --runs 3` (results also in
+`bench/results/pauses.json`).
+"""
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    parameter: str
+    outcomes: tuple[str, ...]
+    pauses_s: tuple[float, ...]
+    detail: str
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.pauses_s) if self.pauses_s else None
+
+
+class Bench:
+    """One job process under load, the control and ack topics, and its metrics."""
+
+    def __init__(self, bootstrap: str, workdir: Path) -> None:
+        self.bootstrap, self.workdir = bootstrap, workdir
+        tag = uuid.uuid4().hex[:8]
+        kinds = ("in", "in2", "out", "out2", "dlq", "metrics", "control", "acks")
+        self.topics = {k: f"bench-pauses-{tag}-{k}" for k in kinds}
+        ensure_topics(bootstrap, [TopicSpec(n, partitions=4 if k == "in2" else 2 if k in (
+            "in", "out", "out2") else 1) for k, n in self.topics.items()])
+        self.query_id = f"bench-pauses-{tag}"
+        self.epoch = 0
+        self._tail = Tail(bootstrap, {self.topics["acks"]: Ack,
+                                      self.topics["metrics"]: TaskMetrics}, from_beginning=True)
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self.commits: list[TaskMetrics] = []
+        self._acks: dict[str, Ack] = {}
+        self._load: tuple[threading.Thread, threading.Event] | None = None
+        self._rate_per_s = 0.0
+
+    def start_job(self, name: str) -> Child:
+        t = self.topics
+        return start_child(name, [
+            "job", "run", "--query-id", self.query_id, "--instance-id", name,
+            "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
+            "--metrics-topic", t["metrics"], "--control-topic", t["control"],
+            "--ack-topic", t["acks"], "--checkpoint-dir", str(self.workdir / "checkpoint"),
+            "--input-parallelism", "2", "--enrichment-cost-ms", "2",
+            "--trigger-interval-s", "1", "--metrics-port", "0",
+        ], self.workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": self.bootstrap,
+                          "STREAMCTL_CONTROL_KEY": KEY})
+
+    def start_load(self, rate_per_s: float, topic: str = "in") -> None:
+        self._rate_per_s = rate_per_s
+        self.move_load(topic)
+
+    def move_load(self, topic: str) -> None:
+        """Producers move to `topic`: the old load flushes (all acknowledged), a new starts."""
+        self._stop_current_load()
+        spec = LoadSpec(self.bootstrap, self.topics[topic],
+                        RateProfile("constant", self._rate_per_s, self._rate_per_s),
+                        duration_s=24 * 3600)
+        stop = threading.Event()
+        thread = threading.Thread(target=run_load, args=(spec, Ledger(10_000), stop),
+                                  daemon=True)
+        thread.start()
+        self._load = (thread, stop)
+
+    def _stop_current_load(self) -> None:
+        if self._load is not None:
+            thread, stop = self._load
+            stop.set()
+            thread.join(60)
+
+    def poll(self) -> None:
+        for _topic, record in self._tail.poll(0.3):
+            if isinstance(record, Ack):
+                self._acks[record.control_id] = record
+            elif isinstance(record, TaskMetrics) and record.batch_id >= 0 and record.input_rows:
+                self.commits.append(record)
+                self.epoch = max(self.epoch, record.config_epoch)
+
+    def wait(self, done: Callable[[], bool], timeout_s: float, what: str, job: Child) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            if not job.alive():
+                raise RuntimeError(f"the job died:\n{job.log_tail()}")
+            self.poll()
+
+    def send(self, parameter: str, value: str, job: Child) -> Ack:
+        self.epoch += 1
+        control = sign(ControlTuple(
+            control_id=str(uuid.uuid4()), query_id=self.query_id, operator_id="bench",
+            parameter=parameter, value=value.format(**self.topics), epoch=self.epoch,
+            issuer="bench.pauses", reason="benchmark", issued_at_ms=int(time.time() * 1000)),
+            KEY.encode())
+        self._producer.produce(self.topics["control"], key=f"{self.query_id}/{parameter}",
+                               value=codec_for(ControlTuple).encode(control))
+        self._producer.flush(30)
+        self.wait(lambda: control.control_id in self._acks, 300, f"the ack of {parameter}", job)
+        return self._acks[control.control_id]
+
+    def steady(self, job: Child, batches: int = 3) -> None:
+        """Let a few batches commit, so each action starts from a running query."""
+        target = len(self.commits) + batches
+        self.wait(lambda: len(self.commits) >= target, 180, "steady batches", job)
+
+    def close(self) -> None:
+        self._stop_current_load()
+        self._tail.close()
+
+
+def measure_actions(bench: Bench, job: Child, runs: int) -> list[ActionResult]:
+    results = []
+    for parameter, changed, original in ACTIONS:
+        outcomes, pauses, detail = [], [], ""
+        for _ in range(runs):
+            for value in (changed, original):
+                bench.steady(job)
+                if parameter == "input_topic":
+                    bench.move_load(value.strip("{}"))
+                ack = bench.send(parameter, value, job)
+                outcomes.append(ack.outcome.value.lower())
+                detail = ack.detail
+                if ack.outcome is Outcome.APPLIED:
+                    pauses.append(ack.pause_ms / 1000)
+            if ack.outcome is not Outcome.APPLIED:
+                break  # rejected (e.g. not supported here): once is enough to say why
+        results.append(ActionResult(parameter, tuple(outcomes), tuple(pauses), detail))
+        print(f"  {parameter}: {outcomes[-1]}, pauses {pauses}", flush=True)
+    return results
+
+
+def measure_cold_restarts(bench: Bench, job: Child, runs: int) -> tuple[list[float], Child]:
+    """Stop the process, start a new one: last commit of the old → first commit of the new."""
+    pauses = []
+    for n in range(runs):
+        bench.steady(job)
+        job.stop(60)
+        stopped_ms = int(time.time() * 1000)
+        bench.poll()
+        last = max(c.batch_end_ms for c in bench.commits)
+        job = bench.start_job(f"cold-{n}")
+        bench.wait(functools.partial(_committed_after, bench, stopped_ms), 300,
+                   "the first batch of the restarted process", job)
+        first = min(c.batch_end_ms for c in bench.commits if c.batch_start_ms > stopped_ms)
+        pauses.append((first - last) / 1000)
+        print(f"  cold restart {n + 1}: {pauses[-1]:.1f} s", flush=True)
+    return pauses, job
+
+
+def _committed_after(bench: Bench, at_ms: int) -> bool:
+    return any(c.batch_start_ms > at_ms for c in bench.commits)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3, help="changes per direction and action")
+    parser.add_argument("--rate", type=float, default=200.0, help="input records/s")
+    args = parser.parse_args()
+    args.load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
+        port, ctrl = find_free_ports(2)
+        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
+            bench = Bench(broker.bootstrap_servers, Path(tmp))
+            job = bench.start_job("warm")
+            try:
+                bench.start_load(args.rate)
+                actions = measure_actions(bench, job, args.runs)
+                cold, job = measure_cold_restarts(bench, job, args.runs)
+            finally:
+                job.stop(60)
+                bench.close()
+    args.load_after = os.getloadavg()
+    _report(actions, cold, args)
+    return 0
+
+
+def _report(actions: list[ActionResult], cold: list[float], args: argparse.Namespace) -> None:
+    cold_median = statistics.median(cold)
+    header = (f"Pause per control action (median of the applied changes, both directions), "
+              f"beside a cold restart of the same job in a new process, measured in one run "
+              f"of `python -m bench.pauses --runs {args.runs} --rate {args.rate:.0f}` (sensor "
+              f"job, {args.rate:.0f} records/s) on {platform.machine()} with "
+              f"{os.cpu_count()} cores, Spark local mode; 1-minute load average "
+              f"{args.load_before[0]:.1f} at the start and {args.load_after[0]:.1f} at the end "
+              f"(the machine is shared with other work).")
+    lines = ["| action | applied / sent | median pause s | min–max s | vs cold restart |",
+             "|---|---|---|---|---|"]
+    for a in actions:
+        applied = sum(o == "applied" for o in a.outcomes)
+        if a.median_s is None:
+            lines.append(f"| {a.parameter} | {applied} / {len(a.outcomes)} | — | — | "
+                         f"{a.outcomes[-1]}: {a.detail} |")
+            continue
+        lines.append(f"| {a.parameter} | {applied} / {len(a.outcomes)} | {a.median_s:.1f} | "
+                     f"{min(a.pauses_s):.1f}–{max(a.pauses_s):.1f} | "
+                     f"{a.median_s / cold_median:.2f}× |")
+    lines.append(f"| cold restart (new process) | {len(cold)} | {cold_median:.1f} | "
+                 f"{min(cold):.1f}–{max(cold):.1f} | 1.00× |")
+    print("\n" + header + "\n\n" + "\n".join(lines))
+    TABLE.write_text(f"# Reconfiguration pauses\n\n{header}\n\n" + "\n".join(lines)
+                     + "\n\n" + EXPLANATION)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "machine": platform.machine(), "cpus": os.cpu_count(),
+        "load_average_1m": [args.load_before[0], args.load_after[0]],
+        "runs": args.runs, "rate_per_s": args.rate,
+        "actions": [asdict(a) | {"median_s": a.median_s} for a in actions],
+        "cold_restart_s": cold, "cold_restart_median_s": cold_median}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""`job send`: one signed control tuple from an operator, and the job's ack.
+
+The controller sizes jobs by itself; some changes are an operator's decision (switching the
+input topic after moving its producers, a UDF version, a throttle during an incident). This
+signs a tuple with the same shared key, gives it the next epoch after the job's desired state
+(read from the state topic) unless one is given, sends it keyed like the controller's
+(`<query>/<parameter>`) and waits for the ack. Neighbours: `cli` registers it;
+`runtime.kafka` does the Kafka I/O; `schemas.auth` signs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+from schemas import auth
+from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome
+from security import kafka as kafka_security
+from security.kafka import PLAINTEXT, KafkaSecurity
+
+
+def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "send", help="send one signed control tuple to a job and wait for its ack",
+        description="Sign a control tuple with the controller's key (STREAMCTL_CONTROL_KEY or "
+                    "STREAMCTL_CONTROL_KEY_FILE), send it and print the job's ack. Exits 0 "
+                    "when it was applied, 1 otherwise. On a secured broker (STREAMCTL_KAFKA_*) "
+                    "only the controller's principal may write the control topic, so log in "
+                    "as that principal.")
+    parser.add_argument("--query-id", required=True, help="the query to reconfigure")
+    parser.add_argument("--parameter", required=True,
+                        help="e.g. input_topic, udf_version, max_offsets_per_trigger")
+    parser.add_argument("--value", required=True, help="the new value, as text")
+    parser.add_argument("--epoch", type=int, default=None,
+                        help="default: the epoch of the job's desired state + 1")
+    parser.add_argument("--reason", default="operator", help="recorded with the tuple")
+    for option, env, default in (("bootstrap-servers", "BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+                                 ("control-topic", "CONTROL_TOPIC", "streamctl.control"),
+                                 ("ack-topic", "ACK_TOPIC", "streamctl.acks"),
+                                 ("state-topic", "STATE_TOPIC", "streamctl.state")):
+        parser.add_argument(f"--{option}", default=os.environ.get(f"STREAMCTL_{env}", default),
+                            help=f"env STREAMCTL_{env} (default {default})")
+    parser.add_argument("--timeout-s", type=float, default=300.0,
+                        help="wait this long for the ack (an input switch drains first; "
+                             "default 300)")
+    parser.set_defaults(handler=send_command)
+    return parser
+
+
+def send_command(args: argparse.Namespace) -> int:
+    try:
+        key = auth.key_from_env()
+    except auth.ControlKeyError as exc:
+        print(f"job send: {exc}", file=sys.stderr)
+        return 2
+    if key is None:
+        print(f"job send: no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV}",
+              file=sys.stderr)
+        return 2
+    try:
+        security = kafka_security.from_env()
+    except kafka_security.KafkaSecurityError as exc:
+        print(f"job send: Kafka security: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ack = send(args.bootstrap_servers, args.query_id, args.parameter, args.value, key,
+                   epoch=args.epoch, reason=args.reason, control_topic=args.control_topic,
+                   ack_topic=args.ack_topic, state_topic=args.state_topic,
+                   timeout_s=args.timeout_s, security=security)
+    except (LookupError, TimeoutError) as exc:
+        print(f"job send: {exc}", file=sys.stderr)
+        return 1
+    pause = f" (pause {ack.pause_ms} ms)" if ack.outcome is Outcome.APPLIED else ""
+    print(f"{ack.outcome.value.lower()}{pause}: {ack.detail}")
+    return 0 if ack.outcome is Outcome.APPLIED else 1
+
+
+def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, *,
+         epoch: int | None = None, reason: str = "operator",
+         control_topic: str = "streamctl.control", ack_topic: str = "streamctl.acks",
+         state_topic: str = "streamctl.state", timeout_s: float = 300.0,
+         security: KafkaSecurity = PLAINTEXT) -> Ack:
+    """Send the signed tuple and return the job's ack; `LookupError` without an epoch to
+    follow, `TimeoutError` without an ack in time."""
+    from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer, read_latest
+
+    if epoch is None:
+        state = read_latest(bootstrap, state_topic, query_id, DesiredStateRecord,
+                            security=security)
+        if state is None:
+            raise LookupError(f"no desired state of {query_id!r} in {state_topic}: give --epoch")
+        epoch = state.epoch + 1
+    tuple_ = auth.sign(ControlTuple(
+        control_id=str(uuid.uuid4()), query_id=query_id, operator_id="operator",
+        parameter=parameter, value=value, epoch=epoch, issuer="streamctl job send",
+        reason=reason, issued_at_ms=int(time.time() * 1000)), key)
+    # Under the controller's default group prefix, which its principal may read (stack.acls).
+    acks = TypedConsumer(bootstrap, ack_topic, f"streamctl-controller.send.{uuid.uuid4()}", Ack,
+                         security)
+    publisher = RecordPublisher(bootstrap, "streamctl-send", security)
+    try:
+        _await_assignment(acks, ack_topic)
+        publisher.publish(control_topic, f"{query_id}/{parameter}", tuple_)
+        publisher.flush()
+        return _await_ack(acks, tuple_.control_id, timeout_s)
+    finally:
+        publisher.close()
+        acks.close()
+
+
+def _await_assignment(acks: Any, topic: str, timeout_s: float = 30.0) -> None:
+    """Poll until the consumer holds the ack topic at its end (acks before are not ours)."""
+    deadline = time.monotonic() + timeout_s
+    while not acks.assigned.is_set():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"could not subscribe to {topic} within {timeout_s:.0f} s")
+        acks.poll(0.2)
+
+
+def _await_ack(acks: Any, control_id: str, timeout_s: float) -> Ack:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = acks.poll(0.5)
+        if isinstance(record, Ack) and record.control_id == control_id:
+            return record
+    raise TimeoutError(f"no ack for control {control_id} within {timeout_s:.0f} s")

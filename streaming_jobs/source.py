@@ -1,0 +1,53 @@
+"""The Kafka source every bundled plan reads: one place for its options.
+
+Owns `KafkaInput` (which topic, the source's name in the checkpoint, where a source new to the
+checkpoint starts) and `read_kafka`, the `readStream` both plans start from. The runtime
+decides the input (`runtime.input_switch`); the plans only read it. Neighbours: the plans
+(`sensor_averages`, `fraud.plan`) call `read_kafka`; `runtime.lifecycle` passes the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streaming_jobs.config import JobConfig
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    """The source of one run of a query."""
+
+    topic: str
+    name: str | None = None
+    """The source's name in the checkpoint (Spark's `DataStreamReader.name`, needs
+    `spark.sql.streaming.queryEvolution.enableSourceEvolution`); None: an unnamed source, as
+    in checkpoints written before the runtime named its sources."""
+    starting_offsets: str = "earliest"
+    """Where the source starts when the checkpoint does not know it yet: 'earliest', or
+    Spark's JSON of every partition's offset (an input switch). Ignored once the checkpoint
+    has the source: its offsets there win."""
+
+
+def read_kafka(spark: SparkSession, config: JobConfig,
+               source: KafkaInput | None = None) -> DataFrame:
+    """Kafka rows (key, value, topic, partition, offset, …) of `source` (default: the
+    configured input topic, unnamed), with the run's parallelism and batch cap.
+
+    `failOnDataLoss` stays on: a record removed before the job read it fails the query
+    instead of being skipped.
+    """
+    source = source or KafkaInput(config.input_topic)
+    reader = spark.readStream.format("kafka")
+    if source.name is not None:
+        reader = reader.name(source.name)
+    return (reader.options(**config.spark_kafka_options)
+            .option("subscribe", source.topic)
+            .option("startingOffsets", source.starting_offsets)
+            .option("minPartitions", str(config.input_parallelism))
+            .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+            .option("failOnDataLoss", "true")
+            .load())
