@@ -50,6 +50,11 @@ _HELP = {
     "low_priority_prefixes": "comma-separated sensor-id prefixes that may be shed "
                              "(empty = every reading)",
     "udf_version": "initial enrichment function version (v1 region, v2 sub-region)",
+    "role": "active (runs the query) or standby (warm SparkSession, no query, waits to be "
+            "promoted; share the active's checkpoint dir); after a failover the instance "
+            "named beside the checkpoint is active",
+    "heartbeat_interval_s": "seconds between heartbeats of an instance running no batch "
+                            "(standby, or idle active)",
 }
 _KEY_HELP = ("The control key is read from STREAMCTL_CONTROL_KEY or the file named by "
              "STREAMCTL_CONTROL_KEY_FILE, never from an option; the job refuses to start "

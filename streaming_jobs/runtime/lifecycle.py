@@ -10,29 +10,36 @@ quiesce → start, or hold → swap → release), `job` (wiring, metrics publish
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime import state_partitions
-from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime.gate import BatchGate, Ownership, is_gate_stop
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.parameters import DesiredState
 from streaming_jobs.runtime.session import hide_gate_stops
 from streaming_jobs.runtime.sink import transactional_sink
+from streaming_jobs.runtime.state_repartition import StateRepartitionError
 from streaming_jobs.runtime.transactional import OutputEncoder
 
 log = logging.getLogger(__name__)
+
+WARM_UP_RECORDS = 200
+"""Input records a standby's warm-up batch reads: enough to run every operator of the plan."""
+WARM_UP_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -63,13 +70,13 @@ class ElasticQuery:
 
     def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler,
                  on_idle: IdleHandler | None = None, *, desired: DesiredState | None = None,
-                 executors: Executors | None = None):
+                 executors: Executors | None = None, ownership: Ownership | None = None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
         self._plan = plan_for(config.job)
         self._executors = executors
         self._desired = desired or DesiredState.from_config(config)
-        self.gate = BatchGate()
+        self.gate = BatchGate(ownership)
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic,
                                        OutputEncoder(self._plan.encode,
@@ -122,12 +129,65 @@ class ElasticQuery:
                        .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)}"
                                 " milliseconds")
                        .start())
-        self._contexts[str(self._query.runId)] = self._context(desired)
+        self._contexts[str(self._query.runId)] = self.context(desired)
         return str(self._query.runId)
+
+    def start_keeping_partitions(self, desired: DesiredState) -> str:
+        """`start`, or, when the checkpoint cannot be repartitioned to `desired` (a crash left
+        its last batch uncommitted), start with the checkpoint's state partitions instead."""
+        try:
+            return self.start(desired)
+        except StateRepartitionError as exc:
+            kept = state_partitions.current(self._config.checkpoint_dir)
+            log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
+                      kept)
+            return self.start(replace(desired, state_partitions=kept
+                                      or desired.state_partitions))
+
+    def warm_up(self, timeout_s: float = WARM_UP_TIMEOUT_S) -> str:
+        """Run the plan once on up to `WARM_UP_RECORDS` input records, into nothing.
+
+        A standby does this so that, when promoted, its first batch finds the Python workers
+        started, the plan's code generated and the Kafka connector and state store loaded
+        (a cold first batch takes several times a warm one). It uses a scratch checkpoint, its
+        own query name and no dead-letter topic, so it touches nothing the active uses.
+        Returns what it did, for the log.
+        """
+        config = replace(effective_config(self._config, self._desired),
+                         max_offsets_per_trigger=WARM_UP_RECORDS)
+        encoder = OutputEncoder(self._plan.encode, self._plan.encoded_schema)
+
+        def discard(batch_df: DataFrame, _batch_id: int) -> None:
+            batch_df.mapInArrow(encoder.function, encoder.schema).toArrow()
+
+        scratch = tempfile.mkdtemp(prefix=f"streamctl-warm-up-{self._config.query_id}-")
+        started = time.monotonic()
+        query = (self._plan.build(self._spark, config, _DiscardDeadLetters()).writeStream
+                 .queryName(f"{self._config.query_id}-warm-up")
+                 .outputMode(self._plan.output_mode).foreachBatch(discard)
+                 .option("checkpointLocation", scratch).trigger(processingTime="1 second")
+                 .start())
+        try:
+            while time.monotonic() - started < timeout_s and query.isActive:
+                progress = query.lastProgress
+                if progress is not None:
+                    return (f"ran one batch of {progress['numInputRows']} input records in "
+                            f"{time.monotonic() - started:.1f} s")
+                if str(query.status.get("message", "")).startswith("Waiting for data"):
+                    return "no input to warm up with yet"
+                time.sleep(0.2)
+            return f"stopped after {time.monotonic() - started:.0f} s without a batch"
+        finally:
+            query.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def advance_epoch(self, epoch: int) -> None:
         """Same settings, newer epoch (an idempotent tuple): no restart needed."""
         self._set_running(replace(self._desired, epoch=epoch))
+
+    def relabel(self, desired: DesiredState) -> None:
+        """Same query settings, another epoch or active instance: no restart needed."""
+        self._set_running(desired)
 
     def hold(self, timeout_s: float) -> bool:
         """Hold new batches at the gate and wait for admitted ones to commit."""
@@ -152,7 +212,7 @@ class ElasticQuery:
     def _set_running(self, desired: DesiredState) -> None:
         self._desired = desired
         if self.run_id is not None:
-            self._contexts[self.run_id] = self._context(desired)
+            self._contexts[self.run_id] = self.context(desired)
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         """Close the gate, let admitted batches commit, stop. False if the wait timed out."""
@@ -204,7 +264,8 @@ class ElasticQuery:
         """Tasks the cluster runs at once: local[N]'s N, else the executors' cores."""
         return self._executors.task_slots() if self._executors else self._config.task_slots
 
-    def _context(self, desired: DesiredState) -> RunContext:
+    def context(self, desired: DesiredState) -> RunContext:
+        """What the metrics of a run with `desired` are labelled with."""
         c = self._config
         return RunContext(
             query_id=c.query_id, instance_id=c.instance_id, config_epoch=desired.epoch,
@@ -229,8 +290,22 @@ class ElasticQuery:
             self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
-        context = self._contexts.get(run_id) or self._context(self._desired)
+        context = self._contexts.get(run_id) or self.context(self._desired)
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
+
+
+class _DiscardDeadLetters:
+    """The warm-up's dead-letter sink (picklable, shipped to tasks): the active instance
+    reports the input's dead letters, the warm-up must not send them again."""
+
+    def __call__(self) -> _DiscardDeadLetters:
+        return self
+
+    def send(self, payload: bytes | None, error: object) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
 
 
 def effective_config(config: JobConfig, desired: DesiredState) -> JobConfig:

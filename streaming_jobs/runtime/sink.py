@@ -140,6 +140,16 @@ class TransactionalKafkaSink:
     def close(self) -> None:
         self._writer.close()
 
+    def take_ownership(self) -> CommitMarker | None:
+        """Fence every other instance's producer now, before this instance's query starts (a
+        promotion), rather than at its first batch: from here on no transaction of a former
+        active can commit. The one place a fenced sink re-initialises: the control protocol
+        made this instance the owner. Returns the last committed marker."""
+        self._writer.close()
+        self._fenced = None
+        self._started = False
+        return self._start()
+
     def _start(self) -> CommitMarker | None:
         if not self._started:
             self._last = self._writer.start(self._query_id)

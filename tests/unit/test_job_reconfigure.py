@@ -141,3 +141,10 @@ def test_without_new_data_the_pause_ends_when_the_restarted_query_is_idle(
     applied = Reconfigurer(IdleQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 1_900
     assert applied.detail.endswith("restart to idle 600 ms (no new data)")
+
+
+def test_a_change_of_the_active_instance_is_not_a_reconfiguration_of_the_query() -> None:
+    query = FakeQuery()
+    with pytest.raises(ValueError, match="promotion or a step-down"):
+        Reconfigurer(query).apply(replace(START, epoch=1, active_instance="b"))  # type: ignore[arg-type]
+    assert query.started == [] and query.active
