@@ -81,7 +81,7 @@ def projected_extra_output(model: QueryModel, state: ControlState, verdict: Verd
     """Records/s more than now that this query will write once resized (module docstring)."""
     if isinstance(verdict, Scale):
         parallelism = verdict.target
-    elif state.in_flight is not None:
+    elif state.in_flight is not None and state.in_flight.scaling:
         parallelism = state.in_flight.target
     elif model.backlog_records > settings.backlog_floor_records:
         parallelism = model.parallelism
