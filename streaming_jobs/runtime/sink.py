@@ -31,6 +31,7 @@ from streaming_jobs.runtime.transactional import (
     OutputBatch,
     OutputEncoder,
     Replay,
+    SinkBatchAborted,
     SinkFenced,
     SinkUnavailable,
     TransactionalWriter,
@@ -165,8 +166,10 @@ class TransactionalKafkaSink:
         except SinkFenced as exc:
             self._fenced = exc
             raise
-        except SinkUnavailable:
-            self._started = False  # the commit may have happened: read the marker again
+        except (SinkUnavailable, SinkBatchAborted):
+            # The commit may have happened, or the producer's sequence numbers went to records
+            # that timed out during an outage: a fresh producer re-reads the marker first.
+            self._started = False
             raise
         self._last = marker
 

@@ -75,9 +75,11 @@ def _first_line(text: str) -> str:
 
 
 class RestartBudget:
-    """At most `restarts` restarts within `window_s`; past that the failure is not transient."""
+    """At most `restarts` restarts within `window_s`; past that the failure is not transient.
+    Ten in ten minutes: with the 10 s pause and each attempt's own Kafka timeouts, a broker
+    away for several minutes is waited out; a fault that comes back at once is not."""
 
-    def __init__(self, restarts: int = 5, window_s: float = 600.0) -> None:
+    def __init__(self, restarts: int = 10, window_s: float = 600.0) -> None:
         self._restarts, self._window_s = restarts, window_s
         self._at: deque[float] = deque()
 
