@@ -164,8 +164,7 @@ class ControlLoop:
             if window is not None:
                 window.require_epoch(ack.epoch)
             if flight.instance:
-                self.standbys.instances.promoted(ack.query_id, flight.instance, now_ms,
-                                                 ack.epoch)
+                self.standbys.promoted(ack.query_id, flight.instance, now_ms, ack.epoch)
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)

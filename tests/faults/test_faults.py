@@ -41,16 +41,29 @@ def report(fault: str, seconds: float) -> None:
     print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")
 
 
-def test_kill_9_of_the_job_mid_batch_then_restart(bed: FaultBed) -> None:
+def test_kill_9_during_a_reconfiguration_then_restart(bed: FaultBed) -> None:
+    """A restart-path tuple (input_parallelism 2 → 3) is being applied — quiesce, stop,
+    restart — when the job is killed; a new process of the same instance resumes from the
+    checkpoint with the desired state last recorded (the change was never applied, so never
+    recorded: the controller would see no ack and decide again). Without a standby this is
+    the recovery path too (kill -9 of the active with failover: `test_failover.py`)."""
     job = bed.start_job("job-1")
     warm(bed)
-    bed.wait_commit_after(now_ms(), 60, "a batch to start the next one after")
-    job.kill()  # a batch is running: batches take most of each trigger interval here
+    bed.wait_commit_after(now_ms(), 60, "a batch to reconfigure after")
+    control = bed.send_control("input_parallelism", "3", epoch=1)
+    until(lambda: f"control {control.control_id}" in job.log_path.read_text(), 60,
+          "the job taking the tuple")
+    job.kill()
     fault = now_ms()
-    bed.start_job("job-2")
-    report("kill -9 of the job mid-batch, restarted from its checkpoint", bed.recovery_s(fault))
+    assert f"reconfigured {bed.query_id}" not in job.log_path.read_text(), \
+        "the reconfiguration finished before the kill"
+    restarted = bed.start_job("job-1-restarted", "--instance-id", "job-1")
+    report("kill -9 during a reconfiguration (input_parallelism 2→3), restarted from its "
+           "checkpoint", bed.recovery_s(fault))
     bed.wait_commit_after(now_ms(), 60, "a steady batch after recovery")
     bed.finish_and_check()
+    assert "resuming the desired state of epoch 0" in restarted.log_path.read_text()
+    assert {m.input_parallelism for m in bed.commits if m.batch_start_ms > fault} == {2}
 
 
 def test_garbage_on_the_input_metrics_and_control_topics(bed: FaultBed) -> None:

@@ -169,7 +169,7 @@ def test_a_restarted_controller_waits_for_the_promotion_in_flight() -> None:
     new.loop.states.update(recovered.states)
     # It hears the old active's last batches (its group's committed offset) and the standby.
     new.bus.publish_metrics(*simulate(STEADY, 30))
-    keep_standbys_alive(new, 40)
+    keep_standbys_alive(new, 20, standbys=())  # s1 is busy promoting (an empty poll is 1 s more)
     assert new.loop.states["q1"].in_flight == flight
     assert new.bus.sent_controls() == []  # no second promotion while the first is in flight
     new.bus.publish_ack(Ack(promotion.control_id, "q1", "s1", 1, Outcome.APPLIED, "promoted",
@@ -177,6 +177,9 @@ def test_a_restarted_controller_waits_for_the_promotion_in_flight() -> None:
     new.loop.run(max_cycles=1)
     assert new.loop.states["q1"].in_flight is None
     assert new.bus.sent_controls() == []
+    # It never heard s1 as a standby after the restart, yet s1 was one: ask for a new one.
+    assert [d.action for d in new.bus.written_decisions()][-2:] == ["ack_applied",
+                                                                    "start_standby"]
 
 
 def test_a_just_started_controller_counts_silence_only_from_its_start() -> None:
