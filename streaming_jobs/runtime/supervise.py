@@ -38,8 +38,10 @@ CHECKPOINT_RACE = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming jobs dete
                    "Multiple streaming queries are concurrently using")
 """Spark's errors when its atomic create-if-absent of a metadata log file loses a race."""
 KAFKA_AWAY = ("SinkUnavailable", "SinkBatchAborted", "org.apache.kafka.common.errors.Timeout",
-              "KafkaException: Failed", "NETWORK_EXCEPTION")
-"""Failures that end when the broker is back: retried, never lost."""
+              "NETWORK_EXCEPTION")
+"""Failures that end when the broker is back: retried, never lost. Spark's Kafka source
+reports a broker away for 60 s as `org.apache.kafka.common.errors.TimeoutException: Timeout of
+60000ms expired before the position for partition … could be determined`."""
 
 
 class Step(enum.Enum):
@@ -66,12 +68,15 @@ def classify(failure: str | None, superseded: str | None, *, kafka_retry_s: floa
         return Next(Step.RESTART, "another driver wrote the same checkpoint entry first (a "
                                   "former active finishing its last batch)")
     if any(marker in text for marker in KAFKA_AWAY):
-        return Next(Step.RESTART, f"Kafka unavailable ({_first_line(text)})", kafka_retry_s)
+        return Next(Step.RESTART, f"Kafka unavailable ({_line_with(text, KAFKA_AWAY)})",
+                    kafka_retry_s)
     return Next(Step.EXIT, failure or "stopped after a failed reconfiguration")
 
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)[:300]
+def _line_with(text: str, markers: tuple[str, ...]) -> str:
+    """The first line of a (Java and Python) stack trace that names the error."""
+    return next((line.strip() for line in text.splitlines()
+                 if any(m in line for m in markers)), text)[:300]
 
 
 class RestartBudget:

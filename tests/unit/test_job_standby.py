@@ -173,6 +173,16 @@ def test_a_query_that_stopped_by_itself(failure: str | None, superseded: str | N
     assert found.delay_s == (10 if failure and "SinkUnavailable" in failure else 0)
 
 
+def test_a_kafka_timeout_in_a_spark_stack_trace_is_named_by_its_own_line() -> None:
+    trace = ("An exception was raised by the Python Proxy. Return Message: Traceback\n"
+             "  File sink.py, line 95\n"
+             "Caused by: org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms "
+             "expired before the position for partition in-1 could be determined\n")
+    found = classify(trace, None, kafka_retry_s=10)
+    assert found.step is Step.RESTART and found.reason.startswith(
+        "Kafka unavailable (Caused by: org.apache.kafka.common.errors.TimeoutException")
+
+
 def test_restarts_are_bounded_per_window() -> None:
     budget = RestartBudget(restarts=2, window_s=60)
     assert budget.take(0) and budget.take(10) and not budget.take(20)
