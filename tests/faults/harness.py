@@ -207,3 +207,8 @@ class FaultBed:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def report(fault: str, seconds: float) -> None:
+    """The line each fault test prints (`pytest -s`): the time the fault cost."""
+    print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")

@@ -5,27 +5,12 @@ committed output (read_committed) holds every produced record exactly once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
 import pytest
 
 from schemas import Ack, ControlTuple, Decision, Outcome, Role
-from tests.faults.harness import FAST_DETECTION, FaultBed, now_ms
+from tests.faults.harness import FAST_DETECTION, FaultBed, now_ms, report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def bed(bootstrap_servers: str, new_topic: Callable[..., str],
-        tmp_path: Path) -> Iterator[FaultBed]:
-    b = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
-    yield b
-    b.close()
-
-
-def report(fault: str, seconds: float) -> None:
-    print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")
 
 
 def active_and_standby(bed: FaultBed) -> None:

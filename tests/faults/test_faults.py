@@ -4,7 +4,7 @@ the committed output (read_committed) holds every produced record exactly once."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,17 +17,9 @@ from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 from tests.accounting import until
-from tests.faults.harness import TOPIC_KINDS, FaultBed, now_ms
+from tests.faults.harness import TOPIC_KINDS, FaultBed, now_ms, report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
-
-
-@pytest.fixture
-def bed(bootstrap_servers: str, new_topic: Callable[..., str],
-        tmp_path: Path) -> Iterator[FaultBed]:
-    b = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
-    yield b
-    b.close()
 
 
 def warm(bed: FaultBed) -> None:
@@ -35,10 +27,6 @@ def warm(bed: FaultBed) -> None:
     bed.start_load(150)
     bed.wait_commit_after(now_ms(), 180, "the job's first batches under load")
     bed.wait_commit_after(now_ms(), 60, "one more batch")
-
-
-def report(fault: str, seconds: float) -> None:
-    print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")
 
 
 def test_kill_9_during_a_reconfiguration_then_restart(bed: FaultBed) -> None:
