@@ -120,3 +120,13 @@ def test_a_record_of_the_previous_schema_reads_as_naming_nobody() -> None:
     written = Codec(DesiredStateRecord, schema=old)
     payload = written.encode(DesiredStateRecord(**fields))
     assert codec_for(DesiredStateRecord).decode(payload) == record
+
+
+def test_job_state_names_the_active_instance_once_there_was_a_failover() -> None:
+    from streaming_jobs.state_cli import describe
+
+    record = desired.to_record(APPLIED, query_id="q", instance_id="i", control_id=None,
+                               at_ms=1_700_000_000_000)
+    assert "active_instance          (no failover yet)" in describe(record)
+    promoted = replace(record, active_instance="b", epoch=12)
+    assert describe(promoted).splitlines()[-1] == "  active_instance          b"
