@@ -10,21 +10,19 @@ quiesce → start, or hold → swap → release), `job` (wiring, metrics publish
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.plans import plan_for
-from streaming_jobs.runtime import state_partitions
+from streaming_jobs.runtime import state_partitions, warm_up
 from streaming_jobs.runtime.gate import BatchGate, Ownership, is_gate_stop
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
@@ -36,10 +34,6 @@ from streaming_jobs.runtime.state_repartition import StateRepartitionError
 from streaming_jobs.runtime.transactional import OutputEncoder
 
 log = logging.getLogger(__name__)
-
-WARM_UP_RECORDS = 200
-"""Input records a standby's warm-up batch reads: enough to run every operator of the plan."""
-WARM_UP_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -144,42 +138,10 @@ class ElasticQuery:
             return self.start(replace(desired, state_partitions=kept
                                       or desired.state_partitions))
 
-    def warm_up(self, timeout_s: float = WARM_UP_TIMEOUT_S) -> str:
-        """Run the plan once on up to `WARM_UP_RECORDS` input records, into nothing.
-
-        A standby does this so that, when promoted, its first batch finds the Python workers
-        started, the plan's code generated and the Kafka connector and state store loaded
-        (a cold first batch takes several times a warm one). It uses a scratch checkpoint, its
-        own query name and no dead-letter topic, so it touches nothing the active uses.
-        Returns what it did, for the log.
-        """
-        config = replace(effective_config(self._config, self._desired),
-                         max_offsets_per_trigger=WARM_UP_RECORDS)
-        encoder = OutputEncoder(self._plan.encode, self._plan.encoded_schema)
-
-        def discard(batch_df: DataFrame, _batch_id: int) -> None:
-            batch_df.mapInArrow(encoder.function, encoder.schema).toArrow()
-
-        scratch = tempfile.mkdtemp(prefix=f"streamctl-warm-up-{self._config.query_id}-")
-        started = time.monotonic()
-        query = (self._plan.build(self._spark, config, _DiscardDeadLetters()).writeStream
-                 .queryName(f"{self._config.query_id}-warm-up")
-                 .outputMode(self._plan.output_mode).foreachBatch(discard)
-                 .option("checkpointLocation", scratch).trigger(processingTime="1 second")
-                 .start())
-        try:
-            while time.monotonic() - started < timeout_s and query.isActive:
-                progress = query.lastProgress
-                if progress is not None:
-                    return (f"ran one batch of {progress['numInputRows']} input records in "
-                            f"{time.monotonic() - started:.1f} s")
-                if str(query.status.get("message", "")).startswith("Waiting for data"):
-                    return "no input to warm up with yet"
-                time.sleep(0.2)
-            return f"stopped after {time.monotonic() - started:.0f} s without a batch"
-        finally:
-            query.stop()
-            shutil.rmtree(scratch, ignore_errors=True)
+    def warm_up(self) -> str:
+        """Run the plan with the desired state in force once, into nothing (`warm_up`)."""
+        return warm_up.run_once(self._spark, self._plan, self._config.query_id,
+                                effective_config(self._config, self._desired))
 
     def advance_epoch(self, epoch: int) -> None:
         """Same settings, newer epoch (an idempotent tuple): no restart needed."""
@@ -292,20 +254,6 @@ class ElasticQuery:
         self.gate.committed(progress.batchId)
         context = self._contexts.get(run_id) or self.context(self._desired)
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
-
-
-class _DiscardDeadLetters:
-    """The warm-up's dead-letter sink (picklable, shipped to tasks): the active instance
-    reports the input's dead letters, the warm-up must not send them again."""
-
-    def __call__(self) -> _DiscardDeadLetters:
-        return self
-
-    def send(self, payload: bytes | None, error: object) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
 
 
 def effective_config(config: JobConfig, desired: DesiredState) -> JobConfig:
