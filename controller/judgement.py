@@ -60,13 +60,16 @@ def lost_timeout_s(trigger_s: float, last_busy_s: float, settings: PolicySetting
 
 
 def liveness(last_seen_ms: int | None, trigger_s: float, last_busy_s: float,
-             state: ControlState, now_ms: int, settings: PolicySettings) -> Lost | None:
+             state: ControlState, now_ms: int, settings: PolicySettings,
+             watching_since_ms: int = 0) -> Lost | None:
     """`Lost` when the query has been silent too long. A query never seen is not lost, and
-    neither is one whose reconfiguration is in flight (its restart is silent; the ack timeout
-    covers it); after an actuation the silence counts from when it ended."""
+    neither is one whose reconfiguration or failover is in flight (a restart is silent; the
+    ack timeout covers it); after an actuation the silence counts from when it ended, and it
+    only counts while the controller watched (`watching_since_ms`: a controller that just
+    started may still be reading the metrics the query sent while it was away)."""
     if last_seen_ms is None or state.in_flight is not None:
         return None
-    since_ms = max(last_seen_ms, state.settled_at_ms)
+    since_ms = max(last_seen_ms, state.settled_at_ms, watching_since_ms)
     silent_s = (now_ms - since_ms) / 1000
     timeout_s = lost_timeout_s(trigger_s, last_busy_s, settings)
     if silent_s <= timeout_s:
@@ -74,7 +77,7 @@ def liveness(last_seen_ms: int | None, trigger_s: float, last_busy_s: float,
     return Lost(f"no metrics for {silent_s:.0f} s (timeout {timeout_s:.0f} s: "
                 f"{settings.lost_after_intervals} × its {num(max(trigger_s, last_busy_s))} s "
                 f"batch interval, at least {settings.lost_after_min_s:.0f} s); the instance is "
-                "gone or hung — restart or fail it over, more parallelism cannot help",
+                "gone or hung, more parallelism cannot help",
                 silent_s, timeout_s, {"silent_s": silent_s, "timeout_s": timeout_s})
 
 

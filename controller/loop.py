@@ -1,9 +1,11 @@
 """The control loop: collect → settle → evaluate → decide → act → report, one cycle at a time.
 
-Owns the per-query memory (windows, `ControlState`, last verdict, last fitted overhead) and
-the order of the steps; every effect goes through `controller.ports`. The decisions
-themselves come from the pure core (`window`, `model`, `judgement`, `policy`, `topology`):
-all ready queries are decided together each cycle, so a pipeline is sized in one round.
+Owns the per-query memory (windows, instances, `ControlState`, last verdict, last fitted
+overhead) and the order of the steps; every effect goes through `controller.ports` (sending
+and recording through `actuate`). The decisions themselves come from the pure core
+(`window`, `model`, `judgement`, `policy`, `topology`, `failover`): all ready queries are
+decided together each cycle, so a pipeline is sized in one round; a lost query is failed over
+to a live standby when it has one.
 Built by `controller.app` with Kafka adapters, by tests, the replay and the simulator with
 `controller.fakes`.
 """
@@ -15,7 +17,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controller import report
+from controller import failover, report
+from controller.actuate import Actuator
+from controller.failover import Standbys
 from controller.judgement import judge_effect, liveness
 from controller.model import QueryModel, evaluate
 from controller.policy import backlog_causes, is_quiet
@@ -24,26 +28,31 @@ from controller.ports import (
     Clock,
     ControlSink,
     DecisionLog,
-    DeliveryError,
     LoopObserver,
     MetricsSource,
     NullObserver,
 )
-from controller.results import Hold, Lost, NotReady, Recommend, Scale, Verdict
+from controller.results import (
+    Hold,
+    Lost,
+    NotReady,
+    Promote,
+    Recommend,
+    Scale,
+    Verdict,
+)
 from controller.settings import ControllerSettings
 from controller.state import (
     ControlState,
     InFlight,
     ack_overdue,
     applied,
-    issued,
-    next_epoch,
     observed,
     settled,
 )
 from controller.topology import plan
 from controller.window import QueryWindow, Windows
-from schemas import Ack, ControlTuple, Decision, Outcome
+from schemas import Ack, Outcome
 
 log = logging.getLogger("controller")
 status_log = logging.getLogger("controller.status")
@@ -70,6 +79,7 @@ class ControlLoop:
         self.ports = ports
         self._new_id = new_id
         self._windows = Windows(settings.model)
+        self._actuator = Actuator(settings, ports.control, ports.decisions, new_id)
         self.states: dict[str, ControlState] = {}
         self.verdicts: dict[str, Verdict] = {}
         self.models: dict[str, QueryModel] = {}
@@ -77,6 +87,9 @@ class ControlLoop:
         """Per query, the per-batch overhead last fitted (`fit` rule 2)."""
         self._caps: dict[str, int] = {}
         """Per query, the batch cap last reported or observed (`model.batch_cap`)."""
+        self.standbys = Standbys(settings.policy.lost_after_min_s)
+        """Every instance heard from, standbys included (`failover`)."""
+        self._watching_since_ms: int | None = None
         self._next_status_ms = 0
         self._stopping = False
 
@@ -100,11 +113,14 @@ class ControlLoop:
     def run_once(self) -> None:
         self.collect()
         now_ms = self.ports.clock.now_ms()
+        if self._watching_since_ms is None:
+            self._watching_since_ms = now_ms
         self._windows.prune(now_ms)
         self.settle(now_ms)
         verdicts = self.decide_all(now_ms)
         for window in self._windows:
             self.act(window, verdicts[window.query_id], now_ms)
+        self.count_standbys(now_ms)
         self.report(now_ms)
 
     # -- collect ---------------------------------------------------------------------------
@@ -113,6 +129,7 @@ class ControlLoop:
         samples = self.ports.metrics.poll(self.settings.poll_timeout_s)
         self.ports.observer.metrics_received(len(samples))
         for sample in samples:
+            self.standbys.add(sample)
             if self._windows.add(sample) is None:
                 log.warning("ignoring metrics of query %s: already tracking %d queries",
                             sample.query_id, self.settings.model.max_queries)
@@ -134,6 +151,11 @@ class ControlLoop:
             log.info("ignoring ack %s of control %s for %s: not in flight (late or not ours)",
                      ack.outcome, ack.control_id, ack.query_id)
             return
+        if flight.instance and ack.instance_id != flight.instance:
+            log.info("%s: %s answered control %s (promoting %s): %s %s", ack.query_id,
+                     ack.instance_id, ack.control_id, flight.instance, ack.outcome.value,
+                     ack.detail)
+            return
         self.ports.observer.acked(ack.query_id, ack.outcome.value)
         if ack.outcome is Outcome.APPLIED:
             log.info("%s: control %s applied at epoch %d (pause %d ms): %s", ack.query_id,
@@ -141,10 +163,12 @@ class ControlLoop:
             window = self._windows.get(ack.query_id)
             if window is not None:
                 window.require_epoch(ack.epoch)
+            if flight.instance:
+                self.standbys.promoted(ack.query_id, flight.instance, now_ms, ack.epoch)
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)
-        self._record_outcome(ack.query_id, flight, f"ack_{ack.outcome.value.lower()}",
+        self._actuator.outcome(ack.query_id, flight, f"ack_{ack.outcome.value.lower()}",
                              ack.detail, now_ms)
         cooldown_s = self.settings.policy.cooldown_s
         self.states[ack.query_id] = (applied(state, now_ms, cooldown_s)
@@ -156,7 +180,7 @@ class ControlLoop:
                   f"{self.settings.ack_timeout_s:.0f} s; giving up on it")
         log.warning("%s: %s", query_id, reason)
         self.ports.observer.ack_timed_out(query_id)
-        self._record_outcome(query_id, flight, "ack_timeout", reason, now_ms)
+        self._actuator.outcome(query_id, flight, "ack_timeout", reason, now_ms)
         self.states[query_id] = settled(self.states[query_id], now_ms,
                                         self.settings.policy.cooldown_s)
 
@@ -182,19 +206,23 @@ class ControlLoop:
         self.ports.observer.lost(sorted(q for q, v in verdicts.items() if isinstance(v, Lost)))
         return verdicts
 
-    def evaluate(self, window: QueryWindow, now_ms: int) -> QueryModel | NotReady | Lost:
-        """The query's model, or why there is none: lost, or not ready yet."""
+    def evaluate(self, window: QueryWindow,
+                 now_ms: int) -> QueryModel | NotReady | Lost | Promote:
+        """The query's model, or why there is none: lost (then failed over, if a standby is
+        alive), or not ready yet."""
         query_id = window.query_id
         state = self.states.get(query_id, ControlState())
         newest = window.samples[-1] if window.samples else None
         lost = liveness(window.last_seen_ms,
                         newest.trigger_interval_ms / 1000 if newest else 0.0,
                         newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
-                        self.settings.policy)
-        found: QueryModel | NotReady | Lost = lost or evaluate(
-            query_id, window.samples, self.settings.model, warm_up=window.warm_up,
-            remembered_overhead_s=self._overheads.get(query_id),
-            remembered_batch_cap=self._caps.get(query_id, 0))
+                        self.settings.policy, self._watching_since_ms or 0)
+        found: QueryModel | NotReady | Lost | Promote = (
+            failover.decide(lost, self.standbys.live(query_id, now_ms), window.last_instance,
+                            now_ms) if lost is not None else
+            evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
+                     remembered_overhead_s=self._overheads.get(query_id),
+                     remembered_batch_cap=self._caps.get(query_id, 0)))
         if not isinstance(found, QueryModel):
             if isinstance(found, NotReady) and window.changed:
                 found = NotReady(f"stabilising after a change to epoch {window.epoch}: "
@@ -219,8 +247,8 @@ class ControlLoop:
         record advice, "cannot help" and lost queries in the decision log the same way."""
         previous = self.verdicts.get(query_id)
         self.verdicts[query_id] = verdict
-        if isinstance(verdict, Scale) or (previous is not None
-                                          and previous.action == verdict.action):
+        if isinstance(verdict, Scale | Promote) or (previous is not None
+                                                    and previous.action == verdict.action):
             return
         if isinstance(previous, Lost):
             log.info("%s: metrics again after being reported lost", query_id)
@@ -230,66 +258,32 @@ class ControlLoop:
             self.ports.observer.recommended(query_id, verdict.action)
         if isinstance(verdict, Recommend | Lost) or (isinstance(verdict, Hold)
                                                      and verdict.action == "cannot_help"):
-            self._write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
-                                             now_ms=now_ms, dry_run=self.settings.dry_run))
+            self._advice(query_id, verdict, now_ms)
 
     # -- act ------------------------------------------------------------------------------------
 
     def act(self, window: QueryWindow, verdict: Verdict, now_ms: int) -> None:
-        if not isinstance(verdict, Scale):
+        if not isinstance(verdict, Scale | Promote):
             return
         query_id = window.query_id
         self.ports.observer.decided(query_id, verdict.action)
-        if self.settings.dry_run:
-            self._advise(query_id, verdict, now_ms)
-            return
-        state = self.states[query_id]
-        epoch = next_epoch(state, window.epoch)
-        control = ControlTuple(
-            control_id=self._new_id(), query_id=query_id, operator_id="source",
-            parameter=verdict.parameter, value=str(verdict.target), epoch=epoch,
-            issuer=self.settings.issuer, reason=verdict.reason, issued_at_ms=now_ms,
-        )
-        log.info("%s", report.decision_line(query_id, verdict, epoch=epoch,
-                                            control_id=control.control_id, dry_run=False))
-        try:
-            self.ports.control.send(control)
-        except DeliveryError as exc:
-            log.error("%s: could not send control %s, retrying after the cooldown: %s",
-                      query_id, control.control_id, exc)
-            self.states[query_id] = settled(state, now_ms, self.settings.policy.cooldown_s)
-            return
-        model = self.models[query_id]
-        self.states[query_id] = issued(state, InFlight(
-            control.control_id, verdict.target, epoch, now_ms, current=verdict.current,
-            rate_per_unit=model.rate_per_unit, batch_overhead_s=model.batch_overhead_s))
-        self._write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
-                                           now_ms=now_ms, control_id=control.control_id,
-                                           dry_run=False))
+        self.states[query_id] = self._actuator.act(
+            query_id, verdict, self.states.get(query_id, ControlState()), window.epoch,
+            self.models.get(query_id), now_ms)
 
-    def _advise(self, query_id: str, verdict: Scale, now_ms: int) -> None:
-        """Dry run: report the decision, send nothing, and hold off for a cooldown so the
-        same advice is repeated once per cooldown instead of every cycle."""
-        log.info("%s", report.decision_line(query_id, verdict, epoch=None, control_id=None,
-                                            dry_run=True))
-        self._write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
-                                           now_ms=now_ms, control_id=None, dry_run=True))
-        self.states[query_id] = settled(self.states[query_id], now_ms,
-                                        self.settings.policy.cooldown_s)
+    def count_standbys(self, now_ms: int) -> None:
+        """Export each query's live standbys; ask for a new one when the last is gone."""
+        for query_id, (before, now) in self.standbys.recount(now_ms).items():
+            self.ports.observer.standbys(query_id, now)
+            advice = failover.standby_advice(query_id, before, now)
+            if advice is not None:
+                log.warning("%s: %s: %s", query_id, advice.action, advice.reason)
+                self.ports.observer.recommended(query_id, advice.action)
+                self._advice(query_id, advice, now_ms)
 
-    def _record_outcome(self, query_id: str, flight: InFlight, action: str, reason: str,
-                        now_ms: int) -> None:
-        self._write(report.outcome_record(
-            query_id, action=action, parameter="input_parallelism", target=flight.target,
-            reason=reason, decision_id=self._new_id(), now_ms=now_ms,
-            control_id=flight.control_id))
-
-    def _write(self, decision: Decision) -> None:
-        try:
-            self.ports.decisions.write(decision)
-        except DeliveryError as exc:
-            log.error("%s: could not write decision %s to the log: %s", decision.query_id,
-                      decision.decision_id, exc)
+    def _advice(self, query_id: str, verdict: Recommend | Hold | Lost, now_ms: int) -> None:
+        self._actuator.write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
+                                                  now_ms=now_ms, dry_run=self.settings.dry_run))
 
     # -- report -----------------------------------------------------------------------------
 
@@ -306,6 +300,6 @@ class ControlLoop:
 def _desired(model: QueryModel, verdict: Verdict, state: ControlState) -> int:
     if isinstance(verdict, Scale):
         return verdict.target
-    if state.in_flight is not None:
+    if state.in_flight is not None and state.in_flight.scaling:
         return state.in_flight.target
     return model.parallelism

@@ -143,9 +143,12 @@ def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
 
 def gate(state: ControlState, now_ms: int) -> Hold | None:
     """No decision while a tuple is in flight or the query is cooling down."""
-    if state.in_flight is not None:
-        return Hold(f"waiting for the ack of control {state.in_flight.control_id} "
-                    f"(parallelism {state.in_flight.target}, epoch {state.in_flight.epoch})")
+    flight = state.in_flight
+    if flight is not None:
+        what = (f"parallelism {flight.target}" if flight.scaling
+                else f"promotion of {flight.instance}")
+        return Hold(f"waiting for the ack of control {flight.control_id} ({what}, epoch "
+                    f"{flight.epoch})")
     if now_ms < state.cooldown_until_ms:
         left_s = (state.cooldown_until_ms - now_ms) / 1000
         return Hold(f"cooling down after the last actuation, {left_s:.0f} s left")

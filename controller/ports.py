@@ -70,6 +70,9 @@ class LoopObserver(Protocol):
     def lost(self, query_ids: list[str]) -> None:
         """The queries reported lost this cycle (all of them, every cycle)."""
         ...
+    def standbys(self, query_id: str, count: int) -> None:
+        """How many live standby instances the query has (every cycle)."""
+        ...
 
 
 class NullObserver:
@@ -92,6 +95,9 @@ class NullObserver:
         pass
 
     def lost(self, query_ids: list[str]) -> None:
+        pass
+
+    def standbys(self, query_id: str, count: int) -> None:
         pass
 
 

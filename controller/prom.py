@@ -58,9 +58,14 @@ class ControllerMetrics:
         self.lost_queries = Gauge("streamctl_lost_queries",
                                   "Queries silent for longer than their liveness timeout.",
                                   registry=registry)
+        self.standby_instances = gauge(
+            "streamctl_standby_instances",
+            "Standby instances of the query heard from within the lost-detection floor: what "
+            "a failover can promote (0: the next loss cannot fail over).")
         self.recommendations = Counter("streamctl_recommendations",
                                        "Advice the controller cannot carry out itself (throttle, "
-                                       "raise_batch_cap), each time it is first given.",
+                                       "raise_batch_cap, start_standby), each time it is first "
+                                       "given.",
                                        ["action"], registry=registry)
 
     def metrics_received(self, count: int) -> None:
@@ -96,6 +101,9 @@ class ControllerMetrics:
 
     def lost(self, query_ids: list[str]) -> None:
         self.lost_queries.set(len(query_ids))
+
+    def standbys(self, query_id: str, count: int) -> None:
+        self.standby_instances.labels(query_id).set(count)
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

@@ -2,7 +2,8 @@
 
 Owns the fold from history — the control tuples it sent, the jobs' acks, its decision log —
 to one `ControlState` per query, so that after a restart it neither repeats an action (the
-cooldown and an unanswered tuple are restored) nor contradicts one (epochs continue above
+cooldown and an unanswered tuple are restored: a failover still waiting for the promoted
+instance's ack is waited for, not decided again) nor contradicts one (epochs continue above
 every epoch it issued; a job rejects anything lower anyway). What is not restored, and why:
 the metrics windows (they refill within one window; the readiness check says so) and the
 memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.results import ACTIVE_INSTANCE
 from controller.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
 
@@ -37,18 +39,24 @@ def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
             ack_timeout_s: float) -> Recovered:
     """Per query: the epochs issued, the tuple still in flight or the cooldown running."""
     own = [t for t in history.tuples if t.issuer == issuer]
-    acks = {a.control_id: a for a in history.acks}
     decisions = {d.control_id: d for d in history.decisions if d.control_id}
     states: dict[str, ControlState] = {}
     summary: list[str] = []
     for query_id in sorted({t.query_id for t in own}):
         latest = max((t for t in own if t.query_id == query_id), key=lambda t: t.epoch)
-        state, line = _query_state(latest, acks.get(latest.control_id),
+        state, line = _query_state(latest, answer(latest, history.acks),
                                    decisions.get(latest.control_id), now_ms,
                                    cooldown_s=cooldown_s, ack_timeout_s=ack_timeout_s)
         states[query_id] = state
         summary.append(f"{query_id}: {line}")
     return Recovered(states, tuple(summary))
+
+
+def answer(t: ControlTuple, acks: tuple[Ack, ...]) -> Ack | None:
+    """The ack that answers `t`: for a failover the promoted instance's (an active that stepped
+    down acks the same tuple too), for anything else the tuple's only ack."""
+    return next((a for a in reversed(acks) if a.control_id == t.control_id
+                 and (t.parameter != ACTIVE_INSTANCE or a.instance_id == t.value)), None)
 
 
 def _query_state(latest: ControlTuple, ack: Ack | None, decision: Decision | None, now_ms: int,
@@ -74,6 +82,10 @@ def _query_state(latest: ControlTuple, ack: Ack | None, decision: Decision | Non
 
 
 def _in_flight(t: ControlTuple, decision: Decision | None) -> InFlight:
+    if t.parameter == ACTIVE_INSTANCE:  # a failover: only the promoted instance's ack counts
+        return InFlight(control_id=t.control_id, target=0, epoch=t.epoch,
+                        issued_at_ms=t.issued_at_ms, parameter=ACTIVE_INSTANCE,
+                        instance=t.value)
     figures = decision.figures if decision is not None else {}
     return InFlight(
         control_id=t.control_id, target=_int(t.value), epoch=t.epoch,

@@ -8,16 +8,24 @@ Owns the text an operator sees on stdout and the audit record written for each d
 from __future__ import annotations
 
 from controller.model import QueryModel
-from controller.results import Hold, Lost, Recommend, Scale, Verdict
+from controller.results import ACTIVE_INSTANCE, Hold, Lost, Promote, Recommend, Scale, Verdict
 from controller.wording import num, pct
 from schemas import Decision
 
 
-def decision_line(query_id: str, scale: Scale, *, epoch: int | None, control_id: str | None,
-                  dry_run: bool) -> str:
+def knob(verdict: Scale | Promote) -> tuple[str, str, str, str]:
+    """(operator id, parameter, current value, target value) of the tuple a verdict sends."""
+    if isinstance(verdict, Promote):
+        return "query", ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id
+    return "source", verdict.parameter, str(verdict.current), str(verdict.target)
+
+
+def decision_line(query_id: str, verdict: Scale | Promote, *, epoch: int | None,
+                  control_id: str | None, dry_run: bool) -> str:
     sent = "dry run, not sent" if dry_run else f"epoch {epoch}, control {control_id}"
-    return (f"{query_id}: {scale.action} {scale.parameter} {scale.current} → {scale.target} "
-            f"({sent}): {scale.reason}")
+    _, parameter, current, target = knob(verdict)
+    return (f"{query_id}: {verdict.action} {parameter} {current or '?'} → {target} "
+            f"({sent}): {verdict.reason}")
 
 
 def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None) -> str:
@@ -31,17 +39,18 @@ def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None
             f"{num(model.batch_overhead_s)} s/batch, parallelism {model.parallelism} — {said}")
 
 
-def decision_record(query_id: str, scale: Scale, *, decision_id: str, now_ms: int,
+def decision_record(query_id: str, verdict: Scale | Promote, *, decision_id: str, now_ms: int,
                     control_id: str | None, dry_run: bool) -> Decision:
+    _, parameter, current, target = knob(verdict)
     return Decision(
         decision_id=decision_id, query_id=query_id, decided_at_ms=now_ms,
-        action=scale.action, parameter=scale.parameter, current_value=str(scale.current),
-        target_value=str(scale.target), reason=scale.reason, figures=dict(scale.figures),
+        action=verdict.action, parameter=parameter, current_value=current,
+        target_value=target, reason=verdict.reason, figures=dict(verdict.figures),
         control_id=control_id, dry_run=dry_run,
     )
 
 
-def outcome_record(query_id: str, *, action: str, parameter: str, target: int, reason: str,
+def outcome_record(query_id: str, *, action: str, parameter: str, target: str, reason: str,
                    decision_id: str, now_ms: int, control_id: str) -> Decision:
     """An actuation's end (ack outcome or timeout), so the audit log tells the whole story."""
     return Decision(
@@ -53,8 +62,8 @@ def outcome_record(query_id: str, *, action: str, parameter: str, target: int, r
 
 def advice_record(query_id: str, verdict: Recommend | Hold | Lost, *, decision_id: str,
                   now_ms: int, dry_run: bool) -> Decision:
-    """A verdict the controller does not act on but an operator should see: throttle or
-    raise_batch_cap (with the recommended value), cannot_help, lost."""
+    """A verdict the controller does not act on but an operator should see: throttle,
+    raise_batch_cap or start_standby (with the recommended value), cannot_help, lost."""
     parameter, target = ((verdict.parameter, f"{verdict.value:.0f}")
                          if isinstance(verdict, Recommend) else ("", ""))
     return Decision(

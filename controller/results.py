@@ -2,8 +2,9 @@
 
 `NotReady` is a normal result (window not full, stabilising after a change), never an
 exception. `Hold`, `Scale` and `Recommend` are the policy's verdicts, `Lost` the liveness
-check's; each carries its reason as one readable sentence with the numbers in it and its
-figures as data, which `loop` writes to the decision log as-is.
+check's, `Promote` the failover decision's; each carries its reason as one readable sentence
+with the numbers in it and its figures as data, which `loop` writes to the decision log
+as-is.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 
 INPUT_PARALLELISM = "input_parallelism"
 """The one knob of the walking skeleton: Spark partitions the Kafka source reads with."""
+ACTIVE_INSTANCE = "active_instance"
+"""The parameter a failover sets: which instance of the query runs it (the job's registry
+has the same name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +55,12 @@ class Scale:
 @dataclass(frozen=True, slots=True)
 class Recommend:
     """Advice the controller cannot carry out with its knob: at the resource limit, throttle
-    the producers (or shed load); when the per-batch overhead dominates, raise the batch cap.
+    the producers (or shed load); when the per-batch overhead dominates, raise the batch cap;
+    when a query has no standby left, start one (it spawns no processes itself).
 
-    `action` is 'throttle' or 'raise_batch_cap'; `parameter` and `value` name what to change
-    ('producer_rate' in records/s, or 'max_offsets_per_trigger' in records per batch).
+    `action` is 'throttle', 'raise_batch_cap' or 'start_standby'; `parameter` and `value` name
+    what to change ('producer_rate' in records/s, 'max_offsets_per_trigger' in records per
+    batch, 'standby_instances').
     """
 
     action: str
@@ -76,4 +82,16 @@ class Lost:
     action: str = "lost"
 
 
-Verdict = NotReady | Hold | Scale | Recommend | Lost
+@dataclass(frozen=True, slots=True)
+class Promote:
+    """The active instance is lost and a standby is alive: make the standby the active one
+    (`failover`). `lost_instance` is the instance last heard as active ('' if unknown)."""
+
+    instance_id: str
+    lost_instance: str
+    reason: str
+    figures: Mapping[str, float] = field(default_factory=dict)
+    action: str = "failover"
+
+
+Verdict = NotReady | Hold | Scale | Recommend | Lost | Promote

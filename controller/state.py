@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from controller.results import INPUT_PARALLELISM
+
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
@@ -26,6 +28,19 @@ class InFlight:
     """μ the decision was sized with (records/s per unit)."""
     batch_overhead_s: float = 0.0
     """c the decision was sized with."""
+    parameter: str = INPUT_PARALLELISM
+    """What the tuple sets: a scaling (`target` units) or a failover (`instance`)."""
+    instance: str = ""
+    """For a failover, the instance promoted: only its ack answers the tuple."""
+
+    @property
+    def value(self) -> str:
+        """The value the tuple carries."""
+        return self.instance if self.parameter != INPUT_PARALLELISM else str(self.target)
+
+    @property
+    def scaling(self) -> bool:
+        return self.parameter == INPUT_PARALLELISM
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,7 @@ def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
     pause_s = settings.reconfiguration_pause_s
     if isinstance(verdict, Scale):
         parallelism = verdict.target
-    elif state.in_flight is not None:
+    elif state.in_flight is not None and state.in_flight.scaling:
         parallelism = state.in_flight.target
     elif model.backlog_records > settings.backlog_floor_records or inflow.any:
         parallelism, pause_s = model.parallelism, 0.0

@@ -54,6 +54,8 @@ class QueryWindow:
         window means "stabilising after a change" rather than "just started"."""
         self.last_seen_ms: int | None = None
         """End of the newest sample ever accepted (kept through pruning and epoch changes)."""
+        self.last_instance = ""
+        """The instance of the newest sample accepted (the one active as far as known)."""
         self._started: set[tuple[str, int]] = set()
         self._warm_up: set[tuple[str, int, int]] = set()
 
@@ -78,7 +80,8 @@ class QueryWindow:
         if key in self._keys:
             return Admission.DUPLICATE
         self._insert(sample)
-        self.last_seen_ms = max(self.last_seen_ms or 0, sample.batch_end_ms)
+        if sample.batch_end_ms >= (self.last_seen_ms or 0):
+            self.last_seen_ms, self.last_instance = sample.batch_end_ms, sample.instance_id
         run = (sample.instance_id, sample.config_epoch)
         if sample.input_rows > 0 and run not in self._started:
             self._started.add(run)

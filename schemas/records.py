@@ -186,6 +186,7 @@ class DesiredStateRecord(_Record):
     input_topic: str
     output_topic: str
     executors: int
+    active_instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)

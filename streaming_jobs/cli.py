@@ -62,6 +62,11 @@ _HELP = {
     "executor_cores": "cores per executor (spark.executor.cores; on a cluster)",
     "executor_memory_mb": "heap per executor in MiB (spark.executor.memory; on a cluster)",
     "executors": "executors to request at start (on a cluster; 0 = what it grants)",
+    "role": "active (runs the query) or standby (warm SparkSession, no query, waits to be "
+            "promoted; share the active's checkpoint dir); after a failover the instance "
+            "named beside the checkpoint is active",
+    "heartbeat_interval_s": "seconds between heartbeats of an instance running no batch "
+                            "(standby, or idle active)",
 }
 _KEY_HELP = ("The control key is read from STREAMCTL_CONTROL_KEY or the file named by "
              "STREAMCTL_CONTROL_KEY_FILE, never from an option; the job refuses to start "

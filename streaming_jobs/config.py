@@ -107,6 +107,15 @@ class JobConfig:
     executors: int = 0
     """Executors to request at start on a cluster; 0: what the cluster manager grants (on
     standalone every free core, up to max_executors x executor_cores)."""
+    role: str = "active"
+    """How this instance starts: `active` runs the query; `standby` builds its SparkSession,
+    runs no query, heartbeats and waits to be promoted by the controller. Instances of one
+    query share its checkpoint directory. After a failover the instance named in the desired
+    state beside the checkpoint is the active one, whatever this option says."""
+    heartbeat_interval_s: float = 5.0
+    """Seconds between heartbeats of an instance that runs no batch (a standby, or an idle
+    active: Spark's idle progress events are set to this interval). Five: the controller's
+    lost-detection floor (25 s) then allows four missed heartbeats."""
     control_key: bytes = field(default=b"", repr=False, compare=False)
     """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
     by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
@@ -190,6 +199,9 @@ class JobConfig:
         values["metrics_endpoint"] = _metrics_endpoint(env)
         return cls(**values)
 
+
+ROLES = ("active", "standby")
+"""Values of `JobConfig.role`."""
 
 ENV_ONLY = frozenset({"control_key", "kafka_security", "metrics_endpoint"})
 """Fields read only from the environment (secrets), never from options."""
@@ -284,6 +296,10 @@ def _problems(c: JobConfig) -> list[str]:
     if c.input_drain_quiet_s <= 0 or c.input_drain_timeout_s < c.input_drain_quiet_s:
         problems.append(f"input_drain_quiet_s must be > 0 and at most input_drain_timeout_s, "
                         f"got {c.input_drain_quiet_s} and {c.input_drain_timeout_s}")
+    if c.role not in ROLES:
+        problems.append(f"role must be one of {', '.join(ROLES)}, got {c.role!r}")
+    if c.heartbeat_interval_s <= 0:
+        problems.append(f"heartbeat_interval_s must be > 0, got {c.heartbeat_interval_s}")
     for name, value in (("enrichment_cost_ms", c.enrichment_cost_ms),
                         ("watermark_s", c.watermark_s), ("max_runtime_s", c.max_runtime_s)):
         if value < 0:

@@ -68,4 +68,5 @@ def describe(record: DesiredStateRecord) -> str:
     for name in ("input_parallelism", "state_partitions", "max_offsets_per_trigger",
                  "shed_fraction", "udf_version", "input_topic", "output_topic", "executors"):
         lines.append(f"  {name:<24} {getattr(record, name)}")
+    lines.append(f"  {'active_instance':<24} {record.active_instance or '(no failover yet)'}")
     return "\n".join(lines)

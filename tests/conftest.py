@@ -78,3 +78,16 @@ def new_topic(bootstrap_servers: str) -> Iterator[Callable[..., str]]:
     yield make
     if created:
         delete_topics(bootstrap_servers, created, timeout_s=30.0)
+
+
+@pytest.fixture
+def restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker of the test's own, for tests that stop and restart it (never the session's)."""
+    port, controller_port = find_free_ports(2)
+    broker = LocalBroker(tmp_path_factory.mktemp("restartable-kafka"), port, controller_port,
+                         maven_dir=default_state_dir() / "maven")
+    broker.start(timeout_s=120.0)
+    try:
+        yield broker
+    finally:
+        broker.stop(timeout_s=30.0)

@@ -1,8 +1,10 @@
 """Control tuples: authenticity, validation against the desired state, and one ack per tuple.
 
-Owns the order of checks (addressed to this query → signed with the shared key → a known
-parameter that can change here → a value within bounds → an epoch not stale) and the ack for
-each tuple addressed to this query. Tuples are handled one at a time, so reconfigurations are
+Owns the order of checks (addressed to this query and answered by this instance → signed with
+the shared key → a known parameter that can change here → a value within bounds → an epoch not
+stale) and the ack for each tuple this instance answers: the active instance answers every
+tuple of its query, a standby only the one that promotes it (so each tuple gets one ack from
+the instance it concerns). Tuples are handled one at a time, so reconfigurations are
 serialized. Neighbours: `parameters` (the registry), `kafka` (the consumer and the ack
 publisher), `job` (implements `Reconfigurable`).
 """
@@ -118,6 +120,10 @@ class Reconfigurable(Protocol):
 
     def limits(self) -> Limits: ...
 
+    def answers(self, tuple_: ControlTuple) -> bool:
+        """Whether this instance handles and acks `tuple_` (addressed to its query)."""
+        ...
+
     def advance_epoch(self, epoch: int, control_id: str) -> None: ...
 
     def reconfigure(self, desired: DesiredState, control_id: str) -> Applied: ...
@@ -153,6 +159,11 @@ class ControlLoop:
             log.warning("ignoring undecodable control record (no ack possible): %s", item)
             return None
         if item is None or item.query_id != self._query_id:
+            return None
+        if not self._job.answers(item):
+            log.info("control %s (%s=%s, epoch %d) is for the active instance; %s is a "
+                     "standby", item.control_id, item.parameter, item.value, item.epoch,
+                     self._instance_id)
             return None
         ack, reason = self._handle(item)
         self._count(ack.outcome.value, reason)

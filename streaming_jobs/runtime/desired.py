@@ -3,8 +3,14 @@
 Owns the JSON file a restarted job process resumes from (written atomically after every
 applied tuple: fail-static, the last applied configuration and epoch survive a crash), its
 validation against today's bounds when read back, and the conversion to the Avro
-`DesiredState` record published to the compacted state topic. Neighbours: `parameters` (the
-type and the registry), `job` (calls save/load/publish).
+`DesiredState` record published to the compacted state topic.
+
+The file is shared by every instance of the query (it lives beside the shared checkpoint), and
+its `active_instance` and epoch say who owns the query: a promoted standby writes it before it
+starts the query, and an instance that finds another one named there at an epoch not below
+its own is superseded (`superseded_by`): it must not write output, checkpoint or this file.
+Writes never lower the epoch on disk (`StaleWrite`). Neighbours: `parameters` (the type and
+the registry), `job` and `standby` (call save/load/superseded_by).
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from schemas.records import DesiredStateRecord
+from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.runtime.parameters import (
     REGISTRY,
+    ROLE_PARAMETER,
     TOPIC_PARAMETERS,
     BadValue,
     DesiredState,
@@ -34,16 +44,32 @@ class DesiredStateFileError(RuntimeError):
     """The persisted state cannot be read; the message names the file."""
 
 
+class StaleWrite(DesiredStateFileError):
+    """The file holds a newer epoch than the state being saved: another instance owns it."""
+
+
 def save(path: str, query_id: str, state: DesiredState) -> None:
+    """Write atomically, never over a newer epoch: a former active that wakes up after a
+    failover must not undo the promotion.
+
+    The check and the rename are two steps; a process frozen exactly between them could still
+    write an older epoch, which `superseded_by` then ignores (it compares epochs).
+    """
+    on_disk = read_owner(path, query_id)
+    if on_disk is not None and on_disk[1] > state.epoch:
+        raise StaleWrite(f"{path} holds epoch {on_disk[1]} (active instance "
+                         f"{on_disk[0] or 'unnamed'}), newer than {state.epoch}; not "
+                         "overwriting it")
     write_json_atomically(path, {"format": FORMAT_VERSION, "query_id": query_id,
                                  **asdict(state)})
 
 
 def write_json_atomically(path: str, data: object) -> None:
-    """A temporary file, fsync, rename over the old one: a crash leaves the old or the new."""
+    """A temporary file, fsync, rename over the old one: a crash leaves the old or the new.
+    The temporary file is per process, since the instances of a query share the directory."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp")
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with temporary.open("w") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
         handle.flush()
@@ -77,6 +103,34 @@ def load(path: str, query_id: str, defaults: DesiredState,
     return state
 
 
+def read_owner(path: str, query_id: str) -> tuple[str, int] | None:
+    """(active_instance, epoch) on disk, or None when there is no file yet."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise DesiredStateFileError(f"cannot read the desired state {path}: {exc}") from exc
+    if not isinstance(data, dict) or data.get("query_id") != query_id:
+        raise DesiredStateFileError(f"{path} does not hold the desired state of {query_id}")
+    return str(data.get("active_instance", "")), int(data.get("epoch", 0))
+
+
+def superseded_by(path: str, query_id: str, instance_id: str, epoch: int) -> str | None:
+    """Why `instance_id`, running at `epoch`, no longer owns the query (None: it does).
+
+    It is superseded when the shared file names another instance at an epoch not below its
+    own: that instance was promoted after it. An older epoch naming another instance is a
+    stale write, ignored. An unreadable file raises `DesiredStateFileError`: ownership cannot
+    be confirmed, so the caller must not write.
+    """
+    owner = read_owner(path, query_id)
+    if owner is None or owner[0] in ("", instance_id) or owner[1] < epoch:
+        return None
+    return (f"instance {owner[0]} was made active at epoch {owner[1]} (this instance runs "
+            f"epoch {epoch})")
+
+
 def _restored(state: DesiredState, name: str, raw: object, limits: Limits,
               path: str) -> DesiredState:
     parameter = REGISTRY.get(name)
@@ -85,6 +139,9 @@ def _restored(state: DesiredState, name: str, raw: object, limits: Limits,
     if not is_request(name, raw):
         return state  # nothing was requested: the configured value stands
     text = str(raw)
+    if name == ROLE_PARAMETER and not text:
+        return state  # no failover yet: nobody named
+
     if name in TOPIC_PARAMETERS:  # it existed when applied; a missing topic shows on start
         limits = replace(limits, existing_topics=frozenset({text}))
     try:
@@ -104,4 +161,75 @@ def to_record(state: DesiredState, *, query_id: str, instance_id: str, control_i
         max_offsets_per_trigger=state.max_offsets_per_trigger,
         shed_fraction=state.shed_fraction, udf_version=state.udf_version,
         input_topic=state.input_topic, output_topic=state.output_topic,
-        executors=state.executors)
+        executors=state.executors, active_instance=state.active_instance)
+
+
+class SharedDesiredState:
+    """The query's desired state beside its (shared) checkpoint, and its publication.
+
+    `initial` is what a starting process runs with (the file, else the configured values,
+    which must be valid), `current` re-reads the file (a standby's view when it is promoted),
+    `record` persists and publishes what the active instance applied, and `superseded` tells
+    an instance whether another one owns the query now.
+    """
+
+    def __init__(self, config: JobConfig, limits: Callable[[], Limits],
+                 publish: Callable[[DesiredStateRecord], None]) -> None:
+        self._config, self._limits, self._publish = config, limits, publish
+        self.path = config.desired_state_path
+
+    def configured(self) -> DesiredState:
+        """The options' values, each checked against the registry (a bad one stops the job)."""
+        configured, limits = DesiredState.from_config(self._config), self._limits()
+        for name, parameter in REGISTRY.items():
+            if (parameter.availability(limits) is None and name not in UNCHECKED_AT_START
+                    and is_request(name, configured.value(name))):
+                try:
+                    parameter.parse(str(configured.value(name)), limits)
+                except BadValue as exc:
+                    raise ConfigError(f"{name}={configured.value(name)!r}: {exc}") from None
+        return configured
+
+    def initial(self) -> DesiredState:
+        """The persisted desired state if there is one (fail-static), else the configured."""
+        configured = self.configured()
+        persisted = self.current(configured)
+        if persisted is not configured:
+            log.info("resuming the desired state of epoch %d from %s: %s", persisted.epoch,
+                     self.path, configured.describe_change(persisted))
+        return persisted
+
+    def current(self, configured: DesiredState | None = None) -> DesiredState:
+        """The file's state as of now (another instance may have written it), else the
+        configured one (`configured` itself, unchanged)."""
+        configured = configured or DesiredState.from_config(self._config)
+        persisted = load(self.path, self._config.query_id, configured, self._limits())
+        return configured if persisted is None else persisted
+
+    def persist(self, state: DesiredState) -> None:
+        """Write the file and nothing else; raises (OSError, `StaleWrite`) when it cannot: a
+        promotion must not go on without the record that fences the former active."""
+        save(self.path, self._config.query_id, state)
+
+    def record(self, state: DesiredState, control_id: str | None) -> None:
+        """Persist (so a restarted or promoted process resumes it), then publish. Raises
+        `StaleWrite` when the file holds a newer epoch: this instance no longer owns it."""
+        c = self._config
+        try:
+            save(self.path, c.query_id, state)
+        except OSError as exc:
+            log.error("could not persist the desired state to %s (%s); a restarted process "
+                      "would start from epoch %d's predecessor", self.path, exc, state.epoch)
+        self._publish(to_record(state, query_id=c.query_id, instance_id=c.instance_id,
+                                control_id=control_id, at_ms=int(time.time() * 1000)))
+
+    def superseded(self, epoch: int) -> str | None:
+        """Why this instance, running at `epoch`, no longer owns the query (see
+        `superseded_by`)."""
+        return superseded_by(self.path, self._config.query_id, self._config.instance_id, epoch)
+
+
+UNCHECKED_AT_START = TOPIC_PARAMETERS | {ROLE_PARAMETER}
+"""Parameters whose configured value is not checked by the registry at start-up: the topics'
+existence shows when they are used, and nobody is named active before a failover (values that
+request nothing, `parameters.is_request`, are not checked either)."""

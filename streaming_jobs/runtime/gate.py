@@ -7,7 +7,12 @@ before executing anything: its offsets are in the offset log, nothing of it was 
 Spark replays it when the query restarts from the checkpoint. A *held* gate instead makes a
 batch entering the sink wait until it is released: that is how a setting the running query
 reads per batch (the sink's topic) is swapped at a batch boundary without a restart.
-Neighbours: `sink` (admits), `lifecycle` (commits, closes, holds, waits).
+
+The gate is also where an instance that lost its query to another one stops: before admitting
+a batch it asks `ownership` (the shared desired-state file) whether another instance was made
+active since; if so the batch raises `Superseded` before executing anything, like a quiesce,
+and the gate remembers why. Neighbours: `sink` (admits), `lifecycle` (commits, closes, holds,
+waits), `standby` (reads `superseded`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,24 @@ class QuiesceRequested(RuntimeError):
         self.batch_id = batch_id
 
 
+class Superseded(QuiesceRequested):
+    """Raised in foreachBatch when another instance owns the query now: this one must not run
+    the batch (no state, no output, no commit-log entry)."""
+
+    def __init__(self, batch_id: int, reason: str) -> None:
+        RuntimeError.__init__(self, f"batch {batch_id} not run: superseded, {reason}")
+        self.batch_id = batch_id
+        self.reason = reason
+
+
 def is_gate_stop(error_text: str | None) -> bool:
     """Whether a query's termination error is our own gate (normal), not a failure."""
-    return error_text is not None and QuiesceRequested.__name__ in error_text
+    return error_text is not None and any(
+        cls.__name__ in error_text for cls in (QuiesceRequested, Superseded))
+
+
+Ownership = Callable[[], "str | None"]
+"""Why this instance no longer owns the query, or None while it does."""
 
 
 class HideGateStops(logging.Filter):
@@ -45,7 +65,10 @@ class HideGateStops(logging.Filter):
 class BatchGate:
     """Thread-safe set of admitted-but-uncommitted batches plus an open/closed flag."""
 
-    def __init__(self) -> None:
+    def __init__(self, ownership: Ownership | None = None) -> None:
+        self._ownership = ownership
+        self.superseded: str | None = None
+        """Why a batch was refused because another instance owns the query (None: never)."""
         self._cond = threading.Condition()
         self._closed = False
         self._held = False
@@ -54,6 +77,10 @@ class BatchGate:
         """The newest batch admitted since the gate was opened (None: none)."""
 
     def admit(self, batch_id: int) -> None:
+        reason = self._ownership() if self._ownership is not None else None
+        if reason is not None:
+            self.superseded = reason
+            raise Superseded(batch_id, reason)
         with self._cond:
             while self._held and not self._closed:
                 self._cond.wait(0.2)
@@ -89,6 +116,7 @@ class BatchGate:
             self._held = False
             self._admitted.clear()
             self.last_admitted = None
+            self.superseded = None
 
     @property
     def closed(self) -> bool:

@@ -1,10 +1,12 @@
 """The bundled job with its elastic runtime: the programmatic entry point.
 
-Owns the wiring (SparkSession, query, metrics publisher, Prometheus, control loop thread), the
-desired state's persistence and publication after each applied tuple, and the process-level
-lifecycle: start (resuming the persisted desired state), run until stopped or failed, shut down
-cleanly (quiesce, stop the query, flush producers, close the consumer). Neighbours: `cli` calls
-it; everything under `runtime` is assembled here.
+Owns the wiring (SparkSession, query, metrics publisher, Prometheus, the control and role
+threads), the recording of the desired state after each applied tuple, and the process-level
+lifecycle: start in the role the shared desired state or the options give (resuming the
+persisted desired state), run until stopped, acting on a query that stopped by itself
+(`supervise`), and shut down cleanly (quiesce, stop the query, flush producers, close the
+consumer). Neighbours: `cli` calls it; everything under `runtime` is assembled here; the
+standby lifecycle is `standby`.
 """
 
 from __future__ import annotations
@@ -12,19 +14,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from schemas.records import Ack, ControlTuple, TaskMetrics
+from schemas.records import Ack, ControlTuple, DesiredStateRecord, Role, TaskMetrics
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.plans import plan_for
-from streaming_jobs.runtime import desired as desired_file
-from streaming_jobs.runtime import state_partitions
 from streaming_jobs.runtime.control import ControlLoop
+from streaming_jobs.runtime.desired import SharedDesiredState, StaleWrite
 from streaming_jobs.runtime.kafka import RecordPublisher, TopicOffsets, TypedConsumer
 from streaming_jobs.runtime.lifecycle import ElasticQuery
 from streaming_jobs.runtime.metrics import (
@@ -35,28 +35,26 @@ from streaming_jobs.runtime.metrics import (
     warn_if_late_data,
     warn_if_shed,
 )
-from streaming_jobs.runtime.parameters import (
-    REGISTRY,
-    TOPIC_PARAMETERS,
-    BadValue,
-    DesiredState,
-    Limits,
-    is_request,
-)
+from streaming_jobs.runtime.parameters import DesiredState, Limits, is_request
 from streaming_jobs.runtime.prometheus import JobPrometheus
 from streaming_jobs.runtime.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
 from streaming_jobs.runtime.session import build_session, executors_for
+from streaming_jobs.runtime.standby import Instance, initial_role
 from streaming_jobs.runtime.state_repartition import (
     ROCKSDB_PROVIDER,
     StateRepartitionError,
     read_state_store_provider,
 )
+from streaming_jobs.runtime.supervise import Step, Supervisor
 from streaming_jobs.sensor_averages import ENRICHMENTS
 
 log = logging.getLogger(__name__)
 
 RETIRED_CHECK_S = 30.0
 """How often the job looks for records appended to an input topic it switched away from."""
+KAFKA_RETRY_S = 10.0
+"""Pause before restarting a query that stopped because Kafka was away."""
+
 
 class ElasticJob:
     """`start()`, then `run(stop_event)` or your own wait, then `stop()`."""
@@ -76,32 +74,50 @@ class ElasticJob:
         self._publisher = RecordPublisher(config.bootstrap_servers,
                                           f"streamctl-job-{config.instance_id}",
                                           config.kafka_security)
-        self._lock = threading.Lock()  # one reconfiguration or shutdown at a time
+        self._lock = threading.Lock()  # one reconfiguration, step-down or shutdown at a time
         self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
         self._executors = executors_for(self.spark, config)
         self._offsets = TopicOffsets(config.bootstrap_servers, config.kafka_security)
+        self._state_topic_exists = False
+        self._shared = SharedDesiredState(config, self.limits, self._publish_state)
+        initial = self._shared.initial()
         self.query = ElasticQuery(self.spark, config, self._publish_progress,
-                                  self._publish_heartbeat, desired=self._initial_desired(),
-                                  executors=self._executors, offsets=self._offsets)
+                                  self._publish_heartbeat, desired=initial,
+                                  executors=self._executors, offsets=self._offsets,
+                                  ownership=self._superseded)
+        self._instance = Instance(config, self.query, initial_role(config, initial))
         self._reconfigurer = Reconfigurer(self.query)
+        self._supervisor = Supervisor(self.query, self._instance, self._superseded,
+                                      kafka_retry_s=KAFKA_RETRY_S)
         # A group per instance: every instance sees every tuple and filters on query_id.
         self._consumer = TypedConsumer(
             config.bootstrap_servers, config.control_topic,
             f"streamctl-job-{config.query_id}-{config.instance_id}", ControlTuple,
             config.kafka_security)
         self._stopping = threading.Event()
-        self._state_topic_exists = False
         self._reported_unread: dict[str, int] = {}
         loop = ControlLoop(self._consumer, self, self._send_ack, self._count_control,
                            query_id=config.query_id, instance_id=config.instance_id,
                            key=config.control_key)
-        self._control_thread = threading.Thread(
-            target=loop.run, args=(self._stopping,), name="streamctl-control", daemon=True)
+        self._threads = (
+            threading.Thread(target=loop.run, args=(self._stopping,), name="streamctl-control",
+                             daemon=True),
+            threading.Thread(target=self._watch_role, name="streamctl-role", daemon=True))
+
+    @property
+    def role(self) -> Role:
+        return self._instance.role
 
     # -- Reconfigurable (called from the control thread) --
     @property
     def desired(self) -> DesiredState:
+        """The state in force; for a standby, the shared file's (the active's) as of now."""
+        if self._instance.role is Role.STANDBY:
+            return self._instance.view(self._shared.current())
         return self.query.desired
+
+    def answers(self, tuple_: ControlTuple) -> bool:
+        return self._instance.answers(tuple_)
 
     def limits(self) -> Limits:
         c = self.config
@@ -134,49 +150,35 @@ class ElasticJob:
     def advance_epoch(self, epoch: int, control_id: str) -> None:
         with self._lock:
             self.query.advance_epoch(epoch)
-            self._record_desired(control_id)
+            self._record(control_id)
 
     def reconfigure(self, desired: DesiredState, control_id: str) -> Applied:
-        with self._lock:
-            applied = self._reconfigurer.apply(desired)
-            self._record_desired(control_id)
+        with self._lock:  # the role may have changed since the tuple was evaluated
+            if (self._instance.role is Role.STANDBY
+                    or desired.active_instance != self.query.desired.active_instance):
+                applied = self._instance.change_role(desired, self._shared.persist)
+            else:
+                applied = self._reconfigurer.apply(desired)
+            self._record(control_id)
         log.info("reconfigured %s at epoch %d: %s; pause %d ms", self.config.query_id,
                  desired.epoch, applied.detail, applied.pause_ms)
         return applied
 
-    def _initial_desired(self) -> DesiredState:
-        """The persisted desired state if there is one (fail-static), else the configured."""
-        configured = DesiredState.from_config(self.config)
-        limits = self.limits()
-        for name, parameter in REGISTRY.items():
-            if (parameter.availability(limits) is None and name not in TOPIC_PARAMETERS
-                    and is_request(name, configured.value(name))):
-                try:
-                    parameter.parse(str(configured.value(name)), limits)
-                except BadValue as exc:
-                    raise ConfigError(f"{name}={configured.value(name)!r}: {exc}") from None
-        persisted = desired_file.load(self.config.desired_state_path, self.config.query_id,
-                                      configured, limits)
-        if persisted is None:
-            return configured
-        log.info("resuming the desired state of epoch %d from %s: %s", persisted.epoch,
-                 self.config.desired_state_path, configured.describe_change(persisted))
-        return persisted
-
-    def _record_desired(self, control_id: str | None) -> None:
-        """Persist (so a restarted process resumes it), publish, export the state in force."""
-        state, c = self.query.desired, self.config
+    def _record(self, control_id: str | None) -> None:
+        """Persist and publish the state an active instance has in force (a standby owns
+        neither), export it."""
+        if self._instance.role is not Role.ACTIVE:
+            return
+        state = self.query.desired
         try:
-            desired_file.save(c.desired_state_path, c.query_id, state)
-        except OSError as exc:
-            log.error("could not persist the desired state to %s (%s); a restarted process "
-                      "would start from epoch %d's predecessor", c.desired_state_path, exc,
-                      state.epoch)
-        record = desired_file.to_record(state, query_id=c.query_id, instance_id=c.instance_id,
-                                        control_id=control_id, at_ms=int(time.time() * 1000))
-        if self._state_topic_exists:
-            self._publisher.publish(c.state_topic, c.query_id, record)
-        self.prometheus.shed_fraction.labels(c.query_id).set(state.shed_fraction)
+            self._shared.record(state, control_id)
+        except StaleWrite as exc:
+            log.warning("%s: another instance owns the query now", exc)
+        self.prometheus.shed_fraction.labels(self.config.query_id).set(state.shed_fraction)
+
+    def _superseded(self) -> str | None:
+        """Why this instance no longer owns the query (the gate asks before every batch)."""
+        return self._shared.superseded(self.query.desired.epoch)
 
     def _request_executors(self) -> None:
         """On a cluster, ask for the desired executor count (configured or resumed) before
@@ -194,50 +196,54 @@ class ElasticJob:
             log.warning("state topic %s does not exist: the desired state is persisted to %s "
                         "but not published (`streamctl stack up` creates the topic)",
                         self.config.state_topic, self.config.desired_state_path)
-        self._request_executors()
-        try:
-            self.query.start(self.query.desired)
-        except StateRepartitionError as exc:  # e.g. a crash left a batch uncommitted
-            kept = state_partitions.current(self.config.checkpoint_dir)
-            log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
-                      kept)
-            self.query.start(replace(self.query.desired, state_partitions=kept or
-                                     self.query.desired.state_partitions))
-        self._record_desired(None)
-        self._control_thread.start()
+        if self._instance.role is Role.ACTIVE:
+            self._request_executors()
+            self.query.start_keeping_partitions(self.query.desired)
+            self._record(None)
+        for thread in self._threads:
+            thread.start()
         self.prometheus.serve(self.config.metrics_port, self.config.metrics_endpoint)
-        d = self.query.desired
+        d, c = self.query.desired, self.config
+        if self._instance.role is Role.STANDBY:
+            threading.Thread(target=self._warm_up, name="streamctl-warm-up", daemon=True).start()
+            log.info("job %s (instance %s) is a standby: SparkSession on %s up, no query, "
+                     "heartbeat every %g s; it starts the query from %s when promoted",
+                     c.query_id, c.instance_id, c.master, c.heartbeat_interval_s,
+                     c.checkpoint_dir)
+            return
         log.info("job %s (instance %s) started at epoch %d on %s: input %s → output %s, "
                  "input_parallelism %d, max_offsets_per_trigger %d, shed_fraction %g, udf %s, "
-                 "task slots %d", self.config.query_id, self.config.instance_id, d.epoch,
-                 self.config.master, d.input_topic, d.output_topic, d.input_parallelism,
-                 d.max_offsets_per_trigger, d.shed_fraction, d.udf_version,
-                 self.query.task_slots())
+                 "task slots %d", c.query_id, c.instance_id, d.epoch, c.master, d.input_topic,
+                 d.output_topic, d.input_parallelism, d.max_offsets_per_trigger,
+                 d.shed_fraction, d.udf_version, self.query.task_slots())
 
     def wait_control_ready(self, timeout_s: float) -> bool:
         """Whether the control consumer holds its partitions (tuples sent now are seen)."""
         return self._consumer.assigned.wait(timeout_s)
 
     def run(self, stop: threading.Event, max_runtime_s: float = 0.0) -> int:
-        """Block until `stop` is set, the runtime is up, or the query fails (returns 1)."""
+        """Block until `stop` is set or the runtime is up (0), or the query failed for good (1).
+        A query that stopped by itself is stepped down or restarted (`supervise`)."""
         deadline = time.monotonic() + max_runtime_s if max_runtime_s else None
         next_retired_check = time.monotonic() + RETIRED_CHECK_S
         while not stop.wait(1.0):
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("max runtime %.0f s reached", max_runtime_s)
                 return 0
-            if time.monotonic() >= next_retired_check:
+            if (time.monotonic() >= next_retired_check
+                    and self._instance.role is Role.ACTIVE):
                 self.check_retired_inputs()
                 next_retired_check = time.monotonic() + RETIRED_CHECK_S
             with self._lock:  # a query stopped by a reconfiguration is not a failure
-                down = not self.query.is_active()
-                failure = self.query.failure()
-                if not down:
+                if self.query.is_active():
                     self._release_surplus_executors()
-            if down:
-                log.error("query %s is not running: %s", self.config.query_id,
-                          failure or "stopped after a failed reconfiguration")
+                step = self._supervisor.next_step()
+            if step is not None and step.step is Step.EXIT:
+                log.error("query %s is not running: %s", self.config.query_id, step.reason)
                 return 1
+            if step is not None and not stop.wait(step.delay_s):
+                with self._lock:
+                    self._supervisor.take(step)
         return 0
 
     def _release_surplus_executors(self) -> None:
@@ -262,11 +268,29 @@ class ElasticJob:
                       "the input back to %s reads them", count, topic, topic)
         return unread
 
+    def _warm_up(self) -> None:
+        try:
+            log.info("standby warm-up: %s", self.query.warm_up())
+        except Exception:  # a colder promotion, not a broken standby
+            log.exception("standby warm-up failed; a promotion starts cold")
+
+    def _watch_role(self) -> None:
+        """The role thread: `standby.Instance.watch` every heartbeat interval."""
+        while not self._stopping.wait(self.config.heartbeat_interval_s):
+            try:
+                with self._lock:
+                    beat = self._instance.watch(lambda: self.desired, self._superseded)
+                if beat is not None:
+                    self._publisher.publish(self.config.metrics_topic, beat.query_id, beat)
+            except Exception:  # e.g. an unreadable shared file: say so, keep watching
+                log.exception("role check of %s failed", self.config.instance_id)
+
     def stop(self) -> None:
         """Quiesce and stop the query, then flush and close the Kafka clients."""
         self._stopping.set()
-        if self._control_thread.ident is not None:  # a job never started has no thread
-            self._control_thread.join(timeout=QUIESCE_TIMEOUT_S + 60)
+        for thread in self._threads:
+            if thread.ident is not None:  # a job never started has no threads
+                thread.join(timeout=QUIESCE_TIMEOUT_S + 60)
         try:
             with self._lock:
                 self.query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
@@ -302,6 +326,10 @@ class ElasticJob:
     def _publish_heartbeat(self, ctx: RunContext, at_ms: int) -> None:
         metrics = heartbeat(ctx, at_ms, self._last_metrics)
         self._publisher.publish(self.config.metrics_topic, metrics.query_id, metrics)
+
+    def _publish_state(self, record: DesiredStateRecord) -> None:
+        if self._state_topic_exists:
+            self._publisher.publish(self.config.state_topic, self.config.query_id, record)
 
     def _send_ack(self, ack: Ack) -> None:
         self._publisher.publish(self.config.ack_topic, ack.query_id, ack)

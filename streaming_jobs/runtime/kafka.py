@@ -113,7 +113,9 @@ class DeadLetterFactory:
 
 
 class TypedConsumer(Generic[R]):
-    """Reads one record type from a topic, starting at its end when first assigned.
+    """Reads one record type from a topic, starting at its end when first assigned and where it
+    left off when assigned again (a rebalance after a broker restart or a long pause must not
+    skip what arrived meanwhile: a control tuple, a promotion).
 
     Undecodable messages come back as `DecodeError` (with topic/partition/offset), never raise.
     """
@@ -125,17 +127,20 @@ class TypedConsumer(Generic[R]):
             bootstrap_servers, security, **{"group.id": group_id, "auto.offset.reset": "latest",
                                             "enable.auto.commit": True}))
         self.assigned = threading.Event()
+        self._next: dict[tuple[str, int], int] = {}
+        """Per partition, the offset after the last message returned."""
         self._consumer.subscribe([topic], on_assign=self._on_assign)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # First assignment: pin "latest" to the high watermark now, so a tuple produced after
         # `assigned` is set is never skipped by a later, lazy offset reset. A later one (the
-        # group rejoined, e.g. after a broker restart) resumes from the committed offsets:
+        # group rejoined, e.g. after a broker restart) resumes where this consumer was:
         # pinning again would skip the tuples sent meanwhile.
-        if not self.assigned.is_set():
-            for tp in partitions:
-                _, high = consumer.get_watermark_offsets(tp, timeout=10.0)
-                tp.offset = high
+        for tp in partitions:
+            position = self._next.get((tp.topic, tp.partition))
+            if position is None:
+                _, position = consumer.get_watermark_offsets(tp, timeout=10.0)
+            tp.offset = position
         consumer.assign(partitions)
         self.assigned.set()
 
@@ -148,7 +153,9 @@ class TypedConsumer(Generic[R]):
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("control consumer: %s", error)
             return None
-        return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        self._next[(topic, partition)] = offset + 1
+        return self._decode(msg.value(), topic, partition, offset)
 
     def topic_exists(self, topic: str, timeout_s: float = 5.0) -> bool:
         """Whether the broker knows `topic` (with partitions); False when unreachable too."""

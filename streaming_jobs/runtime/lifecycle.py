@@ -22,8 +22,8 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.plans import plan_for
-from streaming_jobs.runtime import state_partitions
-from streaming_jobs.runtime.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime import state_partitions, warm_up
+from streaming_jobs.runtime.gate import BatchGate, Ownership, is_gate_stop
 from streaming_jobs.runtime.input_source import InputSources, TopicOffsets
 from streaming_jobs.runtime.input_switch import SwitchRefused
 from streaming_jobs.runtime.kafka import DeadLetterFactory
@@ -32,6 +32,7 @@ from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.parameters import DesiredState
 from streaming_jobs.runtime.session import hide_gate_stops, source_evolution
 from streaming_jobs.runtime.sink import transactional_sink
+from streaming_jobs.runtime.state_repartition import StateRepartitionError
 from streaming_jobs.runtime.transactional import OutputEncoder
 
 log = logging.getLogger(__name__)
@@ -75,13 +76,14 @@ class ElasticQuery:
 
     def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler,
                  on_idle: IdleHandler | None = None, *, desired: DesiredState | None = None,
-                 executors: Executors | None = None, offsets: TopicOffsets):
+                 executors: Executors | None = None, offsets: TopicOffsets,
+                 ownership: Ownership | None = None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
         self._plan = plan_for(config.job)
         self._executors = executors
         self._desired = self._resume_input(desired or DesiredState.from_config(config), offsets)
-        self.gate = BatchGate()
+        self.gate = BatchGate(ownership)
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic,
                                        OutputEncoder(self._plan.encode,
@@ -136,8 +138,25 @@ class ElasticQuery:
                                                     self._config.kafka_security), source)
             self.gate.open()
             self._query = self._write(df)
-        self._contexts[str(self._query.runId)] = self._context(desired)
+        self._contexts[str(self._query.runId)] = self.context(desired)
         return str(self._query.runId)
+
+    def start_keeping_partitions(self, desired: DesiredState) -> str:
+        """`start`, or, when the checkpoint cannot be repartitioned to `desired` (a crash left
+        its last batch uncommitted), start with the checkpoint's state partitions instead."""
+        try:
+            return self.start(desired)
+        except StateRepartitionError as exc:
+            kept = state_partitions.current(self._config.checkpoint_dir)
+            log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
+                      kept)
+            return self.start(replace(desired, state_partitions=kept
+                                      or desired.state_partitions))
+
+    def warm_up(self) -> str:
+        """Run the plan with the desired state in force once, into nothing (`warm_up`)."""
+        return warm_up.run_once(self._spark, self._plan, self._config.query_id,
+                                effective_config(self._config, self._desired))
 
     def _write(self, df: DataFrame) -> StreamingQuery:
         c = self._config
@@ -168,6 +187,10 @@ class ElasticQuery:
     def advance_epoch(self, epoch: int) -> None:
         """Same settings, newer epoch (an idempotent tuple): no restart needed."""
         self._set_running(replace(self._desired, epoch=epoch))
+
+    def relabel(self, desired: DesiredState) -> None:
+        """Same query settings, another epoch or active instance: no restart needed."""
+        self._set_running(desired)
 
     def hold(self, timeout_s: float) -> bool:
         """Hold new batches at the gate and wait for admitted ones to commit."""
@@ -225,7 +248,7 @@ class ElasticQuery:
     def _set_running(self, desired: DesiredState) -> None:
         self._desired = desired
         if self.run_id is not None:
-            self._contexts[self.run_id] = self._context(desired)
+            self._contexts[self.run_id] = self.context(desired)
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         """Close the gate, let admitted batches commit, stop. False if the wait timed out."""
@@ -277,7 +300,8 @@ class ElasticQuery:
         """Tasks the cluster runs at once: local[N]'s N, else the executors' cores."""
         return self._executors.task_slots() if self._executors else self._config.task_slots
 
-    def _context(self, desired: DesiredState) -> RunContext:
+    def context(self, desired: DesiredState) -> RunContext:
+        """What the metrics of a run with `desired` are labelled with."""
         c = self._config
         return RunContext(
             query_id=c.query_id, instance_id=c.instance_id, config_epoch=desired.epoch,
@@ -307,7 +331,7 @@ class ElasticQuery:
             self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
-        context = self._live(self._contexts.get(run_id) or self._context(self._desired))
+        context = self._live(self._contexts.get(run_id) or self.context(self._desired))
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
 
 

@@ -108,18 +108,20 @@ def to_task_metrics(
         max_offsets_per_trigger=ctx.max_offsets_per_trigger, rows_shed=rows_shed(progress))
 
 
-def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None) -> TaskMetrics:
-    """The record an idle query publishes: batch_id −1, no rows, no busy time.
+def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
+              role: Role = Role.ACTIVE) -> TaskMetrics:
+    """The record an idle query, or a standby, publishes: batch_id −1, no rows, no busy time.
 
     Idle means the source found nothing new, so each partition's latest offset is where the
     last batch ended; the controller then sees a zero arrival rate and no backlog instead of
-    silence (which it would take for a lost instance).
+    silence (which it would take for a lost instance). A standby's heartbeat (role STANDBY,
+    no partitions) says it is alive and ready to be promoted.
     """
     partitions = () if last is None else tuple(
         SourcePartition(p.topic, p.partition, p.end_offset, p.end_offset, p.end_offset)
         for p in last.partitions)
     return TaskMetrics(
-        query_id=ctx.query_id, instance_id=ctx.instance_id, role=Role.ACTIVE,
+        query_id=ctx.query_id, instance_id=ctx.instance_id, role=role,
         config_epoch=ctx.config_epoch, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
         trigger_interval_ms=ctx.trigger_interval_ms, input_rows=0, output_rows=0, busy_ms=0,
         partitions=partitions, input_parallelism=ctx.input_parallelism,

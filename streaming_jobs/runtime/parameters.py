@@ -41,6 +41,9 @@ class DesiredState:
     executors: int
     """Executors requested from the cluster manager; 0 (`NOT_REQUESTED`): none requested, what
     the cluster manager granted stands (always so in local mode)."""
+    active_instance: str = ""
+    """The instance that runs the query, named by a failover's control tuple; empty until the
+    first failover (whichever instance was started with role active runs it)."""
 
     @classmethod
     def from_config(cls, config: JobConfig) -> DesiredState:
@@ -109,6 +112,9 @@ class Apply(Enum):
     """Quiesce, stop, restart the query from its checkpoint with the new plan."""
     SWAP = "swap"
     """Hold new batches at the gate, swap a setting the running query reads per batch."""
+    ROLE = "role"
+    """Promote this instance (start the query from the shared checkpoint) or step it down
+    (stop the query, become a standby): `standby`."""
 
 
 class BadValue(ValueError):
@@ -166,6 +172,16 @@ def _topic(text: str, limits: Limits) -> str:
     return name
 
 
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+
+
+def _instance(text: str, _limits: Limits) -> str:
+    name = text.strip()
+    if not _INSTANCE_ID.fullmatch(name):
+        raise BadValue("expected an instance id (1-200 of [A-Za-z0-9._:@-])")
+    return name
+
+
 def _cluster_only(limits: Limits) -> str | None:
     if limits.local:
         return (f"executors can only be changed on a cluster manager; this job runs "
@@ -198,19 +214,27 @@ REGISTRY: dict[str, Parameter] = {p.name: p for p in (
               _int_in(_one, lambda lim: lim.max_state_partitions, "max_state_partitions"),
               Apply.RESTART, _not_yet("state_partitions")),
     Parameter("input_topic", _topic, Apply.RESTART, _not_yet("input_topic")),
+    Parameter("active_instance", _instance, Apply.ROLE),
 )}
 """Every parameter a control tuple may name. Shedding and the UDF live inside the query's
 plan (Python functions shipped to the workers when it starts), so they restart it; the sink's
-topic and the executor request are read per batch / driver-side, so they swap."""
+topic and the executor request are read per batch / driver-side, so they swap. Which instance
+runs the query is one value per query (every instance reads the same tuple), so a failover is
+desired state like the rest: idempotent, re-assertable, and stale below the epoch in force."""
+
+ROLE_PARAMETER = "active_instance"
 
 TOPIC_PARAMETERS = frozenset({"output_topic", "input_topic"})
 
 
 def apply_path(old: DesiredState, new: DesiredState) -> Apply:
-    """RESTART if any changed parameter needs it, else SWAP."""
-    changed = old.changed(new)
-    return (Apply.RESTART if any(REGISTRY[n].apply is Apply.RESTART for n in changed)
-            else Apply.SWAP)
+    """ROLE if the active instance changes, else RESTART if any changed parameter needs it,
+    else SWAP."""
+    paths = {REGISTRY[n].apply for n in old.changed(new)}
+    for path in (Apply.ROLE, Apply.RESTART):
+        if path in paths:
+            return path
+    return Apply.SWAP
 
 
 def with_value(state: DesiredState, name: str, value: Value,

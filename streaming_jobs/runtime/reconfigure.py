@@ -90,7 +90,11 @@ class Reconfigurer:
         """Swap or restart into `new`; raises RestartFailed after rolling back."""
         old = self._query.desired
         change = old.describe_change(new)
-        if apply_path(old, new) is Apply.SWAP:
+        path = apply_path(old, new)
+        if path is Apply.ROLE:  # a caller's bug: the query's settings are not what changes
+            raise ValueError(f"{change}: a change of the active instance is a promotion or "
+                             "a step-down (standby.Instance.change_role), not a reconfiguration")
+        if path is Apply.SWAP:
             return self._swap(old, new, change)
         if new.input_topic != old.input_topic:
             change = f"{change}; {self._drain(new.input_topic)}"
@@ -159,28 +163,33 @@ class Reconfigurer:
         return Applied(pause_ms=max(0, resumed_ms - since_ms), detail=detail)
 
     def _first_commit(self, run_id: str) -> Commit | None:
-        """The restarted run's first commit, or None once it is seen active and idle."""
-        deadline = time.monotonic() + FIRST_COMMIT_TIMEOUT_S
-        grace_until = time.monotonic() + IDLE_GRACE_S
-        while time.monotonic() < deadline:
-            commit = self._query.wait_commit(run_id, 0.2)
-            if commit is not None:
-                return commit
-            failure = self._query.failure()
-            if failure is not None:
-                log.error("the restarted query failed: %s", failure)
-                raise RuntimeError(short_failure(failure))
-            if not self._query.is_active():
-                raise RuntimeError("query stopped right after starting")
-            if time.monotonic() >= grace_until and self._query.is_idle():
-                return None
-        raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
+        return first_commit(self._query, run_id)
 
     def _roll_back(self, old: DesiredState) -> None:
         log.error("restart failed; rolling back to the desired state of epoch %d", old.epoch)
         if self._query.is_active():
             self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         self._query.start(old)
+
+
+def first_commit(query: RestartableQuery, run_id: str) -> Commit | None:
+    """A (re)started run's first commit, or None once it is seen active and idle; raises
+    RuntimeError when the run fails or nothing commits within FIRST_COMMIT_TIMEOUT_S."""
+    deadline = time.monotonic() + FIRST_COMMIT_TIMEOUT_S
+    grace_until = time.monotonic() + IDLE_GRACE_S
+    while time.monotonic() < deadline:
+        commit = query.wait_commit(run_id, 0.2)
+        if commit is not None:
+            return commit
+        failure = query.failure()
+        if failure is not None:
+            log.error("the restarted query failed: %s", failure)
+            raise RuntimeError(short_failure(failure))
+        if not query.is_active():
+            raise RuntimeError("query stopped right after starting")
+        if time.monotonic() >= grace_until and query.is_idle():
+            return None
+    raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
 
 
 _EXCEPTION_LINE = re.compile(r"^(?:Caused by: )?([\w$.]+(?:Error|Exception)): (.+)$")

@@ -114,6 +114,10 @@ def build_session(config: JobConfig) -> SparkSession:
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
                # Spark's console progress bar and INFO logs would bury the job's own log lines.
                .config("spark.ui.showConsoleProgress", "false")
+               # An idle query's progress events are its heartbeats (`metrics.heartbeat`):
+               # at the pace a standby heartbeats, so the controller sees both roles alike.
+               .config("spark.sql.streaming.noDataProgressEventInterval",
+                       f"{int(config.heartbeat_interval_s * 1000)}ms")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     if config.jar_list:
         builder = builder.config("spark.jars", ",".join(config.jar_list))

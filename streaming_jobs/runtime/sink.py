@@ -32,6 +32,7 @@ from streaming_jobs.runtime.transactional import (
     OutputBatch,
     OutputEncoder,
     Replay,
+    SinkBatchAborted,
     SinkFenced,
     SinkUnavailable,
     TransactionalWriter,
@@ -141,6 +142,16 @@ class TransactionalKafkaSink:
     def close(self) -> None:
         self._writer.close()
 
+    def take_ownership(self) -> CommitMarker | None:
+        """Fence every other instance's producer now, before this instance's query starts (a
+        promotion), rather than at its first batch: from here on no transaction of a former
+        active can commit. The one place a fenced sink re-initialises: the control protocol
+        made this instance the owner. Returns the last committed marker."""
+        self._writer.close()
+        self._fenced = None
+        self._started = False
+        return self._start()
+
     def _start(self) -> CommitMarker | None:
         if not self._started:
             self._last = self._writer.start(self._query_id)
@@ -156,8 +167,10 @@ class TransactionalKafkaSink:
         except SinkFenced as exc:
             self._fenced = exc
             raise
-        except SinkUnavailable:
-            self._started = False  # the commit may have happened: read the marker again
+        except (SinkUnavailable, SinkBatchAborted):
+            # The commit may have happened, or the producer's sequence numbers went to records
+            # that timed out during an outage: a fresh producer re-reads the marker first.
+            self._started = False
             raise
         self._last = marker
 

@@ -12,9 +12,9 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -92,7 +92,9 @@ class KafkaTransactionalWriter:
         """Fence older instances, then read the query's last marker (in that order: only after
         `init_transactions` can no transaction of ours still be open)."""
         s = self._settings
-        ensure_marker_topic(s.client(), s.marker_topic, s.retry_budget_s)
+        _reachable(lambda: ensure_marker_topic(s.client(), s.marker_topic, s.retry_budget_s),
+                   s.marker_topic)
+        self._drop()  # a previous producer (an aborted batch, an unknown outcome) is done
         self._producer = Producer(s.client(**{
             "transactional.id": s.transactional_id,
             "transaction.timeout.ms": s.transaction_timeout_ms, "enable.idempotence": True,
@@ -103,7 +105,8 @@ class KafkaTransactionalWriter:
         self._call("init_transactions", self._producer.init_transactions)
         # Another query's transaction ends at the latest when the broker times it out.
         wait_s = s.transaction_timeout_ms / 1000 + s.retry_budget_s
-        return read_last_marker(s.client(), s.marker_topic, query_id, wait_s)
+        return _reachable(lambda: read_last_marker(s.client(), s.marker_topic, query_id,
+                                                   wait_s), s.marker_topic)
 
     def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None:
         producer = self._require_producer()
@@ -124,6 +127,13 @@ class KafkaTransactionalWriter:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close()  # no transaction is open between batches
+            self._producer = None
+
+    def _drop(self) -> None:
+        """Forget a producer whose transaction state is unknown, without waiting on it: its
+        queued records must never be sent (the next `start` fences what it may have begun)."""
+        if self._producer is not None:
+            self._producer.purge()
             self._producer = None
 
     def _require_producer(self) -> Producer:
@@ -173,11 +183,35 @@ class KafkaTransactionalWriter:
         if action is Action.FENCED:
             self._producer = None
             raise SinkFenced(f"another instance with a higher epoch owns this sink; {context}")
-        if action is Action.ABORT and producer is not None:
-            producer.abort_transaction(s.retry_budget_s)
-            raise SinkBatchAborted(f"transaction aborted, nothing of it is visible; {context}")
-        self._producer = None  # outcome unknown or producer unusable: start afresh next batch
+        if action is Action.ABORT and producer is not None and _aborted(producer, s):
+            raise SinkBatchAborted(f"transaction aborted, nothing of it is visible; {context}; "
+                                   "the next batch re-initialises the producer")
+        self._drop()  # outcome unknown or producer unusable: start afresh next batch
         raise SinkUnavailable(f"{context}; the next batch re-initialises the producer")
+
+
+T = TypeVar("T")
+
+
+def _reachable(call: Callable[[], T], topic: str) -> T:
+    """`call`, with Kafka being unreachable (metadata timeouts) as `SinkUnavailable`."""
+    try:
+        return call()
+    except KafkaException as exc:
+        raise SinkUnavailable(f"marker topic {topic}: Kafka unreachable ({exc.args[0]})") \
+            from exc
+
+
+def _aborted(producer: Producer, settings: TransactionalSettings) -> bool:
+    """Abort the open transaction; False when even that fails (the broker is away): the
+    outcome is then resolved by the next producer's `init_transactions`."""
+    try:
+        producer.abort_transaction(settings.retry_budget_s)
+    except KafkaException as exc:
+        log.warning("abort_transaction (transactional.id %s) failed: %s",
+                    settings.transactional_id, exc.args[0])
+        return False
+    return True
 
 
 def ensure_marker_topic(client: Mapping[str, Any], topic: str, timeout_s: float) -> None:

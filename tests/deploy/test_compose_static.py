@@ -149,12 +149,20 @@ def test_topics_used_by_services_and_code_are_created_by_the_init_service() -> N
     assert not missing, f"topics used but not in stack/defaults.py DEFAULT_TOPICS: {missing}"
 
 
-def test_job_instances_share_the_query_but_not_identity_or_checkpoint() -> None:
+def test_job_instances_share_the_query_and_checkpoint_but_not_identity() -> None:
+    """The standby resumes from the active's checkpoint (and the desired-state file beside
+    it) when promoted, so both mount the same volume at the same place; each has its own
+    instance id, which control tuples and the shared file name."""
     primary, standby = (SERVICES[n] for n in ("job", "job-standby"))
     env_p, env_s = d.environment(primary), d.environment(standby)
     assert env_p["STREAMCTL_QUERY_ID"] == env_s["STREAMCTL_QUERY_ID"]
     assert env_p["STREAMCTL_INSTANCE_ID"] != env_s["STREAMCTL_INSTANCE_ID"]
-    assert primary["volumes"][0].split(":")[0] != standby["volumes"][0].split(":")[0]
+    assert env_p["STREAMCTL_CHECKPOINT_DIR"] == env_s["STREAMCTL_CHECKPOINT_DIR"]
+    assert primary["volumes"] == standby["volumes"]
+    mount = primary["volumes"][0].split(":")[1]
+    assert env_p["STREAMCTL_CHECKPOINT_DIR"].startswith(mount + "/")
+    assert (env_p.get("STREAMCTL_ROLE", "active"), env_s["STREAMCTL_ROLE"]) == ("active",
+                                                                             "standby")
 
 
 def test_dashboard_queries_name_metrics_the_project_exports() -> None:

@@ -12,21 +12,34 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from schemas import TaskMetrics
+from confluent_kafka import Producer
+
+from schemas import ControlTuple, Role, TaskMetrics, auth, codec_for
+from schemas.records import _Record
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows, until
 
+R = TypeVar("R", bound=_Record)
 WINDOW_MS = 5_000
 CONTROL_KEY = "fault-suite-control-key"
 """Shared by the job and the controller of a bed: tuples are signed and checked."""
 TOPIC_KINDS = ("input", "output", "dlq", "metrics", "control", "acks", "decisions")
+HEARTBEAT = ("--heartbeat-interval-s", "1")
+"""Job option: a standby (or idle active) heartbeats every second."""
+FAST_DETECTION = ("--lost-after-intervals", "4", "--lost-after-min-s", "8",
+                  "--ack-timeout-s", "60")
+"""Controller options: an active silent for 4 batch intervals (at least 8 s) is lost, a
+standby is live while heard from within 8 s. The defaults (5, 25 s) are for busier machines
+and idle jobs; under this suite's steady load a batch takes 1-3 s."""
 
 
 @dataclass
@@ -69,6 +82,10 @@ class FaultBed:
         self.children.append(child)
         return child
 
+    def start_standby(self, name: str, *extra: str) -> Child:
+        """A standby instance of the bed's query, on the same checkpoint directory."""
+        return self.start_job(name, "--role", "standby", *HEARTBEAT, *extra)
+
     def start_controller(self, name: str = "controller", *extra: str) -> Child:
         child = start_child(name, ["controller", "run", "--metrics-port", "0", *extra],
                             self.workdir, self.env)
@@ -99,16 +116,18 @@ class FaultBed:
             if m.batch_id >= 0 and m.input_rows > 0:
                 self.commits.append(m)
 
-    def committed_after(self, at_ms: int) -> TaskMetrics | None:
-        return next((m for m in self.commits if m.batch_start_ms > at_ms), None)
+    def committed_after(self, at_ms: int, instance: str | None = None) -> TaskMetrics | None:
+        return next((m for m in self.commits if m.batch_start_ms > at_ms
+                     and instance in (None, m.instance_id)), None)
 
-    def wait_commit_after(self, at_ms: int, timeout_s: float, what: str) -> TaskMetrics:
+    def wait_commit_after(self, at_ms: int, timeout_s: float, what: str,
+                          instance: str | None = None) -> TaskMetrics:
         def seen() -> bool:
             self.follow_commits()
             self.assert_alive()
-            return self.committed_after(at_ms) is not None
+            return self.committed_after(at_ms, instance) is not None
         until(seen, timeout_s, what)
-        found = self.committed_after(at_ms)
+        found = self.committed_after(at_ms, instance)
         assert found is not None
         return found
 
@@ -116,6 +135,57 @@ class FaultBed:
         """Seconds from the fault to the end of the first batch with rows started after it."""
         first = self.wait_commit_after(fault_ms, timeout_s, "the first commit after the fault")
         return (first.batch_end_ms - fault_ms) / 1000
+
+    def wait_heartbeat(self, instance: str, role: Role, after_ms: int, timeout_s: float) -> None:
+        """Until `instance` publishes a record with `role` stamped after `after_ms`."""
+        beats = Tail(self.bootstrap, {self.topics["metrics"]: TaskMetrics}, start_at_ms=after_ms)
+        try:
+            until(lambda: any(isinstance(m, TaskMetrics) and m.instance_id == instance
+                              and m.role is role and m.batch_end_ms > after_ms
+                              for _topic, m in beats.poll(0.5)),
+                  timeout_s, f"a {role.value} record of {instance}")
+        finally:
+            beats.close()
+
+    def wait_control(self, matches: Callable[[ControlTuple], bool],
+                     timeout_s: float) -> ControlTuple:
+        """The first control tuple that `matches`, as soon as it is on the control topic."""
+        tail = Tail(self.bootstrap, {self.topics["control"]: ControlTuple}, from_beginning=True)
+        found: list[ControlTuple] = []
+
+        def seen() -> bool:
+            found.extend(t for _topic, t in tail.poll(0.2)
+                         if isinstance(t, ControlTuple) and matches(t))
+            return bool(found)
+        try:
+            until(seen, timeout_s, "the control tuple")
+        finally:
+            tail.close()
+        return found[0]
+
+    def send_control(self, parameter: str, value: str, epoch: int) -> ControlTuple:
+        """A control tuple signed with the bed's key, as the controller would send it."""
+        control = auth.sign(ControlTuple(
+            control_id=str(uuid.uuid4()), query_id=self.query_id, operator_id="source",
+            parameter=parameter, value=value, epoch=epoch, issuer="fault-test",
+            reason="fault injection", issued_at_ms=now_ms()), CONTROL_KEY.encode())
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        producer.produce(self.topics["control"], key=f"{self.query_id}/{parameter}".encode(),
+                         value=codec_for(ControlTuple).encode(control))
+        assert producer.flush(30) == 0
+        return control
+
+    def read_all(self, kind: str, record_type: type[R]) -> list[R]:
+        """Every record on one of the bed's control-plane topics so far."""
+        tail = Tail(self.bootstrap, {self.topics[kind]: record_type}, from_beginning=True)
+        try:
+            end, records = tail.log_end_total(self.topics[kind]), []
+            deadline = time.monotonic() + 30
+            while len(records) + len(tail.decode_errors) < end and time.monotonic() < deadline:
+                records += [r for _topic, r in tail.poll(0.5) if isinstance(r, record_type)]
+            return records
+        finally:
+            tail.close()
 
     def assert_alive(self, *names: str) -> None:
         for child in self.children:
@@ -137,3 +207,8 @@ class FaultBed:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def report(fault: str, seconds: float) -> None:
+    """The line each fault test prints (`pytest -s`): the time the fault cost."""
+    print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")

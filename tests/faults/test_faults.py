@@ -4,7 +4,6 @@ the committed output (read_committed) holds every produced record exactly once."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,22 +11,12 @@ from confluent_kafka import Producer
 
 from schemas import TaskMetrics
 from stack.broker import LocalBroker
-from stack.defaults import default_state_dir
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 from tests.accounting import until
-from tests.faults.harness import TOPIC_KINDS, FaultBed, now_ms
+from tests.faults.harness import TOPIC_KINDS, FaultBed, now_ms, report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
-
-
-@pytest.fixture
-def bed(bootstrap_servers: str, new_topic: Callable[..., str],
-        tmp_path: Path) -> Iterator[FaultBed]:
-    b = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
-    yield b
-    b.close()
 
 
 def warm(bed: FaultBed) -> None:
@@ -37,20 +26,29 @@ def warm(bed: FaultBed) -> None:
     bed.wait_commit_after(now_ms(), 60, "one more batch")
 
 
-def report(fault: str, seconds: float) -> None:
-    print(f"\n[fault] {fault}: first committed batch {seconds:.1f} s after the fault")
-
-
-def test_kill_9_of_the_job_mid_batch_then_restart(bed: FaultBed) -> None:
+def test_kill_9_during_a_reconfiguration_then_restart(bed: FaultBed) -> None:
+    """A restart-path tuple (input_parallelism 2 → 3) is being applied — quiesce, stop,
+    restart — when the job is killed; a new process of the same instance resumes from the
+    checkpoint with the desired state last recorded (the change was never applied, so never
+    recorded: the controller would see no ack and decide again). Without a standby this is
+    the recovery path too (kill -9 of the active with failover: `test_failover.py`)."""
     job = bed.start_job("job-1")
     warm(bed)
-    bed.wait_commit_after(now_ms(), 60, "a batch to start the next one after")
-    job.kill()  # a batch is running: batches take most of each trigger interval here
+    bed.wait_commit_after(now_ms(), 60, "a batch to reconfigure after")
+    control = bed.send_control("input_parallelism", "3", epoch=1)
+    until(lambda: f"control {control.control_id}" in job.log_path.read_text(), 60,
+          "the job taking the tuple")
+    job.kill()
     fault = now_ms()
-    bed.start_job("job-2")
-    report("kill -9 of the job mid-batch, restarted from its checkpoint", bed.recovery_s(fault))
+    assert f"reconfigured {bed.query_id}" not in job.log_path.read_text(), \
+        "the reconfiguration finished before the kill"
+    restarted = bed.start_job("job-1-restarted", "--instance-id", "job-1")
+    report("kill -9 during a reconfiguration (input_parallelism 2→3), restarted from its "
+           "checkpoint", bed.recovery_s(fault))
     bed.wait_commit_after(now_ms(), 60, "a steady batch after recovery")
     bed.finish_and_check()
+    assert "resuming the desired state of epoch 0" in restarted.log_path.read_text()
+    assert {m.input_parallelism for m in bed.commits if m.batch_start_ms > fault} == {2}
 
 
 def test_garbage_on_the_input_metrics_and_control_topics(bed: FaultBed) -> None:
@@ -74,19 +72,8 @@ def test_garbage_on_the_input_metrics_and_control_topics(bed: FaultBed) -> None:
     assert "undecodable" in controller.log_path.read_text()
 
 
-@pytest.fixture
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """A broker of this test's own, since the test stops and restarts it."""
-    port, controller_port = find_free_ports(2)
-    broker = LocalBroker(tmp_path_factory.mktemp("restartable-kafka"), port, controller_port,
-                         maven_dir=default_state_dir() / "maven")
-    broker.start(timeout_s=120.0)
-    yield broker
-    broker.stop(timeout_s=30.0)
-
-
-def test_broker_stop_and_restart(own_broker: LocalBroker, tmp_path: Path) -> None:
-    bootstrap = own_broker.bootstrap_servers
+def test_broker_stop_and_restart(restartable_broker: LocalBroker, tmp_path: Path) -> None:
+    bootstrap = restartable_broker.bootstrap_servers
     names = {k: f"faults-{k}" for k in TOPIC_KINDS}
     ensure_topics(bootstrap, [TopicSpec(n, partitions=2 if k in ("input", "output") else 1)
                               for k, n in names.items()], timeout_s=30)
@@ -95,9 +82,9 @@ def test_broker_stop_and_restart(own_broker: LocalBroker, tmp_path: Path) -> Non
         bed.start_job("job-1")
         bed.start_controller()
         warm(bed)
-        own_broker.stop(timeout_s=30)
+        restartable_broker.stop(timeout_s=30)
         fault = now_ms()
-        own_broker.start(timeout_s=120)
+        restartable_broker.start(timeout_s=120)
         report("broker stopped and restarted (same port, same data)", bed.recovery_s(fault, 240))
         bed.wait_commit_after(now_ms(), 60, "a steady batch after the broker came back")
         bed.finish_and_check()

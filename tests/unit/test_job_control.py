@@ -54,6 +54,7 @@ GOOD = [  # (parameter, value text, the change it makes)
     ("executors", "3", changed(executors=3)),
     ("state_partitions", "8", changed(state_partitions=8)),
     ("input_topic", "in-2", changed(input_topic="in-2")),
+    ("active_instance", "job-2", changed(active_instance="job-2")),
 ]
 OUT_OF_RANGE = [  # (parameter, value text, what the ack must say is allowed)
     ("input_parallelism", "17", "expected an integer in [1, 16] (task_slots)"),
@@ -71,12 +72,13 @@ MALFORMED = [
     ("input_parallelism", "2.5"), ("input_parallelism", "abc"), ("max_offsets_per_trigger", ""),
     ("shed_fraction", "nan"), ("shed_fraction", "a lot"), ("udf_version", ""),
     ("output_topic", "bad topic!"), ("executors", "1e3"), ("state_partitions", "four"),
-    ("input_topic", ".."),
+    ("input_topic", ".."), ("active_instance", ""), ("active_instance", "two words"),
 ]
 IN_FORCE_TEXT = {"input_parallelism": "2", "max_offsets_per_trigger": "4000",
                  "shed_fraction": "0", "udf_version": "v1", "output_topic": "out",
                  "state_partitions": "4", "input_topic": "in"}
-"""Every parameter but executors, whose 0 means "not managed" and cannot be requested."""
+"""Every parameter but executors, whose 0 means "not managed" and cannot be requested, and
+active_instance, whose "" means "nobody named yet" (`test_a_standby_...` covers it)."""
 
 
 @pytest.mark.parametrize(("parameter", "value", "verdict"), GOOD)
@@ -132,19 +134,28 @@ def test_unknown_and_unavailable_parameters_say_why() -> None:
 def test_output_retarget_and_executors_swap_everything_else_restarts() -> None:
     swaps = {p for p, _, verdict in GOOD if apply_path(IN_FORCE, verdict.desired) is Apply.SWAP}
     assert swaps == {"output_topic", "executors"}
+    roles = {p for p, _, verdict in GOOD if apply_path(IN_FORCE, verdict.desired) is Apply.ROLE}
+    assert roles == {"active_instance"}
     both = replace(IN_FORCE, output_topic="out-2", shed_fraction=0.1)
     assert apply_path(IN_FORCE, both) is Apply.RESTART
     assert IN_FORCE.describe_change(both) == "shed_fraction 0→0.1, output_topic out→out-2"
 
 
 class FakeJob:
-    def __init__(self, fail: bool = False, refuse: str | None = None) -> None:
+    def __init__(self, fail: bool = False, refuse: str | None = None,
+                 standby: str = "") -> None:
         self.desired = IN_FORCE
         self.fail, self.refuse = fail, refuse
         self.applied: list[str] = []
+        self.standby = standby
+        """This instance's id when it is a standby (it answers only its own promotion)."""
 
     def limits(self) -> Limits:
         return LIMITS
+
+    def answers(self, tuple_: ControlTuple) -> bool:
+        return not self.standby or (tuple_.parameter == "active_instance"
+                                    and tuple_.value == self.standby)
 
     def advance_epoch(self, epoch: int, control_id: str) -> None:
         self.desired = replace(self.desired, epoch=epoch)
@@ -255,3 +266,14 @@ def test_a_change_whose_precondition_fails_is_rejected_and_counted_as_such() -> 
                               "being written to")
     assert job.desired == IN_FORCE
     assert counts == Counter({("REJECTED", "precondition"): 1})
+
+def test_a_standby_answers_only_the_tuple_that_promotes_it() -> None:
+    """Each tuple gets one ack, from the instance it concerns: the active acks parameters (a
+    standby takes them from the shared state when promoted), the promoted standby its
+    promotion."""
+    job = FakeJob(standby="job-2")
+    acks, counts = run_loop([signed(tuple_()), signed(tuple_("active_instance", "job-3")),
+                             signed(tuple_("active_instance", "job-2", epoch=7))], job)
+    assert [(a.epoch, a.outcome) for a in acks] == [(7, Outcome.APPLIED)]
+    assert job.desired == replace(IN_FORCE, epoch=7, active_instance="job-2")
+    assert counts == Counter({("APPLIED", None): 1})

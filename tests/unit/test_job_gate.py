@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested, is_gate_stop
+from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested, Superseded, is_gate_stop
 
 
 def test_closed_gate_refuses_and_drains_on_commit() -> None:
@@ -71,3 +71,17 @@ def test_closing_a_held_gate_refuses_the_waiting_batch() -> None:
     gate.close()
     waiting.join(5.0)
     assert len(errors) == 1 and not waiting.is_alive()
+
+
+def test_a_superseded_instance_refuses_every_batch_before_it_runs() -> None:
+    owner: list[str | None] = [None]
+    gate = BatchGate(ownership=lambda: owner[0])
+    gate.admit(4)
+    owner[0] = "instance b was made active at epoch 2 (this instance runs epoch 1)"
+    with pytest.raises(Superseded) as refused:
+        gate.admit(5)
+    assert refused.value.batch_id == 5 and "superseded, instance b" in str(refused.value)
+    assert gate.superseded == owner[0] and gate.last_admitted == 4
+    assert is_gate_stop(f"py4j wrapped: {refused.value!r}")  # a normal stop, not a failure
+    gate.open()
+    assert gate.superseded is None

@@ -210,3 +210,9 @@ def test_an_input_switch_whose_old_topic_does_not_drain_changes_nothing() -> Non
     with pytest.raises(Refused, match="cannot switch the input to in-2: in is still being"):
         Reconfigurer(query).apply(replace(START, epoch=1, input_topic="in-2"))
     assert query.started == [] and query.active and query.desired == START
+
+def test_a_change_of_the_active_instance_is_not_a_reconfiguration_of_the_query() -> None:
+    query = FakeQuery()
+    with pytest.raises(ValueError, match="promotion or a step-down"):
+        Reconfigurer(query).apply(replace(START, epoch=1, active_instance="b"))  # type: ignore[arg-type]
+    assert query.started == [] and query.active

@@ -17,6 +17,7 @@ from streaming_jobs.runtime.transactional import (
     OutputBatch,
     OutputEncoder,
     Replay,
+    SinkBatchAborted,
     SinkFenced,
     SinkUnavailable,
     decide,
@@ -154,6 +155,29 @@ def test_after_an_unknown_commit_outcome_the_marker_is_read_again() -> None:
     writer.markers.append(marker(1, rows=1))  # the commit did happen after all
     assert s.write(batch(b"b"), 1, "c1") is Replay.SKIP
     assert writer.starts == 2
+
+
+def test_an_aborted_batch_is_rerun_by_a_fresh_producer() -> None:
+    """During an outage librdkafka times the batch's records out and the transaction is
+    aborted; the producer's sequence numbers are spent, so the replay needs a new one."""
+    writer = MemoryWriter()
+    s = sink(writer)
+    writer.fail_next = SinkBatchAborted("transaction aborted: 21 message(s) timed out")
+    with pytest.raises(SinkBatchAborted):
+        s.write(batch(b"a"), 0, "c1")
+    assert s.write(batch(b"a"), 0, "c1") is Replay.WRITE
+    assert writer.starts == 2 and writer.output == [("out", [b"a"])]
+
+
+def test_a_fenced_sink_takes_ownership_only_when_promoted() -> None:
+    """Fencing is sticky, except for the explicit promotion of this instance (`standby`)."""
+    writer = MemoryWriter([marker(4)])
+    s = sink(writer)
+    writer.fail_next = SinkFenced("another instance with a higher epoch owns this sink")
+    with pytest.raises(SinkFenced):
+        s.write(batch(b"a"), 5, "c1")
+    assert s.take_ownership() == marker(4) and writer.starts == 2
+    assert s.write(batch(b"a"), 5, "c1") is Replay.WRITE
 
 
 def test_a_closed_gate_refuses_the_batch_before_anything_runs() -> None:

@@ -1,0 +1,90 @@
+"""Act: a verdict that changes something (a scaling, a failover) becomes a control tuple.
+
+Owns the tuple's fields (operator, parameter, value, and an epoch above every one seen or
+issued), sending it, the in-flight record its ack is matched against, and the decision-log
+records of the action and of its outcome; in a dry run, only the record. Every function takes
+the query's `ControlState` and returns the next one. Neighbours: `loop` (decides, then calls
+`act` and `outcome`), `report` (wording and records), `state` (transitions).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from controller import report
+from controller.model import QueryModel
+from controller.ports import ControlSink, DecisionLog, DeliveryError
+from controller.results import ACTIVE_INSTANCE, Promote, Scale
+from controller.settings import ControllerSettings
+from controller.state import ControlState, InFlight, issued, next_epoch, settled
+from schemas import ControlTuple, Decision
+
+log = logging.getLogger("controller")
+
+
+class Actuator:
+    def __init__(self, settings: ControllerSettings, control: ControlSink,
+                 decisions: DecisionLog, new_id: Callable[[], str]) -> None:
+        self._settings, self._control, self._decisions = settings, control, decisions
+        self._new_id = new_id
+
+    def act(self, query_id: str, verdict: Scale | Promote, state: ControlState,
+            epoch_seen: int, model: QueryModel | None, now_ms: int) -> ControlState:
+        """Send the verdict's tuple and record the decision; the state with it in flight (or
+        cooling down, in a dry run or when the send failed)."""
+        cooldown_s = self._settings.policy.cooldown_s
+        if self._settings.dry_run:
+            # Repeated once per cooldown instead of every cycle.
+            log.info("%s", report.decision_line(query_id, verdict, epoch=None, control_id=None,
+                                                dry_run=True))
+            self.write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
+                                              now_ms=now_ms, control_id=None, dry_run=True))
+            return settled(state, now_ms, cooldown_s)
+        epoch = next_epoch(state, epoch_seen)
+        operator, parameter, _, value = report.knob(verdict)
+        control = ControlTuple(
+            control_id=self._new_id(), query_id=query_id, operator_id=operator,
+            parameter=parameter, value=value, epoch=epoch, issuer=self._settings.issuer,
+            reason=verdict.reason, issued_at_ms=now_ms,
+        )
+        log.info("%s", report.decision_line(query_id, verdict, epoch=epoch,
+                                            control_id=control.control_id, dry_run=False))
+        try:
+            self._control.send(control)
+        except DeliveryError as exc:
+            log.error("%s: could not send control %s, retrying after the cooldown: %s",
+                      query_id, control.control_id, exc)
+            return settled(state, now_ms, cooldown_s)
+        self.write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
+                                          now_ms=now_ms, control_id=control.control_id,
+                                          dry_run=False))
+        return issued(state, in_flight(control, verdict, model, now_ms))
+
+    def outcome(self, query_id: str, flight: InFlight, action: str, reason: str,
+                now_ms: int) -> None:
+        """Record how an actuation ended (ack outcome or timeout)."""
+        self.write(report.outcome_record(
+            query_id, action=action, parameter=flight.parameter, target=flight.value,
+            reason=reason, decision_id=self._new_id(), now_ms=now_ms,
+            control_id=flight.control_id))
+
+    def write(self, decision: Decision) -> None:
+        try:
+            self._decisions.write(decision)
+        except DeliveryError as exc:
+            log.error("%s: could not write decision %s to the log: %s", decision.query_id,
+                      decision.decision_id, exc)
+
+
+def in_flight(control: ControlTuple, verdict: Scale | Promote, model: QueryModel | None,
+              now_ms: int) -> InFlight:
+    """What the ack of `control` is matched against; a scaling keeps the μ and c it was sized
+    with, for the check of its effect."""
+    if isinstance(verdict, Promote):
+        return InFlight(control.control_id, 0, control.epoch, now_ms,
+                        parameter=ACTIVE_INSTANCE, instance=verdict.instance_id)
+    return InFlight(control.control_id, verdict.target, control.epoch, now_ms,
+                    current=verdict.current,
+                    rate_per_unit=model.rate_per_unit if model else 0.0,
+                    batch_overhead_s=model.batch_overhead_s if model else 0.0)

@@ -1,0 +1,90 @@
+"""Failover: from a lost active instance and the live standbys to a promotion, or to advice.
+
+The decision is pure (`decide`, `standby_advice`): the liveness verdict (`judgement.liveness`,
+which already holds off while a control tuple is in flight, so a promotion is never repeated
+while one waits for its ack) and the standbys heard from recently (`instances`) in, a verdict
+out. `Standbys` keeps, per query, the instance table and the last count of live standbys, so
+the loop can report the count and ask for a new standby once the last one is gone.
+
+Which standby: the one heard from most recently (ties by instance id, for determinism); a
+standby that is the lost instance itself (it stepped down and came back) is not chosen, since
+it just went silent as the active. The promotion is a control tuple `active_instance=<id>`
+with the next epoch, addressed to every instance of the query: the named one promotes itself,
+an active that is not named steps down. Neighbours: `loop` (acts on the verdicts),
+`instances`, `results`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from controller.instances import Instances, Seen
+from controller.results import Lost, Promote, Recommend
+from controller.wording import num
+from schemas import TaskMetrics
+
+NO_STANDBY = ("; no live standby to fail over to: restart the job, or keep a standby running "
+              "(`streamctl job run --role standby`, same query id and checkpoint directory) "
+              "so the next loss fails over by itself")
+
+
+def decide(lost: Lost, standbys: Sequence[Seen], lost_instance: str, now_ms: int) -> Promote | Lost:
+    """Promote the freshest live standby, or report the loss with what to do about it."""
+    candidates = [s for s in standbys if s.instance_id != lost_instance]
+    if not candidates:
+        return replace(lost, reason=lost.reason + NO_STANDBY)
+    chosen = candidates[0]
+    age_s = max(0, now_ms - chosen.last_seen_ms) / 1000
+    who = f"active instance {lost_instance}" if lost_instance else "the active instance"
+    return Promote(chosen.instance_id, lost_instance, (
+        f"{who} sent no metrics for {num(lost.silent_s)} s (timeout {num(lost.timeout_s)} s); "
+        f"promoting standby {chosen.instance_id} (heartbeat {num(age_s)} s ago, "
+        f"{len(candidates)} live standby{'s' if len(candidates) != 1 else ''}): it fences the "
+        "former active and resumes from the shared checkpoint"),
+        {**lost.figures, "standbys": float(len(candidates)), "standby_age_s": age_s})
+
+
+def standby_advice(query_id: str, before: int, after: int) -> Recommend | None:
+    """Ask for a new standby when the last live one is gone (promoted, or silent)."""
+    if before == 0 or after > 0:
+        return None
+    return Recommend(
+        "start_standby", "standby_instances", 1.0,
+        f"{query_id} has no live standby left (it had {before}): the next loss of its active "
+        "instance cannot fail over; start one (`streamctl job run --role standby`, same query "
+        "id and checkpoint directory; compose: the job-standby service)",
+        {"standbys_before": float(before), "standbys": 0.0})
+
+
+class Standbys:
+    """The instance table plus each query's last count of live standbys."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        """A standby is live while its last heartbeat is at most this old."""
+        self.instances = Instances()
+        self._counts: dict[str, int] = {}
+
+    def add(self, sample: TaskMetrics) -> None:
+        self.instances.add(sample)
+
+    def promoted(self, query_id: str, instance_id: str, now_ms: int, epoch: int) -> None:
+        """A promotion was acknowledged: the instance is active now, and it was a standby (a
+        controller restarted mid-promotion may never have heard it as one), so the next
+        count asks for a new standby if it was the last."""
+        self.instances.promoted(query_id, instance_id, now_ms, epoch)
+        self._counts[query_id] = max(self._counts.get(query_id, 0), 1)
+
+    def live(self, query_id: str, now_ms: int) -> list[Seen]:
+        return self.instances.live_standbys(query_id, now_ms, self.timeout_s)
+
+    def recount(self, now_ms: int) -> dict[str, tuple[int, int]]:
+        """Per query, (previous, current) live standby counts; forgets long-silent ones."""
+        self.instances.prune(now_ms, forget_after_s=10 * self.timeout_s)
+        counts: dict[str, tuple[int, int]] = {}
+        for query_id in self.instances.queries():
+            now = len(self.live(query_id, now_ms))
+            counts[query_id] = (self._counts.get(query_id, 0), now)
+            self._counts[query_id] = now
+        return counts

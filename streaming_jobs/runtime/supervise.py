@@ -1,0 +1,130 @@
+"""What an active instance does when its query stops by itself: step down, restart it from
+the checkpoint, or exit (pure: a failure text and what the shared file says in, a step out).
+
+- **Superseded**: another instance was made active (the gate refused a batch, or the shared
+  desired-state file names it): step down and stay up as a standby.
+- **A checkpoint race** (Spark's `CONCURRENT_STREAM_LOG_UPDATE`: another driver wrote the same
+  batch's offset or commit log entry first): a former active finishing the batch it was in
+  when it froze. Spark writes those entries atomically and never overwrites one, so the
+  checkpoint is whole; this instance still owns the query, so it restarts from the checkpoint,
+  which replays or skips that batch.
+- **Kafka away** (the sink's retry budget ran out, a transaction was aborted, the source timed
+  out): restart from the checkpoint after a pause; the sink re-initialises and re-reads its
+  marker, so nothing is lost or written twice.
+- Anything else (a bug, a corrupt checkpoint, fencing without a failover): exit non-zero, so a
+  supervisor (compose's `restart: on-failure`) restarts the process.
+
+Restarts are bounded (`RestartBudget`) so a persistent fault still ends in an exit.
+`Supervisor` applies this to the job's query; `classify` is the pure rule. Neighbours: `job`
+(calls the supervisor from its run loop), `standby` (steps down), `lifecycle` (restarts).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from schemas.records import Role
+from streaming_jobs.runtime.lifecycle import ElasticQuery
+from streaming_jobs.runtime.standby import Instance
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_RACE = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming jobs detected",
+                   "Multiple streaming queries are concurrently using")
+"""Spark's errors when its atomic create-if-absent of a metadata log file loses a race."""
+KAFKA_AWAY = ("SinkUnavailable", "SinkBatchAborted", "org.apache.kafka.common.errors.Timeout",
+              "NETWORK_EXCEPTION")
+"""Failures that end when the broker is back: retried, never lost. Spark's Kafka source
+reports a broker away for 60 s as `org.apache.kafka.common.errors.TimeoutException: Timeout of
+60000ms expired before the position for partition … could be determined`."""
+
+
+class Step(enum.Enum):
+    STEP_DOWN = "step_down"
+    RESTART = "restart"
+    EXIT = "exit"
+
+
+@dataclass(frozen=True)
+class Next:
+    step: Step
+    reason: str
+    delay_s: float = 0.0
+    """Wait before the restart (Kafka away: give the broker time to come back)."""
+
+
+def classify(failure: str | None, superseded: str | None, *, kafka_retry_s: float) -> Next:
+    """The next step for a query that stopped with `failure` (None: stopped without an error),
+    while the shared file says `superseded` (None: this instance still owns the query)."""
+    if superseded is not None:
+        return Next(Step.STEP_DOWN, superseded)
+    text = failure or ""
+    if any(marker in text for marker in CHECKPOINT_RACE):
+        return Next(Step.RESTART, "another driver wrote the same checkpoint entry first (a "
+                                  "former active finishing its last batch)")
+    if any(marker in text for marker in KAFKA_AWAY):
+        return Next(Step.RESTART, f"Kafka unavailable ({_line_with(text, KAFKA_AWAY)})",
+                    kafka_retry_s)
+    return Next(Step.EXIT, failure or "stopped after a failed reconfiguration")
+
+
+def _line_with(text: str, markers: tuple[str, ...]) -> str:
+    """The first line of a (Java and Python) stack trace that names the error."""
+    return next((line.strip() for line in text.splitlines()
+                 if any(m in line for m in markers)), text)[:300]
+
+
+class RestartBudget:
+    """At most `restarts` restarts within `window_s`; past that the failure is not transient.
+    Ten in ten minutes: with the 10 s pause and each attempt's own Kafka timeouts, a broker
+    away for several minutes is waited out; a fault that comes back at once is not."""
+
+    def __init__(self, restarts: int = 10, window_s: float = 600.0) -> None:
+        self._restarts, self._window_s = restarts, window_s
+        self._at: deque[float] = deque()
+
+    def take(self, now_s: float) -> bool:
+        """Use one restart at `now_s`; False when the budget is spent."""
+        while self._at and now_s - self._at[0] > self._window_s:
+            self._at.popleft()
+        if len(self._at) >= self._restarts:
+            return False
+        self._at.append(now_s)
+        return True
+
+
+class Supervisor:
+    """Watches an active instance's query; `next_step` and `take` are called under the job's
+    lock, the pause in between outside it."""
+
+    def __init__(self, query: ElasticQuery, instance: Instance,
+                 superseded: Callable[[], str | None], *, kafka_retry_s: float,
+                 budget: RestartBudget | None = None) -> None:
+        self._query, self._instance, self._superseded = query, instance, superseded
+        self._kafka_retry_s = kafka_retry_s
+        self._budget = budget or RestartBudget()
+
+    def next_step(self) -> Next | None:
+        """None while there is nothing to do (a standby, or the query runs)."""
+        if self._instance.role is not Role.ACTIVE or self._query.is_active():
+            return None
+        step = classify(self._query.failure(), self._query.gate.superseded or self._superseded(),
+                        kafka_retry_s=self._kafka_retry_s)
+        if step.step is Step.RESTART and not self._budget.take(time.monotonic()):
+            return Next(Step.EXIT, f"{step.reason}, and the restart budget is spent")
+        return step
+
+    def take(self, step: Next) -> None:
+        if step.step is Step.STEP_DOWN:
+            self._instance.step_down(step.reason)
+        elif self._instance.role is Role.ACTIVE and not self._query.is_active():
+            log.warning("query stopped: %s; restarting it from the checkpoint", step.reason)
+            try:
+                self._query.start_keeping_partitions(self._query.desired)
+            except Exception:  # the next round classifies what is left
+                log.exception("restarting the query failed")

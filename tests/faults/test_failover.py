@@ -1,0 +1,91 @@
+"""Failover on real processes: an active job instance, a standby on the same checkpoint, the
+controller, the real broker and steady load. Each test breaks the active (or the controller),
+prints the time from the fault to the first committed batch after it, and checks the
+committed output (read_committed) holds every produced record exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import Ack, ControlTuple, Decision, Outcome, Role
+from tests.faults.harness import FAST_DETECTION, FaultBed, now_ms, report
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def active_and_standby(bed: FaultBed) -> None:
+    """job-1 active, job-2 standby, the controller; load flowing, a few batches committed."""
+    bed.start_job("job-1")
+    bed.start_standby("job-2")
+    bed.start_controller("controller", *FAST_DETECTION)
+    bed.start_load(150)
+    bed.wait_commit_after(now_ms(), 180, "the active's first batches under load")
+    bed.wait_heartbeat("job-2", Role.STANDBY, now_ms(), 60)
+    bed.wait_commit_after(now_ms(), 60, "one more batch")
+
+
+def test_kill_9_of_the_active_then_of_the_controller_mid_promotion(bed: FaultBed) -> None:
+    """Two faults in one run (the suite's time is bounded): the active dies mid-batch, the
+    controller promotes the standby and is itself killed -9 between sending the promotion and
+    receiving its ack. The standby completes the promotion on its own; the restarted
+    controller resumes waiting for that ack instead of deciding again."""
+    active_and_standby(bed)
+    bed.wait_commit_after(now_ms(), 60, "a batch to start the next one after")
+    bed.children[0].kill()  # job-1, in a batch: batches take most of each trigger interval
+    fault = now_ms()
+    promotion = bed.wait_control(lambda t: t.parameter == "active_instance", 120)
+    controller = next(c for c in bed.children if c.name == "controller")
+    controller.kill()
+    controller_fault = now_ms()
+    assert not [a for a in bed.read_all("acks", Ack) if a.control_id == promotion.control_id], \
+        "the promotion was acked before the controller was killed: nothing was in flight"
+    bed.start_controller("controller-2", *FAST_DETECTION)
+    first = bed.wait_commit_after(fault, 150, "the promoted standby's first commit", "job-2")
+    report("kill -9 of the active mid-batch, failed over to the standby",
+           (first.batch_end_ms - fault) / 1000)
+    report("kill -9 of the controller between the promotion and its ack",
+           (first.batch_end_ms - controller_fault) / 1000)
+    bed.wait_commit_after(now_ms(), 60, "a steady batch after the failover", "job-2")
+    bed.finish_and_check()
+    # One promotion, answered by the promoted instance; nothing repeated or contradicted.
+    assert [t.control_id for t in bed.read_all("control", ControlTuple)] == [
+        promotion.control_id]
+    assert (promotion.value, promotion.operator_id, promotion.epoch) == ("job-2", "query", 1)
+    acks = bed.read_all("acks", Ack)
+    assert [(a.instance_id, a.epoch, a.outcome) for a in acks] == [
+        ("job-2", 1, Outcome.APPLIED)], acks
+    print(f"[fault] promotion acked: {acks[0].detail} (pause {acks[0].pause_ms} ms)")
+    decisions = bed.read_all("decisions", Decision)
+    assert [d.action for d in decisions].count("failover") == 1, decisions
+    assert "start_standby" in [d.action for d in decisions]
+    resumed = (bed.workdir / "controller-2.log").read_text()
+    assert "resuming faults: last tuple active_instance=job-2 at epoch 1" in resumed, resumed
+
+
+def test_a_frozen_active_is_failed_over_and_steps_down_when_it_wakes(bed: FaultBed) -> None:
+    """SIGSTOP freezes job-1 (Spark's JVM included) as a long GC pause or a network cut would;
+    the controller fails over to job-2; SIGCONT wakes job-1 as a zombie in the middle of
+    whatever it was doing. It must step down, and nothing it still runs may reach the
+    committed output or break the shared checkpoint."""
+    active_and_standby(bed)
+    zombie = bed.children[0]
+    bed.wait_commit_after(now_ms(), 60, "a batch to freeze the active after")
+    zombie.pause()
+    fault = now_ms()
+    first = bed.wait_commit_after(fault, 150, "the promoted standby's first commit", "job-2")
+    report("active frozen (SIGSTOP), failed over to the standby",
+           (first.batch_end_ms - fault) / 1000)
+    zombie.resume()
+    woke = now_ms()
+    bed.wait_heartbeat("job-1", Role.STANDBY, woke, 60)  # stepped down: a standby now
+    bed.wait_commit_after(now_ms(), 60, "a batch of job-2 after the zombie woke", "job-2")
+    bed.finish_and_check()
+    bed.assert_alive()
+    assert bed.committed_after(fault, "job-1") is None, "the zombie committed a batch"
+    assert "steps down" in zombie.log_path.read_text()
+    print(f"[fault] zombie stepped down: {stepped_down(zombie.log_path.read_text())}")
+
+
+def stepped_down(log_text: str) -> str:
+    return next(line.split(": ", 1)[-1] for line in log_text.splitlines()
+                if "steps down" in line)
