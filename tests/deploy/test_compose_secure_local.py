@@ -138,8 +138,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
         poll_until(lambda: True if acls.granted(admin) == wanted else None, 30.0, 0.5)
         granted_by_broker = acls.granted(admin)
         _wipe_grants(admin)
+        job_env = d.environment(SERVICES["job"])
         mapping = d.LocalMapping(
-            addresses={"kafka:19092": broker.bootstrap_servers},
+            # Security is what this module checks; the job runs in local mode here (its run on
+            # the compose Spark cluster is test_compose_local's).
+            addresses={"kafka:19092": broker.bootstrap_servers,
+                       job_env["STREAMCTL_SPARK_MASTER"]: "",
+                       job_env["STREAMCTL_SPARK_DRIVER_HOST"]: "127.0.0.1"},
             ports={9301: job_port, 9300: metrics_port},
             paths={**d.local_secrets(MERGED, files.root), "/var/lib/streamctl/": f"{tmp}/var/"})
         _run_topics_service(mapping, broker.bootstrap_servers, files.root)
