@@ -20,11 +20,24 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import PLAINTEXT, KafkaSecurity
+
+# A topic just created, or a broker just restarted, answers these until its leader is elected.
+_NO_LEADER_YET = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+})
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +96,7 @@ class Tail:
 
     def _watermarks(self, partition: TopicPartition, timeout_s: float) -> tuple[int, int]:
         """(log start, end) of a partition. A topic just created, or a broker just restarted,
-        has no leader for a moment (NOT_LEADER_FOR_PARTITION, retriable): asked again until
+        has no leader for a moment (NOT_LEADER_FOR_PARTITION and kin): asked again until
         `timeout_s` has passed."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -93,7 +106,9 @@ class Tail:
                     timeout=max(0.1, deadline - time.monotonic()))
                 return int(low), int(high)
             except KafkaException as exc:
-                if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                # librdkafka does not flag these retriable on a watermark query: name them.
+                if ((exc.args[0].code() not in _NO_LEADER_YET and not exc.args[0].retriable())
+                        or time.monotonic() >= deadline):
                     raise
                 time.sleep(0.2)
 
@@ -155,10 +170,8 @@ class Tail:
 
     def log_end_total(self, topic: str) -> int:
         """Σ of the partitions' end offsets (high watermarks) of `topic`, read now."""
-        return sum(
-            self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
-            for p in self.partitions(topic)
-        )
+        return sum(self._watermarks(TopicPartition(topic, p), 5.0)[1]
+                   for p in self.partitions(topic))
 
     def close(self) -> None:
         self._consumer.close()
