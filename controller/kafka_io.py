@@ -11,6 +11,7 @@ log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -130,12 +131,32 @@ def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> list[Topic
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise KafkaSetupError(f"topic {topic!r} does not exist; create it first "
                               "(`streamctl stack up` creates the default topics)")
-    ends = []
-    for partition in sorted(metadata.partitions):
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                 timeout=timeout_s)
-        ends.append(TopicPartition(topic, partition, high))
-    return ends
+    return [TopicPartition(topic, p, watermarks(consumer, topic, p, timeout_s)[1])
+            for p in sorted(metadata.partitions)]
+
+
+_NO_LEADER_YET = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+})
+"""What a topic just created, or a broker just restarted, answers until its leader is elected."""
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int,
+               timeout_s: float) -> tuple[int, int]:
+    """(log start, end) of one partition, asked again while it has no leader yet (librdkafka
+    does not flag those errors retriable on this call); `KafkaSetupError` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() >= deadline:
+                raise KafkaSetupError(f"cannot read the offsets of {topic!r} partition "
+                                      f"{partition}: {exc.args[0].str()}") from exc
+            time.sleep(0.2)
 
 
 class KafkaWriter:

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from controller.kafka_io import KafkaSetupError, client_config
+from controller.kafka_io import KafkaSetupError, client_config, watermarks
 from controller.ports import OnDecodeError
 from controller.recovery import History
 from controller.settings import KafkaSettings
@@ -69,7 +69,7 @@ def _positions(consumer: Consumer, topic: str, since_ms: int | None,
     partitions = sorted(metadata.partitions)
     ends, starts = {}, {}
     for p in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+        low, high = watermarks(consumer, topic, p, timeout_s)
         ends[p], starts[p] = high, low
     if since_ms is not None:
         found = consumer.offsets_for_times(
