@@ -327,11 +327,13 @@ class ElasticQuery:
         run_id = str(progress.runId)
         start_ms = timestamp_ms(progress.timestamp)
         end_ms = start_ms + int(progress.durationMs.get("triggerExecution", 0))
+        # The slots the batch ran on, read before the gate hears of its commit: once it has,
+        # a held executors change may kill executors before this thread reads them.
+        context = self._live(self._contexts.get(run_id) or self.context(self._desired))
         with self._commits:  # before the gate hears of it: a drained quiesce reads it
             self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
-        context = self._live(self._contexts.get(run_id) or self.context(self._desired))
         self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
 
 
