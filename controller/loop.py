@@ -298,8 +298,9 @@ class ControlLoop:
 
 
 def _desired(model: QueryModel, verdict: Verdict, state: ControlState) -> int:
-    if isinstance(verdict, Scale):
+    """The knob's value the query is headed for (executors change the slots, not the knob)."""
+    if isinstance(verdict, Scale) and verdict.parameter == model.knob:
         return verdict.target
-    if state.in_flight is not None and state.in_flight.scaling:
+    if state.in_flight is not None and state.in_flight.parameter == model.knob:
         return state.in_flight.target
     return model.parallelism

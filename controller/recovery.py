@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.results import ACTIVE_INSTANCE
+from controller.results import ACTIVE_INSTANCE, EXECUTORS
 from controller.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
 
@@ -89,15 +89,17 @@ def _in_flight(t: ControlTuple, decision: Decision | None) -> InFlight:
     figures = decision.figures if decision is not None else {}
     return InFlight(
         control_id=t.control_id, target=_int(t.value), epoch=t.epoch,
-        issued_at_ms=t.issued_at_ms,
+        issued_at_ms=t.issued_at_ms, parameter=t.parameter,
         current=_int(decision.current_value) if decision is not None else 0,
         rate_per_unit=figures.get("processing_rate_per_unit", 0.0),
         batch_overhead_s=figures.get("batch_overhead_s", 0.0))
 
 
 def _effect_check(ack: Ack, decision: Decision | None) -> EffectCheck | None:
-    """An applied scale-up's effect is still to be measured, as if the loop had seen the ack."""
-    if decision is None or ack.outcome is not Outcome.APPLIED:
+    """An applied scale-up's effect is still to be measured, as if the loop had seen the ack
+    (not for executors: `state.applied`)."""
+    if (decision is None or ack.outcome is not Outcome.APPLIED
+            or decision.parameter == EXECUTORS):
         return None
     current, target = _int(decision.current_value), _int(decision.target_value)
     rate = decision.figures.get("processing_rate_per_unit", 0.0)

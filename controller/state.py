@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from controller.results import INPUT_PARALLELISM
+from controller.results import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,24 +23,25 @@ class InFlight:
     epoch: int
     issued_at_ms: int
     current: int = 0
-    """Parallelism when it was sent."""
+    """The parameter's value when it was sent."""
     rate_per_unit: float = 0.0
     """μ the decision was sized with (records/s per unit)."""
     batch_overhead_s: float = 0.0
     """c the decision was sized with."""
     parameter: str = INPUT_PARALLELISM
-    """What the tuple sets: a scaling (`target` units) or a failover (`instance`)."""
+    """What the tuple sets: a scaling (the query's knob, or executors, to `target`) or a
+    failover (`instance`)."""
     instance: str = ""
     """For a failover, the instance promoted: only its ack answers the tuple."""
 
     @property
     def value(self) -> str:
         """The value the tuple carries."""
-        return self.instance if self.parameter != INPUT_PARALLELISM else str(self.target)
+        return self.instance if not self.scaling else str(self.target)
 
     @property
     def scaling(self) -> bool:
-        return self.parameter == INPUT_PARALLELISM
+        return self.parameter != ACTIVE_INSTANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +104,12 @@ def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
 
 
 def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
-    """The in-flight tuple was applied: settle, and for a scale-up measure its effect later."""
+    """The in-flight tuple was applied: settle, and for a scale-up of the knob measure its
+    effect later (more executors raise capacity only once the knob follows, `knobs`)."""
     flight = state.in_flight
     after = settled(state, now_ms, cooldown_s)
-    if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
+    if (flight is None or flight.parameter == EXECUTORS or flight.target <= flight.current
+            or flight.rate_per_unit <= 0):
         return replace(after, effect_check=None)
     return replace(after, effect_check=EffectCheck(
         flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s, now_ms))

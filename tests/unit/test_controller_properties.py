@@ -19,15 +19,15 @@ from controller.fakes import (
     MemoryMetricsSource,
 )
 from controller.judgement import lost_timeout_s
+from controller.knobs import bounds
 from controller.loop import ControlLoop, Ports
 from controller.model import QueryModel
-from controller.policy import bounds, decide, target_units
+from controller.policy import decide, target_units
 from controller.results import Scale
 from controller.settings import ControllerSettings, PolicySettings
 from controller.sizing import NO_INFLOW, Inflow
 from controller.state import ControlState
-from schemas import Ack, Outcome
-from tests.unit.controller_traces import T0_MS, Job, simulate
+from tests.unit.controller_traces import T0_MS, Job, closed_loop, simulate
 
 NOW = T0_MS + 3_600_000
 POLICY = PolicySettings()
@@ -80,40 +80,14 @@ def test_target_parallelism_is_monotone_in_arrival_and_backlog(
     assert units(lo_a, lo_b) <= units(hi_a, lo_b) <= units(hi_a, hi_b)
 
 
-def closed_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
+def noisy_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
     """The real loop over a job that applies what it is sent (after a 5 s pause) under a
-    load redrawn every 5 s within ±noise of the job's rate; returns (time, action)."""
+    load redrawn every 5 s within ±noise of the job's rate; returns (time, direction)."""
     rng = random.Random(seed)
     base = job.rates[0][1]
     steps = [(float(t), base * (1 + rng.uniform(-noise, noise))) for t in range(0, seconds, 5)]
-    job = replace(job, rates=steps)
-    bus, clock = MemoryBus(), FakeClock(T0_MS)
-    loop = ControlLoop(ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
-        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock))
-    actions: list[tuple[float, str]] = []
-    t, batch, positions, fresh = 0.0, 0, [0] * job.partitions, True
-    while t < seconds:
-        # Only the first batch of a run (start or restart) carries the warm-up.
-        run = job if fresh else replace(job, warm_up_s=0.0)
-        chunk = simulate(run, 5, start_s=t, positions=positions, first_batch=batch)
-        fresh = fresh and not any(s.input_rows > 0 for s in chunk)
-        if chunk:
-            batch = chunk[-1].batch_id + 1
-            positions = [p.end_offset for p in chunk[-1].partitions]
-            bus.publish_metrics(*chunk)
-        t += 5
-        clock.ms = T0_MS + int(t * 1000)
-        loop.run_once()
-        for control in bus.sent_controls()[len(actions):]:
-            new = int(control.value)
-            actions.append((t, "up" if new > job.parallelism else "down"))
-            t += 5  # the restart
-            job, fresh = replace(job, parallelism=new, epoch=control.epoch), True
-            bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
-                                control.epoch, Outcome.APPLIED, "", 5000, clock.ms))
-    return actions
+    return [(t, "up" if int(control.value) > before.parallelism else "down")
+            for t, control, before in closed_loop(replace(job, rates=steps), seconds)]
 
 
 @settings(max_examples=15, deadline=None)
@@ -122,7 +96,7 @@ def test_a_stationary_noisy_load_does_not_oscillate(rate: float, noise: float,
                                                     parallelism: int, seed: int) -> None:
     job = Job(rates=[(0, rate)], per_unit=200, parallelism=parallelism, overhead_s=1.5,
               max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0)
-    actions = closed_loop(job, noise, seed, 600)
+    actions = noisy_loop(job, noise, seed, 600)
     stabilisation = POLICY.scale_down_stabilisation_s
     for (t1, d1), (_, d2), (t3, d3) in zip(actions, actions[1:], actions[2:], strict=False):
         assert not (d1 == "up" and d2 == "down" and d3 == "up"
