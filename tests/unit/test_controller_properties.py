@@ -1,5 +1,7 @@
 """Properties of the policy (hypothesis): bounds, no oscillation on a stationary noisy load,
-monotone sizing, and a lost instance reported within its timeout."""
+monotone sizing, and a lost instance reported within its timeout — for either knob a job may
+name (input parallelism, state partitions), in local mode and on a cluster that can add
+executors."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from controller.fakes import (
     MemoryMetricsSource,
 )
 from controller.judgement import lost_timeout_s
-from controller.knobs import bounds
+from controller.knobs import bounds, executors_wanted, running_executors
 from controller.loop import ControlLoop, Ports
 from controller.model import QueryModel
 from controller.policy import decide, target_units
@@ -36,17 +38,25 @@ rates = st.floats(min_value=0, max_value=1e5, allow_nan=False)
 backlogs = st.floats(min_value=0, max_value=1e7, allow_nan=False)
 
 
+KNOBS = st.sampled_from(["input_parallelism", "state_partitions"])
+
+
 @st.composite
 def models(draw: st.DrawFn) -> QueryModel:
-    parallelism = draw(st.integers(1, 64))
-    return QueryModel(
+    """Either knob; in local mode, or on a cluster whose slots are executors × cores."""
+    parallelism, cores = draw(st.integers(1, 64)), draw(st.sampled_from([0, 0, 1, 2, 4]))
+    slots = (draw(st.integers(1, 16)) * cores if cores else draw(st.integers(0, 64)))
+    model = QueryModel(
         query_id="q", samples=10, config_epoch=0, arrival_rate=draw(rates),
         throughput=100, busy_ratio=draw(st.floats(0, 1)),
         rate_per_unit=draw(st.floats(1, 1e4)), parallelism=parallelism, units=parallelism,
-        source_partitions=draw(st.integers(1, 32)), task_slots=draw(st.integers(0, 64)),
+        source_partitions=draw(st.integers(1, 32)), task_slots=slots,
         backlog_records=draw(backlogs),
         backlog_trend_records_per_s=draw(st.floats(-1e4, 1e4)), time_to_drain_s=math.inf,
-        batch_overhead_s=draw(st.floats(0, 5)), batch_cap=draw(st.integers(0, 100_000)))
+        batch_overhead_s=draw(st.floats(0, 5)), batch_cap=draw(st.integers(0, 100_000)),
+        knob=draw(KNOBS), job_max=draw(st.sampled_from([0, 8, 64])), executor_cores=cores,
+        max_executors=draw(st.integers(slots // cores, 32)) if cores else 0)
+    return replace(model, units=model.units_at(parallelism))
 
 
 inflows = st.one_of(st.just(NO_INFLOW), st.builds(Inflow, rates, backlogs, rates))
@@ -58,7 +68,17 @@ def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool,
                                       inflow: Inflow) -> None:
     state = ControlState(quiet_since_ms=NOW - 10**7 if quiet_long else None)
     verdict = decide(model, state, NOW, POLICY, inflow)
-    if isinstance(verdict, Scale):
+    if isinstance(verdict, Scale) and verdict.parameter == "executors":
+        # Only on a cluster, only up, within the job's maximum, and only for units the slots
+        # cannot hold (never for slots the knob could not use).
+        assert model.executor_cores > 0 and verdict.action == "scale_up"
+        assert verdict.current == model.task_slots // model.executor_cores
+        assert verdict.target <= model.max_executors
+        needed = verdict.figures["required"]
+        assert needed > model.task_slots
+        assert (verdict.target - 1) * model.executor_cores < min(needed, POLICY.max_parallelism)
+    elif isinstance(verdict, Scale):
+        assert verdict.parameter == model.knob
         limits = bounds(model, POLICY)
         assert limits.low <= verdict.target
         if verdict.action == "scale_up":
@@ -80,22 +100,46 @@ def test_target_parallelism_is_monotone_in_arrival_and_backlog(
     assert units(lo_a, lo_b) <= units(hi_a, lo_b) <= units(hi_a, hi_b)
 
 
+@given(models(), st.integers(1, 200), st.integers(1, 200))
+def test_executors_asked_for_are_monotone_in_the_units_wanted(model: QueryModel, w1: int,
+                                                               w2: int) -> None:
+    def executors(wanted: int) -> int:
+        found = executors_wanted(model, wanted, POLICY, None, NOW)
+        return running_executors(model) if found is None else found
+
+    low, high = sorted((w1, w2))
+    assert running_executors(model) <= executors(low) <= executors(high)
+    assert executors(high) <= max(model.max_executors, running_executors(model))
+
+
 def noisy_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
     """The real loop over a job that applies what it is sent (after a 5 s pause) under a
-    load redrawn every 5 s within ±noise of the job's rate; returns (time, direction)."""
+    load redrawn every 5 s within ±noise of the job's rate; returns (time, direction), an
+    executor request counting as a step up or down like the knob's."""
     rng = random.Random(seed)
     base = job.rates[0][1]
     steps = [(float(t), base * (1 + rng.uniform(-noise, noise))) for t in range(0, seconds, 5)]
-    return [(t, "up" if int(control.value) > before.parallelism else "down")
+    return [(t, "up" if int(control.value) > current(control.parameter, before) else "down")
             for t, control, before in closed_loop(replace(job, rates=steps), seconds)]
 
 
+def current(parameter: str, job: Job) -> int:
+    return job.task_slots // job.executor_cores if parameter == "executors" else job.parallelism
+
+
 @settings(max_examples=15, deadline=None)
-@given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6))
+@given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6),
+       KNOBS, st.booleans())
 def test_a_stationary_noisy_load_does_not_oscillate(rate: float, noise: float,
-                                                    parallelism: int, seed: int) -> None:
+                                                    parallelism: int, seed: int, knob: str,
+                                                    cluster: bool) -> None:
+    """On a cluster the job starts with as many slots as its knob (one core per executor),
+    so any scale-up needs executors first."""
     job = Job(rates=[(0, rate)], per_unit=200, parallelism=parallelism, overhead_s=1.5,
-              max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0)
+              max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0, knob=knob,
+              partitions=2 if knob == "input_parallelism" else 4)
+    if cluster:
+        job = replace(job, task_slots=parallelism, executor_cores=1, max_executors=16)
     actions = noisy_loop(job, noise, seed, 600)
     stabilisation = POLICY.scale_down_stabilisation_s
     for (t1, d1), (_, d2), (t3, d3) in zip(actions, actions[1:], actions[2:], strict=False):
