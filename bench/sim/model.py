@@ -1,11 +1,11 @@
 """A fast queueing model of micro-batch jobs reading and writing Kafka topics.
 
-Owns the job side of the simulation: topics (end offsets over time), and per job the
-micro-batch cycle of a Spark Structured Streaming query with a Kafka source and a
-processing-time trigger, plus the reconfiguration protocol of `streaming_jobs`. It emits
-`TaskMetrics` and `Ack`s exactly where the real job does, in simulated time (integer
-milliseconds, no sleeping). Neighbours: `run` drives it tick by tick and hands what it emits
-to a policy; `profiles` feeds the first topic. It never imports the controller.
+Owns the job side of the simulation: per job the micro-batch cycle of a Spark Structured
+Streaming query with a Kafka source and a processing-time trigger, plus the reconfiguration
+protocol of `streaming_jobs`. It emits `TaskMetrics` and `Ack`s exactly where the real job
+does, in simulated time (integer milliseconds, no sleeping). Neighbours: `topics` (what the
+jobs read and write), `run` drives it tick by tick and hands what it emits to a policy. It
+never imports the controller.
 
 What one batch does, as in Spark: at its start it plans against the latest offsets (capped by
 `max_per_batch`, prorated over partitions by their lag like the Kafka source's rate limit), is
@@ -21,12 +21,10 @@ before to the first commit after) is sent when that batch commits.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
-from bench.sim.profiles import Profile
+from bench.sim.topics import PipeTopic, Topic, plan
 from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
 
 T0_MS = 1_700_000_000_000
@@ -67,71 +65,6 @@ class JobSpec:
     def units(self, parallelism: int, partitions: int) -> int:
         """Tasks that run at once: at least one per Kafka partition, at most the slots."""
         return min(max(parallelism, partitions, 1), self.task_slots)
-
-
-class Topic(Protocol):
-    name: str
-    partitions: int
-
-    def end_offsets(self, t_ms: int) -> list[int]:
-        """Per partition, the end offset at `t_ms` (records written before it)."""
-        ...
-
-
-@dataclass
-class ExternalTopic:
-    """Written by producers following a profile, spread evenly over the partitions."""
-
-    name: str
-    partitions: int
-    profile: Profile
-
-    def end_offsets(self, t_ms: int) -> list[int]:
-        return spread(int(self.profile.produced(t_ms / 1000)), self.partitions)
-
-    def produced(self, t_ms: int) -> int:
-        return int(self.profile.produced(t_ms / 1000))
-
-
-@dataclass
-class PipeTopic:
-    """Written by an upstream job at its commits; readers see only what was written before."""
-
-    name: str
-    partitions: int
-    _times: list[int] = field(default_factory=lambda: [0])
-    _totals: list[int] = field(default_factory=lambda: [0])
-
-    def append(self, t_ms: int, records: int) -> None:
-        if records <= 0:
-            return
-        self._times.append(t_ms)
-        self._totals.append(self._totals[-1] + records)
-
-    def end_offsets(self, t_ms: int) -> list[int]:
-        return spread(self.produced(t_ms), self.partitions)
-
-    def produced(self, t_ms: int) -> int:
-        return self._totals[bisect_right(self._times, t_ms) - 1]
-
-
-def spread(total: int, partitions: int) -> list[int]:
-    """Keyed records spread evenly: partition p holds the p-th share of `total`."""
-    base, extra = divmod(total, partitions)
-    return [base + (1 if p < extra else 0) for p in range(partitions)]
-
-
-def plan(lag: list[int], cap: int) -> list[int]:
-    """Records per partition of the next batch, as Spark's Kafka source rate-limits: the cap
-    prorated by each partition's share of the lag (rounded down, a sliver rounded up)."""
-    total = sum(lag)
-    if total <= cap:
-        return list(lag)
-    take = []
-    for size in lag:
-        prorate = cap * size / total
-        take.append(min(size, math.ceil(prorate) if prorate < 1 else math.floor(prorate)))
-    return take
 
 
 @dataclass

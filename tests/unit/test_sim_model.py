@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from bench.sim import profiles, scenarios
 from bench.sim.baselines import Threshold
 from bench.sim.measures import direction_changes
-from bench.sim.model import T0_MS, JobSpec, plan
+from bench.sim.model import T0_MS, JobSpec
 from bench.sim.policies import Static
 from bench.sim.run import Scenario, Trace, World, simulate
+from bench.sim.topics import plan
 from schemas import ControlTuple, Outcome, TaskMetrics
 
 JOB = JobSpec(query_id="job", source_topic="in", sink_topic="out")
