@@ -13,10 +13,12 @@ expensive work; the controller sizes that knob and never guesses:
   keys over the state partitions), and neither do they say anything about key skew.
 - `executors` (on a cluster manager only) sizes nothing itself: it is where task slots come
   from. When the units a query needs exceed its task slots and the job may take more
-  executors, the remedy is ceil(units / cores) executors, at most the job's `max_executors`;
-  the knob follows in a later round, once the slots run. Executors first, because an
-  executor request is a swap at a batch boundary while a knob change restarts the query: the
-  knob then reaches its target in one restart, not two (one tuple is in flight per query).
+  executors, the remedy is ceil(units / cores) executors, at most the job's `max_executors`,
+  and the knob follows as soon as their ack says they run (`ExecutorRequest.then`, no
+  cooldown: more executors change neither λ nor μ, and the samples stay valid,
+  `window.QueryWindow.carry_to`). Executors first, because an executor request is a swap at a
+  batch boundary while a knob change restarts the query: the knob then reaches its target in
+  one restart, not two (one tuple is in flight per query).
 
 Records written before `scaling_parameter` existed read as `input_parallelism` in local mode
 (the Avro defaults), which is what every job was then. Pure. Neighbours: `model` (a sample's
@@ -138,8 +140,15 @@ def running_executors(model: QueryModel) -> int:
     return model.task_slots // model.executor_cores if model.executor_cores > 0 else 0
 
 
+@dataclass(frozen=True, slots=True)
+class ExecutorRequest:
+    executors: int
+    then: int
+    """The knob's value once they run: the units wanted, as far as their slots hold them."""
+
+
 def executors_wanted(model: QueryModel, wanted: int, settings: PolicySettings,
-                     state: ControlState | None, now_ms: int) -> int | None:
+                     state: ControlState | None, now_ms: int) -> ExecutorRequest | None:
     """Executors to ask for so that `wanted` units (as far as every other cap allows) find
     task slots; None in local mode, when the slots are enough, or at the job's maximum."""
     if not on_cluster(model):
@@ -149,4 +158,6 @@ def executors_wanted(model: QueryModel, wanted: int, settings: PolicySettings,
     if needed <= model.task_slots:
         return None
     executors = min(math.ceil(needed / model.executor_cores), model.max_executors)
-    return executors if executors > running_executors(model) else None
+    if executors <= running_executors(model):
+        return None
+    return ExecutorRequest(executors, min(needed, executors * model.executor_cores))

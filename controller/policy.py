@@ -23,6 +23,7 @@ from controller.judgement import ineffective_sentence, skew, skew_note
 from controller.knobs import (
     INEFFECTIVE,
     Bounds,
+    ExecutorRequest,
     bounds,
     executors_wanted,
     running_executors,
@@ -129,7 +130,7 @@ def gate(state: ControlState, now_ms: int) -> Hold | None:
                 else f"promotion of {flight.instance}")
         return Hold(f"waiting for the ack of control {flight.control_id} ({what}, epoch "
                     f"{flight.epoch})")
-    if now_ms < state.cooldown_until_ms:
+    if now_ms < state.cooldown_until_ms and not state.follow_up:
         left_s = (state.cooldown_until_ms - now_ms) / 1000
         return Hold(f"cooling down after the last actuation, {left_s:.0f} s left")
     return None
@@ -142,6 +143,8 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
     held = gate(state, now_ms)
     if held is not None:
         return Hold(held.reason, model.figures())
+    if state.follow_up and now_ms < state.cooldown_until_ms:
+        return _follow_up(model, state)
     if backlog_causes(model, settings, inflow):
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
     if state.quiet_since_ms is not None and not inflow.any:
@@ -158,11 +161,10 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}"
+    request = executors_wanted(model, wanted, settings, state, now_ms)
+    if request is not None:
+        return _add_executors(model, request, wanted, behind, settings)
     target = min(max(wanted, limits.low), limits.high)
-    executors = executors_wanted(model, wanted, settings, state, now_ms)
-    if executors is not None and (target <= model.parallelism
-                                  or not _slots_suffice(model, settings, inflow)):
-        return _add_executors(model, executors, wanted, behind, settings)
     extra = inflow_rate(model, settings, inflow, _capacity(model, target))
     figures = {**model.figures(), "demand": demand(model, settings, extra), "inflow": extra,
                "target": float(target), "required": float(wanted)}
@@ -183,27 +185,29 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
                  f"{behind}; {sizing}{skew_note(model, settings)}", figures)
 
 
-def _slots_suffice(model: QueryModel, settings: PolicySettings, inflow: Inflow) -> bool:
-    """Whether the knob at every task slot would bring the query within its band (demand under
-    high water). Then it fills them now instead of asking for a few more executors first: a
-    target sized at the target utilisation can exceed the slots by a little, e.g. after the
-    backlog grew while the executors it asked for started, and chasing that costs a round."""
-    top = _capacity(model, model.task_slots)
-    need = demand(model, settings, inflow_rate(model, settings, inflow, top))
-    return need <= settings.high_water_utilisation * top
-
-
-def _add_executors(model: QueryModel, executors: int, wanted: int, behind: str,
+def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, behind: str,
                    settings: PolicySettings) -> Scale:
-    """More task slots first; the knob follows once they run (`knobs`)."""
+    """More task slots first; the knob follows as soon as they run (`knobs`)."""
     running = running_executors(model)
-    figures = {**model.figures(), "required": float(wanted), "target": float(executors)}
+    figures = {**model.figures(), "required": float(wanted),
+               "target": float(request.executors), "then": float(request.then)}
     return Scale(
-        EXECUTORS, running, executors,
+        EXECUTORS, running, request.executors,
         f"{behind}; {units_of(model, wanted)} wanted but {model.task_slots} task slots run "
-        f"({running} executors × {model.executor_cores} cores): asking for {executors} "
-        f"executors (the job's max {model.max_executors}) first, {model.knob} follows once "
-        f"they run{skew_note(model, settings)}", figures)
+        f"({running} executors × {model.executor_cores} cores): asking for "
+        f"{request.executors} executors (the job's max {model.max_executors}) first, then "
+        f"{model.knob} {model.parallelism} → {request.then} once they run"
+        f"{skew_note(model, settings)}", figures, then=request.then)
+
+
+def _follow_up(model: QueryModel, state: ControlState) -> Hold | Scale:
+    """The knob's value that the executors just applied were asked for with."""
+    figures = {**model.figures(), "target": float(state.follow_up)}
+    if state.follow_up <= model.parallelism:
+        return Hold(f"executors applied; {model.knob} is already {model.parallelism}", figures)
+    return Scale(model.knob, model.parallelism, state.follow_up,
+                 f"the executors asked for run; {model.knob} follows as sized with them: "
+                 f"{model.parallelism} → {state.follow_up} ({load(model)})", figures)
 
 
 def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> Hold | Scale:

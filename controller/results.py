@@ -52,6 +52,8 @@ class Scale:
     target: int
     reason: str
     figures: Mapping[str, float]
+    then: int = 0
+    """For an executors request: the knob's value to set as soon as they run (0: none)."""
 
     @property
     def action(self) -> str:

@@ -33,6 +33,8 @@ class InFlight:
     failover (`instance`)."""
     instance: str = ""
     """For a failover, the instance promoted: only its ack answers the tuple."""
+    then: int = 0
+    """For executors, the knob's value that follows once they run (`Scale.then`)."""
 
     @property
     def value(self) -> str:
@@ -80,6 +82,10 @@ class ControlState:
     """When the last actuation ended (a restarting job is silent for a while after it)."""
     effect_check: EffectCheck | None = None
     ineffective: Ineffective | None = None
+    follow_up: int = 0
+    """The knob's value to set next, at once: the executors asked for with it run. It skips
+    the cooldown, which waits for metrics of a new configuration, and more executors change
+    neither λ nor μ (0: none)."""
 
 
 def next_epoch(state: ControlState, epoch_seen: int) -> int:
@@ -90,7 +96,7 @@ def next_epoch(state: ControlState, epoch_seen: int) -> int:
 
 def issued(state: ControlState, in_flight: InFlight) -> ControlState:
     return replace(state, in_flight=in_flight, last_epoch_issued=in_flight.epoch,
-                   quiet_since_ms=None)
+                   quiet_since_ms=None, follow_up=0)
 
 
 def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
@@ -100,16 +106,18 @@ def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     time to report metrics under whatever configuration it kept.
     """
     return replace(state, in_flight=None, quiet_since_ms=None, settled_at_ms=now_ms,
-                   cooldown_until_ms=now_ms + int(cooldown_s * 1000))
+                   cooldown_until_ms=now_ms + int(cooldown_s * 1000), follow_up=0)
 
 
 def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
     """The in-flight tuple was applied: settle, and for a scale-up of the knob measure its
-    effect later (more executors raise capacity only once the knob follows, `knobs`)."""
+    effect later; after more executors, the knob follows (more executors raise capacity only
+    once it does, so their effect is not measured)."""
     flight = state.in_flight
     after = settled(state, now_ms, cooldown_s)
-    if (flight is None or flight.parameter == EXECUTORS or flight.target <= flight.current
-            or flight.rate_per_unit <= 0):
+    if flight is not None and flight.parameter == EXECUTORS:
+        return replace(after, effect_check=None, follow_up=flight.then)
+    if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
         return replace(after, effect_check=None)
     return replace(after, effect_check=EffectCheck(
         flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s, now_ms))

@@ -15,7 +15,7 @@ from controller.policy import decide
 from controller.recovery import History, recover
 from controller.results import NotReady, Recommend, Scale
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
-from controller.state import ControlState, InFlight, applied
+from controller.state import ControlState, InFlight, applied, settled
 from schemas import ControlTuple
 from tests.unit.controller_traces import Job, closed_loop, simulate
 
@@ -121,14 +121,17 @@ def test_on_a_cluster_out_of_slots_the_remedy_is_executors_first() -> None:
     assert scaled(verdict) == ("executors", 2, 8)  # 10 wanted, at most 8 executors
     assert isinstance(verdict, Scale) and verdict.reason.endswith(
         "10 units of state_partitions wanted but 2 task slots run (2 executors × 1 cores): "
-        f"asking for 8 executors (the job's max 8) first, state_partitions follows once they "
-        f"run; {KEY_SKEW}")
+        "asking for 8 executors (the job's max 8) first, then state_partitions 2 → 8 once "
+        f"they run; {KEY_SKEW}")
+    assert verdict.then == 8
     # ceil(10 / 2 cores) = 5 executors; and never past what the knob may reach anyway.
     assert scaled(decide(on_cluster(slots=2, cores=2), ControlState(), NOW, POLICY)) == (
         "executors", 1, 5)
     assert scaled(decide(on_cluster(slots=2, job_max=3), ControlState(), NOW, POLICY)) == (
         "executors", 2, 3)
     assert executors_wanted(on_cluster(slots=16), 10, POLICY, None, NOW) is None
+    three = decide(on_cluster(slots=2, cores=2, most=3), ControlState(), NOW, POLICY)
+    assert isinstance(three, Scale) and (three.target, three.then) == (3, 6)
 
 
 def test_at_the_jobs_max_executors_the_knob_fills_the_slots_then_throttle() -> None:
@@ -150,6 +153,21 @@ def test_in_local_mode_the_slots_cap_the_knob_and_no_executors_are_asked_for() -
         verdict = decide(stateful(task_slots=4, knob=knob, source_partitions=2),
                          ControlState(), NOW, POLICY)
         assert scaled(verdict) == (knob, 2, 4)
+
+
+def test_the_knob_follows_the_executors_at_once_not_after_the_cooldown() -> None:
+    more = InFlight("c", 8, 2, NOW, current=2, parameter="executors", then=8)
+    state = applied(ControlState(in_flight=more), NOW, 30)
+    assert state.follow_up == 8 and state.cooldown_until_ms == NOW + 30_000
+    # The newest metrics may still show the old slots: the knob goes where it was sized to.
+    verdict = decide(on_cluster(slots=2), state, NOW + 1_000, POLICY)
+    assert scaled(verdict) == ("state_partitions", 2, 8)
+    assert isinstance(verdict, Scale) and verdict.reason.startswith(
+        "the executors asked for run; state_partitions follows as sized with them: 2 → 8")
+    # Past the cooldown the follow-up is stale: the query is sized afresh.
+    assert "follows" not in decide(on_cluster(slots=8), state, NOW + 31_000, POLICY).reason
+    # Rejected, failed or timed out: nothing follows.
+    assert settled(ControlState(in_flight=more), NOW, 30).follow_up == 0
 
 
 def test_only_a_knob_change_has_its_effect_measured() -> None:
@@ -184,5 +202,6 @@ def test_the_loop_asks_a_cluster_for_executors_and_then_sets_the_state_partition
     job = replace(STEP, task_slots=2, executor_cores=1, max_executors=12)
     sent = closed_loop(job, 300, ControllerSettings())
     assert [c.parameter for _, c, _ in sent] == ["executors", "state_partitions"], sent
-    (_, more, _), (_, knob, before) = sent
+    (sent_at, more, _), (then_at, knob, before) = sent
     assert before.task_slots == int(more.value) >= int(knob.value) > 2
+    assert then_at - sent_at == 5  # the loop's next cycle after the ack, no cooldown

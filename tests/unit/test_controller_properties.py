@@ -105,7 +105,12 @@ def test_executors_asked_for_are_monotone_in_the_units_wanted(model: QueryModel,
                                                                w2: int) -> None:
     def executors(wanted: int) -> int:
         found = executors_wanted(model, wanted, POLICY, None, NOW)
-        return running_executors(model) if found is None else found
+        if found is None:
+            return running_executors(model)
+        # The knob that follows fits the slots asked for and uses more than those running.
+        assert model.task_slots < found.then <= found.executors * model.executor_cores
+        assert found.then <= wanted
+        return found.executors
 
     low, high = sorted((w1, w2))
     assert running_executors(model) <= executors(low) <= executors(high)
