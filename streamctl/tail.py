@@ -77,10 +77,25 @@ class Tail:
     def _resolve(self, start: TopicPartition) -> TopicPartition:
         if start.offset >= 0:
             return start
-        low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(start.topic, start.partition), timeout=10)
+        low, high = self._watermarks(start, 10.0)
         return TopicPartition(start.topic, start.partition,
                               low if start.offset == OFFSET_BEGINNING else high)
+
+    def _watermarks(self, partition: TopicPartition, timeout_s: float) -> tuple[int, int]:
+        """(log start, end) of a partition. A topic just created, or a broker just restarted,
+        has no leader for a moment (NOT_LEADER_FOR_PARTITION, retriable): asked again until
+        `timeout_s` has passed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(partition.topic, partition.partition),
+                    timeout=max(0.1, deadline - time.monotonic()))
+                return int(low), int(high)
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
     def partitions(self, topic: str) -> list[int]:
         if topic not in self._partitions:
@@ -136,8 +151,7 @@ class Tail:
         self._consumer.resume(reached)  # a paused partition stays paused across assign()
 
     def _end_offset(self, partition: TopicPartition) -> int:
-        return int(self._consumer.get_watermark_offsets(
-            TopicPartition(partition.topic, partition.partition), timeout=2)[1])
+        return self._watermarks(partition, 2.0)[1]
 
     def log_end_total(self, topic: str) -> int:
         """Σ of the partitions' end offsets (high watermarks) of `topic`, read now."""

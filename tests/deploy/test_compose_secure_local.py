@@ -58,6 +58,9 @@ QUERY = "sensor-averages"
 STARTUP_BUDGET_S = 300.0  # the secured broker, then Spark's first batch on 2 busy cores
 MERGED = d.secure_compose()
 SERVICES = MERGED["services"]
+CLUSTER_VARIABLES = frozenset({"STREAMCTL_SPARK_MASTER", "STREAMCTL_SPARK_DRIVER_HOST",
+                               "STREAMCTL_EXECUTORS", "STREAMCTL_EXECUTOR_CORES",
+                               "STREAMCTL_EXECUTOR_MEMORY_MB"})
 LOAD_PER_S = 10
 
 
@@ -148,8 +151,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
         children.append(_start("controller", SERVICES["controller"]["command"],
                                mapping.environment(SERVICES["controller"]),
                                tmp / "logs"))
-        children.append(_start("job", SERVICES["job"]["command"],
-                               mapping.environment(SERVICES["job"]), tmp / "logs"))
+        # Security is what this module checks: the job runs in local mode here, without the
+        # compose Spark cluster (its run on that cluster is test_compose_local's).
+        job_env = {k: v for k, v in mapping.environment(SERVICES["job"]).items()
+                   if k not in CLUSTER_VARIABLES}
+        children.append(_start("job", SERVICES["job"]["command"], job_env, tmp / "logs"))
         load_env = {**mapping.environment(SERVICES["load"]),
                     "STREAMCTL_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
         children.append(_start("load", ["streamctl", "produce", "--topic", "sensor-readings",

@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas import ControlTuple, codec_for
+from security.kafka import PLAINTEXT
 from stack.broker import LocalBroker
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.runtime.gate import BatchGate
@@ -78,7 +79,8 @@ def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
 
     live = sink()
     assert live.write(rows_of(0), 0, "ckpt") is Replay.WRITE
-    consumer = TypedConsumer(bootstrap, control, f"outage-{uuid.uuid4()}", ControlTuple)
+    consumer = TypedConsumer(bootstrap, control, f"outage-{uuid.uuid4()}", ControlTuple,
+                             PLAINTEXT)
     until(lambda: (consumer.poll(0.2), consumer.assigned.is_set())[1], 60, "the assignment")
 
     # A dead instance's transaction stays open across the outage (it fences `live`).
