@@ -85,6 +85,6 @@ def in_flight(control: ControlTuple, verdict: Scale | Promote, model: QueryModel
         return InFlight(control.control_id, 0, control.epoch, now_ms,
                         parameter=ACTIVE_INSTANCE, instance=verdict.instance_id)
     return InFlight(control.control_id, verdict.target, control.epoch, now_ms,
-                    current=verdict.current,
+                    current=verdict.current, parameter=verdict.parameter, then=verdict.then,
                     rate_per_unit=model.rate_per_unit if model else 0.0,
                     batch_overhead_s=model.batch_overhead_s if model else 0.0)

@@ -3,7 +3,10 @@
 Owns three pure checks the policy and the loop consult:
 - `skew`: the backlog (or, under load without one, the arrivals) concentrated on one source
   partition while others exist — reported in reasons; Spark's minPartitions splits a hot
-  partition's offset range, so skew in Kafka partitions does not by itself stop scaling.
+  partition's offset range, so skew in Kafka partitions does not by itself stop scaling. A
+  query scaled by its state partitions is slowed by key skew instead (a hot key's state
+  partition sets the pace), which no metric of the job shows: its reasons say so
+  (`skew_note`) rather than inventing a figure.
 - `liveness`: no metrics for longer than a multiple of the query's batch interval, with a
   floor (Spark reports an idle query only every ~10 s) → `results.Lost`.
 - `judge_effect`: after an applied scale-up, the capacity measured under the new
@@ -17,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from controller.model import QueryModel, effective_units
-from controller.results import Lost
+from controller.model import QueryModel
+from controller.results import INPUT_PARALLELISM, Lost
 from controller.settings import PolicySettings
 from controller.sizing import capacity
 from controller.state import ControlState, Ineffective
@@ -39,7 +42,10 @@ class Skew:
 
 
 def skew(model: QueryModel, settings: PolicySettings) -> Skew | None:
-    """The hottest partition, if it holds more than `skew_partition_share` of what matters."""
+    """The hottest source partition, if it holds more than `skew_partition_share` of what
+    matters (only where source tasks do the work: a shuffle spreads keys, not partitions)."""
+    if model.knob != INPUT_PARALLELISM:
+        return None
     if model.backlog_records > settings.backlog_floor_records:
         shares, of = model.partition_lag_shares, "backlog"
     elif model.utilisation >= settings.low_water_utilisation:
@@ -50,6 +56,18 @@ def skew(model: QueryModel, settings: PolicySettings) -> Skew | None:
     if len(shares) < 2 or shares[0][1] <= settings.skew_partition_share:
         return None
     return Skew(shares[0][0], shares[0][1], of, len(shares))
+
+
+KEY_SKEW_UNMEASURED = ("key skew across the state partitions is not measured (the job "
+                       "reports no per-partition figures)")
+
+
+def skew_note(model: QueryModel, settings: PolicySettings) -> str:
+    """'; skew: …' for a reason sentence, or what is not known about skew."""
+    if model.knob != INPUT_PARALLELISM:
+        return f"; {KEY_SKEW_UNMEASURED}"
+    found = skew(model, settings)
+    return f"; {found.describe()}" if found else ""
 
 
 def lost_timeout_s(trigger_s: float, last_busy_s: float, settings: PolicySettings) -> float:
@@ -98,7 +116,7 @@ def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_m
     if not backlogged:
         return state
     def before_at(parallelism: int) -> float:  # the old μ and c, today's batch cap
-        units = effective_units(parallelism, model.source_partitions, model.task_slots)
+        units = model.units_at(parallelism)
         return capacity(check.rate_per_unit, units, check.batch_overhead_s, model.batch_cap)
 
     measured = model.capacity / before_at(check.current) - 1
@@ -113,7 +131,9 @@ def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_m
 def ineffective_sentence(memory: Ineffective, model: QueryModel, now_ms: int,
                          settings: PolicySettings) -> str:
     found = skew(model, settings)
-    cause = f"likely {found.describe()}" if found else "likely skew or an external limit"
+    cause = (f"likely {found.describe()}" if found
+             else "likely key skew (not measured) or an external limit"
+             if model.knob != INPUT_PARALLELISM else "likely skew or an external limit")
     return (f"cannot help: scaling {memory.current}→{memory.target} raised capacity only "
             f"{pct(memory.measured_gain)} (predicted {pct(memory.predicted_gain)}); {cause}; "
             f"not scaling past {max(memory.current, model.parallelism)} for another "

@@ -33,6 +33,7 @@ from controller.ports import (
     NullObserver,
 )
 from controller.results import (
+    EXECUTORS,
     Hold,
     Lost,
     NotReady,
@@ -212,7 +213,7 @@ class ControlLoop:
         alive), or not ready yet."""
         query_id = window.query_id
         state = self.states.get(query_id, ControlState())
-        newest = window.samples[-1] if window.samples else None
+        newest = window.last_sample
         lost = liveness(window.last_seen_ms,
                         newest.trigger_interval_ms / 1000 if newest else 0.0,
                         newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
@@ -267,9 +268,11 @@ class ControlLoop:
             return
         query_id = window.query_id
         self.ports.observer.decided(query_id, verdict.action)
-        self.states[query_id] = self._actuator.act(
-            query_id, verdict, self.states.get(query_id, ControlState()), window.epoch,
-            self.models.get(query_id), now_ms)
+        state = self._actuator.act(query_id, verdict, self.states.get(query_id, ControlState()),
+                                   window.epoch, self.models.get(query_id), now_ms)
+        if state.in_flight is not None and state.in_flight.parameter == EXECUTORS:
+            window.carry_to(state.in_flight.epoch)
+        self.states[query_id] = state
 
     def count_standbys(self, now_ms: int) -> None:
         """Export each query's live standbys; ask for a new one when the last is gone."""
@@ -298,8 +301,9 @@ class ControlLoop:
 
 
 def _desired(model: QueryModel, verdict: Verdict, state: ControlState) -> int:
-    if isinstance(verdict, Scale):
+    """The knob's value the query is headed for (executors change the slots, not the knob)."""
+    if isinstance(verdict, Scale) and verdict.parameter == model.knob:
         return verdict.target
-    if state.in_flight is not None and state.in_flight.scaling:
+    if state.in_flight is not None and state.in_flight.parameter == model.knob:
         return state.in_flight.target
     return model.parallelism

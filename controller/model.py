@@ -7,9 +7,8 @@ selectivity and the per-partition shares of lag and arrivals, from the samples o
 `topology` size the query from a `QueryModel`.
 
 Conventions: times are the jobs' batch timestamps; rates are records per second; a "unit" is
-one concurrently running source task, i.e. the input parallelism as far as it can take effect
-(not below the number of Kafka partitions, which Spark reads at least one task each, and not
-above the task slots, beyond which tasks queue instead of running).
+one concurrently running task of the stage that holds the job's expensive work, i.e. the knob
+the job names (`knobs`: input parallelism or state partitions) as far as it can take effect.
 """
 
 from __future__ import annotations
@@ -19,9 +18,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import pairwise
 
+from controller import knobs
 from controller.arrival import ArrivalEstimate, estimate, intervals, known_offsets
 from controller.fit import BatchCost, BatchPoint, fit_batch_cost
-from controller.results import NotReady
+from controller.results import INPUT_PARALLELISM, NotReady
 from controller.settings import ModelSettings
 from controller.sizing import capacity, drain_time_s
 from schemas import SourcePartition, TaskMetrics
@@ -45,7 +45,7 @@ class QueryModel:
     rate_per_unit: float
     """μ, records per second of useful (non-overhead) busy time per unit (see `fit`)."""
     parallelism: int
-    """input_parallelism in force (newest sample)."""
+    """The knob's value in force (newest sample)."""
     units: int
     """Units that actually run at once (see the module docstring)."""
     source_partitions: int
@@ -83,6 +83,18 @@ class QueryModel:
     the partition count (one task per partition) and vanishes above it."""
     arrival_pending: float | None = None
     """The newest arrival interval's rate when it departs from λ unconfirmed (`arrival`)."""
+    knob: str = INPUT_PARALLELISM
+    """The parameter that scales the query, as its job names it (`knobs`)."""
+    job_max: int = 0
+    """The job's own ceiling for the knob (`knobs.job_max`; 0: none reported)."""
+    executor_cores: int = 0
+    """Cores per executor on a cluster; 0 in local mode."""
+    max_executors: int = 0
+    """Most executors the job may request; 0 in local mode."""
+
+    def units_at(self, setting: int) -> int:
+        """Units that run at once with the knob at `setting`."""
+        return knobs.units(self.knob, setting, self.source_partitions, self.task_slots)
 
     @property
     def capacity(self) -> float:
@@ -113,14 +125,9 @@ class QueryModel:
             "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
             "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
-            "task_skew": self.task_skew,
+            "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
+            "max_executors": float(self.max_executors),
         } | ({} if self.arrival_pending is None else {"arrival_pending": self.arrival_pending})
-
-
-def effective_units(parallelism: int, source_partitions: int, task_slots: int) -> int:
-    """Tasks that run at once for a given input parallelism (see the module docstring)."""
-    units = max(parallelism, source_partitions, 1)
-    return min(units, task_slots) if task_slots > 0 else units
 
 
 def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
@@ -149,12 +156,13 @@ def rate_points(samples: tuple[TaskMetrics, ...],
 
 
 def batch_concurrency(sample: TaskMetrics) -> float:
-    """Units that worked in parallel on the batch: its units, but with at most one task per
-    partition (input parallelism ≤ partitions) the batch ends when its largest partition's
-    task does, so Σ rows / largest partition's rows (a hot partition: ~1)."""
+    """Units that worked in parallel on the batch: its units, but with at most one source task
+    per partition (input parallelism ≤ partitions) the batch ends when its largest
+    partition's task does, so Σ rows / largest partition's rows (a hot partition: ~1). Key
+    skew across state partitions would do the same, but no metric shows it (`knobs`)."""
     units = _units_of(sample)
     partitions = len({(p.topic, p.partition) for p in sample.partitions})
-    if sample.input_parallelism > partitions:
+    if sample.scaling_parameter != INPUT_PARALLELISM or sample.input_parallelism > partitions:
         return float(units)
     read = [p.end_offset - p.start_offset for p in sample.partitions
             if p.start_offset >= 0 and p.end_offset >= p.start_offset]
@@ -175,7 +183,8 @@ def rate_per_unit(samples: tuple[TaskMetrics, ...],
 
 def _units_of(sample: TaskMetrics) -> int:
     partitions = len({(p.topic, p.partition) for p in sample.partitions})
-    return effective_units(sample.input_parallelism, partitions, sample.task_slots)
+    return knobs.units(sample.scaling_parameter, knobs.value(sample), partitions,
+                       sample.task_slots)
 
 
 def lag_records(sample: TaskMetrics) -> int:
@@ -224,6 +233,9 @@ def evaluate(
     `remembered_batch_cap`: the cap last observed for it (`batch_cap`).
     """
     needed = samples_needed(samples, settings)
+    unsizable = knobs.problem(samples[-1]) if samples else None
+    if unsizable is not None:
+        return NotReady(unsizable)
     if len(samples) < needed:
         return NotReady(f"only {len(samples)} samples, need {needed}")
     elapsed_ms = samples[-1].batch_end_ms - samples[0].batch_start_ms
@@ -290,7 +302,7 @@ def _build(
         query_id=query_id, samples=len(samples), config_epoch=newest.config_epoch,
         arrival_rate=arrival, throughput=rows * 1000 / elapsed_ms,
         busy_ratio=min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
-        rate_per_unit=cost.per_unit, parallelism=newest.input_parallelism, units=units,
+        rate_per_unit=cost.per_unit, parallelism=knobs.value(newest), units=units,
         source_partitions=partitions, task_slots=newest.task_slots,
         backlog_records=backlog, backlog_trend_records_per_s=trend,
         time_to_drain_s=drain_time_s(backlog, capacity(
@@ -307,7 +319,9 @@ def _build(
             {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
              if p.latest_offset >= 0 and p.end_offset >= 0}),
         partition_arrival_shares=_shares(partition_arrivals(recent)),
-        task_skew=skew, arrival_pending=found.pending_rate,
+        task_skew=skew, arrival_pending=found.pending_rate, knob=newest.scaling_parameter,
+        job_max=knobs.job_max(newest), executor_cores=newest.executor_cores,
+        max_executors=newest.max_executors,
     )
 
 

@@ -1,27 +1,35 @@
 """The scaling policy: from a query's `model.QueryModel` and `state.ControlState` to a verdict.
 
-Owns when a query is backlogged or quiet, the bounds of the knob, the choice between scaling,
-holding and recommending, and the reason sentence of every verdict. Pure: `now_ms` comes in,
+Owns when a query is backlogged or quiet, the choice between scaling the knob its job names
+(`knobs`: input parallelism or state partitions), asking for executors, holding and
+recommending, and the reason sentence of every verdict. Pure: `now_ms` comes in,
 a `results.Verdict` comes out. `topology.plan` calls `decide` for every query in topological
 order, passing the extra arrivals an upstream's resizing will send (`inflow`); `loop` acts.
 
 Sizing (one step, no probing; the equations are in `sizing`): the demand is the arrivals plus
 the backlog spread over the catch-up time, D = λ + inflow + B / catch_up_s, and the target is
 the fewest units whose capacity, per-batch overhead included, meets D at the target
-utilisation; then bounded (see `bounds`). An upstream's inflow is its steady extra plus the
-part of its catch-up burst that those units cannot take as it comes (`sizing.Inflow`). When
-no number of units can (the overhead eats the batch time) the verdict recommends a bigger
-batch cap; at the upper bound it recommends throttling the producers or shedding load, with
-the numbers.
+utilisation; then bounded (`knobs.bounds`). When the task slots cap it and the job runs on
+a cluster that may grow, the verdict asks for executors first (`knobs`). An upstream's
+inflow is its steady extra plus the part of its catch-up burst that those units cannot take
+as it comes (`sizing.Inflow`). When no number of units can (the overhead eats the batch
+time) the verdict recommends a bigger batch cap; at the upper bound (the executors at the
+job's maximum too) it recommends throttling the producers or shedding load, with the numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from controller.judgement import ineffective_sentence, skew
-from controller.model import QueryModel, effective_units
-from controller.results import INPUT_PARALLELISM, Hold, Recommend, Scale, Verdict
+from controller.judgement import ineffective_sentence, skew, skew_note
+from controller.knobs import (
+    INEFFECTIVE,
+    Bounds,
+    ExecutorRequest,
+    bounds,
+    executors_wanted,
+    running_executors,
+)
+from controller.model import QueryModel
+from controller.results import EXECUTORS, Hold, Recommend, Scale, Verdict
 from controller.settings import PolicySettings
 from controller.sizing import (
     NO_INFLOW,
@@ -32,36 +40,9 @@ from controller.sizing import (
     required_units,
 )
 from controller.state import ControlState
-from controller.wording import num, pct, units
+from controller.wording import load, num, pct, pressure, units, units_of
 
-__all__ = ["Bounds", "backlog_causes", "bounds", "decide", "is_quiet", "num", "pct"]
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    low: int
-    high: int
-    high_set_by: str
-    """What caps the knob ('task slots', 'max_parallelism' or 'an ineffective scale-up'),
-    for the reason sentence."""
-
-
-def bounds(model: QueryModel, settings: PolicySettings,
-           state: ControlState | None = None, now_ms: int = 0) -> Bounds:
-    """Input parallelism below the topic's partition count changes nothing (Spark's
-    minPartitions is a minimum) and above the task slots only queues tasks. When the partitions
-    exceed the ceiling, the floor wins: the knob cannot go below it anyway. A remembered
-    ineffective scale-up caps it at the level where more stopped helping."""
-    low = max(settings.min_parallelism, model.source_partitions)
-    high, set_by = settings.max_parallelism, "max_parallelism"
-    if 0 < model.task_slots < high:
-        high, set_by = model.task_slots, "task slots"
-    memory = state.ineffective if state is not None else None
-    if memory is not None and now_ms < memory.until_ms:
-        ceiling = max(memory.current, model.parallelism)
-        if ceiling < high:
-            high, set_by = ceiling, "an ineffective scale-up"
-    return Bounds(low, max(high, low), set_by)
+__all__ = ["backlog_causes", "decide", "is_quiet", "num", "pct"]
 
 
 def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
@@ -145,11 +126,11 @@ def gate(state: ControlState, now_ms: int) -> Hold | None:
     """No decision while a tuple is in flight or the query is cooling down."""
     flight = state.in_flight
     if flight is not None:
-        what = (f"parallelism {flight.target}" if flight.scaling
+        what = (f"{flight.parameter} {flight.target}" if flight.scaling
                 else f"promotion of {flight.instance}")
         return Hold(f"waiting for the ack of control {flight.control_id} ({what}, epoch "
                     f"{flight.epoch})")
-    if now_ms < state.cooldown_until_ms:
+    if now_ms < state.cooldown_until_ms and not state.follow_up:
         left_s = (state.cooldown_until_ms - now_ms) / 1000
         return Hold(f"cooling down after the last actuation, {left_s:.0f} s left")
     return None
@@ -162,12 +143,15 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
     held = gate(state, now_ms)
     if held is not None:
         return Hold(held.reason, model.figures())
+    if state.follow_up and now_ms < state.cooldown_until_ms:
+        return _follow_up(model, state)
     if backlog_causes(model, settings, inflow):
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
-    return Hold(f"within band: {_load(model)}, backlog {num(model.backlog_records)} "
-                f"records{_skew_note(model, settings)}", model.figures())
+    found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
+    return Hold(f"within band: {load(model)}, backlog {num(model.backlog_records)} "
+                f"records{f'; {found.describe()}' if found else ''}", model.figures())
 
 
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
@@ -176,6 +160,10 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     wanted = target_units(model, settings, inflow)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
+    behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}"
+    request = executors_wanted(model, wanted, settings, state, now_ms)
+    if request is not None:
+        return _add_executors(model, request, wanted, behind, settings)
     target = min(max(wanted, limits.low), limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, target))
     figures = {**model.figures(), "demand": demand(model, settings, extra), "inflow": extra,
@@ -183,41 +171,65 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     if inflow.burst_records > 0:
         figures |= {"inflow_steady": inflow.steady, "burst_records": inflow.burst_records,
                     "burst_rate": inflow.burst_rate}
-    pressure = f"{_pressure(model, inflow, inflow_from)}; {_load(model)}"
     if target <= model.parallelism:
         memory = state.ineffective
-        if memory is not None and limits.high_set_by == "an ineffective scale-up":
-            return Hold(f"{ineffective_sentence(memory, model, now_ms, settings)} ({pressure})",
+        if memory is not None and limits.high_set_by == INEFFECTIVE:
+            return Hold(f"{ineffective_sentence(memory, model, now_ms, settings)} ({behind})",
                         figures, "cannot_help")
         if model.parallelism >= limits.high:
             return _throttle(model, limits, figures, settings, inflow)
-        return Hold(f"backlogged ({pressure}) but {wanted} units are needed and "
-                    f"{model.parallelism} run{_skew_note(model, settings)}", figures)
+        return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
+                    f"{model.parallelism} run{skew_note(model, settings)}", figures)
     sizing = _sizing(model, target, wanted, limits, settings, extra)
-    return Scale(INPUT_PARALLELISM, model.parallelism, target,
-                 f"{pressure}; {sizing}{_skew_note(model, settings)}", figures)
+    return Scale(model.knob, model.parallelism, target,
+                 f"{behind}; {sizing}{skew_note(model, settings)}", figures)
+
+
+def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, behind: str,
+                   settings: PolicySettings) -> Scale:
+    """More task slots first; the knob follows as soon as they run (`knobs`)."""
+    running = running_executors(model)
+    figures = {**model.figures(), "required": float(wanted),
+               "target": float(request.executors), "then": float(request.then)}
+    return Scale(
+        EXECUTORS, running, request.executors,
+        f"{behind}; {units_of(model, wanted)} wanted but {model.task_slots} task slots run "
+        f"({running} executors × {model.executor_cores} cores): asking for "
+        f"{request.executors} executors (the job's max {model.max_executors}) first, then "
+        f"{model.knob} {model.parallelism} → {request.then} once they run"
+        f"{skew_note(model, settings)}", figures, then=request.then)
+
+
+def _follow_up(model: QueryModel, state: ControlState) -> Hold | Scale:
+    """The knob's value that the executors just applied were asked for with."""
+    figures = {**model.figures(), "target": float(state.follow_up)}
+    if state.follow_up <= model.parallelism:
+        return Hold(f"executors applied; {model.knob} is already {model.parallelism}", figures)
+    return Scale(model.knob, model.parallelism, state.follow_up,
+                 f"the executors asked for run; {model.knob} follows as sized with them: "
+                 f"{model.parallelism} → {state.follow_up} ({load(model)})", figures)
 
 
 def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> Hold | Scale:
     quiet_s = quiet_ms / 1000
     if quiet_s < settings.scale_down_stabilisation_s:
-        return Hold(f"quiet ({_load(model)}) for {quiet_s:.0f} s of the "
+        return Hold(f"quiet ({load(model)}) for {quiet_s:.0f} s of the "
                     f"{settings.scale_down_stabilisation_s:.0f} s needed before scaling down",
                     model.figures())
     limits = bounds(model, settings)
     wanted = target_units(model, settings)
     if wanted is None:  # cannot happen while quiet; never shrink on a figure we cannot size
-        return Hold(f"quiet ({_load(model)}) but no size meets the demand", model.figures())
+        return Hold(f"quiet ({load(model)}) but no size meets the demand", model.figures())
     target = max(wanted, model.parallelism - settings.max_scale_down_step, limits.low)
     figures = {**model.figures(), "target": float(target), "required": float(wanted)}
     if target >= model.parallelism:
-        return Hold(f"quiet ({_load(model)}) but already at the floor of {limits.low} units",
+        return Hold(f"quiet ({load(model)}) but already at the floor of {limits.low} units",
                     figures)
-    return Scale(INPUT_PARALLELISM, model.parallelism, target,
-                 f"{_load(model)}, below {pct(settings.low_water_utilisation)} for "
+    return Scale(model.knob, model.parallelism, target,
+                 f"{load(model)}, below {pct(settings.low_water_utilisation)} for "
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
-                 f"{units(wanted)} would do at {pct(settings.target_utilisation)}; stepping "
-                 f"down {model.parallelism} → {target} (at most "
+                 f"{units_of(model, wanted)} would do at {pct(settings.target_utilisation)}; "
+                 f"stepping down {model.parallelism} → {target} (at most "
                  f"{settings.max_scale_down_step} per step)", figures)
 
 
@@ -225,8 +237,7 @@ def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
               settings: PolicySettings, inflow: Inflow) -> Recommend:
     """At the upper bound: what the producers may send so the query keeps up at the target
     utilisation and still drains its backlog within the catch-up time."""
-    top = model.capacity_at(effective_units(limits.high, model.source_partitions,
-                                            model.task_slots))
+    top = model.capacity_at(model.units_at(limits.high))
     arriving = model.arrival_rate + inflow_rate(model, settings, inflow, top)
     allowed = max(0.0, settings.target_utilisation * top
                   - model.backlog_records / settings.catch_up_s)
@@ -238,14 +249,14 @@ def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
         f"{num(arriving)}/s arriving and {num(model.backlog_records)} records behind; "
         f"throttle the producers to {num(allowed)}/s or shed {pct(shed)} of records "
         f"(keeps {pct(settings.target_utilisation)} utilisation and drains the backlog in "
-        f"{num(settings.catch_up_s)} s){_skew_note(model, settings)}", figures)
+        f"{num(settings.catch_up_s)} s){skew_note(model, settings)}", figures)
 
 
 def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float],
                      settings: PolicySettings, inflow: Inflow) -> Verdict:
     """No number of units meets the demand: with batches of N records and c seconds of
     overhead, at most N / c records/s get through however many units run."""
-    top = effective_units(limits.high, model.source_partitions, model.task_slots)
+    top = model.units_at(limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, top))
     need = demand(model, settings, extra)
     figures = {**figures, "demand": need, "inflow": extra}
@@ -256,56 +267,24 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
     figures |= {"batch_cap_needed": float(cap)}
     return Recommend(
         "raise_batch_cap", "max_offsets_per_trigger", float(cap),
-        f"{_load(model)}; the {num(model.batch_overhead_s)} s per-batch overhead dominates: "
+        f"{load(model)}; the {num(model.batch_overhead_s)} s per-batch overhead dominates: "
         f"batches of {num(model.batch_cap)} records get at most "
         f"{num(model.batch_cap / model.batch_overhead_s)}/s through however many units run, "
         f"and {num(need)}/s are needed; raise max_offsets_per_trigger to at least {num(cap)} "
         f"(at {units(top)}) instead of adding units", figures)
 
 
-def _pressure(model: QueryModel, inflow: Inflow, inflow_from: str) -> str:
-    trend = model.backlog_trend_records_per_s
-    direction = "growing" if trend >= 0 else "shrinking"
-    text = f"backlog {num(model.backlog_records)} records {direction} {num(abs(trend))}/s"
-    if inflow.any:
-        text += (f"; {inflow_from or 'upstream'} will send {num(inflow.steady)}/s more once "
-                 "resized")
-    if inflow.burst_records > 0:
-        peak = model.arrival_rate + inflow.steady + inflow.burst_rate
-        text += (f", plus {num(inflow.burst_records)} records while catching up "
-                 f"(up to {num(peak)}/s arriving)")
-    return text
-
-
-def _load(model: QueryModel) -> str:
-    verb = "exceeds" if model.arrival_rate > model.capacity else "within"
-    if model.batch_overhead_s > 0 and model.batch_cap > 0:
-        how = (f"{model.units} × {num(model.rate_per_unit)}/s per unit, "
-               f"{num(model.batch_overhead_s)} s per batch of {num(model.batch_cap)}")
-    elif model.batch_overhead_s > 0:
-        how = (f"{model.units} × {num(model.rate_per_unit)}/s per unit, "
-               f"{num(model.batch_overhead_s)} s per batch")
-    else:
-        how = f"{model.units} × {num(model.rate_per_unit)}/s per unit at 100% busy"
-    return (f"arrival {num(model.arrival_rate)}/s {verb} capacity {num(model.capacity)}/s "
-            f"({how}, utilisation {pct(model.utilisation)})")
-
-
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
             settings: PolicySettings, inflow: float) -> str:
     """How the target meets the demand; `inflow` is the upstreams' extra at the target."""
     if target == wanted:
-        return (f"{target} units drain it in {num(settings.catch_up_s)} s at "
+        return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation")
     capacity = model.capacity_at(target)
     arriving = model.arrival_rate + inflow
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
-    return (f"{wanted} units wanted, {bound}: drains in {num(drain)} s at "
+    return (f"{units_of(model, wanted)} wanted, {bound}: drains in {num(drain)} s at "
             f"{pct(arriving / capacity)} utilisation")
 
-
-def _skew_note(model: QueryModel, settings: PolicySettings) -> str:
-    found = skew(model, settings)
-    return f"; {found.describe()}" if found else ""

@@ -36,9 +36,11 @@ class ControllerMetrics:
         self.backlog = gauge("streamctl_backlog_records", "Estimated backlog B in records.")
         self.utilisation = gauge("streamctl_utilisation_ratio", "Arrival rate / capacity.")
         self.busy = gauge("streamctl_busy_ratio", "Fraction of wall time spent in batches.")
-        self.current = gauge("streamctl_current_parallelism", "Input parallelism in force.")
+        self.current = gauge("streamctl_current_parallelism",
+                             "Value in force of the knob the job scales by (input parallelism "
+                             "or state partitions).")
         self.desired = gauge("streamctl_desired_parallelism",
-                             "Input parallelism the controller wants (or has asked for).")
+                             "Value of that knob the controller wants (or has asked for).")
         self.decisions = Counter("streamctl_decisions", "Verdicts by kind (changes of kind and "
                                  "every scaling).", ["query", "action"], registry=registry)
         self.acks = Counter("streamctl_acks", "Acks of our control tuples by outcome.",

@@ -5,8 +5,10 @@ to one `ControlState` per query, so that after a restart it neither repeats an a
 cooldown and an unanswered tuple are restored: a failover still waiting for the promoted
 instance's ack is waited for, not decided again) nor contradicts one (epochs continue above
 every epoch it issued; a job rejects anything lower anyway). What is not restored, and why:
-the metrics windows (they refill within one window; the readiness check says so) and the
-memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect).
+the metrics windows (they refill within one window; the readiness check says so), the
+memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect)
+and a knob change still to follow applied executors (the query is sized afresh after the
+cooldown, with the slots its metrics then show).
 Neighbours: `kafka_recovery` reads the topics; `app` seeds the loop with the result.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.results import ACTIVE_INSTANCE
+from controller.results import ACTIVE_INSTANCE, EXECUTORS
 from controller.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
 
@@ -89,15 +91,17 @@ def _in_flight(t: ControlTuple, decision: Decision | None) -> InFlight:
     figures = decision.figures if decision is not None else {}
     return InFlight(
         control_id=t.control_id, target=_int(t.value), epoch=t.epoch,
-        issued_at_ms=t.issued_at_ms,
+        issued_at_ms=t.issued_at_ms, parameter=t.parameter,
         current=_int(decision.current_value) if decision is not None else 0,
         rate_per_unit=figures.get("processing_rate_per_unit", 0.0),
         batch_overhead_s=figures.get("batch_overhead_s", 0.0))
 
 
 def _effect_check(ack: Ack, decision: Decision | None) -> EffectCheck | None:
-    """An applied scale-up's effect is still to be measured, as if the loop had seen the ack."""
-    if decision is None or ack.outcome is not Outcome.APPLIED:
+    """An applied scale-up's effect is still to be measured, as if the loop had seen the ack
+    (not for executors: `state.applied`)."""
+    if (decision is None or ack.outcome is not Outcome.APPLIED
+            or decision.parameter == EXECUTORS):
         return None
     current, target = _int(decision.current_value), _int(decision.target_value)
     rate = decision.figures.get("processing_rate_per_unit", 0.0)

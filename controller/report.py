@@ -8,7 +8,17 @@ Owns the text an operator sees on stdout and the audit record written for each d
 from __future__ import annotations
 
 from controller.model import QueryModel
-from controller.results import ACTIVE_INSTANCE, Hold, Lost, Promote, Recommend, Scale, Verdict
+from controller.results import (
+    ACTIVE_INSTANCE,
+    EXECUTORS,
+    STATE_PARTITIONS,
+    Hold,
+    Lost,
+    Promote,
+    Recommend,
+    Scale,
+    Verdict,
+)
 from controller.wording import num, pct
 from schemas import Decision
 
@@ -17,7 +27,13 @@ def knob(verdict: Scale | Promote) -> tuple[str, str, str, str]:
     """(operator id, parameter, current value, target value) of the tuple a verdict sends."""
     if isinstance(verdict, Promote):
         return "query", ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id
-    return "source", verdict.parameter, str(verdict.current), str(verdict.target)
+    return (OPERATORS.get(verdict.parameter, "source"), verdict.parameter, str(verdict.current),
+            str(verdict.target))
+
+
+OPERATORS = {STATE_PARTITIONS: "state", EXECUTORS: "cluster"}
+"""The operator a scaling tuple addresses, for readers of the control topic (the job goes by
+the parameter); the input parallelism's is the source."""
 
 
 def decision_line(query_id: str, verdict: Scale | Promote, *, epoch: int | None,
@@ -36,7 +52,7 @@ def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None
             f"backlog {num(model.backlog_records)} records "
             f"({num(model.backlog_trend_records_per_s)}/s), utilisation "
             f"{pct(model.utilisation)}, busy {pct(model.busy_ratio)}, overhead "
-            f"{num(model.batch_overhead_s)} s/batch, parallelism {model.parallelism} — {said}")
+            f"{num(model.batch_overhead_s)} s/batch, {model.knob} {model.parallelism} — {said}")
 
 
 def decision_record(query_id: str, verdict: Scale | Promote, *, decision_id: str, now_ms: int,

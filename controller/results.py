@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 INPUT_PARALLELISM = "input_parallelism"
-"""The one knob of the walking skeleton: Spark partitions the Kafka source reads with."""
+"""Spark partitions the Kafka source reads with: the knob of a job whose work runs in its
+source tasks (`knobs`)."""
+STATE_PARTITIONS = "state_partitions"
+"""Partitions of the stateful operator: the knob of a job whose work runs there (`knobs`)."""
+EXECUTORS = "executors"
+"""Executors requested from a cluster manager: more task slots when the knob runs out of
+them (`knobs`)."""
 ACTIVE_INSTANCE = "active_instance"
 """The parameter a failover sets: which instance of the query runs it (the job's registry
 has the same name)."""
@@ -46,6 +52,8 @@ class Scale:
     target: int
     reason: str
     figures: Mapping[str, float]
+    then: int = 0
+    """For an executors request: the knob's value to set as soon as they run (0: none)."""
 
     @property
     def action(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from controller.results import INPUT_PARALLELISM
+from controller.results import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,24 +23,27 @@ class InFlight:
     epoch: int
     issued_at_ms: int
     current: int = 0
-    """Parallelism when it was sent."""
+    """The parameter's value when it was sent."""
     rate_per_unit: float = 0.0
     """μ the decision was sized with (records/s per unit)."""
     batch_overhead_s: float = 0.0
     """c the decision was sized with."""
     parameter: str = INPUT_PARALLELISM
-    """What the tuple sets: a scaling (`target` units) or a failover (`instance`)."""
+    """What the tuple sets: a scaling (the query's knob, or executors, to `target`) or a
+    failover (`instance`)."""
     instance: str = ""
     """For a failover, the instance promoted: only its ack answers the tuple."""
+    then: int = 0
+    """For executors, the knob's value that follows once they run (`Scale.then`)."""
 
     @property
     def value(self) -> str:
         """The value the tuple carries."""
-        return self.instance if self.parameter != INPUT_PARALLELISM else str(self.target)
+        return self.instance if not self.scaling else str(self.target)
 
     @property
     def scaling(self) -> bool:
-        return self.parameter == INPUT_PARALLELISM
+        return self.parameter != ACTIVE_INSTANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,10 @@ class ControlState:
     """When the last actuation ended (a restarting job is silent for a while after it)."""
     effect_check: EffectCheck | None = None
     ineffective: Ineffective | None = None
+    follow_up: int = 0
+    """The knob's value to set next, at once: the executors asked for with it run. It skips
+    the cooldown, which waits for metrics of a new configuration, and more executors change
+    neither λ nor μ (0: none)."""
 
 
 def next_epoch(state: ControlState, epoch_seen: int) -> int:
@@ -89,7 +96,7 @@ def next_epoch(state: ControlState, epoch_seen: int) -> int:
 
 def issued(state: ControlState, in_flight: InFlight) -> ControlState:
     return replace(state, in_flight=in_flight, last_epoch_issued=in_flight.epoch,
-                   quiet_since_ms=None)
+                   quiet_since_ms=None, follow_up=0)
 
 
 def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
@@ -99,13 +106,17 @@ def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     time to report metrics under whatever configuration it kept.
     """
     return replace(state, in_flight=None, quiet_since_ms=None, settled_at_ms=now_ms,
-                   cooldown_until_ms=now_ms + int(cooldown_s * 1000))
+                   cooldown_until_ms=now_ms + int(cooldown_s * 1000), follow_up=0)
 
 
 def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
-    """The in-flight tuple was applied: settle, and for a scale-up measure its effect later."""
+    """The in-flight tuple was applied: settle, and for a scale-up of the knob measure its
+    effect later; after more executors, the knob follows (more executors raise capacity only
+    once it does, so their effect is not measured)."""
     flight = state.in_flight
     after = settled(state, now_ms, cooldown_s)
+    if flight is not None and flight.parameter == EXECUTORS:
+        return replace(after, effect_check=None, follow_up=flight.then)
     if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
         return replace(after, effect_check=None)
     return replace(after, effect_check=EffectCheck(

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.model import QueryModel, effective_units
+from controller.model import QueryModel
 from controller.policy import decide
 from controller.results import Scale, Verdict
 from controller.settings import PolicySettings
@@ -123,16 +123,15 @@ def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
     """What this query will send once resized; None when it is not being resized, has no
     backlog and passes on no inflow (what it sends is already in its readers' λ)."""
     pause_s = settings.reconfiguration_pause_s
-    if isinstance(verdict, Scale):
+    if isinstance(verdict, Scale) and verdict.parameter == model.knob:
         parallelism = verdict.target
-    elif state.in_flight is not None and state.in_flight.scaling:
+    elif state.in_flight is not None and state.in_flight.parameter == model.knob:
         parallelism = state.in_flight.target
     elif model.backlog_records > settings.backlog_floor_records or inflow.any:
         parallelism, pause_s = model.parallelism, 0.0
     else:
         return None
-    units = effective_units(parallelism, model.source_partitions, model.task_slots)
-    top = model.capacity_at(units)
+    top = model.capacity_at(model.units_at(parallelism))
     arriving = model.arrival_rate + inflow.steady
     sends = model.selectivity * min(top, arriving)
     steady = max(0.0, sends - model.selectivity * model.recent_throughput)

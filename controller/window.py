@@ -21,6 +21,10 @@ from enum import StrEnum
 from controller.settings import ModelSettings
 from schemas import Role, TaskMetrics
 
+KEEP_NEWEST = 3
+"""Samples a reporting query's window keeps however old: a least-squares trend needs three
+(`model.MIN_TREND_SAMPLES`)."""
+
 
 class Admission(StrEnum):
     """What happened to one offered sample."""
@@ -56,6 +60,12 @@ class QueryWindow:
         """End of the newest sample ever accepted (kept through pruning and epoch changes)."""
         self.last_instance = ""
         """The instance of the newest sample accepted (the one active as far as known)."""
+        self.last_sample: TaskMetrics | None = None
+        """The newest sample accepted (kept through pruning and epoch changes): its trigger
+        interval and batch time say how long the query may stay silent while a batch planned
+        under an older epoch still runs (an executor request does not restart it)."""
+        self._carried: set[int] = set()
+        """Epochs whose change leaves every sample valid (`carry_to`)."""
         self._started: set[tuple[str, int]] = set()
         self._warm_up: set[tuple[str, int, int]] = set()
 
@@ -82,6 +92,7 @@ class QueryWindow:
         self._insert(sample)
         if sample.batch_end_ms >= (self.last_seen_ms or 0):
             self.last_seen_ms, self.last_instance = sample.batch_end_ms, sample.instance_id
+            self.last_sample = sample
         run = (sample.instance_id, sample.config_epoch)
         if sample.input_rows > 0 and run not in self._started:
             self._started.add(run)
@@ -98,13 +109,30 @@ class QueryWindow:
             return
         self.changed = self.changed or self.last_seen_ms is not None
         self.epoch = epoch
-        self._replace([s for s in self._samples if s.config_epoch >= epoch])
+        if epoch not in self._carried:
+            self._replace([s for s in self._samples if s.config_epoch >= epoch])
+
+    def carry_to(self, epoch: int) -> None:
+        """The change at `epoch` sets no knob and restarts nothing (more executors: each
+        sample counts its own task slots), so the samples before it stay valid: the query is
+        sized again as soon as the cooldown ends, not after a window of long batches."""
+        self._carried.add(epoch)
 
     def prune(self, now_ms: int) -> None:
-        """Drop samples whose batch ended more than `window_s` before `now_ms`."""
+        """Drop samples whose batch ended more than `window_s` before `now_ms`, but keep the
+        newest `KEEP_NEWEST` while the newest one is inside the window.
+
+        Batches longer than a third of the window (a backlogged stateful job on few state
+        partitions runs 4 000 records in ~36 s) would otherwise never fill it with enough for
+        a trend, and the query would never be ready to be sized. A query that has stopped
+        reporting keeps nothing: its silence is the liveness check's business."""
         horizon = now_ms - self._window_ms
-        if self._samples and self._samples[0].batch_end_ms < horizon:
-            self._replace([s for s in self._samples if s.batch_end_ms >= horizon])
+        if not self._samples or self._samples[0].batch_end_ms >= horizon:
+            return
+        inside = [s for s in self._samples if s.batch_end_ms >= horizon]
+        if inside and len(inside) < KEEP_NEWEST:
+            inside = list(self._samples)[-KEEP_NEWEST:]
+        self._replace(inside)
 
     def _insert(self, sample: TaskMetrics) -> None:
         if self._samples and sample.batch_start_ms < self._samples[-1].batch_start_ms:

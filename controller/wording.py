@@ -1,11 +1,17 @@
 """How numbers read in reason sentences and status lines: 12 400, 310, 3.5, ∞, 71%.
 
-Owns only formatting, so `policy`, `judgement`, `topology` and `report` word figures alike.
+Owns only formatting, so `policy`, `judgement`, `topology` and `report` word figures alike,
+and the fragments every scaling reason starts with: the query's `pressure` and `load`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from controller.model import QueryModel
+    from controller.sizing import Inflow
 
 
 def num(value: float) -> str:
@@ -23,3 +29,38 @@ def pct(ratio: float) -> str:
 
 def units(count: int) -> str:
     return f"{count} unit" if count == 1 else f"{count} units"
+
+
+def units_of(model: QueryModel, count: int) -> str:
+    """'5 units of state_partitions': a reason names the knob it sizes."""
+    return f"{units(count)} of {model.knob}"
+
+
+def pressure(model: QueryModel, inflow: Inflow, inflow_from: str) -> str:
+    """How far behind the query is and what its upstreams will add."""
+    trend = model.backlog_trend_records_per_s
+    direction = "growing" if trend >= 0 else "shrinking"
+    text = f"backlog {num(model.backlog_records)} records {direction} {num(abs(trend))}/s"
+    if inflow.any:
+        text += (f"; {inflow_from or 'upstream'} will send {num(inflow.steady)}/s more once "
+                 "resized")
+    if inflow.burst_records > 0:
+        peak = model.arrival_rate + inflow.steady + inflow.burst_rate
+        text += (f", plus {num(inflow.burst_records)} records while catching up "
+                 f"(up to {num(peak)}/s arriving)")
+    return text
+
+
+def load(model: QueryModel) -> str:
+    """Arrivals against capacity, with how the capacity comes about."""
+    verb = "exceeds" if model.arrival_rate > model.capacity else "within"
+    if model.batch_overhead_s > 0 and model.batch_cap > 0:
+        how = (f"{model.units} × {num(model.rate_per_unit)}/s per unit, "
+               f"{num(model.batch_overhead_s)} s per batch of {num(model.batch_cap)}")
+    elif model.batch_overhead_s > 0:
+        how = (f"{model.units} × {num(model.rate_per_unit)}/s per unit, "
+               f"{num(model.batch_overhead_s)} s per batch")
+    else:
+        how = f"{model.units} × {num(model.rate_per_unit)}/s per unit at 100% busy"
+    return (f"arrival {num(model.arrival_rate)}/s {verb} capacity {num(model.capacity)}/s "
+            f"({how}, utilisation {pct(model.utilisation)})")

@@ -115,6 +115,10 @@ class TaskMetrics(_Record):
     sink_topics: tuple[str, ...] = ()
     max_offsets_per_trigger: int = 0
     rows_shed: int = 0
+    scaling_parameter: str = "input_parallelism"
+    max_state_partitions: int = 0
+    executor_cores: int = 0
+    max_executors: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ query from the Kafka source given the configuration in force (the runtime passes
 `JobConfig` whose knobs — input parallelism, batch cap, topics, … — hold the values of the
 current run), how to encode its output rows for Kafka (an Arrow `mapInArrow` function to
 `key binary, value binary`), its output mode, whether it keeps state (and so whether its
-state partitions can be changed), its wire types and its default topics. Neighbours: the jobs
+state partitions can be changed), which knob its capacity grows with, its wire types and its
+default topics. Neighbours: the jobs
 (`sensor_averages`, `fraud.plan`) and the runtime (`runtime.lifecycle` builds and starts the
 plan, `runtime.sink` encodes with it). Imports no pyspark at module level, so the command
 line can validate a job name without starting Spark.
@@ -51,6 +52,10 @@ Encoder = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 ENCODED_SCHEMA = "key binary, value binary"
 
 
+SCALING_PARAMETERS = ("input_parallelism", "state_partitions")
+"""The runtime parameters (`runtime.parameters.REGISTRY`) a plan's capacity can grow with."""
+
+
 @dataclass(frozen=True)
 class JobPlan:
     """One bundled job as the runtime sees it."""
@@ -69,7 +74,22 @@ class JobPlan:
     output_mode: str = "append"
     stateful: bool = True
     """Keeps state in the checkpoint: its state partitions can be repartitioned offline."""
+    scaling_parameter: str = "input_parallelism"
+    """The knob the job's capacity grows with, i.e. which stage holds its expensive work:
+    `input_parallelism` when it runs in the Kafka source's tasks (before any shuffle),
+    `state_partitions` when it runs in the stateful operator (one task per state partition,
+    the shuffle's partitions). Only the plan knows; the metrics carry it to the controller,
+    which sizes this knob (`controller/knobs.py`)."""
     encoded_schema: str = ENCODED_SCHEMA
+
+    def __post_init__(self) -> None:
+        if self.scaling_parameter not in SCALING_PARAMETERS:
+            raise ValueError(f"job {self.name}: scaling_parameter must be one of "
+                             f"{', '.join(SCALING_PARAMETERS)}, got {self.scaling_parameter!r}")
+        if self.scaling_parameter == "state_partitions" and not self.stateful:
+            raise ValueError(f"job {self.name}: a stateless plan cannot scale by its state "
+                             "partitions")
+
 
 
 def _build_sensor_averages(spark: SparkSession, config: JobConfig, dead_letters: DeadLetters,
@@ -99,7 +119,7 @@ PLANS: dict[str, JobPlan] = {
                     "one scored transaction per input",
         build=_build_fraud_detection, encode=fraud.encode_scored,
         input_record=CardTransaction, output_record=ScoredTransaction,
-        udf_versions=tuple(SCORERS),
+        udf_versions=tuple(SCORERS), scaling_parameter="state_partitions",
         default_topics={"query_id": "fraud-detection", "input_topic": "card-transactions",
                         "output_topic": "scored-transactions",
                         "dlq_topic": "card-transactions.dlq"}),

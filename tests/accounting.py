@@ -1,9 +1,11 @@
-"""Exact accounting of the sensor job's output against what the load generator produced.
+"""Exact accounting of the bundled jobs' output against what the load generator produced.
 
 The load generator's `Ledger` holds, per sensor and event-time window, the count and the sum
 of sequence numbers of every record the broker acknowledged. The job emits one row per sensor
 and window with the same two figures. A lost record shows as a smaller count or sum, a
-duplicated one as a larger, and a window written twice as two rows. The output is read
+duplicated one as a larger, and a window written twice as two rows. For the fraud job the
+`CardLedger` holds per account the transactions acknowledged, numbered from 0 by
+`account_seq`; the job scores each once, with the account's running count. The output is read
 `read_committed`, as a downstream consumer of an exactly-once job would.
 """
 
@@ -14,7 +16,8 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from schemas import SensorReading, SensorWindowAverage, codec_for
+from schemas import ScoredTransaction, SensorReading, SensorWindowAverage, codec_for
+from streamctl.cards import CardLedger
 from streamctl.loadgen import Ledger, producer_config
 from streamctl.tail import Tail
 
@@ -68,3 +71,32 @@ def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger
         f"{len(missing)} windows differ (produced, emitted), e.g. {list(missing.items())[:3]}; "
         f"{len(extra)} windows nobody produced, e.g. {list(extra)[:3]}")
     assert out.decode_errors == []
+
+
+def assert_every_transaction_scored_once(bootstrap: str, topic: str, ledger: CardLedger,
+                                         timeout_s: float = 120.0) -> None:
+    """Per account, every acknowledged transaction (account_seq 0 … n−1) scored exactly once,
+    with the account's count running 1 … n: no loss, no duplicate, no state reset."""
+    assert ledger.failed == 0
+    pairs: dict[str, list[tuple[int, int]]] = {}
+    out = Tail(bootstrap, {topic: ScoredTransaction}, from_beginning=True)
+
+    def collect() -> bool:
+        for _topic, row in out.poll(0.5, 5000):
+            assert isinstance(row, ScoredTransaction)
+            pairs.setdefault(row.account_id, []).append((row.account_seq, row.account_txn_count))
+        return sum(map(len, pairs.values())) >= ledger.acked
+
+    try:
+        until(collect, timeout_s, f"{ledger.acked} scored transactions")
+        collect()  # a duplicate would still be in flight
+    finally:
+        out.close()
+    assert out.decode_errors == []
+    wrong = {account: (ledger.counts[account], len(pairs.get(account, [])))
+             for account in set(ledger.counts) | set(pairs)
+             if sorted(pairs.get(account, [])) != [(n, n + 1)
+                                                   for n in range(ledger.counts[account])]}
+    assert not wrong, (
+        f"{len(wrong)} accounts not scored exactly once with a running count (acknowledged, "
+        f"scored), e.g. {sorted(wrong.items())[:5]}")

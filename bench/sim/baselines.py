@@ -2,7 +2,8 @@
 
 Owns two reactive baselines and the little bookkeeping they share (newest metrics per query,
 one tuple in flight per query, epochs). Neither has a rate model; both see the same metrics as
-ours and answer with the same control tuples.
+ours and answer with the same control tuples, for the knob the job names (its input
+parallelism or its state partitions); neither asks a cluster for executors.
 
 - `Threshold`, after Spark Streaming's (DStreams) dynamic allocation
   (`streaming/scheduler/ExecutorAllocationManager`): every scaling interval, the average batch
@@ -67,13 +68,21 @@ class _Actuator:
         query.last_epoch = max(query.last_epoch, query.newest.config_epoch) + 1
         query.in_flight = ControlTuple(
             control_id=f"{self.name}-{next(self._ids)}", query_id=query_id,
-            operator_id="source", parameter="input_parallelism", value=str(target),
+            operator_id="source", parameter=query.newest.scaling_parameter, value=str(target),
             epoch=query.last_epoch, issuer=ISSUER, reason=reason, issued_at_ms=now_ms)
         return query.in_flight
 
     def bounds(self, query: _Query) -> tuple[int, int]:
-        """The same knob limits as ours: not below the partitions, not above the slots."""
-        return query.partitions, query.newest.task_slots
+        """The same knob limits as ours: not below the partitions (input parallelism), not
+        above the slots."""
+        by_source = query.newest.scaling_parameter == "input_parallelism"
+        return query.partitions if by_source else 1, query.newest.task_slots
+
+
+def knob(sample: TaskMetrics) -> int:
+    """The value of the knob the job scales by."""
+    return (sample.input_parallelism if sample.scaling_parameter == "input_parallelism"
+            else sample.state_partitions)
 
 
 class Threshold(_Actuator):
@@ -110,7 +119,7 @@ class Threshold(_Actuator):
             return None
         ratio = sum(busy) / len(busy) / query.newest.trigger_interval_ms
         low, high = self.bounds(query)
-        current = query.newest.input_parallelism
+        current = knob(query.newest)
         if ratio >= self.up_ratio:
             target = min(high, current + max(round(ratio), 1))
         elif ratio <= self.down_ratio:
@@ -148,7 +157,7 @@ class Backpressure(_Actuator):
         self._lag_at_round_start = {qid: _lag(q.newest) for qid, q in self.queries.items()}
         for query_id in sorted(pressured, key=pressured.__getitem__, reverse=True):
             query = self.queries[query_id]
-            current = query.newest.input_parallelism
+            current = knob(query.newest)
             target = min(self.bounds(query)[1], current + self.step_units)
             if target > current:
                 return [self.control(query_id, target, f"most backlogged: {pressured[query_id]} "

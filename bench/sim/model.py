@@ -1,11 +1,11 @@
 """A fast queueing model of micro-batch jobs reading and writing Kafka topics.
 
-Owns the job side of the simulation: topics (end offsets over time), and per job the
-micro-batch cycle of a Spark Structured Streaming query with a Kafka source and a
-processing-time trigger, plus the reconfiguration protocol of `streaming_jobs`. It emits
-`TaskMetrics` and `Ack`s exactly where the real job does, in simulated time (integer
-milliseconds, no sleeping). Neighbours: `run` drives it tick by tick and hands what it emits
-to a policy; `profiles` feeds the first topic. It never imports the controller.
+Owns the job side of the simulation: per job the micro-batch cycle of a Spark Structured
+Streaming query with a Kafka source and a processing-time trigger, plus the reconfiguration
+protocol of `streaming_jobs`. It emits `TaskMetrics` and `Ack`s exactly where the real job
+does, in simulated time (integer milliseconds, no sleeping). Neighbours: `topics` (what the
+jobs read and write), `run` drives it tick by tick and hands what it emits to a policy. It
+never imports the controller.
 
 What one batch does, as in Spark: at its start it plans against the latest offsets (capped by
 `max_per_batch`, prorated over partitions by their lag like the Kafka source's rate limit), is
@@ -16,17 +16,21 @@ the interval. A trigger with nothing new runs no batch; an idle query reports ev
 running batch commits, no new one starts), a restart of `restart_s` with no batch running,
 then the first batch of the new run; the ack (APPLIED, with the pause from the last commit
 before to the first commit after) is sent when that batch commits.
+
+The knob is the one the job's plan names (`JobSpec.scaling_parameter`): the input parallelism
+(a unit per source task, at least one per partition) or the state partitions (a unit per state
+partition). On a cluster (`executor_cores` > 0) the task slots are executors × cores and an
+`executors` tuple is a swap, as in the job: no restart, the epoch moves at once, and the ack
+comes when the new executors run (`executor_start_s` later; at once when fewer are asked for).
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
-from bench.sim.profiles import Profile
+from bench.sim.topics import PipeTopic, Topic, plan
 from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
 
 T0_MS = 1_700_000_000_000
@@ -59,79 +63,35 @@ class JobSpec:
     """Reconfiguration: time with no batch running between the quiesced commit and the first
     batch of the restarted query (measured 1.7–9 s on the laptop)."""
     parallelism: int = 2
-    """Input parallelism at the start."""
+    """The knob's value at the start."""
     idle_report_s: float = 10.0
     """Spark's noDataProgressEventInterval."""
     instance_id: str = "sim-1"
+    scaling_parameter: str = "input_parallelism"
+    """The knob the job's capacity grows with: input_parallelism or state_partitions."""
+    max_state_partitions: int = 64
+    """The job's --max-state-partitions (its default)."""
+    executor_cores: int = 0
+    """Cores per executor on a cluster (`task_slots` is then executors × cores at the start);
+    0: local mode."""
+    max_executors: int = 0
+    """The job's --max-executors on a cluster."""
+    executor_start_s: float = 8.0
+    """How long new executors take to run after a request: 7.8 s (and 19.5 s under more load)
+    on the laptop's standalone cluster (README, 'On a cluster')."""
 
-    def units(self, parallelism: int, partitions: int) -> int:
-        """Tasks that run at once: at least one per Kafka partition, at most the slots."""
-        return min(max(parallelism, partitions, 1), self.task_slots)
+    def units(self, parallelism: int, partitions: int, task_slots: int) -> int:
+        """Tasks of the costly stage that run at once: source tasks (at least one per Kafka
+        partition) or state partitions, at most the slots."""
+        floor = partitions if self.scaling_parameter == "input_parallelism" else 1
+        return min(max(parallelism, floor, 1), task_slots)
 
-
-class Topic(Protocol):
-    name: str
-    partitions: int
-
-    def end_offsets(self, t_ms: int) -> list[int]:
-        """Per partition, the end offset at `t_ms` (records written before it)."""
-        ...
-
-
-@dataclass
-class ExternalTopic:
-    """Written by producers following a profile, spread evenly over the partitions."""
-
-    name: str
-    partitions: int
-    profile: Profile
-
-    def end_offsets(self, t_ms: int) -> list[int]:
-        return spread(int(self.profile.produced(t_ms / 1000)), self.partitions)
-
-    def produced(self, t_ms: int) -> int:
-        return int(self.profile.produced(t_ms / 1000))
-
-
-@dataclass
-class PipeTopic:
-    """Written by an upstream job at its commits; readers see only what was written before."""
-
-    name: str
-    partitions: int
-    _times: list[int] = field(default_factory=lambda: [0])
-    _totals: list[int] = field(default_factory=lambda: [0])
-
-    def append(self, t_ms: int, records: int) -> None:
-        if records <= 0:
-            return
-        self._times.append(t_ms)
-        self._totals.append(self._totals[-1] + records)
-
-    def end_offsets(self, t_ms: int) -> list[int]:
-        return spread(self.produced(t_ms), self.partitions)
-
-    def produced(self, t_ms: int) -> int:
-        return self._totals[bisect_right(self._times, t_ms) - 1]
-
-
-def spread(total: int, partitions: int) -> list[int]:
-    """Keyed records spread evenly: partition p holds the p-th share of `total`."""
-    base, extra = divmod(total, partitions)
-    return [base + (1 if p < extra else 0) for p in range(partitions)]
-
-
-def plan(lag: list[int], cap: int) -> list[int]:
-    """Records per partition of the next batch, as Spark's Kafka source rate-limits: the cap
-    prorated by each partition's share of the lag (rounded down, a sliver rounded up)."""
-    total = sum(lag)
-    if total <= cap:
-        return list(lag)
-    take = []
-    for size in lag:
-        prorate = cap * size / total
-        take.append(min(size, math.ceil(prorate) if prorate < 1 else math.floor(prorate)))
-    return take
+    def knob_max(self) -> int:
+        """The job's bound for its knob: the state partitions' own, else the task slots it can
+        have (locally its local[N], on a cluster every executor's cores)."""
+        if self.scaling_parameter == "state_partitions":
+            return self.max_state_partitions
+        return self.max_executors * self.executor_cores or self.task_slots
 
 
 @dataclass
@@ -151,6 +111,15 @@ class Phase(StrEnum):
     """No batch runs until `restart_until_ms`."""
     FIRST_BATCH = "first_batch"
     """The restarted query's first batch is running; its commit ends the pause."""
+
+
+@dataclass
+class _Executors:
+    """An executors tuple applied, waiting for the executors to run."""
+
+    control: ControlTuple
+    slots: int
+    ready_ms: int
 
 
 @dataclass
@@ -175,13 +144,15 @@ class SimJob:
         self.last_report_ms: int | None = None
         self.last_commit_ms: int | None = None
         self.reconfig: _Reconfig | None = None
+        self.task_slots = spec.task_slots
+        self.growing: _Executors | None = None
         self.queued: list[ControlTuple] = []
         self.outbox_metrics: list[TaskMetrics] = []
         self.outbox_acks: list[Ack] = []
 
     @property
     def units(self) -> int:
-        return self.spec.units(self.parallelism, self.source.partitions)
+        return self.spec.units(self.parallelism, self.source.partitions, self.task_slots)
 
     def backlog(self, t_ms: int) -> int:
         """Records in the source topic not yet committed (a running batch's count too)."""
@@ -195,14 +166,16 @@ class SimJob:
         self._next_control(t_ms)
 
     def _next_control(self, t_ms: int) -> None:
-        while self.reconfig is None and self.queued:
+        while self.reconfig is None and self.growing is None and self.queued:
             control = self.queued.pop(0)
             verdict = self._evaluate(control)
             if isinstance(verdict, str):
                 self._ack(control, Outcome.REJECTED, verdict, 0, t_ms)
+            elif control.parameter == "executors":
+                self._request_executors(control, verdict, t_ms)
             elif verdict == self.parallelism:
                 self.epoch = control.epoch
-                self._ack(control, Outcome.APPLIED, f"input_parallelism {verdict} already in "
+                self._ack(control, Outcome.APPLIED, f"{control.parameter} {verdict} already in "
                           f"force; epoch advanced to {control.epoch}", 0, t_ms)
             else:
                 self.reconfig = _Reconfig(control, verdict)
@@ -215,11 +188,35 @@ class SimJob:
             value = int(control.value)
         except ValueError:
             value = 0
-        if control.parameter != "input_parallelism" or not 1 <= value <= self.spec.task_slots:
+        spec = self.spec
+        if control.parameter == "executors" and spec.executor_cores > 0:
+            high = spec.max_executors
+        elif control.parameter == spec.scaling_parameter:
+            high = spec.knob_max()
+        else:
+            high = 0
+        if not 1 <= value <= high:
             return f"bad {control.parameter}={control.value!r}"
         if control.epoch <= self.epoch:
             return f"stale epoch {control.epoch} ≤ {self.epoch} in force"
         return value
+
+    def _request_executors(self, control: ControlTuple, executors: int, t_ms: int) -> None:
+        self.epoch = control.epoch  # a swap at the batch boundary: the next batch carries it
+        slots = executors * self.spec.executor_cores
+        wait_ms = int(self.spec.executor_start_s * 1000) if slots > self.task_slots else 0
+        self.growing = _Executors(control, slots, t_ms + wait_ms)
+        if wait_ms == 0:
+            self._executors_run()
+
+    def _executors_run(self) -> None:
+        assert self.growing is not None
+        growing, self.growing = self.growing, None
+        self.task_slots = growing.slots
+        self._ack(growing.control, Outcome.APPLIED,
+                  f"executors → {growing.control.value} ({growing.slots} task slots)", 0,
+                  growing.ready_ms)
+        self._next_control(growing.ready_ms)
 
     def _restart(self, t_ms: int) -> None:
         assert self.reconfig is not None
@@ -240,6 +237,9 @@ class SimJob:
     def advance_to(self, t_ms: int) -> None:
         while True:
             event_ms = self._next_event_ms()
+            if self.growing is not None and self.growing.ready_ms <= min(event_ms, t_ms):
+                self._executors_run()
+                continue
             if event_ms > t_ms:
                 return
             if self.running is not None:
@@ -309,12 +309,14 @@ class SimJob:
     def _finish_reconfig(self, t_ms: int) -> None:
         assert self.reconfig is not None
         reconfig, self.reconfig = self.reconfig, None
-        self._ack(reconfig.control, Outcome.APPLIED, f"input_parallelism → {reconfig.value}",
+        self._ack(reconfig.control, Outcome.APPLIED,
+                  f"{self.spec.scaling_parameter} → {reconfig.value}",
                   t_ms - reconfig.last_commit_ms, t_ms)
         self._next_control(t_ms)
 
     def _metrics(self, batch: _Batch, rows: int, output_rows: int = 0) -> TaskMetrics:
         spec = self.spec
+        by_source = spec.scaling_parameter == "input_parallelism"
         return TaskMetrics(
             query_id=spec.query_id, instance_id=spec.instance_id, role=Role.ACTIVE,
             config_epoch=self.epoch, batch_id=batch.batch_id,
@@ -326,7 +328,11 @@ class SimJob:
                                 -1 if batch.batch_id == 0 else batch.starts[p],
                                 batch.starts[p] + batch.take[p], batch.latest[p])
                 for p in range(len(batch.starts))),
-            input_parallelism=self.parallelism, state_partitions=0,
-            task_slots=spec.task_slots, max_offsets_per_trigger=spec.max_per_batch,
+            input_parallelism=self.parallelism if by_source else self.source.partitions,
+            state_partitions=0 if by_source else self.parallelism,
+            task_slots=self.task_slots, max_offsets_per_trigger=spec.max_per_batch,
+            scaling_parameter=spec.scaling_parameter,
+            max_state_partitions=0 if by_source else spec.max_state_partitions,
+            executor_cores=spec.executor_cores, max_executors=spec.max_executors,
             source_topics=(self.source.name,),
             sink_topics=(self.sink.name,) if self.sink is not None else (spec.sink_topic,))

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.sim.model import T0_MS, ExternalTopic, JobSpec, PipeTopic, SimJob, Topic
+from bench.sim.model import T0_MS, JobSpec, SimJob
 from bench.sim.policies import Policy
 from bench.sim.profiles import Profile
+from bench.sim.topics import ExternalTopic, PipeTopic, Topic
 from schemas import Ack, ControlTuple, TaskMetrics
 
 

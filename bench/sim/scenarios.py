@@ -1,11 +1,14 @@
-"""The scenarios of `python -m bench.sim`: five load shapes on one job, and a pipeline.
+"""The scenarios of `python -m bench.sim`: five load shapes on one job, a pipeline, and a step
+on a stateful job scaled by its state partitions, locally and on a cluster.
 
 Owns the numbers. The single job is the bundled job as measured (`model.JobSpec` defaults:
 μ ≈ 200/s per unit, 1.5 s per batch, 4 000-record batches, a 2 s trigger, 2 partitions,
 16 slots, parallelism 2, a 5 s restart). At 200/s it is comfortably sized at parallelism 2;
 each shape moves the load from there. The pipeline has a cheap first stage, an expensive
 middle one and a moderate last one, so after its load step the middle job is the bottleneck
-and, while it is, it hides from the last job the load that will reach it.
+and, while it is, it hides from the last job the load that will reach it. The stateful job
+is the fraud job as measured: its scoring runs in the stateful operator, so it scales by its
+state partitions.
 """
 
 from __future__ import annotations
@@ -77,5 +80,31 @@ def pipeline() -> Scenario:
                     (first, middle, last), duration_s=DURATION_S, warmup_s=WARMUP_S)
 
 
+FRAUD = replace(JOB, rate_per_unit=58.0, overhead_s=2.1, scaling_parameter="state_partitions",
+                restart_s=8.0)
+"""The fraud job (`bench/results/fraud_partitions.json`: 94, 147, 247 scored/s at 2, 4, 8 state
+partitions with 1 000-record batches fit μ ≈ 58/s per state partition plus ≈ 2.1 s per batch;
+measured with 10 ms of scoring per record while the load average was near 20). Its restart
+includes the offline state repartition (4.1 s for 2 → 8 there; the sensor job's whole
+state-partition change paused 3.7 s, docs/pauses.md): 8 s. Batches of 4 000, its default."""
+STATEFUL_RATE = 50.0
+"""About half of what 2 state partitions carry (~110/s): sized, not idle."""
+
+
+def stateful_step() -> Scenario:
+    return Scenario("stateful step 4x (state partitions)", profiles.step(
+        STATEFUL_RATE, 4, CHANGE_S, PROFILE_S), (FRAUD,), duration_s=DURATION_S,
+        warmup_s=WARMUP_S)
+
+
+def stateful_step_on_a_cluster() -> Scenario:
+    """The same step with 2 one-core executors running, up to 16: the slots run out first."""
+    job = replace(FRAUD, task_slots=2, executor_cores=1, max_executors=16)
+    return Scenario("stateful step 4x on a cluster of 2 executors", profiles.step(
+        STATEFUL_RATE, 4, CHANGE_S, PROFILE_S), (job,), duration_s=DURATION_S,
+        warmup_s=WARMUP_S)
+
+
 def all_scenarios() -> list[Scenario]:
-    return [step_2x(), step_4x(), ramp(), spike(), noisy(), pipeline()]
+    return [step_2x(), step_4x(), ramp(), spike(), noisy(), pipeline(), stateful_step(),
+            stateful_step_on_a_cluster()]

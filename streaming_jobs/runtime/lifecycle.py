@@ -309,7 +309,12 @@ class ElasticQuery:
             state_partitions=desired.state_partitions, task_slots=self.task_slots(),
             trigger_interval_ms=int(c.trigger_interval_s * 1000),
             source_topics=(desired.input_topic,), sink_topics=(desired.output_topic,),
-            max_offsets_per_trigger=desired.max_offsets_per_trigger)
+            max_offsets_per_trigger=desired.max_offsets_per_trigger,
+            scaling_parameter=self._plan.scaling_parameter,
+            max_state_partitions=c.max_state_partitions if self._plan.stateful else 0,
+            # Executors can be requested only from a cluster manager (parameters.REGISTRY).
+            executor_cores=c.executor_cores if self._executors else 0,
+            max_executors=c.max_executors if self._executors else 0)
 
     def _live(self, context: RunContext) -> RunContext:
         """On a cluster the task slots are the executors registered now, not at the start."""

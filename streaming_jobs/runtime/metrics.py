@@ -36,6 +36,14 @@ class RunContext:
     sink_topics: tuple[str, ...]
     max_offsets_per_trigger: int = 0
     """The source's per-batch record cap (0: unbounded); the controller sizes with it."""
+    scaling_parameter: str = "input_parallelism"
+    """The knob the plan's capacity grows with (`plans.JobPlan.scaling_parameter`)."""
+    max_state_partitions: int = 0
+    """The highest state_partitions a control tuple may set."""
+    executor_cores: int = 0
+    """Cores per executor on a cluster manager; 0 in local mode (no executors to request)."""
+    max_executors: int = 0
+    """Most executors a control tuple may request; 0 in local mode."""
 
 
 def timestamp_ms(iso: str) -> int:
@@ -105,7 +113,9 @@ def to_task_metrics(
         state_bytes=sum(op.memoryUsedBytes for op in ops),
         rows_dropped_by_watermark=sum(op.numRowsDroppedByWatermark for op in ops),
         source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
-        max_offsets_per_trigger=ctx.max_offsets_per_trigger, rows_shed=rows_shed(progress))
+        max_offsets_per_trigger=ctx.max_offsets_per_trigger, rows_shed=rows_shed(progress),
+        scaling_parameter=ctx.scaling_parameter, max_state_partitions=ctx.max_state_partitions,
+        executor_cores=ctx.executor_cores, max_executors=ctx.max_executors)
 
 
 def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
@@ -129,7 +139,9 @@ def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
         state_rows=0 if last is None else last.state_rows,
         state_bytes=0 if last is None else last.state_bytes,
         source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
-        max_offsets_per_trigger=ctx.max_offsets_per_trigger)
+        max_offsets_per_trigger=ctx.max_offsets_per_trigger,
+        scaling_parameter=ctx.scaling_parameter, max_state_partitions=ctx.max_state_partitions,
+        executor_cores=ctx.executor_cores, max_executors=ctx.max_executors)
 
 
 def backlog_records(metrics: TaskMetrics) -> int:

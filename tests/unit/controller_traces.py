@@ -3,17 +3,30 @@
 Records arrive at a piecewise-constant rate spread over the partitions (evenly, or with a share
 on partition 0); each micro-batch plans against the latest offsets at its start, takes at most
 `max_per_batch` records, and is busy for rows / (μ × units) seconds plus a fixed overhead (and,
-for the first batch with rows, an optional warm-up). Batches run back to back when there is
-more to read, otherwise on the trigger; an idle query reports only every 10 s, as Spark does.
+for the first batch with rows, an optional warm-up). The units are those of the knob the job
+names (`knob`): its input parallelism (at least one task per partition) or its state
+partitions, at most the task slots; on a cluster the slots are executors × cores. Batches
+run back to back when there is more to read, otherwise on the trigger; an idle query reports
+only every 10 s, as Spark does. `closed_loop` runs the real control loop over such a job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from schemas import Role, SourcePartition, TaskMetrics
+from controller.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryMetricsSource,
+)
+from controller.loop import ControlLoop, Ports
+from controller.settings import ControllerSettings
+from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
 
 T0_MS = 1_700_000_000_000
 
@@ -40,6 +53,21 @@ class Job:
     sink_topic: str = "out"
     skew: float = 0.0
     """Share of the records that go to partition 0 on top of an even spread (0: even)."""
+    knob: str = "input_parallelism"
+    """Which knob `parallelism` is (the job's scaling parameter)."""
+    input_parallelism: int = 2
+    """The source's parallelism of a job scaled by its state partitions."""
+    max_state_partitions: int = 0
+    executor_cores: int = 0
+    """Cores per executor on a cluster (task_slots = executors × cores); 0: local mode."""
+    max_executors: int = 0
+
+    def applied(self, parameter: str, value: int, epoch: int) -> Job:
+        """The job after a control tuple setting `parameter` took effect."""
+        if parameter == "executors":
+            return replace(self, task_slots=value * self.executor_cores, epoch=epoch)
+        assert parameter == self.knob, f"{parameter} sent to a job scaled by {self.knob}"
+        return replace(self, parallelism=value, epoch=epoch)
 
     def produced(self, t_s: float) -> float:
         total, steps = 0.0, [*self.rates, (float("inf"), 0.0)]
@@ -57,7 +85,8 @@ class Job:
 
     @property
     def units(self) -> int:
-        return min(max(self.parallelism, self.partitions), self.task_slots)
+        floor = self.partitions if self.knob == "input_parallelism" else 1
+        return min(max(self.parallelism, floor), self.task_slots)
 
 
 def simulate(job: Job, seconds: float, *, start_s: float = 0.0,
@@ -87,6 +116,7 @@ def simulate(job: Job, seconds: float, *, start_s: float = 0.0,
 def metrics(job: Job, batch: int, t_s: float, busy_s: float, pos: list[int], take: list[int],
             latest: list[int]) -> TaskMetrics:
     start_ms = T0_MS + int(t_s * 1000)
+    stateless = job.knob == "input_parallelism"
     return TaskMetrics(
         query_id=job.query_id, instance_id=job.instance_id, role=Role.ACTIVE,
         config_epoch=job.epoch, batch_id=batch, batch_start_ms=start_ms,
@@ -95,11 +125,53 @@ def metrics(job: Job, batch: int, t_s: float, busy_s: float, pos: list[int], tak
         partitions=tuple(
             SourcePartition(job.source_topic, p, pos[p], pos[p] + take[p], latest[p])
             for p in range(job.partitions)),
-        input_parallelism=job.parallelism, state_partitions=0, task_slots=job.task_slots,
+        input_parallelism=job.parallelism if stateless else job.input_parallelism,
+        state_partitions=0 if stateless else job.parallelism, task_slots=job.task_slots,
         source_topics=(job.source_topic,), sink_topics=(job.sink_topic,),
         max_offsets_per_trigger=job.max_per_batch if job.report_cap else 0,
+        scaling_parameter=job.knob, max_state_partitions=job.max_state_partitions,
+        executor_cores=job.executor_cores, max_executors=job.max_executors,
     )
 
 
 def end_ms(trace: list[TaskMetrics]) -> int:
     return trace[-1].batch_end_ms
+
+
+Sent = tuple[float, ControlTuple, Job]
+"""(second it was sent, the tuple, the job it was sent to)."""
+
+
+def closed_loop(job: Job, seconds: int,
+                settings: ControllerSettings | None = None) -> list[Sent]:
+    """The real loop (in-memory ports, a fake clock, a cycle every 5 s) over `job`, which
+    applies every tuple it is sent and acks it APPLIED; a restart of the query (its knob
+    changed) takes 5 s and warms up again, an executor request is a swap that takes none."""
+    bus, clock = MemoryBus(), FakeClock(T0_MS)
+    loop = ControlLoop(settings or ControllerSettings(), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+        clock=clock))
+    sent: list[Sent] = []
+    t, batch, positions, fresh = 0.0, 0, [0] * job.partitions, True
+    while t < seconds:
+        # Only the first batch of a run (start or restart) carries the warm-up.
+        run = job if fresh else replace(job, warm_up_s=0.0)
+        chunk = simulate(run, 5, start_s=t, positions=positions, first_batch=batch)
+        fresh = fresh and not any(s.input_rows > 0 for s in chunk)
+        if chunk:
+            batch = chunk[-1].batch_id + 1
+            positions = [p.end_offset for p in chunk[-1].partitions]
+            bus.publish_metrics(*chunk)
+        t += 5
+        clock.ms = T0_MS + int(t * 1000)
+        loop.run_once()
+        for control in bus.sent_controls()[len(sent):]:
+            sent.append((t, control, job))
+            restart = control.parameter != "executors"
+            t += 5 if restart else 0
+            job = job.applied(control.parameter, int(control.value), control.epoch)
+            fresh = fresh or restart
+            bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
+                                control.epoch, Outcome.APPLIED, "", 5000, clock.ms))
+    return sent

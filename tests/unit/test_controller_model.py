@@ -10,7 +10,6 @@ import pytest
 from controller.model import (
     QueryModel,
     arrival_rate,
-    effective_units,
     evaluate,
     rate_per_unit,
     slope_per_s,
@@ -96,12 +95,6 @@ def test_processing_rate_weights_each_batch_by_its_units() -> None:
     after = simulate(Job([(0, 300)], 210, 4, partitions=2), 10, start_s=10,
                      positions=[s.end_offset for s in before[-1].partitions], first_batch=10)
     assert rate_per_unit(tuple(before + after)) == pytest.approx(210, rel=0.02)
-
-
-def test_units_are_bounded_by_partitions_and_slots() -> None:
-    assert effective_units(1, 2, 8) == 2  # Spark reads each Kafka partition with a task
-    assert effective_units(12, 2, 8) == 8  # beyond the slots, tasks queue
-    assert effective_units(3, 0, 0) == 3  # unknown slots: no cap
 
 
 def test_slope_is_least_squares() -> None:

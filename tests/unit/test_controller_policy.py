@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.knobs import bounds
 from controller.model import QueryModel
-from controller.policy import bounds, decide, target_units
+from controller.policy import decide, target_units
 from controller.results import Hold, Recommend, Scale
 from controller.settings import PolicySettings
 from controller.sizing import required_units
@@ -41,8 +42,8 @@ def test_backlogged_query_is_sized_in_one_step() -> None:
     assert verdict.figures["arrival_rate"] == 700 and verdict.figures["target"] == 5
     assert verdict.reason == (
         "backlog 6 000 records growing 300/s; arrival 700/s exceeds capacity 400/s "
-        "(2 × 200/s per unit at 100% busy, utilisation 175%); 5 units drain it in 60 s at "
-        "80% utilisation")
+        "(2 × 200/s per unit at 100% busy, utilisation 175%); 5 units of input_parallelism "
+        "drain it in 60 s at 80% utilisation")
 
 
 def test_growing_backlog_alone_triggers_scale_up() -> None:

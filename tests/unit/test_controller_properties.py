@@ -1,5 +1,7 @@
 """Properties of the policy (hypothesis): bounds, no oscillation on a stationary noisy load,
-monotone sizing, and a lost instance reported within its timeout."""
+monotone sizing, and a lost instance reported within its timeout — for either knob a job may
+name (input parallelism, state partitions), in local mode and on a cluster that can add
+executors."""
 
 from __future__ import annotations
 
@@ -19,15 +21,15 @@ from controller.fakes import (
     MemoryMetricsSource,
 )
 from controller.judgement import lost_timeout_s
+from controller.knobs import bounds, executors_wanted, running_executors
 from controller.loop import ControlLoop, Ports
 from controller.model import QueryModel
-from controller.policy import bounds, decide, target_units
+from controller.policy import decide, target_units
 from controller.results import Scale
 from controller.settings import ControllerSettings, PolicySettings
 from controller.sizing import NO_INFLOW, Inflow
 from controller.state import ControlState
-from schemas import Ack, Outcome
-from tests.unit.controller_traces import T0_MS, Job, simulate
+from tests.unit.controller_traces import T0_MS, Job, closed_loop, simulate
 
 NOW = T0_MS + 3_600_000
 POLICY = PolicySettings()
@@ -36,17 +38,25 @@ rates = st.floats(min_value=0, max_value=1e5, allow_nan=False)
 backlogs = st.floats(min_value=0, max_value=1e7, allow_nan=False)
 
 
+KNOBS = st.sampled_from(["input_parallelism", "state_partitions"])
+
+
 @st.composite
 def models(draw: st.DrawFn) -> QueryModel:
-    parallelism = draw(st.integers(1, 64))
-    return QueryModel(
+    """Either knob; in local mode, or on a cluster whose slots are executors × cores."""
+    parallelism, cores = draw(st.integers(1, 64)), draw(st.sampled_from([0, 0, 1, 2, 4]))
+    slots = (draw(st.integers(1, 16)) * cores if cores else draw(st.integers(0, 64)))
+    model = QueryModel(
         query_id="q", samples=10, config_epoch=0, arrival_rate=draw(rates),
         throughput=100, busy_ratio=draw(st.floats(0, 1)),
         rate_per_unit=draw(st.floats(1, 1e4)), parallelism=parallelism, units=parallelism,
-        source_partitions=draw(st.integers(1, 32)), task_slots=draw(st.integers(0, 64)),
+        source_partitions=draw(st.integers(1, 32)), task_slots=slots,
         backlog_records=draw(backlogs),
         backlog_trend_records_per_s=draw(st.floats(-1e4, 1e4)), time_to_drain_s=math.inf,
-        batch_overhead_s=draw(st.floats(0, 5)), batch_cap=draw(st.integers(0, 100_000)))
+        batch_overhead_s=draw(st.floats(0, 5)), batch_cap=draw(st.integers(0, 100_000)),
+        knob=draw(KNOBS), job_max=draw(st.sampled_from([0, 8, 64])), executor_cores=cores,
+        max_executors=draw(st.integers(slots // cores, 32)) if cores else 0)
+    return replace(model, units=model.units_at(parallelism))
 
 
 inflows = st.one_of(st.just(NO_INFLOW), st.builds(Inflow, rates, backlogs, rates))
@@ -58,7 +68,17 @@ def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool,
                                       inflow: Inflow) -> None:
     state = ControlState(quiet_since_ms=NOW - 10**7 if quiet_long else None)
     verdict = decide(model, state, NOW, POLICY, inflow)
-    if isinstance(verdict, Scale):
+    if isinstance(verdict, Scale) and verdict.parameter == "executors":
+        # Only on a cluster, only up, within the job's maximum, and only for units the slots
+        # cannot hold (never for slots the knob could not use).
+        assert model.executor_cores > 0 and verdict.action == "scale_up"
+        assert verdict.current == model.task_slots // model.executor_cores
+        assert verdict.target <= model.max_executors
+        needed = verdict.figures["required"]
+        assert needed > model.task_slots
+        assert (verdict.target - 1) * model.executor_cores < min(needed, POLICY.max_parallelism)
+    elif isinstance(verdict, Scale):
+        assert verdict.parameter == model.knob
         limits = bounds(model, POLICY)
         assert limits.low <= verdict.target
         if verdict.action == "scale_up":
@@ -80,49 +100,52 @@ def test_target_parallelism_is_monotone_in_arrival_and_backlog(
     assert units(lo_a, lo_b) <= units(hi_a, lo_b) <= units(hi_a, hi_b)
 
 
-def closed_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
+@given(models(), st.integers(1, 200), st.integers(1, 200))
+def test_executors_asked_for_are_monotone_in_the_units_wanted(model: QueryModel, w1: int,
+                                                               w2: int) -> None:
+    def executors(wanted: int) -> int:
+        found = executors_wanted(model, wanted, POLICY, None, NOW)
+        if found is None:
+            return running_executors(model)
+        # The knob that follows fits the slots asked for and uses more than those running.
+        assert model.task_slots < found.then <= found.executors * model.executor_cores
+        assert found.then <= wanted
+        return found.executors
+
+    low, high = sorted((w1, w2))
+    assert running_executors(model) <= executors(low) <= executors(high)
+    assert executors(high) <= max(model.max_executors, running_executors(model))
+
+
+def noisy_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
     """The real loop over a job that applies what it is sent (after a 5 s pause) under a
-    load redrawn every 5 s within ±noise of the job's rate; returns (time, action)."""
+    load redrawn every 5 s within ±noise of the job's rate; returns (time, direction), an
+    executor request counting as a step up or down like the knob's."""
     rng = random.Random(seed)
     base = job.rates[0][1]
     steps = [(float(t), base * (1 + rng.uniform(-noise, noise))) for t in range(0, seconds, 5)]
-    job = replace(job, rates=steps)
-    bus, clock = MemoryBus(), FakeClock(T0_MS)
-    loop = ControlLoop(ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
-        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock))
-    actions: list[tuple[float, str]] = []
-    t, batch, positions, fresh = 0.0, 0, [0] * job.partitions, True
-    while t < seconds:
-        # Only the first batch of a run (start or restart) carries the warm-up.
-        run = job if fresh else replace(job, warm_up_s=0.0)
-        chunk = simulate(run, 5, start_s=t, positions=positions, first_batch=batch)
-        fresh = fresh and not any(s.input_rows > 0 for s in chunk)
-        if chunk:
-            batch = chunk[-1].batch_id + 1
-            positions = [p.end_offset for p in chunk[-1].partitions]
-            bus.publish_metrics(*chunk)
-        t += 5
-        clock.ms = T0_MS + int(t * 1000)
-        loop.run_once()
-        for control in bus.sent_controls()[len(actions):]:
-            new = int(control.value)
-            actions.append((t, "up" if new > job.parallelism else "down"))
-            t += 5  # the restart
-            job, fresh = replace(job, parallelism=new, epoch=control.epoch), True
-            bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
-                                control.epoch, Outcome.APPLIED, "", 5000, clock.ms))
-    return actions
+    return [(t, "up" if int(control.value) > current(control.parameter, before) else "down")
+            for t, control, before in closed_loop(replace(job, rates=steps), seconds)]
+
+
+def current(parameter: str, job: Job) -> int:
+    return job.task_slots // job.executor_cores if parameter == "executors" else job.parallelism
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6))
+@given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6),
+       KNOBS, st.booleans())
 def test_a_stationary_noisy_load_does_not_oscillate(rate: float, noise: float,
-                                                    parallelism: int, seed: int) -> None:
+                                                    parallelism: int, seed: int, knob: str,
+                                                    cluster: bool) -> None:
+    """On a cluster the job starts with as many slots as its knob (one core per executor),
+    so any scale-up needs executors first."""
     job = Job(rates=[(0, rate)], per_unit=200, parallelism=parallelism, overhead_s=1.5,
-              max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0)
-    actions = closed_loop(job, noise, seed, 600)
+              max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0, knob=knob,
+              partitions=2 if knob == "input_parallelism" else 4)
+    if cluster:
+        job = replace(job, task_slots=parallelism, executor_cores=1, max_executors=16)
+    actions = noisy_loop(job, noise, seed, 600)
     stabilisation = POLICY.scale_down_stabilisation_s
     for (t1, d1), (_, d2), (t3, d3) in zip(actions, actions[1:], actions[2:], strict=False):
         assert not (d1 == "up" and d2 == "down" and d3 == "up"

@@ -57,6 +57,33 @@ def test_prune_keeps_window_s_and_max_samples() -> None:
     assert w.samples == ()
 
 
+def test_a_reporting_query_keeps_three_samples_however_long_its_batches() -> None:
+    """36 s batches (a backlogged stateful job on 2 state partitions): the 60 s window holds
+    one or two, too few for a trend, so it keeps the newest three while they keep coming."""
+    w = window()
+    starts = [0, 36_000, 72_000, 108_000]
+    for n, start in enumerate(starts):
+        w.add(replace(TRACE[0], batch_id=n, batch_start_ms=T0_MS + start,
+                      batch_end_ms=T0_MS + start + 36_000, busy_ms=36_000))
+    w.prune(T0_MS + 150_000)
+    assert [s.batch_id for s in w.samples] == [1, 2, 3]
+    w.prune(T0_MS + 150_000 + 61_000)  # silent for longer than the window: nothing is kept
+    assert w.samples == ()
+    assert w.last_sample is not None and w.last_sample.batch_id == 3
+
+
+def test_an_epoch_that_only_adds_executors_keeps_the_samples() -> None:
+    w = window()
+    for s in TRACE[:5]:
+        w.add(s)
+    w.carry_to(1)
+    assert w.add(replace(TRACE[5], config_epoch=1)) is Admission.ACCEPTED
+    w.require_epoch(1)  # its ack
+    assert [s.batch_id for s in w.samples] == [s.batch_id for s in TRACE[:6]]
+    w.require_epoch(2)  # any other change still starts afresh
+    assert w.samples == ()
+
+
 def test_out_of_order_samples_are_sorted_and_standby_ignored() -> None:
     w = window()
     w.add(TRACE[3])

@@ -5,6 +5,7 @@ forgotten), the Avro encoder, and the registry's per-job defaults."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -136,6 +137,19 @@ def test_the_registry_names_each_job_and_its_defaults() -> None:
     assert fraud.stateful and fraud.output_mode == "append" and fraud.udf_versions == ("v1", "v2")
     with pytest.raises(ValueError, match="unknown job 'fraud'; known jobs: fraud-detection"):
         plan_for("fraud")
+
+
+def test_each_plan_names_the_knob_its_capacity_grows_with() -> None:
+    """The sensor job's lookup runs in the source tasks, the fraud job's scoring call in its
+    stateful operator: the controller sizes what the plan names (README, the second job)."""
+    assert plan_for("sensor-averages").scaling_parameter == "input_parallelism"
+    assert plan_for("fraud-detection").scaling_parameter == "state_partitions"
+    sensor = plan_for("sensor-averages")
+    with pytest.raises(ValueError, match="scaling_parameter must be one of input_parallelism, "
+                                         "state_partitions, got 'executors'"):
+        replace(sensor, scaling_parameter="executors")
+    with pytest.raises(ValueError, match="a stateless plan cannot scale by its state"):
+        replace(sensor, stateful=False, scaling_parameter="state_partitions")
 
 
 def test_choosing_the_job_sets_its_topics_unless_given() -> None:

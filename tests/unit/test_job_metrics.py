@@ -33,7 +33,8 @@ TOPIC = "cap-in-5dc323"
 CTX = RunContext(query_id="sensor-averages", instance_id="host-1", config_epoch=3,
                  input_parallelism=4, state_partitions=2, task_slots=16,
                  trigger_interval_ms=500, source_topics=(TOPIC,), sink_topics=("out",),
-                 max_offsets_per_trigger=400)
+                 max_offsets_per_trigger=400, scaling_parameter="state_partitions",
+                 max_state_partitions=32)
 
 
 def progress(batch_id: int, **changes: Any) -> StreamingQueryProgress:
@@ -53,6 +54,8 @@ def test_first_batch() -> None:
                             SourcePartition(TOPIC, 1, -1, 1, 1))
     assert backlog_records(m) == 201
     assert (m.state_rows, m.state_bytes, m.state_partitions, m.task_slots) == (6, 2416, 2, 16)
+    assert (m.scaling_parameter, m.max_state_partitions, m.executor_cores,
+            m.max_executors) == ("state_partitions", 32, 0, 0)
     assert (m.source_topics, m.sink_topics) == ((TOPIC,), ("out",))
     assert m.max_offsets_per_trigger == 400
     assert dead_letters(progress(0)) == 1
@@ -101,6 +104,7 @@ def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> N
     assert backlog_records(beat) == 0
     assert heartbeat(CTX, 1, None).partitions == ()
     assert beat.max_offsets_per_trigger == 400
+    assert (beat.scaling_parameter, beat.max_state_partitions) == ("state_partitions", 32)
     assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(beat)) == beat
 
 

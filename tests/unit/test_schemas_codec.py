@@ -168,6 +168,24 @@ def test_records_of_task_metrics_v2_decode_with_no_rows_shed() -> None:
     assert codec_for(TaskMetrics).decode(current).rows_shed == 12
 
 
+def test_records_of_task_metrics_v3_decode_as_sized_by_input_parallelism_in_local_mode(
+        ) -> None:
+    """v3 (before the scaling parameter and the executor bounds) is shipped in
+    schemas/history; its records read as a local-mode job scaled by its input parallelism,
+    which is what every job was when they were written."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.3.avsc").read_text())
+    assert "scaling_parameter" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8,
+                          rows_shed=12, scaling_parameter="state_partitions",
+                          max_state_partitions=32, executor_cores=2, max_executors=4)
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert (decoded.scaling_parameter, decoded.max_state_partitions, decoded.executor_cores,
+            decoded.max_executors, decoded.rows_shed) == ("input_parallelism", 0, 0, 0, 12)
+    current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
+    assert current == metrics
+
+
 def test_a_dict_from_before_a_defaulted_field_gets_the_default() -> None:
     """Recorded traces hold `to_avro()` dicts; one written before a field existed still reads."""
     data = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8).to_avro()

@@ -61,3 +61,25 @@ def test_a_pipeline_with_a_bottleneck_in_the_middle_is_sized_in_one_round() -> N
     assert all(len(tuples) == 1 for tuples in ups.values()), {
         q: [c.value for _, c in tuples] for q, tuples in ups.items()}
     assert figures(trace).converge_s is not None
+
+
+def test_a_stateful_step_is_sized_by_state_partitions_in_one_action() -> None:
+    trace = _ours(scenarios.stateful_step())
+    result = figures(trace)
+    assert [c.parameter for _, c in trace.controls] == ["state_partitions"]
+    assert result.converge_s is not None and result.direction_changes == 0
+
+
+def test_on_a_cluster_executors_come_first_and_the_knob_follows_as_they_run() -> None:
+    """Two one-core executors: the same step needs more slots, then the state partitions;
+    it converges as fast as in local mode (the knob follows the executors' ack at once)."""
+    trace = _ours(scenarios.stateful_step_on_a_cluster())
+    result = figures(trace)
+    [(_, more), (followed_at, knob)] = trace.controls
+    assert (more.parameter, knob.parameter) == ("executors", "state_partitions")
+    [executors_ack] = [t for t, a in trace.acks if a.control_id == more.control_id]
+    assert followed_at - executors_ack <= trace.scenario.tick_s  # the next cycle
+    assert int(knob.value) <= int(more.value)
+    local = figures(_ours(scenarios.stateful_step()))
+    assert result.converge_s is not None and local.converge_s is not None
+    assert result.converge_s <= local.converge_s + 2 * scenarios.FRAUD.executor_start_s

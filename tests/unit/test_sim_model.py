@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import pairwise
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,15 +13,16 @@ from hypothesis import strategies as st
 from bench.sim import profiles, scenarios
 from bench.sim.baselines import Threshold
 from bench.sim.measures import direction_changes
-from bench.sim.model import T0_MS, JobSpec, plan
+from bench.sim.model import T0_MS, JobSpec
 from bench.sim.policies import Static
 from bench.sim.run import Scenario, Trace, World, simulate
+from bench.sim.topics import plan
 from schemas import ControlTuple, Outcome, TaskMetrics
 
 JOB = JobSpec(query_id="job", source_topic="in", sink_topic="out")
 
 
-def _scenario(rate: float, seconds: int = 120, **job: float) -> Scenario:
+def _scenario(rate: float, seconds: int = 120, **job: Any) -> Scenario:
     return Scenario("t", profiles.steps("flat", seconds, [(0, rate)], 0),
                     (replace(JOB, **job),), duration_s=seconds, warmup_s=0)
 
@@ -98,15 +100,17 @@ class _Once:
 
     name = "once"
 
-    def __init__(self, at_s: int, value: str, epoch: int = 1) -> None:
+    def __init__(self, at_s: int, value: str, epoch: int = 1,
+                 parameter: str = "input_parallelism") -> None:
         self.at_ms, self.value, self.epoch = at_s * 1000, value, epoch
+        self.parameter = parameter
         self.acks: list = []
 
     def step(self, metrics, acks, now_ms):  # type: ignore[no-untyped-def]
         self.acks += acks
         if now_ms - 1_700_000_000_000 != self.at_ms:
             return []
-        return [ControlTuple("c1", "job", "source", "input_parallelism", self.value,
+        return [ControlTuple("c1", "job", "source", self.parameter, self.value,
                              self.epoch, "test", "test", now_ms)]
 
 
@@ -131,6 +135,42 @@ def test_a_stale_epoch_or_a_bad_value_is_rejected() -> None:
         trace = simulate(_scenario(100, seconds=20), policy)
         assert [a.outcome for a in policy.acks] == [Outcome.REJECTED]
         assert trace.units["job"][-1] == 2
+
+
+def test_a_stateful_job_reports_and_takes_its_state_partitions() -> None:
+    job = {"scaling_parameter": "state_partitions", "rate_per_unit": 50.0}
+    policy = _Once(at_s=40, value="6", parameter="state_partitions")
+    trace = simulate(_scenario(80, seconds=90, **job), policy)
+    [ack] = policy.acks
+    assert ack.outcome is Outcome.APPLIED and ack.detail == "state_partitions → 6"
+    batches = _batches(trace, "job")
+    assert {(m.scaling_parameter, m.state_partitions, m.input_parallelism)
+            for m in batches if m.config_epoch == 0} == {("state_partitions", 2, 2)}
+    assert {m.state_partitions for m in batches if m.config_epoch == 1} == {6}
+    # 2 state partitions of 50/s, whatever the Kafka partitions: rows / 100 + the overhead
+    first = batches[0]
+    assert first.busy_ms == round((first.input_rows / 100 + 1.5) * 1000)
+    wrong = _Once(at_s=10, value="6")
+    simulate(_scenario(80, seconds=20, **job), wrong)
+    assert [a.outcome for a in wrong.acks] == [Outcome.REJECTED]
+
+
+def test_executors_are_a_swap_acked_once_they_run() -> None:
+    job = {"scaling_parameter": "state_partitions", "rate_per_unit": 50.0, "task_slots": 2,
+           "executor_cores": 1, "max_executors": 8, "executor_start_s": 8.0, "parallelism": 6}
+    policy = _Once(at_s=40, value="6", parameter="executors")
+    trace = simulate(_scenario(80, seconds=90, **job), policy)
+    [ack] = policy.acks
+    assert (ack.outcome, ack.pause_ms, ack.acked_at_ms) == (Outcome.APPLIED, 0, T0_MS + 48_000)
+    batches = _batches(trace, "job")
+    assert {(m.executor_cores, m.max_executors) for m in batches} == {(1, 8)}
+    assert {m.task_slots for m in batches if m.batch_end_ms <= T0_MS + 48_000} == {2}
+    assert batches[-1].task_slots == 6 and batches[-1].config_epoch == 1
+    # no restart: batches keep coming through the change, 6 partitions now on 6 slots
+    assert trace.units["job"][39] == 2 and trace.units["job"][-1] == 6
+    too_many = _Once(at_s=10, value="9", parameter="executors")
+    simulate(_scenario(80, seconds=20, **job), too_many)
+    assert [a.outcome for a in too_many.acks] == [Outcome.REJECTED]
 
 
 def test_plan_prorates_the_cap_by_lag_like_the_kafka_source() -> None:

@@ -1,0 +1,97 @@
+"""What the closed-loop tests share: the job and controller processes on their own topics, and
+a watch over the metrics, decisions and acks the loop writes.
+
+Each test starts its own job (its options are the test's subject) with `run_loop`; the
+controller is the same for both, with a shorter cooldown than the default 30 s: one scale-up
+is expected, and a second one, if the first fell short, should come within a test's budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schemas import Ack, Decision, Outcome, TaskMetrics
+from streamctl.processes import Child, start_child, stop_all
+from streamctl.tail import Tail
+from streamctl.view import QueryView
+from tests.accounting import until
+
+CONTROLLER_COOLDOWN_S = 20
+
+
+@contextmanager
+def run_loop(bootstrap: str, topics: dict[str, str], job_args: Sequence[str],
+             log_dir: Path) -> Iterator[list[Child]]:
+    """The job (`job run` with `job_args`) and the controller, talking over `topics`."""
+    env = {
+        "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap,
+        "STREAMCTL_METRICS_TOPIC": topics["metrics"], "STREAMCTL_CONTROL_TOPIC": topics["control"],
+        "STREAMCTL_ACK_TOPIC": topics["acks"], "STREAMCTL_DECISIONS_TOPIC": topics["decisions"],
+    }
+    io = ["--input-topic", topics["input"], "--output-topic", topics["output"],
+          "--dlq-topic", topics["dlq"], "--metrics-port", "0"]
+    children = [start_child("job", ["job", "run", *io, *job_args], log_dir, env)]
+    try:
+        children.append(start_child("controller", [
+            "controller", "run", "--metrics-port", "0",
+            "--cooldown-s", str(CONTROLLER_COOLDOWN_S)], log_dir, env))
+        yield children
+    finally:
+        stop_all(children)
+
+
+@dataclass
+class LoopWatch:
+    """Reads the loop's metrics (of `query_id`), decisions and acks from the beginning, and
+    fails at once, with its log, when one of `children` died."""
+
+    bootstrap: str
+    topics: dict[str, str]
+    query_id: str
+    children: list[Child]
+    view: QueryView = field(init=False)
+    decisions: list[Decision] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    tail: Tail = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = QueryView(self.query_id)
+        t = self.topics
+        self.tail = Tail(self.bootstrap, {t["metrics"]: TaskMetrics, t["acks"]: Ack,
+                                          t["decisions"]: Decision}, from_beginning=True)
+
+    def consume(self) -> None:
+        for _topic, record in self.tail.poll(0.2):
+            if isinstance(record, TaskMetrics) and record.query_id == self.query_id:
+                self.view.add(record)
+            elif isinstance(record, Decision):
+                self.decisions.append(record)
+            elif isinstance(record, Ack):
+                self.acks.append(record)
+        for child in self.children:
+            assert child.alive(), f"{child.name} died:\n{child.log_tail()}"
+
+    def until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Consume until `predicate()` holds; fail after `timeout_s` naming `what`."""
+        def ready() -> bool:
+            self.consume()
+            return predicate()
+
+        until(ready, timeout_s, what)
+
+    def sent(self) -> list[Decision]:
+        """The decisions that sent a control tuple (the controller also logs how each ended,
+        as `ack_…` decisions under the same control id)."""
+        return [d for d in self.decisions if d.control_id and not d.action.startswith("ack_")]
+
+    def applied(self) -> list[Ack]:
+        return [a for a in self.acks if a.outcome is Outcome.APPLIED]
+
+    def lag_records(self) -> int:
+        return self.view.lag_records(self.tail.log_end_total(self.topics["input"]))
+
+    def close(self) -> None:
+        self.tail.close()
