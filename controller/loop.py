@@ -157,7 +157,7 @@ class ControlLoop:
                      ack.instance_id, ack.control_id, flight.instance, ack.outcome.value,
                      ack.detail)
             return
-        self.ports.observer.acked(ack.query_id, ack.outcome.value)
+        self.ports.observer.acked(ack.query_id, ack.outcome.value, ack.pause_ms)
         if ack.outcome is Outcome.APPLIED:
             log.info("%s: control %s applied at epoch %d (pause %d ms): %s", ack.query_id,
                      ack.control_id, ack.epoch, ack.pause_ms, ack.detail)
@@ -254,7 +254,7 @@ class ControlLoop:
         if isinstance(previous, Lost):
             log.info("%s: metrics again after being reported lost", query_id)
         log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
-        self.ports.observer.decided(query_id, verdict.action)
+        self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
             self.ports.observer.recommended(query_id, verdict.action)
         if isinstance(verdict, Recommend | Lost) or (isinstance(verdict, Hold)
@@ -267,7 +267,7 @@ class ControlLoop:
         if not isinstance(verdict, Scale | Promote):
             return
         query_id = window.query_id
-        self.ports.observer.decided(query_id, verdict.action)
+        self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         state = self._actuator.act(query_id, verdict, self.states.get(query_id, ControlState()),
                                    window.epoch, self.models.get(query_id), now_ms)
         if state.in_flight is not None and state.in_flight.parameter == EXECUTORS:

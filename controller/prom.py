@@ -4,7 +4,10 @@ Owns the metric names and labels, all defined once on an injected `CollectorRegi
 use a fresh registry and nothing touches the global one. Labels stay bounded: `query` by
 `ModelSettings.max_queries`, `action` and `outcome` by the policy's and the ack's fixed sets
 (recommendations are counted by action only: how often, not for whom),
-`topic` by the two topics the controller consumes. Implements `ports.LoopObserver`.
+`topic` by the two topics the controller consumes. The one free-text label, a decision's
+`reason`, lives on one series per query (the last decision; the one before is removed), so
+Grafana can show the sentence as an annotation; it churns one series per decision, a few an
+hour. Implements `ports.LoopObserver`.
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from controller.model import QueryModel
 from schemas import DecodeError
 from security import metrics_http
 from security.metrics_http import EndpointSecurity
 
+PAUSE_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+"""From a swap at a batch boundary (well under a second) to a cold promotion (a minute)."""
+
 
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._last_decision: dict[str, tuple[str, str, str]] = {}
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["query"], registry=registry)
@@ -45,6 +52,17 @@ class ControllerMetrics:
                                  "every scaling).", ["query", "action"], registry=registry)
         self.acks = Counter("streamctl_acks", "Acks of our control tuples by outcome.",
                             ["query", "outcome"], registry=registry)
+        self.last_decision = Gauge(
+            "streamctl_last_decision_timestamp_seconds",
+            "When the query's last decision was taken (Unix time), labelled with its action "
+            "and its reason sentence; one series per query.",
+            ["query", "action", "reason"], registry=registry)
+        self.pauses = Histogram(
+            "streamctl_reconfiguration_pause_seconds",
+            "Pause of each applied control tuple as its ack reports it: last commit before "
+            "to first commit after.", ["query"], buckets=PAUSE_BUCKETS_S, registry=registry)
+        self.last_pause = gauge("streamctl_last_reconfiguration_pause_seconds",
+                                "Pause of the query's last applied control tuple.")
         self.ack_timeouts = Counter("streamctl_ack_timeouts", "Control tuples never acked.",
                                     registry=registry)
         self.decode_errors = Counter("streamctl_decode_errors",
@@ -89,11 +107,19 @@ class ControllerMetrics:
         self.overhead.labels(q).set(model.batch_overhead_s)
         self.per_unit.labels(q).set(model.rate_per_unit)
 
-    def decided(self, query_id: str, action: str) -> None:
+    def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
         self.decisions.labels(query_id, action).inc()
+        previous = self._last_decision.get(query_id)
+        if previous is not None:
+            self.last_decision.remove(*previous)
+        self._last_decision[query_id] = (query_id, action, reason)
+        self.last_decision.labels(query_id, action, reason).set(at_ms / 1000)
 
-    def acked(self, query_id: str, outcome: str) -> None:
+    def acked(self, query_id: str, outcome: str, pause_ms: int) -> None:
         self.acks.labels(query_id, outcome).inc()
+        if outcome == "APPLIED":
+            self.pauses.labels(query_id).observe(pause_ms / 1000)
+            self.last_pause.labels(query_id).set(pause_ms / 1000)
 
     def ack_timed_out(self, query_id: str) -> None:
         self.ack_timeouts.inc()

@@ -24,8 +24,9 @@ CONTROLLER_COOLDOWN_S = 20
 
 @contextmanager
 def run_loop(bootstrap: str, topics: dict[str, str], job_args: Sequence[str],
-             log_dir: Path) -> Iterator[list[Child]]:
-    """The job (`job run` with `job_args`) and the controller, talking over `topics`."""
+             log_dir: Path, controller_metrics_port: int = 0) -> Iterator[list[Child]]:
+    """The job (`job run` with `job_args`) and the controller, talking over `topics`; the
+    controller serves Prometheus on `controller_metrics_port` (0: not at all)."""
     env = {
         "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap,
         "STREAMCTL_METRICS_TOPIC": topics["metrics"], "STREAMCTL_CONTROL_TOPIC": topics["control"],
@@ -36,7 +37,7 @@ def run_loop(bootstrap: str, topics: dict[str, str], job_args: Sequence[str],
     children = [start_child("job", ["job", "run", *io, *job_args], log_dir, env)]
     try:
         children.append(start_child("controller", [
-            "controller", "run", "--metrics-port", "0",
+            "controller", "run", "--metrics-port", str(controller_metrics_port),
             "--cooldown-s", str(CONTROLLER_COOLDOWN_S)], log_dir, env))
         yield children
     finally:

@@ -32,7 +32,7 @@ class Recorder(NullObserver):
     def __init__(self) -> None:
         self.events: list[tuple[str, ...]] = []
 
-    def acked(self, query_id: str, outcome: str) -> None:
+    def acked(self, query_id: str, outcome: str, pause_ms: int) -> None:
         self.events.append(("ack", query_id, outcome))
 
     def ack_timed_out(self, query_id: str) -> None:

@@ -20,8 +20,10 @@ def test_figures_and_counters_are_exported() -> None:
     metrics = ControllerMetrics(registry)
     metrics.metrics_received(3)
     metrics.modelled(MODEL, 5)
-    metrics.decided("q1", "scale_up")
-    metrics.acked("q1", "APPLIED")
+    metrics.decided("q1", "hold", "within band", 1_700_000_000_000)
+    metrics.decided("q1", "scale_up", "backlog 6 000 records growing", 1_700_000_005_500)
+    metrics.acked("q1", "APPLIED", 4_200)
+    metrics.acked("q1", "REJECTED", 0)
     metrics.ack_timed_out("q1")
     metrics.decode_error(DecodeError("bad", topic="streamctl.metrics", partition=0, offset=7))
     metrics.recommended("q1", "throttle")
@@ -41,6 +43,17 @@ def test_figures_and_counters_are_exported() -> None:
     assert value("streamctl_desired_parallelism", query="q1") == 5
     assert value("streamctl_decisions_total", query="q1", action="scale_up") == 1
     assert value("streamctl_acks_total", query="q1", outcome="APPLIED") == 1
+    # Only the last decision's series stays, with its reason for Grafana's annotation.
+    assert value("streamctl_last_decision_timestamp_seconds", query="q1", action="scale_up",
+                 reason="backlog 6 000 records growing") == 1_700_000_005.5
+    assert value("streamctl_last_decision_timestamp_seconds", query="q1", action="hold",
+                 reason="within band") is None
+    # Pauses of applied tuples only: a rejection changed nothing.
+    assert value("streamctl_reconfiguration_pause_seconds_count", query="q1") == 1
+    assert value("streamctl_reconfiguration_pause_seconds_sum", query="q1") == 4.2
+    assert value("streamctl_reconfiguration_pause_seconds_bucket", query="q1", le="5.0") == 1
+    assert value("streamctl_reconfiguration_pause_seconds_bucket", query="q1", le="2.0") == 0
+    assert value("streamctl_last_reconfiguration_pause_seconds", query="q1") == 4.2
     assert value("streamctl_ack_timeouts_total") == 1
     assert value("streamctl_decode_errors_total", topic="streamctl.metrics") == 1
     assert value("streamctl_metrics_records_total") == 3
