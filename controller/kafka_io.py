@@ -153,9 +153,11 @@ def watermarks(consumer: Consumer, topic: str, partition: int,
                 TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()))
             return int(low), int(high)
         except KafkaException as exc:
-            if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() >= deadline:
+            error = exc.args[0]
+            if ((error.code() not in _NO_LEADER_YET and not error.retriable())
+                    or time.monotonic() >= deadline):
                 raise KafkaSetupError(f"cannot read the offsets of {topic!r} partition "
-                                      f"{partition}: {exc.args[0].str()}") from exc
+                                      f"{partition}: {error.str()}") from exc
             time.sleep(0.2)
 
 

@@ -20,24 +20,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
+from controller.kafka_io import watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import PLAINTEXT, KafkaSecurity
-
-# A topic just created, or a broker just restarted, answers these until its leader is elected.
-_NO_LEADER_YET = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-})
 
 log = logging.getLogger(__name__)
 
@@ -90,27 +78,10 @@ class Tail:
     def _resolve(self, start: TopicPartition) -> TopicPartition:
         if start.offset >= 0:
             return start
-        low, high = self._watermarks(start, 10.0)
+        # A topic just created has no leader for a moment: `watermarks` waits it out.
+        low, high = watermarks(self._consumer, start.topic, start.partition, 10.0)
         return TopicPartition(start.topic, start.partition,
                               low if start.offset == OFFSET_BEGINNING else high)
-
-    def _watermarks(self, partition: TopicPartition, timeout_s: float) -> tuple[int, int]:
-        """(log start, end) of a partition. A topic just created, or a broker just restarted,
-        has no leader for a moment (NOT_LEADER_FOR_PARTITION and kin): asked again until
-        `timeout_s` has passed."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(partition.topic, partition.partition),
-                    timeout=max(0.1, deadline - time.monotonic()))
-                return int(low), int(high)
-            except KafkaException as exc:
-                # librdkafka does not flag these retriable on a watermark query: name them.
-                if ((exc.args[0].code() not in _NO_LEADER_YET and not exc.args[0].retriable())
-                        or time.monotonic() >= deadline):
-                    raise
-                time.sleep(0.2)
 
     def partitions(self, topic: str) -> list[int]:
         if topic not in self._partitions:
@@ -167,12 +138,13 @@ class Tail:
         self._consumer.resume(reached)  # a paused partition stays paused across assign()
 
     def _end_offset(self, partition: TopicPartition) -> int:
-        return self._watermarks(partition, 2.0)[1]
+        # Asked once: a broker that does not answer fails the check, which comes again later.
+        return int(self._consumer.get_watermark_offsets(
+            TopicPartition(partition.topic, partition.partition), timeout=2.0)[1])
 
     def log_end_total(self, topic: str) -> int:
         """Σ of the partitions' end offsets (high watermarks) of `topic`, read now."""
-        return sum(self._watermarks(TopicPartition(topic, p), 5.0)[1]
-                   for p in self.partitions(topic))
+        return sum(watermarks(self._consumer, topic, p, 5.0)[1] for p in self.partitions(topic))
 
     def close(self) -> None:
         self._consumer.close()
