@@ -69,11 +69,11 @@ class Standbys:
     def add(self, sample: TaskMetrics) -> None:
         self.instances.add(sample)
 
-    def promoted(self, query_id: str, instance_id: str, now_ms: int, epoch: int) -> None:
+    def promoted(self, query_id: str, instance_id: str, now_ms: int) -> None:
         """A promotion was acknowledged: the instance is active now, and it was a standby (a
         controller restarted mid-promotion may never have heard it as one), so the next
         count asks for a new standby if it was the last."""
-        self.instances.promoted(query_id, instance_id, now_ms, epoch)
+        self.instances.promoted(query_id, instance_id, now_ms)
         self._counts[query_id] = max(self._counts.get(query_id, 0), 1)
 
     def live(self, query_id: str, now_ms: int) -> list[Seen]:

@@ -21,7 +21,6 @@ class Seen:
     instance_id: str
     role: Role
     last_seen_ms: int
-    epoch: int
 
 
 class Instances:
@@ -33,13 +32,12 @@ class Instances:
         old = known.get(sample.instance_id)
         if old is not None and old.last_seen_ms > sample.batch_end_ms:
             return  # an older record arriving late says nothing new
-        known[sample.instance_id] = Seen(sample.instance_id, sample.role, sample.batch_end_ms,
-                                         sample.config_epoch)
+        known[sample.instance_id] = Seen(sample.instance_id, sample.role, sample.batch_end_ms)
 
-    def promoted(self, query_id: str, instance_id: str, now_ms: int, epoch: int) -> None:
+    def promoted(self, query_id: str, instance_id: str, now_ms: int) -> None:
         """A promotion was acknowledged: the instance is active before its metrics say so."""
         self._by_query.setdefault(query_id, {})[instance_id] = Seen(
-            instance_id, Role.ACTIVE, now_ms, epoch)
+            instance_id, Role.ACTIVE, now_ms)
 
     def live_standbys(self, query_id: str, now_ms: int, timeout_s: float) -> list[Seen]:
         """Standbys heard from within `timeout_s`, freshest first (ties by id)."""

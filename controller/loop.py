@@ -165,7 +165,7 @@ class ControlLoop:
             if window is not None:
                 window.require_epoch(ack.epoch)
             if flight.instance:
-                self.standbys.promoted(ack.query_id, flight.instance, now_ms, ack.epoch)
+                self.standbys.promoted(ack.query_id, flight.instance, now_ms)
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)

@@ -22,7 +22,7 @@ STEADY = Job(rates=[(0, 300)], per_unit=210, parallelism=2, instance_id="a")
 
 
 def seen(instance: str, ago_s: float, role: Role = Role.STANDBY) -> Seen:
-    return Seen(instance, role, T0_MS - int(ago_s * 1000), 0)
+    return Seen(instance, role, T0_MS - int(ago_s * 1000))
 
 
 def beat(instance: str, at_ms: int, role: Role = Role.STANDBY, epoch: int = 0,
@@ -73,7 +73,7 @@ def test_instances_keep_the_newest_word_of_each_and_forget_the_long_silent() -> 
     table.add(beat("s1", T0_MS - 5_000, role=Role.ACTIVE))  # late: changes nothing
     table.add(beat("s2", T0_MS - 9_000))
     assert [s.instance_id for s in table.live_standbys("q1", T0_MS, 8.0)] == ["s1"]
-    table.promoted("q1", "s1", T0_MS + 1_000, epoch=3)
+    table.promoted("q1", "s1", T0_MS + 1_000)
     assert table.live_standbys("q1", T0_MS + 1_000, 60.0)[0].instance_id == "s2"
     table.prune(T0_MS + 100_000, forget_after_s=80)
     assert table.queries() == []
