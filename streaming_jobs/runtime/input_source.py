@@ -103,10 +103,10 @@ class InputSources:
             return self.current.kafka_input(), None
         state_partitions.discard_unexecuted_batch(
             self._checkpoint, last_admitted=last_admitted, seen_commit=seen_commit)
-        if (self._previous is not None and target == self._previous.topic
-                and not self._committed()):  # nothing ran on the current topic: undo
-            return self._roll_back()
         committed = self._committed()
+        if (self._previous is not None and target == self._previous.topic
+                and not committed):  # nothing ran on the current topic: undo
+            return self._roll_back()
         old_log = self._offsets.log_range(self.current.topic)
         cut(self.current, committed, old_log)
         start = start_offsets(self.current, target, self._offsets.log_range(target),

@@ -189,12 +189,7 @@ class TopicOffsets:
         """Partition → (log start, log end); `LookupError` when the topic does not exist."""
         with self._lock:
             try:
-                metadata = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-                if metadata is None or metadata.error is not None or not metadata.partitions:
-                    raise LookupError(f"topic {topic!r} does not exist")
-                return {p: tuple(self._consumer.get_watermark_offsets(  # type: ignore[misc]
-                    TopicPartition(topic, p), timeout=timeout_s, cached=False))
-                    for p in metadata.partitions}
+                return _log_range(self._consumer, topic, timeout_s)
             except KafkaException as exc:
                 raise LookupError(f"cannot read the offsets of {topic!r}: {exc}") from exc
 
@@ -221,12 +216,22 @@ def read_latest(bootstrap_servers: str, topic: str, key: str, record_type: type[
         consumer.close()
 
 
-def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
+def _log_range(consumer: Consumer, topic: str,
+               timeout_s: float) -> dict[int, tuple[int, int]]:
+    """Partition → (log start, log end), asked of the broker now; `LookupError` when the
+    topic does not exist."""
     metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise LookupError(f"topic {topic!r} does not exist")
-    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-            for p in metadata.partitions}
+    ranges = {}
+    for p in metadata.partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+        ranges[p] = (int(low), int(high))
+    return ranges
+
+
+def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
+    return {p: high for p, (_low, high) in _log_range(consumer, topic, timeout_s).items()}
 
 
 def _scan(consumer: Consumer, ends: dict[int, int], key: bytes, codec: Any,

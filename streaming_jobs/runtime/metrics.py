@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunContext:
-    """What the runtime knew about one run of the query (one Spark runId)."""
+    """What the runtime knew about one run of the query (one Spark runId). Every field is the
+    `TaskMetrics` field of the same name, copied into each record of the run."""
 
     query_id: str
     instance_id: str
@@ -103,19 +104,13 @@ def to_task_metrics(
     busy_ms = int(progress.durationMs.get("triggerExecution", 0))
     ops = progress.stateOperators
     return TaskMetrics(
-        query_id=ctx.query_id, instance_id=ctx.instance_id, role=Role.ACTIVE,
-        config_epoch=ctx.config_epoch, batch_id=progress.batchId,
+        **asdict(ctx), role=Role.ACTIVE, batch_id=progress.batchId,
         batch_start_ms=start_ms, batch_end_ms=start_ms + busy_ms,
-        trigger_interval_ms=ctx.trigger_interval_ms, input_rows=int(progress.numInputRows or 0),
-        output_rows=output_rows, busy_ms=busy_ms, partitions=source_partitions(progress),
-        input_parallelism=ctx.input_parallelism, state_partitions=ctx.state_partitions,
-        task_slots=ctx.task_slots, state_rows=sum(op.numRowsTotal for op in ops),
+        input_rows=int(progress.numInputRows or 0), output_rows=output_rows, busy_ms=busy_ms,
+        partitions=source_partitions(progress), state_rows=sum(op.numRowsTotal for op in ops),
         state_bytes=sum(op.memoryUsedBytes for op in ops),
         rows_dropped_by_watermark=sum(op.numRowsDroppedByWatermark for op in ops),
-        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
-        max_offsets_per_trigger=ctx.max_offsets_per_trigger, rows_shed=rows_shed(progress),
-        scaling_parameter=ctx.scaling_parameter, max_state_partitions=ctx.max_state_partitions,
-        executor_cores=ctx.executor_cores, max_executors=ctx.max_executors)
+        rows_shed=rows_shed(progress))
 
 
 def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
@@ -131,17 +126,10 @@ def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
         SourcePartition(p.topic, p.partition, p.end_offset, p.end_offset, p.end_offset)
         for p in last.partitions)
     return TaskMetrics(
-        query_id=ctx.query_id, instance_id=ctx.instance_id, role=role,
-        config_epoch=ctx.config_epoch, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
-        trigger_interval_ms=ctx.trigger_interval_ms, input_rows=0, output_rows=0, busy_ms=0,
-        partitions=partitions, input_parallelism=ctx.input_parallelism,
-        state_partitions=ctx.state_partitions, task_slots=ctx.task_slots,
+        **asdict(ctx), role=role, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
+        input_rows=0, output_rows=0, busy_ms=0, partitions=partitions,
         state_rows=0 if last is None else last.state_rows,
-        state_bytes=0 if last is None else last.state_bytes,
-        source_topics=ctx.source_topics, sink_topics=ctx.sink_topics,
-        max_offsets_per_trigger=ctx.max_offsets_per_trigger,
-        scaling_parameter=ctx.scaling_parameter, max_state_partitions=ctx.max_state_partitions,
-        executor_cores=ctx.executor_cores, max_executors=ctx.max_executors)
+        state_bytes=0 if last is None else last.state_bytes)
 
 
 def backlog_records(metrics: TaskMetrics) -> int:

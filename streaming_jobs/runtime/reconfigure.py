@@ -148,7 +148,7 @@ class Reconfigurer:
         stopped_ms = self._clock_ms()
         try:
             run_id = self._query.start(new)
-            first = self._first_commit(run_id)
+            first = first_commit(self._query, run_id)
         except Exception as exc:
             self._roll_back(old)
             raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
@@ -161,9 +161,6 @@ class Reconfigurer:
                      f"for {max(0, first.start_ms - since_ms)} ms" if first else
                      f"restart to idle {resumed_ms - stopped_ms} ms (no new data)"))
         return Applied(pause_ms=max(0, resumed_ms - since_ms), detail=detail)
-
-    def _first_commit(self, run_id: str) -> Commit | None:
-        return first_commit(self._query, run_id)
 
     def _roll_back(self, old: DesiredState) -> None:
         log.error("restart failed; rolling back to the desired state of epoch %d", old.epoch)

@@ -103,11 +103,10 @@ class Supervisor:
     lock, the pause in between outside it."""
 
     def __init__(self, query: ElasticQuery, instance: Instance,
-                 superseded: Callable[[], str | None], *, kafka_retry_s: float,
-                 budget: RestartBudget | None = None) -> None:
+                 superseded: Callable[[], str | None], *, kafka_retry_s: float) -> None:
         self._query, self._instance, self._superseded = query, instance, superseded
         self._kafka_retry_s = kafka_retry_s
-        self._budget = budget or RestartBudget()
+        self._budget = RestartBudget()
 
     def next_step(self) -> Next | None:
         """None while there is nothing to do (a standby, or the query runs)."""
