@@ -212,11 +212,12 @@ def measure_cold_restarts(bench: Bench, job: Child, runs: int) -> tuple[list[flo
         bench.steady(job)
         job.stop(60)
         stopped_ms = int(time.time() * 1000)
-        bench.poll()
-        last = max(c.batch_end_ms for c in bench.commits)
         job = bench.start_job(f"cold-{n}")
         bench.wait(functools.partial(_committed_after, bench, stopped_ms), 300,
                    "the first batch of the restarted process", job)
+        # Read only now: by the new process's first commit, every metric the old one sent while
+        # stopping has arrived, so its last commit is not taken too early.
+        last = max(c.batch_end_ms for c in bench.commits if c.batch_start_ms <= stopped_ms)
         first = min(c.batch_end_ms for c in bench.commits if c.batch_start_ms > stopped_ms)
         pauses.append((first - last) / 1000)
         print(f"  cold restart {n + 1}: {pauses[-1]:.1f} s", flush=True)
