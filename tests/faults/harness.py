@@ -183,6 +183,9 @@ class FaultBed:
             deadline = time.monotonic() + 30
             while len(records) + len(tail.decode_errors) < end and time.monotonic() < deadline:
                 records += [r for _topic, r in tail.poll(0.5) if isinstance(r, record_type)]
+            # Not transactional: one record per offset, so a short read is a failure, not data.
+            assert len(records) + len(tail.decode_errors) >= end, \
+                f"read {len(records)} of {end} records of {self.topics[kind]} in 30 s"
             return records
         finally:
             tail.close()

@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from schemas import TaskMetrics
 from stack.broker import LocalBroker
 from stack.topics import TopicSpec, ensure_topics
+from streamctl.processes import wait_until
 from streamctl.tail import Tail
 from tests.accounting import until
 from tests.faults.harness import TOPIC_KINDS, FaultBed, now_ms, report
@@ -36,8 +37,9 @@ def test_kill_9_during_a_reconfiguration_then_restart(bed: FaultBed) -> None:
     warm(bed)
     bed.wait_commit_after(now_ms(), 60, "a batch to reconfigure after")
     control = bed.send_control("input_parallelism", "3", epoch=1)
-    until(lambda: f"control {control.control_id}" in job.log_path.read_text(), 60,
-          "the job taking the tuple")
+    # Every 0.1 s, not flat out: re-reading the Spark job's whole log starves the job it times.
+    wait_until(lambda: f"control {control.control_id}" in job.log_path.read_text(), 60,
+               interval_s=0.1, what="the job taking the tuple")
     job.kill()
     fault = now_ms()
     assert f"reconfigured {bed.query_id}" not in job.log_path.read_text(), \

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from schemas.codec import codec_for
-from schemas.records import ScoredTransaction, TaskMetrics
+from schemas.records import TaskMetrics
 from streamctl.cards import CardLedger
 from streamctl.loadgen import LoadSpec, run_load
 from streamctl.profiles import RateProfile
 from streaming_jobs.config import JobConfig
+from tests.accounting import assert_every_transaction_scored_once
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.fraud_io import read_committed
 
@@ -53,17 +54,8 @@ def test_every_acknowledged_transaction_is_scored_once(running_job: object,
     ledger = run_load(spec, CardLedger())
     assert isinstance(ledger, CardLedger) and ledger.failed == 0 and ledger.acked > 600
 
-    codec = codec_for(ScoredTransaction)
-    scored = [codec.decode(v) for v in read_committed(
-        config.bootstrap_servers, [config.output_topic], ledger.acked, timeout_s=240)]
-    assert len(scored) == ledger.acked, "lost or duplicated transactions"
-    assert len({s.txn_id for s in scored}) == ledger.acked
-    per_account: dict[str, list[tuple[int, int]]] = {}
-    for s in scored:
-        per_account.setdefault(s.account_id, []).append((s.account_seq, s.account_txn_count))
-    assert {a: len(p) for a, p in per_account.items()} == dict(ledger.counts)
-    for account, pairs in per_account.items():
-        assert sorted(pairs) == [(n, n + 1) for n in range(ledger.counts[account])], account
+    assert_every_transaction_scored_once(config.bootstrap_servers, config.output_topic, ledger,
+                                         timeout_s=240)
 
     metrics = [codec_for(TaskMetrics).decode(v) for v in read_committed(
         config.bootstrap_servers, [config.metrics_topic], 1, timeout_s=30)]
