@@ -12,7 +12,7 @@ is a super user (server.properties) and needs no grant. Neighbours: `secure` (th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -70,12 +70,11 @@ class Names:
     query_ids: tuple[str, ...] = defaults.QUERY_IDS
     """Each query's transactional sink id is `streamctl-<query>-sink`."""
     controller_group: str = "streamctl-controller"
-    extra: tuple[Grant, ...] = field(default=())
 
 
 def streamctl_acls(n: Names = Names()) -> tuple[Grant, ...]:
     """Every grant of a streamctl deployment (the admin is a super user and needs none)."""
-    return (*_controller(n), *_job(n), *_load(n), *n.extra)
+    return (*_controller(n), *_job(n), *_load(n))
 
 
 def _controller(n: Names) -> list[Grant]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from security.kafka import KafkaSecurity
+
 TEMPLATES = Path(__file__).with_name("templates")
 
 
@@ -107,10 +109,7 @@ def render_secure_properties(
 ) -> str:
     """server.properties of a broker whose clients must use SASL_SSL (see the template)."""
     names = list(listeners.bind)
-    jaas = (
-        f"org.apache.kafka.common.security.scram.ScramLoginModule required "
-        f'username="{admin}" password="{admin_password}";'
-    )
+    jaas = KafkaSecurity("SASL_SSL", mechanism, admin, admin_password).jaas_config()
     client_jaas = "\n".join(
         f"listener.name.{n.lower()}.{mechanism.lower()}.sasl.jaas.config={jaas}" for n in names
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import auth
-from security.kafka import PASSWORD_FILE_ENV, KafkaSecurity
+from security.kafka import ENV_NAMES, PASSWORD_FILE_ENV, KafkaSecurity
 from stack import tls
 from stack.broker_files import SecureBrokerFiles, SecureListeners, render_secure_properties
 
@@ -105,11 +105,9 @@ class SecureFiles:
 
     def client_env(self, user: str) -> dict[str, str]:
         """The STREAMCTL_KAFKA_* variables of a process running as `user` (password by file)."""
-        return {"STREAMCTL_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-                "STREAMCTL_KAFKA_SASL_MECHANISM": MECHANISM,
-                "STREAMCTL_KAFKA_SASL_USERNAME": user,
-                PASSWORD_FILE_ENV: str(self.password_file(user)),
-                "STREAMCTL_KAFKA_SSL_CA_FILE": str(self.ca)}
+        return {ENV_NAMES["protocol"]: "SASL_SSL", ENV_NAMES["sasl_mechanism"]: MECHANISM,
+                ENV_NAMES["username"]: user, PASSWORD_FILE_ENV: str(self.password_file(user)),
+                ENV_NAMES["ssl_ca_file"]: str(self.ca)}
 
 
 def write_secure_files(root: Path, kafka_hosts: Sequence[str] = LOCAL_HOSTS,
