@@ -20,6 +20,7 @@ import pytest
 
 from schemas.codec import codec_for
 from schemas.records import Outcome, ScoredTransaction, TaskMetrics
+from streamctl.processes import wait_until
 from streaming_jobs.config import JobConfig
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, ack_for, consumed, control, metrics_of
@@ -66,6 +67,10 @@ def test_every_action_in_order_loses_duplicates_and_resets_nothing(
             _wait_batches(readers["metrics"], epoch=0)
             pauses = [_apply(config, readers, load, epoch, parameter, topics.get(value, value))
                       for epoch, (parameter, value) in enumerate(ACTIONS, start=1)]
+            # On an idle machine every change is through in ~20 s (960 transactions at ~50/s):
+            # keep the load on until the exactness check below has enough to count.
+            wait_until(lambda: len(load.acked) > 1000, 60, interval_s=0.2,
+                       what="1 000 acknowledged transactions")
         finally:
             acked = load.stop()
         assert load.failed == 0 and len(acked) > 1000
