@@ -69,11 +69,12 @@ def _drain(batch: Any, _batch_id: int) -> None:
 
 def run_once(spark: Any, config: Any, partitions: int) -> float:
     """Median seconds of the batches with rows after the first."""
-    from streaming_jobs.plans import plan_for
+    from streaming_jobs.jobs.fraud.job import job as fraud_job
     from streaming_jobs.runtime.kafka import DeadLetterFactory
+    from streaming_jobs.runtime.plan import Plan
 
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    plan = plan_for("fraud-detection")
+    plan = Plan(fraud_job)
     df = plan.build(spark, config, DeadLetterFactory(config.bootstrap_servers, config.dlq_topic))
     query = (df.writeStream.outputMode(plan.output_mode)
              .foreachBatch(_drain)
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from pyspark.sql import SparkSession
 
-    from streaming_jobs.config import JobConfig
+    from streaming_jobs.config import JobConfig, bind
+    from streaming_jobs.jobs.fraud.job import job as fraud_job
     from streaming_jobs.runtime.session import prepare_environment
     from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER, repartition_state
 
@@ -115,10 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             results, first_cp = [], ""
-            base = JobConfig(bootstrap_servers=broker.bootstrap_servers, job="fraud-detection",
-                             max_offsets_per_trigger=max(1, args.records // args.batches),
-                             input_parallelism=4,
-                             enrichment_cost_ms=args.cost_ms, watermark_s=60, metrics_port=0)
+            base = bind(JobConfig(bootstrap_servers=broker.bootstrap_servers,
+                                  job=fraud_job.name,
+                                  max_offsets_per_trigger=max(1, args.records // args.batches),
+                                  input_parallelism=4, metrics_port=0,
+                                  settings=(("enrichment_cost_ms", args.cost_ms),
+                                            ("watermark_s", 60))), fraud_job)
             for n in [0, *args.partitions]:  # 0: the warm-up
                 topic = f"bench-cards-{n}"
                 records = args.records if n else 200

@@ -113,11 +113,12 @@ class Bench:
     def start_job(self, name: str) -> Child:
         t = self.topics
         return start_child(name, [
-            "job", "run", "--query-id", self.query_id, "--instance-id", name,
+            "job", "run", "--job", "sensor-averages",
+            "--query-id", self.query_id, "--instance-id", name,
             "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
             "--metrics-topic", t["metrics"], "--control-topic", t["control"],
             "--ack-topic", t["acks"], "--checkpoint-dir", str(self.workdir / "checkpoint"),
-            "--input-parallelism", "2", "--enrichment-cost-ms", "2",
+            "--input-parallelism", "2", "--set", "enrichment_cost_ms=2",
             "--trigger-interval-s", "1", "--metrics-port", "0",
         ], self.workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": self.bootstrap,
                           "STREAMCTL_CONTROL_KEY": KEY})

@@ -106,11 +106,12 @@ def _topics(bootstrap: str, name: str) -> dict[str, str]:
 
 def _start_job(bootstrap: str, s: Scenario, topics: dict[str, str], workdir: Path) -> Child:
     return start_child(f"job-{s.name}", [
-        "job", "run", "--query-id", s.name, "--input-topic", topics["in"],
+        "job", "run", "--job", "sensor-averages",
+        "--query-id", s.name, "--input-topic", topics["in"],
         "--output-topic", topics["out"], "--dlq-topic", topics["dlq"],
         "--metrics-topic", topics["metrics"], "--control-topic", topics["control"],
         "--ack-topic", topics["acks"], "--checkpoint-dir", str(workdir / s.name),
-        "--input-parallelism", str(s.parallelism), "--enrichment-cost-ms", str(COST_MS),
+        "--input-parallelism", str(s.parallelism), "--set", f"enrichment_cost_ms={COST_MS}",
         "--trigger-interval-s", str(TRIGGER_S), "--metrics-port", "0",
     ], workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap})
 

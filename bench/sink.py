@@ -32,13 +32,12 @@ from schemas import SensorWindowAverage
 from stack.broker import LocalBroker
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
+from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.gate import BatchGate
 from streaming_jobs.runtime.sink import AtLeastOnceKafkaSink, transactional_sink
-from streaming_jobs.runtime.transactional import OutputEncoder
-from streaming_jobs.sensor_averages import ENCODED_SCHEMA, encode_averages
 
 RESULTS = Path(__file__).parent / "results" / "sink.json"
-ENCODER = OutputEncoder(encode_averages, ENCODED_SCHEMA)
+ENCODER = sensor_job.output
 Sink = Callable[[Any, int], None]
 
 

@@ -77,11 +77,12 @@ def run_one(bootstrap: str, parallelism: int, records: int, cost_ms: float,
     tail = Tail(bootstrap, {names["metrics"]: TaskMetrics}, from_beginning=True)
     started = time.monotonic()
     job = start_child(f"job-{tag}", [
-        "job", "run", "--query-id", f"bench-{tag}", "--input-topic", names["in"],
+        "job", "run", "--job", "sensor-averages",
+        "--query-id", f"bench-{tag}", "--input-topic", names["in"],
         "--output-topic", names["out"], "--dlq-topic", names["dlq"],
         "--metrics-topic", names["metrics"], "--control-topic", names["control"],
         "--ack-topic", names["acks"], "--checkpoint-dir", str(workdir / tag),
-        "--input-parallelism", str(parallelism), "--enrichment-cost-ms", str(cost_ms),
+        "--input-parallelism", str(parallelism), "--set", f"enrichment_cost_ms={cost_ms}",
         "--trigger-interval-s", "1", "--metrics-port", "0",
     ], workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap})
     try:

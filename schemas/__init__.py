@@ -4,7 +4,8 @@ Imports nothing else of the project; `controller` and `streaming_jobs` talk only
 Kafka in these types.
 """
 
-from schemas.codec import Codec, DecodeError, codec_for
+from schemas.codec import Codec, codec_for
+from schemas.errors import DecodeError
 from schemas.records import (
     Ack,
     CardTransaction,

@@ -1,11 +1,10 @@
-"""The one codec for every record on every topic: Avro single-object encoding.
+"""The one codec for streamctl's own records: Avro single-object encoding, typed.
 
-Framing (Avro specification, "Single-object encoding"): two marker bytes `C3 01`, the
-8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's parsing canonical
-form, then the Avro binary body. The fingerprint lets a reader pick the writer schema
-without a registry service, and Avro schema resolution makes evolution possible: a reader
-knows every writer schema it was shipped with (`register_writer_schema`) and resolves it
-against the record's current schema.
+Framing (`single_object`): two marker bytes `C3 01`, the 8-byte little-endian CRC-64-AVRO
+fingerprint of the writer schema's parsing canonical form, then the Avro binary body. The
+fingerprint lets a reader pick the writer schema without a registry service, and Avro schema
+resolution makes evolution possible: a reader knows every writer schema it was shipped with
+(`register_writer_schema`) and resolves it against the record's current schema.
 
 Decoding never raises anything but `DecodeError`, which carries the topic, partition and
 offset when the caller knows them, so garbage on a topic can be counted and logged with
@@ -14,14 +13,18 @@ context instead of crashing a process.
 
 from __future__ import annotations
 
-import io
 import json
 from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
 import fastavro
-from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from schemas import single_object
+from schemas.errors import DecodeError
+from schemas.single_object import MAGIC
+
+__all__ = ["MAGIC", "Codec", "DecodeError", "codec_for", "load_schema"]
 
 from schemas.records import (
     Ack,
@@ -36,47 +39,7 @@ from schemas.records import (
     _Record,
 )
 
-MAGIC = b"\xc3\x01"
-_HEADER_LEN = len(MAGIC) + 8
-
 R = TypeVar("R", bound=_Record)
-
-
-class DecodeError(ValueError):
-    """A payload that is not a valid single-object-encoded record of the expected type."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        topic: str | None = None,
-        partition: int | None = None,
-        offset: int | None = None,
-    ) -> None:
-        self.reason = reason
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        super().__init__(self._describe())
-
-    def _describe(self) -> str:
-        where = [
-            f"{name}={value}"
-            for name, value in (("topic", self.topic), ("partition", self.partition),
-                                ("offset", self.offset))
-            if value is not None
-        ]
-        return f"{self.reason} ({', '.join(where)})" if where else self.reason
-
-    def at(self, *, topic: str | None, partition: int | None, offset: int | None) -> DecodeError:
-        """The same error with the record's position filled in by a caller that knows it."""
-        return DecodeError(self.reason, topic=topic, partition=partition, offset=offset)
-
-
-def _schema_fingerprint(parsed: Any) -> bytes:
-    # fastavro's hex string already holds the 8 bytes in little-endian order, which is the
-    # order the specification (and Java's SchemaNormalization) puts on the wire.
-    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
 
 
 @cache
@@ -117,7 +80,7 @@ class Codec(Generic[R]):
             fastavro.parse_schema(schema) if schema is not None
             else load_schema(record_type.AVRO_NAME)
         )
-        self.fingerprint = _schema_fingerprint(self.schema)
+        self.fingerprint = single_object.fingerprint(self.schema)
         self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
         if schema is None:
             for previous in previous_schemas(record_type.AVRO_NAME):
@@ -126,14 +89,11 @@ class Codec(Generic[R]):
     def register_writer_schema(self, writer_schema: dict[str, Any]) -> None:
         """Accept records written with an older (or newer) compatible schema."""
         parsed = fastavro.parse_schema(writer_schema)
-        self._writers[_schema_fingerprint(parsed)] = parsed
+        self._writers[single_object.fingerprint(parsed)] = parsed
 
     def encode(self, record: R) -> bytes:
-        buf = io.BytesIO()
-        buf.write(MAGIC)
-        buf.write(self.fingerprint)
-        fastavro.schemaless_writer(buf, self.schema, record.to_avro())
-        return buf.getvalue()
+        return single_object.frame(self.fingerprint,
+                                   single_object.write_body(self.schema, record.to_avro()))
 
     def decode(
         self,
@@ -143,27 +103,22 @@ class Codec(Generic[R]):
         partition: int | None = None,
         offset: int | None = None,
     ) -> R:
-        def fail(reason: str) -> DecodeError:
-            return DecodeError(reason, topic=topic, partition=partition, offset=offset)
-
-        if payload is None:
-            raise fail("empty payload (null value)")
-        if len(payload) < _HEADER_LEN or payload[:2] != MAGIC:
-            raise fail("not Avro single-object encoded (bad marker)")
-        writer = self._writers.get(payload[2:_HEADER_LEN])
-        if writer is None:
-            raise fail(
-                f"unknown writer schema fingerprint {payload[2:_HEADER_LEN].hex()} "
-                f"for {self.record_type.AVRO_NAME}")
-        body = io.BytesIO(payload[_HEADER_LEN:])
+        name = self.record_type.AVRO_NAME.rsplit(".", 1)[-1]
         try:
-            data = fastavro.schemaless_reader(body, writer, self.schema)
-            record = self.record_type.from_avro(data)  # type: ignore[arg-type]
-        except Exception as exc:  # fastavro raises many types on garbage; one error out
-            raise fail(f"corrupt {self.record_type.AVRO_NAME} body: {exc!r}") from exc
-        if body.tell() != len(payload) - _HEADER_LEN:
-            raise fail("trailing bytes after the record")
-        return record
+            fingerprint, body = single_object.split(payload, name)
+            writer = self._writers.get(fingerprint)
+            if writer is None:
+                raise DecodeError(
+                    f"written with an unknown schema: fingerprint {fingerprint.hex()} is not "
+                    f"one of the {self.record_type.AVRO_NAME} schemas this reader knows "
+                    f"({', '.join(f.hex() for f in self._writers)})")
+            data = single_object.read_body(body, writer, self.schema, name)
+            try:
+                return self.record_type.from_avro(data)
+            except Exception as exc:
+                raise DecodeError(f"not a valid {name}: {exc}") from exc
+        except DecodeError as err:
+            raise err.at(topic=topic, partition=partition, offset=offset) from err.__cause__
 
 
 _CODECS: dict[type[_Record], Codec[Any]] = {}

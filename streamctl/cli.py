@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stack.cli import add_stack_commands
     from streamctl.demo import add_demo_command
     from streamctl.loadgen import add_produce_command
+    from streamctl.schema_cli import add_schema_commands
     from streamctl.watch import add_watch_commands
     from streaming_jobs.cli import add_job_commands
 
@@ -67,12 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_produce_command(groups)
     add_demo_command(groups)
     add_watch_commands(groups)
+    add_schema_commands(groups)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.group == "job" and getattr(args, "job_command", None) == "run":
+    if args.group == "job" and getattr(args, "job_command", None) in ("run", "check"):
         _fill_spark_jars_from_stack()
     if args.group in ("job", "controller", "demo", "stack"):
         _fill_control_key_from_stack(args)

@@ -123,11 +123,11 @@ def _start_children(settings: DemoSettings, bootstrap: str, topics: DemoTopics,
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap}
     logs = demo_dir / "logs"
     job = start_child("job", [
-        "job", "run", "--query-id", QUERY_ID,
+        "job", "run", "--job", "sensor-averages", "--query-id", QUERY_ID,
         "--input-topic", topics.input, "--output-topic", topics.output,
         "--checkpoint-dir", str(demo_dir / "checkpoints" / QUERY_ID),
         "--input-parallelism", str(settings.input_parallelism),
-        "--enrichment-cost-ms", str(settings.enrichment_cost_ms),
+        "--set", f"enrichment_cost_ms={settings.enrichment_cost_ms}",
     ], logs, env)
     controller = start_child("controller", ["controller", "run"], logs, env)
     print(f"job and controller started; their logs are in {logs}/")

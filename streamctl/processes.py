@@ -62,14 +62,14 @@ class Child:
 
 
 def start_child(name: str, args: Sequence[str], log_dir: Path,
-                env: Mapping[str, str] | None = None) -> Child:
+                env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Child:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log = log_path.open("wb")
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "streamctl", *args],
-        stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, cwd=cwd,
     )
     return Child(name, process, log_path, log)
 

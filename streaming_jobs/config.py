@@ -1,7 +1,11 @@
-"""The job's one typed, frozen configuration, read once at start-up (CLI options over env vars).
+"""The job runtime's one typed, frozen configuration, read once at start-up (CLI options over
+env vars over the job's declaration over defaults).
 
-Owns the option names, their environment variables, defaults and validation. Neighbours:
-`cli` builds argparse options from `OPTIONS`; everything else receives a `JobConfig`.
+Owns the runtime's option names, their environment variables, defaults and validation, and
+`bind`, which fills in what the job's declaration (`api.Job`) supplies: its query id and
+topics, its function version, its own settings (`--set name=value`, `STREAMCTL_<NAME>`) and
+where its checkpoint lives (`<state dir>/checkpoints/<job>/<query>`). Neighbours: `cli` builds
+argparse options from the fields; everything else receives a `JobConfig`.
 """
 
 from __future__ import annotations
@@ -9,15 +13,21 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from schemas import auth
 from security import kafka as kafka_security
 from security import metrics_http
 from security.kafka import KafkaSecurity
 from security.metrics_http import EndpointSecurity
+
+if TYPE_CHECKING:
+    from streaming_jobs.api import Job
+
+STATE_DIR_ENV = "STREAMCTL_STATE_DIR"
 
 
 class ConfigError(ValueError):
@@ -30,28 +40,33 @@ class JobConfig:
 
     bootstrap_servers: str
     """Kafka bootstrap servers (host:port[,host:port]) for data, metrics and control topics."""
-    query_id: str = "sensor-averages"
-    """Stable name of the query; control tuples are addressed to it, metrics keyed by it."""
+    job: str = ""
+    """The job to run: an installed job's name (`streamctl job list`) or an import path
+    `package.module:attribute`; its declaration supplies the query id, topics and settings
+    that the options below do not give."""
+    query_id: str = ""
+    """Stable name of the query; control tuples are addressed to it, metrics keyed by it.
+    Default: the job's name."""
     instance_id: str = ""
     """This running instance; empty means hostname-pid (filled in by `from_sources`)."""
-    input_topic: str = "sensor-readings"
-    output_topic: str = "sensor-averages"
-    dlq_topic: str = "sensor-readings.dlq"
+    input_topic: str = ""
+    output_topic: str = ""
+    dlq_topic: str = ""
     """Dead-letter topic for input records that fail to decode."""
     metrics_topic: str = "streamctl.metrics"
     control_topic: str = "streamctl.control"
     ack_topic: str = "streamctl.acks"
+    state_dir: str = ""
+    """Where the job keeps its checkpoint (and the files beside it): STREAMCTL_STATE_DIR, else
+    the source checkout's .streamctl, else ~/.local/state/streamctl — never the directory the
+    job happens to be started from."""
     checkpoint_dir: str = ""
-    """Spark checkpoint location; empty means .streamctl/checkpoints/<query_id>."""
+    """Spark checkpoint location; empty means <state_dir>/checkpoints/<job>/<query_id>."""
     input_parallelism: int = 2
     """Initial Kafka source minPartitions (Spark tasks reading the input per batch)."""
     max_offsets_per_trigger: int = 4000
     """Cap on records per batch: keeps backlog visible as latest - end and quiesce short."""
     trigger_interval_s: float = 2.0
-    enrichment_cost_ms: float = 5.0
-    """Simulated remote-lookup cost per record (slept once per Arrow batch)."""
-    window_s: int = 10
-    watermark_s: int = 10
     state_partitions: int = 4
     task_slots: int = 16
     """Spark runs local[task_slots] (local mode); also the upper bound for input_parallelism
@@ -62,9 +77,6 @@ class JobConfig:
     """Comma-separated jar paths for spark.jars (the Spark Kafka connector)."""
     max_runtime_s: float = 0.0
     """Stop cleanly after this many seconds; 0 runs until SIGTERM / Ctrl-C."""
-    job: str = "sensor-averages"
-    """The bundled job to run (`streaming_jobs.plans.PLANS`): sensor-averages or
-    fraud-detection; its own query id and topics are the defaults of those options."""
     state_topic: str = "streamctl.state"
     """Compacted topic where the job publishes its desired state (keyed by query id)."""
     max_offsets_per_trigger_limit: int = 100_000
@@ -77,9 +89,6 @@ class JobConfig:
     """Initial fraction of low-priority input records dropped (load shedding)."""
     max_shed_fraction: float = 0.5
     """Highest shed fraction a control tuple may set; never all of the input."""
-    low_priority_prefixes: str = ""
-    """Comma-separated sensor-id prefixes whose readings are low priority (the only ones load
-    shedding may drop); empty: every reading is low priority."""
     input_drain_quiet_s: float = 5.0
     """An input switch waits until the old topic's end offsets have not moved for this long
     (and the job has read all of it): longer than two trigger intervals plus a producer's
@@ -88,8 +97,8 @@ class JobConfig:
     input_drain_timeout_s: float = 120.0
     """Longest wait for the old topic to drain before an input switch is refused; the job
     keeps running on it meanwhile (the same bound as a quiesce)."""
-    udf_version: str = "v1"
-    """Initial enrichment function version (see `sensor_averages.ENRICHMENTS`)."""
+    udf_version: str = ""
+    """Initial version of the job's swappable function; empty: the job's default."""
     spark_master: str = ""
     """Spark master URL: empty runs the job in local mode, local[task_slots], inside its own
     process; spark://host:port[,host:port] submits it to a Spark standalone cluster, whose
@@ -125,6 +134,9 @@ class JobConfig:
     metrics_endpoint: EndpointSecurity = metrics_http.PLAIN
     """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
     (`security.metrics_http`)."""
+    settings: tuple[tuple[str, Any], ...] = ()
+    """The job's own settings in force (name, value), each declared by the job; from
+    `--set name=value` or STREAMCTL_<NAME>, else the declared default (`bind`)."""
 
     def __post_init__(self) -> None:
         for problem in _problems(self):
@@ -157,8 +169,8 @@ class JobConfig:
         return tuple(j.strip() for j in self.spark_jars.split(",") if j.strip())
 
     @property
-    def low_priority_prefix_list(self) -> tuple[str, ...]:
-        return tuple(p.strip() for p in self.low_priority_prefixes.split(",") if p.strip())
+    def settings_map(self) -> dict[str, Any]:
+        return dict(self.settings)
 
     @property
     def desired_state_path(self) -> str:
@@ -174,30 +186,103 @@ class JobConfig:
 
     @classmethod
     def from_sources(
-        cls, options: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+        cls, job: Job, options: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> JobConfig:
-        """Options (non-None values win) over `STREAMCTL_<FIELD>` env vars over defaults."""
+        """Options (non-None values win) over `STREAMCTL_<FIELD>` env vars over the job's
+        declaration over defaults; `options["settings"]` are the `name=value` texts of
+        `--set`."""
         env = os.environ if env is None else env
+        options = options or {}
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name in ENV_ONLY:
+            if f.name in ENV_ONLY or f.name == "settings":
                 continue
-            raw = (options or {}).get(f.name)
+            raw = options.get(f.name)
             if raw is None:
                 raw = env.get(env_var(f.name))
             if raw is not None:
                 values[f.name] = _parse(f.name, raw, _PARSERS.get(f.type, str))  # type: ignore[arg-type]
         if "bootstrap_servers" not in values:
             raise ConfigError("--bootstrap-servers (or STREAMCTL_BOOTSTRAP_SERVERS) is required")
-        for name, default in _job_defaults(values.get("job", cls.job)).items():
-            values.setdefault(name, default)
         values.setdefault("instance_id", f"{socket.gethostname()}-{os.getpid()}")
-        query_id = values.get("query_id", cls.query_id)
-        values.setdefault("checkpoint_dir", f".streamctl/checkpoints/{query_id}")
+        values.setdefault("state_dir", str(default_state_dir(env)))
+        values["settings"] = tuple(job_settings(job, options.get("settings") or (), env).items())
         values["control_key"] = _control_key(env)
         values["kafka_security"] = _kafka_security(env)
         values["metrics_endpoint"] = _metrics_endpoint(env)
-        return cls(**values)
+        return bind(cls(**values), job)
+
+
+def bind(config: JobConfig, job: Job) -> JobConfig:
+    """`config` with what `job` declares filled in where the options left it empty, checked
+    against the declaration; `ConfigError` naming the job when they disagree."""
+    query_id = config.query_id or job.name
+    state_dir = Path(config.state_dir or default_state_dir()).expanduser().resolve()
+    checkpoint = config.checkpoint_dir or str(state_dir / "checkpoints" / job.name / query_id)
+    bound = replace(
+        config, job=config.job or job.name, query_id=query_id, state_dir=str(state_dir),
+        input_topic=config.input_topic or job.topics.input,
+        output_topic=config.output_topic or job.topics.output,
+        dlq_topic=config.dlq_topic or job.topics.resolved_dead_letters(),
+        checkpoint_dir=checkpoint, udf_version=config.udf_version or job.function_version,
+        settings=tuple(job_settings(job, (), {}, dict(config.settings)).items()))
+    if job.functions and bound.udf_version not in job.functions:
+        raise ConfigError(f"udf_version {bound.udf_version!r} is not a version of job "
+                          f"{job.name!r}: {', '.join(job.functions)}")
+    if not job.functions and bound.udf_version:
+        raise ConfigError(f"udf_version {bound.udf_version!r}: job {job.name!r} declares no "
+                          "function versions")
+    return bound
+
+
+def job_settings(job: Job, assignments: Sequence[str], env: Mapping[str, str],
+                 given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The job's settings: `given` values, then `name=value` assignments (`--set`), then
+    STREAMCTL_<NAME> variables, then the declared defaults; every value checked."""
+    values = dict(given or {})
+    declared = {s.name: s for s in job.settings}
+    known = ", ".join(declared) or "none"
+    for name in values:
+        if name not in declared:
+            raise ConfigError(f"job {job.name!r} has no setting {name!r} (its settings: "
+                              f"{known})")
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        name = name.strip()
+        if not sep or name not in declared:
+            raise ConfigError(f"--set {assignment!r}: job {job.name!r} has no setting "
+                              f"{name!r} (its settings: {known}); write --set name=value")
+        values[name] = _setting_value(job, name, text)
+    for name in declared:
+        if name not in values and env.get(env_var(name)) is not None:
+            values[name] = _setting_value(job, name, env[env_var(name)])
+    for name, value in list(values.items()):
+        if isinstance(value, str) and not isinstance(declared[name].default, str):
+            values[name] = _setting_value(job, name, value)
+    return {name: values.get(name, s.default) for name, s in declared.items()}
+
+
+def _setting_value(job: Job, name: str, text: str) -> Any:
+    try:
+        return job.setting(name).parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"setting {name!r} of job {job.name!r}: {exc}") from None
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """`$STREAMCTL_STATE_DIR`, else the source checkout's `.streamctl` (git-ignored), else the
+    user's state directory; never the current directory, so a job started from elsewhere
+    finds its checkpoint. `stack.defaults.default_state_dir` is the same rule (a test keeps
+    them equal)."""
+    env = os.environ if env is None else env
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser().resolve()
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / ".streamctl"
+    state_home = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "streamctl"
 
 
 ROLES = ("active", "standby")
@@ -205,6 +290,9 @@ ROLES = ("active", "standby")
 
 ENV_ONLY = frozenset({"control_key", "kafka_security", "metrics_endpoint"})
 """Fields read only from the environment (secrets), never from options."""
+
+DERIVED = frozenset({"settings"})
+"""Fields not read as options of their own: the job's settings come from `--set`."""
 
 OWN_VARIABLES = frozenset({"kafka_security", "metrics_endpoint"})
 """Fields read from variables of their own (`security.kafka.ENV_NAMES`,
@@ -238,14 +326,6 @@ def _control_key(env: Mapping[str, str]) -> bytes:
     return key
 
 
-def _job_defaults(job: str) -> Mapping[str, str]:
-    """The query id and topics a bundled job uses when the options do not name them."""
-    from streaming_jobs.plans import PLANS  # the jobs' modules: not needed to parse options
-
-    plan = PLANS.get(job)
-    return plan.default_topics if plan is not None else {}
-
-
 def env_var(field_name: str) -> str:
     return f"STREAMCTL_{field_name.upper()}"
 
@@ -264,14 +344,9 @@ def _problems(c: JobConfig) -> list[str]:
     positive = {
         "input_parallelism": c.input_parallelism, "max_offsets_per_trigger":
         c.max_offsets_per_trigger, "trigger_interval_s": c.trigger_interval_s,
-        "window_s": c.window_s, "state_partitions": c.state_partitions,
-        "task_slots": c.task_slots,
+        "state_partitions": c.state_partitions, "task_slots": c.task_slots,
     }
     problems = [f"{k} must be > 0, got {v}" for k, v in positive.items() if v <= 0]
-    from streaming_jobs.plans import PLANS
-
-    if c.job not in PLANS:
-        problems.append(f"job must be one of {', '.join(sorted(PLANS))}, got {c.job!r}")
     if c.max_offsets_per_trigger > c.max_offsets_per_trigger_limit:
         problems.append(f"max_offsets_per_trigger {c.max_offsets_per_trigger} exceeds "
                         f"max_offsets_per_trigger_limit {c.max_offsets_per_trigger_limit}")
@@ -300,15 +375,14 @@ def _problems(c: JobConfig) -> list[str]:
         problems.append(f"role must be one of {', '.join(ROLES)}, got {c.role!r}")
     if c.heartbeat_interval_s <= 0:
         problems.append(f"heartbeat_interval_s must be > 0, got {c.heartbeat_interval_s}")
-    for name, value in (("enrichment_cost_ms", c.enrichment_cost_ms),
-                        ("watermark_s", c.watermark_s), ("max_runtime_s", c.max_runtime_s)):
-        if value < 0:
-            problems.append(f"{name} must be >= 0, got {value}")
+    if c.max_runtime_s < 0:
+        problems.append(f"max_runtime_s must be >= 0, got {c.max_runtime_s}")
     if not 0 <= c.metrics_port <= 65535:
         problems.append(f"metrics_port must be 0 (off) or a TCP port, got {c.metrics_port}")
-    topics = ("input_topic", "output_topic", "dlq_topic", "metrics_topic", "control_topic",
-              "ack_topic", "state_topic", "query_id", "bootstrap_servers", "udf_version")
+    topics = ("metrics_topic", "control_topic", "ack_topic", "state_topic", "bootstrap_servers")
     problems += [f"{t} must not be empty" for t in topics if not getattr(c, t).strip()]
+    if c.input_topic and c.input_topic == c.output_topic:
+        problems.append(f"input_topic and output_topic are both {c.input_topic!r}")
     return problems
 
 

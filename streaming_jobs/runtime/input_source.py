@@ -35,8 +35,8 @@ from streaming_jobs.runtime.input_switch import (
     resume,
     start_offsets,
 )
+from streaming_jobs.runtime.source import KafkaInput
 from streaming_jobs.runtime.state_repartition import local_path, read_batches
-from streaming_jobs.source import KafkaInput
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1

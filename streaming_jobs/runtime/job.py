@@ -1,4 +1,4 @@
-"""The bundled job with its elastic runtime: the programmatic entry point.
+"""A job with its elastic runtime: the programmatic entry point.
 
 Owns the wiring (SparkSession, query, metrics publisher, Prometheus, the control and role
 threads), the recording of the desired state after each applied tuple, and the process-level
@@ -21,10 +21,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import Ack, ControlTuple, DesiredStateRecord, Role, TaskMetrics
-from streaming_jobs.config import ConfigError, JobConfig
-from streaming_jobs.plans import plan_for
+from streaming_jobs.api import Job
+from streaming_jobs.config import ConfigError, JobConfig, bind
+from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.control import ControlLoop
 from streaming_jobs.runtime.desired import SharedDesiredState, StaleWrite
+from streaming_jobs.runtime.identity import claim_checkpoint
 from streaming_jobs.runtime.kafka import RecordPublisher, TopicOffsets, TypedConsumer
 from streaming_jobs.runtime.lifecycle import ElasticQuery
 from streaming_jobs.runtime.metrics import (
@@ -36,6 +38,7 @@ from streaming_jobs.runtime.metrics import (
     warn_if_shed,
 )
 from streaming_jobs.runtime.parameters import DesiredState, Limits, is_request
+from streaming_jobs.runtime.plan import Plan
 from streaming_jobs.runtime.prometheus import JobPrometheus
 from streaming_jobs.runtime.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
 from streaming_jobs.runtime.session import build_session, executors_for
@@ -46,7 +49,6 @@ from streaming_jobs.runtime.state_repartition import (
     read_state_store_provider,
 )
 from streaming_jobs.runtime.supervise import Step, Supervisor
-from streaming_jobs.sensor_averages import ENRICHMENTS
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +61,19 @@ KAFKA_RETRY_S = 10.0
 class ElasticJob:
     """`start()`, then `run(stop_event)` or your own wait, then `stop()`."""
 
-    def __init__(self, config: JobConfig, spark: SparkSession | None = None,
+    def __init__(self, job: Job, config: JobConfig, spark: SparkSession | None = None,
                  registry: CollectorRegistry | None = None) -> None:
         if not config.control_key:  # fail closed: see JobConfig.control_key
             raise ConfigError("no control key: the job refuses to start without one, since "
                               "it could not tell the controller's control tuples from others'")
+        config = bind(config, job)
         self.config = config
+        self.plan = Plan(job)
+        claim_checkpoint(config, job)  # refuses another query's checkpoint, before Spark
         self._owns_spark = spark is None
         started = time.monotonic()
-        self.spark = spark if spark is not None else build_session(config)
+        self.spark = (spark if spark is not None
+                      else build_session(config, worker_path(job)))
         if self._owns_spark:
             log.info("SparkSession %s up in %.1f s", config.master, time.monotonic() - started)
         self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
@@ -81,7 +87,7 @@ class ElasticJob:
         self._state_topic_exists = False
         self._shared = SharedDesiredState(config, self.limits, self._publish_state)
         initial = self._shared.initial()
-        self.query = ElasticQuery(self.spark, config, self._publish_progress,
+        self.query = ElasticQuery(self.spark, self.plan, config, self._publish_progress,
                                   self._publish_heartbeat, desired=initial,
                                   executors=self._executors, offsets=self._offsets,
                                   ownership=self._superseded)
@@ -123,9 +129,9 @@ class ElasticJob:
         c = self.config
         return Limits(task_slots=c.max_task_slots, max_state_partitions=c.max_state_partitions,
                       max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
-                      max_shed_fraction=c.max_shed_fraction, udf_versions=tuple(ENRICHMENTS),
+                      max_shed_fraction=c.max_shed_fraction, udf_versions=self.plan.udf_versions,
                       max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
-                      unsupported=self._state_partitions_unsupported()
+                      unsupported=self.plan.unsupported() + self._state_store_unsupported()
                       + self._input_topic_unsupported())
 
     def _input_topic_unsupported(self) -> tuple[tuple[str, str], ...]:
@@ -133,11 +139,12 @@ class ElasticJob:
         reason = query.inputs.unsupported() if query is not None else None
         return (("input_topic", reason),) if reason else ()
 
-    def _state_partitions_unsupported(self) -> tuple[tuple[str, str], ...]:
-        """Why state partitions cannot change here: a stateless plan, or a checkpoint whose
-        state store Spark cannot repartition (fixed at the query's first batch)."""
-        if not plan_for(self.config.job).stateful:
-            return (("state_partitions", "this job keeps no state"),)
+    def _state_store_unsupported(self) -> tuple[tuple[str, str], ...]:
+        """Why state partitions cannot change here: a checkpoint whose state store Spark
+        cannot repartition (fixed at the query's first batch). A stateless job is the
+        plan's to say (`Plan.unsupported`)."""
+        if not self.plan.stateful:
+            return ()
         try:
             provider = read_state_store_provider(self.config.checkpoint_dir)
         except StateRepartitionError:

@@ -68,15 +68,17 @@ def _log_failure(err: KafkaError | None, msg: object) -> None:
 
 
 class KafkaDeadLetterSink:
-    """Sends undecodable input records to the dead-letter topic, with their origin in headers."""
+    """Sends undecodable input records to the dead-letter topic, with their origin and the
+    reason in words in headers (and the query that could not read them)."""
 
-    def __init__(self, producer: Producer, topic: str) -> None:
-        self._producer, self._topic = producer, topic
+    def __init__(self, producer: Producer, topic: str, query_id: str = "") -> None:
+        self._producer, self._topic, self._query_id = producer, topic, query_id
 
     def send(self, payload: bytes | None, error: DecodeError) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
             ("source_topic", str(error.topic)), ("source_partition", str(error.partition)),
-            ("source_offset", str(error.offset)), ("error", error.reason)]
+            ("source_offset", str(error.offset)), ("error", error.reason),
+            ("query_id", self._query_id)]
         self._producer.produce(self._topic, value=payload, headers=headers)
         self._producer.poll(0)
 
@@ -99,6 +101,7 @@ class DeadLetterFactory:
     bootstrap_servers: str
     topic: str
     security: KafkaSecurity = PLAINTEXT
+    query_id: str = ""
 
     def __call__(self) -> KafkaDeadLetterSink:
         where = (self.bootstrap_servers, self.security)
@@ -109,7 +112,7 @@ class DeadLetterFactory:
                     self.bootstrap_servers, self.security,
                     **{"enable.idempotence": True, "acks": "all"}))
                 _worker_producers[where] = producer
-        return KafkaDeadLetterSink(producer, self.topic)
+        return KafkaDeadLetterSink(producer, self.topic, self.query_id)
 
 
 class TypedConsumer(Generic[R]):

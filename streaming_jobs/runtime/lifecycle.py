@@ -21,7 +21,6 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming_jobs.config import ConfigError, JobConfig
-from streaming_jobs.plans import plan_for
 from streaming_jobs.runtime import state_partitions, warm_up
 from streaming_jobs.runtime.gate import BatchGate, Ownership, is_gate_stop
 from streaming_jobs.runtime.input_source import InputSources, TopicOffsets
@@ -30,10 +29,10 @@ from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.listener import ProgressListener
 from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.parameters import DesiredState
+from streaming_jobs.runtime.plan import Plan
 from streaming_jobs.runtime.session import hide_gate_stops, source_evolution
 from streaming_jobs.runtime.sink import transactional_sink
 from streaming_jobs.runtime.state_repartition import StateRepartitionError
-from streaming_jobs.runtime.transactional import OutputEncoder
 
 log = logging.getLogger(__name__)
 
@@ -72,22 +71,20 @@ IdleHandler = Callable[[RunContext, int], None]
 
 
 class ElasticQuery:
-    """The bundled job's query, restartable from its checkpoint in the same SparkSession."""
+    """A job's query, restartable from its checkpoint in the same SparkSession."""
 
-    def __init__(self, spark: SparkSession, config: JobConfig, on_progress: ProgressHandler,
-                 on_idle: IdleHandler | None = None, *, desired: DesiredState | None = None,
-                 executors: Executors | None = None, offsets: TopicOffsets,
-                 ownership: Ownership | None = None):
+    def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig,
+                 on_progress: ProgressHandler, on_idle: IdleHandler | None = None, *,
+                 desired: DesiredState | None = None, executors: Executors | None = None,
+                 offsets: TopicOffsets, ownership: Ownership | None = None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
-        self._plan = plan_for(config.job)
+        self._plan = plan
         self._executors = executors
         self._desired = self._resume_input(desired or DesiredState.from_config(config), offsets)
         self.gate = BatchGate(ownership)
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
-                                       self._desired.output_topic,
-                                       OutputEncoder(self._plan.encode,
-                                                     self._plan.encoded_schema),
+                                       self._desired.output_topic, plan.job.output,
                                        security=config.kafka_security)
         self._contexts: dict[str, RunContext] = {}
         self.start_note: str | None = None
@@ -135,7 +132,8 @@ class ElasticQuery:
             df = self._plan.build(self._spark, effective_config(self._config, desired),
                                   DeadLetterFactory(self._config.bootstrap_servers,
                                                     self._config.dlq_topic,
-                                                    self._config.kafka_security), source)
+                                                    self._config.kafka_security,
+                                                    self._config.query_id), source)
             self.gate.open()
             self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self.context(desired)

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import Role, SourcePartition, TaskMetrics
-from streaming_jobs.sensor_averages import OBSERVATION
+from streaming_jobs.runtime.input import OBSERVATION
 
 log = logging.getLogger(__name__)
 

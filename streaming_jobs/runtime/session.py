@@ -27,18 +27,22 @@ from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def prepare_environment() -> None:
+def prepare_environment(job_path: str | None = None) -> None:
     """Set what Spark's Python workers inherit, without overriding the caller's explicit choices.
 
-    Local mode forks them from this process. On a cluster the executors start them with the
-    interpreter path set here (Spark ships PYSPARK_PYTHON with every Python function), so that
-    path must exist on every worker with the project installed; the import path does not
-    travel (see `cluster_settings`)."""
+    Local mode forks them from this process, so they import what it imports: the project and
+    `job_path`, the directory of a job loaded by import path (`loading.worker_path`). On a
+    cluster the executors start them with the interpreter path set here (Spark ships
+    PYSPARK_PYTHON with every Python function), so that path must exist on every worker with
+    the project and the job's package installed; the import path does not travel (see
+    `cluster_settings`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if _PACKAGE_ROOT not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *paths])
+    for path in (job_path, _PACKAGE_ROOT):
+        if path and path not in paths:
+            paths.insert(0, path)
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 
 
 # Logs "Query … terminated with error" and a stack trace when a query ends with an exception,
@@ -103,8 +107,8 @@ def source_evolution(spark: SparkSession, enabled: bool) -> Iterator[None]:
             spark.conf.set(SOURCE_EVOLUTION, saved)
 
 
-def build_session(config: JobConfig) -> SparkSession:
-    prepare_environment()
+def build_session(config: JobConfig, job_path: str | None = None) -> SparkSession:
+    prepare_environment(job_path)
     builder = (SparkSession.builder.master(config.master)
                .appName(f"streamctl-{config.query_id}")
                .config("spark.ui.enabled", "false")

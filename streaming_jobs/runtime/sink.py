@@ -1,7 +1,7 @@
 """The foreachBatch sinks: the quiesce gate, then the batch's output written to Kafka.
 
 Owns what happens to one micro-batch's output: admit it through the gate (or refuse it before
-executing anything), encode it with the job's `OutputEncoder`, write it, count the rows.
+executing anything), encode it with the job's output format, write it, count the rows.
 
 - `TransactionalKafkaSink` (the jobs' sink): exactly-once for `read_committed` consumers. It
   brings the encoded rows to the driver as Arrow and writes them with a commit marker in one
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily
 
 from security.kafka import PLAINTEXT, KafkaSecurity
+from streaming_jobs.formats.base import OutputFormat
 from streaming_jobs.runtime.gate import BatchGate
 from streaming_jobs.runtime.transactional import (
     DEFAULT_MARKER_TOPIC,
     CommitMarker,
     OutputBatch,
-    OutputEncoder,
     Replay,
     SinkBatchAborted,
     SinkFenced,
@@ -77,7 +77,7 @@ class TransactionalKafkaSink:
     """Callable passed to `foreachBatch`: one Kafka transaction (rows + marker) per batch."""
 
     def __init__(self, gate: BatchGate, writer: TransactionalWriter, query_id: str, topic: str,
-                 encoder: OutputEncoder, clock_ms: Callable[[], int] | None = None) -> None:
+                 encoder: OutputFormat, clock_ms: Callable[[], int] | None = None) -> None:
         self._gate, self._writer, self._encoder = gate, writer, encoder
         self._query_id = query_id
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
@@ -93,7 +93,7 @@ class TransactionalKafkaSink:
         self._gate.admit(batch_id)  # raises before anything of the batch executes
         # One Spark action: the stateful plan runs once, replay or not (state and watermark
         # must advance either way), and the encoded rows arrive on the driver.
-        table = batch_df.mapInArrow(self._encoder.function, self._encoder.schema).toArrow()
+        table = self._encoder.encode(batch_df).toArrow()
         checkpoint_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
         self.write(output_batch(table), batch_id, checkpoint_id or "")
 
@@ -203,7 +203,7 @@ class SinkCollector:
 
 
 def transactional_sink(gate: BatchGate, bootstrap_servers: str, query_id: str, topic: str,
-                       encoder: OutputEncoder, marker_topic: str = DEFAULT_MARKER_TOPIC, *,
+                       encoder: OutputFormat, marker_topic: str = DEFAULT_MARKER_TOPIC, *,
                        security: KafkaSecurity = PLAINTEXT) -> TransactionalKafkaSink:
     """The jobs' sink on Kafka; its transactional id is stable per query."""
     settings = TransactionalSettings(bootstrap_servers, transactional_id(query_id),
@@ -220,7 +220,7 @@ class AtLeastOnceKafkaSink:
     """Spark's official Kafka batch writer behind the gate: a replayed batch is written again."""
 
     def __init__(self, gate: BatchGate, bootstrap_servers: str, topic: str,
-                 encoder: OutputEncoder, security: KafkaSecurity = PLAINTEXT) -> None:
+                 encoder: OutputFormat, security: KafkaSecurity = PLAINTEXT) -> None:
         self._gate, self._encoder = gate, encoder
         self._topic = topic
         self._kafka = {"kafka.bootstrap.servers": bootstrap_servers, **security.spark_options()}
@@ -232,7 +232,7 @@ class AtLeastOnceKafkaSink:
         try:
             rows = batch_df.count()
             if rows:
-                (batch_df.mapInArrow(self._encoder.function, self._encoder.schema)
+                (self._encoder.encode(batch_df)
                  .write.format("kafka")
                  .options(**self._kafka)
                  .option("topic", self._topic)

@@ -12,7 +12,7 @@ entry) and must not be written again. Neighbours: `sink` (drives it), `transacti
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -136,19 +136,6 @@ class TransactionalWriter(Protocol):
     def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None: ...
 
     def close(self) -> None: ...
-
-
-ArrowMapper = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-
-
-@dataclass(frozen=True)
-class OutputEncoder:
-    """How a job turns its result rows into Kafka records (a `mapInArrow` function)."""
-
-    function: ArrowMapper
-    """Result rows → Arrow batches with the columns of `schema`."""
-    schema: str = "key binary, value binary"
-    """The DDL schema `function` produces; must be `key binary, value binary`."""
 
 
 def output_batch(table: pa.Table) -> OutputBatch:

@@ -17,12 +17,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.transactional import OutputEncoder
+from streaming_jobs.runtime.input import DiscardDeadLetters
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from streaming_jobs.plans import JobPlan
+    from streaming_jobs.runtime.plan import Plan
 
 RECORDS = 200
 """Input records the warm-up batch reads: enough to run every operator of the plan."""
@@ -30,33 +30,17 @@ TIMEOUT_S = 180.0
 """Longest warm-up (a loaded 2-core machine took 50-70 s)."""
 
 
-class _DiscardDeadLetters:
-    """The warm-up's dead-letter sink (picklable, shipped to tasks): the active instance
-    reports the input's dead letters, the warm-up must not send them again."""
-
-    def __call__(self) -> _DiscardDeadLetters:
-        return self
-
-    def send(self, payload: bytes | None, error: object) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-
-def run_once(spark: SparkSession, plan: JobPlan, query_id: str, config: JobConfig,
+def run_once(spark: SparkSession, plan: Plan, query_id: str, config: JobConfig,
              timeout_s: float = TIMEOUT_S) -> str:
     """Run `plan` with `config` until its first batch is done (or there is no input, or the
     time is up); returns what it did, for the log."""
-    encoder = OutputEncoder(plan.encode, plan.encoded_schema)
-
     def discard(batch_df: DataFrame, _batch_id: int) -> None:
-        batch_df.mapInArrow(encoder.function, encoder.schema).toArrow()
+        plan.job.output.encode(batch_df).toArrow()
 
     scratch = tempfile.mkdtemp(prefix=f"streamctl-warm-up-{query_id}-")
     started = time.monotonic()
     query = (plan.build(spark, replace(config, max_offsets_per_trigger=RECORDS),
-                        _DiscardDeadLetters()).writeStream
+                        DiscardDeadLetters()).writeStream
              .queryName(f"{query_id}-warm-up").outputMode(plan.output_mode)
              .foreachBatch(discard).option("checkpointLocation", scratch)
              .trigger(processingTime="1 second").start())

@@ -40,8 +40,9 @@ def closed_loop(bootstrap_servers: str, loop_topics: dict[str, str], tmp_path: P
                 controller_port: int) -> Iterator[list[Child]]:
     with run_loop(bootstrap_servers, loop_topics, [
         "--query-id", QUERY, "--checkpoint-dir", str(tmp_path / "checkpoint"),
-        "--input-parallelism", "2", "--enrichment-cost-ms", "5", "--trigger-interval-s", "1",
-        "--window-s", str(WINDOW_MS // 1000), "--watermark-s", "10",
+        "--job", "sensor-averages", "--input-parallelism", "2",
+        "--set", "enrichment_cost_ms=5", "--trigger-interval-s", "1",
+        "--set", f"window_s={WINDOW_MS // 1000}", "--set", "watermark_s=10",
     ], tmp_path, controller_port) as children:
         yield children
 

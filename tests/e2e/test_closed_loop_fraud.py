@@ -44,8 +44,8 @@ def closed_loop(bootstrap_servers: str, loop_topics: dict[str, str],
         "--job", "fraud-detection", "--query-id", QUERY,
         "--checkpoint-dir", str(tmp_path / "checkpoint"), "--state-partitions", "2",
         "--max-state-partitions", str(MAX_STATE_PARTITIONS),
-        "--max-offsets-per-trigger", "600", "--enrichment-cost-ms", "10",
-        "--trigger-interval-s", "1", "--watermark-s", "600",
+        "--max-offsets-per-trigger", "600", "--set", "enrichment_cost_ms=10",
+        "--trigger-interval-s", "1", "--set", "watermark_s=600",
     ], tmp_path) as children:
         yield children
 

@@ -72,11 +72,13 @@ class FaultBed:
     def start_job(self, name: str = "job", *extra: str) -> Child:
         t = self.topics
         child = start_child(name, [
-            "job", "run", "--query-id", self.query_id, "--instance-id", name,
+            "job", "run", "--job", "sensor-averages",
+            "--query-id", self.query_id, "--instance-id", name,
             "--input-topic", t["input"], "--output-topic", t["output"], "--dlq-topic", t["dlq"],
             "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
-            "--enrichment-cost-ms", "2", "--trigger-interval-s", "1",
-            "--window-s", str(WINDOW_MS // 1000), "--watermark-s", "5", "--metrics-port", "0",
+            "--set", "enrichment_cost_ms=2", "--trigger-interval-s", "1",
+            "--set", f"window_s={WINDOW_MS // 1000}", "--set", "watermark_s=5",
+            "--metrics-port", "0",
             *extra,
         ], self.workdir, self.env)
         self.children.append(child)

@@ -23,12 +23,12 @@ from schemas import ControlTuple, codec_for
 from security.kafka import PLAINTEXT
 from stack.broker import LocalBroker
 from stack.topics import TopicSpec, ensure_topics
+from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.gate import BatchGate
 from streaming_jobs.runtime.kafka import TypedConsumer
 from streaming_jobs.runtime.sink import TransactionalKafkaSink
 from streaming_jobs.runtime.transactional import (
     OutputBatch,
-    OutputEncoder,
     Replay,
     SinkBatchAborted,
     SinkUnavailable,
@@ -75,7 +75,7 @@ def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
 
     def sink() -> TransactionalKafkaSink:
         return TransactionalKafkaSink(BatchGate(), KafkaTransactionalWriter(settings), "q",
-                                      output, OutputEncoder(_unused))
+                                      output, KeyValue())
 
     live = sink()
     assert live.write(rows_of(0), 0, "ckpt") is Replay.WRITE

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
+from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.gate import BatchGate
 from streaming_jobs.runtime.sink import TransactionalKafkaSink, transactional_id
 from streaming_jobs.runtime.transactional import (
     CommitMarker,
     OutputBatch,
-    OutputEncoder,
     Replay,
     SinkFenced,
     decode_marker,
@@ -53,7 +53,7 @@ class Topics:
         settings = TransactionalSettings(self.bootstrap, transactional_id(query_id),
                                          marker_topic=self.markers, retry_budget_s=20.0)
         sink = TransactionalKafkaSink(BatchGate(), KafkaTransactionalWriter(settings),
-                                      query_id, self.output, OutputEncoder(_unused))
+                                      query_id, self.output, KeyValue())
         self.sinks.append(sink)
         return sink
 

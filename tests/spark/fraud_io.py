@@ -1,6 +1,7 @@
 """Test-side helpers for the fraud-detection job: transactions, a steady card load the test
 can move to another topic, a read_committed reader, and one availableNow run of the
-registered plan on a checkpoint, its output decoded through the plan's own encoder."""
+job's plan on a checkpoint, its output decoded through the job's own output format, and
+`fraud_config`, a JobConfig bound to the fraud job."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from schemas.codec import codec_for
 from schemas.records import CardTransaction, ScoredTransaction
 from streamctl.cards import CardEvents
 from streaming_jobs.config import JobConfig
-from streaming_jobs.plans import plan_for
+from streaming_jobs.jobs.fraud.job import job as fraud_job
 from streaming_jobs.runtime.kafka import DeadLetterFactory
+from streaming_jobs.runtime.plan import Plan
 from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER
+from tests.spark.bound import bound_config
 from tests.spark.kafka_io import produce_records
 
 T0_MS = 1_700_000_000_000
@@ -58,16 +61,22 @@ def stateful_session(spark: Any, partitions: int) -> Iterator[None]:
                 spark.conf.set(key, value)
 
 
+def fraud_config(**fields: Any) -> JobConfig:
+    """A JobConfig of the fraud job; its settings (`enrichment_cost_ms`, `watermark_s`) are
+    keyword arguments too."""
+    return bound_config(fraud_job, **fields)
+
+
 def run_available_now(spark: Any, config: JobConfig, timeout_s: float = 240.0,
                       on_batch: Callable[[int], None] | None = None) -> tuple[
                           list[ScoredTransaction], Any]:
     """Process everything in the input topic from the checkpoint; output and the last query."""
-    plan = plan_for("fraud-detection")
+    plan = Plan(fraud_job)
     codec = codec_for(ScoredTransaction)
     output: list[ScoredTransaction] = []
 
     def sink(batch_df: Any, batch_id: int) -> None:
-        rows = batch_df.mapInArrow(plan.encode, plan.encoded_schema).collect()
+        rows = fraud_job.output.encode(batch_df).collect()
         output.extend(codec.decode(r.value) for r in rows)
         if on_batch is not None:
             on_batch(batch_id)

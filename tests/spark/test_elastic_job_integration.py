@@ -30,6 +30,8 @@ from schemas.records import (
     TaskMetrics,
 )
 from streaming_jobs.config import JobConfig
+from streaming_jobs.jobs.sensor_averages import job as sensor_job
+from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, ack_for, consumed, control, counter, metrics_of
 from tests.spark.kafka_io import TopicReader, produce, produce_records
@@ -53,8 +55,8 @@ def reading(seq: int) -> SensorReading:
 @pytest.fixture
 def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
                tmp_path: Path) -> JobConfig:
-    return JobConfig(
-        bootstrap_servers=bootstrap_servers, query_id=f"q-{uuid.uuid4().hex[:8]}",
+    return bound_config(
+        sensor_job, bootstrap_servers=bootstrap_servers, query_id=f"q-{uuid.uuid4().hex[:8]}",
         instance_id="test-instance", input_topic=new_topic(partitions=2),
         output_topic=new_topic(partitions=1), dlq_topic=new_topic(partitions=1),
         metrics_topic=new_topic(partitions=1), control_topic=new_topic(partitions=1),
@@ -70,7 +72,7 @@ def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
 def running_job(spark: object, job_config: JobConfig) -> Iterator[object]:
     from streaming_jobs.runtime.job import ElasticJob
 
-    job = ElasticJob(job_config, spark=spark)  # type: ignore[arg-type]
+    job = ElasticJob(sensor_job, job_config, spark=spark)  # type: ignore[arg-type]
     job.start()
     assert job.wait_control_ready(30), "control consumer never got its partition"
     yield job
@@ -263,7 +265,7 @@ def test_throttle_shed_udf_swap_and_output_retarget_under_load(
     from streaming_jobs.runtime.kafka import read_latest
 
     cfg, second_output = job_config, new_topic(partitions=1)
-    job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    job = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     job.start()
     readers = {name: TopicReader(cfg.bootstrap_servers, topic) for name, topic in (
         ("metrics", cfg.metrics_topic), ("acks", cfg.ack_topic), ("out", cfg.output_topic),
@@ -292,7 +294,7 @@ def test_throttle_shed_udf_swap_and_output_retarget_under_load(
     assert (state.output_topic, state.shed_fraction, state.udf_version) == (
         second_output, 0.3, "v2")
     job.stop()
-    restarted = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     assert restarted.desired == expected  # a new process resumes the applied state
     restarted.stop()
     for reader in readers.values():
@@ -455,7 +457,7 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
     assert {p.partition for m in map(metrics_of, seen) if m.config_epoch == 1
             for p in m.partitions} == {0, 1, 2, 3}
     job.stop()
-    restarted = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     assert restarted.desired.input_topic == a and restarted.query.inputs.current.name == "input_2"
     restarted.stop()
     for reader in (metrics, acks, output):
@@ -468,7 +470,7 @@ def _started(spark: object, cfg: JobConfig) -> tuple[Any, TopicReader, TopicRead
     output."""
     from streaming_jobs.runtime.job import ElasticJob
 
-    job = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    job = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     job.start()
     readers = tuple(TopicReader(cfg.bootstrap_servers, topic)
                     for topic in (cfg.metrics_topic, cfg.ack_topic, cfg.output_topic))
@@ -506,12 +508,11 @@ def test_a_restart_that_fails_rolls_back_and_loses_nothing(
     """A real failure on resume: the new UDF fails in the Spark tasks of the first batch after
     the restart. The job restarts with the previous settings, acks FAILED with the reason,
     keeps running, and the batch that failed is replayed: every window once."""
-    from streaming_jobs import sensor_averages
     from streaming_jobs.runtime.job import ElasticJob
 
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
-    monkeypatch.setitem(sensor_averages.ENRICHMENTS, "broken", broken_lookup)
+    monkeypatch.setitem(sensor_job.functions, "broken", broken_lookup)  # type: ignore[index]
     metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
     acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
     output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)

@@ -24,7 +24,7 @@ from streamctl.processes import wait_until
 from streaming_jobs.config import JobConfig
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, ack_for, consumed, control, metrics_of
-from tests.spark.fraud_io import CardLoad, read_committed, stateful_session
+from tests.spark.fraud_io import CardLoad, fraud_config, fraud_job, read_committed, stateful_session
 from tests.spark.kafka_io import TopicReader, produce_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(330)]
@@ -39,8 +39,8 @@ ACTIONS = (  # (parameter, value; a name is a topic of the test), applied at epo
 
 @pytest.fixture
 def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
-    return JobConfig(
-        bootstrap_servers=bootstrap_servers, job="fraud-detection",
+    return fraud_config(
+        bootstrap_servers=bootstrap_servers,
         query_id=f"every-{uuid.uuid4().hex[:8]}", instance_id="test-instance",
         input_topic=new_topic(partitions=2), output_topic=new_topic(partitions=2),
         dlq_topic=new_topic(), metrics_topic=new_topic(), control_topic=new_topic(),
@@ -59,7 +59,7 @@ def test_every_action_in_order_loses_duplicates_and_resets_nothing(
     readers = {name: TopicReader(config.bootstrap_servers, topic) for name, topic in (
         ("metrics", config.metrics_topic), ("acks", config.ack_topic))}
     with stateful_session(spark, partitions=config.state_partitions):
-        job = ElasticJob(config, spark=spark)  # type: ignore[arg-type]
+        job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
         job.start()
         assert job.wait_control_ready(30)
         load = CardLoad(config.bootstrap_servers, config.input_topic)

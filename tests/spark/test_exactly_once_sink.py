@@ -15,9 +15,11 @@ import pytest
 from schemas.codec import codec_for
 from schemas.records import SensorReading, SensorWindowAverage
 from streaming_jobs.config import JobConfig
+from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.job import ElasticJob
 from streaming_jobs.runtime.sink import TransactionalKafkaSink
 from tests.integration.committed_reader import read_committed
+from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.kafka_io import produce_records
 
@@ -70,8 +72,8 @@ class CrashAfterCommit:
 @pytest.fixture
 def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
                tmp_path: Path) -> JobConfig:
-    return JobConfig(
-        bootstrap_servers=bootstrap_servers, query_id=f"q-{uuid.uuid4().hex[:8]}",
+    return bound_config(
+        sensor_job, bootstrap_servers=bootstrap_servers, query_id=f"q-{uuid.uuid4().hex[:8]}",
         instance_id="test-instance", input_topic=new_topic(partitions=2),
         output_topic=new_topic(partitions=2), dlq_topic=new_topic(partitions=1),
         metrics_topic=new_topic(partitions=1), control_topic=new_topic(partitions=1),
@@ -100,7 +102,7 @@ def test_a_batch_replayed_after_its_transaction_committed_is_not_written_twice(
     cfg = job_config
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(TOTAL)))
-    crashing = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    crashing = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     assert isinstance(crashing.query.sink, TransactionalKafkaSink)
     crash = CrashAfterCommit(crashing.query.sink)
     crashing.query.sink = crash  # type: ignore[assignment]
@@ -114,7 +116,7 @@ def test_a_batch_replayed_after_its_transaction_committed_is_not_written_twice(
     before_restart = committed_windows(cfg)
     assert before_restart, "the crashed batch's transaction should be visible"
 
-    restarted = ElasticJob(cfg, spark=spark)  # type: ignore[arg-type]
+    restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     restarted.start()
     try:
         sentinel = SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1)  # closes every window

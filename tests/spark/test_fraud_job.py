@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.fraud.rules import AMOUNT_OUTLIER, COUNTRY_CHANGE, VELOCITY, FraudRules
-from tests.spark.fraud_io import produce_txns, run_available_now, stateful_session, txn
+from streaming_jobs.jobs.fraud.rules import AMOUNT_OUTLIER, COUNTRY_CHANGE, VELOCITY, FraudRules
+from streaming_jobs.runtime.input import OBSERVATION
+from tests.spark.fraud_io import (
+    fraud_config,
+    produce_txns,
+    run_available_now,
+    stateful_session,
+    txn,
+)
 from tests.spark.kafka_io import TopicReader, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(360)]
@@ -41,8 +48,8 @@ def workload() -> list:
 
 @pytest.fixture
 def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
-    return JobConfig(
-        bootstrap_servers=bootstrap_servers, job="fraud-detection",
+    return fraud_config(
+        bootstrap_servers=bootstrap_servers,
         query_id=f"fraud-{uuid.uuid4().hex[:8]}", input_topic=new_topic(partitions=2),
         output_topic=new_topic(), dlq_topic=new_topic(),
         checkpoint_dir=str(tmp_path / "checkpoint"), input_parallelism=2,
@@ -69,7 +76,7 @@ def test_every_transaction_is_scored_once_with_its_account_count(
                         f"acct-2-{PER_ACCOUNT - 1}": {AMOUNT_OUTLIER}})
     assert all(0.0 <= r.score <= 1.0 and r.scorer_version == "v1" for r in output)
     assert by_id[f"acct-2-{PER_ACCOUNT - 1}"].score > by_id["acct-3-5"].score
-    dead = sum(int((p.observedMetrics.get("enrichment") or {"dead_letters": 0})
+    dead = sum(int((p.observedMetrics.get(OBSERVATION) or {"dead_letters": 0})
                    ["dead_letters"] or 0) for p in query.recentProgress)
     assert dead == 2
     dlq = TopicReader(config.bootstrap_servers, config.dlq_topic)

@@ -18,15 +18,15 @@ from streamctl.profiles import RateProfile
 from streaming_jobs.config import JobConfig
 from tests.accounting import assert_every_transaction_scored_once
 from tests.spark.conftest import SPARK_TASK_SLOTS
-from tests.spark.fraud_io import read_committed
+from tests.spark.fraud_io import fraud_config, fraud_job, read_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 @pytest.fixture
 def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
-    return JobConfig(
-        bootstrap_servers=bootstrap_servers, job="fraud-detection",
+    return fraud_config(
+        bootstrap_servers=bootstrap_servers,
         query_id=f"fraud-{uuid.uuid4().hex[:8]}", instance_id="test-instance",
         input_topic=new_topic(partitions=2), output_topic=new_topic(partitions=2),
         dlq_topic=new_topic(), metrics_topic=new_topic(), control_topic=new_topic(),
@@ -40,7 +40,7 @@ def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path
 def running_job(spark: object, config: JobConfig) -> Iterator[object]:
     from streaming_jobs.runtime.job import ElasticJob
 
-    job = ElasticJob(config, spark=spark)  # type: ignore[arg-type]
+    job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
     job.start()
     yield job
     job.stop()

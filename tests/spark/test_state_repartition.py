@@ -21,7 +21,13 @@ from streaming_jobs.runtime.state_repartition import (
     read_state_partitions,
     repartition_state,
 )
-from tests.spark.fraud_io import produce_txns, run_available_now, stateful_session, txn
+from tests.spark.fraud_io import (
+    fraud_config,
+    produce_txns,
+    run_available_now,
+    stateful_session,
+    txn,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -36,8 +42,8 @@ def phase(number: int) -> list:
 
 @pytest.fixture
 def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
-    return JobConfig(
-        bootstrap_servers=bootstrap_servers, job="fraud-detection",
+    return fraud_config(
+        bootstrap_servers=bootstrap_servers,
         query_id=f"fraud-{uuid.uuid4().hex[:8]}", input_topic=new_topic(partitions=2),
         output_topic=new_topic(), dlq_topic=new_topic(),
         checkpoint_dir=str(tmp_path / "checkpoint"), input_parallelism=2,
@@ -123,10 +129,11 @@ def test_refuses_when_the_last_batch_did_not_commit_or_the_query_runs(
 
 
 def _start_processing_time(spark: object, config: JobConfig) -> object:
-    from streaming_jobs.plans import plan_for
     from streaming_jobs.runtime.kafka import DeadLetterFactory
+    from streaming_jobs.runtime.plan import Plan
+    from tests.spark.fraud_io import fraud_job
 
-    plan = plan_for("fraud-detection")
+    plan = Plan(fraud_job)
     df = plan.build(spark, config,  # type: ignore[arg-type]
                     DeadLetterFactory(config.bootstrap_servers, config.dlq_topic))
     return (df.writeStream.queryName(config.query_id).outputMode(plan.output_mode)

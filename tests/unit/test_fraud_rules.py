@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from streaming_jobs.fraud.rules import (
+from streaming_jobs.jobs.fraud.rules import (
     AMOUNT_OUTLIER,
     COUNTRY_CHANGE,
     VELOCITY,
@@ -20,7 +20,7 @@ from streaming_jobs.fraud.rules import (
     expiry_ms,
     step,
 )
-from streaming_jobs.fraud.scoring import Features, RemoteScorer, score_v1, scorer_for
+from streaming_jobs.jobs.fraud.scoring import Features, RemoteScorer, score_v1
 
 T0 = 1_700_000_000_000
 RULES = FraudRules()
@@ -114,12 +114,12 @@ def test_rules_refuse_inconsistent_thresholds() -> None:
         FraudRules(alert_threshold=0)
 
 
-def test_remote_scorer_pays_the_cost_per_record_and_names_unknown_versions() -> None:
+def test_remote_scorer_pays_the_cost_per_record() -> None:
+    """(An unknown version is refused when the job's configuration is bound:
+    test_job_config.test_a_function_version_the_job_does_not_declare_is_refused.)"""
     slept: list[float] = []
     features = [Features(f"t{i}", 10.0, 0.0, 1, i + 1, "online") for i in range(4)]
-    scores = RemoteScorer("v1", cost_ms=5.0, sleep=slept.append)(features)
+    scores = RemoteScorer(score_v1, "v1", cost_ms=5.0, sleep=slept.append)(features)
     assert slept == [pytest.approx(0.02)]
     assert scores == [score_v1(f) for f in features]
     assert all(0.0 <= s <= 1.0 for s in scores)
-    with pytest.raises(ValueError, match="unknown scorer version 'v9'"):
-        scorer_for("v9")

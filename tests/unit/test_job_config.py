@@ -1,46 +1,104 @@
-"""JobConfig: env and option precedence, defaults, validation messages."""
+"""JobConfig: env and option precedence, what the job's declaration supplies (topics, query
+id, settings, the checkpoint under the state dir), defaults, validation messages."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from streaming_jobs.config import ConfigError, JobConfig
+from stack.defaults import default_state_dir as stack_state_dir
+from streaming_jobs.api import Job, Json, Setting, Topics
+from streaming_jobs.config import ConfigError, JobConfig, default_state_dir
+from streaming_jobs.loading import load
 
 KEY = {"STREAMCTL_CONTROL_KEY": "0123456789abcdef0123"}
+SENSOR = load("sensor-averages")
 
 
-def test_defaults_and_env() -> None:
+def from_sources(options: dict[str, Any], env: dict[str, str],
+                 job: Job = SENSOR) -> JobConfig:
+    return JobConfig.from_sources(job, options, env)
+
+
+def test_defaults_and_env(tmp_path: Path) -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_INPUT_PARALLELISM": "3",
-           "STREAMCTL_SPARK_JARS": "/a.jar, /b.jar", **KEY}
-    config = JobConfig.from_sources({}, env)
-    assert config.query_id == "sensor-averages"
+           "STREAMCTL_SPARK_JARS": "/a.jar, /b.jar", "STREAMCTL_STATE_DIR": str(tmp_path),
+           **KEY}
+    config = from_sources({}, env)
+    assert config.query_id == "sensor-averages" and config.job == "sensor-averages"
     assert config.input_topic == "sensor-readings"
     assert config.dlq_topic == "sensor-readings.dlq"
-    assert config.checkpoint_dir == ".streamctl/checkpoints/sensor-averages"
+    checkpoint = tmp_path / "checkpoints" / "sensor-averages" / "sensor-averages"
+    assert config.checkpoint_dir == str(checkpoint)
     assert config.input_parallelism == 3
     assert config.jar_list == ("/a.jar", "/b.jar")
     assert config.instance_id  # hostname-pid
     assert config.control_key == b"0123456789abcdef0123"
     assert "0123456789" not in repr(config)
-    assert config.desired_state_path == (".streamctl/checkpoints/sensor-averages"
-                                         ".desired-state.json")
+    assert config.desired_state_path == f"{checkpoint}.desired-state.json"
+    assert config.udf_version == "v1"  # the job's first function version
+    assert config.settings_map == {"enrichment_cost_ms": 5.0, "window_s": 10,
+                                   "watermark_s": 10, "low_priority_prefixes": ""}
+
+
+def test_the_checkpoint_does_not_depend_on_the_directory_the_job_starts_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", **KEY}
+    here = from_sources({}, env).checkpoint_dir
+    monkeypatch.chdir(tmp_path)
+    assert from_sources({}, env).checkpoint_dir == here
+    assert Path(here).is_absolute()
+    assert default_state_dir({}) == stack_state_dir({})  # the stack and the job agree
+    assert default_state_dir({"STREAMCTL_STATE_DIR": str(tmp_path)}) == tmp_path
+
+
+def test_job_settings_come_from_set_then_env_then_the_declaration() -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_WINDOW_S": "30", **KEY}
+    config = from_sources({"settings": ["enrichment_cost_ms=0.5", "window_s=20"]}, env)
+    assert config.settings_map["enrichment_cost_ms"] == 0.5
+    assert config.settings_map["window_s"] == 20  # --set wins over the variable
+    assert from_sources({}, env).settings_map["window_s"] == 30
+    with pytest.raises(ConfigError, match="--set 'windows=3': job 'sensor-averages' has no "
+                                          "setting 'windows' \\(its settings: "
+                                          "enrichment_cost_ms, window_s"):
+        from_sources({"settings": ["windows=3"]}, env)
+    with pytest.raises(ConfigError, match="setting 'window_s' of job 'sensor-averages': "
+                                          "expected an integer, got 'ten'"):
+        from_sources({"settings": ["window_s=ten"]}, env)
+
+
+def test_a_function_version_the_job_does_not_declare_is_refused() -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", **KEY}
+    with pytest.raises(ConfigError, match="udf_version 'v9' is not a version of job "
+                                          "'sensor-averages': v1, v2"):
+        from_sources({"udf_version": "v9"}, env)
+    plain = Job(name="plain", build=lambda spark, source, context: source,
+                input=Json("a string"), topics=Topics("a", "b"),
+                settings=(Setting("flag", True),))
+    with pytest.raises(ConfigError, match="job 'plain' declares no function versions"):
+        from_sources({"udf_version": "v1"}, env, plain)
+    assert from_sources({"settings": ["flag=no"]}, env, plain).settings_map == {"flag": False}
 
 
 def test_the_key_comes_only_from_the_environment_and_is_required() -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092"}
     with pytest.raises(ConfigError, match="no control key: set STREAMCTL_CONTROL_KEY or "
                                           "STREAMCTL_CONTROL_KEY_FILE"):
-        JobConfig.from_sources({"control_key": "given-as-an-option!"}, env)
+        from_sources({"control_key": "given-as-an-option!"}, env)
     with pytest.raises(ConfigError, match="at least 16"):
-        JobConfig.from_sources({}, {**env, "STREAMCTL_CONTROL_KEY": "short"})
+        from_sources({}, {**env, "STREAMCTL_CONTROL_KEY": "short"})
 
 
 def test_options_win_over_env() -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_QUERY_ID": "from-env", **KEY}
-    config = JobConfig.from_sources({"query_id": "from-cli", "window_s": None}, env)
+    config = from_sources({"query_id": "from-cli", "input_parallelism": None}, env)
     assert config.query_id == "from-cli"
-    assert config.checkpoint_dir == ".streamctl/checkpoints/from-cli"
-    assert config.window_s == 10
+    assert config.checkpoint_dir.endswith(os.path.join("checkpoints", "sensor-averages",
+                                                       "from-cli"))
+    assert config.input_parallelism == 2
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -57,13 +115,13 @@ def test_options_win_over_env() -> None:
 ])
 def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        JobConfig.from_sources(options, KEY)
+        from_sources(options, KEY)
 
 
 def test_local_mode_is_the_default_and_a_standalone_master_is_a_cluster() -> None:
-    local = JobConfig.from_sources({"bootstrap_servers": "k:1"}, KEY)
+    local = from_sources({"bootstrap_servers": "k:1"}, KEY)
     assert (local.local, local.master, local.max_task_slots) == (True, "local[16]", 16)
-    cluster = JobConfig.from_sources(
+    cluster = from_sources(
         {"bootstrap_servers": "k:1", "spark_master": "spark://m1:7077,m2:7077",
          "executor_cores": "2", "max_executors": "3", "input_parallelism": "6"}, KEY)
     assert (cluster.local, cluster.master) == (False, "spark://m1:7077,m2:7077")
@@ -85,14 +143,14 @@ def test_local_mode_is_the_default_and_a_standalone_master_is_a_cluster() -> Non
 ])
 def test_bad_cluster_settings_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        JobConfig.from_sources({"bootstrap_servers": "k:1", **options}, KEY)
+        from_sources({"bootstrap_servers": "k:1", **options}, KEY)
 
 
 def test_on_a_cluster_the_session_gets_executor_settings_and_no_dynamic_allocation() -> None:
     from streaming_jobs.runtime.session import cluster_settings
 
-    assert cluster_settings(JobConfig.from_sources({"bootstrap_servers": "k:1"}, KEY)) == {}
-    cluster = JobConfig.from_sources(
+    assert cluster_settings(from_sources({"bootstrap_servers": "k:1"}, KEY)) == {}
+    cluster = from_sources(
         {"bootstrap_servers": "k:1", "spark_master": "spark://m:7077", "executor_cores": "2",
          "executor_memory_mb": "512", "max_executors": "3", "spark_driver_host": "job"}, KEY)
     assert cluster_settings(cluster) == {

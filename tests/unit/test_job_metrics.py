@@ -110,7 +110,7 @@ def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> N
 
 def test_rows_shed_come_from_the_observed_metric() -> None:
     event = json.loads(json.dumps(next(e for e in EVENTS if e["batchId"] == 0)))
-    observed = event["observedMetrics"]["enrichment"]
+    observed = event["observedMetrics"]["streamctl_input"]
     observed["rows_shed"] = 42
     raw = StreamingQueryProgress.fromJson(event)
     assert rows_shed(raw) == 42

@@ -10,6 +10,7 @@ import pytest
 
 from schemas.records import ControlTuple, Role
 from streaming_jobs.config import JobConfig
+from streaming_jobs.loading import load
 from streaming_jobs.runtime.lifecycle import Commit
 from streaming_jobs.runtime.metrics import RunContext
 from streaming_jobs.runtime.parameters import DesiredState
@@ -25,7 +26,8 @@ PROMOTION = replace(SHARED, epoch=4, active_instance="b")
 
 
 def config(instance: str, role: str = "active") -> JobConfig:
-    return JobConfig.from_sources({"bootstrap_servers": "k:9092", "instance_id": instance,
+    return JobConfig.from_sources(load("sensor-averages"),
+                                  {"bootstrap_servers": "k:9092", "instance_id": instance,
                                    "role": role}, env=KEY)
 
 

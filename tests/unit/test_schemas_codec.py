@@ -90,9 +90,11 @@ def test_every_avsc_file_is_used_by_exactly_one_record_type() -> None:
     ("payload", "reason"),
     [
         (None, "empty payload"),
-        (b"", "bad marker"),
-        (b"\x00\x01garbage-bytes", "bad marker"),
-        (MAGIC + b"\x00" * 8 + b"\x02", "unknown writer schema"),
+        (b"", "not Avro single-object encoded: the payload is empty"),
+        (b"\x00\x01garbage-bytes", "not Avro single-object encoded: it starts with 00 01"),
+        (b'{"control_id": "x"}', "looks like JSON text"),
+        (MAGIC + b"\x00" * 8 + b"\x02", "written with an unknown schema: fingerprint "
+                                         "0000000000000000"),
     ],
 )
 def test_garbage_raises_one_typed_error_with_its_position(payload: bytes | None,
@@ -105,18 +107,20 @@ def test_garbage_raises_one_typed_error_with_its_position(payload: bytes | None,
     assert "topic=streamctl.acks, partition=0, offset=42" in str(err)
 
 
-def test_truncated_and_padded_bodies_are_decode_errors() -> None:
+def test_truncated_and_padded_bodies_are_decode_errors_in_words() -> None:
     codec = codec_for(SensorReading)
     good = codec.encode(SensorReading("s-1", 1, 1.0, 1))
-    with pytest.raises(DecodeError, match="corrupt"):
+    with pytest.raises(DecodeError) as truncated:
         codec.decode(good[:-3])
+    assert truncated.value.reason == ("truncated: the Avro body ends (11 bytes) before a "
+                                      "whole SensorReading was read")
     with pytest.raises(DecodeError, match="trailing bytes"):
         codec.decode(good + b"\x00")
 
 
 def test_a_record_of_another_type_is_rejected() -> None:
     payload = codec_for(SensorReading).encode(SensorReading("s-1", 1, 1.0, 1))
-    with pytest.raises(DecodeError, match="unknown writer schema"):
+    with pytest.raises(DecodeError, match="written with an unknown schema"):
         codec_for(Ack).decode(payload)
 
 
@@ -131,7 +135,7 @@ def test_an_older_writer_schema_is_resolved_against_the_current_one() -> None:
     payload = old_writer.encode(metrics)
 
     reader = Codec(TaskMetrics)
-    with pytest.raises(DecodeError, match="unknown writer schema"):
+    with pytest.raises(DecodeError, match="written with an unknown schema"):
         reader.decode(payload)
     reader.register_writer_schema(old_schema)
     decoded = reader.decode(payload)

@@ -9,13 +9,13 @@ from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
 from schemas.codec import DecodeError
+from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested
 from streaming_jobs.runtime.sink import SinkCollector, TransactionalKafkaSink
 from streaming_jobs.runtime.transactional import (
     CheckpointBehindOutput,
     CommitMarker,
     OutputBatch,
-    OutputEncoder,
     Replay,
     SinkBatchAborted,
     SinkFenced,
@@ -59,7 +59,7 @@ class MemoryWriter:
 
 def sink(writer: MemoryWriter, gate: BatchGate | None = None) -> TransactionalKafkaSink:
     return TransactionalKafkaSink(gate or BatchGate(), writer, "q", "out",
-                                  OutputEncoder(lambda batches: batches), clock_ms=lambda: 7)
+                                  KeyValue(), clock_ms=lambda: 7)
 
 
 def batch(*values: bytes) -> OutputBatch:
@@ -73,7 +73,7 @@ def test_a_marker_round_trips_in_the_standard_framing() -> None:
 
 
 def test_garbage_on_the_marker_topic_is_a_decode_error_with_its_position() -> None:
-    with pytest.raises(DecodeError, match="bad marker") as caught:
+    with pytest.raises(DecodeError, match="not Avro single-object encoded") as caught:
         decode_marker(b"nope", topic="markers", partition=0, offset=12)
     assert (caught.value.topic, caught.value.offset) == ("markers", 12)
 

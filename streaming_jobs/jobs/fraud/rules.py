@@ -1,7 +1,7 @@
 """The fraud-detection job's per-account state and rules: pure functions, no Spark, no I/O.
 
 `step(state, txn, rules)` folds one transaction into an account's state and says which rules
-fired; the Spark operator (`fraud.plan`) only stores the state between batches and calls it
+fired; the Spark operator (`fraud.job`) only stores the state between batches and calls it
 in event-time order. Keeping this pure means the rules are unit-tested on plain values and
 behave the same in a test, in a Spark worker and after a restart from the checkpoint.
 

@@ -1,9 +1,10 @@
-"""The Kafka source every bundled plan reads: one place for its options.
+"""The Kafka source of every job: one place for its options.
 
 Owns `KafkaInput` (which topic, the source's name in the checkpoint, where a source new to the
-checkpoint starts) and `read_kafka`, the `readStream` both plans start from. The runtime
-decides the input (`runtime.input_switch`); the plans only read it. Neighbours: the plans
-(`sensor_averages`, `fraud.plan`) call `read_kafka`; `runtime.lifecycle` passes the input.
+checkpoint starts) and `read_kafka`, the `readStream` every run starts from. The runtime owns
+the source: it decides the input (`input_switch`), its parallelism and batch cap; a job's
+builder receives the decoded rows (`plan`). Neighbours: `plan` calls `read_kafka`,
+`lifecycle` passes the input.
 """
 
 from __future__ import annotations

@@ -51,27 +51,18 @@ def score_v2(f: Features) -> float:
 
 
 SCORERS: dict[str, Scorer] = {"v1": score_v1, "v2": score_v2}
-DEFAULT_SCORER = "v1"
-
-
-def scorer_for(version: str) -> Scorer:
-    try:
-        return SCORERS[version]
-    except KeyError:
-        raise ValueError(f"unknown scorer version {version!r}; known: "
-                         f"{', '.join(sorted(SCORERS))}") from None
 
 
 @dataclass(frozen=True)
 class RemoteScorer:
     """One call to the model service for a batch of transactions: cost_ms per record."""
 
+    score: Scorer
     version: str
     cost_ms: float
     sleep: Callable[[float], None] = time.sleep
 
     def __call__(self, batch: Sequence[Features]) -> list[float]:
-        scorer = scorer_for(self.version)
         if self.cost_ms > 0 and batch:
             self.sleep(len(batch) * self.cost_ms / 1000.0)
-        return [scorer(f) for f in batch]
+        return [self.score(f) for f in batch]
