@@ -1,10 +1,11 @@
-"""Load generator: produces the bundled jobs' input at a rate profile and keeps a ledger.
+"""Load generator: produces the jobs' input at a rate profile and keeps a ledger.
 
-Sensor readings (`SensorReading`, the sensor-averages job) or card transactions
-(`CardTransaction`, the fraud-detection job; generator in `cards`). The ledger holds what the
-broker acknowledged (not what was merely attempted), so a test or the demo can account for
-every record in the job's output: per sensor and event-time window, the count and the sum of
-sequence numbers; per account, the transactions and the highest account_seq.
+Sensor readings (`SensorReading`, the sensor-averages job), card transactions
+(`CardTransaction`, the fraud-detection job; generator in `cards`) or JSON clicks (the example
+pipeline, `examples/clickstream`; generator in `clicks`). The ledger holds what the broker
+acknowledged (not what was merely attempted), so a test or the demo can account for every
+record in the job's output: per sensor and event-time window, the count and the sum of
+sequence numbers; per account, the transactions and the highest account_seq; the click ids.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, Message, Producer
 
 from schemas import CardTransaction, Codec, SensorReading, codec_for
-from schemas.records import _Record
 from security.kafka import PLAINTEXT, KafkaSecurity
 from streamctl.cards import CardEvents, CardLedger
+from streamctl.clicks import ClickEvents, ClickLedger
+from streamctl.clicks import encode as encode_click
 from streamctl.profiles import RateProfile
 
 _TICK_S = 0.02
@@ -58,9 +60,8 @@ class AckLedger(Protocol):
     def record(self, record: Any) -> None: ...
 
 
-EVENT_TYPES = {"sensor": ("sensor-readings", SensorReading),
-               "card": ("card-transactions", CardTransaction)}
-"""Event type → (default topic, record type)."""
+EVENT_TYPES = {"sensor": "sensor-readings", "card": "card-transactions", "click": "clicks"}
+"""Event type → its default topic."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ class LoadSpec:
     start_seq: int = 0
     window_ms: int = 10_000
     event_type: str = "sensor"
-    """sensor (SensorReading, keys `sensors`) or card (CardTransaction, keys `accounts`)."""
+    """sensor (SensorReading, keys `sensors`), card (CardTransaction, keys `accounts`) or click
+    (JSON, keys `users`)."""
     accounts: int = 200
+    users: int = 200
     low_priority_share: float = 0.3
     """Cards only: share of transactions with priority 0 (sheddable)."""
     security: KafkaSecurity = PLAINTEXT
@@ -86,9 +89,11 @@ class LoadSpec:
     def __post_init__(self) -> None:
         if self.event_type not in EVENT_TYPES:
             raise ValueError(f"unknown event type {self.event_type!r}; use "
-                             f"{' or '.join(EVENT_TYPES)}")
+                             f"{', '.join(EVENT_TYPES)}")
         if self.event_type == "card":  # refuses a bad account count or share up front
             CardEvents(self.accounts, self.hot_key_share, self.low_priority_share)
+        if self.event_type == "click":
+            ClickEvents(self.users, self.hot_key_share)
 
 
 def producer_config(bootstrap_servers: str,
@@ -109,28 +114,40 @@ def _pick_sensor(rng: random.Random, spec: LoadSpec) -> str:
     return f"sensor-{rng.randrange(spec.sensors):03d}"
 
 
-EventMaker = Callable[[int, int], tuple[str, _Record]]
-"""(event time ms, global seq) → (key, record)."""
+EventMaker = Callable[[int, int], tuple[str, bytes, Any]]
+"""(event time ms, global seq) → (key, encoded value, what the ledger records once acked)."""
 
 
 def event_maker(spec: LoadSpec, rng: random.Random) -> EventMaker:
+    run_tag = f"{rng.getrandbits(32):08x}-"
     if spec.event_type == "card":
-        cards = CardEvents(spec.accounts, spec.hot_key_share, spec.low_priority_share,
-                           run_tag=f"{rng.getrandbits(32):08x}-")
+        cards, card_codec = (CardEvents(spec.accounts, spec.hot_key_share,
+                                        spec.low_priority_share, run_tag=run_tag),
+                             codec_for(CardTransaction))
 
-        def card(now_ms: int, _seq: int) -> tuple[str, _Record]:
+        def card(now_ms: int, _seq: int) -> tuple[str, bytes, Any]:
             txn = cards.make(rng, now_ms)
-            return txn.account_id, txn
+            return txn.account_id, card_codec.encode(txn), txn
         return card
+    if spec.event_type == "click":
+        clicks = ClickEvents(spec.users, spec.hot_key_share, run_tag=run_tag)
 
-    def reading(now_ms: int, seq: int) -> tuple[str, _Record]:
+        def click(now_ms: int, _seq: int) -> tuple[str, bytes, Any]:
+            user, event = clicks.make(rng, now_ms)
+            return user, encode_click(event), event
+        return click
+    reading_codec: Codec[SensorReading] = codec_for(SensorReading)
+
+    def reading(now_ms: int, seq: int) -> tuple[str, bytes, Any]:
         r = SensorReading(_pick_sensor(rng, spec), now_ms, rng.uniform(-10, 40), seq)
-        return r.sensor_id, r
+        return r.sensor_id, reading_codec.encode(r), r
     return reading
 
 
-def new_ledger(spec: LoadSpec) -> Ledger | CardLedger:
-    return CardLedger() if spec.event_type == "card" else Ledger(spec.window_ms)
+def new_ledger(spec: LoadSpec) -> Ledger | CardLedger | ClickLedger:
+    if spec.event_type == "card":
+        return CardLedger()
+    return ClickLedger() if spec.event_type == "click" else Ledger(spec.window_ms)
 
 
 def run_load(
@@ -142,13 +159,12 @@ def run_load(
     """Produce until `duration_s` elapses or `stop` is set; flush; return the ledger."""
     stop = stop or threading.Event()
     producer = Producer(producer_config(spec.bootstrap_servers, spec.security))
-    codec: Codec[Any] = codec_for(EVENT_TYPES[spec.event_type][1])
     rng = random.Random(spec.start_seq)
     make = event_maker(spec, rng)
     seq = spec.start_seq
     started = time.monotonic()
 
-    def delivered(record: _Record) -> Callable[[KafkaError | None, Message], None]:
+    def delivered(record: Any) -> Callable[[KafkaError | None, Message], None]:
         def callback(err: KafkaError | None, _msg: Message) -> None:
             if err is None:
                 ledger.record(record)
@@ -163,8 +179,8 @@ def run_load(
         due = int(spec.profile.expected_by(elapsed)) - (seq - spec.start_seq)
         now_ms = int(time.time() * 1000)
         for _ in range(max(0, due)):
-            key, record = make(now_ms, seq)
-            _produce(producer, spec.topic, key, codec.encode(record), delivered(record))
+            key, value, record = make(now_ms, seq)
+            _produce(producer, spec.topic, key, value, delivered(record))
             seq += 1
         producer.poll(0)
         if on_tick:
@@ -188,9 +204,10 @@ def _produce(producer: Producer, topic: str, key: str, value: bytes,
 def add_produce_command(groups: argparse._SubParsersAction) -> None:
     p = groups.add_parser(
         "produce",
-        help="generate sensor readings or card transactions at a rate profile",
+        help="generate sensor readings, card transactions or clicks at a rate profile",
         description="Produce SensorReading (sensor-averages job) or CardTransaction "
-                    "(fraud-detection job) records, Avro, to the job's input topic.",
+                    "(fraud-detection job) records, Avro, or JSON clicks (the example "
+                    "pipeline), to the job's input topic.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     from streamctl.settings import add_bootstrap_option
@@ -198,10 +215,10 @@ def add_produce_command(groups: argparse._SubParsersAction) -> None:
     add_bootstrap_option(p)
     p.add_argument("--event-type", default="sensor", choices=list(EVENT_TYPES),
                    help="sensor: readings for sensor-averages; card: transactions for "
-                        "fraud-detection")
+                        "fraud-detection; click: JSON clicks for click-enrich")
     p.add_argument("--topic", default=None,
-                   help="input topic of the job (default sensor-readings or "
-                        "card-transactions, by event type)")
+                   help="input topic of the job (default sensor-readings, "
+                        "card-transactions or clicks, by event type)")
     p.add_argument("--profile", default="step", choices=["constant", "step", "ramp", "spike"],
                    help="shape of the input rate over time")
     p.add_argument("--rate", type=float, default=150.0, help="base rate, records/s")
@@ -215,6 +232,8 @@ def add_produce_command(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--sensors", type=int, default=50, help="number of distinct sensor keys")
     p.add_argument("--accounts", type=int, default=200,
                    help="number of distinct card accounts (event type card)")
+    p.add_argument("--users", type=int, default=200,
+                   help="number of distinct users (event type click)")
     p.add_argument("--low-priority-share", type=float, default=0.3,
                    help="share of card transactions with priority 0, the only ones load "
                         "shedding may drop (event type card)")
@@ -226,13 +245,14 @@ def add_produce_command(groups: argparse._SubParsersAction) -> None:
 def _produce_command(args: argparse.Namespace) -> int:
     end = args.change_until_s if args.profile in ("ramp", "spike") else float("inf")
     profile = RateProfile(args.profile, args.rate, args.peak_rate, args.change_at_s, end)
-    topic = args.topic or EVENT_TYPES[args.event_type][0]
+    topic = args.topic or EVENT_TYPES[args.event_type]
     from streamctl.settings import kafka_security
 
     try:
         spec = LoadSpec(args.bootstrap_servers, topic, profile, args.duration_s, args.sensors,
                         args.hot_key_share, event_type=args.event_type,
-                        accounts=args.accounts, low_priority_share=args.low_priority_share,
+                        accounts=args.accounts, users=args.users,
+                        low_priority_share=args.low_priority_share,
                         security=kafka_security())
     except ValueError as exc:
         print(f"produce: {exc}", file=sys.stderr)

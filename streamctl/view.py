@@ -69,7 +69,11 @@ class QueryView:
         return sum(max(0, p.latest_offset - p.end_offset) for p in newest.partitions)
 
     def parallelism(self) -> int:
-        return self.samples[-1].input_parallelism if self.samples else 0
+        """The value of the knob the job scales with (input parallelism or state partitions)."""
+        if not self.samples:
+            return 0
+        newest = self.samples[-1]
+        return int(getattr(newest, newest.scaling_parameter, newest.input_parallelism))
 
     def epoch(self) -> int:
         return self.samples[-1].config_epoch if self.samples else 0

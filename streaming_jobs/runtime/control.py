@@ -94,7 +94,7 @@ def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Ver
     if parameter is None:
         return Reject(Reason.UNKNOWN_PARAMETER,
                       f"unknown parameter '{name}'; supported: {', '.join(REGISTRY)}")
-    unavailable = parameter.availability(limits)
+    unavailable = parameter.unavailable(limits)
     if unavailable is not None:
         return Reject(Reason.UNSUPPORTED, f"cannot change {name}: {unavailable}")
     try:

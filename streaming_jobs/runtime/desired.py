@@ -134,7 +134,7 @@ def superseded_by(path: str, query_id: str, instance_id: str, epoch: int) -> str
 def _restored(state: DesiredState, name: str, raw: object, limits: Limits,
               path: str) -> DesiredState:
     parameter = REGISTRY.get(name)
-    if parameter is None or parameter.availability(limits) is not None:
+    if parameter is None or parameter.unavailable(limits) is not None:
         return state  # not changeable here: the configured value stands
     if not is_request(name, raw):
         return state  # nothing was requested: the configured value stands
@@ -182,7 +182,7 @@ class SharedDesiredState:
         """The options' values, each checked against the registry (a bad one stops the job)."""
         configured, limits = DesiredState.from_config(self._config), self._limits()
         for name, parameter in REGISTRY.items():
-            if (parameter.availability(limits) is None and name not in UNCHECKED_AT_START
+            if (parameter.unavailable(limits) is None and name not in UNCHECKED_AT_START
                     and is_request(name, configured.value(name))):
                 try:
                     parameter.parse(str(configured.value(name)), limits)

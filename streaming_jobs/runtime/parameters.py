@@ -35,7 +35,7 @@ class DesiredState:
     shed_fraction: float
     """Fraction of low-priority input records dropped, counted per batch."""
     udf_version: str
-    """Registered version of the enrichment function."""
+    """Version of the job's swappable function in force (`Job.functions`)."""
     input_topic: str
     output_topic: str
     executors: int
@@ -98,7 +98,9 @@ class Limits:
     existing_topics: frozenset[str] = frozenset()
     """Topics known to exist; the control loop fills it for topic parameters."""
     unsupported: tuple[tuple[str, str], ...] = ()
-    """(parameter, reason) for parameters this build of the runtime cannot apply yet."""
+    """(parameter, reason) for parameters the job or its checkpoint rules out (a stateless
+    job's state partitions, a job without function versions, a checkpoint from before named
+    sources)."""
 
     @property
     def local(self) -> bool:
@@ -131,6 +133,11 @@ class Parameter:
     apply: Apply
     availability: Callable[[Limits], str | None] = lambda _limits: None
     """Why this parameter cannot be changed in this deployment, or None."""
+
+    def unavailable(self, limits: Limits) -> str | None:
+        """Why it cannot be changed here: the deployment (`availability`) or the job and its
+        checkpoint (`Limits.unsupported`); None when it can."""
+        return self.availability(limits) or dict(limits.unsupported).get(self.name)
 
 
 def _int_in(low: Callable[[Limits], int], high: Callable[[Limits], int], bound: str) -> Parser:
@@ -189,12 +196,6 @@ def _cluster_only(limits: Limits) -> str | None:
     return None
 
 
-def _not_yet(name: str) -> Callable[[Limits], str | None]:
-    def availability(limits: Limits) -> str | None:
-        return dict(limits.unsupported).get(name)
-    return availability
-
-
 def _one(_limits: Limits) -> int:
     return 1
 
@@ -212,8 +213,8 @@ REGISTRY: dict[str, Parameter] = {p.name: p for p in (
               Apply.SWAP, _cluster_only),
     Parameter("state_partitions",
               _int_in(_one, lambda lim: lim.max_state_partitions, "max_state_partitions"),
-              Apply.RESTART, _not_yet("state_partitions")),
-    Parameter("input_topic", _topic, Apply.RESTART, _not_yet("input_topic")),
+              Apply.RESTART),
+    Parameter("input_topic", _topic, Apply.RESTART),
     Parameter("active_instance", _instance, Apply.ROLE),
 )}
 """Every parameter a control tuple may name. Shedding and the UDF live inside the query's

@@ -24,9 +24,9 @@ END = "<!-- env-reference:end -->"
 
 # Variables read by name (not derived from a config class): who reads them, default, meaning.
 SHARED = {
-    "STREAMCTL_STATE_DIR": ("stack, demo", "`<repo>/.streamctl`",
-                            "State of the local stack: broker data and logs, Maven cache, "
-                            "checkpoints, the demo's logs and generated control key."),
+    "STREAMCTL_JOB": ("job", "required",
+                      "The job to run: an installed job's name (`streamctl job list`) or an "
+                      "import path `package.module:attribute`."),
     "STREAMCTL_SPARK_JARS": ("job", "resolved by `stack`",
                              "Comma-separated jar paths for `spark.jars` (the Spark Kafka "
                              "connector); set by `streamctl` itself when empty."),
@@ -40,7 +40,7 @@ SHARED = {
                                    "`demo` generate the local one."),
 }
 # Readers beyond the config class that declares a variable (commands that read it by name).
-ALSO_READ_BY = {"STREAMCTL_STATE_TOPIC": "`job state`"}
+ALSO_READ_BY = {"STREAMCTL_STATE_TOPIC": "`job state`", "STREAMCTL_STATE_DIR": "stack, demo"}
 COMPOSE = {
     "GRAFANA_ADMIN_PASSWORD": ("docker compose (grafana)", "`admin`",
                                "Password of Grafana's `admin` user."),
@@ -87,12 +87,36 @@ def _default(value: Any) -> str:
 
 def _job_rows() -> dict[str, Row]:
     from streaming_jobs.cli import _HELP
-    from streaming_jobs.config import OWN_VARIABLES, JobConfig, env_var
+    from streaming_jobs.config import DERIVED, OWN_VARIABLES, JobConfig, env_var
 
     docs = attribute_docs(JobConfig)  # the option's help is the shorter, user-facing text
     return {env_var(f.name): Row(env_var(f.name), "job", _default(f.default),
                                  _sentence(_HELP.get(f.name) or docs.get(f.name, "")))
-            for f in fields(JobConfig) if f.name not in OWN_VARIABLES}
+            for f in fields(JobConfig) if f.name not in OWN_VARIABLES | DERIVED
+            and f.name != "job"}
+
+
+BUNDLED_JOBS = ("sensor-averages", "fraud-detection")
+
+
+def _job_setting_rows() -> dict[str, Row]:
+    """The bundled jobs' own settings (`--set name=value` or `STREAMCTL_<NAME>`)."""
+    from streaming_jobs.config import env_var
+    from streaming_jobs.loading import load
+
+    rows: dict[str, Row] = {}
+    for name in BUNDLED_JOBS:
+        for setting in load(name).settings:
+            var = env_var(setting.name)
+            old = rows.get(var)
+            readers = f"{old.readers}, {name}" if old else f"job {name}"
+            default, meaning = _default(setting.default), _sentence(setting.help) + "."
+            if old and old.default != default:
+                default = f"{old.default}; {name}: {default}"
+            if old and old.meaning != meaning:
+                meaning = f"{old.meaning} ({name}: {meaning[:1].lower()}{meaning[1:]})"
+            rows[var] = Row(var, readers, default, meaning)
+    return rows
 
 
 def _kafka_security_rows() -> dict[str, Row]:
@@ -135,7 +159,7 @@ def _controller_rows() -> dict[str, Row]:
 def rows() -> list[Row]:
     """One row per variable; a variable both processes read shows both defaults if they differ."""
     merged: dict[str, Row] = {**_kafka_security_rows(), **_metrics_endpoint_rows()}
-    for source in (_job_rows(), _controller_rows()):
+    for source in (_job_rows(), _job_setting_rows(), _controller_rows()):
         for name, row in source.items():
             if name not in merged:
                 merged[name] = row

@@ -1,9 +1,10 @@
 """What the closed-loop tests share: the job and controller processes on their own topics, and
 a watch over the metrics, decisions and acks the loop writes.
 
-Each test starts its own job (its options are the test's subject) with `run_loop`; the
-controller is the same for both, with a shorter cooldown than the default 30 s: one scale-up
-is expected, and a second one, if the first fell short, should come within a test's budget.
+Each test starts its own jobs (their options are the test's subject) with `run_loop` (one job)
+or `run_jobs` (a pipeline); the controller is the same for all, with a shorter cooldown than
+the default 30 s: one scale-up is expected, and a second one, if the first fell short, should
+come within a test's budget.
 """
 
 from __future__ import annotations
@@ -27,47 +28,78 @@ def run_loop(bootstrap: str, topics: dict[str, str], job_args: Sequence[str],
              log_dir: Path, controller_metrics_port: int = 0) -> Iterator[list[Child]]:
     """The job (`job run` with `job_args`) and the controller, talking over `topics`; the
     controller serves Prometheus on `controller_metrics_port` (0: not at all)."""
-    env = {
-        "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap,
-        "STREAMCTL_METRICS_TOPIC": topics["metrics"], "STREAMCTL_CONTROL_TOPIC": topics["control"],
-        "STREAMCTL_ACK_TOPIC": topics["acks"], "STREAMCTL_DECISIONS_TOPIC": topics["decisions"],
-    }
     io = ["--input-topic", topics["input"], "--output-topic", topics["output"],
-          "--dlq-topic", topics["dlq"], "--metrics-port", "0"]
-    children = [start_child("job", ["job", "run", *io, *job_args], log_dir, env)]
+          "--dlq-topic", topics["dlq"]]
+    with run_jobs(bootstrap, topics, {"job": [*io, *job_args]}, log_dir,
+                  controller_metrics_port) as children:
+        yield children
+
+
+@contextmanager
+def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[str]],
+             log_dir: Path, controller_metrics_port: int = 0, *,
+             with_controller: bool = True) -> Iterator[list[Child]]:
+    """One `job run` process per entry of `jobs` (name → its options), then the controller
+    (unless the test starts it later, `start_controller`, into the same list), all on the
+    control-plane topics of `topics`; every process in the list stopped on the way out."""
+    children: list[Child] = []
     try:
-        children.append(start_child("controller", [
-            "controller", "run", "--metrics-port", str(controller_metrics_port),
-            "--cooldown-s", str(CONTROLLER_COOLDOWN_S)], log_dir, env))
+        for name, args in jobs.items():
+            children.append(start_child(name, ["job", "run", "--metrics-port", "0", *args],
+                                        log_dir, _env(bootstrap, topics)))
+        if with_controller:
+            children.append(start_controller(bootstrap, topics, log_dir,
+                                             controller_metrics_port))
         yield children
     finally:
         stop_all(children)
 
 
+def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
+                     metrics_port: int = 0) -> Child:
+    return start_child("controller", [
+        "controller", "run", "--metrics-port", str(metrics_port),
+        "--cooldown-s", str(CONTROLLER_COOLDOWN_S)], log_dir, _env(bootstrap, topics))
+
+
+def _env(bootstrap: str, topics: dict[str, str]) -> dict[str, str]:
+    return {
+        "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap,
+        "STREAMCTL_METRICS_TOPIC": topics["metrics"], "STREAMCTL_CONTROL_TOPIC": topics["control"],
+        "STREAMCTL_ACK_TOPIC": topics["acks"], "STREAMCTL_DECISIONS_TOPIC": topics["decisions"],
+    }
+
+
 @dataclass
 class LoopWatch:
-    """Reads the loop's metrics (of `query_id`), decisions and acks from the beginning, and
-    fails at once, with its log, when one of `children` died."""
+    """Reads the loop's metrics (of `query_id`, or of each query of a pipeline), decisions and
+    acks from the beginning, and fails at once, with its log, when one of `children` died."""
 
     bootstrap: str
     topics: dict[str, str]
-    query_id: str
+    query_id: str | Sequence[str]
     children: list[Child]
-    view: QueryView = field(init=False)
+    views: dict[str, QueryView] = field(init=False)
     decisions: list[Decision] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
     tail: Tail = field(init=False)
 
     def __post_init__(self) -> None:
-        self.view = QueryView(self.query_id)
+        ids = [self.query_id] if isinstance(self.query_id, str) else list(self.query_id)
+        self.views = {q: QueryView(q) for q in ids}
         t = self.topics
         self.tail = Tail(self.bootstrap, {t["metrics"]: TaskMetrics, t["acks"]: Ack,
                                           t["decisions"]: Decision}, from_beginning=True)
 
+    @property
+    def view(self) -> QueryView:
+        """The (first) watched query's view."""
+        return next(iter(self.views.values()))
+
     def consume(self) -> None:
         for _topic, record in self.tail.poll(0.2):
-            if isinstance(record, TaskMetrics) and record.query_id == self.query_id:
-                self.view.add(record)
+            if isinstance(record, TaskMetrics) and record.query_id in self.views:
+                self.views[record.query_id].add(record)
             elif isinstance(record, Decision):
                 self.decisions.append(record)
             elif isinstance(record, Ack):
@@ -91,8 +123,11 @@ class LoopWatch:
     def applied(self) -> list[Ack]:
         return [a for a in self.acks if a.outcome is Outcome.APPLIED]
 
-    def lag_records(self) -> int:
-        return self.view.lag_records(self.tail.log_end_total(self.topics["input"]))
+    def lag_records(self, query_id: str | None = None, topic: str | None = None) -> int:
+        """Records of the query's input topic no committed batch has read yet (default: the
+        first query and the loop's input topic)."""
+        view = self.views[query_id] if query_id else self.view
+        return view.lag_records(self.tail.log_end_total(topic or self.topics["input"]))
 
     def close(self) -> None:
         self.tail.close()

@@ -4,12 +4,15 @@ before anything is produced."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
 
 import pytest
 
+from schemas import CardTransaction, codec_for
 from streamctl.cards import COUNTRIES, CardEvents, CardLedger
+from streamctl.clicks import ClickLedger
 from streamctl.loadgen import LoadSpec, event_maker, new_ledger
 from streamctl.profiles import RateProfile
 
@@ -50,8 +53,14 @@ def test_the_ledger_keeps_counts_and_highest_seq_per_account() -> None:
 def test_the_load_spec_picks_the_generator_and_ledger_by_event_type() -> None:
     spec = LoadSpec("k:9092", "cards", RateProfile("constant", 1), 1, event_type="card",
                     accounts=2)
-    key, record = event_maker(spec, random.Random(0))(0, 0)
-    assert key == record.account_id and isinstance(new_ledger(spec), CardLedger)  # type: ignore[attr-defined]
+    key, value, record = event_maker(spec, random.Random(0))(0, 0)
+    assert key == record.account_id and isinstance(new_ledger(spec), CardLedger)
+    assert codec_for(CardTransaction).decode(value) == record
+    clicks = LoadSpec("k:9092", "clicks", RateProfile("constant", 1), 1, event_type="click",
+                      users=3)
+    key, value, click = event_maker(clicks, random.Random(0))(1_700_000_000_000, 0)
+    assert json.loads(value) == click and key == click["user_id"]
+    assert isinstance(new_ledger(clicks), ClickLedger)
     with pytest.raises(ValueError, match="unknown event type 'cheque'"):
         LoadSpec("k", "t", RateProfile("constant", 1), 1, event_type="cheque")
     with pytest.raises(ValueError, match="accounts must be >= 1"):

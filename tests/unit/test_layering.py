@@ -6,6 +6,7 @@ it imports nothing of the project and no client library, so sharing it couples n
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,16 @@ def test_only_adapters_import_kafka_and_prometheus(path: str) -> None:
 def test_only_streaming_jobs_import_pyspark(path: str) -> None:
     if not path.startswith("streaming_jobs/"):
         assert "pyspark" not in imported(path)
+
+
+BUNDLED = ("sensor-averages", "fraud-detection", "sensor_averages", "fraud", "sensor",
+           "card-transactions", "click", "clicks", "clickstream", "click-sessions")
+"""Names of the bundled and example jobs, their modules and domains."""
+
+
+@pytest.mark.parametrize("path", modules("streaming_jobs/runtime") + modules("controller"))
+def test_the_runtime_and_the_controller_name_no_bundled_job(path: str) -> None:
+    """They serve any user's job: the bundled ones are plugins like any other."""
+    text = (ROOT / path).read_text().lower()
+    words = set(re.findall(r"[a-z_-]+", text))
+    assert not words & set(BUNDLED), sorted(words & set(BUNDLED))

@@ -1,0 +1,199 @@
+"""A pipeline of the user's own jobs under one controller, end to end on real processes.
+
+The example package (`examples/clickstream`, installed like a user's package) runs as three
+`job run` processes chained through topics — click-enrich (JSON in) → click-sessions
+(stateful, Avro in) → click-alerts (JSON in, plain Avro out) — with one controller. The test
+measures the middle and last jobs' capacity first (a burst through the pipeline before the
+controller starts), runs a steady load at a third of it, then steps the load to twice it. The
+controller must size the middle job and the one after it in the same round (the last one for
+what the middle one will pass on), both acks must say applied, and a `read_committed` reader
+must find every click exactly once in the last topic. Garbage on the JSON job's and on the
+Avro job's input goes to their dead-letter topics, with the reason in words.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from schemas import Decision, TaskMetrics, single_object
+from streamctl.clicks import ClickLedger
+from streamctl.loadgen import LoadSpec, producer_config, run_load
+from streamctl.processes import Child
+from streamctl.profiles import RateProfile
+from streaming_jobs.api import Avro
+from tests.e2e.loop import LoopWatch, run_jobs, start_controller
+from tests.integration.committed_reader import read_committed
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
+
+ENRICH, SESSIONS, ALERTS = "click-enrich", "click-sessions", "click-alerts"
+BATCH_CAP = 2000
+COST_MS = 10
+"""Per click, the middle job's model call and the last job's abuse check: 100 clicks/s per
+unit, so two units carry ~150/s once Spark's per-batch overhead is paid."""
+STEADY_S = 40.0
+AFTER_STEP_S = 45.0
+
+
+@pytest.fixture
+def topics(new_topic: Callable[..., str]) -> dict[str, str]:
+    names = {"clicks": 2, "enriched": 2, "sessionized": 2, "verdicts": 2}
+    made = {name: new_topic(partitions=n) for name, n in names.items()}
+    made |= {f"{name}.dlq": new_topic() for name in ("clicks", "enriched", "sessionized")}
+    return made | {name: new_topic() for name in ("metrics", "control", "acks", "decisions")}
+
+
+def job(name: str, source: str, sink: str, topics: dict[str, str], workdir: Path,
+        *extra: str) -> list[str]:
+    return ["--job", name, "--input-topic", topics[source], "--output-topic", topics[sink],
+            "--dlq-topic", topics[f"{source}.dlq"], "--checkpoint-dir", str(workdir / name),
+            "--trigger-interval-s", "1", "--max-offsets-per-trigger", str(BATCH_CAP), *extra]
+
+
+@pytest.fixture
+def pipeline(bootstrap_servers: str, topics: dict[str, str],
+             tmp_path: Path) -> Iterator[list[Child]]:
+    """The three jobs; the test starts the controller once it has measured them."""
+    jobs = {
+        ENRICH: job(ENRICH, "clicks", "enriched", topics, tmp_path, "--input-parallelism", "2",
+                    "--set", "lookup_cost_ms=0.1"),
+        SESSIONS: job(SESSIONS, "enriched", "sessionized", topics, tmp_path,
+                      "--state-partitions", "2", "--max-state-partitions", "16",
+                      "--set", f"model_cost_ms={COST_MS}", "--set", "watermark_s=600"),
+        ALERTS: job(ALERTS, "sessionized", "verdicts", topics, tmp_path,
+                    "--input-parallelism", "2", "--set", f"check_cost_ms={COST_MS}"),
+    }
+    with run_jobs(bootstrap_servers, topics, jobs, tmp_path, with_controller=False) as children:
+        yield children
+
+
+def clicks(bootstrap: str, topic: str, ledger: ClickLedger, profile: RateProfile,
+           duration_s: float, run: int) -> None:
+    """Produce JSON clicks; `run` keeps event ids apart between calls."""
+    spec = LoadSpec(bootstrap, topic, profile, duration_s, event_type="click", users=300,
+                    start_seq=run)
+    run_load(spec, ledger)
+    assert ledger.failed == 0
+
+
+def burst(bootstrap: str, topic: str, ledger: ClickLedger, count: int, run: int) -> None:
+    clicks(bootstrap, topic, ledger, RateProfile("constant", 4000, 4000, 0), count / 4000, run)
+
+
+def capacity(samples: list[TaskMetrics]) -> float:
+    """Records/s of the full batches (the cap), each run's first one left out (its warm-up)."""
+    first = {}
+    for m in samples:
+        first.setdefault((m.instance_id, m.config_epoch), m.batch_id)
+    full = [m.input_rows / (m.busy_ms / 1000) for m in samples
+            if m.input_rows >= 0.9 * BATCH_CAP and m.busy_ms > 0
+            and m.batch_id != first[(m.instance_id, m.config_epoch)]]
+    assert full, "no full batch to measure the capacity on"
+    return statistics.median(full)
+
+
+def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_nothing(
+        bootstrap_servers: str, topics: dict[str, str], pipeline: list[Child],
+        tmp_path: Path) -> None:
+    t = topics
+    inputs = {ENRICH: t["clicks"], SESSIONS: t["enriched"], ALERTS: t["sessionized"]}
+    watch = LoopWatch(bootstrap_servers, t, (ENRICH, SESSIONS, ALERTS), pipeline)
+    ledger = ClickLedger()
+    garbage(bootstrap_servers, t["clicks"], t["enriched"])
+
+    burst(bootstrap_servers, t["clicks"], ledger, 100, run=1)  # every job's first batch
+    watch.until(lambda: all(any(m.input_rows for m in v.samples)
+                            for v in watch.views.values()), 300, "every job's first batch")
+    burst(bootstrap_servers, t["clicks"], ledger, 3 * BATCH_CAP, run=2)
+    def drained() -> bool:
+        """In pipeline order, so what a job wrote before its check is in the next one's."""
+        return all(watch.lag_records(q, inputs[q]) == 0 for q in inputs)
+
+    watch.until(drained, 240, "the calibration burst through the whole pipeline")
+    measured = {q: capacity(list(watch.views[q].samples)) for q in (SESSIONS, ALERTS)}
+    step_rate = 2.0 * max(measured.values())
+    pipeline.append(start_controller(bootstrap_servers, t, tmp_path))  # stopped by the fixture
+
+    profile = RateProfile("step", 0.3 * min(measured.values()), step_rate, STEADY_S)
+    load = threading.Thread(target=clicks, args=(bootstrap_servers, t["clicks"], ledger, profile,
+                                                 STEADY_S + AFTER_STEP_S, 3))
+    step_at = time.monotonic() + STEADY_S
+    load.start()
+    try:
+        watch.until(lambda: bool(watch.sent()), STEADY_S + 150, "a control tuple after the step")
+        sent_after_s = time.monotonic() - step_at
+        assert sent_after_s > 0, f"a tuple before the step: {_decisions(watch.decisions)}"
+        first = watch.sent()[0]
+        round_one = {d.query_id: d for d in watch.sent()
+                     if d.decided_at_ms == first.decided_at_ms}
+        assert set(round_one) == {SESSIONS, ALERTS}, _decisions(watch.decisions)
+        sessions, alerts = round_one[SESSIONS], round_one[ALERTS]
+        assert sessions.parameter == "state_partitions" and int(sessions.target_value) > 2
+        assert alerts.parameter == "input_parallelism" and int(alerts.target_value) > 2
+        assert alerts.figures.get("inflow", 0.0) > 0, alerts.figures  # what sessions will send
+        watch.until(lambda: {a.control_id for a in watch.applied()}
+                    >= {sessions.control_id, alerts.control_id}, 240, "both tuples applied")
+    finally:
+        load.join(STEADY_S + AFTER_STEP_S + 60)
+    watch.until(drained, 300, "the pipeline to drain after the load")
+    recovered_after_s = time.monotonic() - step_at
+
+    verdicts = [_event_id(m.value()) for m in read_committed(bootstrap_servers, t["verdicts"])]
+    duplicated = [e for e, n in Counter(verdicts).items() if n > 1]
+    assert not duplicated, f"{len(duplicated)} clicks with two verdicts, e.g. {duplicated[:3]}"
+    missing = ledger.event_ids - set(verdicts)
+    assert not missing, f"{len(missing)} acknowledged clicks without a verdict"
+    assert set(verdicts) == ledger.event_ids
+    _assert_dead_letters(bootstrap_servers, t)
+    acks = {a.control_id: a for a in watch.applied()}
+    print(f"\ncapacity measured: {measured}; step {profile.base_per_s:.0f} -> {step_rate:.0f}/s; "
+          f"first tuples {sent_after_s:.1f} s after the step: "
+          f"{SESSIONS} {sessions.current_value}->{sessions.target_value} "
+          f"(pause {acks[sessions.control_id].pause_ms} ms), "
+          f"{ALERTS} {alerts.current_value}->{alerts.target_value} "
+          f"(pause {acks[alerts.control_id].pause_ms} ms); every job drained "
+          f"{recovered_after_s:.0f} s after the step; {ledger.acked} clicks, one verdict each")
+    watch.close()
+
+
+def garbage(bootstrap: str, json_topic: str, avro_topic: str) -> None:
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(json_topic, b'{"user_id": "u", "page": "/"')  # truncated JSON
+    producer.produce(json_topic, b'{"event_id": "e", "user_id": "u", "page": "/", "ts": "now"}')
+    producer.produce(avro_topic, single_object.MAGIC + b"\x00" * 8)  # an unknown schema
+    assert producer.flush(30) == 0
+
+
+def _assert_dead_letters(bootstrap: str, t: dict[str, str]) -> None:
+    json_letters = read_committed(bootstrap, t["clicks.dlq"])
+    avro_letters = read_committed(bootstrap, t["enriched.dlq"])
+    errors = sorted(dict(m.headers() or [])["error"].decode() for m in json_letters)
+    assert errors == ["field 'ts': expected a long (an integer), got the string \"now\"",
+                      "not valid JSON: Expecting ',' delimiter at line 1 column 29"], errors
+    [avro] = avro_letters
+    headers = dict(avro.headers() or [])
+    assert headers["error"].decode().startswith("written with an unknown schema: fingerprint "
+                                                "0000000000000000")
+    assert (headers["source_topic"].decode(), headers["query_id"].decode()) == (
+        t["enriched"], SESSIONS)
+
+
+def _event_id(value: bytes) -> str:
+    """Read back with the last job's own output format (plain Avro)."""
+    from clickstream.alerts import job as alerts_job
+
+    assert isinstance(alerts_job.output, Avro)
+    return str(alerts_job.output.decoder()(value)["event_id"])
+
+
+def _decisions(decisions: list[Decision]) -> str:
+    return "\n".join(f"{d.decided_at_ms} {d.query_id} {d.action} {d.parameter} "
+                     f"{d.current_value}->{d.target_value}: {d.reason}" for d in decisions)
