@@ -39,7 +39,7 @@ from stack.secure import (
     SecureFiles,
     write_compose_secrets,
 )
-from stack.topics import ensure_topics
+from stack.topics import TopicSpec, ensure_topics
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -81,6 +81,15 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
         "--bootstrap-servers",
         default=default_bootstrap_servers(),
         help=f"Kafka address (default: ${BOOTSTRAP_ENV} or 127.0.0.1:9092)",
+    )
+    topics.add_argument(
+        "--job", action="append", default=[], metavar="NAME",
+        help="also create this job's topics (its declared input, output and dead letters; an "
+             "installed job's name or package.module:attr); repeatable",
+    )
+    topics.add_argument(
+        "--partitions", type=int, default=2,
+        help="partitions of each --job input and output topic (dead letters get 1)",
     )
     topics.add_argument(
         "--secure-dir",
@@ -238,8 +247,9 @@ def _kafka_security() -> KafkaSecurity:
 
 def _topics(args: argparse.Namespace) -> int:
     security = _kafka_security()
-    result = ensure_topics(args.bootstrap_servers, DEFAULT_TOPICS, args.timeout, security)
-    for spec in DEFAULT_TOPICS:
+    specs = [*DEFAULT_TOPICS, *job_topics(args.job, args.partitions)]
+    result = ensure_topics(args.bootstrap_servers, specs, args.timeout, security)
+    for spec in specs:
         state = "created" if spec.name in result.created else "exists"
         print(f"{spec.name:<24} {spec.partitions} partition(s)  {state}")
     if args.secure_dir is not None:
@@ -263,3 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     add_stack_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.handler(args))
+
+
+def job_topics(references: list[str], partitions: int) -> list[TopicSpec]:
+    """The topics the named jobs declare (their defaults), once each."""
+    if not references:
+        return []
+    from streaming_jobs.loading import JobLoadError, load  # the job API imports pyspark
+
+    specs: dict[str, TopicSpec] = {}
+    for reference in references:
+        try:
+            job = load(reference)
+        except JobLoadError as exc:
+            raise StackError(str(exc)) from None
+        for name in (job.topics.input, job.topics.output):
+            specs.setdefault(name, TopicSpec(name, partitions=partitions))
+        dlq = job.topics.resolved_dead_letters()
+        specs.setdefault(dlq, TopicSpec(dlq, partitions=1))
+    return [s for s in specs.values() if s.name not in {d.name for d in DEFAULT_TOPICS}]

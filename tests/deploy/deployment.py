@@ -27,6 +27,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECURE_COMPOSE_FILE = ROOT / "docker-compose.secure.yml"
 PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.yml"
 SECURE_PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.secure.yml"
+EXAMPLE_COMPOSE_FILE = ROOT / "examples" / "clickstream" / "docker-compose.yml"
 DASHBOARD_DIR = ROOT / "deploy" / "grafana" / "dashboards"
 GRAFANA_PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
 PROJECT_IMAGE = "streamctl:"
@@ -59,10 +60,20 @@ def services() -> dict[str, dict[str, Any]]:
 
 
 def secure_compose() -> dict[str, Any]:
-    """docker-compose.yml with docker-compose.secure.yml applied as `docker compose -f … -f …`
-    does for the keys these files use: environments and secrets merge, volumes merge by their
-    target path, anything else (command, healthcheck test) is replaced."""
-    base, override = compose(), load_yaml(SECURE_COMPOSE_FILE)
+    """docker-compose.yml with docker-compose.secure.yml applied (`merged`)."""
+    return merged(load_yaml(SECURE_COMPOSE_FILE))
+
+
+def example_compose() -> dict[str, Any]:
+    """docker-compose.yml with the clickstream example's override applied (`merged`)."""
+    return merged(load_yaml(EXAMPLE_COMPOSE_FILE))
+
+
+def merged(override: Mapping[str, Any]) -> dict[str, Any]:
+    """docker-compose.yml with `override` applied as `docker compose -f … -f …` does for the
+    keys these files use: environments and secrets merge, volumes merge by their target path,
+    anything else (command, healthcheck test) is replaced."""
+    base = compose()
     merged = {name: dict(service) for name, service in base["services"].items()}
     for name, changes in override["services"].items():
         service = merged.setdefault(name, {})

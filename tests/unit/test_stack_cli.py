@@ -46,3 +46,14 @@ def test_default_topics_are_unique_and_input_has_two_partitions() -> None:
     names = [spec.name for spec in DEFAULT_TOPICS]
     assert len(names) == len(set(names)) == 12
     assert next(s for s in DEFAULT_TOPICS if s.name == INPUT_TOPIC).partitions == 2
+
+
+def test_topics_also_creates_the_topics_a_job_declares() -> None:
+    from stack.cli import job_topics
+
+    specs = {s.name: s.partitions for s in job_topics(["click-sessions", "click-alerts"], 3)}
+    assert specs == {"clicks-enriched": 3, "clicks-sessionized": 3, "click-alerts": 3,
+                     "clicks-enriched.dlq": 1, "clicks-sessionized.dlq": 1}
+    assert job_topics(["sensor-averages"], 2) == []  # all among the default topics
+    args = stack_parser().parse_args(["stack", "topics", "--job", "a", "--job", "b"])
+    assert args.job == ["a", "b"] and args.partitions == 2
