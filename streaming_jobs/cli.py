@@ -153,11 +153,14 @@ def run_command(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         elastic = ElasticJob(job, config)
-        elastic.start()
-    except ConfigError as exc:  # a start-up value refused, a checkpoint or plan that is wrong
+    except ConfigError as exc:  # a start-up value refused, another query's checkpoint
         print(f"job run: {exc}", file=sys.stderr)
-        if "elastic" in locals():
-            elastic.stop()
+        return 2
+    try:
+        elastic.start()
+    except ConfigError as exc:  # the job's builder failed or does not fit its output
+        print(f"job run: {exc}", file=sys.stderr)
+        elastic.stop()
         return 2
     try:
         return elastic.run(stop, config.max_runtime_s)

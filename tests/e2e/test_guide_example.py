@@ -104,3 +104,33 @@ def until_read_raw(bootstrap: str, topic: str, count: int, timeout_s: float = 60
             return messages
         time.sleep(0.5)
     raise AssertionError(f"fewer than {count} records in {topic} after {timeout_s:.0f} s")
+
+
+def test_a_builder_with_the_wrong_columns_stops_job_run_before_a_batch(
+        bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """What the user sees: `job run` exits 2 with the job's name and the problem, having run
+    nothing (no checkpoint batch, no output)."""
+    project = tmp_path / "myjobs"
+    project.mkdir()
+    (project / "wrong.py").write_text(guide_example().replace(
+        '.select("user_id", "page", "ts")', '.selectExpr("page", "ts AS user_id")').replace(
+        'output=Json(key="user_id")', 'output=Json("user_id string, page string", '
+                                       'key="user_id")'))
+    topics = {name: new_topic() for name in ("clicks", "out", "dlq", "metrics", "control",
+                                             "acks")}
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap_servers,
+           "STREAMCTL_METRICS_TOPIC": topics["metrics"],
+           "STREAMCTL_CONTROL_TOPIC": topics["control"], "STREAMCTL_ACK_TOPIC": topics["acks"],
+           "STREAMCTL_STATE_DIR": str(tmp_path / "state")}
+    job = start_child("wrong", [
+        "job", "run", "--job", "wrong:job", "--input-topic", topics["clicks"],
+        "--output-topic", topics["out"], "--dlq-topic", topics["dlq"], "--metrics-port", "0"],
+        tmp_path / "logs", env, cwd=project)
+    try:
+        assert job.process.wait(120) == 2, job.log_tail()
+        assert ("job run: job 'checkouts': the builder's columns (page, user_id) do not fit its "
+                "output, JSON (2 fields, key user_id): column 'user_id' is bigint, the field "
+                "needs string") in job.log_tail()
+    finally:
+        job.stop()
+    assert read_committed(bootstrap_servers, topics["out"]) == []
