@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.trace import BadRecord, TraceWriter
-from controller.trace_kafka import read_metrics
+from controller.kafka.traces import read_metrics
+from controller.replay.trace import BadRecord, TraceWriter
 from schemas import TaskMetrics
 from stack.broker import LocalBroker
 from stack.defaults import default_state_dir

@@ -1,10 +1,13 @@
 """The streamctl controller: metrics in, rate model, scaling policy, control tuples out.
 
-Imports only `schemas` of the project. Layers, from the inside out:
+Imports `schemas` and `security` of the project, nothing else. Layers, from the inside out
+(each may import the ones before it; `tests/unit/test_layering.py` enforces it):
 
-- pure core — `settings` (one frozen config), `window` (samples per query), `model` (λ, μ,
-  backlog), `state` (what was sent, cooldowns), `policy` (verdicts), `results`, `report`;
-- `loop` — the collect → settle → evaluate → decide → act cycle, written against `ports`;
-- adapters — `kafka_io` (confluent-kafka), `prom` (Prometheus), `fakes` (in memory);
+- `settings` — the one frozen, documented configuration;
+- `core` — the pure decision core (window, model, sizing, knobs, topology, policy, judgement,
+  state, failover, recovery, wording): no I/O, no clock;
+- `explain` — `report` (decision-log records, log lines) and `prom` (Prometheus);
+- `loop` — the collect → settle → evaluate → decide → act cycle, its ports and fakes;
+- `kafka` — the Kafka adapters of the ports; `replay` — traces and the offline replay;
 - `app` wires the adapters to a loop; `cli` reads settings from args and env and runs it.
 """

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from types import FrameType
 
-from controller.kafka_io import (
+from controller.core.recovery import history_span_s, recover
+from controller.explain.prom import ControllerMetrics, new_registry, serve
+from controller.kafka.clients import (
     NO_KEY,
     KafkaAckSource,
     KafkaControlSink,
@@ -22,11 +24,9 @@ from controller.kafka_io import (
     KafkaSetupError,
     KafkaWriter,
 )
-from controller.kafka_recovery import read_history
-from controller.loop import ControlLoop, Ports
-from controller.ports import OnDecodeError, SystemClock
-from controller.prom import ControllerMetrics, new_registry, serve
-from controller.recovery import history_span_s, recover
+from controller.kafka.history import read_history
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.ports import OnDecodeError, SystemClock
 from controller.settings import ControllerSettings
 from schemas import DecodeError
 

@@ -179,7 +179,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     # Imported here so that `--help` and settings errors need no Kafka client library.
     from controller.app import run
-    from controller.kafka_io import KafkaSetupError
+    from controller.kafka.clients import KafkaSetupError
 
     try:
         run(settings, max_cycles=args.max_cycles, timeout_s=args.timeout_s)
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.handler(args))
 
 
-# -- record and replay (offline analysis; see controller.replay) -----------------------------
+# -- record and replay (offline analysis; see controller.replay.driver) -----------------------
 
 
 def _time_ms(text: str) -> int:
@@ -259,9 +259,9 @@ def record_command(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from controller.kafka_io import KafkaSetupError
-    from controller.trace import TraceWriter
-    from controller.trace_kafka import read_metrics
+    from controller.kafka.clients import KafkaSetupError
+    from controller.kafka.traces import read_metrics
+    from controller.replay.trace import TraceWriter
 
     try:
         security = _kafka_security(os.environ)
@@ -328,8 +328,8 @@ def replay_command(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from controller.replay import ReplayOptions, render_text, replay
-    from controller.trace import Trace, read_trace
+    from controller.replay.driver import ReplayOptions, render_text, replay
+    from controller.replay.trace import Trace, read_trace
 
     try:
         settings = settings_from(args, os.environ)
@@ -339,9 +339,9 @@ def replay_command(args: argparse.Namespace) -> int:
     if args.trace is not None:
         trace, source = read_trace(Path(args.trace)), args.trace
     elif _range_given(args, "controller replay"):
-        from controller.kafka_io import KafkaSetupError
-        from controller.trace import BadRecord
-        from controller.trace_kafka import read_metrics
+        from controller.kafka.clients import KafkaSetupError
+        from controller.kafka.traces import read_metrics
+        from controller.replay.trace import BadRecord
 
         bad: list[BadRecord] = []
         kafka = settings.kafka

@@ -49,7 +49,7 @@ class ModelSettings:
 
     level_shift_ratio: float = 1.5
     """An arrival interval whose rate is beyond this factor of the current level (or below
-    level / factor) is a candidate level shift (`controller.arrival`). A stationary load that
+    level / factor) is a candidate level shift (`controller.core.arrival`). A stationary load that
     varies by ±20 % stays inside it (1.2 / 0.8 = 1.5), so noise is averaged, not chased."""
 
     level_agreement: float = 0.2

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from controller.kafka_io import watermarks
+from controller.kafka.clients import watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import PLAINTEXT, KafkaSecurity

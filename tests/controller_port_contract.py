@@ -1,7 +1,7 @@
 """The contract every implementation of the controller's ports keeps, written once.
 
-`tests/unit/test_controller_ports.py` runs it against `controller.fakes`,
-`tests/integration/test_controller_kafka.py` against `controller.kafka_io`. A `PortHarness`
+`tests/unit/test_controller_ports.py` runs it against `controller.loop.fakes`,
+`tests/integration/test_controller_kafka.py` against `controller.kafka.clients`. A `PortHarness`
 gives the ports under test plus the job's side of the topics (raw publish and read).
 """
 
@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
-from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
+from controller.loop.ports import (
+    AckSource,
+    ControlSink,
+    DecisionLog,
+    MetricsSource,
+    OnDecodeError,
+)
 from schemas import (
     Ack,
     ControlTuple,

@@ -1,6 +1,6 @@
 """The policies the simulator compares, behind one small interface: metrics in, tuples out.
 
-Owns the `Policy` protocol, "ours" (the production `controller.loop.ControlLoop` over the
+Owns the `Policy` protocol, "ours" (the production `controller.loop.cycle.ControlLoop` over the
 in-memory fakes and a fake clock, so the simulator runs exactly the controller's code), and
 the static baseline. The other baselines live in `baselines`. Neighbours: `run` calls `step`
 once per simulated tick with what the jobs emitted since the last one.
@@ -12,7 +12,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
-from controller.fakes import (
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
     FakeClock,
     MemoryAckSource,
     MemoryBus,
@@ -20,7 +21,6 @@ from controller.fakes import (
     MemoryDecisionLog,
     MemoryMetricsSource,
 )
-from controller.loop import ControlLoop, Ports
 from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
 

@@ -188,7 +188,7 @@ def exported_metric_names() -> set[str]:
     """Sample names the project's registries expose (counters with `_total`, etc.)."""
     from prometheus_client import CollectorRegistry
 
-    from controller.prom import ControllerMetrics, new_registry
+    from controller.explain.prom import ControllerMetrics, new_registry
     from streaming_jobs.runtime.prometheus import JobPrometheus
 
     registries = [ControllerMetrics(new_registry()).registry,

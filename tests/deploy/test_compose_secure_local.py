@@ -37,8 +37,8 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
 )
 
-from controller.kafka_io import KafkaAckSource, KafkaControlSink, KafkaWriter
-from controller.ports import DeliveryError
+from controller.kafka.clients import KafkaAckSource, KafkaControlSink, KafkaWriter
+from controller.loop.ports import DeliveryError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Outcome, auth
 from security.kafka import KafkaSecurity

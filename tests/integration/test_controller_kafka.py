@@ -19,7 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from controller.app import kafka_controller
-from controller.kafka_io import (
+from controller.explain.prom import ControllerMetrics, new_registry
+from controller.kafka.clients import (
     KafkaAckSource,
     KafkaControlSink,
     KafkaDecisionLog,
@@ -27,8 +28,13 @@ from controller.kafka_io import (
     KafkaSetupError,
     KafkaWriter,
 )
-from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
-from controller.prom import ControllerMetrics, new_registry
+from controller.loop.ports import (
+    AckSource,
+    ControlSink,
+    DecisionLog,
+    MetricsSource,
+    OnDecodeError,
+)
 from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth, codec_for
 from tests.controller_port_contract import CONTRACT, PortHarness

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from controller.app import kafka_controller
-from controller.prom import ControllerMetrics, new_registry
+from controller.explain.prom import ControllerMetrics, new_registry
 from controller.settings import ControllerSettings, PolicySettings
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401

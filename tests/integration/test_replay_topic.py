@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from controller.trace import read_trace
+from controller.replay.trace import read_trace
 from schemas import TaskMetrics, codec_for
 from streamctl.cli import main
 from tests.unit.controller_traces import Job, simulate

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from controller.fakes import (
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
     FakeClock,
     MemoryAckSource,
     MemoryBus,
@@ -24,7 +25,6 @@ from controller.fakes import (
     MemoryDecisionLog,
     MemoryMetricsSource,
 )
-from controller.loop import ControlLoop, Ports
 from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.arrival import Interval, estimate
+from controller.core.arrival import Interval, estimate
 from controller.settings import ModelSettings
 
 SETTINGS = ModelSettings()

@@ -5,10 +5,10 @@ promotion in flight instead of promoting again)."""
 
 from __future__ import annotations
 
-from controller.failover import NO_STANDBY, decide, standby_advice
-from controller.instances import Instances, Seen
-from controller.recovery import History, recover
-from controller.results import Lost, Promote
+from controller.core.failover import NO_STANDBY, decide, standby_advice
+from controller.core.instances import Instances, Seen
+from controller.core.recovery import History, recover
+from controller.core.results import Lost, Promote
 from controller.settings import ControllerSettings, PolicySettings
 from schemas import Ack, Outcome, Role, TaskMetrics
 from tests.unit.controller_traces import T0_MS, Job, end_ms, simulate

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.fit import BatchPoint, fit_batch_cost
-from controller.model import QueryModel, evaluate
+from controller.core.fit import BatchPoint, fit_batch_cost
+from controller.core.model import QueryModel, evaluate
+from controller.core.sizing import batch_cap_needed, capacity, required_units
 from controller.settings import ModelSettings
-from controller.sizing import batch_cap_needed, capacity, required_units
 from tests.unit.controller_traces import Job, simulate
 
 SETTINGS = ModelSettings()

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller.judgement import judge_effect, liveness, lost_timeout_s, skew
-from controller.model import QueryModel
-from controller.policy import decide
-from controller.results import Hold, Lost, Recommend, Scale
+from controller.core.judgement import judge_effect, liveness, lost_timeout_s, skew
+from controller.core.model import QueryModel
+from controller.core.policy import decide
+from controller.core.results import Hold, Lost, Recommend, Scale
+from controller.core.state import ControlState, EffectCheck, InFlight
+from controller.core.topology import plan, topological_order, upstreams
 from controller.settings import PolicySettings
-from controller.state import ControlState, EffectCheck, InFlight
-from controller.topology import plan, topological_order, upstreams
 
 NOW = 1_700_000_000_000
 POLICY = PolicySettings()

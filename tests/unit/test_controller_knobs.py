@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller.knobs import bounds, executors_wanted
-from controller.model import QueryModel, evaluate
-from controller.policy import decide
-from controller.recovery import History, recover
-from controller.results import NotReady, Recommend, Scale
+from controller.core.knobs import bounds, executors_wanted
+from controller.core.model import QueryModel, evaluate
+from controller.core.policy import decide
+from controller.core.recovery import History, recover
+from controller.core.results import NotReady, Recommend, Scale
+from controller.core.state import ControlState, InFlight, applied, settled
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
-from controller.state import ControlState, InFlight, applied, settled
 from schemas import ControlTuple
 from tests.unit.controller_traces import Job, closed_loop, simulate
 

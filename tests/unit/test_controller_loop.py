@@ -7,7 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from controller.fakes import (
+from controller.core.model import QueryModel
+from controller.core.results import NotReady
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
     FakeClock,
     MemoryAckSource,
     MemoryBus,
@@ -15,10 +18,7 @@ from controller.fakes import (
     MemoryDecisionLog,
     MemoryMetricsSource,
 )
-from controller.loop import ControlLoop, Ports
-from controller.model import QueryModel
-from controller.ports import NullObserver
-from controller.results import NotReady
+from controller.loop.ports import NullObserver
 from controller.settings import ControllerSettings, PolicySettings
 from schemas import Ack, DecodeError, Outcome, TaskMetrics
 from tests.unit.controller_traces import Job, end_ms, simulate

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from controller.model import (
+from controller.core.model import (
     QueryModel,
     arrival_rate,
     evaluate,
     rate_per_unit,
     slope_per_s,
 )
-from controller.results import NotReady
+from controller.core.results import NotReady
 from controller.settings import ModelSettings
 from schemas import SourcePartition
 from tests.unit.controller_traces import T0_MS, Job, simulate
@@ -111,7 +111,7 @@ def test_a_load_step_shows_in_full_after_the_arrival_window() -> None:
 
 def test_the_first_batch_of_a_run_is_not_a_rate_sample() -> None:
     """Spark's warm-up: 4 s more on the first batch with rows of an (instance, epoch)."""
-    from controller.window import QueryWindow
+    from controller.core.window import QueryWindow
 
     job = Job(rates=[(0, 300)], per_unit=210, parallelism=2, warm_up_s=4.0)
     window = QueryWindow("q1", window_s=60, max_samples=100)

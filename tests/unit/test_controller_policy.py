@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.knobs import bounds
-from controller.model import QueryModel
-from controller.policy import decide, target_units
-from controller.results import Hold, Recommend, Scale
+from controller.core.knobs import bounds
+from controller.core.model import QueryModel
+from controller.core.policy import decide, target_units
+from controller.core.results import Hold, Recommend, Scale
+from controller.core.sizing import required_units
+from controller.core.state import ControlState, InFlight
 from controller.settings import PolicySettings
-from controller.sizing import required_units
-from controller.state import ControlState, InFlight
 
 NOW = 1_700_000_000_000
 POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,

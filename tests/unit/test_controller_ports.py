@@ -6,14 +6,20 @@ from collections.abc import Callable
 
 import pytest
 
-from controller.fakes import (
+from controller.loop.fakes import (
     MemoryAckSource,
     MemoryBus,
     MemoryControlSink,
     MemoryDecisionLog,
     MemoryMetricsSource,
 )
-from controller.ports import AckSource, ControlSink, DecisionLog, MetricsSource, OnDecodeError
+from controller.loop.ports import (
+    AckSource,
+    ControlSink,
+    DecisionLog,
+    MetricsSource,
+    OnDecodeError,
+)
 from tests.controller_port_contract import CONTRACT, PortHarness
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from controller.model import QueryModel
-from controller.prom import ControllerMetrics, new_registry
+from controller.core.model import QueryModel
+from controller.explain.prom import ControllerMetrics, new_registry
 from schemas import DecodeError
 
 MODEL = QueryModel(

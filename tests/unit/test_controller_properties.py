@@ -12,7 +12,15 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.fakes import (
+from controller.core.judgement import lost_timeout_s
+from controller.core.knobs import bounds, executors_wanted, running_executors
+from controller.core.model import QueryModel
+from controller.core.policy import decide, target_units
+from controller.core.results import Scale
+from controller.core.sizing import NO_INFLOW, Inflow
+from controller.core.state import ControlState
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
     FakeClock,
     MemoryAckSource,
     MemoryBus,
@@ -20,15 +28,7 @@ from controller.fakes import (
     MemoryDecisionLog,
     MemoryMetricsSource,
 )
-from controller.judgement import lost_timeout_s
-from controller.knobs import bounds, executors_wanted, running_executors
-from controller.loop import ControlLoop, Ports
-from controller.model import QueryModel
-from controller.policy import decide, target_units
-from controller.results import Scale
 from controller.settings import ControllerSettings, PolicySettings
-from controller.sizing import NO_INFLOW, Inflow
-from controller.state import ControlState
 from tests.unit.controller_traces import T0_MS, Job, closed_loop, simulate
 
 NOW = T0_MS + 3_600_000

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller.recovery import History, recover
-from controller.state import ControlState
+from controller.core.recovery import History, recover
+from controller.core.state import ControlState
 from schemas import Outcome
 from tests.unit.controller_traces import simulate
 from tests.unit.test_controller_loop import OVERLOADED, SETTINGS, Harness

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.model import QueryModel
-from controller.policy import decide, target_units
-from controller.results import Scale
+from controller.core.model import QueryModel
+from controller.core.policy import decide, target_units
+from controller.core.results import Scale
+from controller.core.sizing import NO_INFLOW, Inflow, capacity, required_units
+from controller.core.state import ControlState, InFlight
+from controller.core.topology import Output, plan, projected_output, received
 from controller.settings import PolicySettings
-from controller.sizing import NO_INFLOW, Inflow, capacity, required_units
-from controller.state import ControlState, InFlight
-from controller.topology import Output, plan, projected_output, received
 
 NOW = 1_700_000_000_000
 POLICY = PolicySettings()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from controller.core.window import Admission, QueryWindow, Windows
 from controller.settings import ModelSettings
-from controller.window import Admission, QueryWindow, Windows
 from schemas import Role
 from tests.unit.controller_traces import T0_MS, Job, simulate
 

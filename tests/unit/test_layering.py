@@ -14,18 +14,64 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "security"}
 
-KAFKA_ADAPTERS = {"controller/kafka_io.py", "controller/trace_kafka.py",
-                  "controller/kafka_recovery.py",
+KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
+                  "controller/kafka/history.py",
                   "streaming_jobs/runtime/kafka.py",
                   "streaming_jobs/runtime/transactional_kafka.py"}
 """The only modules that may import confluent_kafka."""
 
-CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/prom.py"}
+CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/explain/prom.py"}
 """The only controller module that may import prometheus_client."""
 
 
 def modules(package: str) -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py"))
+
+
+def full_imports(path: str) -> set[str]:
+    """Every absolute import's full module name (`from a.b import c` → `a.b`, and `a.b.c`
+    when `c` is a module: a package's submodule imported by name)."""
+    tree = ast.parse((ROOT / path).read_text(), filename=path)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if (ROOT / node.module.replace(".", "/") / f"{alias.name}.py").is_file())
+    return names
+
+
+CONTROLLER_LAYERS = {
+    "controller/core": ("controller.settings", "controller.core"),
+    "controller/explain": ("controller.settings", "controller.core", "controller.explain"),
+    "controller/loop": ("controller.settings", "controller.core", "controller.explain",
+                        "controller.loop"),
+    "controller/kafka": ("controller.settings", "controller.core", "controller.loop.ports",
+                         "controller.kafka", "controller.replay.trace"),
+    "controller/replay": ("controller.settings", "controller.core", "controller.loop",
+                          "controller.replay"),
+}
+"""What each layer of the controller may import of the controller (docs/architecture.md):
+the pure core only itself and the settings; the adapters the ports they implement."""
+
+
+@pytest.mark.parametrize("layer", sorted(CONTROLLER_LAYERS))
+def test_each_controller_layer_imports_only_the_layers_below_it(layer: str) -> None:
+    allowed = CONTROLLER_LAYERS[layer]
+    for path in modules(layer):
+        inside = {m for m in full_imports(path) if m.startswith("controller")}
+        wrong = {m for m in inside if m != "controller"
+                 and not any(m == a or m.startswith(a + ".") for a in allowed)}
+        assert not wrong, f"{path} imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("path", modules("controller/core"))
+def test_the_pure_core_imports_no_client_library_and_no_clock(path: str) -> None:
+    names = imported(path)
+    assert names & {"confluent_kafka", "prometheus_client", "pyspark", "logging"} == set()
+    assert "time" not in names, "the core takes `now_ms`; it has no clock of its own"
 
 
 def imported(path: str) -> set[str]:
@@ -45,7 +91,7 @@ ALL = (modules("controller") + modules("streaming_jobs") + modules("schemas")
 
 
 def test_the_packages_are_found() -> None:
-    assert "controller/loop.py" in ALL and "schemas/codec.py" in ALL
+    assert "controller/loop/cycle.py" in ALL and "schemas/codec.py" in ALL
     assert "security/kafka.py" in ALL
 
 

@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from controller.replay import ReplayOptions, render_text, replay
+from controller.replay.driver import ReplayOptions, render_text, replay
+from controller.replay.trace import (
+    BadRecord,
+    Trace,
+    TraceEntry,
+    parse_trace,
+    read_trace,
+    write_trace,
+)
 from controller.settings import ControllerSettings, PolicySettings
-from controller.trace import BadRecord, Trace, TraceEntry, parse_trace, read_trace, write_trace
 from schemas import TaskMetrics
 from streamctl.cli import main
 from tests.unit.controller_traces import T0_MS, Job, simulate

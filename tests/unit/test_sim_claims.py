@@ -1,7 +1,7 @@
 """Issue 3's "done when" claims, asserted on the simulator with the real control loop.
 
 Each test runs `bench.sim`'s scenario (the same numbers as the published tables) under
-"ours", i.e. `controller.loop.ControlLoop` with production settings over the in-memory fakes.
+"ours", i.e. `controller.loop.cycle.ControlLoop` with production settings over the in-memory fakes.
 """
 
 from __future__ import annotations

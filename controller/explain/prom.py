@@ -17,7 +17,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
-from controller.model import QueryModel
+from controller.core.model import QueryModel
 from schemas import DecodeError
 from security import metrics_http
 from security.metrics_http import EndpointSecurity

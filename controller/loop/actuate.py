@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from controller import report
-from controller.model import QueryModel
-from controller.ports import ControlSink, DecisionLog, DeliveryError
-from controller.results import ACTIVE_INSTANCE, Promote, Scale
+from controller.core.model import QueryModel
+from controller.core.results import ACTIVE_INSTANCE, Promote, Scale
+from controller.core.state import ControlState, InFlight, issued, next_epoch, settled
+from controller.explain import report
+from controller.loop.ports import ControlSink, DecisionLog, DeliveryError
 from controller.settings import ControllerSettings
-from controller.state import ControlState, InFlight, issued, next_epoch, settled
 from schemas import ControlTuple, Decision
 
 log = logging.getLogger("controller")

@@ -1,4 +1,4 @@
-"""In-memory implementations of every port in `controller.ports`.
+"""In-memory implementations of every port in `controller.loop.ports`.
 
 Topics are lists of encoded payloads, so the fakes go through the same codec and the same
 decode-error path as `kafka_io`; the port contract test runs against both. `MemoryBus` bundles
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.ports import OnDecodeError, RawMessage, decode_each, ignore_decode_error
+from controller.loop.ports import OnDecodeError, RawMessage, decode_each, ignore_decode_error
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.results import ACTIVE_INSTANCE, EXECUTORS
-from controller.state import ControlState, EffectCheck, InFlight
+from controller.core.results import ACTIVE_INSTANCE, EXECUTORS
+from controller.core.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
 
 

@@ -32,13 +32,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controller.results import INPUT_PARALLELISM, STATE_PARTITIONS
+from controller.core.results import INPUT_PARALLELISM, STATE_PARTITIONS
 from controller.settings import PolicySettings
 from schemas import TaskMetrics
 
 if TYPE_CHECKING:
-    from controller.model import QueryModel
-    from controller.state import ControlState
+    from controller.core.model import QueryModel
+    from controller.core.state import ControlState
 
 KNOBS = (INPUT_PARALLELISM, STATE_PARTITIONS)
 """The knobs this controller can size."""

@@ -10,8 +10,8 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from controller.model import QueryModel
-    from controller.sizing import Inflow
+    from controller.core.model import QueryModel
+    from controller.core.sizing import Inflow
 
 
 def num(value: float) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
-from controller.kafka_io import KafkaSetupError
-from controller.trace import BadRecord, TraceEntry
+from controller.kafka.clients import KafkaSetupError
+from controller.replay.trace import BadRecord, TraceEntry
 from schemas import DecodeError, TaskMetrics, codec_for
 from security.kafka import PLAINTEXT, KafkaSecurity
 

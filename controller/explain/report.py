@@ -7,8 +7,8 @@ Owns the text an operator sees on stdout and the audit record written for each d
 
 from __future__ import annotations
 
-from controller.model import QueryModel
-from controller.results import (
+from controller.core.model import QueryModel
+from controller.core.results import (
     ACTIVE_INSTANCE,
     EXECUTORS,
     STATE_PARTITIONS,
@@ -19,7 +19,7 @@ from controller.results import (
     Scale,
     Verdict,
 )
-from controller.wording import num, pct
+from controller.core.wording import num, pct
 from schemas import Decision
 
 

@@ -19,8 +19,8 @@ job's maximum too) it recommends throttling the producers or shedding load, with
 
 from __future__ import annotations
 
-from controller.judgement import ineffective_sentence, skew, skew_note
-from controller.knobs import (
+from controller.core.judgement import ineffective_sentence, skew, skew_note
+from controller.core.knobs import (
     INEFFECTIVE,
     Bounds,
     ExecutorRequest,
@@ -28,10 +28,9 @@ from controller.knobs import (
     executors_wanted,
     running_executors,
 )
-from controller.model import QueryModel
-from controller.results import EXECUTORS, Hold, Recommend, Scale, Verdict
-from controller.settings import PolicySettings
-from controller.sizing import (
+from controller.core.model import QueryModel
+from controller.core.results import EXECUTORS, Hold, Recommend, Scale, Verdict
+from controller.core.sizing import (
     NO_INFLOW,
     Inflow,
     batch_cap_needed,
@@ -39,8 +38,9 @@ from controller.sizing import (
     drain_time_s,
     required_units,
 )
-from controller.state import ControlState
-from controller.wording import load, num, pct, pressure, units, units_of
+from controller.core.state import ControlState
+from controller.core.wording import load, num, pct, pressure, units, units_of
+from controller.settings import PolicySettings
 
 __all__ = ["backlog_causes", "decide", "is_quiet", "num", "pct"]
 

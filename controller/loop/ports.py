@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
-from controller.model import QueryModel
+from controller.core.model import QueryModel
 from schemas import Ack, Codec, ControlTuple, Decision, DecodeError, TaskMetrics
 from schemas.records import _Record
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from controller.instances import Instances, Seen
-from controller.results import Lost, Promote, Recommend
-from controller.wording import num
+from controller.core.instances import Instances, Seen
+from controller.core.results import Lost, Promote, Recommend
+from controller.core.wording import num
 from schemas import TaskMetrics
 
 NO_STANDBY = ("; no live standby to fail over to: restart the job, or keep a standby running "

@@ -44,12 +44,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.model import QueryModel
-from controller.policy import decide
-from controller.results import Scale, Verdict
+from controller.core.model import QueryModel
+from controller.core.policy import decide
+from controller.core.results import Scale, Verdict
+from controller.core.sizing import NO_INFLOW, Inflow
+from controller.core.state import ControlState
 from controller.settings import PolicySettings
-from controller.sizing import NO_INFLOW, Inflow
-from controller.state import ControlState
 
 
 def upstreams(models: Mapping[str, QueryModel]) -> dict[str, list[str]]:

@@ -18,12 +18,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import pairwise
 
-from controller import knobs
-from controller.arrival import ArrivalEstimate, estimate, intervals, known_offsets
-from controller.fit import BatchCost, BatchPoint, fit_batch_cost
-from controller.results import INPUT_PARALLELISM, NotReady
+from controller.core import knobs
+from controller.core.arrival import ArrivalEstimate, estimate, intervals, known_offsets
+from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
+from controller.core.results import INPUT_PARALLELISM, NotReady
+from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
-from controller.sizing import capacity, drain_time_s
 from schemas import SourcePartition, TaskMetrics
 
 PartitionKey = tuple[str, int]

@@ -1,13 +1,13 @@
 """The control loop: collect → settle → evaluate → decide → act → report, one cycle at a time.
 
 Owns the per-query memory (windows, instances, `ControlState`, last verdict, last fitted
-overhead) and the order of the steps; every effect goes through `controller.ports` (sending
+overhead) and the order of the steps; every effect goes through `controller.loop.ports` (sending
 and recording through `actuate`). The decisions themselves come from the pure core
 (`window`, `model`, `judgement`, `policy`, `topology`, `failover`): all ready queries are
 decided together each cycle, so a pipeline is sized in one round; a lost query is failed over
 to a live standby when it has one.
 Built by `controller.app` with Kafka adapters, by tests, the replay and the simulator with
-`controller.fakes`.
+`controller.loop.fakes`.
 """
 
 from __future__ import annotations
@@ -17,22 +17,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controller import failover, report
-from controller.actuate import Actuator
-from controller.failover import Standbys
-from controller.judgement import judge_effect, liveness
-from controller.model import QueryModel, evaluate
-from controller.policy import backlog_causes, is_quiet
-from controller.ports import (
-    AckSource,
-    Clock,
-    ControlSink,
-    DecisionLog,
-    LoopObserver,
-    MetricsSource,
-    NullObserver,
-)
-from controller.results import (
+from controller.core import failover
+from controller.core.failover import Standbys
+from controller.core.judgement import judge_effect, liveness
+from controller.core.model import QueryModel, evaluate
+from controller.core.policy import backlog_causes, is_quiet
+from controller.core.results import (
     EXECUTORS,
     Hold,
     Lost,
@@ -42,8 +32,7 @@ from controller.results import (
     Scale,
     Verdict,
 )
-from controller.settings import ControllerSettings
-from controller.state import (
+from controller.core.state import (
     ControlState,
     InFlight,
     ack_overdue,
@@ -51,8 +40,20 @@ from controller.state import (
     observed,
     settled,
 )
-from controller.topology import plan
-from controller.window import QueryWindow, Windows
+from controller.core.topology import plan
+from controller.core.window import QueryWindow, Windows
+from controller.explain import report
+from controller.loop.actuate import Actuator
+from controller.loop.ports import (
+    AckSource,
+    Clock,
+    ControlSink,
+    DecisionLog,
+    LoopObserver,
+    MetricsSource,
+    NullObserver,
+)
+from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
 
 log = logging.getLogger("controller")

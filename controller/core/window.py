@@ -3,7 +3,7 @@
 Owns which samples the model may look at: the recent ones (by time and by count), each once,
 and only those of the configuration in force; which of them are a run's warm-up batch; and
 when the query was last heard from. Pure and deterministic: `now_ms` comes from the caller
-(`controller.loop`), nothing is logged; `model` reads `QueryWindow.samples` and `warm_up`.
+(`controller.loop.cycle`), nothing is logged; `model` reads `QueryWindow.samples` and `warm_up`.
 
 Warm-up: the first batch with rows of an (instance, epoch) — the first of a (re)started run —
 carries Spark's start-up (code generation, connections, state store loading): 196 rows took

@@ -27,7 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controller.fakes import (
+from controller.core.results import Scale
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
     FakeClock,
     MemoryAckSource,
     MemoryBus,
@@ -35,10 +37,8 @@ from controller.fakes import (
     MemoryDecisionLog,
     MemoryMetricsSource,
 )
-from controller.loop import ControlLoop, Ports
-from controller.results import Scale
+from controller.replay.trace import Trace, TraceEntry
 from controller.settings import ControllerSettings
-from controller.trace import Trace, TraceEntry
 from schemas import Ack, Decision, Outcome
 
 COUNTERFACTUAL_NOTE = (

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from controller.model import QueryModel
-from controller.results import INPUT_PARALLELISM, Lost
+from controller.core.model import QueryModel
+from controller.core.results import INPUT_PARALLELISM, Lost
+from controller.core.sizing import capacity
+from controller.core.state import ControlState, Ineffective
+from controller.core.wording import num, pct
 from controller.settings import PolicySettings
-from controller.sizing import capacity
-from controller.state import ControlState, Ineffective
-from controller.wording import num, pct
 
 
 @dataclass(frozen=True, slots=True)

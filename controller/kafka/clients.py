@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from controller.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
+from controller.loop.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
 

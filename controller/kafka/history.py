@@ -16,9 +16,9 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from controller.kafka_io import KafkaSetupError, client_config, watermarks
-from controller.ports import OnDecodeError
-from controller.recovery import History
+from controller.core.recovery import History
+from controller.kafka.clients import KafkaSetupError, client_config, watermarks
+from controller.loop.ports import OnDecodeError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, DecodeError, codec_for
 from schemas.records import _Record
