@@ -71,7 +71,7 @@ def run_once(spark: Any, config: Any, partitions: int) -> float:
     """Median seconds of the batches with rows after the first."""
     from streaming_jobs.jobs.fraud.job import job as fraud_job
     from streaming_jobs.runtime.kafka import DeadLetterFactory
-    from streaming_jobs.runtime.plan import Plan
+    from streaming_jobs.runtime.query.plan import Plan
 
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     plan = Plan(fraud_job)
@@ -99,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from streaming_jobs.config import JobConfig, bind
     from streaming_jobs.jobs.fraud.job import job as fraud_job
-    from streaming_jobs.runtime.session import prepare_environment
-    from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER, repartition_state
+    from streaming_jobs.runtime.checkpoint.state_repartition import (
+        ROCKSDB_PROVIDER,
+        repartition_state,
+    )
+    from streaming_jobs.runtime.query.session import prepare_environment
 
     with tempfile.TemporaryDirectory(prefix="fraud-bench-") as tmp:
         port, controller_port = find_free_ports(2)

@@ -33,8 +33,8 @@ from stack.broker import LocalBroker
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
-from streaming_jobs.runtime.gate import BatchGate
-from streaming_jobs.runtime.sink import AtLeastOnceKafkaSink, transactional_sink
+from streaming_jobs.runtime.query.gate import BatchGate
+from streaming_jobs.runtime.sink.foreach_batch import AtLeastOnceKafkaSink, transactional_sink
 
 RESULTS = Path(__file__).parent / "results" / "sink.json"
 ENCODER = sensor_job.output
@@ -55,7 +55,7 @@ def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
     from stack.connector import spark_kafka_jars
-    from streaming_jobs.runtime.session import prepare_environment
+    from streaming_jobs.runtime.query.session import prepare_environment
 
     prepare_environment()
     session = (SparkSession.builder.master("local[4]").appName("streamctl-bench-sink")

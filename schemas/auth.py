@@ -3,7 +3,7 @@
 Owns the canonical bytes a tag covers, signing, constant-time verification, and where a process
 finds the key (`STREAMCTL_CONTROL_KEY`, else the file named by `STREAMCTL_CONTROL_KEY_FILE`,
 e.g. a Docker secret). The controller signs every tuple it sends (`controller.kafka.clients`); a job
-verifies before it looks at anything else (`streaming_jobs.runtime.control`). Replaying a
+verifies before it looks at anything else (`streaming_jobs.runtime.control.tuples`). Replaying a
 captured tuple gains nothing: its epoch is stale once applied.
 """
 

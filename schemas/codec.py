@@ -29,6 +29,7 @@ __all__ = ["MAGIC", "Codec", "DecodeError", "codec_for", "load_schema"]
 from schemas.records import (
     Ack,
     CardTransaction,
+    CommitMarker,
     ControlTuple,
     Decision,
     DesiredStateRecord,
@@ -134,5 +135,5 @@ def codec_for(record_type: type[R]) -> Codec[R]:
 
 ALL_RECORD_TYPES: tuple[type[_Record], ...] = (
     TaskMetrics, ControlTuple, Ack, Decision, SensorReading, SensorWindowAverage,
-    CardTransaction, ScoredTransaction, DesiredStateRecord,
+    CardTransaction, ScoredTransaction, DesiredStateRecord, CommitMarker,
 )

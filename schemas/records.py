@@ -194,6 +194,21 @@ class DesiredStateRecord(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class CommitMarker(_Record):
+    """The last batch a query's transactional sink committed (same transaction as its rows)."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.SinkCommitMarker"
+    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"committed_at_ms"})
+
+    query_id: str
+    checkpoint_id: str
+    batch_id: int
+    topic: str
+    rows: int
+    committed_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Decision(_Record):
     """One decision of the controller, as written to the decision log."""
 

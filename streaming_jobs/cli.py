@@ -181,7 +181,7 @@ def check_command(args: argparse.Namespace) -> int:
     except (ConfigError, JobLoadError) as exc:
         print(f"job check: {exc}", file=sys.stderr)
         return 2
-    from streaming_jobs.runtime.plan import check_plan
+    from streaming_jobs.runtime.query.plan import check_plan
 
     try:
         print(check_plan(job, config))

@@ -181,7 +181,7 @@ class JobConfig:
     @property
     def input_source_path(self) -> str:
         """Where the input source (topic, source generation, retired topics) is recorded,
-        beside the checkpoint (see `runtime.input_source`)."""
+        beside the checkpoint (see `runtime.checkpoint.input_source`)."""
         return self.checkpoint_dir.rstrip("/") + ".input-source.json"
 
     @classmethod

@@ -183,7 +183,7 @@ class SimJob:
                     self._restart(t_ms)
 
     def _evaluate(self, control: ControlTuple) -> int | str:
-        """The new value, or why it is rejected (as `streaming_jobs.runtime.control`)."""
+        """The new value, or why it is rejected (as `streaming_jobs.runtime.control.tuples`)."""
         try:
             value = int(control.value)
         except ValueError:

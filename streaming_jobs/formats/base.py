@@ -5,8 +5,8 @@ Owns the two interfaces a job's declared formats implement. An `InputFormat` nam
 per record; a record that does not decode raises `DecodeError` in words, and the runtime sends
 it to the job's dead-letter topic. An `OutputFormat` checks the builder's columns when the job
 is loaded and turns the output rows into Kafka's `key binary, value binary` in the sink.
-Neighbours: `json_format`, `avro_format`, `key_value` (the formats), `runtime.input` (decodes),
-`runtime.sink` (encodes).
+Neighbours: `json_format`, `avro_format`, `key_value` (the formats), `runtime.query.input`
+(decodes), `runtime.sink.foreach_batch` (encodes).
 """
 
 from __future__ import annotations

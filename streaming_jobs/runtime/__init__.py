@@ -1,7 +1,12 @@
-"""The elastic runtime around a streaming query.
+"""The elastic runtime around any job's query. Internal: jobs import `streaming_jobs.api`.
 
-`job.ElasticJob` assembles: `session` (SparkSession), `lifecycle` (the query and its runs),
-`gate` + `sink` (foreachBatch quiesce gate and Kafka writer), `listener` + `metrics` (progress →
-TaskMetrics), `control` (tuples → acks), `reconfigure` (quiesce → restart → pause),
-`kafka` (confluent-kafka adapters), `prometheus`.
+- `job.ElasticJob` wires it up (construction order, threads, shutdown); `publish` ships what
+  the query measures;
+- `owner.QueryOwner` is the one owner of the query's lifecycle: every change (a tuple, a role
+  check, a restart after a failure, the shutdown) runs there, one at a time, through the
+  `ports.QueryControl` port (`fakes.FakeQuery` is its in-memory twin);
+- `query` (the plan, the session, the gate, `ElasticQuery`), `sink` (exactly-once output),
+  `control` (tuples, parameters, the reconfiguration protocol, the desired state), `roles`
+  (standby, supervision), `checkpoint` (identity, input source, state partitions), `observe`
+  (metrics, Prometheus); `kafka` holds the confluent-kafka adapters.
 """

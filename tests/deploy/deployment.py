@@ -140,9 +140,10 @@ def env_constants(*sources: str) -> set[str]:
 def job_env_vars() -> dict[str, Any]:
     """`STREAMCTL_<FIELD>` of every `JobConfig` field read from a variable of that name, with
     the field's default."""
-    from streaming_jobs.config import OWN_VARIABLES, JobConfig, env_var
+    from streaming_jobs.config import DERIVED, OWN_VARIABLES, JobConfig, env_var
 
-    return {env_var(f.name): f.default for f in fields(JobConfig) if f.name not in OWN_VARIABLES}
+    return {env_var(f.name): f.default for f in fields(JobConfig)
+            if f.name not in OWN_VARIABLES | DERIVED}
 
 
 def controller_env_vars() -> dict[str, Any]:
@@ -170,8 +171,15 @@ def topic_fields_in_code() -> dict[str, str]:
     from controller.settings import KafkaSettings
     from streaming_jobs.config import JobConfig
 
+    from streaming_jobs.loading import load
+    from tests.deploy.env_reference import BUNDLED_JOBS
+
     used = {f"JobConfig.{f.name}": str(f.default) for f in fields(JobConfig)
-            if f.name.endswith("_topic")}
+            if f.name.endswith("_topic") and f.default}
+    for job in map(load, BUNDLED_JOBS):  # the defaults of the job options without one
+        used |= {f"{job.name}.topics.input": job.topics.input,
+                 f"{job.name}.topics.output": job.topics.output,
+                 f"{job.name}.topics.dead_letters": job.topics.resolved_dead_letters()}
     used |= {f"KafkaSettings.{f.name}": str(f.default) for f in fields(KafkaSettings)
              if f.name.endswith("_topic")}
     return used
@@ -189,7 +197,7 @@ def exported_metric_names() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from controller.explain.prom import ControllerMetrics, new_registry
-    from streaming_jobs.runtime.prometheus import JobPrometheus
+    from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 
     registries = [ControllerMetrics(new_registry()).registry,
                   JobPrometheus(CollectorRegistry()).registry]

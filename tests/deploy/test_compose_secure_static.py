@@ -75,8 +75,9 @@ def test_compose_environment_builds_a_secured_configuration(name: str, secrets_d
     config: Any
     if d.process_kind(SERVICES[name]) == "job":
         from streaming_jobs.config import JobConfig
+        from streaming_jobs.loading import load
 
-        config = JobConfig.from_sources(env=env)
+        config = JobConfig.from_sources(load(env["STREAMCTL_JOB"]), env=env)
         kafka, endpoint = config.kafka_security, config.metrics_endpoint
     else:
         from controller.cli import settings_from
@@ -183,11 +184,12 @@ def test_the_principals_client_settings_are_valid(secrets_dir: Path) -> None:
 
 
 def test_the_acl_set_names_the_bundled_jobs_queries_and_topics() -> None:
-    from streaming_jobs.plans import PLANS
+    from streaming_jobs.loading import load
+    from tests.deploy.env_reference import BUNDLED_JOBS
 
     names = acls.Names()
-    defaults = [plan.default_topics for plan in PLANS.values()]
-    assert set(names.query_ids) == {t["query_id"] for t in defaults}
-    assert set(names.inputs) == {t["input_topic"] for t in defaults}
-    assert set(names.outputs) == {t["output_topic"] for t in defaults}
-    assert set(names.dead_letters) == {t["dlq_topic"] for t in defaults}
+    jobs = [load(name) for name in BUNDLED_JOBS]
+    assert set(names.query_ids) == {j.name for j in jobs}
+    assert set(names.inputs) == {j.topics.input for j in jobs}
+    assert set(names.outputs) == {j.topics.output for j in jobs}
+    assert set(names.dead_letters) == {j.topics.resolved_dead_letters() for j in jobs}

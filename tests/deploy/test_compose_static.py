@@ -66,8 +66,9 @@ def test_compose_environment_builds_a_valid_configuration(name: str, tmp_path: P
     env = mapping.environment(PROJECT[name])
     if d.process_kind(PROJECT[name]) == "job":
         from streaming_jobs.config import JobConfig
+        from streaming_jobs.loading import load
 
-        config: Any = JobConfig.from_sources(env=env)
+        config: Any = JobConfig.from_sources(load(env["STREAMCTL_JOB"]), env=env)
         assert config.bootstrap_servers == env["STREAMCTL_BOOTSTRAP_SERVERS"]
     else:
         from controller.cli import settings_from

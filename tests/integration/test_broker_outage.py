@@ -5,7 +5,7 @@ on a broker of the test's own (stopped and restarted; same port, same data).
   instance finds the last committed marker and commits after it.
 - A live sink whose broker goes away: the batch fails within the retry budget, aborted
   (`SinkBatchAborted`, librdkafka's delivery timeout) or with its outcome unknown
-  (`SinkUnavailable`); the job restarts its query from the checkpoint (`runtime.supervise`),
+  (`SinkUnavailable`); the job restarts its query from the checkpoint (`runtime.roles.supervise`),
   and when the broker is back the replayed batch is written once, by a fresh producer.
 - The control consumer: a tuple sent after the restart is seen (a re-assignment resumes where
   the consumer left off instead of jumping to the end)."""
@@ -24,16 +24,16 @@ from security.kafka import PLAINTEXT
 from stack.broker import LocalBroker
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.formats import KeyValue
-from streaming_jobs.runtime.gate import BatchGate
 from streaming_jobs.runtime.kafka import TypedConsumer
-from streaming_jobs.runtime.sink import TransactionalKafkaSink
-from streaming_jobs.runtime.transactional import (
+from streaming_jobs.runtime.query.gate import BatchGate
+from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
+from streaming_jobs.runtime.sink.transactional import (
     OutputBatch,
     Replay,
     SinkBatchAborted,
     SinkUnavailable,
 )
-from streaming_jobs.runtime.transactional_kafka import (
+from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )

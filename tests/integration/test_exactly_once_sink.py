@@ -13,18 +13,18 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
+from schemas.records import CommitMarker
 from streaming_jobs.formats import KeyValue
-from streaming_jobs.runtime.gate import BatchGate
-from streaming_jobs.runtime.sink import TransactionalKafkaSink, transactional_id
-from streaming_jobs.runtime.transactional import (
-    CommitMarker,
+from streaming_jobs.runtime.query.gate import BatchGate
+from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, transactional_id
+from streaming_jobs.runtime.sink.transactional import (
     OutputBatch,
     Replay,
     SinkFenced,
     decode_marker,
     encode_marker,
 )
-from streaming_jobs.runtime.transactional_kafka import (
+from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )

@@ -35,7 +35,7 @@ def spark_kafka_jars() -> tuple[str, ...]:
 def spark(spark_kafka_jars: tuple[str, ...]) -> Iterator[object]:
     from pyspark.sql import SparkSession
 
-    from streaming_jobs.runtime.session import prepare_environment
+    from streaming_jobs.runtime.query.session import prepare_environment
 
     prepare_environment()
     session = (SparkSession.builder.master(f"local[{SPARK_TASK_SLOTS}]")

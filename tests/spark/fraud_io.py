@@ -20,9 +20,9 @@ from schemas.records import CardTransaction, ScoredTransaction
 from streamctl.cards import CardEvents
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.job import job as fraud_job
+from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
 from streaming_jobs.runtime.kafka import DeadLetterFactory
-from streaming_jobs.runtime.plan import Plan
-from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER
+from streaming_jobs.runtime.query.plan import Plan
 from tests.spark.bound import bound_config
 from tests.spark.kafka_io import produce_records
 

@@ -162,7 +162,8 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
         time.sleep(0.1)
     assert job.query.failure() is None  # terminated by the gate: not a failure
 
-    applied = job.reconfigure(replace(job.desired, epoch=1, input_parallelism=3), "c-test")
+    applied = job.owner.reconfigure(replace(job.owner.desired, epoch=1, input_parallelism=3),
+                                    "c-test")
     assert applied.pause_ms > 0
     metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
     _assert_exactly_once(cfg, output)
@@ -181,7 +182,7 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
     from streaming_jobs.runtime.job import ElasticJob
 
     assert isinstance(job, ElasticJob)
-    before = job.desired
+    before = job.owner.desired
     q = cfg.query_id
     bad = {
         control(q, "input_parallelism", "3", epoch=2, key=b"someone-else's-key!"):
@@ -204,7 +205,7 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
         ack = ack_for(acks, tuple_.control_id)
         assert ack.outcome is Outcome.REJECTED
         assert expected_detail in ack.detail, ack.detail
-    assert job.query.is_active() and job.desired == before
+    assert job.query.is_active() and job.owner.desired == before
     rejected = {reason: counter(job, "streamctl_job_control_rejections_total", reason=reason)
                 for reason in ("bad_signature", "unsigned", "stale_epoch", "bad_value",
                                "unsupported", "precondition", "undecodable")}
@@ -277,9 +278,9 @@ def test_throttle_shed_udf_swap_and_output_retarget_under_load(
         last_id = _apply_each_action(cfg, readers, second_output)
     finally:
         produced = load.stop()
-    expected = replace(job.desired, epoch=4, max_offsets_per_trigger=300, shed_fraction=0.3,
+    expected = replace(job.owner.desired, epoch=4, max_offsets_per_trigger=300, shed_fraction=0.3,
                        udf_version="v2", output_topic=second_output)
-    assert job.desired == expected
+    assert job.owner.desired == expected
 
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
                     [(SENTINEL, SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1))])
@@ -295,7 +296,7 @@ def test_throttle_shed_udf_swap_and_output_retarget_under_load(
         second_output, 0.3, "v2")
     job.stop()
     restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    assert restarted.desired == expected  # a new process resumes the applied state
+    assert restarted.owner.desired == expected  # a new process resumes the applied state
     restarted.stop()
     for reader in readers.values():
         reader.close()
@@ -423,7 +424,7 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
         assert refused.outcome is Outcome.REJECTED, refused.detail
         assert refused.detail.startswith(f"precondition: cannot switch the input to {b}: {a} "
                                          "is still being written to"), refused.detail
-        assert job.query.is_active() and job.desired.input_topic == a
+        assert job.query.is_active() and job.owner.desired.input_topic == a
         load.move_to(b)
         on_a = load.produced
         metrics.until(lambda ms: consumed(ms) >= on_a, 180)  # the backlog on A, read
@@ -458,7 +459,7 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
             for p in m.partitions} == {0, 1, 2, 3}
     job.stop()
     restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    assert restarted.desired.input_topic == a and restarted.query.inputs.current.name == "input_2"
+    assert restarted.owner.desired.input_topic == a and restarted.inputs.current.name == "input_2"
     restarted.stop()
     for reader in (metrics, acks, output):
         reader.close()
@@ -522,7 +523,8 @@ def test_a_restart_that_fails_rolls_back_and_loses_nothing(
     assert re.fullmatch(r"restart with udf_version v1→broken failed \(ValueError: lookup "
                         r"service refused sensor-\d\); rolled back to epoch 0", failed.detail), (
         failed.detail)
-    assert job.query.is_active() and job.desired.udf_version == "v1" and job.desired.epoch == 0
+    assert job.query.is_active()
+    assert (job.owner.desired.udf_version, job.owner.desired.epoch) == ("v1", 0)
     metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
     _assert_exactly_once(cfg, output)
     for reader in (metrics, acks, output):

@@ -17,7 +17,7 @@ from schemas.records import SensorReading, SensorWindowAverage
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.job import ElasticJob
-from streaming_jobs.runtime.sink import TransactionalKafkaSink
+from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
 from tests.integration.committed_reader import read_committed
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS

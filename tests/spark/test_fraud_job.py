@@ -12,7 +12,7 @@ import pytest
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.rules import AMOUNT_OUTLIER, COUNTRY_CHANGE, VELOCITY, FraudRules
-from streaming_jobs.runtime.input import OBSERVATION
+from streaming_jobs.runtime.query.input import OBSERVATION
 from tests.spark.fraud_io import (
     fraud_config,
     produce_txns,

@@ -10,8 +10,8 @@ import pytest
 
 from streaming_jobs.api import Avro, Job, Json, KeyValue, Topics
 from streaming_jobs.config import JobConfig, bind
-from streaming_jobs.runtime.input import DiscardDeadLetters
-from streaming_jobs.runtime.plan import Plan, PlanError
+from streaming_jobs.runtime.query.input import DiscardDeadLetters
+from streaming_jobs.runtime.query.plan import Plan, PlanError
 
 pytestmark = [pytest.mark.spark]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.state_repartition import (
+from streaming_jobs.runtime.checkpoint.state_repartition import (
     LastBatchNotCommitted,
     QueryStillRunning,
     TargetOutOfBounds,
@@ -130,7 +130,7 @@ def test_refuses_when_the_last_batch_did_not_commit_or_the_query_runs(
 
 def _start_processing_time(spark: object, config: JobConfig) -> object:
     from streaming_jobs.runtime.kafka import DeadLetterFactory
-    from streaming_jobs.runtime.plan import Plan
+    from streaming_jobs.runtime.query.plan import Plan
     from tests.spark.fraud_io import fraud_job
 
     plan = Plan(fraud_job)

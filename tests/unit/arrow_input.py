@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from schemas.errors import DecodeError
 from streaming_jobs.api import Job
-from streaming_jobs.runtime.input import InputStep, ShedRule
+from streaming_jobs.runtime.query.input import InputStep, ShedRule
 
 KAFKA_TIMESTAMP = 1_700_000_000_000
 
@@ -44,7 +44,7 @@ def kafka_batch(values: Sequence[bytes | None], topic: str = "in", partition: in
 def input_step(job: Job, dead: MemoryDeadLetters, shed: float = 0.0,
                settings: dict[str, Any] | None = None) -> InputStep:
     """The decode step the runtime builds for `job` (as `plan.Plan` does)."""
-    from streaming_jobs.runtime.plan import Plan
+    from streaming_jobs.runtime.query.plan import Plan
 
     schema = Plan(job)._decoded_schema(with_flags=True)
     return InputStep(decoder=job.input.decoder(), dead_letters=dead,

@@ -147,7 +147,7 @@ def test_bad_cluster_settings_are_named(options: dict[str, object], message: str
 
 
 def test_on_a_cluster_the_session_gets_executor_settings_and_no_dynamic_allocation() -> None:
-    from streaming_jobs.runtime.session import cluster_settings
+    from streaming_jobs.runtime.query.session import cluster_settings
 
     assert cluster_settings(from_sources({"bootstrap_servers": "k:1"}, KEY)) == {}
     cluster = from_sources(

@@ -11,7 +11,9 @@ import pytest
 from schemas import auth
 from schemas.codec import DecodeError
 from schemas.records import Ack, ControlTuple, Outcome
-from streaming_jobs.runtime.control import (
+from streaming_jobs.runtime.control.parameters import Apply, DesiredState, Limits, apply_path
+from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
+from streaming_jobs.runtime.control.tuples import (
     UNDECODABLE,
     Change,
     ControlLoop,
@@ -20,8 +22,6 @@ from streaming_jobs.runtime.control import (
     Reject,
     evaluate,
 )
-from streaming_jobs.runtime.parameters import Apply, DesiredState, Limits, apply_path
-from streaming_jobs.runtime.reconfigure import Applied, Refused, RestartFailed
 
 KEY = b"k" * 32
 IN_FORCE = DesiredState(epoch=5, input_parallelism=2, state_partitions=4,

@@ -12,8 +12,8 @@ import pytest
 
 from schemas.codec import Codec, codec_for
 from schemas.records import DesiredStateRecord
-from streaming_jobs.runtime import desired
-from streaming_jobs.runtime.parameters import DesiredState, Limits
+from streaming_jobs.runtime.control import desired
+from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 
 CONFIGURED = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                           max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",

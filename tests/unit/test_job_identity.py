@@ -13,7 +13,11 @@ import pytest
 
 from streaming_jobs.api import Job, Json, Topics
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.identity import CheckpointMismatch, claim_checkpoint, identity_path
+from streaming_jobs.runtime.checkpoint.identity import (
+    CheckpointMismatch,
+    claim_checkpoint,
+    identity_path,
+)
 
 
 def build(spark: Any, source: Any, context: Any) -> Any:

@@ -9,13 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.runtime.input_source import (
+from streaming_jobs.runtime.checkpoint.input_source import (
     InputSources,
     checkpoint_input,
     committed_offsets,
     entry_sources,
 )
-from streaming_jobs.runtime.input_switch import CheckpointInput, InputSource, SwitchRefused
+from streaming_jobs.runtime.checkpoint.input_switch import (
+    CheckpointInput,
+    InputSource,
+    SwitchRefused,
+)
 
 
 class Offsets:

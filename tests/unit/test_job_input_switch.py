@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from streaming_jobs.runtime.input_switch import (
+from streaming_jobs.runtime.checkpoint.input_switch import (
     CheckpointInput,
     Drained,
     DrainSample,

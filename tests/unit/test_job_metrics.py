@@ -17,7 +17,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.codec import codec_for
 from schemas.records import Role, SourcePartition, TaskMetrics
-from streaming_jobs.runtime.metrics import (
+from streaming_jobs.runtime.observe.metrics import (
     RunContext,
     backlog_records,
     dead_letters,
@@ -84,8 +84,8 @@ def test_late_rows_are_reported_and_logged(caplog: pytest.LogCaptureFixture) -> 
 def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> None:
     from pyspark.sql.streaming.listener import QueryIdleEvent
 
-    from streaming_jobs.runtime.listener import ProgressListener
-    from streaming_jobs.runtime.metrics import heartbeat
+    from streaming_jobs.runtime.observe.metrics import heartbeat
+    from streaming_jobs.runtime.query.listener import ProgressListener
 
     heard: list[tuple[str, str]] = []
     listener = ProgressListener(lambda _p: None, lambda run, ts: heard.append((run, ts)))

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from streaming_jobs.runtime.input_switch import SwitchRefused
-from streaming_jobs.runtime.lifecycle import Commit
-from streaming_jobs.runtime.parameters import DesiredState
-from streaming_jobs.runtime.reconfigure import Reconfigurer, Refused, RestartFailed
+from streaming_jobs.runtime.control.parameters import DesiredState
+from streaming_jobs.runtime.control.reconfigure import Reconfigurer, Refused, RestartFailed
+from streaming_jobs.runtime.fakes import FakeQuery
+from streaming_jobs.runtime.ports import Commit
 
 START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                      max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
@@ -18,71 +18,16 @@ START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
 WIDER = replace(START, epoch=1, input_parallelism=4)
 
 
-class FakeQuery:
-    """Commits at fixed wall-clock milliseconds; `start`/`swap` can be told to fail."""
-
-    def __init__(self, fail_with: DesiredState | None = None) -> None:
-        self.desired = START
-        self.last_commit: Commit | None = Commit("run-0", 9, start_ms=400, end_ms=1_000)
-        self.fail_with = fail_with
-        self.started: list[DesiredState] = []
-        self.swapped: list[DesiredState] = []
-        self.held = False
-        self.active = True
-        self.start_note: str | None = None
-        self.settle_note: str | None = None
-        self.refuse_drain: str | None = None
-
-    def quiesce_and_stop(self, timeout_s: float) -> bool:
-        self.active = False
-        return True
-
-    def start(self, desired: DesiredState) -> str:
-        self.started.append(desired)
-        if desired == self.fail_with:
-            raise RuntimeError("source refused")
-        self.desired, self.active = desired, True
-        return f"run-{len(self.started)}"
-
-    def hold(self, timeout_s: float) -> bool:
-        self.held = True
-        return True
-
-    def drain_input(self, topic: str) -> str:
-        if self.refuse_drain:
-            raise SwitchRefused(self.refuse_drain)
-        return f"{self.desired.input_topic} drained in 800 ms"
-
-    def swap(self, desired: DesiredState) -> None:
-        assert self.held, "swapped without holding the gate"
-        self.swapped.append(desired)
-        if desired == self.fail_with:
-            raise RuntimeError("cluster manager refused")
-        self.desired = desired
-
-    def release(self) -> None:
-        self.held = False
-
-    def settle(self, old: DesiredState, new: DesiredState) -> str | None:
-        assert not self.held, "settled while holding the gate: batches would wait for it"
-        return self.settle_note
-
-    def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None:
-        return Commit(run_id, 10, start_ms=2_400, end_ms=4_500)
-
-    def failure(self) -> str | None:
-        return None
-
-    def is_active(self) -> bool:
-        return self.active
-
-    def is_idle(self) -> bool:
-        return False
+def fake(**options: object) -> FakeQuery:
+    """Running with START; its last batch ended at 1 000 ms and a restarted run's first batch
+    runs from 2 400 to 4 500 ms."""
+    return FakeQuery(START, active=True, last_commit=Commit("run-0", 9, 400, 1_000),
+                     **options)  # type: ignore[arg-type]
 
 
 def test_pause_runs_from_last_commit_to_first_commit_after_restart() -> None:
     clock = iter([2_000, 2_300])  # quiesce began, query stopped
-    applied = Reconfigurer(FakeQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
+    applied = Reconfigurer(fake(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 3_500
     assert applied.detail == ("input_parallelism 2→4; quiesce 300 ms, "
                               "restart to first commit 2200 ms, no batch running for 1400 ms")
@@ -93,7 +38,7 @@ def test_pause_runs_from_last_commit_to_first_commit_after_restart() -> None:
     {"input_parallelism": 4, "output_topic": "out-2"},
 ])
 def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> None:
-    query = FakeQuery()
+    query = fake()
     new = replace(START, epoch=1, **change)  # type: ignore[arg-type]
     clock = iter([2_000, 2_300])
     Reconfigurer(query, clock_ms=lambda: next(clock)).apply(new)
@@ -101,7 +46,7 @@ def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> N
 
 
 def test_a_state_repartition_is_named_in_the_detail() -> None:
-    query = FakeQuery()
+    query = fake()
     query.start_note = "state repartitioned 4→8 in 900 ms"
     clock = iter([2_000, 2_300])
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
@@ -111,16 +56,16 @@ def test_a_state_repartition_is_named_in_the_detail() -> None:
 
 
 def test_failed_restart_rolls_back_to_the_previous_state() -> None:
-    query = FakeQuery(fail_with=WIDER)
+    query = fake(fail_with=WIDER)
     with pytest.raises(RestartFailed, match=r"input_parallelism 2→4 failed \(source refused\); "
                                             r"rolled back to epoch 0"):
         Reconfigurer(query, clock_ms=lambda: 0).apply(WIDER)
     assert query.started == [WIDER, START]
-    assert query.desired == START and query.active
+    assert query.desired == START and query.is_active()
 
 
 def test_output_retarget_swaps_at_a_batch_boundary_without_a_restart() -> None:
-    query = FakeQuery()
+    query = fake()
     new = replace(START, epoch=1, output_topic="out-2")
     clock = iter([2_000, 2_012])  # hold began, released
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(new)
@@ -131,7 +76,7 @@ def test_output_retarget_swaps_at_a_batch_boundary_without_a_restart() -> None:
 
 
 def test_an_executor_request_is_acked_with_what_registered_after_the_gate_reopened() -> None:
-    query = FakeQuery()
+    query = fake()
     query.settle_note = "3 executors running 6.2 s after the request (3 task slots)"
     clock = iter([2_000, 2_030])
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
@@ -144,25 +89,17 @@ def test_an_executor_request_is_acked_with_what_registered_after_the_gate_reopen
 
 def test_failed_swap_restores_the_previous_state_and_releases_the_gate() -> None:
     new = replace(START, epoch=1, executors=3)
-    query = FakeQuery(fail_with=new)
+    query = fake(fail_with=new)
     with pytest.raises(RestartFailed, match=r"executors 0→3 failed \(cluster manager refused\)"):
         Reconfigurer(query, clock_ms=lambda: 0).apply(new)
     assert query.swapped == [new, START] and query.desired == START and not query.held
 
 
-class IdleQuery(FakeQuery):
-    def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None:
-        return None
-
-    def is_idle(self) -> bool:
-        return True
-
-
 def test_without_new_data_the_pause_ends_when_the_restarted_query_is_idle(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streaming_jobs.runtime.reconfigure.IDLE_GRACE_S", 0.0)
+    monkeypatch.setattr("streaming_jobs.runtime.control.reconfigure.IDLE_GRACE_S", 0.0)
     clock = iter([2_000, 2_300, 2_900])  # quiesce began, stopped, seen idle
-    applied = Reconfigurer(IdleQuery(), clock_ms=lambda: next(clock)).apply(WIDER)
+    applied = Reconfigurer(fake(idle_after_start=True), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 1_900
     assert applied.detail.endswith("restart to idle 600 ms (no new data)")
 
@@ -185,7 +122,7 @@ Logical Plan:
 
 
 def test_a_failure_in_the_ack_is_its_innermost_exception_not_the_traceback() -> None:
-    from streaming_jobs.runtime.reconfigure import short_failure
+    from streaming_jobs.runtime.control.reconfigure import short_failure
 
     assert short_failure(SPARK_FAILURE) == "ValueError: lookup service refused sensor-0"
     assert short_failure("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with "
@@ -195,7 +132,7 @@ def test_a_failure_in_the_ack_is_its_innermost_exception_not_the_traceback() -> 
 
 
 def test_an_input_switch_drains_before_the_quiesce_and_says_so() -> None:
-    query = FakeQuery()
+    query = fake()
     query.start_note = "in left at {0: 9}, in-2 read from {0: 0}"
     clock = iter([2_000, 2_300])
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(
@@ -205,14 +142,14 @@ def test_an_input_switch_drains_before_the_quiesce_and_says_so() -> None:
 
 
 def test_an_input_switch_whose_old_topic_does_not_drain_changes_nothing() -> None:
-    query = FakeQuery()
+    query = fake()
     query.refuse_drain = "in is still being written to"
     with pytest.raises(Refused, match="cannot switch the input to in-2: in is still being"):
         Reconfigurer(query).apply(replace(START, epoch=1, input_topic="in-2"))
-    assert query.started == [] and query.active and query.desired == START
+    assert query.started == [] and query.is_active() and query.desired == START
 
 def test_a_change_of_the_active_instance_is_not_a_reconfiguration_of_the_query() -> None:
-    query = FakeQuery()
+    query = fake()
     with pytest.raises(ValueError, match="promotion or a step-down"):
         Reconfigurer(query).apply(replace(START, epoch=1, active_instance="b"))  # type: ignore[arg-type]
-    assert query.started == [] and query.active
+    assert query.started == [] and query.is_active()

@@ -11,12 +11,12 @@ import pytest
 from schemas.records import ControlTuple, Role
 from streaming_jobs.config import JobConfig
 from streaming_jobs.loading import load
-from streaming_jobs.runtime.lifecycle import Commit
-from streaming_jobs.runtime.metrics import RunContext
-from streaming_jobs.runtime.parameters import DesiredState
-from streaming_jobs.runtime.reconfigure import RestartFailed
-from streaming_jobs.runtime.standby import Instance, initial_role
-from streaming_jobs.runtime.supervise import RestartBudget, Step, classify
+from streaming_jobs.runtime.control.parameters import DesiredState
+from streaming_jobs.runtime.control.reconfigure import RestartFailed
+from streaming_jobs.runtime.fakes import FakeQuery
+from streaming_jobs.runtime.ports import Commit
+from streaming_jobs.runtime.roles.standby import Instance, initial_role
+from streaming_jobs.runtime.roles.supervise import RestartBudget, Step, classify
 
 KEY = {"STREAMCTL_CONTROL_KEY": "k" * 32}
 SHARED = DesiredState(epoch=3, input_parallelism=4, state_partitions=4,
@@ -41,56 +41,14 @@ def test_after_a_failover_the_named_instance_is_active_whatever_the_option(
     assert initial_role(config("a", option), replace(SHARED, active_instance=named)) is role
 
 
-class FakeSink:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def take_ownership(self) -> None:
-        self.log.append("fence")
-
-
-class FakeQuery:
-    """Records the order of calls; its first batch commits 5 s after the start."""
-
-    def __init__(self, fail_start: bool = False) -> None:
-        self.log: list[str] = []
-        self.sink = FakeSink(self.log)
-        self.fail_start = fail_start
-        self.running = False
-        self.desired = SHARED
-
-    def start_keeping_partitions(self, desired: DesiredState) -> str:
-        self.log.append(f"start epoch {desired.epoch}")
-        if self.fail_start:
-            raise RuntimeError("checkpoint unreadable")
-        self.running, self.desired = True, desired
-        return "run-1"
-
-    def wait_commit(self, run_id: str, timeout_s: float) -> Commit:
-        return Commit(run_id, 7, start_ms=1_003_000, end_ms=1_005_000)
-
-    def failure(self) -> None:
-        return None
-
-    def is_active(self) -> bool:
-        return self.running
-
-    def quiesce_and_stop(self, timeout_s: float) -> bool:
-        self.log.append("stop")
-        self.running = False
-        return True
-
-    def relabel(self, desired: DesiredState) -> None:
-        self.desired = desired
-
-    def context(self, desired: DesiredState) -> RunContext:
-        return RunContext("q", "a", desired.epoch, desired.input_parallelism,
-                          desired.state_partitions, 16, 1000, (desired.input_topic,),
-                          (desired.output_topic,))
+def fake(*, active: bool = False, fail_start: str | None = None) -> FakeQuery:
+    """Its first batch commits 5 s after the start (the clock reads 1 000 000)."""
+    return FakeQuery(SHARED, active=active, fail_start=fail_start,
+                     first_commit=Commit("", 7, start_ms=1_003_000, end_ms=1_005_000))
 
 
 def instance(query: FakeQuery, me: str = "b", role: Role = Role.STANDBY) -> Instance:
-    return Instance(config(me), query, role, clock_ms=lambda: 1_000_000)  # type: ignore[arg-type]
+    return Instance(config(me), query, role, clock_ms=lambda: 1_000_000)
 
 
 def promotion(value: str = "b", parameter: str = "active_instance") -> ControlTuple:
@@ -98,23 +56,23 @@ def promotion(value: str = "b", parameter: str = "active_instance") -> ControlTu
 
 
 def test_a_standby_answers_its_own_promotion_only() -> None:
-    standby = instance(FakeQuery())
+    standby = instance(fake())
     assert standby.answers(promotion("b"))
     assert not standby.answers(promotion("c")) and not standby.answers(
         promotion("8", "input_parallelism"))
-    assert instance(FakeQuery(), role=Role.ACTIVE).answers(promotion("8", "input_parallelism"))
+    assert instance(fake(), role=Role.ACTIVE).answers(promotion("8", "input_parallelism"))
 
 
 def test_a_standby_named_but_not_running_sees_nobody_active() -> None:
     """Its promotion failed after the record was written: naming it again must promote it."""
     named = replace(SHARED, active_instance="b")
-    assert instance(FakeQuery()).view(named).active_instance == ""
-    assert instance(FakeQuery(), role=Role.ACTIVE).view(named) == named
-    assert instance(FakeQuery(), me="c").view(named) == named
+    assert instance(fake()).view(named).active_instance == ""
+    assert instance(fake(), role=Role.ACTIVE).view(named) == named
+    assert instance(fake(), me="c").view(named) == named
 
 
 def test_a_promotion_records_then_fences_then_starts_and_reports_its_time() -> None:
-    query = FakeQuery()
+    query = fake()
     standby = instance(query)
     applied = standby.change_role(PROMOTION, lambda d: query.log.append(f"record {d.epoch}"))
     assert query.log == ["record 4", "fence", "start epoch 4"]
@@ -125,7 +83,7 @@ def test_a_promotion_records_then_fences_then_starts_and_reports_its_time() -> N
 
 
 def test_a_failed_promotion_leaves_a_standby() -> None:
-    query = FakeQuery(fail_start=True)
+    query = fake(fail_start="checkpoint unreadable")
     standby = instance(query)
     with pytest.raises(RestartFailed, match=r"promotion failed .*checkpoint unreadable.*b stays "
                                              r"a standby"):
@@ -134,8 +92,7 @@ def test_a_failed_promotion_leaves_a_standby() -> None:
 
 
 def test_an_active_named_again_keeps_running_and_one_not_named_steps_down() -> None:
-    query = FakeQuery()
-    query.running = True
+    query = fake(active=True)
     active = instance(query, role=Role.ACTIVE)
     kept = active.change_role(PROMOTION, lambda d: None)
     assert query.log == [] and query.desired == PROMOTION and "already active" in kept.detail
@@ -146,8 +103,7 @@ def test_an_active_named_again_keeps_running_and_one_not_named_steps_down() -> N
 
 
 def test_an_active_superseded_while_it_was_frozen_steps_down_on_its_next_look() -> None:
-    query = FakeQuery()
-    query.running = True
+    query = fake(active=True)
     active = instance(query, me="a", role=Role.ACTIVE)
     assert active.watch(lambda: SHARED, lambda: None) is None and active.role is Role.ACTIVE
     active.watch(lambda: SHARED, lambda: "instance b was made active at epoch 4")
@@ -194,7 +150,7 @@ def test_restarts_are_bounded_per_window() -> None:
 def test_a_tuple_naming_another_instance_leaves_a_standby_as_it_is() -> None:
     """The former active stepped down on its own (gate, or its look at the shared file) before
     its control thread got to the promotion tuple: nothing more to do, and no restart."""
-    query = FakeQuery()
+    query = fake()
     already = instance(query, me="a", role=Role.STANDBY)
     applied = already.change_role(PROMOTION, lambda d: None)
     assert query.log == [] and already.role is Role.STANDBY

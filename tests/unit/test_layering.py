@@ -17,7 +17,7 @@ PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "sec
 KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
                   "controller/kafka/history.py",
                   "streaming_jobs/runtime/kafka.py",
-                  "streaming_jobs/runtime/transactional_kafka.py"}
+                  "streaming_jobs/runtime/sink/transactional_kafka.py"}
 """The only modules that may import confluent_kafka."""
 
 CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/explain/prom.py"}
@@ -143,3 +143,18 @@ def test_the_runtime_and_the_controller_name_no_bundled_job(path: str) -> None:
     text = (ROOT / path).read_text().lower()
     words = set(re.findall(r"[a-z_-]+", text))
     assert not words & set(BUNDLED), sorted(words & set(BUNDLED))
+
+
+QUERY_DRIVERS = ("streaming_jobs/runtime/owner.py", "streaming_jobs/runtime/roles/standby.py",
+                 "streaming_jobs/runtime/roles/supervise.py",
+                 "streaming_jobs/runtime/control/reconfigure.py",
+                 "streaming_jobs/runtime/ports.py", "streaming_jobs/runtime/fakes.py")
+"""What drives a query does it through `ports.QueryControl`: never the Spark query itself."""
+
+
+@pytest.mark.parametrize("path", QUERY_DRIVERS)
+def test_the_query_is_driven_only_through_its_port(path: str) -> None:
+    names = full_imports(path)
+    assert not {m for m in names if m.startswith("streaming_jobs.runtime.query")}, names
+    assert not names & {"pyspark", "confluent_kafka"} and not any(
+        m.startswith("pyspark.") for m in names)

@@ -9,12 +9,13 @@ from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
 from schemas.codec import DecodeError
+from schemas.records import CommitMarker
 from streaming_jobs.formats import KeyValue
-from streaming_jobs.runtime.gate import BatchGate, QuiesceRequested
-from streaming_jobs.runtime.sink import SinkCollector, TransactionalKafkaSink
-from streaming_jobs.runtime.transactional import (
+from streaming_jobs.runtime.observe.prometheus import SinkCollector
+from streaming_jobs.runtime.query.gate import BatchGate, QuiesceRequested
+from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
+from streaming_jobs.runtime.sink.transactional import (
     CheckpointBehindOutput,
-    CommitMarker,
     OutputBatch,
     Replay,
     SinkBatchAborted,
@@ -25,7 +26,7 @@ from streaming_jobs.runtime.transactional import (
     encode_marker,
     output_batch,
 )
-from streaming_jobs.runtime.transactional_kafka import Action, classify
+from streaming_jobs.runtime.sink.transactional_kafka import Action, classify
 
 
 def marker(batch_id: int, checkpoint_id: str = "c1", rows: int = 2) -> CommitMarker:

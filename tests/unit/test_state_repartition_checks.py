@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from streaming_jobs.runtime.state_repartition import (
+from streaming_jobs.runtime.checkpoint.state_repartition import (
     ROCKSDB_PROVIDER,
     LastBatchNotCommitted,
     QueryStillRunning,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from schemas.records import DesiredStateRecord
 from streaming_jobs.config import ConfigError, JobConfig
-from streaming_jobs.runtime.parameters import (
+from streaming_jobs.runtime.control.parameters import (
     REGISTRY,
     ROLE_PARAMETER,
     TOPIC_PARAMETERS,

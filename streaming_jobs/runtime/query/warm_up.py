@@ -17,12 +17,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.input import DiscardDeadLetters
+from streaming_jobs.runtime.query.input import DiscardDeadLetters
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from streaming_jobs.runtime.plan import Plan
+    from streaming_jobs.runtime.query.plan import Plan
 
 RECORDS = 200
 """Input records the warm-up batch reads: enough to run every operator of the plan."""

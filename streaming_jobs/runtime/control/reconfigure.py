@@ -3,8 +3,8 @@
 Owns the one thing that changes a running query's desired state, the two ways a change takes
 effect (restart the query from its checkpoint, or swap a per-batch setting while the gate holds
 new batches), the rollback when that fails, and the definition of the pause it reports.
-Callers serialize calls (the control loop handles one tuple at a time). Neighbours: `lifecycle`
-(the query), `parameters` (which path a change takes), `control` (calls `apply`).
+Its caller, the query's owner (`owner.QueryOwner`), runs one change at a time. Neighbours:
+`ports.QueryControl` (the query), `parameters` (which path a change takes).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from streaming_jobs.runtime.input_switch import SwitchRefused
-from streaming_jobs.runtime.lifecycle import Commit
-from streaming_jobs.runtime.parameters import Apply, DesiredState, apply_path
+from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.control.parameters import Apply, DesiredState, apply_path
+from streaming_jobs.runtime.ports import Commit, QueryControl
 
 log = logging.getLogger(__name__)
 
@@ -44,45 +43,10 @@ class Applied:
     detail: str
 
 
-class RestartableQuery(Protocol):
-    """What the protocol needs of a query (`lifecycle.ElasticQuery`, or a test double)."""
-
-    @property
-    def desired(self) -> DesiredState: ...
-
-    @property
-    def last_commit(self) -> Commit | None: ...
-
-    def quiesce_and_stop(self, timeout_s: float) -> bool: ...
-
-    def start(self, desired: DesiredState) -> str: ...
-
-    @property
-    def start_note(self) -> str | None: ...
-
-    def drain_input(self, topic: str) -> str: ...
-
-    def hold(self, timeout_s: float) -> bool: ...
-
-    def swap(self, desired: DesiredState) -> None: ...
-
-    def release(self) -> None: ...
-
-    def settle(self, old: DesiredState, new: DesiredState) -> str | None: ...
-
-    def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None: ...
-
-    def failure(self) -> str | None: ...
-
-    def is_active(self) -> bool: ...
-
-    def is_idle(self) -> bool: ...
-
-
 class Reconfigurer:
     """Applies a new desired state to a query at a batch boundary."""
 
-    def __init__(self, query: RestartableQuery, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, query: QueryControl, clock_ms: Callable[[], int] | None = None) -> None:
         self._query = query
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
@@ -169,7 +133,7 @@ class Reconfigurer:
         self._query.start(old)
 
 
-def first_commit(query: RestartableQuery, run_id: str) -> Commit | None:
+def first_commit(query: QueryControl, run_id: str) -> Commit | None:
     """A (re)started run's first commit, or None once it is seen active and idle; raises
     RuntimeError when the run fails or nothing commits within FIRST_COMMIT_TIMEOUT_S."""
     deadline = time.monotonic() + FIRST_COMMIT_TIMEOUT_S

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from streaming_jobs.runtime.source import KafkaInput
+from streaming_jobs.runtime.query.source import KafkaInput
 
 Offsets = Mapping[int, int]
 """Partition → offset (the next record to read)."""

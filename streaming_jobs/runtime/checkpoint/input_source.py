@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from streaming_jobs.runtime import state_partitions
-from streaming_jobs.runtime.desired import write_json_atomically
-from streaming_jobs.runtime.input_switch import (
+from streaming_jobs.runtime.checkpoint import state_partitions
+from streaming_jobs.runtime.checkpoint.input_switch import (
     CheckpointInput,
     DrainSample,
     InputSource,
@@ -35,8 +34,9 @@ from streaming_jobs.runtime.input_switch import (
     resume,
     start_offsets,
 )
-from streaming_jobs.runtime.source import KafkaInput
-from streaming_jobs.runtime.state_repartition import local_path, read_batches
+from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
+from streaming_jobs.runtime.control.desired import write_json_atomically
+from streaming_jobs.runtime.query.source import KafkaInput
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1

@@ -22,7 +22,7 @@ from typing import Protocol
 from schemas import auth
 from schemas.codec import DecodeError
 from schemas.records import Ack, ControlTuple, Outcome
-from streaming_jobs.runtime.parameters import (
+from streaming_jobs.runtime.control.parameters import (
     REGISTRY,
     TOPIC_PARAMETERS,
     BadValue,
@@ -31,7 +31,7 @@ from streaming_jobs.runtime.parameters import (
     render,
     with_value,
 )
-from streaming_jobs.runtime.reconfigure import Applied, Refused, RestartFailed
+from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
 
 log = logging.getLogger(__name__)
 

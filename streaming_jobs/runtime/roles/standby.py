@@ -23,8 +23,8 @@ gate refusing a batch, or its periodic look at the shared file) closes its gate 
 query without letting another batch start, then heartbeats as a standby. A former active that
 was frozen and resumes therefore runs at most the batch it was in, whose transaction is fenced.
 
-Neighbours: `job` (wiring, the lock, threads), `lifecycle` (the query), `desired` (the shared
-file), `sink` (fencing), `control` (asks `answers`).
+Neighbours: `owner` (calls it under the query's one lock), `ports.QueryControl` (the query,
+whose sink fences), `desired` (the shared file), `control` (asks `answers`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from dataclasses import replace
 
 from schemas.records import ControlTuple, Role, TaskMetrics
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.lifecycle import ElasticQuery
-from streaming_jobs.runtime.metrics import heartbeat
-from streaming_jobs.runtime.parameters import ROLE_PARAMETER, DesiredState
-from streaming_jobs.runtime.reconfigure import Applied, RestartFailed, first_commit
+from streaming_jobs.runtime.control.parameters import ROLE_PARAMETER, DesiredState
+from streaming_jobs.runtime.control.reconfigure import Applied, RestartFailed, first_commit
+from streaming_jobs.runtime.observe.metrics import heartbeat
+from streaming_jobs.runtime.ports import QueryControl
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def initial_role(config: JobConfig, desired: DesiredState) -> Role:
 class Instance:
     """The role of this process for its query; methods are called under the job's lock."""
 
-    def __init__(self, config: JobConfig, query: ElasticQuery, role: Role,
+    def __init__(self, config: JobConfig, query: QueryControl, role: Role,
                  clock_ms: Callable[[], int] | None = None) -> None:
         self._config, self._query, self.role = config, query, role
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
@@ -113,7 +113,7 @@ class Instance:
         began_ms = self._clock_ms()
         try:
             persist(desired)
-            marker = self._query.sink.take_ownership()
+            marker = self._query.take_ownership()
             fenced_ms = self._clock_ms()
             run_id = self._query.start_keeping_partitions(desired)
             first = first_commit(self._query, run_id)

@@ -13,38 +13,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from streaming_jobs.config import ConfigError, JobConfig
-from streaming_jobs.runtime import state_partitions, warm_up
-from streaming_jobs.runtime.gate import BatchGate, Ownership, is_gate_stop
-from streaming_jobs.runtime.input_source import InputSources, TopicOffsets
-from streaming_jobs.runtime.input_switch import SwitchRefused
+from schemas.records import CommitMarker
+from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.checkpoint import state_partitions
+from streaming_jobs.runtime.checkpoint.input_source import InputSources
+from streaming_jobs.runtime.checkpoint.state_repartition import StateRepartitionError
+from streaming_jobs.runtime.control.parameters import DesiredState
 from streaming_jobs.runtime.kafka import DeadLetterFactory
-from streaming_jobs.runtime.listener import ProgressListener
-from streaming_jobs.runtime.metrics import RunContext, timestamp_ms
-from streaming_jobs.runtime.parameters import DesiredState
-from streaming_jobs.runtime.plan import Plan
-from streaming_jobs.runtime.session import hide_gate_stops, source_evolution
-from streaming_jobs.runtime.sink import transactional_sink
-from streaming_jobs.runtime.state_repartition import StateRepartitionError
+from streaming_jobs.runtime.observe.metrics import RunContext, timestamp_ms
+from streaming_jobs.runtime.ports import Commit
+from streaming_jobs.runtime.query import warm_up
+from streaming_jobs.runtime.query.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime.query.listener import ProgressListener
+from streaming_jobs.runtime.query.plan import Plan
+from streaming_jobs.runtime.query.session import hide_gate_stops, source_evolution
+from streaming_jobs.runtime.sink.foreach_batch import transactional_sink
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Commit:
-    """A committed batch: its run, id, start (progress timestamp) and end (+ triggerExecution)."""
-
-    run_id: str
-    batch_id: int
-    start_ms: int
-    end_ms: int
 
 
 class Executors(Protocol):
@@ -70,19 +62,26 @@ IdleHandler = Callable[[RunContext, int], None]
 """Called with the idle run's context and the idle event's time (epoch ms)."""
 
 
-class ElasticQuery:
-    """A job's query, restartable from its checkpoint in the same SparkSession."""
+Ownership = Callable[[int], "str | None"]
+"""Why an instance running at this epoch no longer owns the query, or None while it does."""
 
-    def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig,
+
+class ElasticQuery:
+    """A job's query, restartable from its checkpoint in the same SparkSession: the real
+    `ports.QueryControl`."""
+
+    def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig, inputs: InputSources,
                  on_progress: ProgressHandler, on_idle: IdleHandler | None = None, *,
                  desired: DesiredState | None = None, executors: Executors | None = None,
-                 offsets: TopicOffsets, ownership: Ownership | None = None):
+                 ownership: Ownership | None = None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
         self._plan = plan
         self._executors = executors
-        self._desired = self._resume_input(desired or DesiredState.from_config(config), offsets)
-        self.gate = BatchGate(ownership)
+        self.inputs = inputs
+        self._desired = desired or DesiredState.from_config(config)
+        owns = ownership
+        self.gate = BatchGate(None if owns is None else lambda: owns(self._desired.epoch))
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic, plan.job.output,
                                        security=config.kafka_security)
@@ -163,18 +162,6 @@ class ElasticQuery:
                 .trigger(processingTime=f"{int(c.trigger_interval_s * 1000)} milliseconds")
                 .start())
 
-    def _resume_input(self, desired: DesiredState, offsets: TopicOffsets) -> DesiredState:
-        """The input the checkpoint resumes (a switch completes even across a crash)."""
-        c = self._config
-        self.inputs = InputSources(c.checkpoint_dir, c.input_source_path, c.query_id, offsets)
-        try:
-            note = self.inputs.resume(desired.input_topic)
-        except SwitchRefused as exc:
-            raise ConfigError(f"input of query {c.query_id}: {exc}") from exc
-        if note is not None:
-            log.warning("query %s: %s", c.query_id, note)
-        return replace(desired, input_topic=self.inputs.current.topic)
-
     def drain_input(self, topic: str) -> str:
         """Keep running until the input topic is drained, before a switch to `topic`; raises
         `SwitchRefused` (nothing changed) when it is not within the configured time."""
@@ -182,9 +169,12 @@ class ElasticQuery:
                                  self._config.input_drain_quiet_s,
                                  self._config.input_drain_timeout_s)
 
-    def advance_epoch(self, epoch: int) -> None:
-        """Same settings, newer epoch (an idempotent tuple): no restart needed."""
-        self._set_running(replace(self._desired, epoch=epoch))
+    def take_ownership(self) -> CommitMarker | None:
+        """Fence every other instance's sink now (a promotion); the last committed marker."""
+        return self.sink.take_ownership()
+
+    def superseded(self) -> str | None:
+        return self.gate.superseded
 
     def relabel(self, desired: DesiredState) -> None:
         """Same query settings, another epoch or active instance: no restart needed."""

@@ -19,17 +19,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily
-
+from schemas.records import CommitMarker
 from security.kafka import PLAINTEXT, KafkaSecurity
 from streaming_jobs.formats.base import OutputFormat
-from streaming_jobs.runtime.gate import BatchGate
-from streaming_jobs.runtime.transactional import (
+from streaming_jobs.runtime.query.gate import BatchGate
+from streaming_jobs.runtime.sink.transactional import (
     DEFAULT_MARKER_TOPIC,
-    CommitMarker,
     OutputBatch,
     Replay,
     SinkBatchAborted,
@@ -39,7 +37,7 @@ from streaming_jobs.runtime.transactional import (
     decide,
     output_batch,
 )
-from streaming_jobs.runtime.transactional_kafka import (
+from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )
@@ -184,22 +182,6 @@ class TransactionalKafkaSink:
             log.warning("query %s: replayed batch %d has %d rows, the committed attempt had "
                         "%d: the job's output is not deterministic on replay", self._query_id,
                         batch_id, batch.rows, committed_rows)
-
-
-class SinkCollector:
-    """Prometheus collector of the sink's own counters, read at scrape time: register it with
-    `registry.register(SinkCollector(query_id, sink))`."""
-
-    def __init__(self, query_id: str, sink: TransactionalKafkaSink) -> None:
-        self._query_id, self._sink = query_id, sink
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        skipped = CounterMetricFamily(
-            "streamctl_job_sink_replays_skipped",
-            "Replayed batches not written again: their output was already committed",
-            labels=["query"])
-        skipped.add_metric([self._query_id], self._sink.skipped_replays())
-        yield skipped
 
 
 def transactional_sink(gate: BatchGate, bootstrap_servers: str, query_id: str, topic: str,

@@ -7,14 +7,37 @@ optionally behind basic auth (`security.metrics_http`). Neighbours: `job` record
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
 
 from schemas.records import TaskMetrics
 from security import metrics_http
 from security.metrics_http import EndpointSecurity
-from streaming_jobs.runtime.metrics import backlog_records
+from streaming_jobs.runtime.observe.metrics import backlog_records
 
 _QUERY = ("query",)
+
+
+class SkippedReplays(Protocol):
+    def skipped_replays(self) -> int: ...
+
+
+class SinkCollector:
+    """The sink's counters, computed at scrape time (the sink keeps them itself)."""
+
+    def __init__(self, query_id: str, sink: SkippedReplays) -> None:
+        self._query_id, self._sink = query_id, sink
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        skipped = CounterMetricFamily(
+            "streamctl_job_sink_replays_skipped",
+            "Replayed batches not written again: their output was already committed",
+            labels=["query"])
+        skipped.add_metric([self._query_id], self._sink.skipped_replays())
+        yield skipped
 
 
 class JobPrometheus:
@@ -86,6 +109,15 @@ class JobPrometheus:
         self.control_tuples.labels(query_id, outcome).inc()
         if reason is not None:
             self.control_rejections.labels(query_id, reason).inc()
+
+    def control_counter(self, query_id: str) -> Callable[[str, str | None], None]:
+        """`record_control` for one query: what the control loop counts its tuples with."""
+        return lambda outcome, reason: self.record_control(query_id, outcome, reason)
+
+    def watch_sink(self, query_id: str, sink: SkippedReplays) -> None:
+        """Export the sink's own counters, read at scrape time
+        (`streamctl_job_sink_replays_skipped_total`)."""
+        self.registry.register(SinkCollector(query_id, sink))
 
     def serve(self, port: int, security: EndpointSecurity = metrics_http.PLAIN) -> None:
         """Expose the registry on `port` with `security`'s TLS and basic auth; port 0 means no

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import Role, SourcePartition, TaskMetrics
-from streaming_jobs.runtime.input import OBSERVATION
+from streaming_jobs.runtime.query.input import OBSERVATION
 
 log = logging.getLogger(__name__)
 

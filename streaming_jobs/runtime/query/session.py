@@ -19,8 +19,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.gate import HideGateStops
-from streaming_jobs.runtime.state_repartition import ROCKSDB_PROVIDER
+from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
+from streaming_jobs.runtime.query.gate import HideGateStops
 
 # Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
 # functions by module reference, so they must be able to import both packages.

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from streaming_jobs.api import STATE_PARTITIONS, Job, JobContext
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.formats import types
-from streaming_jobs.runtime.input import KAFKA_COLUMNS, DeadLetterSink, InputStep, ShedRule
-from streaming_jobs.runtime.input import decoded as decode_step
-from streaming_jobs.runtime.source import KafkaInput, read_kafka
+from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep, ShedRule
+from streaming_jobs.runtime.query.input import decoded as decode_step
+from streaming_jobs.runtime.query.source import KafkaInput, read_kafka
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -138,8 +138,8 @@ def check_plan(job: Job, config: JobConfig) -> str:
     """Build `job`'s plan in a local SparkSession of its own and check it (`job check`):
     what `job run` does before Spark runs a batch. Nothing is read or written."""
     from streaming_jobs.loading import worker_path
-    from streaming_jobs.runtime.input import DiscardDeadLetters
-    from streaming_jobs.runtime.session import build_session
+    from streaming_jobs.runtime.query.input import DiscardDeadLetters
+    from streaming_jobs.runtime.query.session import build_session
 
     spark = build_session(replace(config, task_slots=2), worker_path(job))
     try:

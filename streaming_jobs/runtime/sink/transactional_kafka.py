@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from schemas.records import CommitMarker
 from security.kafka import PLAINTEXT, KafkaSecurity
 from streaming_jobs.runtime.kafka import client_config
-from streaming_jobs.runtime.transactional import (
+from streaming_jobs.runtime.sink.transactional import (
     DEFAULT_MARKER_TOPIC,
-    CommitMarker,
     OutputBatch,
     SinkBatchAborted,
     SinkFenced,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from streaming_jobs.runtime.state_repartition import (
+from streaming_jobs.runtime.checkpoint.state_repartition import (
     local_path,
     read_batches,
     read_state_partitions,

@@ -14,47 +14,17 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
-from schemas.codec import Codec
-from schemas.records import _Record
+from schemas.codec import codec_for
+from schemas.records import CommitMarker
 
 DEFAULT_MARKER_TOPIC = "streamctl.sink-markers"
 """Compacted, keyed by query id; shared by every query of a cluster (see `read_last_marker`)."""
 
-MARKER_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "SinkCommitMarker", "namespace": "io.streamctl.v1",
-    "doc": "The last micro-batch whose output a query's transactional sink committed.",
-    "fields": [
-        {"name": "query_id", "type": "string"},
-        {"name": "checkpoint_id", "type": "string",
-         "doc": "Spark's query id stored in the checkpoint: batch ids restart with a new one."},
-        {"name": "batch_id", "type": "long"},
-        {"name": "topic", "type": "string", "doc": "Where this batch's rows went."},
-        {"name": "rows", "type": "long"},
-        {"name": "committed_at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    ],
-}
-"""Private to the sink (only the sink writes and reads markers), framed like every record."""
-
-
-@dataclass(frozen=True, slots=True)
-class CommitMarker(_Record):
-    """Written in the same transaction as the batch's rows, keyed by `query_id`."""
-
-    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.SinkCommitMarker"
-    _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"committed_at_ms"})
-    query_id: str
-    checkpoint_id: str
-    batch_id: int
-    topic: str
-    rows: int
-    committed_at_ms: int
-
-
-_MARKER_CODEC = Codec(CommitMarker, schema=MARKER_SCHEMA)
+_MARKER_CODEC = codec_for(CommitMarker)
 
 
 def encode_marker(marker: CommitMarker) -> bytes:

@@ -15,8 +15,8 @@ the checkpoint, or exit (pure: a failure text and what the shared file says in, 
   supervisor (compose's `restart: on-failure`) restarts the process.
 
 Restarts are bounded (`RestartBudget`) so a persistent fault still ends in an exit.
-`Supervisor` applies this to the job's query; `classify` is the pure rule. Neighbours: `job`
-(calls the supervisor from its run loop), `standby` (steps down), `lifecycle` (restarts).
+`Supervisor` applies this to the job's query; `classify` is the pure rule. Neighbours: `owner`
+(calls it under the query's one lock), `standby` (steps down), `ports.QueryControl`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas.records import Role
-from streaming_jobs.runtime.lifecycle import ElasticQuery
-from streaming_jobs.runtime.standby import Instance
+from streaming_jobs.runtime.ports import QueryControl
+from streaming_jobs.runtime.roles.standby import Instance
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class Supervisor:
     """Watches an active instance's query; `next_step` and `take` are called under the job's
     lock, the pause in between outside it."""
 
-    def __init__(self, query: ElasticQuery, instance: Instance,
+    def __init__(self, query: QueryControl, instance: Instance,
                  superseded: Callable[[], str | None], *, kafka_retry_s: float) -> None:
         self._query, self._instance, self._superseded = query, instance, superseded
         self._kafka_retry_s = kafka_retry_s
@@ -112,7 +112,7 @@ class Supervisor:
         """None while there is nothing to do (a standby, or the query runs)."""
         if self._instance.role is not Role.ACTIVE or self._query.is_active():
             return None
-        step = classify(self._query.failure(), self._query.gate.superseded or self._superseded(),
+        step = classify(self._query.failure(), self._query.superseded() or self._superseded(),
                         kafka_retry_s=self._kafka_retry_s)
         if step.step is Step.RESTART and not self._budget.take(time.monotonic()):
             return Next(Step.EXIT, f"{step.reason}, and the restart budget is spent")

@@ -1,0 +1,4 @@
+"""What the runtime keeps beside and inside Spark's checkpoint: its identity (`identity`), the
+input source across switches (`input_source`, `input_switch`), and the state partitions with
+their offline repartitioning (`state_partitions`, `state_repartition`).
+"""

@@ -1,0 +1,79 @@
+"""What a job publishes: per-batch metrics and heartbeats, its desired state, acks.
+
+Owns the conversion of what the query reports (a progress event, an idle tick) into
+`TaskMetrics` records on the metrics topic and into the job's Prometheus figures, with the
+warnings a batch deserves (late rows, shed rows, dead letters), and the records the control
+side publishes (acks, the desired state, when its topic exists). Neighbours: `job` (wiring),
+`metrics` (the pure conversion), `kafka.RecordPublisher` (the producer).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from schemas.records import Ack, DesiredStateRecord, TaskMetrics
+from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.kafka import RecordPublisher
+from streaming_jobs.runtime.observe.metrics import (
+    RunContext,
+    dead_letters,
+    heartbeat,
+    to_task_metrics,
+    warn_if_late_data,
+    warn_if_shed,
+)
+from streaming_jobs.runtime.observe.prometheus import JobPrometheus
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    """The job's records, to Kafka and Prometheus."""
+
+    def __init__(self, config: JobConfig, producer: RecordPublisher,
+                 prometheus: JobPrometheus) -> None:
+        self._config, self._producer, self._prometheus = config, producer, prometheus
+        self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
+        self._state_topic_exists = False
+
+    def progress(self, progress: StreamingQueryProgress, ctx: RunContext,
+                 output_rows: int) -> None:
+        """A committed batch: its metrics record, its Prometheus figures, its warnings."""
+        metrics = to_task_metrics(progress, ctx, output_rows)
+        warn_if_late_data(metrics)
+        warn_if_shed(metrics)
+        dead = dead_letters(progress)
+        if dead:
+            log.warning("batch %d: %d undecodable records sent to %s", metrics.batch_id, dead,
+                        self._config.dlq_topic)
+        self._last_metrics = metrics
+        self.metrics(metrics)
+        self._prometheus.record_batch(metrics, dead)
+
+    def heartbeat(self, ctx: RunContext, at_ms: int) -> None:
+        """An idle active query says it is alive, repeating where its last batch ended."""
+        self.metrics(heartbeat(ctx, at_ms, self._last_metrics))
+
+    def metrics(self, record: TaskMetrics) -> None:
+        self._producer.publish(self._config.metrics_topic, record.query_id, record)
+
+    def check_state_topic(self, exists: bool) -> None:
+        self._state_topic_exists = exists
+        if not exists:
+            log.warning("state topic %s does not exist: the desired state is persisted to %s "
+                        "but not published (`streamctl stack up` creates the topic)",
+                        self._config.state_topic, self._config.desired_state_path)
+
+    def desired_state(self, record: DesiredStateRecord) -> None:
+        if self._state_topic_exists:
+            self._producer.publish(self._config.state_topic, self._config.query_id, record)
+
+    def ack(self, ack: Ack) -> None:
+        self._producer.publish(self._config.ack_topic, ack.query_id, ack)
+
+    def close(self) -> None:
+        undelivered = self._producer.close()
+        if undelivered:
+            log.warning("%d metrics/ack records undelivered at shutdown", undelivered)

@@ -1,0 +1,4 @@
+"""Exactly-once output: the foreachBatch sinks (`foreach_batch`), the commit markers and the
+replay decision (`transactional`, pure), and the transactional producer (`transactional_kafka`,
+a Kafka adapter). docs/exactly-once.md.
+"""
