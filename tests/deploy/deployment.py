@@ -170,7 +170,6 @@ def topic_fields_in_code() -> dict[str, str]:
     """Every topic the code uses by default: `*_topic` fields of the job and controller config."""
     from controller.settings import KafkaSettings
     from streaming_jobs.config import JobConfig
-
     from streaming_jobs.loading import load
     from tests.deploy.env_reference import BUNDLED_JOBS
 
