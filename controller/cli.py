@@ -1,24 +1,21 @@
 """The `controller run` command, and the one place settings are read from args and env vars.
 
-Owns the mapping from `ControllerSettings` fields to options and environment variables. Every
-field becomes `--<name>` (help text = the field's docstring in `settings`), read in this order:
-the option, its environment variable, the field's default. The root `streamctl` parser calls
+Owns the mapping from `ControllerSettings` fields to options and environment variables
+(`options`, the loader the job shares). Every field becomes `--<name>` (help text = the field's
+docstring in `settings`), read in this order: the option, its environment variable, the
+field's default. The root `streamctl` parser calls
 `add_controller_commands`; `python -m controller run` uses `add_run_command` directly.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
 import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
 from typing import Any
 
-from controller import settings as settings_module
 from controller.settings import (
     ControllerSettings,
     KafkaSettings,
@@ -26,6 +23,7 @@ from controller.settings import (
     PolicySettings,
     SettingsError,
 )
+from options import Option, OptionError, add_options, options_of, read
 from schemas import auth
 from security import kafka as kafka_security
 from security import metrics_http
@@ -52,62 +50,24 @@ def env_name(field_name: str) -> str:
     return ENV_NAMES.get(field_name, f"STREAMCTL_CONTROLLER_{field_name.upper()}")
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a dataclass (the string right after each field), one line."""
-    tree = ast.parse(inspect.getsource(settings_module))
-    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    docs = {}
-    for node, after in zip(body.body, body.body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
-            docs[node.target.id] = " ".join(str(after.value.value).split())
-    return docs
-
-
-def _scalar_fields(cls: type) -> list[tuple[str, Any]]:
-    return [(f.name, f.default) for f in fields(cls) if f.default is not MISSING]
+def options(group: str | None) -> list[Option]:
+    """The options of one settings group: `--<field>` and its variable, help from the field's
+    docstring in `settings`."""
+    return options_of(GROUPS[group], env_name, dest_prefix=f"{group or 'top'}__")
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
-    for group, cls in GROUPS.items():
-        options = parser.add_argument_group(f"{group or 'controller'} settings")
-        docs = field_docs(cls)
-        for name, default in _scalar_fields(cls):
-            help_text = (f"{docs.get(name, '')} [env {env_name(name)}; default {default}]"
-                         .replace("%", "%%"))
-            flag, dest = f"--{name.replace('_', '-')}", f"{group or 'top'}__{name}"
-            if isinstance(default, bool):
-                options.add_argument(flag, dest=dest, action="store_true", default=None,
-                                     help=help_text)
-            else:
-                options.add_argument(flag, dest=dest, type=type(default), default=None,
-                                     metavar=name.upper(), help=help_text)
-
-
-def _parse_env(name: str, raw: str, default: Any) -> Any:
-    try:
-        if isinstance(default, bool):
-            if raw.strip().lower() not in ("1", "true", "yes", "0", "false", "no", ""):
-                raise ValueError("expected true/false")
-            return raw.strip().lower() in ("1", "true", "yes")
-        return type(default)(raw)
-    except ValueError as exc:
-        raise SettingsError(f"environment variable {name}={raw!r} is not a valid "
-                            f"{type(default).__name__}: {exc}") from exc
+    for group in GROUPS:
+        add_options(parser.add_argument_group(f"{group or 'controller'} settings"),
+                    options(group))
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> ControllerSettings:
     """The settings of this process: option, else environment variable, else default."""
-    values: dict[str | None, dict[str, Any]] = {}
-    for group, cls in GROUPS.items():
-        chosen = {}
-        for name, default in _scalar_fields(cls):
-            given = getattr(args, f"{group or 'top'}__{name}", None)
-            if given is None and env_name(name) in environ:
-                given = _parse_env(env_name(name), environ[env_name(name)], default)
-            if given is not None:
-                chosen[name] = given
-        values[group] = chosen
+    try:
+        values = {group: read(options(group), vars(args), environ) for group in GROUPS}
+    except OptionError as exc:
+        raise SettingsError(str(exc)) from None
     if "control_key" not in values["kafka"] and environ.get(auth.KEY_FILE_ENV):
         values["kafka"]["control_key"] = _key_from_file(environ)
     values["kafka"]["security"] = _kafka_security(environ)
@@ -243,11 +203,11 @@ def add_record_command(commands: argparse._SubParsersAction) -> None:
     record.add_argument("--duration-s", type=float, default=None,
                         help="record this many seconds from now (instead of --from/--to)")
     _add_range_options(record)
-    defaults = KafkaSettings()
-    for name in ("bootstrap_servers", "metrics_topic"):
-        record.add_argument(f"--{name.replace('_', '-')}", dest=name,
-                            default=os.environ.get(env_name(name), getattr(defaults, name)),
-                            help=f"{field_docs(KafkaSettings)[name]} [env {env_name(name)}]")
+    for option in options("kafka"):
+        if option.field in ("bootstrap_servers", "metrics_topic"):
+            record.add_argument(option.flag, dest=option.field,
+                                default=os.environ.get(option.env, option.default),
+                                help=f"{option.help} [env {option.env}]")
     record.set_defaults(handler=record_command)
 
 

@@ -14,68 +14,19 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from streaming_jobs.config import DERIVED, ENV_ONLY, ConfigError, JobConfig, env_var
+from options import add_options
+from streaming_jobs.config import ENV_ONLY, ConfigError, JobConfig, option_list
 
 if TYPE_CHECKING:
     from streaming_jobs.api import Job
 
-_HELP = {
-    "bootstrap_servers": "Kafka bootstrap servers (required)",
-    "job": "the job: an installed job's name (`streamctl job list`) or an import path "
-           "package.module:attribute",
-    "query_id": "stable query name control tuples address (default: the job's name)",
-    "instance_id": "this instance's id (default hostname-pid)",
-    "input_topic": "the job's input topic (default: the job's)",
-    "output_topic": "the job's output topic (default: the job's)",
-    "dlq_topic": "dead-letter topic for undecodable input records (default: the job's)",
-    "metrics_topic": "topic for per-batch TaskMetrics",
-    "control_topic": "topic of control tuples",
-    "ack_topic": "topic for acks to control tuples",
-    "state_dir": "where checkpoints live (default: the checkout's .streamctl, else "
-                 "~/.local/state/streamctl)",
-    "checkpoint_dir": "Spark checkpoint location (default <state-dir>/checkpoints/<job>/"
-                      "<query_id>)",
-    "input_parallelism": "initial Kafka source minPartitions",
-    "max_offsets_per_trigger": "maximum records per micro-batch",
-    "trigger_interval_s": "micro-batch trigger interval in seconds",
-    "state_partitions": "shuffle/state partitions of the stateful operator",
-    "task_slots": "Spark local[N] task slots in local mode; upper bound of input_parallelism "
-                  "there",
-    "metrics_port": "Prometheus port (0 = off)",
-    "spark_jars": "comma-separated jars for spark.jars (the Spark Kafka connector)",
-    "max_runtime_s": "stop cleanly after this many seconds (0 = run until SIGTERM/Ctrl-C)",
-    "state_topic": "compacted topic for the job's desired state (keyed by query id)",
-    "max_offsets_per_trigger_limit": "highest batch cap a control tuple may set",
-    "max_state_partitions": "highest state partitions a control tuple may set",
-    "max_executors": "highest executor count a control tuple may request",
-    "shed_fraction": "initial fraction of low-priority records shed",
-    "max_shed_fraction": "highest shed fraction a control tuple may set (< 1)",
-    "input_drain_quiet_s": "an input switch waits until the old topic's end offsets have "
-                           "not moved for this long",
-    "input_drain_timeout_s": "longest wait for the old topic to drain before an input "
-                             "switch is refused",
-    "udf_version": "initial version of the job's swappable function (default: the job's)",
-    "spark_master": "Spark master: empty for local[task_slots] in this process, or "
-                    "spark://host:port[,host:port] for a Spark standalone cluster",
-    "spark_driver_host": "address executors reach this driver at (spark.driver.host; on a "
-                         "cluster)",
-    "executor_cores": "cores per executor (spark.executor.cores; on a cluster)",
-    "executor_memory_mb": "heap per executor in MiB (spark.executor.memory; on a cluster)",
-    "executors": "executors to request at start (on a cluster; 0 = what it grants)",
-    "role": "active (runs the query) or standby (warm SparkSession, no query, waits to be "
-            "promoted; share the active's checkpoint dir); after a failover the instance "
-            "named beside the checkpoint is active",
-    "heartbeat_interval_s": "seconds between heartbeats of an instance running no batch "
-                            "(standby, or idle active)",
-}
 _KEY_HELP = ("The control key is read from STREAMCTL_CONTROL_KEY or the file named by "
              "STREAMCTL_CONTROL_KEY_FILE, never from an option; the job refuses to start "
              "without one. Applied control tuples are persisted beside the checkpoint "
              "(<checkpoint-dir>.desired-state.json) and win over these options on a restart.")
-_TYPES: dict[str, Any] = {"int": int, "float": float, "str": str}
 
 
 def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentParser:
@@ -90,13 +41,7 @@ def add_run_command(subparsers: Any, name: str = "run") -> argparse.ArgumentPars
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    for f in fields(JobConfig):
-        if f.name in ENV_ONLY or f.name in DERIVED:
-            continue
-        default = "" if f.default is MISSING or f.default == "" else f" (default {f.default})"
-        parser.add_argument(
-            f"--{f.name.replace('_', '-')}", dest=f.name, type=_TYPES[str(f.type)],
-            default=None, help=f"{_HELP[f.name]}; env {env_var(f.name)}{default}")
+    add_options(parser, option_list())
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="NAME=VALUE",
                         help="one of the job's own settings (`streamctl job list` shows them); "
@@ -114,7 +59,8 @@ def add_job_commands(subparsers: Any) -> None:
         description="Load the job, build its plan in a local SparkSession and check the "
                     "builder's columns against its output format, as `job run` does before "
                     "Spark runs a batch; nothing is read or written.")
-    check.add_argument("--job", default=None, help=_HELP["job"] + "; env STREAMCTL_JOB")
+    check.add_argument("--job", default=None, help="the job: an installed job's name or "
+                       "package.module:attribute; env STREAMCTL_JOB")
     check.add_argument("--set", dest="settings", action="append", default=[],
                        metavar="NAME=VALUE", help="one of the job's own settings")
     check.set_defaults(handler=check_command)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from options import Option, OptionError, options_of, read
 from schemas import auth
 from security import kafka as kafka_security
 from security import metrics_http
@@ -50,12 +51,17 @@ class JobConfig:
     instance_id: str = ""
     """This running instance; empty means hostname-pid (filled in by `from_sources`)."""
     input_topic: str = ""
+    """The job's input topic; default: the one its declaration names."""
     output_topic: str = ""
+    """The job's output topic; default: the one its declaration names."""
     dlq_topic: str = ""
-    """Dead-letter topic for input records that fail to decode."""
+    """Dead-letter topic for input records that fail to decode; default: the job's."""
     metrics_topic: str = "streamctl.metrics"
+    """Topic the job publishes its per-batch TaskMetrics and heartbeats to."""
     control_topic: str = "streamctl.control"
+    """Topic of the controller's control tuples."""
     ack_topic: str = "streamctl.acks"
+    """Topic the job answers each control tuple on."""
     state_dir: str = ""
     """Where the job keeps its checkpoint (and the files beside it): STREAMCTL_STATE_DIR, else
     the source checkout's .streamctl, else ~/.local/state/streamctl — never the directory the
@@ -67,7 +73,9 @@ class JobConfig:
     max_offsets_per_trigger: int = 4000
     """Cap on records per batch: keeps backlog visible as latest - end and quiesce short."""
     trigger_interval_s: float = 2.0
+    """Micro-batch trigger interval in seconds."""
     state_partitions: int = 4
+    """Initial partitions of the stateful operator (spark.sql.shuffle.partitions)."""
     task_slots: int = 16
     """Spark runs local[task_slots] (local mode); also the upper bound for input_parallelism
     there. On a cluster the executors' cores are the task slots."""
@@ -194,15 +202,10 @@ class JobConfig:
         `--set`."""
         env = os.environ if env is None else env
         options = options or {}
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in ENV_ONLY or f.name == "settings":
-                continue
-            raw = options.get(f.name)
-            if raw is None:
-                raw = env.get(env_var(f.name))
-            if raw is not None:
-                values[f.name] = _parse(f.name, raw, _PARSERS.get(f.type, str))  # type: ignore[arg-type]
+        try:
+            values = read(option_list(), options, env)
+        except OptionError as exc:
+            raise ConfigError(str(exc)) from None
         if "bootstrap_servers" not in values:
             raise ConfigError("--bootstrap-servers (or STREAMCTL_BOOTSTRAP_SERVERS) is required")
         values.setdefault("instance_id", f"{socket.gethostname()}-{os.getpid()}")
@@ -330,14 +333,10 @@ def env_var(field_name: str) -> str:
     return f"STREAMCTL_{field_name.upper()}"
 
 
-_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
-
-
-def _parse(name: str, raw: Any, parser: Callable[[str], Any]) -> Any:
-    try:
-        return parser(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: {raw!r} is not a valid {parser.__name__}") from None
+def option_list() -> list[Option]:
+    """The job's options (`options`, the loader the controller shares): every field but the
+    secrets and the job's own settings, `--<field>` and STREAMCTL_<FIELD>."""
+    return options_of(JobConfig, env_var, skip=ENV_ONLY | DERIVED)
 
 
 def _problems(c: JobConfig) -> list[str]:

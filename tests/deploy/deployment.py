@@ -148,10 +148,9 @@ def job_env_vars() -> dict[str, Any]:
 
 def controller_env_vars() -> dict[str, Any]:
     """The environment name of every controller setting, with its default."""
-    from controller.cli import GROUPS, _scalar_fields, env_name
+    from controller.cli import GROUPS, options
 
-    return {env_name(name): default for cls in GROUPS.values()
-            for name, default in _scalar_fields(cls)}
+    return {o.env: o.default for group in GROUPS for o in options(group)}
 
 
 def env_read_by(kind: str) -> set[str]:

@@ -9,13 +9,11 @@ docker-compose.yml interpolates, with who reads it, its default and its meaning.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import re
 import sys
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass
 from typing import Any
 
+import options
 from tests.deploy import deployment as d
 
 README = d.ROOT / "README.md"
@@ -56,21 +54,11 @@ class Row:
 
 
 def attribute_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a dataclass, first sentence, whitespace collapsed."""
-    tree = ast.parse(inspect.getsource(sys.modules[cls.__module__]))
-    body = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    docs = {}
-    for node, after in zip(body.body, body.body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
-            docs[node.target.id] = _first_sentence(str(after.value.value))
-    return docs
+    """Attribute docstrings of a dataclass, first sentence."""
+    return {name: _first_sentence(doc) for name, doc in options.attribute_docs(cls).items()}
 
 
-def _first_sentence(text: str) -> str:
-    text = " ".join(text.split())
-    match = re.match(r"(.+?\.)(\s|$)", text)
-    return match.group(1) if match else text
+_first_sentence = options.first_sentence
 
 
 def _sentence(text: str) -> str:
@@ -86,14 +74,10 @@ def _default(value: Any) -> str:
 
 
 def _job_rows() -> dict[str, Row]:
-    from streaming_jobs.cli import _HELP
-    from streaming_jobs.config import DERIVED, OWN_VARIABLES, JobConfig, env_var
+    from streaming_jobs.config import option_list
 
-    docs = attribute_docs(JobConfig)  # the option's help is the shorter, user-facing text
-    return {env_var(f.name): Row(env_var(f.name), "job", _default(f.default),
-                                 _sentence(_HELP.get(f.name) or docs.get(f.name, "")))
-            for f in fields(JobConfig) if f.name not in OWN_VARIABLES | DERIVED
-            and f.name != "job"}
+    return {o.env: Row(o.env, "job", _default(o.default), _first_sentence(o.help))
+            for o in option_list() if o.field != "job"}
 
 
 BUNDLED_JOBS = ("sensor-averages", "fraud-detection")
@@ -144,15 +128,14 @@ def _metrics_endpoint_rows() -> dict[str, Row]:
 
 
 def _controller_rows() -> dict[str, Row]:
-    from controller.cli import GROUPS, _scalar_fields, env_name
+    from controller.cli import GROUPS, options
 
     rows = {}
-    for group, cls in GROUPS.items():
-        docs = attribute_docs(cls)
-        for name, default in _scalar_fields(cls):
-            label = f"{group}.{name}" if group else name
-            rows[env_name(name)] = Row(env_name(name), "controller", _default(default),
-                                       f"{docs.get(name, '')} (`{label}`)")
+    for group in GROUPS:
+        for o in options(group):
+            label = f"{group}.{o.field}" if group else o.field
+            rows[o.env] = Row(o.env, "controller", _default(o.default),
+                              f"{_first_sentence(o.help)} (`{label}`)")
     return rows
 
 

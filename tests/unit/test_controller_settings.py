@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from controller.cli import add_controller_commands, field_docs, main, settings_from
+from controller.cli import add_controller_commands, main, settings_from
+from options import attribute_docs
 from controller.settings import (
     ControllerSettings,
     KafkaSettings,
@@ -47,8 +48,14 @@ def test_invalid_settings_say_what_and_why(make: Callable[[], object], message: 
 
 def test_every_field_is_documented() -> None:
     for cls in (ControllerSettings, ModelSettings, PolicySettings, KafkaSettings):
-        docs = field_docs(cls)
+        docs = attribute_docs(cls)
         assert set(docs) == set(cls.__dataclass_fields__), cls.__name__
+
+
+def test_every_job_option_is_documented() -> None:
+    from streaming_jobs.config import JobConfig
+
+    assert set(attribute_docs(JobConfig)) == set(JobConfig.__dataclass_fields__)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

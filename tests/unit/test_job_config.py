@@ -103,7 +103,7 @@ def test_options_win_over_env() -> None:
 
 @pytest.mark.parametrize(("options", "message"), [
     ({}, "bootstrap-servers"),
-    ({"bootstrap_servers": "k:1", "task_slots": "abc"}, "task_slots: 'abc' is not a valid int"),
+    ({"bootstrap_servers": "k:1", "task_slots": "abc"}, "--task-slots='abc' is not a valid int"),
     ({"bootstrap_servers": "k:1", "input_parallelism": 20}, "exceeds task_slots 16"),
     ({"bootstrap_servers": "k:1", "metrics_port": 70000}, "metrics_port"),
     ({"bootstrap_servers": "k:1", "state_partitions": 0}, "state_partitions must be > 0"),

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "security"}
+PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "security",
+           "options"}
 
 KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
                   "controller/kafka/history.py",
@@ -96,14 +97,14 @@ def test_the_packages_are_found() -> None:
 
 
 @pytest.mark.parametrize("path", modules("controller"))
-def test_controller_imports_only_schemas_and_security_of_the_project(path: str) -> None:
-    assert imported(path) & (PROJECT - {"controller", "schemas", "security"}) == set()
+def test_controller_imports_only_schemas_security_and_options_of_the_project(path: str) -> None:
+    assert imported(path) & (PROJECT - {"controller", "schemas", "security", "options"}) == set()
     assert "pyspark" not in imported(path)
 
 
 @pytest.mark.parametrize("path", modules("streaming_jobs"))
 def test_streaming_jobs_never_import_the_controller(path: str) -> None:
-    assert imported(path) & (PROJECT - {"streaming_jobs", "schemas", "security"}) == set()
+    assert imported(path) & (PROJECT - {"streaming_jobs", "schemas", "security", "options"}) == set()
 
 
 @pytest.mark.parametrize("path", modules("schemas"))
@@ -158,3 +159,10 @@ def test_the_query_is_driven_only_through_its_port(path: str) -> None:
     assert not {m for m in names if m.startswith("streaming_jobs.runtime.query")}, names
     assert not names & {"pyspark", "confluent_kafka"} and not any(
         m.startswith("pyspark.") for m in names)
+
+
+@pytest.mark.parametrize("path", modules("options"))
+def test_the_options_loader_is_a_leaf(path: str) -> None:
+    """The one settings loader the job and the controller share couples them to nothing."""
+    assert imported(path) & PROJECT == set()
+    assert imported(path) & {"confluent_kafka", "prometheus_client", "pyspark"} == set()
