@@ -36,6 +36,7 @@ from confluent_kafka import Producer
 
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from schemas.auth import sign
+from security.kafka import IDEMPOTENT, client_config
 from stack.broker import LocalBroker
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
@@ -104,7 +105,7 @@ class Bench:
         self.epoch = 0
         self._tail = Tail(bootstrap, {self.topics["acks"]: Ack,
                                       self.topics["metrics"]: TaskMetrics}, from_beginning=True)
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self._producer = Producer(client_config(bootstrap, **IDEMPOTENT))
         self.commits: list[TaskMetrics] = []
         self._acks: dict[str, Ack] = {}
         self._load: tuple[threading.Thread, threading.Event] | None = None

@@ -14,7 +14,6 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from controller.settings import (
     ControllerSettings,

@@ -3,8 +3,10 @@
 Owns the names of the `STREAMCTL_KAFKA_*` variables, their validation (a message naming the
 variable to set or fix), and the two renderings of the same setting: librdkafka properties for
 confluent-kafka clients (`librdkafka()`) and `kafka.*` options for Spark's Kafka source and sink
-(`spark_options()`). Callers add `bootstrap.servers` and their own settings; nothing else in the
-project spells a security property. Imports nothing of the project (see the package docstring).
+(`spark_options()`), and `client_config`, the one builder of a confluent-kafka client's
+configuration: where Kafka is, how to log in, then the client's own settings (`IDEMPOTENT` for
+every producer). Nothing else in the project spells a security property or `bootstrap.servers`.
+Imports nothing of the project (see the package docstring).
 """
 
 from __future__ import annotations
@@ -114,6 +116,19 @@ class KafkaSecurity:
             return self.protocol
         return f"{self.protocol} {self.sasl_mechanism} as {self.username}"
 
+
+
+IDEMPOTENT: dict[str, Any] = {"enable.idempotence": True, "acks": "all"}
+"""Every streamctl producer: a retry never duplicates a record, and a record is acknowledged
+once every in-sync replica has it."""
+
+
+def client_config(bootstrap_servers: str, security: KafkaSecurity | None = None,
+                  **settings: Any) -> dict[str, Any]:
+    """librdkafka settings of one client: where Kafka is, how it authenticates, then its own
+    (a setting given here wins)."""
+    return {"bootstrap.servers": bootstrap_servers,
+            **(security or PLAINTEXT).librdkafka(), **settings}
 
 
 def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from security.kafka import PLAINTEXT, KafkaSecurity
+from security.kafka import client_config as kafka_client_config
 
 # Connection-refused lines while a broker boots are expected, not news; set propagate = True
 # on this logger to see them when debugging.
@@ -25,15 +26,12 @@ RDKAFKA_LOGGER.propagate = False
 def client_config(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT,
                   **extra: Any) -> dict[str, Any]:
     """librdkafka settings shared by every client the stack creates."""
-    return {
-        "bootstrap.servers": bootstrap_servers,
-        **security.librdkafka(),
+    return kafka_client_config(bootstrap_servers, security, **{
         "logger": RDKAFKA_LOGGER,
         # librdkafka backs off up to 10 s between reconnects; a broker that is still booting
         # would then be noticed seconds late. Local brokers are cheap to retry.
         "reconnect.backoff.max.ms": 500,
-        **extra,
-    }
+        **extra})
 
 
 def admin_client(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT) -> AdminClient:

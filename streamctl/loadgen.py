@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, Message, Producer
 
 from schemas import CardTransaction, Codec, SensorReading, codec_for
-from security.kafka import PLAINTEXT, KafkaSecurity
+from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streamctl.cards import CardEvents, CardLedger
 from streamctl.clicks import ClickEvents, ClickLedger
 from streamctl.clicks import encode as encode_click
@@ -98,14 +98,8 @@ class LoadSpec:
 
 def producer_config(bootstrap_servers: str,
                     security: KafkaSecurity = PLAINTEXT) -> dict[str, object]:
-    return {
-        "bootstrap.servers": bootstrap_servers,
-        **security.librdkafka(),
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "log_level": 3,
-    }
+    return client_config(bootstrap_servers, security, **IDEMPOTENT,
+                         **{"linger.ms": 5, "log_level": 3})
 
 
 def _pick_sensor(rng: random.Random, spec: LoadSpec) -> str:

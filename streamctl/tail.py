@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from controller.kafka.clients import watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
-from security.kafka import PLAINTEXT, KafkaSecurity
+from security.kafka import PLAINTEXT, KafkaSecurity, client_config
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +53,12 @@ class Tail:
     _quiet_since: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self._consumer = Consumer({
-            "bootstrap.servers": self.bootstrap_servers,
-            **self.security.librdkafka(),
+        self._consumer = Consumer(client_config(self.bootstrap_servers, self.security, **{
             "group.id": f"streamctl-tail-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "log_level": self.client_log_level,
-        })
+        }))
         start = OFFSET_BEGINNING if self.from_beginning else OFFSET_END
         assignment = [
             TopicPartition(topic, p, start if self.start_at_ms is None else self.start_at_ms)

@@ -20,6 +20,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from controller.loop.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
+from security.kafka import IDEMPOTENT
+from security.kafka import client_config as kafka_client_config
 
 log = logging.getLogger("controller.kafka")
 
@@ -45,17 +47,16 @@ def _log_client_error(error: KafkaError) -> None:
 
 
 def client_config(settings: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    """What every controller client shares: where Kafka is, how to log in, error logging."""
-    return {
-        "bootstrap.servers": settings.bootstrap_servers,
-        **settings.security.librdkafka(),
+    """What every controller client shares: where Kafka is, how to log in (`security.kafka`),
+    error logging."""
+    return kafka_client_config(
+        settings.bootstrap_servers, settings.security, **{
         "error_cb": _log_client_error,
         "logger": log,
         # syslog level 3: librdkafka's own chatter (connection attempts, rebalances) stays out
         # of the operator's status output; errors still show.
         "log_level": 3,
-        **extra,
-    }
+        **extra})
 
 
 def _raw(messages: list[Message]) -> list[RawMessage]:
@@ -166,12 +167,8 @@ class KafkaWriter:
 
     def __init__(self, settings: KafkaSettings, delivery_timeout_s: float = 15.0) -> None:
         self._timeout_s = delivery_timeout_s
-        self._producer = Producer({
-            **client_config(settings),
-            "enable.idempotence": True,
-            "acks": "all",
-            "delivery.timeout.ms": int(delivery_timeout_s * 1000),
-        })
+        self._producer = Producer(client_config(
+            settings, **IDEMPOTENT, **{"delivery.timeout.ms": int(delivery_timeout_s * 1000)}))
 
     def write(self, topic: str, key: str, value: bytes) -> None:
         outcome: list[KafkaError | None] = []

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from controller.kafka.clients import KafkaSetupError
 from controller.replay.trace import BadRecord, TraceEntry
 from schemas import DecodeError, TaskMetrics, codec_for
-from security.kafka import PLAINTEXT, KafkaSecurity
+from security.kafka import PLAINTEXT, KafkaSecurity, client_config
 
 _GRACE_MS = 2_000
 """After `to_ms` on the wall clock, how long records stamped before it may still arrive
@@ -42,14 +42,12 @@ def read_metrics(bootstrap_servers: str, topic: str, from_ms: int, to_ms: int,
     """Metrics records of `topic` stamped in [from_ms, to_ms], partition by partition in
     offset order. Waits for the wall clock to pass `to_ms` (live recording); gives up
     `timeout_s` after that with what it has."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap_servers,
-        **security.librdkafka(),
+    consumer = Consumer(client_config(bootstrap_servers, security, **{
         "group.id": f"streamctl-trace-{uuid.uuid4()}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "log_level": 3,
-    })
+    }))
     try:
         starts = _start_offsets(consumer, topic, from_ms)
         consumer.assign(starts)

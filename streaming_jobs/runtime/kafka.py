@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
-from security.kafka import PLAINTEXT, KafkaSecurity
+from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=_Record)
@@ -29,19 +29,13 @@ class PublishError(RuntimeError):
     """A record could not be handed to Kafka; the message names topic and key."""
 
 
-def client_config(bootstrap_servers: str, security: KafkaSecurity, **settings: Any
-                  ) -> dict[str, Any]:
-    """librdkafka settings of one client: where, how it authenticates, then its own."""
-    return {"bootstrap.servers": bootstrap_servers, **security.librdkafka(), **settings}
-
-
 class RecordPublisher:
     """Idempotent, acks=all producer of Avro single-object encoded records."""
 
     def __init__(self, bootstrap_servers: str, client_id: str, security: KafkaSecurity) -> None:
         self._producer = Producer(client_config(
-            bootstrap_servers, security, **{"client.id": client_id, "enable.idempotence": True,
-                                            "acks": "all", "linger.ms": 5}))
+            bootstrap_servers, security, **IDEMPOTENT, **{"client.id": client_id,
+                                                           "linger.ms": 5}))
 
     def publish(self, topic: str, key: str, record: _Record) -> None:
         value = codec_for(type(record)).encode(record)
@@ -108,9 +102,8 @@ class DeadLetterFactory:
         with _worker_lock:
             producer = _worker_producers.get(where)
             if producer is None:
-                producer = Producer(client_config(
-                    self.bootstrap_servers, self.security,
-                    **{"enable.idempotence": True, "acks": "all"}))
+                producer = Producer(client_config(self.bootstrap_servers, self.security,
+                                                  **IDEMPOTENT))
                 _worker_producers[where] = producer
         return KafkaDeadLetterSink(producer, self.topic, self.query_id)
 

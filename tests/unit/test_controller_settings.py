@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 
 from controller.cli import add_controller_commands, main, settings_from
-from options import attribute_docs
 from controller.settings import (
     ControllerSettings,
     KafkaSettings,
@@ -17,6 +16,7 @@ from controller.settings import (
     PolicySettings,
     SettingsError,
 )
+from options import attribute_docs
 
 
 @pytest.mark.parametrize(("make", "message"), [

@@ -15,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "security",
            "options"}
 
+def test_one_builder_makes_every_kafka_clients_configuration() -> None:
+    """`security.kafka.client_config`: nothing else spells where Kafka is."""
+    spelled = [p for p in ALL + modules("stack") + modules("streamctl") + modules("bench")
+               if "\"bootstrap.servers\"" in (ROOT / p).read_text()]
+    assert spelled == ["security/kafka.py"]
+
+
 KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
                   "controller/kafka/history.py",
                   "streaming_jobs/runtime/kafka.py",
@@ -104,7 +111,8 @@ def test_controller_imports_only_schemas_security_and_options_of_the_project(pat
 
 @pytest.mark.parametrize("path", modules("streaming_jobs"))
 def test_streaming_jobs_never_import_the_controller(path: str) -> None:
-    assert imported(path) & (PROJECT - {"streaming_jobs", "schemas", "security", "options"}) == set()
+    allowed = {"streaming_jobs", "schemas", "security", "options"}
+    assert imported(path) & (PROJECT - allowed) == set()
 
 
 @pytest.mark.parametrize("path", modules("schemas"))

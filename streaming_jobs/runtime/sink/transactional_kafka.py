@@ -20,8 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from schemas.records import CommitMarker
-from security.kafka import PLAINTEXT, KafkaSecurity
-from streaming_jobs.runtime.kafka import client_config
+from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streaming_jobs.runtime.sink.transactional import (
     DEFAULT_MARKER_TOPIC,
     OutputBatch,
@@ -97,8 +96,7 @@ class KafkaTransactionalWriter:
         self._drop()  # a previous producer (an aborted batch, an unknown outcome) is done
         self._producer = Producer(s.client(**{
             "transactional.id": s.transactional_id,
-            "transaction.timeout.ms": s.transaction_timeout_ms, "enable.idempotence": True,
-            "acks": "all", "linger.ms": 5,
+            "transaction.timeout.ms": s.transaction_timeout_ms, **IDEMPOTENT, "linger.ms": 5,
             # Java's partitioner, as Spark's own Kafka sink uses: a key keeps its partition.
             "partitioner": "murmur2_random",
         }))
