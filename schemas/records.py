@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar, Self
 
+from schemas import knobs
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -115,7 +117,7 @@ class TaskMetrics(_Record):
     sink_topics: tuple[str, ...] = ()
     max_offsets_per_trigger: int = 0
     rows_shed: int = 0
-    scaling_parameter: str = "input_parallelism"
+    scaling_parameter: str = knobs.INPUT_PARALLELISM
     max_state_partitions: int = 0
     executor_cores: int = 0
     max_executors: int = 0

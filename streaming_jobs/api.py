@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
+from schemas.knobs import INPUT_PARALLELISM, SCALING, STATE_PARTITIONS
 from streaming_jobs.formats import Avro, InputFormat, Json, KeyValue, OutputFormat
 from streaming_jobs.formats.ddl import DdlError
 
@@ -49,12 +50,10 @@ __all__ = [
     "JobContext", "JobDefinitionError", "Json", "KeyValue", "Setting", "Topics",
 ]
 
-INPUT_PARALLELISM = "input_parallelism"
-"""The job's expensive work runs in the Kafka source's tasks (before any shuffle): more
-source tasks (Spark's `minPartitions`) carry more load."""
-STATE_PARTITIONS = "state_partitions"
-"""The expensive work runs in the stateful operator, one task per state partition."""
-SCALING_KNOBS = (INPUT_PARALLELISM, STATE_PARTITIONS)
+SCALING_KNOBS = SCALING
+"""`INPUT_PARALLELISM`: the job's expensive work runs in the Kafka source's tasks (before any
+shuffle), more source tasks (Spark's `minPartitions`) carry more load; `STATE_PARTITIONS`: it
+runs in the stateful operator, one task per state partition."""
 OUTPUT_MODES = ("append", "update", "complete")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas import knobs
 from schemas.records import DesiredStateRecord
 from security import kafka as kafka_security
 
@@ -65,8 +66,7 @@ def describe(record: DesiredStateRecord) -> str:
     at = datetime.fromtimestamp(record.updated_at_ms / 1000, UTC).isoformat(timespec="seconds")
     lines = [f"query {record.query_id} (instance {record.instance_id}): epoch {record.epoch}, "
              f"set by {record.control_id or 'start-up'} at {at}"]
-    for name in ("input_parallelism", "state_partitions", "max_offsets_per_trigger",
-                 "shed_fraction", "udf_version", "input_topic", "output_topic", "executors"):
+    for name in (n for n in knobs.ALL if n != knobs.ACTIVE_INSTANCE):
         lines.append(f"  {name:<24} {getattr(record, name)}")
     lines.append(f"  {'active_instance':<24} {record.active_instance or '(no failover yet)'}")
     return "\n".join(lines)

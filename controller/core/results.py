@@ -12,17 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-INPUT_PARALLELISM = "input_parallelism"
-"""Spark partitions the Kafka source reads with: the knob of a job whose work runs in its
-source tasks (`knobs`)."""
-STATE_PARTITIONS = "state_partitions"
-"""Partitions of the stateful operator: the knob of a job whose work runs there (`knobs`)."""
-EXECUTORS = "executors"
-"""Executors requested from a cluster manager: more task slots when the knob runs out of
-them (`knobs`)."""
-ACTIVE_INSTANCE = "active_instance"
-"""The parameter a failover sets: which instance of the query runs it (the job's registry
-has the same name)."""
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM, STATE_PARTITIONS
+
+__all__ = ["ACTIVE_INSTANCE", "EXECUTORS", "INPUT_PARALLELISM", "STATE_PARTITIONS"]
 
 
 @dataclass(frozen=True, slots=True)

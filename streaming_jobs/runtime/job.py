@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
+from schemas import knobs
 from schemas.records import ControlTuple, Role
 from streaming_jobs.api import Job
 from streaming_jobs.config import ConfigError, JobConfig, bind
@@ -119,7 +120,7 @@ class ElasticJob:
                       max_shed_fraction=c.max_shed_fraction, udf_versions=self.plan.udf_versions,
                       max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
                       unsupported=self.plan.unsupported() + self._state_store_unsupported()
-                      + ((("input_topic", input_reason),) if input_reason else ()))
+                      + (((knobs.INPUT_TOPIC, input_reason),) if input_reason else ()))
 
     def _state_store_unsupported(self) -> tuple[tuple[str, str], ...]:
         """Why state partitions cannot change here: a checkpoint whose state store Spark
@@ -132,7 +133,7 @@ class ElasticJob:
         except StateRepartitionError:
             return ()  # no batch yet: the session's store applies
         if provider and provider != ROCKSDB_PROVIDER:
-            return (("state_partitions", f"its checkpoint uses {provider.rsplit('.', 1)[-1]}; "
+            return ((knobs.STATE_PARTITIONS, f"its checkpoint uses {provider.rsplit('.', 1)[-1]}; "
                                          "Spark repartitions only the RocksDB state store"),)
         return ()
 
@@ -152,7 +153,7 @@ class ElasticJob:
         the query's first batch; executors granted beyond it are released as they register
         (`run`)."""
         wanted = self.query.desired.executors
-        if self._executors is not None and is_request("executors", wanted):
+        if self._executors is not None and is_request(knobs.EXECUTORS, wanted):
             self._executors.request_total(wanted)
             log.info("requested %d executors from %s", wanted, self.config.master)
 

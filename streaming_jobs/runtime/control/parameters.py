@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 
+from schemas import knobs
 from streaming_jobs.config import JobConfig
 
 Value = int | float | str
@@ -76,7 +77,7 @@ NOT_REQUESTED = 0
 def is_request(name: str, value: object) -> bool:
     """Whether a desired value is one to check against the parameter's bounds: an executor
     count of `NOT_REQUESTED` is none at all."""
-    return not (name == "executors" and value == NOT_REQUESTED)
+    return not (name == knobs.EXECUTORS and value == NOT_REQUESTED)
 
 
 def render(value: Value) -> str:
@@ -201,21 +202,21 @@ def _one(_limits: Limits) -> int:
 
 
 REGISTRY: dict[str, Parameter] = {p.name: p for p in (
-    Parameter("input_parallelism",
+    Parameter(knobs.INPUT_PARALLELISM,
               _int_in(_one, lambda lim: lim.task_slots, "task_slots"), Apply.RESTART),
-    Parameter("max_offsets_per_trigger",
+    Parameter(knobs.MAX_OFFSETS_PER_TRIGGER,
               _int_in(_one, lambda lim: lim.max_offsets_per_trigger,
                       "max_offsets_per_trigger_limit"), Apply.RESTART),
-    Parameter("shed_fraction", _fraction, Apply.RESTART),
-    Parameter("udf_version", _udf, Apply.RESTART),
-    Parameter("output_topic", _topic, Apply.SWAP),
-    Parameter("executors", _int_in(_one, lambda lim: lim.max_executors, "max_executors"),
+    Parameter(knobs.SHED_FRACTION, _fraction, Apply.RESTART),
+    Parameter(knobs.UDF_VERSION, _udf, Apply.RESTART),
+    Parameter(knobs.OUTPUT_TOPIC, _topic, Apply.SWAP),
+    Parameter(knobs.EXECUTORS, _int_in(_one, lambda lim: lim.max_executors, "max_executors"),
               Apply.SWAP, _cluster_only),
-    Parameter("state_partitions",
+    Parameter(knobs.STATE_PARTITIONS,
               _int_in(_one, lambda lim: lim.max_state_partitions, "max_state_partitions"),
               Apply.RESTART),
-    Parameter("input_topic", _topic, Apply.RESTART),
-    Parameter("active_instance", _instance, Apply.ROLE),
+    Parameter(knobs.INPUT_TOPIC, _topic, Apply.RESTART),
+    Parameter(knobs.ACTIVE_INSTANCE, _instance, Apply.ROLE),
 )}
 """Every parameter a control tuple may name. Shedding and the UDF live inside the query's
 plan (Python functions shipped to the workers when it starts), so they restart it; the sink's
@@ -223,9 +224,9 @@ topic and the executor request are read per batch / driver-side, so they swap. W
 runs the query is one value per query (every instance reads the same tuple), so a failover is
 desired state like the rest: idempotent, re-assertable, and stale below the epoch in force."""
 
-ROLE_PARAMETER = "active_instance"
+ROLE_PARAMETER = knobs.ACTIVE_INSTANCE
 
-TOPIC_PARAMETERS = frozenset({"output_topic", "input_topic"})
+TOPIC_PARAMETERS = knobs.TOPICS
 
 
 def apply_path(old: DesiredState, new: DesiredState) -> Apply:

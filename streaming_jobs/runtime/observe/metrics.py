@@ -15,6 +15,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
+from schemas import knobs
 from schemas.records import Role, SourcePartition, TaskMetrics
 from streaming_jobs.runtime.query.input import OBSERVATION
 
@@ -37,7 +38,7 @@ class RunContext:
     sink_topics: tuple[str, ...]
     max_offsets_per_trigger: int = 0
     """The source's per-batch record cap (0: unbounded); the controller sizes with it."""
-    scaling_parameter: str = "input_parallelism"
+    scaling_parameter: str = knobs.INPUT_PARALLELISM
     """The knob the plan's capacity grows with (`plans.JobPlan.scaling_parameter`)."""
     max_state_partitions: int = 0
     """The highest state_partitions a control tuple may set."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from schemas import knobs
 from streaming_jobs.api import STATE_PARTITIONS, Job, JobContext
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.formats import types
@@ -127,10 +128,10 @@ class Plan:
         if not self.job.stateful:
             reasons.append((STATE_PARTITIONS, f"job {self.name} keeps no state"))
         if self.job.low_priority is None:
-            reasons.append(("shed_fraction", f"job {self.name} marks no records low priority "
+            reasons.append((knobs.SHED_FRACTION, f"job {self.name} marks no records low priority "
                                              "(Job.low_priority), so none may be shed"))
         if not self.job.functions:
-            reasons.append(("udf_version", f"job {self.name} declares no function versions"))
+            reasons.append((knobs.UDF_VERSION, f"job {self.name} declares no function versions"))
         return tuple(reasons)
 
 
