@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from controller.errors import UserError
 from security.kafka import KafkaSecurity
 from security.metrics_http import EndpointSecurity
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError):
     """A setting is out of range; the message names the setting and the allowed range."""
 
 

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from streamctl.errors import UserFacingError
+
 
 def _fill_spark_jars_from_stack() -> None:
     """The job reads its Spark Kafka connector jars from STREAMCTL_SPARK_JARS. An image sets
@@ -89,7 +91,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserFacingError as exc:
         print(f"streamctl: {exc}", file=sys.stderr)
         return 1
-
-
-class UserFacingError(Exception):
-    """An error whose message tells the user what to do; printed without a traceback."""

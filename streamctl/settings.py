@@ -17,7 +17,7 @@ def bootstrap_from_env() -> str:
 
 def kafka_security() -> KafkaSecurity:
     """The STREAMCTL_KAFKA_* setting of this command; a bad one stops it with the message."""
-    from streamctl.cli import UserFacingError
+    from streamctl.errors import UserFacingError
 
     try:
         return kafka.from_env()

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException
 from schemas.records import Ack, Decision, TaskMetrics
 from stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
 from streamctl.board import Board, ack_line, decision_lines, status_table
-from streamctl.cli import UserFacingError
+from streamctl.errors import UserFacingError
 from streamctl.settings import add_bootstrap_option, kafka_security
 from streamctl.tail import Tail
 

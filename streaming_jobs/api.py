@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas.knobs import INPUT_PARALLELISM, SCALING, STATE_PARTITIONS
+from streaming_jobs.errors import UserError
 from streaming_jobs.formats import Avro, InputFormat, Json, KeyValue, OutputFormat
 from streaming_jobs.formats.ddl import DdlError
 
@@ -61,7 +62,7 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _SETTING = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
-class JobDefinitionError(ValueError):
+class JobDefinitionError(UserError):
     """A job declared wrongly; the message names the job and what to change."""
 
 

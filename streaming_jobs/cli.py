@@ -18,7 +18,8 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from options import add_options
-from streaming_jobs.config import ENV_ONLY, ConfigError, JobConfig, option_list
+from streaming_jobs.config import ENV_ONLY, JobConfig, option_list
+from streaming_jobs.errors import UserError
 
 if TYPE_CHECKING:
     from streaming_jobs.api import Job
@@ -81,15 +82,13 @@ def _load(args: argparse.Namespace) -> Job:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from streaming_jobs.loading import JobLoadError  # the API imports pyspark's types
-
     _configure_logging()
     try:
         job = _load(args)
         options = {f.name: getattr(args, f.name, None) for f in fields(JobConfig)
                    if f.name not in ENV_ONLY}
         config = JobConfig.from_sources(job, options)
-    except (ConfigError, JobLoadError) as exc:
+    except UserError as exc:
         print(f"job run: {exc}", file=sys.stderr)
         return 2
     from streaming_jobs.runtime.job import ElasticJob  # imports pyspark: only when running
@@ -99,12 +98,12 @@ def run_command(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         elastic = ElasticJob(job, config)
-    except ConfigError as exc:  # a start-up value refused, another query's checkpoint
+    except UserError as exc:  # a start-up value refused, another query's checkpoint
         print(f"job run: {exc}", file=sys.stderr)
         return 2
     try:
         elastic.start()
-    except ConfigError as exc:  # the job's builder failed or does not fit its output
+    except UserError as exc:  # the job's builder failed or does not fit its output
         print(f"job run: {exc}", file=sys.stderr)
         elastic.stop()
         return 2
@@ -116,22 +115,20 @@ def run_command(args: argparse.Namespace) -> int:
 
 def check_command(args: argparse.Namespace) -> int:
     """Load the job and build its plan in a local session (no broker is contacted)."""
-    from streaming_jobs.loading import JobLoadError
-
     _configure_logging()
     try:
         job = _load(args)
         config = JobConfig.from_sources(job, {"bootstrap_servers": "unused:9092",
                                               "settings": args.settings},
                                         {**os.environ, "STREAMCTL_CONTROL_KEY": "x" * 32})
-    except (ConfigError, JobLoadError) as exc:
+    except UserError as exc:
         print(f"job check: {exc}", file=sys.stderr)
         return 2
     from streaming_jobs.runtime.query.plan import check_plan
 
     try:
         print(check_plan(job, config))
-    except ConfigError as exc:
+    except UserError as exc:
         print(f"job check: {exc}", file=sys.stderr)
         return 2
     return 0

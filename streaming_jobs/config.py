@@ -24,6 +24,7 @@ from security import kafka as kafka_security
 from security import metrics_http
 from security.kafka import KafkaSecurity
 from security.metrics_http import EndpointSecurity
+from streaming_jobs.errors import UserError
 
 if TYPE_CHECKING:
     from streaming_jobs.api import Job
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 STATE_DIR_ENV = "STREAMCTL_STATE_DIR"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad option; the message names the option and the accepted range."""
 
 

@@ -18,12 +18,13 @@ from importlib import metadata
 from pathlib import Path
 
 from streaming_jobs.api import Job
+from streaming_jobs.errors import UserError
 
 ENTRY_POINT_GROUP = "streamctl.jobs"
 JOB_ENV = "STREAMCTL_JOB"
 
 
-class JobLoadError(ValueError):
+class JobLoadError(UserError):
     """The job reference does not lead to a valid job; the message says why."""
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from controller.errors import UserError
 from controller.loop.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
@@ -33,7 +34,7 @@ NO_KEY = (f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV} to the key
           "verify (they reject unsigned control tuples)")
 
 
-class KafkaSetupError(RuntimeError):
+class KafkaSetupError(UserError):
     """The broker or a topic is not there; the message says which, and the process stops."""
 
 

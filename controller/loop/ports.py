@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from controller.core.model import QueryModel
+from controller.errors import TemporaryError
 from schemas import Ack, Codec, ControlTuple, Decision, DecodeError, TaskMetrics
 from schemas.records import _Record
 
@@ -25,7 +26,7 @@ RawMessage = tuple[bytes | None, str, int, int]
 """(payload, topic, partition, offset) as read from a topic."""
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(TemporaryError):
     """A write did not reach the broker; the loop logs it and tries again after a cooldown."""
 
 

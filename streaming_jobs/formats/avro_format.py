@@ -26,6 +26,7 @@ from streaming_jobs.formats import types
 from streaming_jobs.formats.base import (
     KEY_VALUE_SCHEMA,
     Decoder,
+    FormatError,
     InputFormat,
     OutputFormat,
     key_problems,
@@ -45,15 +46,15 @@ def read_schema(schema: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         try:
             text = Path(schema).read_text()
         except OSError as exc:
-            raise ValueError(f"cannot read the Avro schema file {schema}: {exc}") from None
+            raise FormatError(f"cannot read the Avro schema file {schema}: {exc}") from None
         schema = text
     if isinstance(schema, str):
         try:
             loaded = json.loads(schema)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"the Avro schema is not valid JSON: {exc}") from None
+            raise FormatError(f"the Avro schema is not valid JSON: {exc}") from None
         if not isinstance(loaded, dict):
-            raise ValueError("the Avro schema must be a record schema (a JSON object)")
+            raise FormatError("the Avro schema must be a record schema (a JSON object)")
         return loaded
     return {k: v for k, v in dict(schema).items() if not k.startswith("__")}
 
@@ -80,14 +81,17 @@ class Avro(InputFormat, OutputFormat):
 
     def __post_init__(self) -> None:
         if self.framing not in FRAMINGS:
-            raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}, got "
+            raise FormatError(f"framing must be one of {', '.join(FRAMINGS)}, got "
                              f"{self.framing!r}")
         raw = read_schema(self.schema)
-        single_object.parse(raw)  # a clear error for an invalid schema, here
+        try:
+            single_object.parse(raw)  # a clear error for an invalid schema, here
+        except ValueError as exc:
+            raise FormatError(str(exc)) from None
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "_fields", types.from_avro(raw, full_name(raw)))
         if self.writer_schemas and self.framing == "plain":
-            raise ValueError("writer_schemas need the single-object framing: plain Avro "
+            raise FormatError("writer_schemas need the single-object framing: plain Avro "
                              "carries no fingerprint to tell the versions apart")
 
     @property

@@ -15,11 +15,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from streaming_jobs.errors import UserError
 from streaming_jobs.formats.ddl import Field
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
+
+class FormatError(UserError):
+    """A format declared wrongly (a schema that does not parse, an unknown framing, a type
+    with no Spark column); the message says which and where."""
+
 
 KEY_VALUE_SCHEMA = "key binary, value binary"
 """What every output format produces: the Kafka record's key (may be null) and value."""

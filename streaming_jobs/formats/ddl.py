@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from streaming_jobs.errors import UserError
+
 PRIMITIVES = {
     "string": "string", "varchar": "string", "boolean": "boolean", "bool": "boolean",
     "tinyint": "byte", "byte": "byte", "smallint": "short", "short": "short",
@@ -23,7 +25,7 @@ PRIMITIVES = {
 """DDL spellings → the canonical name used here."""
 
 
-class DdlError(ValueError):
+class DdlError(UserError):
     """The schema string is not one this parser accepts; the message says where."""
 
 

@@ -20,6 +20,7 @@ from schemas.errors import DecodeError
 from streaming_jobs.formats import ddl, types
 from streaming_jobs.formats.base import (
     Decoder,
+    FormatError,
     InputFormat,
     OutputFormat,
     key_column,
@@ -50,7 +51,7 @@ class Json(InputFormat, OutputFormat):
 
     def fields(self) -> tuple[Field, ...]:
         if not self._fields:
-            raise ValueError("Json(schema=…) needs a schema to be read: the columns the job "
+            raise FormatError("Json(schema=…) needs a schema to be read: the columns the job "
                              "receives, e.g. Json(\"user_id string not null, ts long\")")
         return self._fields
 

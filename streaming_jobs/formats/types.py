@@ -15,6 +15,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+from streaming_jobs.errors import UserError
 from streaming_jobs.formats.ddl import Field, Type
 
 _SPARK_PRIMITIVES: dict[str, T.DataType] = {
@@ -28,7 +29,7 @@ _AVRO_PRIMITIVES = {"string": "string", "boolean": "boolean", "int": "int", "lon
                     "float": "float", "double": "double", "bytes": "binary"}
 
 
-class UnsupportedSchema(ValueError):
+class UnsupportedSchema(UserError):
     """An Avro schema this runtime cannot map to Spark columns; the message names the part."""
 
 

@@ -20,12 +20,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
+from streaming_jobs.errors import TemporaryError
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=_Record)
 
 
-class PublishError(RuntimeError):
+class PublishError(TemporaryError):
     """A record could not be handed to Kafka; the message names topic and key."""
 
 

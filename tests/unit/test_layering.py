@@ -52,14 +52,15 @@ def full_imports(path: str) -> set[str]:
 
 
 CONTROLLER_LAYERS = {
-    "controller/core": ("controller.settings", "controller.core"),
-    "controller/explain": ("controller.settings", "controller.core", "controller.explain"),
-    "controller/loop": ("controller.settings", "controller.core", "controller.explain",
-                        "controller.loop"),
-    "controller/kafka": ("controller.settings", "controller.core", "controller.loop.ports",
-                         "controller.kafka", "controller.replay.trace"),
-    "controller/replay": ("controller.settings", "controller.core", "controller.loop",
-                          "controller.replay"),
+    "controller/core": ("controller.settings", "controller.errors", "controller.core"),
+    "controller/explain": ("controller.settings", "controller.errors", "controller.core",
+                           "controller.explain"),
+    "controller/loop": ("controller.settings", "controller.errors", "controller.core",
+                        "controller.explain", "controller.loop"),
+    "controller/kafka": ("controller.settings", "controller.errors", "controller.core",
+                         "controller.loop.ports", "controller.kafka", "controller.replay.trace"),
+    "controller/replay": ("controller.settings", "controller.errors", "controller.core",
+                          "controller.loop", "controller.replay"),
 }
 """What each layer of the controller may import of the controller (docs/architecture.md):
 the pure core only itself and the settings; the adapters the ports they implement."""
@@ -174,3 +175,21 @@ def test_the_options_loader_is_a_leaf(path: str) -> None:
     """The one settings loader the job and the controller share couples them to nothing."""
     assert imported(path) & PROJECT == set()
     assert imported(path) & {"confluent_kafka", "prometheus_client", "pyspark"} == set()
+
+
+@pytest.mark.parametrize(("package", "root"), [("streaming_jobs", "JobError"),
+                                               ("controller", "ControllerError")])
+def test_each_process_has_one_error_root(package: str, root: str) -> None:
+    """Every error class a process defines descends from its root (`<package>/errors.py`),
+    whose families say what the caller does next."""
+    import importlib
+    import inspect
+
+    errors = importlib.import_module(f"{package}.errors")
+    base = getattr(errors, root)
+    for path in (p for p in modules(package) if not p.endswith("__main__.py")):
+        module = importlib.import_module(path[:-3].replace("/", ".").removesuffix(".__init__"))
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and issubclass(cls, Exception):
+                assert issubclass(cls, base), \
+                    f"{path}: {name} does not descend from {package}.errors.{root}"

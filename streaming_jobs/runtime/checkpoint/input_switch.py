@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from streaming_jobs.errors import RequestRefused
 from streaming_jobs.runtime.query.source import KafkaInput
 
 Offsets = Mapping[int, int]
@@ -31,7 +32,7 @@ LogRange = Mapping[int, tuple[int, int]]
 """Partition → (log start offset, log end offset) of a topic, as the broker reports them."""
 
 
-class SwitchRefused(RuntimeError):
+class SwitchRefused(RequestRefused):
     """The switch cannot be exact here; nothing was changed. The message says why."""
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from streaming_jobs.errors import RequestRefused
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -40,7 +42,7 @@ _PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 _PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 
 
-class StateRepartitionError(RuntimeError):
+class StateRepartitionError(RequestRefused):
     """The state was not repartitioned; the checkpoint is unchanged. Names the checkpoint."""
 
     def __init__(self, checkpoint_dir: str, problem: str) -> None:

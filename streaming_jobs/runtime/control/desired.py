@@ -25,6 +25,7 @@ from pathlib import Path
 
 from schemas.records import DesiredStateRecord
 from streaming_jobs.config import ConfigError, JobConfig
+from streaming_jobs.errors import Fenced, UserError
 from streaming_jobs.runtime.control.parameters import (
     REGISTRY,
     ROLE_PARAMETER,
@@ -40,11 +41,11 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
-class DesiredStateFileError(RuntimeError):
+class DesiredStateFileError(UserError):
     """The persisted state cannot be read; the message names the file."""
 
 
-class StaleWrite(DesiredStateFileError):
+class StaleWrite(Fenced):
     """The file holds a newer epoch than the state being saved: another instance owns it."""
 
 

@@ -17,6 +17,7 @@ from enum import Enum
 
 from schemas import knobs
 from streaming_jobs.config import JobConfig
+from streaming_jobs.errors import RequestRefused
 
 Value = int | float | str
 
@@ -120,7 +121,7 @@ class Apply(Enum):
     (stop the query, become a standby): `standby`."""
 
 
-class BadValue(ValueError):
+class BadValue(RequestRefused, ValueError):
     """The value text cannot be parsed or is out of bounds; the message says what is allowed."""
 
 

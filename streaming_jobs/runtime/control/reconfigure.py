@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from streaming_jobs.errors import ChangeFailed, RequestRefused
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
 from streaming_jobs.runtime.control.parameters import Apply, DesiredState, apply_path
 from streaming_jobs.runtime.ports import Commit, QueryControl
@@ -29,11 +30,11 @@ IDLE_GRACE_S = 3.0
 FIRST_COMMIT_TIMEOUT_S = 120.0
 
 
-class RestartFailed(RuntimeError):
+class RestartFailed(ChangeFailed):
     """The change could not be applied; the previous settings are back in force."""
 
 
-class Refused(RuntimeError):
+class Refused(RequestRefused):
     """A precondition of the change does not hold; nothing was changed or restarted."""
 
 

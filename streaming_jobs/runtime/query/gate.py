@@ -22,21 +22,24 @@ import threading
 import time
 from collections.abc import Callable
 
+from streaming_jobs.errors import Fenced, JobError
 
-class QuiesceRequested(RuntimeError):
-    """Raised in foreachBatch while a reconfiguration is pending; the batch will be replayed."""
+
+class QuiesceRequested(JobError):
+    """Raised in foreachBatch while a reconfiguration is pending; the batch will be replayed.
+    The runtime's own stop, not a failure (`is_gate_stop`)."""
 
     def __init__(self, batch_id: int) -> None:
         super().__init__(f"batch {batch_id} held back: quiescing for a reconfiguration")
         self.batch_id = batch_id
 
 
-class Superseded(QuiesceRequested):
+class Superseded(QuiesceRequested, Fenced):
     """Raised in foreachBatch when another instance owns the query now: this one must not run
     the batch (no state, no output, no commit-log entry)."""
 
     def __init__(self, batch_id: int, reason: str) -> None:
-        RuntimeError.__init__(self, f"batch {batch_id} not run: superseded, {reason}")
+        Exception.__init__(self, f"batch {batch_id} not run: superseded, {reason}")
         self.batch_id = batch_id
         self.reason = reason
 

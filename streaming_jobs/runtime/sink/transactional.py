@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from schemas.codec import codec_for
 from schemas.records import CommitMarker
+from streaming_jobs.errors import Fenced, TemporaryError, UserError
 
 DEFAULT_MARKER_TOPIC = "streamctl.sink-markers"
 """Compacted, keyed by query id; shared by every query of a cluster (see `read_last_marker`)."""
@@ -44,7 +45,7 @@ class Replay(enum.Enum):
     """Already committed by an earlier attempt of the same batch: write nothing."""
 
 
-class CheckpointBehindOutput(RuntimeError):
+class CheckpointBehindOutput(UserError):
     """The checkpoint is older than the output: skipping would lose data, writing duplicate it."""
 
 
@@ -67,15 +68,15 @@ def decide(last: CommitMarker | None, checkpoint_id: str, batch_id: int) -> Repl
         "under a new query id (a new checkpoint) to write its batches again.")
 
 
-class SinkFenced(RuntimeError):
+class SinkFenced(Fenced):
     """Another instance with a higher producer epoch owns this sink's transactional id."""
 
 
-class SinkBatchAborted(RuntimeError):
+class SinkBatchAborted(TemporaryError):
     """The batch's transaction was aborted: nothing of it is visible; it is safe to rerun."""
 
 
-class SinkUnavailable(RuntimeError):
+class SinkUnavailable(TemporaryError):
     """Kafka did not answer within the sink's bounded retry time; the outcome is resolved by
     re-initialising the transactional producer before the next batch."""
 
