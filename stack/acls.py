@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -132,25 +130,6 @@ def apply_acls(admin: AdminClient, grants: Iterable[Grant], timeout_s: float = 3
         except KafkaException as exc:
             raise StackError(f"creating the ACL {binding} failed: {exc.args[0].str()}") from exc
     return len(wanted)
-
-
-_ANY: Any = None  # a filter's None matches every name, principal and host (the stubs say str)
-EVERY_BINDING = AclBindingFilter(ResourceType.ANY, _ANY, ResourcePatternType.ANY, _ANY, _ANY,
-                                 AclOperation.ANY, AclPermissionType.ANY)
-
-
-def granted(admin: AdminClient, timeout_s: float = 30.0) -> set[tuple[str, str, str, str, bool]]:
-    """Every ALLOW binding on the broker as (user, resource, name, operation, prefixed)."""
-    # None matches any name, principal and host (the type stubs say str).
-    kinds = {v: k for k, v in _RESOURCES.items()}
-    found = admin.describe_acls(EVERY_BINDING, request_timeout=timeout_s).result(timeout=timeout_s)
-    return {(b.principal.removeprefix("User:"), kinds[b.restype], b.name, b.operation.name,
-             b.resource_pattern_type == ResourcePatternType.PREFIXED) for b in found}
-
-
-def expected(grants: Iterable[Grant]) -> set[tuple[str, str, str, str, bool]]:
-    """`granted`'s form of `grants`."""
-    return {(g.user, g.resource, g.name, op, g.prefixed) for g in grants for op in g.operations}
 
 
 def upsert_scram_users(admin: AdminClient, passwords: Mapping[str, str],

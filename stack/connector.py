@@ -168,7 +168,3 @@ def spark_kafka_jars(state_dir: Path | None = None) -> list[Path]:
     """Absolute paths for `spark.jars`: the Kafka connector and what pyspark lacks of its deps."""
     return list(_resolved(state_dir).jars)
 
-
-def spark_kafka_connector_version(state_dir: Path | None = None) -> str:
-    """The connector actually used, e.g. `spark-sql-kafka-0-10_2.13 4.3.0`."""
-    return _resolved(state_dir).candidate.label

@@ -69,7 +69,3 @@ def _ephemeral_floor() -> int:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768  # Linux's default, when the range cannot be read (not Linux)
-
-
-def find_free_port() -> int:
-    return find_free_ports(1)[0]

@@ -25,7 +25,6 @@ class QueryStatus:
     view: QueryView
     instances: dict[str, int] = field(default_factory=dict)  # instance id → last seen ms
     last_decision: Decision | None = None
-    last_ack: Ack | None = None
     last_pause_ack: Ack | None = None  # the newest ack that changed something
 
     def busy_share(self) -> float:
@@ -68,7 +67,6 @@ class Board:
     def _add_ack(self, ack: Ack) -> None:
         self.acks[ack.control_id] = ack
         status = self._query(ack.query_id)
-        status.last_ack = ack
         if ack.pause_ms > 0:
             status.last_pause_ack = ack
 

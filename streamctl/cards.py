@@ -64,11 +64,9 @@ class CardEvents:
 
 @dataclass
 class CardLedger:
-    """Acknowledged transactions per account: how many, and the highest account_seq."""
+    """Acknowledged transactions: how many per account, and in all."""
 
     counts: Counter[str] = field(default_factory=Counter)
-    max_seq: dict[str, int] = field(default_factory=dict)
-    low_priority: int = 0
     acked: int = 0
     failed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -76,7 +74,4 @@ class CardLedger:
     def record(self, txn: CardTransaction) -> None:
         with self._lock:
             self.counts[txn.account_id] += 1
-            self.max_seq[txn.account_id] = max(self.max_seq.get(txn.account_id, -1),
-                                               txn.account_seq)
-            self.low_priority += txn.priority == 0
             self.acked += 1

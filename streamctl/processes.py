@@ -11,8 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -77,14 +76,3 @@ def start_child(name: str, args: Sequence[str], log_dir: Path,
 def stop_all(children: Sequence[Child], timeout_s: float = 30.0) -> None:
     for child in reversed(children):
         child.stop(timeout_s)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2,
-               what: str = "condition") -> None:
-    """Poll `predicate()` until true; raise TimeoutError naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")

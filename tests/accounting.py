@@ -12,36 +12,24 @@ duplicated one as a larger, and a window written twice as two rows. For the frau
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-
-from confluent_kafka import Producer
 
 from schemas import ScoredTransaction, SensorReading, SensorWindowAverage, codec_for
 from streamctl.cards import CardLedger
-from streamctl.loadgen import Ledger, producer_config
+from streamctl.loadgen import Ledger
 from streamctl.tail import Tail
+from tests.support.kafka import produce
+from tests.support.waiting import until
 
 FLUSH_SENSOR = "zz-flush"
-
-
-def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll `predicate` (which should block briefly itself) until true, or fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def flush_last_windows(bootstrap: str, topic: str, partitions: int = 2) -> None:
     """A record far in event time moves the watermark past every real window, so the job
     emits them all (append mode emits a window once, when the watermark closes it)."""
-    producer = Producer(producer_config(bootstrap))
     future = int(time.time() * 1000) + 10 * 60_000
+    flush = codec_for(SensorReading).encode(SensorReading(FLUSH_SENSOR, future, 0.0, -1))
     for partition in range(partitions):
-        reading = SensorReading(FLUSH_SENSOR, future, 0.0, -1)
-        producer.produce(topic, codec_for(SensorReading).encode(reading), partition=partition)
-    assert producer.flush(30) == 0
+        produce(bootstrap, topic, [flush], partition=partition)
 
 
 def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger,
@@ -57,7 +45,7 @@ def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger
         return set(ledger.counts) <= set(rows)
 
     try:
-        until(collect, timeout_s, "every produced window in the output")
+        until(collect, timeout_s, "every produced window in the output", 0)
         collect()  # anything still in flight past the last expected window
     finally:
         out.close()
@@ -88,7 +76,7 @@ def assert_every_transaction_scored_once(bootstrap: str, topic: str, ledger: Car
         return sum(map(len, pairs.values())) >= ledger.acked
 
     try:
-        until(collect, timeout_s, f"{ledger.acked} scored transactions")
+        until(collect, timeout_s, f"{ledger.acked} scored transactions", 0)
         collect()  # a duplicate would still be in flight
     finally:
         out.close()

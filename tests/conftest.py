@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,9 @@ from stack.broker import LocalBroker
 from stack.defaults import default_state_dir
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, delete_topics, ensure_topics
+from tests.support.fault_bed import FaultBed
+from tests.support.kafka import TopicReader
+from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
 # --- Control key -------------------------------------------------------------------------------
 
@@ -81,13 +85,60 @@ def new_topic(bootstrap_servers: str) -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture
-def restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """A broker of the test's own, for tests that stop and restart it (never the session's)."""
+def topic_reader(bootstrap_servers: str) -> Iterator[Callable[[str], TopicReader]]:
+    """Factory: `topic_reader(topic)` follows a topic from its start; closed after the test."""
+    opened: list[TopicReader] = []
+
+    def open_reader(topic: str) -> TopicReader:
+        opened.append(TopicReader(bootstrap_servers, topic))
+        return opened[-1]
+
+    yield open_reader
+    for reader in opened:
+        reader.close()
+
+
+@pytest.fixture(scope="session")
+def _restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     port, controller_port = find_free_ports(2)
     broker = LocalBroker(tmp_path_factory.mktemp("restartable-kafka"), port, controller_port,
                          maven_dir=default_state_dir() / "maven")
-    broker.start(timeout_s=120.0)
     try:
         yield broker
     finally:
         broker.stop(timeout_s=30.0)
+
+
+@pytest.fixture
+def restartable_broker(_restartable_broker: LocalBroker) -> LocalBroker:
+    """A second broker, never the session's, for tests that stop and restart it: one per
+    session, running when each such test starts (started again if the last one left it
+    stopped)."""
+    _restartable_broker.start(timeout_s=120.0)
+    return _restartable_broker
+
+
+# --- Processes under faults, a Spark standalone cluster ----------------------------------------
+
+
+@pytest.fixture
+def bed(bootstrap_servers: str, new_topic: Callable[..., str],
+        tmp_path: Path) -> Iterator[FaultBed]:
+    """One fault bed per test (uuid topics, its own checkpoint); every process it started is
+    stopped afterwards, whatever happened."""
+    made = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
+    """The compose file's Spark master and one worker (2 cores, 2 GiB), started once for every
+    test that needs a standalone cluster; each test's application ends with the test."""
+    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

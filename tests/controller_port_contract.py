@@ -7,7 +7,6 @@ gives the ports under test plus the job's side of the topics (raw publish and re
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
@@ -30,6 +29,7 @@ from schemas import (
     TaskMetrics,
     codec_for,
 )
+from tests.support.waiting import until
 
 T = 1_700_000_000_000
 R = TypeVar("R")
@@ -62,10 +62,15 @@ def ack(control_id: str) -> Ack:
     return Ack(control_id, "q1", "i1", 4, Outcome.APPLIED, "applied", 1200, T)
 
 
-def poll_until(poll: Callable[[float], Sequence[R]], count: int, timeout_s: float) -> list[R]:
-    deadline, got = time.monotonic() + timeout_s, list[R]()
-    while len(got) < count and time.monotonic() < deadline:
+def polled(poll: Callable[[float], Sequence[R]], count: int, timeout_s: float) -> list[R]:
+    """What `poll` returned until there were at least `count` records."""
+    got: list[R] = []
+
+    def enough() -> bool:
         got.extend(poll(0.5))
+        return len(got) >= count
+
+    until(enough, timeout_s, f"{count} records from the port", 0)
     return got
 
 
@@ -75,7 +80,7 @@ def metrics_are_decoded_in_order_and_garbage_is_reported(h: PortHarness) -> None
     h.publish("metrics", codec_for(TaskMetrics).encode(sample(1)))
     h.publish("metrics", b"\x00garbage")
     h.publish("metrics", codec_for(TaskMetrics).encode(sample(2)))
-    got = poll_until(source.poll, 2, h.timeout_s)
+    got = polled(source.poll, 2, h.timeout_s)
     assert got == [sample(1), sample(2)]
     [error] = errors
     assert (error.topic, error.partition, error.offset) == (h.metrics_topic, 0, 1)
@@ -85,7 +90,7 @@ def acks_written_after_the_source_exists_are_seen(h: PortHarness) -> None:
     h.publish("acks", codec_for(Ack).encode(ack("before")))
     source = h.ack_source(lambda e: None)
     h.publish("acks", codec_for(Ack).encode(ack("after")))
-    got = poll_until(source.poll, 1, h.timeout_s)
+    got = polled(source.poll, 1, h.timeout_s)
     assert got == [ack("after")]
 
 

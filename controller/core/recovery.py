@@ -107,8 +107,7 @@ def _effect_check(ack: Ack, decision: Decision | None) -> EffectCheck | None:
     rate = decision.figures.get("processing_rate_per_unit", 0.0)
     if target <= current or rate <= 0:
         return None
-    return EffectCheck(current, target, rate, decision.figures.get("batch_overhead_s", 0.0),
-                       ack.acked_at_ms)
+    return EffectCheck(current, target, rate, decision.figures.get("batch_overhead_s", 0.0))
 
 
 def _int(text: str) -> int:

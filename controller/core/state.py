@@ -56,7 +56,6 @@ class EffectCheck:
     target: int
     rate_per_unit: float
     batch_overhead_s: float
-    applied_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +119,7 @@ def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
         return replace(after, effect_check=None)
     return replace(after, effect_check=EffectCheck(
-        flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s, now_ms))
+        flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s))
 
 
 def ack_overdue(state: ControlState, now_ms: int, ack_timeout_s: float) -> bool:

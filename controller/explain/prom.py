@@ -64,7 +64,7 @@ class ControllerMetrics:
         self.last_pause = gauge("streamctl_last_reconfiguration_pause_seconds",
                                 "Pause of the query's last applied control tuple.")
         self.ack_timeouts = Counter("streamctl_ack_timeouts", "Control tuples never acked.",
-                                    registry=registry)
+                                    ["query"], registry=registry)
         self.decode_errors = Counter("streamctl_decode_errors",
                                      "Payloads that did not decode, skipped.", ["topic"],
                                      registry=registry)
@@ -122,9 +122,9 @@ class ControllerMetrics:
             self.last_pause.labels(query_id).set(pause_ms / 1000)
 
     def ack_timed_out(self, query_id: str) -> None:
-        self.ack_timeouts.inc()
+        self.ack_timeouts.labels(query_id).inc()
 
-    def recommended(self, query_id: str, action: str) -> None:
+    def recommended(self, action: str) -> None:
         self.recommendations.labels(action).inc()
 
     def lost(self, query_ids: list[str]) -> None:

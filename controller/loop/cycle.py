@@ -257,7 +257,7 @@ class ControlLoop:
         log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
-            self.ports.observer.recommended(query_id, verdict.action)
+            self.ports.observer.recommended(verdict.action)
         if isinstance(verdict, Recommend | Lost) or (isinstance(verdict, Hold)
                                                      and verdict.action == "cannot_help"):
             self._advice(query_id, verdict, now_ms)
@@ -282,7 +282,7 @@ class ControlLoop:
             advice = failover.standby_advice(query_id, before, now)
             if advice is not None:
                 log.warning("%s: %s: %s", query_id, advice.action, advice.reason)
-                self.ports.observer.recommended(query_id, advice.action)
+                self.ports.observer.recommended(advice.action)
                 self._advice(query_id, advice, now_ms)
 
     def _advice(self, query_id: str, verdict: Recommend | Hold | Lost, now_ms: int) -> None:

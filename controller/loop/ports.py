@@ -67,7 +67,9 @@ class LoopObserver(Protocol):
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None: ...
     def acked(self, query_id: str, outcome: str, pause_ms: int) -> None: ...
     def ack_timed_out(self, query_id: str) -> None: ...
-    def recommended(self, query_id: str, action: str) -> None: ...
+    def recommended(self, action: str) -> None:
+        """Advice given (counted by action only: how often, not for whom)."""
+        ...
     def lost(self, query_ids: list[str]) -> None:
         """The queries reported lost this cycle (all of them, every cycle)."""
         ...
@@ -92,7 +94,7 @@ class NullObserver:
     def ack_timed_out(self, query_id: str) -> None:
         pass
 
-    def recommended(self, query_id: str, action: str) -> None:
+    def recommended(self, action: str) -> None:
         pass
 
     def lost(self, query_ids: list[str]) -> None:

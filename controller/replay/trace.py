@@ -100,16 +100,6 @@ class TraceWriter:
         self._out.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
-def write_trace(path: Path, trace: Trace) -> None:
-    with path.open("w") as out:
-        writer = TraceWriter(out, topic=trace.topic, from_ms=trace.start_ms, notes=trace.notes)
-        for entry in trace.entries:
-            writer.write(entry)
-        for bad in trace.bad_records:
-            writer.bad(bad)
-        writer.close(trace.end_ms)
-
-
 def read_trace(path: Path) -> Trace:
     with path.open() as lines:
         return parse_trace(lines, source=str(path))

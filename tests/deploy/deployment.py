@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from stack.ports import find_free_ports
+from streamctl.processes import Child
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -349,6 +352,22 @@ def _local_files(mapping: LocalMapping, value: Any) -> Any:
     return value
 
 
-def listen_ports(count: int) -> list[int]:
-    """Free ports for servers we start by port number (see `stack.ports.find_free_ports`)."""
-    return find_free_ports(count)
+def outside_environment() -> dict[str, str]:
+    """This process's environment without any STREAMCTL_* variable: a service gets exactly
+    the ones its compose entry sets."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")}
+
+
+def start_service(name: str, command: list[str], env: Mapping[str, str],
+                  log_dir: Path) -> Child:
+    """A service's `streamctl …` command as `python -m streamctl …` in the repository, with
+    exactly the given STREAMCTL_* variables; its output in `<log_dir>/<name>.log`."""
+    assert command[0] == "streamctl", command
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamctl", *command[1:]], cwd=ROOT,
+        env={**outside_environment(), **env, "PYTHONUNBUFFERED": "1"}, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    return Child(name, process, log_path, log)

@@ -14,30 +14,27 @@ rewritten to those ports, and `promtool` checks the config and every endpoint. N
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.auth import ensure_key_file
 from stack.defaults import DEFAULT_TOPICS
-from stack.waiting import Deadline, poll_until
+from stack.kafka_admin import admin_client
+from stack.ports import find_free_ports
 from streamctl.processes import Child
 from tests.deploy import deployment as d
-from tests.deploy.spark_cluster import LocalSparkCluster, start_cluster
+from tests.support.prometheus import api, check_config, check_metrics, running, sample, scrape
+from tests.support.spark_cluster import LocalSparkCluster
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(540)]
 
@@ -58,63 +55,14 @@ class LocalStack:
     spark: LocalSparkCluster
 
 
-def _start(name: str, command: list[str], env: dict[str, str], log_dir: Path) -> Child:
-    """`streamctl …` as `python -m streamctl …` with exactly the given STREAMCTL_* variables."""
-    assert command[0] == "streamctl", command
-    base = {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")}
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamctl", *command[1:]], cwd=d.ROOT,
-        env={**base, **env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
-    return Child(name, process, log_path, log)
-
-
-def _scrape(url: str) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.read().decode()
-    except (OSError, http.client.HTTPException):
-        return None
-
-
-def _sample(text: str | None, name: str, query: str = QUERY) -> float | None:
-    for family in text_string_to_metric_families(text or ""):
-        for sample in family.samples:
-            if sample.name == name and sample.labels.get("query") == query:
-                return float(sample.value)
-    return None
-
-
-def _wait_for(children: list[Child], probe: object, what: str, budget_s: float) -> None:
-    def check() -> bool | None:
-        for child in children:
-            assert child.alive(), f"{child.name} exited while waiting for {what}:\n" \
-                                  f"{child.log_tail()}"
-        return True if probe() else None  # type: ignore[operator]
-
-    if poll_until(check, budget_s, interval_s=1.0) is None:
-        logs = "\n".join(f"--- {c.name}\n{c.log_tail(15)}" for c in children)
-        raise AssertionError(f"no {what} within {budget_s:.0f}s\n{logs}")
-
-
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
-    """The compose master and one worker (2 cores, 2 GiB: what the job's two executors take)."""
-    cluster = start_cluster(tmp_path_factory.mktemp("spark"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def local_stack(bootstrap_servers: str, spark: LocalSparkCluster,
+def local_stack(bootstrap_servers: str, spark_cluster: LocalSparkCluster,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The compose stack on the session's Spark master and one worker (2 cores, 2 GiB: what
+    the job's two executors take)."""
+    spark = spark_cluster
     tmp = tmp_path_factory.mktemp("compose-local")
-    job_port, controller_port = d.listen_ports(2)
+    job_port, controller_port = find_free_ports(2)
     advertised = d.environment(SERVICES["kafka"])["KAFKA_ADVERTISED_LISTENERS"]
     internal = dict(item.split("://") for item in advertised.split(","))["INTERNAL"]
     mapping = d.LocalMapping(
@@ -125,13 +73,13 @@ def local_stack(bootstrap_servers: str, spark: LocalSparkCluster,
     ensure_key_file(tmp / "secrets" / "control-key")
     topics = subprocess.run(
         [sys.executable, "-m", "streamctl", *SERVICES["topics"]["command"][1:]], cwd=d.ROOT,
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")},
-             **mapping.environment(SERVICES["topics"])},
+        env={**d.outside_environment(), **mapping.environment(SERVICES["topics"])},
         capture_output=True, text=True, timeout=90)
     assert topics.returncode == 0, f"topic init failed:\n{topics.stdout}{topics.stderr}"
-    children = [_start(name, SERVICES[name]["command"], mapping.environment(SERVICES[name]),
-                       tmp / "logs") for name in ("controller", "job")]
-    children.append(_start("load", ["streamctl", "produce", "--topic", "sensor-readings",
+    children = [d.start_service(name, SERVICES[name]["command"],
+                                mapping.environment(SERVICES[name]), tmp / "logs")
+                for name in ("controller", "job")]
+    children.append(d.start_service("load", ["streamctl", "produce", "--topic", "sensor-readings",
                                     "--profile", "constant", "--rate", "40",
                                     "--duration-s", "400"],
                            {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap_servers}, tmp / "logs"))
@@ -139,11 +87,13 @@ def local_stack(bootstrap_servers: str, spark: LocalSparkCluster,
                  "job": f"http://127.0.0.1:{job_port}/metrics"}
     stack = LocalStack(mapping, endpoints, children, topics.stdout, tmp, spark)
     try:
-        _wait_for(children, lambda: (
-            (_sample(_scrape(endpoints["job"]), "streamctl_job_input_rows_total") or 0) > 0
-            and _sample(_scrape(endpoints["controller"]),
-                        "streamctl_arrival_rate_records_per_second") is not None),
-            "job metrics reaching the controller's model", STARTUP_BUDGET_S)
+        until(lambda: (
+            (sample(scrape(endpoints["job"]), "streamctl_job_input_rows_total", query=QUERY)
+             or 0) > 0
+            and sample(scrape(endpoints["controller"]),
+                       "streamctl_arrival_rate_records_per_second", query=QUERY) is not None),
+            STARTUP_BUDGET_S, "job metrics reaching the controller's model", 1.0,
+            alive=children)
         yield stack
     finally:
         for child in reversed(children):
@@ -152,7 +102,7 @@ def local_stack(bootstrap_servers: str, spark: LocalSparkCluster,
 
 def test_topic_init_creates_every_default_topic_as_specified(
         local_stack: LocalStack, bootstrap_servers: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = admin_client(bootstrap_servers)
     topics = admin.list_topics(timeout=10).topics
     resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in DEFAULT_TOPICS]
     configs = {r.name: f.result(timeout=10)
@@ -167,81 +117,50 @@ def test_topic_init_creates_every_default_topic_as_specified(
 
 def test_job_metrics_reach_the_controller_and_both_endpoints_show_the_query(
         local_stack: LocalStack) -> None:
-    job = _scrape(local_stack.endpoints["job"])
-    controller = _scrape(local_stack.endpoints["controller"])
-    assert (_sample(job, "streamctl_job_input_rows_total") or 0) > 0
-    assert (_sample(job, "streamctl_job_input_parallelism") or 0) == \
+    job = scrape(local_stack.endpoints["job"])
+    controller = scrape(local_stack.endpoints["controller"])
+    assert (sample(job, "streamctl_job_input_rows_total", query=QUERY) or 0) > 0
+    assert (sample(job, "streamctl_job_input_parallelism", query=QUERY) or 0) == \
         int(d.environment(SERVICES["job"])["STREAMCTL_INPUT_PARALLELISM"])
-    assert (_sample(controller, "streamctl_current_parallelism") or 0) == \
+    assert (sample(controller, "streamctl_current_parallelism", query=QUERY) or 0) == \
         int(d.environment(SERVICES["job"])["STREAMCTL_INPUT_PARALLELISM"])
-    arrival = _sample(controller, "streamctl_arrival_rate_records_per_second")
+    arrival = sample(controller, "streamctl_arrival_rate_records_per_second", query=QUERY)
     assert arrival is not None and arrival > 0, "the controller saw no arrivals"
 
 
 def test_the_job_runs_on_the_spark_cluster_with_the_executors_compose_asks_for(
         local_stack: LocalStack) -> None:
     slots = int(JOB_ENV["STREAMCTL_EXECUTORS"]) * int(JOB_ENV["STREAMCTL_EXECUTOR_CORES"])
-    assert poll_until(lambda: True if _sample(_scrape(local_stack.endpoints["job"]),
-                                              "streamctl_job_task_slots") == slots else None,
-                      60.0, 1.0), f"the job never reported {slots} task slots"
-    assert local_stack.spark.master_metric("metrics_master_apps_Value") == 1
+    until(lambda: sample(scrape(local_stack.endpoints["job"]), "streamctl_job_task_slots",
+                         query=QUERY) == slots, 60.0, f"the job reporting {slots} task slots",
+          1.0)
+    # The session's cluster runs one application at a time: the job's (an earlier test's
+    # application is gone once its driver's disconnection reached the master).
+    until(lambda: local_stack.spark.master_metric("metrics_master_apps_Value") == 1, 30.0,
+          "the job as the cluster's only application", 1.0)
     assert local_stack.spark.master_metric("metrics_master_waitingApps_Value") == 0
 
 
 @pytest.mark.parametrize("service", ["controller", "job"])
 def test_promtool_accepts_every_endpoint(local_stack: LocalStack, service: str) -> None:
-    text = _scrape(local_stack.endpoints[service])
+    text = scrape(local_stack.endpoints[service])
     assert text, f"{service} endpoint did not answer"
-    check = subprocess.run([_tool("promtool"), "check", "metrics"], input=text,
-                           capture_output=True, text=True, timeout=30)
-    assert check.returncode == 0, f"{service}: {check.stdout}{check.stderr}"
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} not found: `./dev setup` installs Debian's prometheus package"
-    return path
-
-
-def _api(base: str, path: str, **params: str) -> dict:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:  # a bad query answers 400 with an error body
-        return json.loads(exc.read())
+    check_metrics(text, service)
 
 
 @pytest.fixture(scope="module")
 def prometheus(local_stack: LocalStack) -> Iterator[str]:
-    assert subprocess.run([_tool("promtool"), "check", "config", str(d.PROMETHEUS_FILE)],
-                          capture_output=True, timeout=30).returncode == 0
+    check_config(d.PROMETHEUS_FILE)
     config_path = local_stack.tmp / "prometheus.yml"
     config = d.local_prometheus_config(local_stack.mapping,
                                        {"controller", "job", "spark-master"})
     config_path.write_text(yaml.safe_dump(config))
-    check = subprocess.run([_tool("promtool"), "check", "config", str(config_path)],
-                           capture_output=True, text=True, timeout=30)
-    assert check.returncode == 0, check.stdout + check.stderr
-    (port,) = d.listen_ports(1)
-    log = (local_stack.tmp / "logs" / "prometheus.log").open("wb")
-    server = subprocess.Popen(
-        [_tool("prometheus"), f"--config.file={config_path}",
-         f"--storage.tsdb.path={local_stack.tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    child = Child("prometheus", server, local_stack.tmp / "logs" / "prometheus.log", log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for([child], lambda: _scrape(f"{base}/-/ready") is not None,
-                  "Prometheus ready", 30.0)
+    with running(config_path, local_stack.tmp) as base:
         yield base
-    finally:
-        child.stop(timeout_s=20.0)
 
 
 def _all_targets_up(base: str) -> bool:
-    targets = _api(base, "/api/v1/targets").get("data", {}).get("activeTargets", [])
+    targets = api(base, "/api/v1/targets").get("data", {}).get("activeTargets", [])
     return bool(targets) and all(t["health"] == "up" for t in targets)
 
 
@@ -249,36 +168,35 @@ def _live_samples(stack: LocalStack) -> dict[str, bool]:
     """Sample name -> whether it carries our query's label, over every live endpoint."""
     samples: dict[str, bool] = {}
     for url in stack.endpoints.values():
-        for family in text_string_to_metric_families(_scrape(url) or ""):
-            for sample in family.samples:
-                ours = sample.labels.get("query") == QUERY
-                samples[sample.name] = samples.get(sample.name, False) or ours
+        for family in text_string_to_metric_families(scrape(url) or ""):
+            for s in family.samples:
+                ours = s.labels.get("query") == QUERY
+                samples[s.name] = samples.get(s.name, False) or ours
     return samples
 
 
 def _series(base: str, selector: str) -> bool | None:
-    result = _api(base, "/api/v1/query", query=selector).get("data", {}).get("result")
+    result = api(base, "/api/v1/query", query=selector).get("data", {}).get("result")
     return True if result else None
 
 
 def test_prometheus_scrapes_the_stack_and_answers_every_dashboard_query(
         local_stack: LocalStack, prometheus: str) -> None:
-    up = poll_until(lambda: True if _all_targets_up(prometheus) else None, 60.0, 1.0)
-    targets = _api(prometheus, "/api/v1/targets")["data"]["activeTargets"]
-    assert up, f"targets not up: {targets}"
+    until(lambda: _all_targets_up(prometheus), 60.0, "every target up", 1.0)
+    targets = api(prometheus, "/api/v1/targets")["data"]["activeTargets"]
     assert {t["labels"]["job"] for t in targets} == {
         "streamctl-controller", "streamctl-job", "spark-master", "spark-applications"}
     live = _live_samples(local_stack)
-    deadline = Deadline.after(60.0)
+    deadline = time.monotonic() + 60.0
     for where, expr in (q for b in d.dashboards().values() for q in d.panel_queries(b)):
-        answer = _api(prometheus, "/api/v1/query", query=d.grafana_to_promql(expr))
+        answer = api(prometheus, "/api/v1/query", query=d.grafana_to_promql(expr))
         assert answer["status"] == "success", f"{where}: {expr}: {answer.get('error')}"
         # Every metric of the query that an endpoint serves now must be in Prometheus too.
         for name in sorted(d.metric_names(expr) & set(live)):
             selector = f'{name}{{query="{QUERY}"}}' if live[name] else name
-            found = poll_until(lambda s=selector: _series(prometheus, s),  # type: ignore[misc]
-                               deadline.remaining_s(), 1.0)
-            assert found, f"{where}: Prometheus has no {selector} although an endpoint serves it"
+            until(lambda s=selector: _series(prometheus, s),  # type: ignore[misc]
+                  max(0.0, deadline - time.monotonic()),
+                  f"{where}: Prometheus to have {selector}, which an endpoint serves", 1.0)
     core = {"streamctl_arrival_rate_records_per_second", "streamctl_backlog_records",
             "streamctl_current_parallelism", "streamctl_job_input_rows_total"}
     assert core <= set(live), f"not served by the live endpoints: {core - set(live)}"

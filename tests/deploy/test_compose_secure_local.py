@@ -41,16 +41,17 @@ from controller.kafka.clients import KafkaAckSource, KafkaControlSink, KafkaWrit
 from controller.loop.ports import DeliveryError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Outcome, auth
-from security.kafka import KafkaSecurity
+from security.kafka import KafkaSecurity, client_config
 from stack import acls, secure
 from stack.broker import LocalBroker
 from stack.defaults import CONTROL_TOPIC, default_state_dir
 from stack.kafka_admin import admin_client
 from stack.ports import find_free_ports
-from stack.waiting import poll_until
 from streamctl.processes import Child
+from tests.deploy import acl_view
 from tests.deploy import deployment as d
-from tests.deploy.test_compose_local import _sample, _scrape, _start, _tool, _wait_for
+from tests.support.prometheus import api, check_metrics, running, sample
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -97,13 +98,13 @@ class SecureStack:
 
 def _wipe_grants(admin: AdminClient) -> None:
     """Remove what the broker granted at start, so the init service must create it all."""
-    for future in admin.delete_acls([acls.EVERY_BINDING], request_timeout=30).values():
+    for future in admin.delete_acls([acl_view.EVERY_BINDING], request_timeout=30).values():
         future.result(timeout=30)
     users = [u for u in secure.USERS if u != secure.ADMIN]
     deletions = [UserScramCredentialDeletion(u, ScramMechanism.SCRAM_SHA_512) for u in users]
     for future in admin.alter_user_scram_credentials(deletions).values():  # type: ignore[arg-type]
         future.result(timeout=30)
-    assert acls.granted(admin) == set()
+    assert acl_view.granted(admin) == set()
 
 
 def _run_topics_service(mapping: d.LocalMapping, bootstrap: str, secrets: Path) -> None:
@@ -113,16 +114,10 @@ def _run_topics_service(mapping: d.LocalMapping, bootstrap: str, secrets: Path) 
                for arg in SERVICES["topics"]["command"][1:]]
     topics = subprocess.run(
         [sys.executable, "-m", "streamctl", *command], cwd=d.ROOT,
-        env={**_base_env(), **mapping.environment(SERVICES["topics"]),
+        env={**d.outside_environment(), **mapping.environment(SERVICES["topics"]),
              "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap},
         capture_output=True, text=True, timeout=120)
     assert topics.returncode == 0, f"topic init failed:\n{topics.stdout}{topics.stderr}"
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")}
 
 
 @pytest.fixture(scope="module")
@@ -136,38 +131,39 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     children: list[Child] = []
     try:
         admin = admin_client(broker.bootstrap_servers, broker.client_security())
-        wanted = acls.expected(acls.streamctl_acls())
+        wanted = acl_view.expected(acls.streamctl_acls())
         # The broker's view of the metadata follows the controller's a moment later.
-        poll_until(lambda: True if acls.granted(admin) == wanted else None, 30.0, 0.5)
-        granted_by_broker = acls.granted(admin)
+        until(lambda: acl_view.granted(admin) == wanted, 30.0, "the broker's own grants", 0.5)
+        granted_by_broker = acl_view.granted(admin)
         _wipe_grants(admin)
         mapping = d.LocalMapping(
             addresses={"kafka:19092": broker.bootstrap_servers},
             ports={9301: job_port, 9300: metrics_port},
             paths={**d.local_secrets(MERGED, files.root), "/var/lib/streamctl/": f"{tmp}/var/"})
         _run_topics_service(mapping, broker.bootstrap_servers, files.root)
-        poll_until(lambda: True if acls.granted(admin) == wanted else None, 30.0, 0.5)
-        granted = acls.granted(admin)
-        children.append(_start("controller", SERVICES["controller"]["command"],
+        until(lambda: acl_view.granted(admin) == wanted, 30.0, "the init service's grants", 0.5)
+        granted = acl_view.granted(admin)
+        children.append(d.start_service("controller", SERVICES["controller"]["command"],
                                mapping.environment(SERVICES["controller"]),
                                tmp / "logs"))
         # Security is what this module checks: the job runs in local mode here, without the
         # compose Spark cluster (its run on that cluster is test_compose_local's).
         job_env = {k: v for k, v in mapping.environment(SERVICES["job"]).items()
                    if k not in CLUSTER_VARIABLES}
-        children.append(_start("job", SERVICES["job"]["command"], job_env, tmp / "logs"))
+        children.append(d.start_service("job", SERVICES["job"]["command"], job_env, tmp / "logs"))
         load_env = {**mapping.environment(SERVICES["load"]),
                     "STREAMCTL_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
-        children.append(_start("load", ["streamctl", "produce", "--topic", "sensor-readings",
-                                        "--profile", "constant", "--rate", str(LOAD_PER_S),
-                                        "--duration-s", "500"], load_env, tmp / "logs"))
+        load = ["streamctl", "produce", "--topic", "sensor-readings", "--profile", "constant",
+                "--rate", str(LOAD_PER_S), "--duration-s", "500"]
+        children.append(d.start_service("load", load, load_env, tmp / "logs"))
         endpoints = {"controller": f"https://127.0.0.1:{metrics_port}/metrics",
                      "job": f"https://127.0.0.1:{job_port}/metrics"}
         built = SecureStack(broker, files, mapping, endpoints, children,
                             {"broker": granted_by_broker, "init": granted}, tmp)
-        _wait_for(children, lambda: _sample(built.metrics("controller"),
-                                            "streamctl_arrival_rate_records_per_second")
-                  is not None, "the job's metrics in the controller's model", STARTUP_BUDGET_S)
+        until(lambda: sample(built.metrics("controller"),
+                             "streamctl_arrival_rate_records_per_second", query=QUERY)
+              is not None, STARTUP_BUDGET_S, "the job's metrics in the controller's model", 1.0,
+              alive=children)
         yield built
     finally:
         for child in reversed(children):
@@ -177,7 +173,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
 
 def test_the_local_broker_and_the_init_service_each_grant_exactly_the_acl_set(
         stack: SecureStack) -> None:
-    assert stack.granted["broker"] == acls.expected(acls.streamctl_acls())
+    assert stack.granted["broker"] == acl_view.expected(acls.streamctl_acls())
     assert stack.granted["init"] == stack.granted["broker"]
 
 
@@ -193,8 +189,9 @@ def test_job_and_controller_exchange_metrics_a_control_tuple_and_its_ack(
     decision it cannot force."""
     initial = int(d.environment(SERVICES["job"])["STREAMCTL_INPUT_PARALLELISM"])
     controller = stack.metrics("controller")
-    assert (_sample(controller, "streamctl_arrival_rate_records_per_second") or 0) > 0
-    assert _sample(controller, "streamctl_current_parallelism") == initial
+    assert (sample(controller, "streamctl_arrival_rate_records_per_second", query=QUERY)
+            or 0) > 0
+    assert sample(controller, "streamctl_current_parallelism", query=QUERY) == initial
     settings = KafkaSettings(bootstrap_servers=stack.broker.bootstrap_servers,
                              security=stack.files.client(secure.CONTROLLER))
     garbage: list[object] = []
@@ -206,11 +203,11 @@ def test_job_and_controller_exchange_metrics_a_control_tuple_and_its_ack(
                          ).send(tuple_)
         seen: list[Ack] = []
 
-        def acked() -> bool | None:
+        def acked() -> bool:
             seen.extend(a for a in acks.poll(1.0) if a.control_id == tuple_.control_id)
-            return True if seen else None
+            return bool(seen)
 
-        _wait_for(stack.children, acked, "the job's ack of the control tuple", 240.0)
+        until(acked, 240.0, "the job's ack of the control tuple", 0, alive=stack.children)
     finally:
         acks.close()
         writer.close()
@@ -221,10 +218,11 @@ def test_job_and_controller_exchange_metrics_a_control_tuple_and_its_ack(
                if s.name == "streamctl_job_control_tuples_total"
                and s.labels.get("outcome", "").lower() == "applied"]
     assert applied and applied[0].value >= 1, "the job counted no applied tuple"
-    assert _sample(job, "streamctl_job_input_parallelism") == initial + 1
-    _wait_for(stack.children, lambda: _sample(stack.metrics("controller"),
-                                              "streamctl_current_parallelism") == initial + 1,
-              "the controller seeing the new parallelism in the job's metrics", 120.0)
+    assert sample(job, "streamctl_job_input_parallelism", query=QUERY) == initial + 1
+    until(lambda: sample(stack.metrics("controller"), "streamctl_current_parallelism",
+                         query=QUERY) == initial + 1,
+          120.0, "the controller seeing the new parallelism in the job's metrics", 1.0,
+          alive=stack.children)
 
 
 def _families(text: str) -> list:
@@ -234,9 +232,9 @@ def _families(text: str) -> list:
 
 
 def _client(stack: SecureStack, security: KafkaSecurity, errors: list[KafkaError]) -> Producer:
-    return Producer({"bootstrap.servers": stack.broker.bootstrap_servers,
-                     **security.librdkafka(), "error_cb": errors.append, "log_level": 0,
-                     "socket.timeout.ms": 5000, "message.timeout.ms": 10000})
+    return Producer(client_config(stack.broker.bootstrap_servers, security, **{
+        "error_cb": errors.append, "log_level": 0, "socket.timeout.ms": 5000,
+        "message.timeout.ms": 10000}))
 
 
 def test_a_wrong_password_is_refused(stack: SecureStack) -> None:
@@ -248,11 +246,11 @@ def test_a_wrong_password_is_refused(stack: SecureStack) -> None:
     with pytest.raises(KafkaException):
         client.list_topics(timeout=10)
 
-    def authentication_failed() -> bool | None:
+    def authentication_failed() -> bool:
         client.poll(0.5)  # serves the error callbacks
-        return True if any(e.code() == KafkaError._AUTHENTICATION for e in errors) else None
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
 
-    assert poll_until(authentication_failed, 15.0, 0.1), errors
+    until(authentication_failed, 15.0, f"an authentication error (saw {errors})", 0)
 
 
 @pytest.mark.parametrize("protocol", ["PLAINTEXT", "SASL_PLAINTEXT"])
@@ -299,44 +297,22 @@ def test_the_metrics_endpoints_refuse_scrapes_without_the_credentials(stack: Sec
         plain_http = stack.endpoints[service].replace("https://", "http://")
         with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
             urllib.request.urlopen(plain_http, timeout=5).read()
-        check = subprocess.run([_tool("promtool"), "check", "metrics"], input=body,
-                               capture_output=True, text=True, timeout=30)
-        assert check.returncode == 0, f"{service}: {check.stdout}{check.stderr}"
+        check_metrics(body, service)
 
 
 def test_prometheus_scrapes_the_secured_endpoints_with_the_secure_config(
         stack: SecureStack) -> None:
-    from tests.deploy.test_compose_local import _api
-
     config = d.local_prometheus_config(stack.mapping, {"controller", "job"},
                                        d.SECURE_PROMETHEUS_FILE)
     path = stack.tmp / "prometheus.secure.yml"
     path.write_text(yaml.safe_dump(config))
-    check = subprocess.run([_tool("promtool"), "check", "config", str(path)],
-                           capture_output=True, text=True, timeout=30)
-    assert check.returncode == 0, check.stdout + check.stderr
-    (port,) = d.listen_ports(1)
-    log_path = stack.tmp / "logs" / "prometheus.log"
-    log = log_path.open("wb")
-    server = subprocess.Popen(
-        [_tool("prometheus"), f"--config.file={path}", f"--storage.tsdb.path={stack.tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    child = Child("prometheus", server, log_path, log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for([child], lambda: _scrape(f"{base}/-/ready") is not None, "Prometheus ready",
-                  30.0)
+    with running(path, stack.tmp) as base:
         def targets() -> list[dict] | None:
-            found = _api(base, "/api/v1/targets").get("data", {}).get("activeTargets", []) \
-                if child.alive() else []
+            found = api(base, "/api/v1/targets").get("data", {}).get("activeTargets", [])
             return found if found and all(t["health"] == "up" for t in found) else None
 
-        up = poll_until(targets, 60.0, 1.0)
-        assert up, f"targets not up: {_api(base, '/api/v1/targets')}\n{child.log_tail()}"
+        up = until(targets, 60.0, "every secured target up", 1.0)
         assert {t["scrapeUrl"].split("://")[0] for t in up} == {"https"}
         selector = f'streamctl_job_input_rows_total{{query="{QUERY}"}}'
-        assert poll_until(lambda: True if _api(base, "/api/v1/query", query=selector)
-                          ["data"]["result"] else None, 30.0, 1.0), f"Prometheus has no {selector}"
-    finally:
-        child.stop(timeout_s=20.0)
+        until(lambda: api(base, "/api/v1/query", query=selector)["data"]["result"], 30.0,
+              f"Prometheus to have {selector}", 1.0)

@@ -1,5 +1,5 @@
-"""What the closed-loop tests share: the job and controller processes on their own topics, and
-a watch over the metrics, decisions and acks the loop writes.
+"""What the closed-loop tests share: the job and controller processes on their own topics, a
+watch over the metrics, decisions and acks the loop writes, and the capacity a job showed.
 
 Each test starts its own jobs (their options are the test's subject) with `run_loop` (one job)
 or `run_jobs` (a pipeline); the controller is the same for all, with a shorter cooldown than
@@ -9,6 +9,7 @@ come within a test's budget.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,20 +19,20 @@ from schemas import Ack, Decision, Outcome, TaskMetrics
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.tail import Tail
 from streamctl.view import QueryView
-from tests.accounting import until
+from tests.support.waiting import until
 
 CONTROLLER_COOLDOWN_S = 20
 
 
 @contextmanager
 def run_loop(bootstrap: str, topics: dict[str, str], job_args: Sequence[str],
-             log_dir: Path, controller_metrics_port: int = 0) -> Iterator[list[Child]]:
-    """The job (`job run` with `job_args`) and the controller, talking over `topics`; the
-    controller serves Prometheus on `controller_metrics_port` (0: not at all)."""
+             log_dir: Path) -> Iterator[list[Child]]:
+    """The job (`job run` with `job_args`) on `topics`; the test starts the controller
+    (`start_controller`, into the same list) once it has measured the job."""
     io = ["--input-topic", topics["input"], "--output-topic", topics["output"],
           "--dlq-topic", topics["dlq"]]
     with run_jobs(bootstrap, topics, {"job": [*io, *job_args]}, log_dir,
-                  controller_metrics_port) as children:
+                  with_controller=False) as children:
         yield children
 
 
@@ -60,6 +61,20 @@ def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
     return start_child("controller", [
         "controller", "run", "--metrics-port", str(metrics_port),
         "--cooldown-s", str(CONTROLLER_COOLDOWN_S)], log_dir, _env(bootstrap, topics))
+
+
+def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
+    """Records/s a job processed in its full batches (at least 90 % of `batch_cap`), each
+    run's first one left out (its warm-up): the median, measured while it worked through a
+    burst of at least a few batches."""
+    first: dict[tuple[str, int], int] = {}
+    for m in samples:
+        first.setdefault((m.instance_id, m.config_epoch), m.batch_id)
+    full = [m.input_rows / (m.busy_ms / 1000) for m in samples
+            if m.input_rows >= 0.9 * batch_cap and m.busy_ms > 0
+            and m.batch_id != first[(m.instance_id, m.config_epoch)]]
+    assert full, "no full batch to measure the capacity on"
+    return statistics.median(full)
 
 
 def _env(bootstrap: str, topics: dict[str, str]) -> dict[str, str]:
@@ -113,7 +128,7 @@ class LoopWatch:
             self.consume()
             return predicate()
 
-        until(ready, timeout_s, what)
+        until(ready, timeout_s, what, 0)
 
     def sent(self) -> list[Decision]:
         """The decisions that sent a control tuple (the controller also logs how each ended,

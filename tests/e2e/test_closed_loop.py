@@ -1,8 +1,10 @@
 """The closed loop, end to end, on real processes: broker, job, controller, load.
 
-A step in the input rate makes the job fall behind; the controller must notice, send one
-control tuple raising the input parallelism, the job must apply it and ack, the backlog must
-drain, and every produced record must be accounted for exactly once in the job's output
+The test measures the job's capacity first (a burst it works through in full batches, before
+the controller starts), runs a load at 40 % of it, then steps the load to three times it.
+The job falls behind; the controller must notice and send one control tuple raising the
+input parallelism, the job must apply it and ack, the backlog must drain with no second
+tuple, and every produced record must be accounted for exactly once in the job's output
 (count and sum of sequence numbers per sensor and window, one output row per window).
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,61 +23,89 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
-from tests.e2e.loop import LoopWatch, run_loop
+from tests.e2e.loop import LoopWatch, capacity, run_loop, start_controller
+from tests.support.prometheus import scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 WINDOW_MS = 10_000
 QUERY = "e2e-sensors"
+BATCH_CAP = 1500
+STEADY_S, AFTER_STEP_S = 10.0, 40.0
 
 
 @pytest.fixture
-def controller_port() -> int:
-    return find_free_ports(1)[0]
-
-
-@pytest.fixture
-def closed_loop(bootstrap_servers: str, loop_topics: dict[str, str], tmp_path: Path,
-                controller_port: int) -> Iterator[list[Child]]:
+def job(bootstrap_servers: str, loop_topics: dict[str, str],
+        tmp_path: Path) -> Iterator[list[Child]]:
+    """The job alone; the test starts the controller (into this list) once it measured it."""
     with run_loop(bootstrap_servers, loop_topics, [
         "--query-id", QUERY, "--checkpoint-dir", str(tmp_path / "checkpoint"),
         "--job", "sensor-averages", "--input-parallelism", "2",
+        "--max-offsets-per-trigger", str(BATCH_CAP),
         "--set", "enrichment_cost_ms=5", "--trigger-interval-s", "1",
         "--set", f"window_s={WINDOW_MS // 1000}", "--set", "watermark_s=10",
-    ], tmp_path, controller_port) as children:
+    ], tmp_path) as children:
         yield children
 
 
 def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
-    bootstrap_servers: str, loop_topics: dict[str, str], closed_loop: list[Child],
-    controller_port: int,
+    bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
-    watch = LoopWatch(bootstrap_servers, t, QUERY, closed_loop)
-    watch.until(lambda: bool(watch.view.samples), 150, "the job's first metrics")
-
-    # 120/s is well within two units of ~200/s each; 900/s needs about seven.
-    profile = RateProfile("step", 120, 900, start_s=10)
+    watch = LoopWatch(bootstrap_servers, t, QUERY, job)
     ledger = Ledger(WINDOW_MS)
+    measured = _measure_capacity(bootstrap_servers, t["input"], watch, ledger)
+    (controller_port,) = find_free_ports(1)
+    job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port))
+
+    profile = RateProfile("step", 0.4 * measured, 3 * measured, start_s=STEADY_S)
     load = threading.Thread(target=run_load, args=(
-        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=60), ledger))
-    step_at = time.monotonic() + 10
+        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=STEADY_S + AFTER_STEP_S),
+        ledger))
+    step_at = time.monotonic() + STEADY_S
     load.start()
+    try:
+        watch.until(lambda: bool(watch.applied()), STEADY_S + 120, "an applied control tuple")
+        first_control_after_step_s = time.monotonic() - step_at
+    finally:
+        load.join(STEADY_S + AFTER_STEP_S + 30)
+    assert ledger.failed == 0
 
-    watch.until(lambda: bool(watch.applied()), 120, "an applied control tuple")
-    first_control_after_step_s = time.monotonic() - step_at
-    load.join(90)
-    assert ledger.failed == 0 and ledger.acked > 20_000
+    [scale_up], applied = watch.sent(), watch.applied()
+    assert int(scale_up.target_value) > 2, watch.decisions
+    assert scale_up.control_id == applied[0].control_id and applied[0].pause_ms > 0
+    _assert_prometheus_has_the_pauses_and_the_reason(watch, controller_port)
 
-    applied, scale_ups = watch.applied(), watch.sent()
-    assert scale_ups and int(scale_ups[0].target_value) > 2, watch.decisions
-    assert scale_ups[0].control_id == applied[0].control_id
-    assert applied[0].pause_ms > 0
-    # Prometheus carries the pause and the decision's reason (Grafana's pauses panel and
-    # decision annotations): the histogram holds exactly the applied acks' pauses, and the
-    # query's last decision is one series whose reason is a sentence.
+    # The backlog drains at the new parallelism, with that one tuple.
+    watch.until(lambda: watch.view.samples[-1].input_parallelism > 2
+                and watch.lag_records() == 0, 120, "the backlog to drain at the new parallelism")
+    assert len(watch.sent()) == 1, [(d.action, d.target_value) for d in watch.sent()]
+
+    flush_last_windows(bootstrap_servers, t["input"])
+    assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
+    print(f"\ncapacity {measured:.0f}/s at 2 units; step {profile.base_per_s:.0f} -> "
+          f"{profile.peak_per_s:.0f}/s; applied control tuple {first_control_after_step_s:.1f} s"
+          f" after the step: 2 -> {scale_up.target_value}, pause {applied[0].pause_ms} ms; "
+          f"decision: {scale_up.reason}")
+    watch.close()
+
+
+def _measure_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger) -> float:
+    """A burst of four full batches, worked through at 2 units: records/s per batch."""
+    burst = LoadSpec(bootstrap, topic, RateProfile("constant", 4000), 4 * BATCH_CAP / 4000,
+                     start_seq=10**9)  # sequence numbers apart from the load's
+    run_load(burst, ledger)
+    watch.until(lambda: watch.lag_records() == 0 and bool(watch.view.samples), 240,
+                "the calibration burst worked through")
+    return capacity(watch.view.samples, BATCH_CAP)
+
+
+def _assert_prometheus_has_the_pauses_and_the_reason(watch: LoopWatch, port: int) -> None:
+    """Grafana's pauses panel and decision annotations: the controller's histogram holds
+    exactly the applied acks' pauses, and the query's last decision is one series whose
+    reason is a sentence."""
     def exported() -> bool:
-        count, total_s, decisions = _pauses(controller_port, QUERY)
+        count, total_s, decisions = _pauses(port, QUERY)
         pauses_s = [a.pause_ms / 1000 for a in watch.applied()]
         return (count == len(pauses_s) and total_s == pytest.approx(sum(pauses_s))
                 and len(decisions) == 1 and bool(decisions[0].get("reason")))
@@ -84,22 +113,11 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
     watch.until(exported, 30, "the controller to export every applied pause and its last "
                 "decision with a reason")
 
-    # The backlog drains: the job catches up with everything that was produced.
-    watch.until(lambda: bool(watch.view.samples) and watch.view.samples[-1].input_parallelism > 2
-                and watch.lag_records() == 0, 120, "the backlog to drain at the new parallelism")
-
-    flush_last_windows(bootstrap_servers, t["input"])
-    assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
-    print(f"\nload step -> applied control tuple: {first_control_after_step_s:.1f} s; "
-          f"pause {applied[0].pause_ms} ms; decision: {scale_ups[0].reason}")
-    watch.close()
-
 
 def _pauses(port: int, query: str) -> tuple[float, float, list[dict[str, str]]]:
     """(count, sum) of the controller's pause histogram for `query`, and the labels of its
     last-decision series, scraped from the controller's endpoint now."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    text = scrape(f"http://127.0.0.1:{port}/metrics") or ""
     samples = [s for family in text_string_to_metric_families(text) for s in family.samples
                if s.labels.get("query") == query]
     value = {s.name: s.value for s in samples}

@@ -7,12 +7,12 @@ would not help), the job must repartition its state offline, restart and ack it,
 must drain, and every acknowledged transaction must be scored exactly once with each
 account's count running on across the change (1, 2, 3, … by `account_seq`).
 
-Tuned to fit a 4-minute budget on 2 shared cores (passed in 124 s on an idle machine):
-10 ms of scoring per transaction (about 90/s per state partition on a quiet machine, 50/s at a
-load average of 7, so the step to 250/s overloads 2 partitions either way), batches of at most 600
-transactions (the running batch that the change waits for stays short), a 1 s trigger, and
-the job's own ceiling of 8 state partitions (`--max-state-partitions`, which the controller
-reads from the metrics).
+The test measures the job's capacity at 2 state partitions first (a burst of transactions
+for accounts of their own, worked through in full batches before the controller starts),
+then runs 30 % of it and steps to 2.5 times it: enough to need about six partitions, within
+the job's own ceiling of 8 (`--max-state-partitions`, which the controller reads from the
+metrics). 10 ms of scoring per transaction, batches of at most 600 (the running batch the
+change waits for stays short), a 1 s trigger.
 """
 
 from __future__ import annotations
@@ -24,58 +24,64 @@ from pathlib import Path
 
 import pytest
 
+from schemas import CardTransaction
 from streamctl.cards import CardLedger
 from streamctl.loadgen import LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_transaction_scored_once
-from tests.e2e.loop import LoopWatch, run_loop
+from tests.e2e.loop import LoopWatch, capacity, run_loop, start_controller
+from tests.support.kafka import produce_records
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 QUERY = "e2e-fraud"
 MAX_STATE_PARTITIONS = 8
+BATCH_CAP = 600
+STEADY_S, AFTER_STEP_S = 15.0, 45.0
 
 
 @pytest.fixture
-def closed_loop(bootstrap_servers: str, loop_topics: dict[str, str],
-                tmp_path: Path) -> Iterator[list[Child]]:
+def job(bootstrap_servers: str, loop_topics: dict[str, str],
+        tmp_path: Path) -> Iterator[list[Child]]:
+    """The job alone; the test starts the controller (into this list) once it measured it."""
     with run_loop(bootstrap_servers, loop_topics, [
         "--job", "fraud-detection", "--query-id", QUERY,
         "--checkpoint-dir", str(tmp_path / "checkpoint"), "--state-partitions", "2",
         "--max-state-partitions", str(MAX_STATE_PARTITIONS),
-        "--max-offsets-per-trigger", "600", "--set", "enrichment_cost_ms=10",
+        "--max-offsets-per-trigger", str(BATCH_CAP), "--set", "enrichment_cost_ms=10",
         "--trigger-interval-s", "1", "--set", "watermark_s=600",
     ], tmp_path) as children:
         yield children
 
 
 def test_a_load_step_is_met_with_state_partitions_and_nothing_is_lost(
-    bootstrap_servers: str, loop_topics: dict[str, str], closed_loop: list[Child],
+    bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
-    watch = LoopWatch(bootstrap_servers, t, QUERY, closed_loop)
-    watch.until(lambda: bool(watch.view.samples), 90, "the fraud job's first metrics")
+    watch = LoopWatch(bootstrap_servers, t, QUERY, job)
+    ledger = CardLedger()
+    measured = _measure_capacity(bootstrap_servers, t["input"], watch, ledger)
     first = watch.view.samples[-1]
     assert (first.scaling_parameter, first.state_partitions, first.max_state_partitions) == (
         "state_partitions", 2, MAX_STATE_PARTITIONS)
+    job.append(start_controller(bootstrap_servers, t, tmp_path))
 
-    # 25/s is well within 2 state partitions; 250/s is far beyond them, so the backlog grows
-    # fast enough to corroborate the overload at once. (150/s was too close on a quiet machine:
-    # 2 partitions managed 136/s, the backlog grew 10-40/s and never crossed the noise floor
-    # before the load ended.)
-    profile = RateProfile("step", 25, 250, start_s=15)
-    ledger = CardLedger()
+    # Far beyond 2 partitions, so the backlog grows fast enough to corroborate the overload
+    # at once (a step to 1.1 times the capacity grows it too slowly to cross the noise floor
+    # before the load ends).
+    profile = RateProfile("step", 0.3 * measured, 2.5 * measured, start_s=STEADY_S)
     load = threading.Thread(target=run_load, args=(
-        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=60, event_type="card",
-                 accounts=100), ledger))
-    step_at = time.monotonic() + 15
+        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=STEADY_S + AFTER_STEP_S,
+                 event_type="card", accounts=100), ledger))
+    step_at = time.monotonic() + STEADY_S
     load.start()
-
-    watch.until(lambda: bool(watch.applied()), 90, "an applied control tuple")
-    first_applied_after_step_s = time.monotonic() - step_at
-    load.join(90)
-    assert ledger.failed == 0 and ledger.acked > 5_000
+    try:
+        watch.until(lambda: bool(watch.applied()), STEADY_S + 90, "an applied control tuple")
+        first_applied_after_step_s = time.monotonic() - step_at
+    finally:
+        load.join(STEADY_S + AFTER_STEP_S + 30)
+    assert ledger.failed == 0
 
     sent, applied = watch.sent(), watch.applied()
     assert sent and {d.parameter for d in sent} == {"state_partitions"}, sent
@@ -93,8 +99,24 @@ def test_a_load_step_is_met_with_state_partitions_and_nothing_is_lost(
 
     assert_every_transaction_scored_once(bootstrap_servers, t["output"], ledger,
                                          timeout_s=30)
-    print(f"\nload step -> first applied tuple: {first_applied_after_step_s:.1f} s; "
+    print(f"\ncapacity {measured:.0f}/s at 2 partitions; step {profile.base_per_s:.0f} -> "
+          f"{profile.peak_per_s:.0f}/s; first applied tuple {first_applied_after_step_s:.1f} s "
+          "after the step; "
           f"pause {applied[0].pause_ms} ms; {applied[0].detail}; "
           f"decisions: {[(d.parameter, d.current_value, d.target_value) for d in sent]}; "
           f"first reason: {sent[0].reason}")
     watch.close()
+
+
+def _measure_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: CardLedger) -> float:
+    """Four full batches of transactions for calibration accounts (apart from the load's),
+    worked through at 2 state partitions: records/s per batch. Each is in the ledger."""
+    now_ms = int(time.time() * 1000)
+    burst = [CardTransaction(f"calib-{n}", f"calib-{n % 50:02d}", "card-calib", n // 50,
+                             20.0, "m", "DE", now_ms, "online") for n in range(4 * BATCH_CAP)]
+    produce_records(bootstrap, topic, ((t.account_id, t) for t in burst))
+    for txn in burst:
+        ledger.record(txn)
+    watch.until(lambda: watch.lag_records() == 0 and bool(watch.view.samples), 240,
+                "the calibration burst worked through")
+    return capacity(watch.view.samples, BATCH_CAP)

@@ -1,5 +1,6 @@
 """`streamctl demo` stops every process it started when it is told to stop (SIGTERM here,
-which takes the same path as Ctrl-C), so nothing is left running behind a demo."""
+which takes the same path as Ctrl-C), so nothing is left running behind a demo: the broker,
+the job with its Spark driver, the controller, and anything else below it."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from stack.ports import find_free_port, port_in_use
+from stack.ports import find_free_ports, port_in_use
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 def _free_port_pair() -> int:
     """The demo's broker takes `port` and `port + 1` (its KRaft controller listener)."""
     for _ in range(50):
-        port = find_free_port()
+        (port,) = find_free_ports(1)
         if not port_in_use(port + 1):
             return port
     raise RuntimeError("no two consecutive free ports")
@@ -44,6 +45,23 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _role(pid: int) -> str | None:
+    """What a process of the demo is, from its command line."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "kafka.Kafka" in args:
+        return "broker"
+    if "org.apache.spark.deploy.SparkSubmit" in args:
+        return "spark driver"
+    if args[1:4] == ["-m", "streamctl", "job"]:
+        return "job"
+    if args[1:4] == ["-m", "streamctl", "controller"]:
+        return "controller"
+    return None
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -62,18 +80,19 @@ def test_sigterm_stops_the_broker_job_and_controller(tmp_path: Path) -> None:
     threading.Thread(target=lambda: [lines.put(line) for line in demo.stdout or ()],
                      daemon=True).start()
     seen = []
-    deadline = time.monotonic() + 180
-    while not any(line.startswith("load:") for line in seen):
-        assert time.monotonic() < deadline, "the demo never started its load:\n" + "".join(seen)
+
+    def load_started() -> bool:
         assert demo.poll() is None, "the demo exited early:\n" + "".join(seen)
         with contextlib.suppress(queue.Empty):
             seen.append(lines.get(timeout=1))
+        return any(line.startswith("load:") for line in seen)
+
+    until(load_started, 180, "the demo to start its load", 0)
 
     started = _descendants(demo.pid)
-    assert len(started) >= 3, started  # at least the broker, the job and the controller
+    roles = {_role(pid) for pid in started}
+    assert {"broker", "job", "spark driver", "controller"} <= roles, roles
     demo.send_signal(signal.SIGTERM)
     assert demo.wait(90) == 130
-    deadline = time.monotonic() + 60
-    while (left := {pid for pid in started if _alive(pid)}) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"still running after the demo stopped: {sorted(left)}"
+    until(lambda: not {pid for pid in started if _alive(pid)}, 60,
+          "every process the demo started to end", 0.5)

@@ -13,7 +13,6 @@ Avro job's input goes to their dead-letter topics, with the reason in words.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections import Counter
@@ -21,16 +20,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from schemas import Decision, TaskMetrics, single_object
+from schemas import Decision, single_object
 from streamctl.clicks import ClickLedger
-from streamctl.loadgen import LoadSpec, producer_config, run_load
+from streamctl.loadgen import LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from streaming_jobs.api import Avro
-from tests.e2e.loop import LoopWatch, run_jobs, start_controller
-from tests.integration.committed_reader import read_committed
+from tests.e2e.loop import LoopWatch, capacity, run_jobs, start_controller
+from tests.support.kafka import produce, read_committed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
@@ -88,18 +86,6 @@ def burst(bootstrap: str, topic: str, ledger: ClickLedger, count: int, run: int)
     clicks(bootstrap, topic, ledger, RateProfile("constant", 4000, 4000, 0), count / 4000, run)
 
 
-def capacity(samples: list[TaskMetrics]) -> float:
-    """Records/s of the full batches (the cap), each run's first one left out (its warm-up)."""
-    first = {}
-    for m in samples:
-        first.setdefault((m.instance_id, m.config_epoch), m.batch_id)
-    full = [m.input_rows / (m.busy_ms / 1000) for m in samples
-            if m.input_rows >= 0.9 * BATCH_CAP and m.busy_ms > 0
-            and m.batch_id != first[(m.instance_id, m.config_epoch)]]
-    assert full, "no full batch to measure the capacity on"
-    return statistics.median(full)
-
-
 def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_nothing(
         bootstrap_servers: str, topics: dict[str, str], pipeline: list[Child],
         tmp_path: Path) -> None:
@@ -118,7 +104,7 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
         return all(watch.lag_records(q, inputs[q]) == 0 for q in inputs)
 
     watch.until(drained, 240, "the calibration burst through the whole pipeline")
-    measured = {q: capacity(list(watch.views[q].samples)) for q in (SESSIONS, ALERTS)}
+    measured = {q: capacity(watch.views[q].samples, BATCH_CAP) for q in (SESSIONS, ALERTS)}
     step_rate = 2.0 * max(measured.values())
     pipeline.append(start_controller(bootstrap_servers, t, tmp_path))  # stopped by the fixture
 
@@ -165,11 +151,10 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
 
 
 def garbage(bootstrap: str, json_topic: str, avro_topic: str) -> None:
-    producer = Producer(producer_config(bootstrap))
-    producer.produce(json_topic, b'{"user_id": "u", "page": "/"')  # truncated JSON
-    producer.produce(json_topic, b'{"event_id": "e", "user_id": "u", "page": "/", "ts": "now"}')
-    producer.produce(avro_topic, single_object.MAGIC + b"\x00" * 8)  # an unknown schema
-    assert producer.flush(30) == 0
+    produce(bootstrap, json_topic, [
+        b'{"user_id": "u", "page": "/"',  # truncated JSON
+        b'{"event_id": "e", "user_id": "u", "page": "/", "ts": "now"}'])
+    produce(bootstrap, avro_topic, [single_object.MAGIC + b"\x00" * 8])  # an unknown schema
 
 
 def _assert_dead_letters(bootstrap: str, t: dict[str, str]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from schemas import Ack, ControlTuple, Decision, Outcome, Role
-from tests.faults.harness import FAST_DETECTION, FaultBed, now_ms, report
+from tests.support.fault_bed import FAST_DETECTION, FaultBed, now_ms, report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

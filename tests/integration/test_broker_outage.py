@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas import ControlTuple, codec_for
-from security.kafka import PLAINTEXT
+from security.kafka import PLAINTEXT, client_config
 from stack.broker import LocalBroker
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.formats import KeyValue
@@ -37,8 +37,8 @@ from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )
-from tests.accounting import until
-from tests.integration.committed_reader import read_committed
+from tests.support.kafka import produce, read_committed
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -84,8 +84,8 @@ def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
     until(lambda: (consumer.poll(0.2), consumer.assigned.is_set())[1], 60, "the assignment")
 
     # A dead instance's transaction stays open across the outage (it fences `live`).
-    dead = Producer({"bootstrap.servers": bootstrap, "transactional.id": settings.transactional_id,
-                     "transaction.timeout.ms": TIMEOUT_MS})
+    dead = Producer(client_config(bootstrap, **{"transactional.id": settings.transactional_id,
+                                                "transaction.timeout.ms": TIMEOUT_MS}))
     dead.init_transactions(30)
     dead.begin_transaction()
     dead.produce(output, key=b"k", value=b"dead-instance-row")
@@ -112,9 +112,7 @@ def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
     assert values == expected  # b"dead-instance-row" was aborted, nothing twice
 
     tuple_ = ControlTuple("c-1", "q", "query", "active_instance", "i-2", 1, "test", "", 0)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(control, value=codec_for(ControlTuple).encode(tuple_))
-    assert producer.flush(30) == 0
+    produce(bootstrap, control, [codec_for(ControlTuple).encode(tuple_)])
     seen: list[object] = []
     until(lambda: seen.append(consumer.poll(0.5)) or tuple_ in seen, 90,
           "the control tuple sent after the restart")

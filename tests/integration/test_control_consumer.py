@@ -1,56 +1,61 @@
 """The job's control consumer on the real broker: it starts at the end of the control topic,
-and an assignment after a rejoin (a broker restart makes the group rebalance) resumes where
-the consumer was instead of jumping to the end again, so no tuple sent meanwhile is skipped."""
+and when the group rebalances (another member takes its partition, then leaves) it resumes
+where it was instead of jumping to the end again, so no tuple sent meanwhile is skipped."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Producer, TopicPartition
+from confluent_kafka import Consumer
 
 from schemas import SensorReading, codec_for
-from security.kafka import PLAINTEXT
+from security.kafka import PLAINTEXT, client_config
 from streaming_jobs.runtime.kafka import TypedConsumer
-from tests.accounting import until
+from tests.support.kafka import produce
+from tests.support.waiting import until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CODEC = codec_for(SensorReading)
 
 
-def send(producer: Producer, topic: str, seq: int) -> None:
-    producer.produce(topic, CODEC.encode(SensorReading("s", 1_000, 1.0, seq)))
-    assert producer.flush(10) == 0
+def record(seq: int) -> bytes:
+    return CODEC.encode(SensorReading("s", 1_000, 1.0, seq))
 
 
 def next_seq(consumer: TypedConsumer[SensorReading]) -> int:
-    got: list[int] = []
-
-    def one() -> bool:
-        record = consumer.poll(0.5)
-        if isinstance(record, SensorReading):
-            got.append(record.seq)
-        return bool(got)
-    until(one, 30, "a record from the control consumer")
-    return got[0]
+    def one() -> int | None:
+        got = consumer.poll(0.5)
+        return got.seq if isinstance(got, SensorReading) else None
+    return until(one, 30, "a record from the control consumer", 0)
 
 
-def test_a_rejoin_resumes_at_the_committed_position_not_the_end(
+def test_after_a_rebalance_it_resumes_where_it_was_not_at_the_end(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
-    send(producer, topic, 0)  # before the consumer: not for it
-    consumer = TypedConsumer(bootstrap_servers, topic, f"group-{topic}", SensorReading,
-                             PLAINTEXT)
+    group = f"group-{topic}"
+    produce(bootstrap_servers, topic, [record(0)])  # before the consumer: not for it
+    consumer = TypedConsumer(bootstrap_servers, topic, group, SensorReading, PLAINTEXT)
+    # The range assignor gives the only partition to the member whose id sorts first: this
+    # one's client id makes it take the partition when it joins.
+    other = Consumer(client_config(bootstrap_servers, **{
+        "group.id": group, "client.id": "0-rebalancer", "enable.auto.commit": False}))
+    took, other_open = threading.Event(), True
     try:
         until(lambda: (consumer.poll(0.2), consumer.assigned.is_set())[1], 30, "an assignment")
-        send(producer, topic, 1)
+        produce(bootstrap_servers, topic, [record(1)])
         assert next_seq(consumer) == 1
-        consumer._consumer.commit(asynchronous=False)
-        send(producer, topic, 2)  # sent while the group rebalances
-        # What the rebalance hands the consumer: its partition, no offset (the committed one).
-        consumer._on_assign(consumer._consumer, [TopicPartition(topic, 0, OFFSET_INVALID)])
+
+        other.subscribe([topic], on_assign=lambda _c, parts: took.set() if parts else None)
+        until(lambda: (consumer.poll(0.2), other.poll(0.2), took.is_set())[2], 60,
+              "the other member taking the partition (a rebalance)", 0)
+        produce(bootstrap_servers, topic, [record(2)])  # while the partition is elsewhere
+        other.close()  # leaves the group: a second rebalance gives the partition back
+        other_open = False
         assert next_seq(consumer) == 2
     finally:
+        if other_open:
+            other.close()
         consumer.close()

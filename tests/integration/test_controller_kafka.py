@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
 
 from controller.app import kafka_controller
 from controller.explain.prom import ControllerMetrics, new_registry
@@ -37,7 +34,11 @@ from controller.loop.ports import (
 )
 from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth, codec_for
+from stack.ports import find_free_ports
 from tests.controller_port_contract import CONTRACT, PortHarness
+from tests.support.kafka import produce, read_committed_once_there
+from tests.support.prometheus import scrape
+from tests.support.waiting import until
 from tests.unit.controller_traces import T0_MS, Job, end_ms, simulate
 
 pytestmark = pytest.mark.integration
@@ -59,7 +60,6 @@ class KafkaHarness:
         self._topics = {"metrics": self.settings.metrics_topic, "acks": self.settings.ack_topic,
                         "control": self.settings.control_topic,
                         "decisions": self.settings.decisions_topic}
-        self._producer = Producer({"bootstrap.servers": bootstrap})
         self._writer = KafkaWriter(self.settings)
         self._closers: list[Callable[[], None]] = [self._writer.close]
 
@@ -80,19 +80,11 @@ class KafkaHarness:
         return KafkaDecisionLog(self._writer, self.settings.decisions_topic)
 
     def publish(self, kind: str, payload: bytes) -> None:
-        self._producer.produce(self._topics[kind], value=payload)
-        assert self._producer.flush(10.0) == 0
+        produce(self.settings.bootstrap_servers, self._topics[kind], [payload])
 
     def read(self, kind: str, count: int) -> list[bytes]:
-        consumer = Consumer({"bootstrap.servers": self.settings.bootstrap_servers,
-                             "group.id": f"test-{uuid.uuid4().hex}",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe([self._topics[kind]])
-        try:
-            messages = consumer.consume(num_messages=count, timeout=self.timeout_s)
-            return [v for m in messages if m.error() is None and (v := m.value()) is not None]
-        finally:
-            consumer.close()
+        return [m.value() for m in read_committed_once_there(
+            self.settings.bootstrap_servers, self._topics[kind], count, self.timeout_s)]
 
     def close(self) -> None:
         for close in reversed(self._closers):
@@ -132,26 +124,24 @@ def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:
     with kafka_controller(settings, ControllerMetrics(new_registry())) as loop:
         for sample in trace:
             kafka_harness.publish("metrics", codec_for(TaskMetrics).encode(sample))
-        deadline = time.monotonic() + 30
-        while "q1" not in loop.states or loop.states["q1"].in_flight is None:
-            assert time.monotonic() < deadline, f"no decision; verdicts {loop.verdicts}"
+        def decided() -> bool:
             loop.run(max_cycles=1)
+            return "q1" in loop.states and loop.states["q1"].in_flight is not None
+
+        until(decided, 30, "a decision", 0)
         [raw] = kafka_harness.read("control", 1)
         control = codec_for(ControlTuple).decode(raw)
         assert control.epoch == 4 and int(control.value) > 2
         assert auth.verify(control, CONTROL_KEY.encode()) is auth.Verdict.VALID
         kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
             control.control_id, "q1", "i1", 4, Outcome.APPLIED, "ok", 900, T0_MS)))
-        while loop.states["q1"].in_flight is not None:
-            assert time.monotonic() < deadline, "the ack never arrived"
-            loop.run(max_cycles=1)
+        until(lambda: (loop.run(max_cycles=1), loop.states["q1"].in_flight is None)[1], 30,
+              "the ack to reach the loop", 0)
         assert loop.states["q1"].cooldown_until_ms > time.time() * 1000
 
 
 def test_the_cli_serves_metrics_and_stops_cleanly_on_sigterm(kafka_harness: KafkaHarness) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    (port,) = find_free_ports(1)
     k = kafka_harness.settings
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
            "STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
@@ -162,14 +152,12 @@ def test_the_cli_serves_metrics_and_stops_cleanly_on_sigterm(kafka_harness: Kafk
     proc = subprocess.Popen([sys.executable, "-m", "controller", "run", "--timeout-s", "60"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline, body = time.monotonic() + 30, ""
-        while "streamctl_metrics_records_total" not in body:
-            assert time.monotonic() < deadline and proc.poll() is None, "no /metrics endpoint"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    body = r.read().decode()
-            except OSError:
-                time.sleep(0.2)
+        def served() -> bool:
+            assert proc.poll() is None, "the controller exited"
+            return "streamctl_metrics_records_total" in (
+                scrape(f"http://127.0.0.1:{port}/metrics") or "")
+
+        until(served, 30, "the controller's /metrics endpoint", 0.2)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:

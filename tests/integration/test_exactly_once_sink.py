@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas.records import CommitMarker
+from security.kafka import client_config
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.query.gate import BatchGate
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, transactional_id
@@ -28,7 +29,7 @@ from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )
-from tests.integration.committed_reader import read_committed
+from tests.support.kafka import read_committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -126,8 +127,8 @@ def test_the_marker_is_found_behind_another_querys_open_transaction(topics: Topi
     a restarted sink must wait for it rather than miss its own later marker and rewrite."""
     first = topics.sink()
     first.write(rows_of(0), 0, CHECKPOINT)
-    other = Producer({"bootstrap.servers": topics.bootstrap,
-                      "transactional.id": f"other-{uuid.uuid4()}"})
+    other = Producer(client_config(topics.bootstrap,
+                                   **{"transactional.id": f"other-{uuid.uuid4()}"}))
     other.init_transactions(20)
     other.begin_transaction()
     other_marker = CommitMarker("other", "c", 0, "t", 0, 0)

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from controller.replay.trace import read_trace
 from schemas import TaskMetrics, codec_for
 from streamctl.cli import main
+from tests.support.kafka import produce
 from tests.unit.controller_traces import Job, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -47,7 +47,6 @@ def metrics_topic(bootstrap_servers: str, new_topic: Callable[..., str]
     start_ms = int(time.time() * 1000) - 600_000
     samples = _shifted(simulate(STEP, 120), start_ms)
     from_ms, to_ms = samples[0].batch_end_ms, samples[-1].batch_end_ms
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "log_level": 3})
     codec = codec_for(TaskMetrics)
     # In write order, one partition (one key): a decoy before the range, the samples with a
     # record stamped just after the range among them (timestamps within a partition are only
@@ -56,9 +55,7 @@ def metrics_topic(bootstrap_servers: str, new_topic: Callable[..., str]
     stamped += [(m.batch_end_ms, codec.encode(m)) for m in samples[:-1]]
     stamped += [(to_ms + 5_000, codec.encode(samples[0])), (from_ms + 1000, b"garbage")]
     stamped += [(to_ms, codec.encode(samples[-1])), (to_ms + 60_000, codec.encode(samples[0]))]
-    for stamp, payload in stamped:
-        producer.produce(topic, payload, key=b"q1", timestamp=stamp)
-    assert producer.flush(30) == 0
+    produce(bootstrap_servers, topic, [(b"q1", payload, stamp) for stamp, payload in stamped])
     return topic, samples, from_ms, to_ms
 
 
@@ -105,11 +102,11 @@ def test_record_for_a_duration_sees_records_written_meanwhile(
         "controller", "record", "-o", str(out), "--duration-s", "4",
         "--bootstrap-servers", bootstrap_servers, "--metrics-topic", topic],))
     recorder.start()
-    time.sleep(1.5)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "log_level": 3})
     sample = simulate(STEP, 2)[0]
-    producer.produce(topic, codec_for(TaskMetrics).encode(sample))
-    assert producer.flush(10) == 0
+    # Written while the recorder runs, stamped inside its four seconds whenever its clock
+    # started (a thread starts within 1.5 s).
+    produce(bootstrap_servers, topic, [codec_for(TaskMetrics).encode(sample)],
+            timestamp_ms=int(time.time() * 1000) + 1500)
     recorder.join(30)
     assert not recorder.is_alive()
     assert [e.metrics for e in read_trace(out).entries] == [sample]

@@ -4,28 +4,25 @@ waits behind an open or aborted transaction, is left alone."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from schemas import SensorReading, codec_for
+from security.kafka import client_config
+from stack.waiting import poll_until
 from streamctl.tail import Tail
-from tests.accounting import until
+from tests.support.kafka import produce
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CODEC = codec_for(SensorReading)
 
 
-def produce(bootstrap: str, topic: str, seqs: range, producer: Producer | None = None) -> None:
-    own = producer is None
-    producer = producer or Producer({"bootstrap.servers": bootstrap})
-    for seq in seqs:
-        producer.produce(topic, CODEC.encode(SensorReading("s", 1_000, 1.0, seq)))
-    if own:
-        assert producer.flush(10) == 0
+def readings(seqs: range) -> list[bytes]:
+    return [CODEC.encode(SensorReading("s", 1_000, 1.0, seq)) for seq in seqs]
 
 
 def read(tail: Tail, count: int, seconds: float) -> list[int]:
@@ -41,13 +38,13 @@ def read(tail: Tail, count: int, seconds: float) -> list[int]:
 def test_a_stalled_fetch_is_restarted_where_it_stopped(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
-    produce(bootstrap_servers, topic, range(5))
+    produce(bootstrap_servers, topic, readings(range(5)))
     tail = Tail(bootstrap_servers, {topic: SensorReading}, from_beginning=True, stall_check_s=1)
     try:
         assert read(tail, 5, 30) == [0, 1, 2, 3, 4]
         # A paused partition fetches nothing: the symptom of librdkafka#5153, made on purpose.
         tail._consumer.pause([TopicPartition(topic, 0)])
-        produce(bootstrap_servers, topic, range(5, 10))
+        produce(bootstrap_servers, topic, readings(range(5, 10)))
         assert read(tail, 5, 30) == [5, 6, 7, 8, 9]
         assert tail.fetch_restarts >= 1  # a restart racing the pause may need a second
     finally:
@@ -57,28 +54,26 @@ def test_a_stalled_fetch_is_restarted_where_it_stopped(
 def test_a_tail_at_the_end_or_behind_an_open_transaction_is_not_restarted(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
-    produce(bootstrap_servers, topic, range(3))
+    produce(bootstrap_servers, topic, readings(range(3)))
     tail = Tail(bootstrap_servers, {topic: SensorReading}, from_beginning=True, stall_check_s=1)
-    transactional = Producer({"bootstrap.servers": bootstrap_servers,
-                              "transactional.id": f"tail-test-{topic}"})
+    transactional = Producer(client_config(bootstrap_servers,
+                                           **{"transactional.id": f"tail-test-{topic}"}))
     try:
         assert read(tail, 3, 30) == [0, 1, 2]
         transactional.init_transactions(30)
         transactional.begin_transaction()
-        produce(bootstrap_servers, topic, range(3, 6), transactional)
+        for value in readings(range(3, 6)):
+            transactional.produce(topic, value)
         assert transactional.flush(10) == 0
-        assert not _poll_for(tail, 3.0)  # open: read_committed sees nothing, and waits
+        # Open: read_committed sees nothing and waits (3 s of polling, not sleeping).
+        assert not _delivered_within(tail, 3.0)
         transactional.abort_transaction(30)
-        assert not _poll_for(tail, 3.0)  # aborted: never delivered
+        assert not _delivered_within(tail, 3.0)  # aborted: never delivered
         assert tail.fetch_restarts == 0
     finally:
         tail.close()
 
 
-def _poll_for(tail: Tail, seconds: float) -> list[object]:
-    """Everything the tail delivers within `seconds` (polled, not slept)."""
-    got: list[object] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got.extend(tail.poll(0.2))
-    return got
+def _delivered_within(tail: Tail, seconds: float) -> bool:
+    """Whether the tail delivers anything within `seconds` of polling."""
+    return poll_until(lambda: tail.poll(0.2) or None, seconds, 0) is not None

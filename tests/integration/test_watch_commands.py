@@ -7,22 +7,20 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
 from schemas import codec_for
 from schemas.records import Outcome, _Record
 from streamctl.cli import main
+from tests.support.kafka import produce
 from tests.unit.test_streamctl_board import ack, decision, metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def produce(bootstrap: str, topic: str, records: list[_Record], stamp_ms: int = 0) -> None:
+def produce_at(bootstrap: str, topic: str, records: list[_Record], stamp_ms: int = 0) -> None:
     """Records stamped now, or at `stamp_ms` (the commands read from a point in time)."""
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for record in records:
-        producer.produce(topic, codec_for(type(record)).encode(record), timestamp=stamp_ms)
-    assert producer.flush(30) == 0
+    produce(bootstrap, topic, [codec_for(type(r)).encode(r) for r in records],
+            timestamp_ms=stamp_ms)
 
 
 def topics(new_topic: Callable[..., str]) -> dict[str, str]:
@@ -39,15 +37,13 @@ def test_status_prints_each_query_with_its_last_decision_and_pause(
         capsys: pytest.CaptureFixture[str]) -> None:
     t = topics(new_topic)
     now = int(time.time() * 1000)
-    produce(bootstrap_servers, t["metrics"],
+    produce_at(bootstrap_servers, t["metrics"],
             [metrics(i, now - 20_000 + i * 1000, 100, (i + 1) * 100, (i + 1) * 100 + 40, 500)
              for i in range(10)])
-    produce(bootstrap_servers, t["decisions"], [decision("c-1", now - 15_000)])
-    produce(bootstrap_servers, t["acks"], [ack("c-1", Outcome.APPLIED, 4_100, now - 10_000)])
+    produce_at(bootstrap_servers, t["decisions"], [decision("c-1", now - 15_000)])
+    produce_at(bootstrap_servers, t["acks"], [ack("c-1", Outcome.APPLIED, 4_100, now - 10_000)])
     # Garbage on a topic is reported with its position and skipped, never fatal.
-    garbage = Producer({"bootstrap.servers": bootstrap_servers})
-    garbage.produce(t["metrics"], b"not avro")
-    assert garbage.flush(30) == 0
+    produce(bootstrap_servers, t["metrics"], [b"not avro"])
 
     assert main(["status", *run(bootstrap_servers, t, "--once")]) == 0
     out, err = capsys.readouterr()
@@ -65,11 +61,11 @@ def test_decisions_prints_the_log_with_acks_and_filters_by_query(
     t = topics(new_topic)
     now = int(time.time() * 1000)
     two_hours_ago = now - 7_200_000  # before the default --since-s
-    produce(bootstrap_servers, t["decisions"], [decision("c-0", two_hours_ago)],
+    produce_at(bootstrap_servers, t["decisions"], [decision("c-0", two_hours_ago)],
             stamp_ms=two_hours_ago)
-    produce(bootstrap_servers, t["decisions"],
+    produce_at(bootstrap_servers, t["decisions"],
             [decision("c-1", now - 5_000), decision("c-2", now - 4_000, query="other")])
-    produce(bootstrap_servers, t["acks"],
+    produce_at(bootstrap_servers, t["acks"],
             [ack("c-1", Outcome.REJECTED, 0, now - 4_500, detail="stale epoch 1 ≤ 2")])
 
     assert main(["decisions", *run(bootstrap_servers, t, "--query", "q")]) == 0

@@ -1,15 +1,30 @@
 """A `JobConfig` for a job under test, its declaration's defaults filled in (`config.bind`):
-the job's own settings are keyword arguments like the runtime's options."""
+the job's own settings are keyword arguments like the runtime's options. `run_command` is
+the same configuration as a `streamctl job run` command line, for a real process."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from streaming_jobs.api import Job
-from streaming_jobs.config import JobConfig, bind
+from streaming_jobs.config import JobConfig, bind, option_list
 
 
 def bound_config(job: Job, **fields: Any) -> JobConfig:
     settings = {name: fields.pop(name) for name in list(fields)
                 if name in job.default_settings()}
     return bind(JobConfig(job=job.name, settings=tuple(settings.items()), **fields), job)
+
+
+def run_command(config: JobConfig) -> list[str]:
+    """`job run` arguments giving `config` (every option not at its default, and each
+    setting); the control key goes in the environment (`STREAMCTL_CONTROL_KEY`)."""
+    args = ["job", "run"]
+    for option in option_list():
+        value = getattr(config, option.field)
+        if value == option.default:
+            continue
+        args += [option.flag] if option.type is bool else [option.flag, str(value)]
+    for name, value in config.settings:
+        args += ["--set", f"{name}={value}"]
+    return args

@@ -1,5 +1,5 @@
 """Test-side helpers for the fraud-detection job: transactions, a steady card load the test
-can move to another topic, a read_committed reader, and one availableNow run of the
+can move to another topic, and one availableNow run of the
 job's plan on a checkpoint, its output decoded through the job's own output format, and
 `fraud_config`, a JobConfig bound to the fraud job."""
 
@@ -8,15 +8,15 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from schemas.codec import codec_for
 from schemas.records import CardTransaction, ScoredTransaction
+from security.kafka import IDEMPOTENT, client_config
 from streamctl.cards import CardEvents
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.job import job as fraud_job
@@ -24,7 +24,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.query.plan import Plan
 from tests.spark.bound import bound_config
-from tests.spark.kafka_io import produce_records
+from tests.support.kafka import produce_records
 
 T0_MS = 1_700_000_000_000
 _PROVIDER = "spark.sql.streaming.stateStore.providerClass"
@@ -100,8 +100,7 @@ class CardLoad:
 
     def __init__(self, bootstrap: str, topic: str, *, accounts: int = 20, per_tick: int = 5,
                  every_s: float = 0.1) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                   "enable.idempotence": True})
+        self._producer = Producer(client_config(bootstrap, **IDEMPOTENT))
         self._events, self._rng = CardEvents(accounts), random.Random(0)
         self._topic, self._per_tick, self._every_s = topic, per_tick, every_s
         self._codec = codec_for(CardTransaction)
@@ -139,26 +138,3 @@ class CardLoad:
         self._stop.set()
         self._thread.join(60)
         return self.acked
-
-
-def read_committed(bootstrap: str, topics: list[str], want: int,
-                   timeout_s: float) -> list[bytes]:
-    """Values of `topics` as a read_committed consumer sees them: until `want` arrived (or
-    the timeout), then a little longer, since anything beyond `want` would be a duplicate."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-    consumer.subscribe(topics)
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(values) < want and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-        time.sleep(1.0)
-        while (msg := consumer.poll(0.5)) is not None:
-            if msg.error() is None:
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values

@@ -1,15 +1,14 @@
 """The job on a real broker: a live input_parallelism 2→4 change loses and duplicates nothing;
 forged, unsigned, stale, malformed and out-of-range tuples are rejected (acked, or counted for
-garbage) while the job keeps running unchanged; throttle, shed, UDF swap and output retarget
-are applied under load and show in the output and metrics; the desired state is persisted,
-published, and resumed by a new process; state partitions up and down; an input switch waits
-for the old topic to drain; a restart that really fails is rolled back."""
+garbage) while the job keeps running unchanged; a batch refused by the closed gate is replayed;
+windowed state survives state partitions up and down; an input switch waits for the old topic
+to drain; a restart that really fails is rolled back. (Throttle, shed, UDF swap, retargets and
+a new process resuming them: `test_every_action`.)"""
 
 from __future__ import annotations
 
 import re
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,18 +22,19 @@ import pytest
 from schemas.codec import codec_for
 from schemas.records import (
     Ack,
-    DesiredStateRecord,
     Outcome,
     SensorReading,
     SensorWindowAverage,
-    TaskMetrics,
 )
+from security.kafka import IDEMPOTENT, client_config
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
-from tests.spark.control_io import KEY, ack_for, consumed, control, counter, metrics_of
-from tests.spark.kafka_io import TopicReader, produce, produce_records
+from tests.spark.control_io import KEY, consumed, counter, metrics_of
+from tests.support.control import ack_for, publish, send_and_await, signed
+from tests.support.kafka import TopicReader, produce, produce_records
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -70,13 +70,9 @@ def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
 
 @pytest.fixture
 def running_job(spark: object, job_config: JobConfig) -> Iterator[object]:
-    from streaming_jobs.runtime.job import ElasticJob
 
-    job = ElasticJob(sensor_job, job_config, spark=spark)  # type: ignore[arg-type]
-    job.start()
-    assert job.wait_control_ready(30), "control consumer never got its partition"
-    yield job
-    job.stop()
+    with _started(spark, job_config) as job:
+        yield job
 
 
 def produce_slowly(config: JobConfig, seqs: range, stop: threading.Event) -> None:
@@ -108,18 +104,15 @@ def second_half_arriving(config: JobConfig, metrics: TopicReader) -> Iterator[No
         stop.set()
 
 
-def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
-                                                   job_config: JobConfig) -> None:
+def test_live_rescale_loses_and_duplicates_nothing(
+        running_job: object, job_config: JobConfig,
+        topic_reader: Callable[[str], TopicReader]) -> None:
     cfg = job_config
-    metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
-    acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
-    output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
-    dlq = TopicReader(cfg.bootstrap_servers, cfg.dlq_topic)
+    metrics, acks, output, dlq = map(topic_reader, (cfg.metrics_topic, cfg.ack_topic,
+                                                    cfg.output_topic, cfg.dlq_topic))
     produce(cfg.bootstrap_servers, cfg.input_topic, [(b"x", b"garbage"), (b"y", b"\xc3\x01bad")])
     with second_half_arriving(cfg, metrics):
-        rescale = control(cfg.query_id, "input_parallelism", "4", epoch=1)
-        produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, rescale)])
-        applied = ack_for(acks, rescale.control_id)
+        applied = _send(cfg, "input_parallelism", "4", epoch=1)
     assert applied.outcome is Outcome.APPLIED, applied.detail
     assert applied.pause_ms > 0
     assert "2→4" in applied.detail
@@ -135,20 +128,18 @@ def test_live_rescale_loses_and_duplicates_nothing(running_job: object,
     _assert_exactly_once(cfg, output)
     letters = dlq.until(lambda ms: len(ms) >= 2, 30)
     assert {dict(m.headers())["source_topic"] for m in letters} == {cfg.input_topic.encode()}
-    for reader in (metrics, acks, output, dlq):
-        reader.close()
 
 
-def test_batch_refused_by_the_gate_is_replayed(running_job: object,
-                                               job_config: JobConfig) -> None:
+def test_batch_refused_by_the_gate_is_replayed(
+        running_job: object, job_config: JobConfig,
+        topic_reader: Callable[[str], TopicReader]) -> None:
     """The other quiesce ending: a new batch hits the closed gate and the query terminates
     itself; that is a normal stop, and the refused batch is processed after the restart."""
     from streaming_jobs.runtime.job import ElasticJob
 
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
-    metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
-    output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
+    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
     metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
@@ -156,10 +147,7 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
     job.query.gate.close()
     produce_records(cfg.bootstrap_servers, cfg.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF, TOTAL)))
-    deadline = time.monotonic() + 120
-    while job.query.is_active():
-        assert time.monotonic() < deadline, "no batch reached the closed gate"
-        time.sleep(0.1)
+    until(lambda: not job.query.is_active(), 120, "a batch at the closed gate")
     assert job.query.failure() is None  # terminated by the gate: not a failure
 
     applied = job.owner.reconfigure(replace(job.owner.desired, epoch=1, input_parallelism=3),
@@ -167,8 +155,6 @@ def test_batch_refused_by_the_gate_is_replayed(running_job: object,
     assert applied.pause_ms > 0
     metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
     _assert_exactly_once(cfg, output)
-    metrics.close()
-    output.close()
 
 
 def _assert_exactly_once(cfg: JobConfig, output: TopicReader) -> None:
@@ -185,22 +171,23 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
     before = job.owner.desired
     q = cfg.query_id
     bad = {
-        control(q, "input_parallelism", "3", epoch=2, key=b"someone-else's-key!"):
+        signed(q, "input_parallelism", "3", 2, b"someone-else's-key!"):
             "bad_signature: bad authentication tag",
-        control(q, "input_parallelism", "3", epoch=2, key=None): "unsigned: unsigned",
-        control(q, "input_parallelism", "3", epoch=1): "stale_epoch: stale epoch 1 ≤ 1",
-        control(q, "input_parallelism", "99", epoch=3):
+        signed(q, "input_parallelism", "3", 2, None): "unsigned: unsigned",
+        signed(q, "input_parallelism", "3", 1, KEY): "stale_epoch: stale epoch 1 ≤ 1",
+        signed(q, "input_parallelism", "99", 3, KEY):
             "bad_value: bad value '99' for input_parallelism: expected an integer in [1, 4]",
-        control(q, "shed_fraction", "0.9", epoch=3): "bad_value: bad value '0.9'",
-        control(q, "executors", "3", epoch=3): "this job runs local[4]",
-        control(q, "state_partitions", "8", epoch=3): "unsupported: cannot change "
+        signed(q, "shed_fraction", "0.9", 3, KEY): "bad_value: bad value '0.9'",
+        signed(q, "executors", "3", 3, KEY): "this job runs local[4]",
+        signed(q, "state_partitions", "8", 3, KEY): "unsupported: cannot change "
             "state_partitions: its checkpoint uses HDFSBackedStateStoreProvider",
-        control(q, "input_topic", cfg.output_topic, epoch=3):
+        signed(q, "input_topic", cfg.output_topic, 3, KEY):
             f"precondition: cannot switch the input to {cfg.output_topic}: "
             f"{cfg.output_topic} is the job's own output topic",
     }
     produce(cfg.bootstrap_servers, cfg.control_topic, [(q.encode(), b"\xc3\x01garbage")])
-    produce_records(cfg.bootstrap_servers, cfg.control_topic, [(q, t) for t in bad])
+    for tuple_ in bad:
+        publish(cfg.bootstrap_servers, cfg.control_topic, tuple_)
     for tuple_, expected_detail in bad.items():
         ack = ack_for(acks, tuple_.control_id)
         assert ack.outcome is Outcome.REJECTED
@@ -224,7 +211,7 @@ class SteadyLoad:
     def __init__(self, config: JobConfig, per_chunk: int = 20, every_s: float = 0.1) -> None:
         from confluent_kafka import Producer
 
-        self._producer = Producer({"bootstrap.servers": config.bootstrap_servers, "acks": "all"})
+        self._producer = Producer(client_config(config.bootstrap_servers, **IDEMPOTENT))
         self._topic, self._per_chunk, self._every_s = config.input_topic, per_chunk, every_s
         self._stop = threading.Event()
         self._chunk = threading.Lock()
@@ -255,122 +242,6 @@ class SteadyLoad:
         return self.produced
 
 
-ACTIONS = (("max_offsets_per_trigger", "300"), ("shed_fraction", "0.3"), ("udf_version", "v2"),
-           ("output_topic", None))
-"""Applied in this order, epochs 1-4; None: the test's second output topic."""
-
-
-def test_throttle_shed_udf_swap_and_output_retarget_under_load(
-        spark: object, job_config: JobConfig, new_topic: Callable[..., str]) -> None:
-    from streaming_jobs.runtime.job import ElasticJob
-    from streaming_jobs.runtime.kafka import read_latest
-
-    cfg, second_output = job_config, new_topic(partitions=1)
-    job = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    job.start()
-    readers = {name: TopicReader(cfg.bootstrap_servers, topic) for name, topic in (
-        ("metrics", cfg.metrics_topic), ("acks", cfg.ack_topic), ("out", cfg.output_topic),
-        ("out2", second_output))}
-    assert job.wait_control_ready(30)
-    load = SteadyLoad(cfg)
-    try:
-        readers["metrics"].until(lambda ms: any(metrics_of(m).input_rows for m in ms), 120)
-        last_id = _apply_each_action(cfg, readers, second_output)
-    finally:
-        produced = load.stop()
-    expected = replace(job.owner.desired, epoch=4, max_offsets_per_trigger=300, shed_fraction=0.3,
-                       udf_version="v2", output_topic=second_output)
-    assert job.owner.desired == expected
-
-    produce_records(cfg.bootstrap_servers, cfg.input_topic,
-                    [(SENTINEL, SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1))])
-    seen = readers["metrics"].until(lambda ms: consumed(ms) >= produced + 1, 240)
-    shed = _assert_metrics_reflect_throttle_and_shed(seen)
-    assert counter(job, "streamctl_job_rows_shed_total") == shed
-    _assert_windows_across_the_retarget(readers, produced, shed)
-
-    state = read_latest(cfg.bootstrap_servers, cfg.state_topic, cfg.query_id,
-                        DesiredStateRecord)
-    assert state is not None and (state.epoch, state.control_id) == (4, last_id)
-    assert (state.output_topic, state.shed_fraction, state.udf_version) == (
-        second_output, 0.3, "v2")
-    job.stop()
-    restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    assert restarted.owner.desired == expected  # a new process resumes the applied state
-    restarted.stop()
-    for reader in readers.values():
-        reader.close()
-
-
-def _apply_each_action(cfg: JobConfig, readers: dict[str, TopicReader], second: str) -> str:
-    """Send each action, check its ack, let two batches run with it; the last control id."""
-    tuple_ = None
-    for epoch, (parameter, value) in enumerate(ACTIONS, start=1):
-        tuple_ = control(cfg.query_id, parameter, value or second, epoch)
-        produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, tuple_)])
-        ack = ack_for(readers["acks"], tuple_.control_id)
-        assert ack.outcome is Outcome.APPLIED, ack.detail
-        assert ack.detail.startswith(f"{parameter} ") and "→" in ack.detail, ack.detail
-        assert ("without a restart" in ack.detail) == (parameter == "output_topic")
-        readers["metrics"].until(lambda ms, e=epoch: sum(
-            1 for m in map(metrics_of, ms) if m.config_epoch == e and m.input_rows) >= 2, 180)
-    assert tuple_ is not None
-    return tuple_.control_id
-
-
-def _assert_metrics_reflect_throttle_and_shed(messages: list) -> int:
-    """Batch caps and shed rows per epoch; returns the rows shed in all (each batch once)."""
-    batches = {m.batch_id: m for m in map(metrics_of, messages) if m.batch_id >= 0}
-    by_epoch: dict[int, list[TaskMetrics]] = {}
-    for m in batches.values():
-        by_epoch.setdefault(m.config_epoch, []).append(m)
-    assert all(m.max_offsets_per_trigger == 400 for m in by_epoch[0])
-    throttled = sorted((m for e, ms in by_epoch.items() if e >= 1 for m in ms),
-                       key=lambda m: m.batch_id)
-    assert all(m.max_offsets_per_trigger == 300 for m in throttled)
-    # The first may be the replay of the batch the gate held back, planned under the old cap.
-    assert throttled[0].input_rows <= 400
-    assert all(m.input_rows <= 300 for m in throttled[1:])
-    assert sum(m.rows_shed for e in (0, 1) for m in by_epoch.get(e, [])) == 0
-    assert sum(m.rows_shed for e in (2, 3, 4) for m in by_epoch.get(e, [])) > 0
-    return sum(m.rows_shed for m in batches.values())
-
-
-def _assert_windows_across_the_retarget(readers: dict[str, TopicReader], produced: int,
-                                        shed: int) -> None:
-    """Every window once across the two topics; only low-priority sensors lost (shed) rows,
-    exactly as many as the metrics counted; v1 regions first, v2 last."""
-    expected = _expected_windows(produced)
-    rows: dict[tuple[str, int], list[SensorWindowAverage]] = {}
-
-    def collect() -> bool:
-        rows.clear()
-        for name in ("out", "out2"):
-            for w in _windows(readers[name].messages):
-                rows.setdefault((w.sensor_id, w.window_start_ms), []).append(w)
-        return set(expected) <= set(rows)
-
-    deadline = time.monotonic() + 180
-    while not collect():
-        assert time.monotonic() < deadline, f"windows missing: {set(expected) - set(rows)}"
-        for name in ("out", "out2"):
-            readers[name].poll(0.2)
-    assert _windows(readers["out"].messages) and _windows(readers["out2"].messages)
-    assert all(len(ws) == 1 for ws in rows.values()), "a window was emitted twice"
-    missing = 0
-    for key, (count, seq_sum) in expected.items():
-        window = rows[key][0]
-        if key[0] in ("sensor-0", "sensor-1"):  # low priority: may be shed
-            assert window.count <= count
-            missing += count - window.count
-        else:
-            assert (window.count, window.seq_sum) == (count, seq_sum), key
-    assert missing == shed
-    first, last = min(k[1] for k in expected), max(k[1] for k in expected)
-    assert all("-" not in ws[0].region for k, ws in rows.items() if k[1] == first)
-    assert all("-" in ws[0].region for k, ws in rows.items() if k[1] == last)
-
-
 def _expected_windows(produced: int) -> dict[tuple[str, int], tuple[int, int]]:
     counts: Counter[tuple[str, int]] = Counter()
     sums: Counter[tuple[str, int]] = Counter()
@@ -382,18 +253,19 @@ def _expected_windows(produced: int) -> dict[tuple[str, int], tuple[int, int]]:
     return {k: (counts[k], sums[k]) for k in counts}
 
 
-def test_state_partitions_up_and_down_keep_every_window(spark: object,
-                                                        job_config: JobConfig) -> None:
+def test_state_partitions_up_and_down_keep_every_window(
+        spark: object, job_config: JobConfig,
+        topic_reader: Callable[[str], TopicReader]) -> None:
     """2→4→1 state partitions while records arrive: Spark's offline repartition between the
     quiesce and the restart; every window is still emitted once with every record."""
     from tests.spark.fraud_io import stateful_session
 
     cfg = job_config
-    with stateful_session(spark, partitions=cfg.state_partitions):
-        job, metrics, acks, output = _started(spark, cfg)
+    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
+    with stateful_session(spark, partitions=cfg.state_partitions), _started(spark, cfg):
         with second_half_arriving(cfg, metrics):
             for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
-                ack = _send(cfg, acks, "state_partitions", str(new), epoch)
+                ack = _send(cfg, "state_partitions", str(new), epoch)
                 assert ack.outcome is Outcome.APPLIED, ack.detail
                 assert f"state repartitioned {old}→{new}" in ack.detail, ack.detail
         metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
@@ -401,26 +273,39 @@ def test_state_partitions_up_and_down_keep_every_window(spark: object,
         seen = metrics.until(lambda ms: consumed(ms) >= TOTAL + 1, 120)
         partitions = {m.config_epoch: m.state_partitions for m in map(metrics_of, seen)}
         assert partitions == {0: 2, 1: 4, 2: 1}
-        job.stop()
-    for reader in (metrics, acks, output):
-        reader.close()
 
 
 def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
-        spark: object, job_config: JobConfig, new_topic: Callable[..., str]) -> None:
+        spark: object, job_config: JobConfig, new_topic: Callable[..., str],
+        topic_reader: Callable[[str], TopicReader]) -> None:
     """A → B (4 partitions) under load: refused while producers still write A; applied once
     they moved; records written to A afterwards are reported, and switching back reads them.
     Every window is emitted once with every record."""
-    from streaming_jobs.runtime.job import ElasticJob
-    from streaming_jobs.send_cli import send
-
     cfg = replace(job_config, input_drain_quiet_s=1.0, input_drain_timeout_s=8.0)
     a, b = cfg.input_topic, new_topic(partitions=4)
-    job, metrics, acks, output = _started(spark, cfg)
+    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
+    with _started(spark, cfg) as job:
+        produced = _switch_under_load(cfg, job, metrics, b)
+        _switch_back_for_the_stragglers(cfg, job, metrics, produced)
+        _assert_exactly_once_up_to(cfg, output, produced + 3, a)
+        seen = metrics.until(lambda ms: any(metrics_of(m).config_epoch == 2 and
+                                            metrics_of(m).input_rows for m in ms), 60)
+    topics = {(m.config_epoch, m.source_topics) for m in map(metrics_of, seen)}
+    assert {(0, (a,)), (1, (b,)), (2, (a,))} <= topics
+    assert {p.partition for m in map(metrics_of, seen) if m.config_epoch == 1
+            for p in m.partitions} == {0, 1, 2, 3}
+
+
+def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -> int:
+    """Refused while the producers write A, applied once they moved to B; how many records
+    were produced in all."""
+    from streaming_jobs.send_cli import send
+
+    a = cfg.input_topic
     load = SteadyLoad(cfg, per_chunk=10)
     try:
         metrics.until(lambda ms: any(metrics_of(m).input_rows for m in ms), 120)
-        refused = _send(cfg, acks, "input_topic", b, epoch=1)
+        refused = _send(cfg, "input_topic", b, epoch=1)
         assert refused.outcome is Outcome.REJECTED, refused.detail
         assert refused.detail.startswith(f"precondition: cannot switch the input to {b}: {a} "
                                          "is still being written to"), refused.detail
@@ -438,52 +323,43 @@ def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
     assert switched.outcome is Outcome.APPLIED and switched.pause_ms > 0, switched.detail
     assert f"{a} drained in" in switched.detail
     assert f"{b} read from {{0: 0, 1: 0, 2: 0, 3: 0}}" in switched.detail, switched.detail
+    return produced
 
+
+def _switch_back_for_the_stragglers(cfg: JobConfig, job: Any, metrics: TopicReader,
+                                    produced: int) -> None:
+    """Records written to the retired A are reported; switching back to A reads them."""
+    a = cfg.input_topic
     stragglers = range(produced, produced + 3)  # a producer that did not move
     produce_records(cfg.bootstrap_servers, a, ((reading(s).sensor_id, reading(s))
                                                for s in stragglers))
     assert job.check_retired_inputs() == {a: 3}
     assert counter(job, "streamctl_job_unread_retired_input_records", topic=a) == 3
     metrics.until(lambda ms: consumed(ms) >= produced, 180)  # B drained too
-    back = _send(cfg, acks, "input_topic", a, epoch=2)
+    back = _send(cfg, "input_topic", a, epoch=2)
     assert back.outcome is Outcome.APPLIED, back.detail
     assert f"{a} read from {{0: " in back.detail
     assert job.check_retired_inputs() == {}
 
-    _assert_exactly_once_up_to(cfg, output, produced + 3, a)
-    seen = metrics.until(lambda ms: any(metrics_of(m).config_epoch == 2 and
-                                        metrics_of(m).input_rows for m in ms), 60)
-    topics = {(m.config_epoch, m.source_topics) for m in map(metrics_of, seen)}
-    assert {(0, (a,)), (1, (b,)), (2, (a,))} <= topics
-    assert {p.partition for m in map(metrics_of, seen) if m.config_epoch == 1
-            for p in m.partitions} == {0, 1, 2, 3}
-    job.stop()
-    restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    assert restarted.owner.desired.input_topic == a and restarted.inputs.current.name == "input_2"
-    restarted.stop()
-    for reader in (metrics, acks, output):
-        reader.close()
 
-
-def _started(spark: object, cfg: JobConfig) -> tuple[Any, TopicReader, TopicReader,
-                                                     TopicReader]:
-    """A started job whose control consumer is ready, and readers of its metrics, acks and
-    output."""
+@contextmanager
+def _started(spark: object, cfg: JobConfig) -> Iterator[Any]:
+    """A started job whose control consumer is ready; stopped when the block ends."""
     from streaming_jobs.runtime.job import ElasticJob
 
     job = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
     job.start()
-    readers = tuple(TopicReader(cfg.bootstrap_servers, topic)
-                    for topic in (cfg.metrics_topic, cfg.ack_topic, cfg.output_topic))
-    assert job.wait_control_ready(30), "control consumer never got its partition"
-    return job, *readers  # type: ignore[return-value]
+    try:
+        assert job.wait_control_ready(30), "control consumer never got its partition"
+        yield job
+    finally:
+        job.stop()
 
 
-def _send(cfg: JobConfig, acks: TopicReader, parameter: str, value: str,
-          epoch: int) -> Ack:
-    tuple_ = control(cfg.query_id, parameter, value, epoch)
-    produce_records(cfg.bootstrap_servers, cfg.control_topic, [(cfg.query_id, tuple_)])
-    return ack_for(acks, tuple_.control_id)
+def _send(cfg: JobConfig, parameter: str, value: str, epoch: int) -> Ack:
+    """A signed tuple, as `job send` sends it; the job's ack."""
+    return send_and_await(cfg.bootstrap_servers, cfg.query_id, parameter, value, epoch, KEY,
+                          control_topic=cfg.control_topic, ack_topic=cfg.ack_topic)
 
 
 def _assert_exactly_once_up_to(cfg: JobConfig, output: TopicReader, produced: int,
@@ -505,7 +381,8 @@ def broken_lookup(sensor_id: str) -> str:
 
 
 def test_a_restart_that_fails_rolls_back_and_loses_nothing(
-        running_job: object, job_config: JobConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+        running_job: object, job_config: JobConfig, monkeypatch: pytest.MonkeyPatch,
+        topic_reader: Callable[[str], TopicReader]) -> None:
     """A real failure on resume: the new UDF fails in the Spark tasks of the first batch after
     the restart. The job restarts with the previous settings, acks FAILED with the reason,
     keeps running, and the batch that failed is replayed: every window once."""
@@ -514,11 +391,9 @@ def test_a_restart_that_fails_rolls_back_and_loses_nothing(
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
     monkeypatch.setitem(sensor_job.functions, "broken", broken_lookup)  # type: ignore[index]
-    metrics = TopicReader(cfg.bootstrap_servers, cfg.metrics_topic)
-    acks = TopicReader(cfg.bootstrap_servers, cfg.ack_topic)
-    output = TopicReader(cfg.bootstrap_servers, cfg.output_topic)
+    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
     with second_half_arriving(cfg, metrics):
-        failed = _send(cfg, acks, "udf_version", "broken", epoch=1)
+        failed = _send(cfg, "udf_version", "broken", epoch=1)
     assert failed.outcome is Outcome.FAILED, failed.detail
     assert re.fullmatch(r"restart with udf_version v1→broken failed \(ValueError: lookup "
                         r"service refused sensor-\d\); rolled back to epoch 0", failed.detail), (
@@ -527,5 +402,3 @@ def test_a_restart_that_fails_rolls_back_and_loses_nothing(
     assert (job.owner.desired.udf_version, job.owner.desired.epoch) == ("v1", 0)
     metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)
     _assert_exactly_once(cfg, output)
-    for reader in (metrics, acks, output):
-        reader.close()

@@ -7,25 +7,39 @@ partitions up and down, an output retarget, an input retarget (the producers mov
 with more partitions), a throttle, load shedding and a UDF swap, each acked APPLIED with its
 pause. Then a read_committed consumer over both output topics must see every acknowledged
 transaction exactly once except those shed (counted by the job's metrics, all low priority),
-and each account's count must run 1, 2, 3, … in sequence order across every change.
+and each account's count must run 1, 2, 3, … in sequence order across every change. The
+state topic holds the last change, and a new `job run` process on the same checkpoint resumes
+at it.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from schemas.codec import codec_for
-from schemas.records import Outcome, ScoredTransaction, TaskMetrics
-from streamctl.processes import wait_until
+from schemas.records import Ack, DesiredStateRecord, Outcome, ScoredTransaction, TaskMetrics
+from streamctl.processes import Child, start_child
 from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.kafka import read_latest
+from tests.spark.bound import run_command
 from tests.spark.conftest import SPARK_TASK_SLOTS
-from tests.spark.control_io import KEY, ack_for, consumed, control, metrics_of
-from tests.spark.fraud_io import CardLoad, fraud_config, fraud_job, read_committed, stateful_session
-from tests.spark.kafka_io import TopicReader, produce_records
+from tests.spark.control_io import KEY, consumed, counter, metrics_of
+from tests.spark.fraud_io import CardLoad, fraud_config, fraud_job, stateful_session, txn
+from tests.support.control import send_and_await
+from tests.support.kafka import (
+    TopicReader,
+    decoded,
+    produce_records,
+    read_committed,
+    read_committed_once_there,
+)
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(330)]
 
@@ -51,61 +65,109 @@ def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path
         input_drain_quiet_s=1.0, input_drain_timeout_s=60.0)
 
 
-def test_every_action_in_order_loses_duplicates_and_resets_nothing(
-        spark: object, config: JobConfig, new_topic: Callable[..., str]) -> None:
+def test_every_action_in_order_loses_duplicates_and_resets_nothing_then_a_new_process_resumes(
+        spark: object, config: JobConfig, new_topic: Callable[..., str], tmp_path: Path) -> None:
     from streaming_jobs.runtime.job import ElasticJob
 
     topics = {"out2": new_topic(partitions=2), "in2": new_topic(partitions=4)}
-    readers = {name: TopicReader(config.bootstrap_servers, topic) for name, topic in (
-        ("metrics", config.metrics_topic), ("acks", config.ack_topic))}
-    with stateful_session(spark, partitions=config.state_partitions):
-        job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
-        job.start()
-        assert job.wait_control_ready(30)
-        load = CardLoad(config.bootstrap_servers, config.input_topic)
-        try:
-            _wait_batches(readers["metrics"], epoch=0)
-            pauses = [_apply(config, readers, load, epoch, parameter, topics.get(value, value))
-                      for epoch, (parameter, value) in enumerate(ACTIONS, start=1)]
-            # On an idle machine every change is through in ~20 s (960 transactions at ~50/s):
-            # keep the load on until the exactness check below has enough to count.
-            wait_until(lambda: len(load.acked) > 1000, 60, interval_s=0.2,
-                       what="1 000 acknowledged transactions")
-        finally:
-            acked = load.stop()
-        assert load.failed == 0 and len(acked) > 1000
-        seen = readers["metrics"].until(lambda ms: consumed(ms) >= len(acked), 180)
-        job.stop()
-    for reader in readers.values():
-        reader.close()
+    metrics = TopicReader(config.bootstrap_servers, config.metrics_topic)
+    try:
+        with stateful_session(spark, partitions=config.state_partitions):
+            job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
+            job.start()
+            try:
+                assert job.wait_control_ready(30)
+                acked, acks = _apply_each_action_under_load(config, metrics, topics)
+                seen = metrics.until(lambda ms: consumed(ms) >= len(acked), 180)
+            finally:
+                job.stop()
+    finally:
+        metrics.close()
     batches = {m.batch_id: m for m in map(metrics_of, seen) if m.batch_id >= 0}
     _assert_metrics_follow_each_action(batches, config.input_topic, topics["in2"])
     shed = sum(m.rows_shed for m in batches.values())
     assert shed > 0 and sum(m.rows_dropped_by_watermark for m in batches.values()) == 0
-    codec = codec_for(ScoredTransaction)
-    scored = [codec.decode(v) for v in read_committed(
-        config.bootstrap_servers, [config.output_topic, topics["out2"]], len(acked) - shed, 120)]
+    assert counter(job, "streamctl_job_rows_shed_total") == shed
+    scored = decoded(read_committed_once_there(
+        config.bootstrap_servers, [config.output_topic, topics["out2"]], len(acked) - shed, 120),
+        ScoredTransaction)
     _assert_every_transaction_once_but_the_shed(scored, acked, shed)
     _assert_counts_continue_per_account(scored)
-    print("pauses (ms):", dict(zip((f"{p}={v}" for p, v in ACTIONS), pauses, strict=True)))
+    print("pauses (ms):", {f"{p}={v}": a.pause_ms for (p, v), a in zip(ACTIONS, acks,
+                                                                      strict=True)})
+
+    state = read_latest(config.bootstrap_servers, config.state_topic, config.query_id,
+                        DesiredStateRecord)
+    assert state is not None and (state.epoch, state.control_id) == (len(ACTIONS),
+                                                                     acks[-1].control_id)
+    _assert_a_new_process_resumes_every_change(config, topics, tmp_path)
 
 
-def _apply(config: JobConfig, readers: dict[str, TopicReader], load: CardLoad, epoch: int,
-           parameter: str, value: str) -> int:
-    """Send one action, assert its ack, let a batch with data run under it; its pause."""
+def _apply_each_action_under_load(config: JobConfig, metrics: TopicReader,
+                                  topics: dict[str, str]) -> tuple[dict[str, Any], list[Ack]]:
+    """Card transactions arrive throughout; each action is applied in turn. The transactions
+    the broker acknowledged, and each action's ack."""
+    load = CardLoad(config.bootstrap_servers, config.input_topic)
+    try:
+        _wait_batches(metrics, epoch=0)
+        acks = [_apply(config, metrics, load, epoch, parameter, topics.get(value, value))
+                for epoch, (parameter, value) in enumerate(ACTIONS, start=1)]
+        # On an idle machine every change is through in ~20 s (960 transactions at ~50/s):
+        # keep the load on until the exactness check has enough to count.
+        until(lambda: len(load.acked) > 1000, 60, "1 000 acknowledged transactions")
+    finally:
+        acked = load.stop()
+    assert load.failed == 0 and len(acked) > 1000
+    return acked, acks
+
+
+def _apply(config: JobConfig, metrics: TopicReader, load: CardLoad, epoch: int,
+           parameter: str, value: str) -> Ack:
+    """Send one action, assert its ack, let a batch with data run under it."""
     if parameter == "input_topic":
         load.move_to(value)  # the contract of a switch: producers move first
-    tuple_ = control(config.query_id, parameter, value, epoch)
-    produce_records(config.bootstrap_servers, config.control_topic, [(config.query_id, tuple_)])
-    ack = ack_for(readers["acks"], tuple_.control_id)
+    ack = send_and_await(config.bootstrap_servers, config.query_id, parameter, value, epoch,
+                         KEY, control_topic=config.control_topic, ack_topic=config.ack_topic)
     assert ack.outcome is Outcome.APPLIED, f"{parameter}={value}: {ack.detail}"
     assert ack.detail.startswith(f"{parameter} ") and "→" in ack.detail, ack.detail
     if parameter == "output_topic":  # swapped at a batch boundary: the pause is the hold
         assert "without a restart" in ack.detail and ack.pause_ms >= 0, ack.detail
     else:
         assert ack.pause_ms > 0, ack.detail
-    _wait_batches(readers["metrics"], epoch)
-    return ack.pause_ms
+    _wait_batches(metrics, epoch)
+    return ack
+
+
+def _assert_a_new_process_resumes_every_change(config: JobConfig, topics: dict[str, str],
+                                               workdir: Path) -> None:
+    """A real `job run` process, same query and checkpoint: its batches run at the last
+    epoch's settings, reading the second input and writing the second output with v2."""
+    resumed = replace(config, instance_id="resumed")
+    child = start_child("resumed", run_command(resumed), workdir,
+                        {"STREAMCTL_CONTROL_KEY": KEY.decode()})
+    now_ms = int(time.time() * 1000)  # past the watermark the load's event times set
+    late = [replace(txn(900, seq), event_time_ms=now_ms + seq) for seq in range(5)]  # never shed
+    try:
+        produce_records(config.bootstrap_servers, topics["in2"], ((t.account_id, t) for t in late))
+        rows = until(lambda: _scored_for(config, topics["out2"], "acct-900", child), 180,
+                     "the new process's output")
+        first = next(m for m in decoded(read_committed(config.bootstrap_servers,
+                                                       config.metrics_topic), TaskMetrics)
+                     if m.instance_id == "resumed" and m.input_rows)
+    finally:
+        child.stop(30)
+    assert [(r.account_seq, r.account_txn_count, r.scorer_version) for r in rows] == [
+        (seq, seq + 1, "v2") for seq in range(5)]
+    assert (first.config_epoch, first.source_topics, first.max_offsets_per_trigger) == (
+        len(ACTIONS), (topics["in2"],), 150)
+
+
+def _scored_for(config: JobConfig, topic: str, account: str,
+                child: Child) -> list[ScoredTransaction] | None:
+    assert child.alive(), child.log_tail()
+    rows = [r for r in decoded(read_committed(config.bootstrap_servers, topic), ScoredTransaction)
+            if r.account_id == account]
+    return sorted(rows, key=lambda r: r.account_seq) if len(rows) >= 5 else None
 
 
 def _wait_batches(metrics: TopicReader, epoch: int) -> None:

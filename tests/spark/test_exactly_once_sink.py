@@ -4,7 +4,6 @@ that batch, and a read_committed consumer still sees every window exactly once."
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -18,10 +17,10 @@ from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.job import ElasticJob
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
-from tests.integration.committed_reader import read_committed
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
-from tests.spark.kafka_io import produce_records
+from tests.support.kafka import produce_records, read_committed
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -83,13 +82,6 @@ def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
         task_slots=SPARK_TASK_SLOTS, metrics_port=0, control_key=b"exactly-once-test")
 
 
-def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.2)
-
-
 def committed_windows(cfg: JobConfig) -> list[SensorWindowAverage]:
     codec = codec_for(SensorWindowAverage)
     windows = (codec.decode(m.value()) for m in read_committed(cfg.bootstrap_servers,
@@ -108,7 +100,7 @@ def test_a_batch_replayed_after_its_transaction_committed_is_not_written_twice(
     crashing.query.sink = crash  # type: ignore[assignment]
     crashing.start()
     try:
-        wait_until(lambda: not crashing.query.is_active(), 180, "the simulated crash")
+        until(lambda: not crashing.query.is_active(), 180, "the simulated crash")
         assert "simulated crash" in (crashing.query.failure() or "")
     finally:
         crashing.stop()
@@ -122,7 +114,7 @@ def test_a_batch_replayed_after_its_transaction_committed_is_not_written_twice(
         sentinel = SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1)  # closes every window
         produce_records(cfg.bootstrap_servers, cfg.input_topic, [(SENTINEL, sentinel)])
         expected = expected_windows()
-        wait_until(lambda: len(committed_windows(cfg)) >= len(expected), 240,
+        until(lambda: len(committed_windows(cfg)) >= len(expected), 240,
                    "every window in the output")
         sink = restarted.query.sink
         assert isinstance(sink, TransactionalKafkaSink)

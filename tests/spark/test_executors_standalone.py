@@ -1,6 +1,6 @@
 """The `executors` control tuple on a real Spark standalone cluster, under load.
 
-A local master and one worker of the compose file (`tests.deploy.spark_cluster`: 2 cores,
+A local master and one worker of the compose file (the session's `spark_cluster`: 2 cores,
 pyspark's own Spark) and the job as a separate process submitted to it with one-core, 512 MiB
 executors, at most two. The master grants an application every free core when it registers,
 so the job starts with two executors and releases the one beyond its `--executors 1`. Then
@@ -12,20 +12,14 @@ committed output holds every produced record exactly once (`tests.accounting`).
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from schemas import auth
-from schemas.records import Ack, ControlTuple, Outcome, TaskMetrics
-from streamctl.tail import Tail
-from tests.accounting import until
-from tests.deploy.spark_cluster import LocalSparkCluster, start_cluster
-from tests.faults.harness import CONTROL_KEY, FaultBed, now_ms
-from tests.spark.kafka_io import produce_records
+from schemas.records import Outcome, TaskMetrics
+from tests.support.fault_bed import FaultBed
+from tests.support.spark_cluster import LocalSparkCluster
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(540)]
 
@@ -34,38 +28,21 @@ JOB_START_BUDGET_S = 240.0
 """Driver up, executors launched and registered, first batch: 60-120 s on 2 busy cores."""
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalSparkCluster]:
-    started = start_cluster(tmp_path / "spark")
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture
-def bed(bootstrap_servers: str, new_topic: Callable[..., str],
-        tmp_path: Path) -> Iterator[FaultBed]:
-    b = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 def test_executors_up_and_down_on_a_standalone_cluster(
-        bed: FaultBed, cluster: LocalSparkCluster) -> None:
+        bed: FaultBed, spark_cluster: LocalSparkCluster) -> None:
+    cluster = spark_cluster
     bed.start_job("job", "--spark-master", cluster.master_url, "--executor-cores", "1",
                   "--executor-memory-mb", "512", "--max-executors", str(MAX_EXECUTORS),
                   "--executors", "1")
     bed.start_load(100)
     _wait_batch(bed, lambda m: m.task_slots == 1, JOB_START_BUDGET_S,
                 "a batch on the one executor the job asked for")
-    assert cluster.master_metric("metrics_master_apps_Value") == 1  # the job, on the cluster
+    until(lambda: cluster.master_metric("metrics_master_apps_Value") == 1, 30.0,
+          "the job as the cluster's only application", 1.0)
 
     acks = []
     for epoch, (before, after) in enumerate(((1, 2), (2, 1)), start=1):
-        ack = _send(bed, "executors", str(after), epoch)
+        ack = bed.send_and_await("executors", str(after), epoch)
         assert ack.outcome is Outcome.APPLIED, ack.detail
         assert ack.detail.startswith(f"executors {before}→{after}; swapped at a batch boundary "
                                      f"without a restart, new batches held {ack.pause_ms} ms; "
@@ -77,7 +54,7 @@ def test_executors_up_and_down_on_a_standalone_cluster(
                     and m.batch_start_ms > t, 120, f"a batch after the ack of epoch {epoch}")
         acks.append((epoch, ack.acked_at_ms, after))
 
-    rejected = _send(bed, "executors", str(MAX_EXECUTORS + 1), epoch=3)
+    rejected = bed.send_and_await("executors", str(MAX_EXECUTORS + 1), epoch=3)
     assert rejected.outcome is Outcome.REJECTED
     assert rejected.detail == (f"bad_value: bad value '{MAX_EXECUTORS + 1}' for executors: "
                                f"expected an integer in [1, {MAX_EXECUTORS}] (max_executors)")
@@ -109,27 +86,3 @@ def _wait_batch(bed: FaultBed, matches: Callable[[TaskMetrics], bool], timeout_s
 
     until(seen, timeout_s, what)
     return next(m for m in bed.commits if matches(m))
-
-
-def _send(bed: FaultBed, parameter: str, value: str, epoch: int) -> Ack:
-    """A tuple signed with the bed's control key; its ack, waited for."""
-    tuple_ = auth.sign(ControlTuple(
-        control_id=str(uuid.uuid4()), query_id=bed.query_id, operator_id="source",
-        parameter=parameter, value=value, epoch=epoch, issuer="test",
-        reason="executors on a standalone cluster", issued_at_ms=int(time.time() * 1000)),
-        CONTROL_KEY.encode())
-    acks = Tail(bed.bootstrap, {bed.topics["acks"]: Ack}, start_at_ms=now_ms())
-    produce_records(bed.bootstrap, bed.topics["control"], [(bed.query_id, tuple_)])
-    found: list[Ack] = []
-
-    def answered() -> bool:
-        found.extend(a for _, a in acks.poll(0.5) if isinstance(a, Ack)
-                     and a.control_id == tuple_.control_id)
-        bed.assert_alive()
-        return bool(found)
-
-    try:
-        until(answered, 150, f"the ack of {parameter}={value}")
-    finally:
-        acks.close()
-    return found[0]

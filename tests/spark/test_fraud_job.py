@@ -1,37 +1,41 @@
-"""The fraud-detection job on a real broker and real Spark: one scored record per input
-transaction with the per-account count, the rules firing where the input asks for them, and
-undecodable input sent to the dead-letter topic and counted."""
+"""The fraud-detection job through the elastic runtime (registry → plan → transactional sink)
+on a real broker and real Spark. A read_committed consumer sees every acknowledged
+transaction scored exactly once with its account's running count, the rules fire where the
+input asks for them, and undecodable input goes to the dead-letter topic, counted."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from schemas.records import CardTransaction, ScoredTransaction, TaskMetrics
+from streamctl.cards import CardLedger
+from streamctl.loadgen import LoadSpec, run_load
+from streamctl.profiles import RateProfile
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.rules import AMOUNT_OUTLIER, COUNTRY_CHANGE, VELOCITY, FraudRules
-from streaming_jobs.runtime.query.input import OBSERVATION
-from tests.spark.fraud_io import (
-    fraud_config,
-    produce_txns,
-    run_available_now,
-    stateful_session,
-    txn,
-)
-from tests.spark.kafka_io import TopicReader, produce
+from tests.accounting import assert_every_transaction_scored_once
+from tests.spark.conftest import SPARK_TASK_SLOTS
+from tests.spark.control_io import counter
+from tests.spark.fraud_io import fraud_config, fraud_job, produce_txns, stateful_session, txn
+from tests.support.kafka import decoded, produce, read_committed, read_committed_once_there
+from tests.support.waiting import until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(360)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
 ACCOUNTS = 4
 PER_ACCOUNT = 12
 RULES = FraudRules()
+GARBAGE = (b"garbage", b"\xc3\x01not-avro")
 
 
-def workload() -> list:
+def workload() -> list[CardTransaction]:
     """Quiet accounts, except: acct-0 pays in a burst (velocity), acct-1 jumps country
-    (country change), acct-2's last payment is huge (amount outlier)."""
+    (country change), acct-2's last payment is huge (amount outlier). The load generator's
+    accounts (acct-00000 …) never collide with these."""
     txns = []
     for account in range(ACCOUNTS):
         for seq in range(PER_ACCOUNT):
@@ -50,40 +54,72 @@ def workload() -> list:
 def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
     return fraud_config(
         bootstrap_servers=bootstrap_servers,
-        query_id=f"fraud-{uuid.uuid4().hex[:8]}", input_topic=new_topic(partitions=2),
-        output_topic=new_topic(), dlq_topic=new_topic(),
-        checkpoint_dir=str(tmp_path / "checkpoint"), input_parallelism=2,
-        max_offsets_per_trigger=30, enrichment_cost_ms=1.0, watermark_s=30, task_slots=4,
-        metrics_port=0)
+        query_id=f"fraud-{uuid.uuid4().hex[:8]}", instance_id="test-instance",
+        input_topic=new_topic(partitions=2), output_topic=new_topic(partitions=2),
+        dlq_topic=new_topic(), metrics_topic=new_topic(), control_topic=new_topic(),
+        ack_topic=new_topic(), checkpoint_dir=str(tmp_path / "checkpoint"),
+        input_parallelism=2, max_offsets_per_trigger=300, trigger_interval_s=0.5,
+        enrichment_cost_ms=1.0, watermark_s=30, task_slots=SPARK_TASK_SLOTS, metrics_port=0,
+        control_key=b"fraud-runtime-test-control-key")
 
 
-def test_every_transaction_is_scored_once_with_its_account_count(
-        spark: object, config: JobConfig) -> None:
-    txns = workload()
-    produce(config.bootstrap_servers, config.input_topic, [(b"x", b"garbage"),
-                                                           (b"y", b"\xc3\x01not-avro")])
-    produce_txns(config, txns)
+@pytest.fixture
+def running_job(spark: object, config: JobConfig) -> Iterator[object]:
+    from streaming_jobs.runtime.job import ElasticJob
+
     with stateful_session(spark, partitions=3):
-        output, query = run_available_now(spark, config)
+        job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
+        job.start()
+        try:
+            yield job
+        finally:
+            job.stop()
 
-    assert sorted(r.txn_id for r in output) == sorted(t.txn_id for t in txns)  # once each
-    assert all(r.account_txn_count == r.account_seq + 1 for r in output), "count != seq + 1"
-    by_id = {r.txn_id: r for r in output}
+
+def test_every_transaction_is_scored_once_through_the_sink_with_its_rules(
+        running_job: object, config: JobConfig) -> None:
+    ledger = CardLedger()
+    produce(config.bootstrap_servers, config.input_topic, [(b"x", GARBAGE[0]),
+                                                           (b"y", GARBAGE[1])])
+    rules_input = workload()
+    produce_txns(config, rules_input)  # acknowledged on return
+    for t in rules_input:
+        ledger.record(t)
+    spec = LoadSpec(config.bootstrap_servers, config.input_topic,
+                    RateProfile("constant", 300.0), duration_s=4.0, event_type="card",
+                    accounts=15, hot_key_share=0.3)
+    loaded = run_load(spec, CardLedger())
+    assert isinstance(loaded, CardLedger) and loaded.failed == 0 and loaded.acked > 600
+    for account, count in loaded.counts.items():
+        ledger.counts[account] += count
+    ledger.acked += loaded.acked
+
+    assert_every_transaction_scored_once(config.bootstrap_servers, config.output_topic, ledger,
+                                         timeout_s=240)
+    scored = decoded(read_committed(config.bootstrap_servers, config.output_topic),
+                     ScoredTransaction)
+    _assert_rules_fired_where_asked(
+        {r.txn_id: r for r in scored if r.txn_id in {t.txn_id for t in rules_input}})
+    assert {r.scorer_version for r in scored} == {"v1"}
+
+    letters = read_committed_once_there(config.bootstrap_servers, config.dlq_topic, 2, 30)
+    assert sorted(m.value() for m in letters) == sorted(GARBAGE)
+    assert {dict(m.headers())["source_topic"] for m in letters} == {config.input_topic.encode()}
+    dead_letters = "streamctl_job_dead_letter_records_total"
+    until(lambda: counter(running_job, dead_letters) >= 2, 30, "both dead letters counted")
+    assert counter(running_job, dead_letters) == 2
+    metrics = decoded(read_committed_once_there(config.bootstrap_servers, config.metrics_topic,
+                                                1, 30), TaskMetrics)
+    assert {m.query_id for m in metrics} == {config.query_id}
+    assert {m.source_topics for m in metrics} == {(config.input_topic,)}
+
+
+def _assert_rules_fired_where_asked(by_id: dict[str, ScoredTransaction]) -> None:
+    assert len(by_id) == ACCOUNTS * PER_ACCOUNT
     fired = {tid: set(r.rules_fired) for tid, r in by_id.items() if r.rules_fired}
     burst = {f"acct-0-{s}" for s in range(RULES.velocity_max_txns, PER_ACCOUNT)}
     assert fired == ({tid: {VELOCITY} for tid in burst}
                      | {"acct-1-6": {COUNTRY_CHANGE}, "acct-1-7": {COUNTRY_CHANGE},
                         f"acct-2-{PER_ACCOUNT - 1}": {AMOUNT_OUTLIER}})
-    assert all(0.0 <= r.score <= 1.0 and r.scorer_version == "v1" for r in output)
+    assert all(0.0 <= r.score <= 1.0 for r in by_id.values())
     assert by_id[f"acct-2-{PER_ACCOUNT - 1}"].score > by_id["acct-3-5"].score
-    dead = sum(int((p.observedMetrics.get(OBSERVATION) or {"dead_letters": 0})
-                   ["dead_letters"] or 0) for p in query.recentProgress)
-    assert dead == 2
-    dlq = TopicReader(config.bootstrap_servers, config.dlq_topic)
-    try:
-        messages = dlq.until(lambda ms: len(ms) >= 2, timeout_s=30)
-    finally:
-        dlq.close()
-    headers = [dict(m.headers()) for m in messages]
-    assert {h["source_topic"] for h in headers} == {config.input_topic.encode()}
-    assert {m.value() for m in messages} == {b"garbage", b"\xc3\x01not-avro"}

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from streaming_jobs.api import Job, Json, Topics
 from streaming_jobs.config import JobConfig, bind
@@ -22,6 +21,7 @@ from streaming_jobs.runtime.query.lifecycle import ElasticQuery
 from streaming_jobs.runtime.query.plan import Plan
 from tests.runtime_query_contract import CONTRACT, QueryHarness
 from tests.spark.conftest import SPARK_TASK_SLOTS
+from tests.support.kafka import produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -55,11 +55,9 @@ class SparkHarness:
         self._fed = 0
 
     def feed(self) -> None:
-        producer = Producer({"bootstrap.servers": self._bootstrap})
-        for _ in range(20):
-            self._fed += 1
-            producer.produce(self._input, json.dumps({"id": str(self._fed), "word": "w"}))
-        assert producer.flush(30) == 0
+        first, self._fed = self._fed + 1, self._fed + 20
+        produce(self._bootstrap, self._input, [json.dumps({"id": str(n), "word": "w"}).encode()
+                                               for n in range(first, self._fed + 1)])
 
     def close(self) -> None:
         self.query.quiesce_and_stop(60)

@@ -91,8 +91,7 @@ def test_skew_is_named_with_the_partition_and_its_share() -> None:
 def test_an_ineffective_scale_up_is_remembered_and_not_repeated() -> None:
     # 4 → 12 units should have nearly doubled capacity (the overhead caps it); μ fell so
     # that capacity rose ~8 % instead: skew or an external limit.
-    check = EffectCheck(current=4, target=12, rate_per_unit=200, batch_overhead_s=1.5,
-                        applied_at_ms=NOW - 30_000)
+    check = EffectCheck(current=4, target=12, rate_per_unit=200, batch_overhead_s=1.5)
     after = model(parallelism=12, units=12, rate_per_unit=200 * 4 * 1.08 / 12)
     state = judge_effect(ControlState(effect_check=check), after, True, NOW, POLICY)
     memory = state.ineffective
@@ -107,7 +106,7 @@ def test_an_ineffective_scale_up_is_remembered_and_not_repeated() -> None:
 
 
 def test_a_scale_up_that_cleared_the_backlog_is_never_judged_ineffective() -> None:
-    check = EffectCheck(4, 12, 200, 1.5, NOW)
+    check = EffectCheck(4, 12, 200, 1.5)
     weak = model(parallelism=12, units=12, rate_per_unit=50)
     assert judge_effect(ControlState(effect_check=check), weak, False, NOW,
                         POLICY).ineffective is None

@@ -169,7 +169,7 @@ class LostRecorder(Recorder):
     def lost(self, query_ids: list[str]) -> None:
         self.lost_now = query_ids
 
-    def recommended(self, query_id: str, action: str) -> None:
+    def recommended(self, action: str) -> None:
         self.recommended_actions.append(action)
 
 

@@ -13,9 +13,9 @@ from controller.replay.trace import (
     BadRecord,
     Trace,
     TraceEntry,
+    TraceWriter,
     parse_trace,
     read_trace,
-    write_trace,
 )
 from controller.settings import ControllerSettings, PolicySettings
 from schemas import TaskMetrics
@@ -24,6 +24,17 @@ from tests.unit.controller_traces import T0_MS, Job, simulate
 
 STEP = Job(rates=[(0, 100), (30, 900)], per_unit=150, parallelism=2, max_per_batch=1500)
 """100/s, then 900/s from 30 s, on 2 units of 150/s: needs a scale-up to ~9 after the step."""
+
+
+def write_trace(path: Path, trace: Trace) -> None:
+    """`trace` as `bench.record_traces` would have written it."""
+    with path.open("w") as out:
+        writer = TraceWriter(out, topic=trace.topic, from_ms=trace.start_ms, notes=trace.notes)
+        for entry in trace.entries:
+            writer.write(entry)
+        for bad in trace.bad_records:
+            writer.bad(bad)
+        writer.close(trace.end_ms)
 
 
 def trace_of(samples: list[TaskMetrics], delay_ms: int = 0, **kwargs: object) -> Trace:

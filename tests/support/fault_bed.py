@@ -1,7 +1,8 @@
 """A test bed for fault injection: real job and controller processes, real broker, load with
 sequence numbers, and the exact accounting of `tests.accounting` at the end.
 
-Each fault test builds one `FaultBed` (uuid topics, its own checkpoint), breaks something,
+Each fault test (and the standalone-cluster test) takes one `FaultBed` (the `bed` fixture:
+uuid topics, its own checkpoint), breaks something,
 lets the system recover, and checks that the committed output holds every produced record
 exactly once. `recovery_s` measures the time from the fault to the first batch with rows
 committed after it (the job publishes a batch's metrics after its commit), which the tests
@@ -12,21 +13,21 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from confluent_kafka import Producer
-
-from schemas import ControlTuple, Role, TaskMetrics, auth, codec_for
+from schemas import Ack, ControlTuple, Role, TaskMetrics
 from schemas.records import _Record
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
-from tests.accounting import assert_every_record_accounted_for, flush_last_windows, until
+from tests.accounting import assert_every_record_accounted_for, flush_last_windows
+from tests.support.control import publish, send_and_await, signed
+from tests.support.kafka import decoded_or_none, read_committed
+from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)
 WINDOW_MS = 5_000
@@ -166,31 +167,29 @@ class FaultBed:
         return found[0]
 
     def send_control(self, parameter: str, value: str, epoch: int) -> ControlTuple:
-        """A control tuple signed with the bed's key, as the controller would send it."""
-        control = auth.sign(ControlTuple(
-            control_id=str(uuid.uuid4()), query_id=self.query_id, operator_id="source",
-            parameter=parameter, value=value, epoch=epoch, issuer="fault-test",
-            reason="fault injection", issued_at_ms=now_ms()), CONTROL_KEY.encode())
-        producer = Producer({"bootstrap.servers": self.bootstrap})
-        producer.produce(self.topics["control"], key=f"{self.query_id}/{parameter}".encode(),
-                         value=codec_for(ControlTuple).encode(control))
-        assert producer.flush(30) == 0
+        """A control tuple signed with the bed's key, as the controller would send it (the
+        test awaits its ack itself: a fault may come in between)."""
+        control = signed(self.query_id, parameter, value, epoch, CONTROL_KEY.encode())
+        publish(self.bootstrap, self.topics["control"], control)
         return control
 
-    def read_all(self, kind: str, record_type: type[R]) -> list[R]:
-        """Every record on one of the bed's control-plane topics so far."""
-        tail = Tail(self.bootstrap, {self.topics[kind]: record_type}, from_beginning=True)
+    def send_and_await(self, parameter: str, value: str, epoch: int,
+                       timeout_s: float = 150.0) -> Ack:
+        """A signed tuple sent as `job send` sends it, and the job's ack; if none comes, the
+        failure says which of the bed's processes died."""
         try:
-            end, records = tail.log_end_total(self.topics[kind]), []
-            deadline = time.monotonic() + 30
-            while len(records) + len(tail.decode_errors) < end and time.monotonic() < deadline:
-                records += [r for _topic, r in tail.poll(0.5) if isinstance(r, record_type)]
-            # Not transactional: one record per offset, so a short read is a failure, not data.
-            assert len(records) + len(tail.decode_errors) >= end, \
-                f"read {len(records)} of {end} records of {self.topics[kind]} in 30 s"
-            return records
-        finally:
-            tail.close()
+            return send_and_await(self.bootstrap, self.query_id, parameter, value, epoch,
+                                  CONTROL_KEY.encode(), control_topic=self.topics["control"],
+                                  ack_topic=self.topics["acks"], timeout_s=timeout_s)
+        except Exception:
+            self.assert_alive()
+            raise
+
+    def read_all(self, kind: str, record_type: type[R]) -> list[R]:
+        """Every record on one of the bed's control-plane topics so far (undecodable ones
+        left out)."""
+        return [r for r in decoded_or_none(read_committed(self.bootstrap, self.topics[kind]),
+                                           record_type) if r is not None]
 
     def assert_alive(self, *names: str) -> None:
         for child in self.children:

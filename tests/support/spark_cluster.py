@@ -17,16 +17,15 @@ import importlib.util
 import os
 import signal
 import subprocess
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from stack.waiting import poll_until
+from stack.ports import find_free_ports
 from streamctl.processes import Child
 from tests.deploy import deployment as d
+from tests.support.prometheus import sample, scrape
+from tests.support.waiting import until
 
 SPARK_HOME = Path(importlib.util.find_spec("pyspark").origin).parent  # type: ignore[union-attr,arg-type]
 STARTUP_BUDGET_S = 150.0
@@ -63,27 +62,6 @@ class LocalSparkCluster:
             child.stop(timeout_s=20.0)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.process.pid, signal.SIGKILL)
-
-
-def scrape(url: str) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.read().decode()
-    except OSError:
-        return None
-
-
-def sample(text: str | None, name: str) -> float | None:
-    """The sample's value, or None while the daemon's UI answers with HTML: Spark binds the
-    web UI first and attaches the metrics servlets a moment later."""
-    try:
-        for family in text_string_to_metric_families(text or ""):
-            for s in family.samples:
-                if s.name == name:
-                    return float(s.value)
-    except ValueError:
-        return None
-    return None
 
 
 def _local(text: str, replacements: Mapping[str, str]) -> str:
@@ -124,7 +102,7 @@ def start_cluster(tmp: Path, workers: int = 1,
     """Master and `workers` workers, waited for until all are registered (or stopped and
     failed). `worker_env` overrides the compose worker environment (e.g. SPARK_WORKER_CORES)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    master_port, master_ui, *worker_uis = d.listen_ports(2 + workers)
+    master_port, master_ui, *worker_uis = find_free_ports(2 + workers)
     base = {"spark-master": "127.0.0.1", "7077": str(master_port), "8080": str(master_ui)}
     cluster = LocalSparkCluster(master_port, {"spark-master": master_ui})
     try:
@@ -135,12 +113,9 @@ def start_cluster(tmp: Path, workers: int = 1,
             cluster.children.append(_start("spark-worker", instance, {**base, "8081": str(ui)},
                                            tmp, worker_env or {}))
 
-        def registered() -> bool | None:
-            cluster.assert_alive()
-            alive = cluster.master_metric("metrics_master_aliveWorkers_Value")
-            return True if alive == workers else None
-
-        assert poll_until(registered, STARTUP_BUDGET_S, 1.0), cluster.logs()
+        until(lambda: cluster.master_metric("metrics_master_aliveWorkers_Value") == workers,
+              STARTUP_BUDGET_S, f"{workers} Spark workers registered", 1.0,
+              alive=cluster.children)
     except BaseException:
         cluster.stop()
         raise

@@ -1,0 +1,152 @@
+"""Kafka from a test's side: produce bytes or records, follow a topic from its start, and read
+what a `read_committed` consumer sees, to the topic's end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from schemas.codec import codec_for
+from schemas.errors import DecodeError
+from schemas.records import _Record
+from security.kafka import IDEMPOTENT, client_config
+from tests.support.waiting import until
+
+R = TypeVar("R", bound=_Record)
+
+
+Value = bytes | None
+Item = Value | tuple[Value, Value] | tuple[Value, Value, int]
+"""A record to produce: its value, a `(key, value)` pair, or `(key, value, timestamp_ms)`."""
+
+
+def produce(bootstrap: str, topic: str, items: Iterable[Item], partition: int | None = None,
+            timestamp_ms: int = 0) -> None:
+    """Each item, acknowledged by the broker before this returns; stamped with its own
+    timestamp, else `timestamp_ms`, else now."""
+    producer = Producer(client_config(bootstrap, **IDEMPOTENT))
+    where = {} if partition is None else {"partition": partition}
+    for item in items:
+        key, value, stamp = _parts(item, timestamp_ms)
+        producer.produce(topic, key=key, value=value, timestamp=stamp, **where)
+        producer.poll(0)
+    assert producer.flush(30) == 0, f"records to {topic} were not acknowledged"
+
+
+def _parts(item: Item, timestamp_ms: int) -> tuple[Value, Value, int]:
+    if not isinstance(item, tuple):
+        return None, item, timestamp_ms
+    if len(item) == 2:
+        return item[0], item[1], timestamp_ms
+    return item  # type: ignore[return-value]
+
+
+def produce_records(bootstrap: str, topic: str, records: Iterable[tuple[str, _Record]],
+                    timestamp_ms: int = 0) -> None:
+    """`(key, record)` pairs, each single-object encoded with its type's codec."""
+    produce(bootstrap, topic,
+            ((key.encode(), codec_for(type(r)).encode(r)) for key, r in records),
+            timestamp_ms=timestamp_ms)
+
+
+def read_committed(bootstrap: str, topics: str | Sequence[str],
+                   timeout_s: float = 30.0) -> list[Message]:
+    """Every committed record of `topics` (one or several), in order per partition, read to
+    the end they have now.
+
+    With `read_committed` a partition's end is its last stable offset, so reaching it on every
+    partition means the reader saw all that is committed now, and nothing after."""
+    names = [topics] if isinstance(topics, str) else list(topics)
+    consumer = Consumer(client_config(bootstrap, **{
+        "group.id": f"test-{uuid.uuid4()}", "isolation.level": "read_committed",
+        "enable.auto.commit": False, "enable.partition.eof": True,
+        "auto.offset.reset": "earliest"}))
+    try:
+        metadata = consumer.list_topics(timeout=10).topics
+        partitions = {(t, p) for t in names for p in metadata[t].partitions}
+        consumer.assign([TopicPartition(t, p, 0) for t, p in sorted(partitions)])
+        at_end: set[tuple[str, int]] = set()
+        messages: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while at_end != partitions:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"{names}: not at the end after {timeout_s} s"
+            msg = consumer.poll(min(remaining, 0.5))
+            if msg is None:
+                continue
+            error, where = msg.error(), (msg.topic() or "", msg.partition() or 0)
+            if error is None:
+                messages.append(msg)
+                at_end.discard(where)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(where)
+            else:
+                raise AssertionError(f"{names}: {error}")
+        return messages
+    finally:
+        consumer.close()
+
+
+def read_committed_once_there(bootstrap: str, topics: str | Sequence[str], count: int,
+                              timeout_s: float,
+                              alive: Callable[[], object] = lambda: True) -> list[Message]:
+    """Every committed record of `topics`, to their end, once there are at least `count` of
+    them; `alive` may assert that the process writing them still runs."""
+    def enough() -> list[Message] | None:
+        alive()
+        messages = read_committed(bootstrap, topics)
+        return messages if len(messages) >= count else None
+
+    return until(enough, timeout_s, f"{count} committed records in {topics}", interval_s=0.5)
+
+
+def decoded(messages: Iterable[Message], record_type: type[R]) -> list[R]:
+    codec = codec_for(record_type)
+    return [codec.decode(m.value()) for m in messages]
+
+
+def decoded_or_none(messages: Iterable[Message], record_type: type[R]) -> list[R | None]:
+    """Each message decoded, or None where it is not a record of `record_type` (garbage)."""
+    codec = codec_for(record_type)
+    out: list[R | None] = []
+    for m in messages:
+        try:
+            out.append(codec.decode(m.value()))
+        except DecodeError:
+            out.append(None)
+    return out
+
+
+class TopicReader:
+    """Follows a topic from the beginning; `until` reads until a predicate over everything
+    read so far holds."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = Consumer(client_config(bootstrap, **{
+            "group.id": f"test-{uuid.uuid4()}", "auto.offset.reset": "earliest"}))
+        self._consumer.subscribe([topic])
+        self.messages: list[Message] = []
+
+    def until(self, done: Callable[[list[Message]], bool], timeout_s: float) -> list[Message]:
+        def read() -> bool:
+            self.poll(0.5)
+            return done(self.messages)
+
+        until(read, timeout_s, f"the records awaited ({len(self.messages)} read)", 0)
+        return self.messages
+
+    def poll(self, timeout_s: float) -> None:
+        """Read at most one more message (waiting up to `timeout_s`)."""
+        msg = self._consumer.poll(timeout_s)
+        if msg is not None and msg.error() is None:
+            self.messages.append(msg)
+
+    def records(self, record_type: type[R]) -> list[R]:
+        return decoded(self.messages, record_type)
+
+    def close(self) -> None:
+        self._consumer.close()

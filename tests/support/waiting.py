@@ -1,0 +1,31 @@
+"""The one way a test waits: poll a condition under a hard time budget (the stack's own
+`poll_until`), fail naming what it waited for. No test sleeps and hopes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from stack.waiting import poll_until
+from streamctl.processes import Child
+
+T = TypeVar("T")
+
+
+def until(condition: Callable[[], T | None], timeout_s: float, what: str,
+          interval_s: float = 0.1, *, alive: Sequence[Child] = ()) -> T:
+    """Call `condition` until it returns something truthy (returned), at most `timeout_s`;
+    then fail with `what`. A condition that blocks briefly itself (a Kafka poll) may pass
+    `interval_s=0`. Each of the `alive` processes must keep running meanwhile; a failure
+    shows the end of their logs."""
+    def check() -> T | None:
+        for child in alive:
+            assert child.alive(), f"{child.name} exited while waiting for {what}:\n" \
+                                  f"{child.log_tail()}"
+        return condition() or None
+
+    found = poll_until(check, timeout_s, interval_s)
+    if found is None:
+        logs = "".join(f"\n--- {c.name}\n{c.log_tail(15)}" for c in alive)
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{logs}")
+    return found
