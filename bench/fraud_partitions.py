@@ -18,15 +18,13 @@ prints a table and writes `bench/results/fraud_partitions.json`.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench import record
 from stack.broker import LocalBroker
 from stack.connector import spark_kafka_jars
 from stack.defaults import default_state_dir
@@ -34,8 +32,6 @@ from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.cards import CardEvents
 from streamctl.loadgen import producer_config
-
-RESULTS = Path(__file__).parent / "results" / "fraud_partitions.json"
 
 
 @dataclass(frozen=True)
@@ -95,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-ms", type=float, default=5.0,
                         help="scoring call latency per transaction")
     args = parser.parse_args(argv)
+    load_before = record.load_average()
     from pyspark.sql import SparkSession
 
     from streaming_jobs.config import JobConfig, bind
@@ -148,13 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
             broker.stop(timeout_s=30.0)
-    RESULTS.write_text(json.dumps({
-        "command": " ".join(["python -m bench.fraud_partitions",
-                             *(sys.argv[1:] if argv is None else argv)]),
-        "machine": f"{platform.machine()}, {platform.python_version()}",
+    record.write("fraud_partitions", {
         "cost_ms": args.cost_ms, "runs": [asdict(r) for r in results],
         "repartition": {"from": moved.old_partitions, "to": moved.new_partitions,
-                        "duration_ms": moved.duration_ms}}, indent=2) + "\n")
+                        "duration_ms": moved.duration_ms}}, load_before, argv)
     return 0
 
 

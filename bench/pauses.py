@@ -13,16 +13,14 @@ first committed batch of the new one).
 
     .venv/bin/python -m bench.pauses --runs 3
 
-prints a table, writes `bench/results/pauses.json` and `docs/pauses.md`.
+prints a table and writes `bench/results/pauses.json` (`bench.report` renders it into
+`docs/benchmarks.md`).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
-import os
-import platform
 import statistics
 import tempfile
 import threading
@@ -34,6 +32,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from bench import record
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from schemas.auth import sign
 from security.kafka import IDEMPOTENT, client_config
@@ -45,8 +44,6 @@ from streamctl.processes import Child, start_child
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 
-RESULTS = Path(__file__).parent / "results" / "pauses.json"
-TABLE = Path(__file__).parents[1] / "docs" / "pauses.md"
 KEY = "bench-pauses-control-key-0123456789"
 
 ACTIONS: tuple[tuple[str, str, str], ...] = (
@@ -61,22 +58,6 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
 """(parameter, changed value, original value); topic values are filled in per run."""
 
 
-EXPLANATION = """\
-- **Pause** of a restart: from the commit of the last batch before the change to the commit
-  of the first batch after it (the ack's `pause_ms`): the quiesce, the restart in the same
-  warm driver, and that first batch's own execution, often the replay of the batch the gate
-  held back. `output_topic` swaps at a batch boundary without a restart: its pause is the
-  time new batches were held.
-- `state_partitions` includes Spark's offline state repartitioning between stop and start.
-  `input_topic` moves the load to the other topic first; the drain of the old topic (read to
-  its end, then still for 5 s) runs while the query runs and is not part of the pause.
-- **Cold restart**: SIGTERM to the job process, then a new `streamctl job run` on the same
-  checkpoint: from the last batch the old process committed to the first the new one
-  committed (JVM, SparkSession and Python workers start again).
-
-Rerun with `.venv/bin/python -m bench.pauses --runs 3` (results also in
-`bench/results/pauses.json`).
-"""
 
 
 @dataclass(frozen=True)
@@ -147,12 +128,12 @@ class Bench:
             thread.join(60)
 
     def poll(self) -> None:
-        for _topic, record in self._tail.poll(0.3):
-            if isinstance(record, Ack):
-                self._acks[record.control_id] = record
-            elif isinstance(record, TaskMetrics) and record.batch_id >= 0 and record.input_rows:
-                self.commits.append(record)
-                self.epoch = max(self.epoch, record.config_epoch)
+        for _topic, got in self._tail.poll(0.3):
+            if isinstance(got, Ack):
+                self._acks[got.control_id] = got
+            elif isinstance(got, TaskMetrics) and got.batch_id >= 0 and got.input_rows:
+                self.commits.append(got)
+                self.epoch = max(self.epoch, got.config_epoch)
 
     def wait(self, done: Callable[[], bool], timeout_s: float, what: str, job: Child) -> None:
         deadline = time.monotonic() + timeout_s
@@ -236,7 +217,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="changes per direction and action")
     parser.add_argument("--rate", type=float, default=200.0, help="input records/s")
     args = parser.parse_args()
-    args.load_before = os.getloadavg()
+    args.load_before = record.load_average()
     with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
         port, ctrl = find_free_ports(2)
         with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
@@ -249,43 +230,25 @@ def main() -> int:
             finally:
                 job.stop(60)
                 bench.close()
-    args.load_after = os.getloadavg()
     _report(actions, cold, args)
     return 0
 
 
 def _report(actions: list[ActionResult], cold: list[float], args: argparse.Namespace) -> None:
     cold_median = statistics.median(cold)
-    header = (f"Pause per control action (median of the applied changes, both directions), "
-              f"beside a cold restart of the same job in a new process, measured in one run "
-              f"of `python -m bench.pauses --runs {args.runs} --rate {args.rate:.0f}` (sensor "
-              f"job, {args.rate:.0f} records/s) on {platform.machine()} with "
-              f"{os.cpu_count()} cores, Spark local mode; 1-minute load average "
-              f"{args.load_before[0]:.1f} at the start and {args.load_after[0]:.1f} at the end "
-              f"(the machine is shared with other work).")
-    lines = ["| action | applied / sent | median pause s | min–max s | vs cold restart |",
-             "|---|---|---|---|---|"]
+    print(f"\n{'action':<26} {'applied':>7} {'median s':>8} {'min-max s':>11} {'vs cold':>7}")
     for a in actions:
         applied = sum(o == "applied" for o in a.outcomes)
-        if a.median_s is None:
-            lines.append(f"| {a.parameter} | {applied} / {len(a.outcomes)} | — | — | "
-                         f"{a.outcomes[-1]}: {a.detail} |")
-            continue
-        lines.append(f"| {a.parameter} | {applied} / {len(a.outcomes)} | {a.median_s:.1f} | "
-                     f"{min(a.pauses_s):.1f}–{max(a.pauses_s):.1f} | "
-                     f"{a.median_s / cold_median:.2f}× |")
-    lines.append(f"| cold restart (new process) | {len(cold)} | {cold_median:.1f} | "
-                 f"{min(cold):.1f}–{max(cold):.1f} | 1.00× |")
-    print("\n" + header + "\n\n" + "\n".join(lines))
-    TABLE.write_text(f"# Reconfiguration pauses\n\n{header}\n\n" + "\n".join(lines)
-                     + "\n\n" + EXPLANATION)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "machine": platform.machine(), "cpus": os.cpu_count(),
-        "load_average_1m": [args.load_before[0], args.load_after[0]],
+        shown = (f"{a.median_s:8.1f} {min(a.pauses_s):5.1f}-{max(a.pauses_s):<5.1f} "
+                 f"{a.median_s / cold_median:6.2f}x" if a.median_s is not None
+                 else f"{a.outcomes[-1]}: {a.detail}")
+        print(f"{a.parameter:<26} {applied:>3}/{len(a.outcomes):<3} {shown}")
+    print(f"{'cold restart (new process)':<26} {len(cold):>7} {cold_median:8.1f} "
+          f"{min(cold):5.1f}-{max(cold):<5.1f}   1.00x")
+    record.write("pauses", {
         "runs": args.runs, "rate_per_s": args.rate,
         "actions": [asdict(a) | {"median_s": a.median_s} for a in actions],
-        "cold_restart_s": cold, "cold_restart_median_s": cold_median}, indent=2) + "\n")
+        "cold_restart_s": cold, "cold_restart_median_s": cold_median}, args.load_before)
 
 
 if __name__ == "__main__":

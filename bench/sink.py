@@ -17,10 +17,8 @@ SparkSession; the first batch of each writer is warm-up and not counted.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import record
 from schemas import SensorWindowAverage
 from stack.broker import LocalBroker
 from stack.ports import find_free_ports
@@ -36,7 +35,6 @@ from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.query.gate import BatchGate
 from streaming_jobs.runtime.sink.foreach_batch import AtLeastOnceKafkaSink, transactional_sink
 
-RESULTS = Path(__file__).parent / "results" / "sink.json"
 ENCODER = sensor_job.output
 Sink = Callable[[Any, int], None]
 
@@ -121,6 +119,7 @@ def main() -> int:
                         help="output rows per batch (one measurement per value)")
     parser.add_argument("--batches", type=int, default=12, help="timed batches per writer")
     args = parser.parse_args()
+    load_before = record.load_average()
     spark = spark_session()
     try:
         with tempfile.TemporaryDirectory(prefix="streamctl-bench-sink-") as tmp:
@@ -131,11 +130,11 @@ def main() -> int:
                                              args.batches)]
     finally:
         spark.stop()
-    report(results)
+    report(results, load_before)
     return 0
 
 
-def report(results: list[SinkResult]) -> None:
+def report(results: list[SinkResult], load_before: float) -> None:
     print(f"\nsink cost per micro-batch, {platform.machine()} with 2 cores, local[4] Spark, "
           "one local broker")
     print(f"{'rows/batch':>10}  {'writer':<14} {'median ms':>9}  {'p90 ms':>7}  "
@@ -145,12 +144,7 @@ def report(results: list[SinkResult]) -> None:
         ratio = r.median_batch_ms / old[r.rows_per_batch].median_batch_ms
         print(f"{r.rows_per_batch:>10}  {r.writer:<14} {r.median_batch_ms:>9.1f}  "
               f"{r.p90_batch_ms:>7.1f}  {r.rows_per_s:>9.0f}  {ratio:>5.2f}x")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python -m bench.sink", *sys.argv[1:]]),
-        "machine": platform.machine(), "runs": [asdict(r) for r in results]}, indent=2) + "\n")
-    print(f"written to {RESULTS}")
+    record.write("sink", {"runs": [asdict(r) for r in results]}, load_before)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ prints a table and writes `bench/results/throughput.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from bench import record
 from schemas import SensorReading, TaskMetrics, codec_for
 from stack.broker import LocalBroker
 from stack.ports import find_free_ports
@@ -34,8 +33,6 @@ from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import producer_config
 from streamctl.processes import start_child
 from streamctl.tail import Tail
-
-RESULTS = Path(__file__).parent / "results" / "throughput.json"
 
 
 @dataclass(frozen=True)
@@ -130,16 +127,17 @@ def main() -> int:
     parser.add_argument("--enrichment-cost-ms", type=float, default=5.0,
                         help="the job's simulated lookup latency per record")
     args = parser.parse_args()
+    load_before = record.load_average()
     with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
         port, ctrl = find_free_ports(2)
         with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
             results = [run_one(broker.bootstrap_servers, p, args.records,
                                args.enrichment_cost_ms, Path(tmp)) for p in args.parallelism]
-    _report(results, args.enrichment_cost_ms)
+    _report(results, args.enrichment_cost_ms, load_before)
     return 0
 
 
-def _report(results: list[RunResult], cost_ms: float) -> None:
+def _report(results: list[RunResult], cost_ms: float, load_before: float) -> None:
     base = results[0].throughput_per_s
     print(f"\njob throughput, enrichment cost {cost_ms} ms/record, 4000-record batches, "
           f"{platform.machine()} with 2 cores")
@@ -149,13 +147,8 @@ def _report(results: list[RunResult], cost_ms: float) -> None:
         print(f"{r.parallelism:>11}  {r.throughput_per_s:>9.0f}  "
               f"{r.throughput_per_s / base:>7.2f}x  {r.median_batch_s:>14.2f}  "
               f"{r.batches:>7}  {r.start_to_first_commit_s:>21.1f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python -m bench.throughput", *sys.argv[1:]]),
-        "enrichment_cost_ms": cost_ms, "machine": platform.machine(),
-        "runs": [asdict(r) for r in results]}, indent=2) + "\n")
-    print(f"written to {RESULTS}")
+    record.write("throughput", {"enrichment_cost_ms": cost_ms,
+                                "runs": [asdict(r) for r in results]}, load_before)
 
 
 if __name__ == "__main__":

@@ -92,17 +92,22 @@ class KafkaSecurity:
             config["ssl.ca.location"] = self.ssl_ca_file
         return config
 
+    def java_properties(self) -> dict[str, str]:
+        """The same setting as a Java Kafka client's properties. The Java client reads a PEM
+        truststore directly."""
+        properties = {"security.protocol": self.protocol}
+        if self.uses_sasl:
+            properties |= {"sasl.mechanism": self.sasl_mechanism,
+                           "sasl.jaas.config": self.jaas_config()}
+        if self.uses_tls and self.ssl_ca_file:
+            properties |= {"ssl.truststore.type": "PEM",
+                           "ssl.truststore.location": self.ssl_ca_file}
+        return properties
+
     def spark_options(self) -> dict[str, str]:
         """The same setting as options of Spark's Kafka source and sink (`kafka.` + the Java
-        client's property). The Java client reads a PEM truststore directly."""
-        options = {"kafka.security.protocol": self.protocol}
-        if self.uses_sasl:
-            options |= {"kafka.sasl.mechanism": self.sasl_mechanism,
-                        "kafka.sasl.jaas.config": self.jaas_config()}
-        if self.uses_tls and self.ssl_ca_file:
-            options |= {"kafka.ssl.truststore.type": "PEM",
-                        "kafka.ssl.truststore.location": self.ssl_ca_file}
-        return options
+        client's property)."""
+        return {f"kafka.{key}": value for key, value in self.java_properties().items()}
 
     def jaas_config(self) -> str:
         """`sasl.jaas.config` of a Java Kafka client logging in as `username`."""

@@ -1,13 +1,15 @@
-"""The `streamctl stack ...` commands: up, down, status, resolve, topics.
+"""The `streamctl stack ...` commands: up, down, status, resolve, topics, kafka, secrets.
 
-Owns only argument parsing and printing; the work is in `broker`, `connector`, `maven` and
-`topics`. The root CLI (streamctl/cli.py) calls `add_stack_commands(subparsers)` and then
-`args.handler(args)`, which returns the exit code. `python -m stack` runs these on their own.
+Owns only argument parsing and printing; the work is in `broker`, `connector`, `maven`,
+`topics`, `kafka_tools` and `secure`. The root CLI (streamctl/cli.py) calls
+`add_stack_commands(subparsers)` and then `args.handler(args)`, which returns the exit code.
+`python -m stack` runs these on their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +19,7 @@ from security import kafka as kafka_security
 from security.kafka import KafkaSecurity
 from stack import acls
 from stack.broker import LocalBroker
+from stack.broker_files import TEMPLATES
 from stack.connector import resolve_connector
 from stack.defaults import (
     BOOTSTRAP_ENV,
@@ -27,8 +30,10 @@ from stack.defaults import (
     default_state_dir,
 )
 from stack.errors import StackError
+from stack.jvm import require_java
 from stack.kafka_admin import admin_client
-from stack.maven import BROKER_POM, resolve_classpath
+from stack.kafka_tools import TOOLS, client_properties, tool_command
+from stack.maven import BROKER_POM, TOOLS_POM, resolve_classpath
 from stack.ports import HOST
 from stack.secure import (
     ADMIN,
@@ -64,7 +69,8 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
         commands,
         "resolve",
         _resolve,
-        "resolve the broker and Spark Kafka connector jars (instant when cached)",
+        "resolve the broker, Kafka's tools and Spark's Kafka connector jars (instant when "
+        "cached)",
     )
     resolve.add_argument(
         "--refresh",
@@ -98,6 +104,7 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
         help="also create the SCRAM users whose passwords are in this directory "
         "(<user>-password) and streamctl's ACLs; connect as the admin (STREAMCTL_KAFKA_*)",
     )
+    _add_kafka_tool(commands)
     secrets = _add(
         commands,
         "secrets",
@@ -133,6 +140,18 @@ def _add(
         )
     parser.set_defaults(handler=_reporting_errors(handler))
     return parser
+
+
+def _add_kafka_tool(commands: Any) -> None:
+    tool = _add(
+        commands, "kafka", _kafka_tool,
+        "run one of Kafka's own command-line tools against the broker (e.g. console-consumer "
+        "--topic T --from-beginning --isolation-level read_committed)",
+    )
+    tool.add_argument("tool", choices=list(TOOLS), help="the tool (Kafka's kafka-<tool>.sh)")
+    tool.add_argument("args", nargs=argparse.REMAINDER,
+                      help="the tool's own options (--help lists them); --bootstrap-server "
+                           f"defaults to ${BOOTSTRAP_ENV} or the local broker")
 
 
 def _add_up(commands: Any) -> None:
@@ -225,6 +244,8 @@ def _resolve(args: argparse.Namespace) -> int:
     broker_jars = resolve_classpath(BROKER_POM, state_dir / "maven", refresh=args.refresh)
     kafka_jar = next((jar.name for jar in broker_jars if jar.name.startswith("kafka_")), "?")
     print(f"broker: {kafka_jar} and {len(broker_jars) - 1} dependencies")
+    tool_jars = resolve_classpath(TOOLS_POM, state_dir / "maven", refresh=args.refresh)
+    print(f"kafka tools ({', '.join(TOOLS)}): {len(tool_jars)} jars")
     connector = resolve_connector(state_dir, refresh=args.refresh)
     print(
         f"spark connector: {connector.candidate.label} for pyspark "
@@ -260,6 +281,25 @@ def _topics(args: argparse.Namespace) -> int:
         count = acls.apply_acls(admin, acls.streamctl_acls(), args.timeout)
         print(f"SCRAM users {', '.join(users)}; {count} ACL bindings")
     return 0
+
+
+def _kafka_tool(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    work = state_dir / "kafka-tools"
+    work.mkdir(parents=True, exist_ok=True)
+    log4j = work / "log4j2.xml"
+    log4j.write_text((TEMPLATES / "tools-log4j2.xml").read_text())
+    config = None
+    properties = client_properties(_kafka_security())
+    if properties is not None:
+        config = work / "client.properties"
+        config.touch(mode=0o600)  # it holds the password
+        config.write_text(properties)
+    command = tool_command(args.tool, args.args, java=require_java(),
+                           classpath=resolve_classpath(TOOLS_POM, state_dir / "maven"),
+                           log4j=log4j, bootstrap_servers=default_bootstrap_servers(),
+                           command_config=config)
+    return subprocess.run(command, check=False).returncode
 
 
 def _secrets(args: argparse.Namespace) -> int:

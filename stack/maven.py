@@ -22,6 +22,7 @@ from stack.errors import MavenMissingError, MavenResolutionError
 
 POM_DIR = Path(__file__).with_name("maven")
 BROKER_POM = POM_DIR / "kafka-broker.xml"
+TOOLS_POM = POM_DIR / "kafka-tools.xml"
 
 # Maven prints colour codes even in batch mode on some terminals; strip them before matching.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -17,6 +17,9 @@ from schemas import TaskMetrics
 from schemas.records import Ack, Decision, Outcome
 from streamctl.view import QueryView
 
+BUSY_WINDOW_MS = 30_000
+"""The wall-clock span the status table's busy share covers, ending now."""
+
 
 @dataclass
 class QueryStatus:
@@ -27,14 +30,17 @@ class QueryStatus:
     last_decision: Decision | None = None
     last_pause_ack: Ack | None = None  # the newest ack that changed something
 
-    def busy_share(self) -> float:
-        """Share of the recent wall-clock time the query spent running batches."""
-        recent = [s for s in self.view.samples if s.batch_id >= 0][-6:]
-        if len(recent) < 2:
+    def busy_share(self, now_ms: int) -> float:
+        """Share of the last `BUSY_WINDOW_MS` up to `now_ms` (or of the part of it the metrics
+        read cover) that the query spent running batches. Spark runs no batch while nothing
+        arrives, so an idle query reads 0 %, however busy its last batches were."""
+        batches = [s for s in self.view.samples if s.batch_id >= 0]
+        if not batches:
             return 0.0
-        # Between the first and the newest batch end ran exactly the batches after the first.
-        span_ms = recent[-1].batch_end_ms - recent[0].batch_end_ms
-        busy_ms = sum(s.busy_ms for s in recent[1:])
+        since_ms = max(now_ms - BUSY_WINDOW_MS, min(s.batch_end_ms - s.busy_ms for s in batches))
+        span_ms = now_ms - since_ms
+        busy_ms = sum(max(0, min(s.batch_end_ms, now_ms) - max(s.batch_end_ms - s.busy_ms,
+                                                               since_ms)) for s in batches)
         return min(1.0, busy_ms / span_ms) if span_ms > 0 else 0.0
 
     def last_seen_ms(self) -> int:
@@ -97,7 +103,7 @@ def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int) -> list
     view = q.view
     seen = _age(now_ms - q.last_seen_ms()) if q.instances else "-"
     row = (f"{query_id[:22]:<22} {view.arrival_per_s():9.0f} {view.processed_per_s():11.0f} "
-           f"{view.lag_records():8d} {view.parallelism():4d} {q.busy_share() * 100:4.0f}% "
+           f"{view.lag_records():8d} {view.parallelism():4d} {q.busy_share(now_ms) * 100:4.0f}% "
            f"{seen:>6}  {_decision_summary(q.last_decision, now_ms)}")
     out = [row]
     if q.last_decision is not None:

@@ -86,7 +86,7 @@ FRAUD = replace(JOB, rate_per_unit=58.0, overhead_s=2.1, scaling_parameter="stat
 partitions with 1 000-record batches fit μ ≈ 58/s per state partition plus ≈ 2.1 s per batch;
 measured with 10 ms of scoring per record while the load average was near 20). Its restart
 includes the offline state repartition (4.1 s for 2 → 8 there; the sensor job's whole
-state-partition change paused 3.7 s, docs/pauses.md): 8 s. Batches of 4 000, its default."""
+state-partition change paused 3.7 s, docs/benchmarks.md): 8 s. Batches of 4 000, its default."""
 STATEFUL_RATE = 50.0
 """About half of what 2 state partitions carry (~110/s): sized, not idle."""
 

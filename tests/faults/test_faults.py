@@ -4,10 +4,10 @@ the committed output (read_committed) holds every produced record exactly once."
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from schemas import Ack
 from stack.broker import LocalBroker
@@ -15,7 +15,7 @@ from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from tests.support.fault_bed import TOPIC_KINDS, FaultBed, now_ms, report
 from tests.support.kafka import produce, read_committed
-from tests.support.prometheus import get
+from tests.support.prometheus import sample, scrape
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
@@ -87,18 +87,12 @@ def test_garbage_on_the_input_metrics_and_control_topics(bed: FaultBed) -> None:
 
 def scraped(port: int, name: str, **labels: str) -> float:
     """A sample of a process's Prometheus endpoint, now (0 when absent)."""
-    text = get(f"http://127.0.0.1:{port}/metrics") or ""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v
-                                           for k, v in labels.items()):
-                return float(sample.value)
-    return 0.0
+    return sample(scrape(f"http://127.0.0.1:{port}/metrics"), name, **labels) or 0.0
 
 
 def test_broker_stop_and_restart(restartable_broker: LocalBroker, tmp_path: Path) -> None:
     bootstrap = restartable_broker.bootstrap_servers
-    names = {k: f"faults-{k}" for k in TOPIC_KINDS}
+    names = {k: f"faults-{k}-{uuid.uuid4().hex[:8]}" for k in TOPIC_KINDS}
     ensure_topics(bootstrap, [TopicSpec(n, partitions=2 if k in ("input", "output") else 1)
                               for k, n in names.items()], timeout_s=30)
     bed = FaultBed(bootstrap, names, tmp_path)

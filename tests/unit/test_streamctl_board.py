@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from schemas import Role, SourcePartition, TaskMetrics
 from schemas.records import Ack, Decision, Outcome
 from streamctl.board import Board, decision_lines, status_table
@@ -39,13 +41,25 @@ def test_a_row_per_query_with_rates_lag_and_busy_share() -> None:
     board = Board()
     steady(board, "alpha", rate=100, busy_ms=500)
     steady(board, "beta", rate=300, busy_ms=900)
-    lines = status_table(board, now_ms=T0 + 12_000)
+    lines = status_table(board, now_ms=T0 + 10_000)  # as the last batches end
     alpha = next(line for line in lines if line.startswith("alpha"))
     beta = next(line for line in lines if line.startswith("beta"))
     assert alpha.split()[1:6] == ["100", "100", "50", "2", "50%"]
     assert beta.split()[1:3] == ["300", "300"]
     assert "90%" in beta
     assert "no decision yet" in alpha
+
+
+def test_the_busy_share_covers_the_last_30_s_to_now_so_an_idle_query_reads_zero() -> None:
+    board = Board()
+    steady(board, busy_ms=900)  # batches end at T0 + 1 s … T0 + 10 s
+    status = board.queries["q"]
+    assert status.busy_share(T0 + 10_000) == pytest.approx(0.9)
+    assert status.busy_share(T0 + 20_000) == pytest.approx(0.45)  # 9 s busy of 20 s seen
+    assert status.busy_share(T0 + 40_000) == pytest.approx(0.0)  # nothing in the last 30 s
+    row = next(line for line in status_table(board, now_ms=T0 + 60_000)
+               if line.startswith("q "))
+    assert row.split()[5] == "0%"
 
 
 def test_the_last_decision_reason_and_last_pause_are_shown_with_their_age() -> None:

@@ -1,0 +1,53 @@
+"""Where a benchmark's results go: `bench/results/<name>.json`, stamped with when, on what and
+by which command they were measured, so the tables `bench.report` renders from them say so.
+
+Owns the stamp (`measured_at`, `command`, `machine`: architecture, cores, memory, Python, the
+1-minute load average before and after) and the file. Neighbours: every `bench.*` command
+writes through `write`; `bench.report` reads the files back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).with_name("results")
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def machine(load_before: float) -> dict[str, Any]:
+    """What the figures were measured on; the load averages say how busy it was."""
+    return {"arch": platform.machine(), "cpus": os.cpu_count(), "memory_gib": _memory_gib(),
+            "python": platform.python_version(), "load_average_1m_before": load_before,
+            "load_average_1m_after": load_average()}
+
+
+def write(name: str, payload: dict[str, Any], load_before: float,
+          argv: list[str] | None = None) -> Path:
+    """`payload` stamped and written to `bench/results/<name>.json`; the path."""
+    command = " ".join([f"python -m bench.{name}", *(sys.argv[1:] if argv is None else argv)])
+    stamped = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "command": command, "machine": machine(load_before), **payload}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(stamped, indent=2) + "\n")
+    print(f"written to {path}; `python -m bench.report --write` renders docs/benchmarks.md")
+    return path
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None

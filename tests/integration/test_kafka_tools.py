@@ -1,0 +1,52 @@
+"""Kafka's own command-line tools through `streamctl stack kafka`, on the session broker: the
+console consumer with `--isolation-level read_committed` prints what a job committed and
+nothing of an aborted transaction, as the docs tell users to check a job's output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from security.kafka import client_config
+from tests.support.kafka import produce
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def streamctl(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamctl", *args], capture_output=True,
+                          text=True, timeout=90,
+                          env={**os.environ, "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap})
+
+
+def test_the_console_consumer_reads_committed_records_only(
+        bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    produce(bootstrap_servers, topic, [b"plain-1"])
+    aborted = Producer(client_config(bootstrap_servers, **{"transactional.id": topic}))
+    aborted.init_transactions(30)
+    aborted.begin_transaction()
+    aborted.produce(topic, b"aborted")
+    aborted.flush(10)
+    aborted.abort_transaction(30)
+    produce(bootstrap_servers, topic, [b"plain-2"])
+
+    committed = streamctl(bootstrap_servers, "stack", "kafka", "console-consumer",
+                          "--topic", topic, "--from-beginning", "--isolation-level",
+                          "read_committed", "--timeout-ms", "5000")
+    everything = streamctl(bootstrap_servers, "stack", "kafka", "console-consumer",
+                           "--topic", topic, "--from-beginning", "--timeout-ms", "5000")
+    assert committed.stdout.split() == ["plain-1", "plain-2"], committed.stderr
+    assert everything.stdout.split() == ["plain-1", "aborted", "plain-2"], everything.stderr
+
+
+def test_an_unknown_tool_is_refused_with_the_list(bootstrap_servers: str) -> None:
+    result = streamctl(bootstrap_servers, "stack", "kafka", "console-reader")
+    assert result.returncode == 2
+    assert "invalid choice: 'console-reader'" in result.stderr and "console-consumer" in (
+        result.stderr)
