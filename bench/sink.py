@@ -32,8 +32,8 @@ from stack.broker import LocalBroker
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
-from streaming_jobs.runtime.query.gate import BatchGate
 from streaming_jobs.runtime.sink.foreach_batch import AtLeastOnceKafkaSink, transactional_sink
+from streaming_jobs.runtime.sink.gate import BatchGate
 
 ENCODER = sensor_job.output
 Sink = Callable[[Any, int], None]

@@ -1,7 +1,8 @@
 """The streamctl controller: metrics in, rate model, scaling policy, control tuples out.
 
-Imports `schemas` and `security` of the project, nothing else. Layers, from the inside out
-(each may import the ones before it; `tests/unit/test_layering.py` enforces it):
+Of the project it imports `schemas`, `security` and `options`, never `streaming_jobs`. Layers,
+from the inside out, each importing only layers before it (the package map in
+docs/architecture.md, which `tests/unit/test_layering.py` enforces):
 
 - `settings` — the one frozen, documented configuration;
 - `core` — the pure decision core (window, model, sizing, knobs, topology, policy, judgement,

@@ -79,7 +79,8 @@ def _controller(n: Names) -> list[Grant]:
     return [
         Grant(CONTROLLER, "topic", n.metrics, (_READ, _DESCRIBE)),
         Grant(CONTROLLER, "topic", n.acks, (_READ, _DESCRIBE)),
-        # Written by the controller only; read back at start-up to resume (kafka_recovery).
+        # Written by the controller only; read back at start-up to resume
+        # (controller.kafka.history).
         Grant(CONTROLLER, "topic", n.control, (_READ, _WRITE, _DESCRIBE)),
         Grant(CONTROLLER, "topic", n.decisions, (_READ, _WRITE, _DESCRIBE)),
         # Its metrics group, and the ack consumer's throwaway `<group>.acks.<uuid>`.

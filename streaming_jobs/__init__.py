@@ -1,7 +1,9 @@
 """Spark jobs and the elastic runtime around them.
 
-`sensor_averages` is the bundled job's transformation; `runtime` runs it as an elastic query
-(lifecycle, metrics, control, reconfiguration, Kafka adapters, Prometheus); `cli` is `job run`.
-The only package of the project that imports pyspark; it imports nothing of the project but
-`schemas`.
+`api` is the public job API a user's job is written against (with `formats`); `loading` finds a
+job by import path or installed name; `config` is a job process's settings; `jobs` holds the
+bundled jobs, written like any user's; `runtime` runs any job as an elastic query; `cli` is
+`job run`, `job check` and `job list`, `send_cli` `job send`. The only package of the project
+that imports pyspark; of the project it imports `schemas`, `security` and `options`, never the
+controller (docs/architecture.md, package map).
 """

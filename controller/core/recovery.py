@@ -9,7 +9,7 @@ the metrics windows (they refill within one window; the readiness check says so)
 memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect)
 and a knob change still to follow applied executors (the query is sized afresh after the
 cooldown, with the slots its metrics then show).
-Neighbours: `kafka_recovery` reads the topics; `app` seeds the loop with the result.
+Neighbours: `kafka.history` reads the topics; `app` seeds the loop with the result.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Reads the controller's own history from Kafka at start-up (a Kafka adapter, like
-`kafka_io` and `trace_kafka`).
+`kafka.clients` and `kafka.traces`).
 
 Owns reading a topic up to the end it had when the read began: the compacted control topic
 from its beginning (the last tuple per key survives compaction), the acks and the decision

@@ -1,5 +1,6 @@
 """Reads a time range of the metrics topic for `controller record` and `controller replay`
-(a Kafka adapter: with `kafka_io`, the only controller modules that import confluent_kafka).
+(a Kafka adapter: with `clients` and `history`, the only controller modules that import
+confluent_kafka).
 
 Owns positioning by time: every partition starts at the first offset whose timestamp is at
 or after `from_ms` (`offsets_for_times`), and is finished at the first record stamped well

@@ -1,7 +1,7 @@
 """In-memory implementations of every port in `controller.loop.ports`.
 
 Topics are lists of encoded payloads, so the fakes go through the same codec and the same
-decode-error path as `kafka_io`; the port contract test runs against both. `MemoryBus` bundles
+decode-error path as `kafka.clients`; the port contract test runs against both. `MemoryBus` bundles
 the four controller topics with job-side helpers (publish metrics and acks, read what the
 controller sent) for loop tests and offline replays.
 """

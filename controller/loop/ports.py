@@ -1,6 +1,6 @@
 """The effects the control loop needs, as small interfaces, plus the real clock.
 
-Owns the port protocols `loop` is written against. Implementations: `kafka_io` (Kafka),
+Owns the port protocols `cycle` is written against. Implementations: `kafka.clients` (Kafka),
 `fakes` (in memory, for tests and replays), `prom` (the observer). `decode_each` is the one
 place a payload becomes a record on the way in, so a bad record is counted and skipped the
 same way by every source.

@@ -13,7 +13,7 @@ Owns the file layout, one JSON object per line:
 
 Reading is forgiving the same way the Kafka sources are: a line that is not a valid record is
 counted as a `BadRecord` with its line number and skipped, never raised. Header and footer are
-optional, so a hand-written file of record lines is a trace too. Neighbours: `trace_kafka`
+optional, so a hand-written file of record lines is a trace too. Neighbours: `kafka.traces`
 (reads the metrics topic into entries), `replay` (drives the loop over a `Trace`).
 """
 

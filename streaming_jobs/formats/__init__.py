@@ -1,7 +1,8 @@
 """Record formats a job reads and writes: JSON, Avro (single-object or plain), key/value.
 
 Users reach them through `streaming_jobs.api`; the runtime decodes input and encodes output
-with them. Imports `schemas` (the framing) and pyspark's type classes only.
+with them. Imports `schemas` (the framing), `streaming_jobs.errors` and pyspark's type classes
+only.
 """
 
 from streaming_jobs.formats.avro_format import Avro

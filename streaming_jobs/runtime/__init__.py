@@ -5,7 +5,7 @@
 - `owner.QueryOwner` is the one owner of the query's lifecycle: every change (a tuple, a role
   check, a restart after a failure, the shutdown) runs there, one at a time, through the
   `ports.QueryControl` port (`fakes.FakeQuery` is its in-memory twin);
-- `query` (the plan, the session, the gate, `ElasticQuery`), `sink` (exactly-once output),
+- `query` (the plan, the session, `ElasticQuery`), `sink` (the gate, exactly-once output),
   `control` (tuples, parameters, the reconfiguration protocol, the desired state), `roles`
   (standby, supervision), `checkpoint` (identity, input source, state partitions), `observe`
   (metrics, Prometheus); `kafka` holds the confluent-kafka adapters.

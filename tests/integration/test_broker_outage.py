@@ -25,8 +25,8 @@ from stack.broker import LocalBroker
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.kafka import TypedConsumer
-from streaming_jobs.runtime.query.gate import BatchGate
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
+from streaming_jobs.runtime.sink.gate import BatchGate
 from streaming_jobs.runtime.sink.transactional import (
     OutputBatch,
     Replay,

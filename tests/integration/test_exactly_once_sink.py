@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 from schemas.records import CommitMarker
 from security.kafka import client_config
 from streaming_jobs.formats import KeyValue
-from streaming_jobs.runtime.query.gate import BatchGate
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, transactional_id
+from streaming_jobs.runtime.sink.gate import BatchGate
 from streaming_jobs.runtime.sink.transactional import (
     OutputBatch,
     Replay,

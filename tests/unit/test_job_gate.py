@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from streaming_jobs.runtime.query.gate import BatchGate, QuiesceRequested, Superseded, is_gate_stop
+from streaming_jobs.runtime.sink.gate import BatchGate, QuiesceRequested, Superseded, is_gate_stop
 
 
 def test_closed_gate_refuses_and_drains_on_commit() -> None:

@@ -12,8 +12,8 @@ from schemas.codec import DecodeError
 from schemas.records import CommitMarker
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.observe.prometheus import SinkCollector
-from streaming_jobs.runtime.query.gate import BatchGate, QuiesceRequested
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
+from streaming_jobs.runtime.sink.gate import BatchGate, QuiesceRequested
 from streaming_jobs.runtime.sink.transactional import (
     CheckpointBehindOutput,
     OutputBatch,

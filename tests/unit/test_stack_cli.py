@@ -22,7 +22,7 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def test_stack_registers_every_command_with_documented_options() -> None:
     commands = subcommands(subcommands(stack_parser())["stack"])
-    assert set(commands) == {"up", "down", "status", "resolve", "topics", "secrets"}
+    assert set(commands) == {"up", "down", "status", "resolve", "topics", "kafka", "secrets"}
     for name, parser in commands.items():
         for action in parser._actions:
             assert action.help, f"stack {name} {action.option_strings} has no help text"

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Protocol
 
 from streaming_jobs.runtime.checkpoint import state_partitions
+from streaming_jobs.runtime.checkpoint.files import write_json_atomically
 from streaming_jobs.runtime.checkpoint.input_switch import (
     CheckpointInput,
     DrainSample,
     InputSource,
+    KafkaInput,
     LogRange,
     NotDrained,
     Offsets,
@@ -35,8 +37,6 @@ from streaming_jobs.runtime.checkpoint.input_switch import (
     start_offsets,
 )
 from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
-from streaming_jobs.runtime.control.desired import write_json_atomically
-from streaming_jobs.runtime.query.source import KafkaInput
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1

@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streaming_jobs.errors import RequestRefused
-from streaming_jobs.runtime.query.source import KafkaInput
 
 Offsets = Mapping[int, int]
 """Partition → offset (the next record to read)."""
@@ -34,6 +33,22 @@ LogRange = Mapping[int, tuple[int, int]]
 
 class SwitchRefused(RequestRefused):
     """The switch cannot be exact here; nothing was changed. The message says why."""
+
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    """The source of one run of a query."""
+
+    topic: str
+    name: str | None = None
+    """The source's name in the checkpoint (Spark's `DataStreamReader.name`, needs
+    `spark.sql.streaming.queryEvolution.enableSourceEvolution`); None: an unnamed source, as
+    in checkpoints written before the runtime named its sources."""
+    starting_offsets: str = "earliest"
+    """Where the source starts when the checkpoint does not know it yet: 'earliest', or
+    Spark's JSON of every partition's offset (an input switch). Ignored once the checkpoint
+    has the source: its offsets there win."""
 
 
 @dataclass(frozen=True)

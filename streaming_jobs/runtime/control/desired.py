@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, fields, replace
@@ -26,6 +25,7 @@ from pathlib import Path
 from schemas.records import DesiredStateRecord
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.errors import Fenced, UserError
+from streaming_jobs.runtime.checkpoint.files import write_json_atomically
 from streaming_jobs.runtime.control.parameters import (
     REGISTRY,
     ROLE_PARAMETER,
@@ -63,19 +63,6 @@ def save(path: str, query_id: str, state: DesiredState) -> None:
                          "overwriting it")
     write_json_atomically(path, {"format": FORMAT_VERSION, "query_id": query_id,
                                  **asdict(state)})
-
-
-def write_json_atomically(path: str, data: object) -> None:
-    """A temporary file, fsync, rename over the old one: a crash leaves the old or the new.
-    The temporary file is per process, since the instances of a query share the directory."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with temporary.open("w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, target)
 
 
 def load(path: str, query_id: str, defaults: DesiredState,

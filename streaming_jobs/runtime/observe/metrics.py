@@ -17,7 +17,10 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas import knobs
 from schemas.records import Role, SourcePartition, TaskMetrics
-from streaming_jobs.runtime.query.input import OBSERVATION
+
+OBSERVATION = "streamctl_input"
+"""The Spark observed metric of the runtime's decode step (`query.input`): dead letters and
+rows shed per batch."""
 
 log = logging.getLogger(__name__)
 

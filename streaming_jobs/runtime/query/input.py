@@ -27,12 +27,12 @@ import pyarrow as pa
 
 from schemas.errors import DecodeError
 from streaming_jobs.formats.base import Decoder
+from streaming_jobs.runtime.observe.metrics import OBSERVATION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-OBSERVATION = "streamctl_input"
 """Name of the observed metric carrying `dead_letters` and `rows_shed` per batch."""
 KAFKA_COLUMNS = (("kafka_key", "binary"), ("kafka_topic", "string"),
                  ("kafka_partition", "int"), ("kafka_offset", "long"),

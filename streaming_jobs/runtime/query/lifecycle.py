@@ -2,9 +2,10 @@
 
 Owns the StreamingQuery handle, the desired state in force, the run context per Spark run id
 (so a late progress event of a stopped run is still labelled with the settings it ran with),
-and the commit history the reconfiguration protocol measures pauses from. Neighbours: `gate`
-and `sink` (the foreachBatch side), `listener` (progress events), `reconfigure` (drives
-quiesce → start, or hold → swap → release), `job` (wiring, metrics publishing).
+and the commit history the reconfiguration protocol measures pauses from. Neighbours:
+`sink.gate` and `sink.foreach_batch` (the foreachBatch side), `listener` (progress events),
+`reconfigure` (drives quiesce → start, or hold → swap → release), `job` (wiring, metrics
+publishing).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.observe.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.ports import Commit
 from streaming_jobs.runtime.query import warm_up
-from streaming_jobs.runtime.query.gate import BatchGate, is_gate_stop
 from streaming_jobs.runtime.query.listener import ProgressListener
 from streaming_jobs.runtime.query.plan import Plan
 from streaming_jobs.runtime.query.session import hide_gate_stops, source_evolution
 from streaming_jobs.runtime.sink.foreach_batch import transactional_sink
+from streaming_jobs.runtime.sink.gate import BatchGate, is_gate_stop
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ from schemas import knobs
 from streaming_jobs.api import STATE_PARTITIONS, Job, JobContext
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.formats import types
+from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep, ShedRule
 from streaming_jobs.runtime.query.input import decoded as decode_step
-from streaming_jobs.runtime.query.source import KafkaInput, read_kafka
+from streaming_jobs.runtime.query.source import read_kafka
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
-from streaming_jobs.runtime.query.gate import HideGateStops
+from streaming_jobs.runtime.sink.gate import HideGateStops
 
 # Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
 # functions by module reference, so they must be able to import both packages.

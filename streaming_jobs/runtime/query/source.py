@@ -1,7 +1,6 @@
 """The Kafka source of every job: one place for its options.
 
-Owns `KafkaInput` (which topic, the source's name in the checkpoint, where a source new to the
-checkpoint starts) and `read_kafka`, the `readStream` every run starts from. The runtime owns
+Owns `read_kafka`, the `readStream` every run starts from. The runtime owns
 the source: it decides the input (`input_switch`), its parallelism and batch cap; a job's
 builder receives the decoded rows (`plan`). Neighbours: `plan` calls `read_kafka`,
 `lifecycle` passes the input.
@@ -9,28 +8,14 @@ builder receives the decoded rows (`plan`). Neighbours: `plan` calls `read_kafka
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from streaming_jobs.config import JobConfig
-
-
-@dataclass(frozen=True)
-class KafkaInput:
-    """The source of one run of a query."""
-
-    topic: str
-    name: str | None = None
-    """The source's name in the checkpoint (Spark's `DataStreamReader.name`, needs
-    `spark.sql.streaming.queryEvolution.enableSourceEvolution`); None: an unnamed source, as
-    in checkpoints written before the runtime named its sources."""
-    starting_offsets: str = "earliest"
-    """Where the source starts when the checkpoint does not know it yet: 'earliest', or
-    Spark's JSON of every partition's offset (an input switch). Ignored once the checkpoint
-    has the source: its offsets there win."""
 
 
 def read_kafka(spark: SparkSession, config: JobConfig,

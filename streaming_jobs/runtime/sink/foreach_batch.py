@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from schemas.records import CommitMarker
 from security.kafka import PLAINTEXT, KafkaSecurity
 from streaming_jobs.formats.base import OutputFormat
-from streaming_jobs.runtime.query.gate import BatchGate
+from streaming_jobs.runtime.sink.gate import BatchGate
 from streaming_jobs.runtime.sink.transactional import (
     DEFAULT_MARKER_TOPIC,
     OutputBatch,

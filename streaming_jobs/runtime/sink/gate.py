@@ -11,8 +11,8 @@ reads per batch (the sink's topic) is swapped at a batch boundary without a rest
 The gate is also where an instance that lost its query to another one stops: before admitting
 a batch it asks `ownership` (the shared desired-state file) whether another instance was made
 active since; if so the batch raises `Superseded` before executing anything, like a quiesce,
-and the gate remembers why. Neighbours: `sink` (admits), `lifecycle` (commits, closes, holds,
-waits), `standby` (reads `superseded`).
+and the gate remembers why. Neighbours: `foreach_batch` (admits), `lifecycle` (commits,
+closes, holds, waits), `standby` (reads `superseded`).
 """
 
 from __future__ import annotations
