@@ -78,7 +78,7 @@ class JobSpec:
     """The job's --max-executors on a cluster."""
     executor_start_s: float = 8.0
     """How long new executors take to run after a request: 7.8 s (and 19.5 s under more load)
-    on the laptop's standalone cluster (README, 'On a cluster')."""
+    on the laptop's standalone cluster (docs/deploy.md, 'On a cluster')."""
 
     def units(self, parallelism: int, partitions: int, task_slots: int) -> int:
         """Tasks of the costly stage that run at once: source tasks (at least one per Kafka

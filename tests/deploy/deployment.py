@@ -5,7 +5,7 @@ Owns reading `docker-compose.yml`, `deploy/prometheus.yml` and the Grafana dashb
 (from `JobConfig`'s fields, the controller's settings and every `STREAMCTL_*` string constant in
 the sources), the metric names the code defines, the topics in `stack/defaults.py`. Everything is
 computed from the code each time, so the checks follow the code as it grows. Neighbours: the
-tests in this package; `env_reference` renders the README's configuration table from here.
+tests in this package; `tests.reference` renders docs/configuration.md's tables from here.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def topic_fields_in_code() -> dict[str, str]:
     from controller.settings import KafkaSettings
     from streaming_jobs.config import JobConfig
     from streaming_jobs.loading import load
-    from tests.deploy.env_reference import BUNDLED_JOBS
+    from tests.reference import BUNDLED_JOBS
 
     used = {f"JobConfig.{f.name}": str(f.default) for f in fields(JobConfig)
             if f.name.endswith("_topic") and f.default}
@@ -193,17 +193,39 @@ _SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
              "summary": ("_sum", "_count", "_created", ""), "info": ("_info",)}
 
 
-def exported_metric_names() -> set[str]:
-    """Sample names the project's registries expose (counters with `_total`, etc.)."""
+def metric_families() -> dict[str, str]:
+    """Every metric the project's registries expose, by family name → type (the job's, its
+    sink's counters included, and the controller's)."""
     from prometheus_client import CollectorRegistry
 
     from controller.explain.prom import ControllerMetrics, new_registry
     from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 
-    registries = [ControllerMetrics(new_registry()).registry,
-                  JobPrometheus(CollectorRegistry()).registry]
-    return {family.name + suffix for registry in registries for family in registry.collect()
-            for suffix in _SUFFIXES.get(family.type, ("",))}
+    job = JobPrometheus(CollectorRegistry())
+    job.watch_sink("q", _NoReplays())
+    registries = [ControllerMetrics(new_registry()).registry, job.registry]
+    return {family.name: family.type for registry in registries
+            for family in registry.collect()}
+
+
+class _NoReplays:
+    """A sink that never skipped a replay (its counter is registered all the same)."""
+
+    def skipped_replays(self) -> int:
+        return 0
+
+
+def exported_metric_names() -> set[str]:
+    """Sample names the project's registries expose (counters with `_total`, etc.)."""
+    return {name + suffix for name, kind in metric_families().items()
+            for suffix in _SUFFIXES.get(kind, ("",))}
+
+
+def documented_metric_names() -> set[str]:
+    """The name a reader looks a metric up by: a counter with `_total`, a histogram by its
+    base name, a gauge as it is."""
+    return {name + ("_total" if kind == "counter" else "")
+            for name, kind in metric_families().items()}
 
 
 # --- Prometheus and Grafana ---------------------------------------------------------------------

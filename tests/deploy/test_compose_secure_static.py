@@ -185,7 +185,7 @@ def test_the_principals_client_settings_are_valid(secrets_dir: Path) -> None:
 
 def test_the_acl_set_names_the_bundled_jobs_queries_and_topics() -> None:
     from streaming_jobs.loading import load
-    from tests.deploy.env_reference import BUNDLED_JOBS
+    from tests.reference import BUNDLED_JOBS
 
     names = acls.Names()
     jobs = [load(name) for name in BUNDLED_JOBS]

@@ -194,19 +194,3 @@ def test_metric_name_extraction() -> None:
     assert d.metric_names("changes(x_total[1m]) > 0 or up") == {"x_total", "up"}
 
 
-def test_readme_configuration_table_is_the_one_rendered_from_the_code() -> None:
-    from tests.deploy import env_reference
-
-    assert env_reference.readme_block() == env_reference.render(), \
-        "README's configuration table is stale: run " \
-        "`.venv/bin/python -m tests.deploy.env_reference --write` and review the diff"
-
-
-def test_configuration_table_lists_every_variable_the_code_and_compose_read() -> None:
-    from tests.deploy import env_reference
-
-    listed = {row.name for row in env_reference.rows()}
-    read = set().union(*(d.env_read_by(kind) for kind in ("job", "controller", "topics", "load")))
-    interpolated = set(re.findall(r"\$\{([A-Z0-9_]+)", d.COMPOSE_FILE.read_text()))
-    missing = (read | interpolated) - listed
-    assert not missing, f"add to env_reference.SHARED or COMPOSE with a meaning: {missing}"

@@ -49,7 +49,7 @@ class JobPrometheus:
                                   "Input records read by committed batches", _QUERY,
                                   registry=registry)
         self.output_rows = Counter("streamctl_job_output_rows_total",
-                                   "Window records written by committed batches", _QUERY,
+                                   "Output records written by committed batches", _QUERY,
                                    registry=registry)
         self.batch_duration = Histogram(
             "streamctl_job_batch_duration_seconds", "Trigger execution time per batch", _QUERY,

@@ -1,14 +1,18 @@
-"""The README's configuration reference, rendered from the code.
+"""docs/configuration.md's reference sections, rendered from the code.
 
-Every environment variable a streamctl process reads (job and controller settings from their
-config classes, the shared names from the constants in the sources) and the variables
-docker-compose.yml interpolates, with who reads it, its default and its meaning. The test in
-`test_compose_static.py` fails when the README's table differs from this rendering; then run
-`.venv/bin/python -m tests.deploy.env_reference --write` and review the diff.
+Two blocks: every command of `streamctl` with its options and their help (from the argparse
+tree the command line itself is built from), and every environment variable a streamctl
+process reads (job and controller settings from their config classes, the shared names from
+the constants in the sources) and the variables docker-compose.yml interpolates, with who reads
+it, its default and its meaning. `tests/unit/test_documented_names.py` fails when either block
+differs from this rendering; then run `.venv/bin/python -m tests.reference --write` and review
+the diff.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from dataclasses import MISSING, dataclass
 from typing import Any
@@ -16,9 +20,14 @@ from typing import Any
 import options
 from tests.deploy import deployment as d
 
-README = d.ROOT / "README.md"
-BEGIN = "<!-- env-reference:begin (generated: python -m tests.deploy.env_reference --write) -->"
-END = "<!-- env-reference:end -->"
+DOC = d.ROOT / "docs" / "configuration.md"
+ENV_BLOCK = ("<!-- env-reference:begin (generated: python -m tests.reference --write) -->",
+             "<!-- env-reference:end -->")
+METRICS_DOC = d.ROOT / "docs" / "metrics.md"
+METRICS_BLOCK = ("<!-- metrics-reference:begin (generated: python -m tests.reference --write) -->",
+                 "<!-- metrics-reference:end -->")
+COMMAND_BLOCK = ("<!-- command-reference:begin (generated: python -m tests.reference --write) -->",
+                 "<!-- command-reference:end -->")
 
 # Variables read by name (not derived from a config class): who reads them, default, meaning.
 SHARED = {
@@ -171,31 +180,134 @@ def _cell(text: str) -> str:
     return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
 
 
-def render() -> str:
+def render_env() -> str:
     lines = ["| variable | read by | default | meaning |", "|---|---|---|---|"]
     lines += [f"| `{r.name}` | {r.readers} | {_cell(r.default)} | {_cell(r.meaning)} |"
               for r in rows()]
-    return "\n".join([BEGIN, *lines, END])
+    return "\n".join(lines)
 
 
-def readme_block() -> str:
-    text = README.read_text(encoding="utf-8")
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < 0:
-        return ""
-    return text[start : end + len(END)]
+def commands() -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every leaf command of `streamctl` (`streamctl job run`, …) and its parser, in order."""
+    from streamctl.cli import build_parser
+
+    found: list[tuple[str, argparse.ArgumentParser]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not groups:
+            found.append((path, parser))
+        for group in groups:
+            for name, sub in group.choices.items():
+                walk(sub, f"{path} {name}")
+
+    walk(build_parser(), "streamctl")
+    return found
+
+
+def options_of(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and "--help" not in a.option_strings]
+
+
+def _option_cell(action: argparse.Action) -> str:
+    flags = ", ".join(f"`{f}`" for f in action.option_strings)
+    value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+    return f"{flags}{value}" if len(action.option_strings) == 1 else flags
+
+
+def _help(action: argparse.Action) -> str:
+    text = (action.help or "").replace("%%", "%")
+    text = re.sub(r" \[env [A-Z0-9_]+; [^\]]*\]$", "", text)  # the settings table has both
+    return _cell(text)
+
+
+def render_commands() -> str:
+    """Per command its description, positional arguments and options (the settings that are
+    also variables are named, the table below has their defaults and meaning)."""
+    lines: list[str] = []
+    variables = {r.name for r in rows()}
+    for path, parser in commands():
+        lines += [f"### `{path}`", "", _cell(" ".join((parser.description or "").split())), ""]
+        positionals = [a for a in parser._actions if not a.option_strings
+                       and not isinstance(a, argparse._SubParsersAction)]
+        settings, others = [], []
+        for action in options_of(parser):
+            env = re.search(r"\[env ([A-Z0-9_]+);", action.help or "")
+            (settings if env and env.group(1) in variables else others).append(action)
+        if positionals or others:
+            lines += ["| argument | meaning |", "|---|---|"]
+            lines += [f"| `{a.metavar or a.dest}` | {_help(a)} |" for a in positionals]
+            lines += [f"| {_option_cell(a)} | {_help(a)} |" for a in others]
+            lines.append("")
+        if settings:
+            names = ", ".join(f"`{a.option_strings[0]}`" for a in settings)
+            lines += [f"Settings (each also a `STREAMCTL_*` variable, in the table below): "
+                      f"{names}.", ""]
+    return "\n".join(lines).rstrip()
+
+
+def metric_rows() -> list[tuple[str, str, str, str, str]]:
+    """(process, name as documented, type, labels, help) of every Prometheus metric."""
+    from prometheus_client import CollectorRegistry
+
+    from controller.explain.prom import ControllerMetrics, new_registry
+    from streaming_jobs.runtime.observe.prometheus import JobPrometheus
+
+    job = JobPrometheus(CollectorRegistry())
+    job.watch_sink("query", d._NoReplays())
+    found = []
+    for process, registry in (("job", job.registry),
+                              ("controller", ControllerMetrics(new_registry()).registry)):
+        for collector in list(registry._collector_to_names):
+            for family in collector.collect():
+                labels = set(getattr(collector, "_labelnames", ()))
+                labels |= {k for s in family.samples for k in s.labels if k != "le"}
+                name = family.name + ("_total" if family.type == "counter" else "")
+                found.append((process, name, family.type, ", ".join(sorted(labels)),
+                              " ".join(family.documentation.split())))
+    return sorted(found)
+
+
+def render_metrics() -> str:
+    lines = ["| process | metric | type | labels | meaning |", "|---|---|---|---|---|"]
+    lines += [f"| {process} | `{name}` | {kind} | {labels} | {_cell(meaning)} |"
+              for process, name, kind, labels, meaning in metric_rows()]
+    return "\n".join(lines)
+
+
+def block(text: str, marks: tuple[str, str]) -> str:
+    """The text between `marks` in `text` ('' when the marks are missing)."""
+    begin, end = marks
+    start, stop = text.find(begin), text.find(end)
+    return text[start + len(begin):stop].strip("\n") if start >= 0 and stop >= 0 else ""
+
+
+BLOCKS = {"env": (DOC, ENV_BLOCK, render_env), "commands": (DOC, COMMAND_BLOCK, render_commands),
+          "metrics": (METRICS_DOC, METRICS_BLOCK, render_metrics)}
+"""Each generated block: its page, its markers and what renders it."""
+
+
+def documented() -> dict[str, str]:
+    return {name: block(page.read_text(encoding="utf-8"), marks)
+            for name, (page, marks, _render) in BLOCKS.items()}
+
+
+def rendered() -> dict[str, str]:
+    return {name: render() for name, (_page, _marks, render) in BLOCKS.items()}
 
 
 def main(argv: list[str]) -> int:
-    if argv[1:] == ["--write"]:
-        text = README.read_text(encoding="utf-8")
-        old = readme_block()
-        if not old:
-            print(f"README.md has no {BEGIN} ... {END} block", file=sys.stderr)
-            return 1
-        README.write_text(text.replace(old, render()), encoding="utf-8")
+    if argv[1:] != ["--write"]:
+        print("\n\n".join(rendered().values()))
         return 0
-    print(render())
+    for page, (begin, end), render in BLOCKS.values():
+        text = page.read_text(encoding="utf-8")
+        if begin not in text or end not in text:
+            print(f"{page} has no {begin} ... {end} block", file=sys.stderr)
+            return 1
+        head, rest = text.split(begin, 1)
+        page.write_text(f"{head}{begin}\n{render()}\n{end}{rest.split(end, 1)[1]}",
+                        encoding="utf-8")
     return 0
 
 
