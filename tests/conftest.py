@@ -24,6 +24,33 @@ from tests.support.fault_bed import FaultBed
 from tests.support.kafka import TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
+# --- Running the suite on several workers (`./dev test` runs pytest-xdist) ---------------------
+
+SHARED_BY_GROUP = {"spark": "spark-session", "spark_cluster": "spark-cluster",
+                   "restartable_broker": "restartable-broker"}
+"""Session fixtures that are expensive to start and must be one per suite: the tests using
+one run on one worker (`--dist loadgroup`), which starts it once."""
+LONGEST_FIRST = ("tests/spark/", "tests/e2e/", "tests/faults/", "tests/deploy/")
+"""Where the long tests are: scheduled first, so that no worker ends with a long tail while
+the others idle; the unit tests fill the gaps."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((g for f, g in SHARED_BY_GROUP.items() if f in item.fixturenames), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if not getattr(config.option, "numprocesses", None):
+        return  # one process: keep the files' order, the quick tests first
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)),
+                    len(LONGEST_FIRST))
+
+    items.sort(key=rank)
+
+
 # --- Control key -------------------------------------------------------------------------------
 
 

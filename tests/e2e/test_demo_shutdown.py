@@ -79,8 +79,24 @@ def test_sigterm_stops_the_broker_job_and_controller(tmp_path: Path) -> None:
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in demo.stdout or ()],
                      daemon=True).start()
-    seen = []
+    seen: list[str] = []
+    started: set[int] = set()
+    try:
+        _stop_when_loaded(demo, lines, seen, started)
+    finally:  # whatever failed above, nothing of the demo outlives the test
+        if demo.poll() is None:
+            started |= _descendants(demo.pid)
+            demo.kill()
+        for pid in started:
+            if _alive(pid) and _role(pid) is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
+
+def _stop_when_loaded(demo: subprocess.Popen[str], lines: queue.Queue[str], seen: list[str],
+                      started: set[int]) -> None:
+    """Once the demo's load runs: its processes are the broker, the job with its Spark
+    driver and the controller; SIGTERM ends the demo (exit 130) and every one of them."""
     def load_started() -> bool:
         assert demo.poll() is None, "the demo exited early:\n" + "".join(seen)
         with contextlib.suppress(queue.Empty):
@@ -88,8 +104,7 @@ def test_sigterm_stops_the_broker_job_and_controller(tmp_path: Path) -> None:
         return any(line.startswith("load:") for line in seen)
 
     until(load_started, 180, "the demo to start its load", 0)
-
-    started = _descendants(demo.pid)
+    started |= _descendants(demo.pid)
     roles = {_role(pid) for pid in started}
     assert {"broker", "job", "spark driver", "controller"} <= roles, roles
     demo.send_signal(signal.SIGTERM)

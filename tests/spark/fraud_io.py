@@ -1,22 +1,18 @@
 """Test-side helpers for the fraud-detection job: transactions, a steady card load the test
-can move to another topic, and one availableNow run of the
+can move to another topic (`card_load`), and one availableNow run of the
 job's plan on a checkpoint, its output decoded through the job's own output format, and
 `fraud_config`, a JobConfig bound to the fraud job."""
 
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
-
 from schemas.codec import codec_for
 from schemas.records import CardTransaction, ScoredTransaction
-from security.kafka import IDEMPOTENT, client_config
 from streamctl.cards import CardEvents
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.job import job as fraud_job
@@ -24,7 +20,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.query.plan import Plan
 from tests.spark.bound import bound_config
-from tests.support.kafka import produce_records
+from tests.support.kafka import SteadyLoad, produce_records
 
 T0_MS = 1_700_000_000_000
 _PROVIDER = "spark.sql.streaming.stateStore.providerClass"
@@ -93,48 +89,13 @@ def run_available_now(spark: Any, config: JobConfig, timeout_s: float = 240.0,
     return output, query
 
 
-class CardLoad:
-    """Card transactions (`streamctl.cards`, per-account sequence numbers) at a steady rate
-    until stopped; `move_to` moves the producer to another topic. `acked` holds every
-    transaction the broker acknowledged, by txn id."""
+def card_load(bootstrap: str, topic: str, accounts: int = 20) -> SteadyLoad:
+    """Card transactions (`streamctl.cards`: per-account sequence numbers, 30 % low
+    priority), 50 every second until stopped; `load.move_to` moves them to another topic."""
+    events, rng = CardEvents(accounts), random.Random(0)
 
-    def __init__(self, bootstrap: str, topic: str, *, accounts: int = 20, per_tick: int = 5,
-                 every_s: float = 0.1) -> None:
-        self._producer = Producer(client_config(bootstrap, **IDEMPOTENT))
-        self._events, self._rng = CardEvents(accounts), random.Random(0)
-        self._topic, self._per_tick, self._every_s = topic, per_tick, every_s
-        self._codec = codec_for(CardTransaction)
-        self._tick = threading.Lock()
-        self._stop = threading.Event()
-        self.acked: dict[str, CardTransaction] = {}
-        self.failed = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+    def make(_seq: int) -> tuple[str, CardTransaction]:
+        txn = events.make(rng, int(time.time() * 1000))
+        return txn.account_id, txn
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._every_s):
-            with self._tick:
-                for _ in range(self._per_tick):
-                    txn = self._events.make(self._rng, int(time.time() * 1000))
-                    self._producer.produce(self._topic, key=txn.account_id,
-                                           value=self._codec.encode(txn),
-                                           on_delivery=self._delivered(txn))
-                assert self._producer.flush(30) == 0
-
-    def _delivered(self, txn: CardTransaction) -> Callable[[KafkaError | None, Message], None]:
-        def callback(err: KafkaError | None, _msg: Message) -> None:
-            if err is None:
-                self.acked[txn.txn_id] = txn
-            else:
-                self.failed += 1
-        return callback
-
-    def move_to(self, topic: str) -> None:
-        """Every transaction sent so far is acknowledged; the next go to `topic`."""
-        with self._tick:
-            self._topic = topic
-
-    def stop(self) -> dict[str, CardTransaction]:
-        self._stop.set()
-        self._thread.join(60)
-        return self.acked
+    return SteadyLoad(bootstrap, topic, make, per_tick=5, every_s=0.1)

@@ -26,14 +26,13 @@ from schemas.records import (
     SensorReading,
     SensorWindowAverage,
 )
-from security.kafka import IDEMPOTENT, client_config
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, consumed, counter, metrics_of
 from tests.support.control import ack_for, publish, send_and_await, signed
-from tests.support.kafka import TopicReader, produce, produce_records
+from tests.support.kafka import SteadyLoad, TopicReader, produce, produce_records
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -205,43 +204,6 @@ def _windows(messages: list) -> list[SensorWindowAverage]:
     return [w for w in (codec.decode(m.value()) for m in messages) if w.sensor_id != SENTINEL]
 
 
-class SteadyLoad:
-    """Produces readings 0, 1, 2, ... in chunks until stopped; `produced` counts them."""
-
-    def __init__(self, config: JobConfig, per_chunk: int = 20, every_s: float = 0.1) -> None:
-        from confluent_kafka import Producer
-
-        self._producer = Producer(client_config(config.bootstrap_servers, **IDEMPOTENT))
-        self._topic, self._per_chunk, self._every_s = config.input_topic, per_chunk, every_s
-        self._stop = threading.Event()
-        self._chunk = threading.Lock()
-        self.produced = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        codec = codec_for(SensorReading)
-        while not self._stop.wait(self._every_s):
-            with self._chunk:
-                for seq in range(self.produced, self.produced + self._per_chunk):
-                    r = reading(seq)
-                    self._producer.produce(self._topic, key=r.sensor_id.encode(),
-                                           value=codec.encode(r))
-                assert self._producer.flush(30) == 0
-                self.produced += self._per_chunk
-
-    def move_to(self, topic: str) -> None:
-        """The producers move: every record sent so far is acknowledged, the next go to
-        `topic`."""
-        with self._chunk:
-            self._topic = topic
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(60)
-        return self.produced
-
-
 def _expected_windows(produced: int) -> dict[tuple[str, int], tuple[int, int]]:
     counts: Counter[tuple[str, int]] = Counter()
     sums: Counter[tuple[str, int]] = Counter()
@@ -302,7 +264,8 @@ def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -
     from streaming_jobs.send_cli import send
 
     a = cfg.input_topic
-    load = SteadyLoad(cfg, per_chunk=10)
+    load = SteadyLoad(cfg.bootstrap_servers, a, lambda s: (reading(s).sensor_id, reading(s)),
+                      per_tick=10)
     try:
         metrics.until(lambda ms: any(metrics_of(m).input_rows for m in ms), 120)
         refused = _send(cfg, "input_topic", b, epoch=1)
@@ -311,7 +274,7 @@ def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -
                                          "is still being written to"), refused.detail
         assert job.query.is_active() and job.owner.desired.input_topic == a
         load.move_to(b)
-        on_a = load.produced
+        on_a = len(load.acked)
         metrics.until(lambda ms: consumed(ms) >= on_a, 180)  # the backlog on A, read
         # As an operator would: `streamctl job send` (next epoch from the state topic).
         switched = send(cfg.bootstrap_servers, cfg.query_id, "input_topic", b, KEY,
@@ -319,7 +282,8 @@ def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -
                         state_topic=cfg.state_topic, timeout_s=180)
         assert switched.epoch == 1
     finally:
-        produced = load.stop()
+        produced = len(load.stop())
+    assert load.failed == 0
     assert switched.outcome is Outcome.APPLIED and switched.pause_ms > 0, switched.detail
     assert f"{a} drained in" in switched.detail
     assert f"{b} read from {{0: 0, 1: 0, 2: 0, 3: 0}}" in switched.detail, switched.detail

@@ -30,9 +30,10 @@ from streaming_jobs.runtime.kafka import read_latest
 from tests.spark.bound import run_command
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, consumed, counter, metrics_of
-from tests.spark.fraud_io import CardLoad, fraud_config, fraud_job, stateful_session, txn
+from tests.spark.fraud_io import card_load, fraud_config, fraud_job, stateful_session, txn
 from tests.support.control import send_and_await
 from tests.support.kafka import (
+    SteadyLoad,
     TopicReader,
     decoded,
     produce_records,
@@ -107,7 +108,7 @@ def _apply_each_action_under_load(config: JobConfig, metrics: TopicReader,
                                   topics: dict[str, str]) -> tuple[dict[str, Any], list[Ack]]:
     """Card transactions arrive throughout; each action is applied in turn. The transactions
     the broker acknowledged, and each action's ack."""
-    load = CardLoad(config.bootstrap_servers, config.input_topic)
+    load = card_load(config.bootstrap_servers, config.input_topic)
     try:
         _wait_batches(metrics, epoch=0)
         acks = [_apply(config, metrics, load, epoch, parameter, topics.get(value, value))
@@ -116,12 +117,12 @@ def _apply_each_action_under_load(config: JobConfig, metrics: TopicReader,
         # keep the load on until the exactness check has enough to count.
         until(lambda: len(load.acked) > 1000, 60, "1 000 acknowledged transactions")
     finally:
-        acked = load.stop()
+        acked = {t.txn_id: t for t in load.stop()}  # type: ignore[attr-defined]
     assert load.failed == 0 and len(acked) > 1000
     return acked, acks
 
 
-def _apply(config: JobConfig, metrics: TopicReader, load: CardLoad, epoch: int,
+def _apply(config: JobConfig, metrics: TopicReader, load: SteadyLoad, epoch: int,
            parameter: str, value: str) -> Ack:
     """Send one action, assert its ack, let a batch with data run under it."""
     if parameter == "input_topic":

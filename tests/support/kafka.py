@@ -3,6 +3,7 @@ what a `read_committed` consumer sees, to the topic's end."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -150,3 +151,51 @@ class TopicReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+class SteadyLoad:
+    """Records `make(seq)` for seq 0, 1, 2, …, `per_tick` of them every `every_s` until
+    stopped, each tick acknowledged before the next; `move_to` moves the producer to another
+    topic between ticks (every record sent so far is acknowledged by then). `acked` holds the
+    acknowledged records in order, `failed` counts the refused ones."""
+
+    def __init__(self, bootstrap: str, topic: str, make: Callable[[int], tuple[str, _Record]],
+                 per_tick: int = 20, every_s: float = 0.1) -> None:
+        self._producer = Producer(client_config(bootstrap, **IDEMPOTENT))
+        self._topic, self._make, self._per_tick, self._every_s = topic, make, per_tick, every_s
+        self._stop = threading.Event()
+        self._tick = threading.Lock()
+        self.acked: list[_Record] = []
+        self.failed = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seq = 0
+        while not self._stop.wait(self._every_s):
+            with self._tick:
+                made = [self._make(n) for n in range(seq, seq + self._per_tick)]
+                seq += self._per_tick
+                for key, record in made:
+                    self._producer.produce(self._topic, key=key.encode(),
+                                           value=codec_for(type(record)).encode(record),
+                                           on_delivery=self._delivered(record))
+                self._producer.flush(30)
+
+    def _delivered(self, record: _Record) -> Callable[[KafkaError | None, Message], None]:
+        def callback(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                self.acked.append(record)
+            else:
+                self.failed += 1
+        return callback
+
+    def move_to(self, topic: str) -> None:
+        with self._tick:
+            self._topic = topic
+
+    def stop(self) -> list[_Record]:
+        """Stop after the tick under way; every record acknowledged."""
+        self._stop.set()
+        self._thread.join(60)
+        return self.acked
