@@ -105,14 +105,14 @@ def sink(result: Result) -> list[str]:
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
-     "runs from the commit of the last batch before the change to the commit of the first "
-     "batch after it (the ack's `pause_ms`: quiesce, restart in the same warm driver, and that "
-     "first batch, often the replay of the one the gate held back); `output_topic` is swapped "
-     "at a batch boundary, its pause is the time new batches were held. `state_partitions` "
-     "includes Spark's offline state repartitioning; `input_topic` moves the load first, and "
-     "the drain of the old topic runs while the query runs. A cold restart is SIGTERM and a "
-     "new `streamctl job run` on the same checkpoint: from the old process's last commit to "
-     "the new one's first."),
+     "runs from the later of the last commit before the change and the change's start to the "
+     "commit of the first batch after it (the ack's `pause_ms`: quiesce, restart in the same "
+     "warm driver, and that first batch, often the replay of the one the gate held back); "
+     "`output_topic` is swapped at a batch boundary, its pause is the time new batches were "
+     "held. `state_partitions` includes Spark's offline state repartitioning; `input_topic` "
+     "moves the load first, and the drain of the old topic runs while the query runs. A cold "
+     "restart is SIGTERM and a new `streamctl job run` on the same checkpoint: from the old "
+     "process's last commit to the new one's first."),
     ("throughput", "The sensor job's capacity by input parallelism", throughput,
      "The same preloaded backlog per run, the real job process on a local broker; rows of "
      "the batches after the first over their time. The lookup is latency, not CPU, so more "

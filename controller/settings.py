@@ -143,12 +143,13 @@ class PolicySettings:
 
     reconfiguration_pause_s: float = 10.0
     """Seconds of arrivals a resized query is expected to fall behind by: its restart (from
-    the last commit before to the first after, an ack's `pause_ms`) and the wait for its
-    running batch at the old size (quiesce). It drains that pile-up flat out, so a pipeline's
-    readers are sized for it as part of its catch-up burst (`topology`). The bundled job's
-    acks show 4-5 s of pause after 3-11 s of quiescing (docs/benchmarks.md), the
-    simulator's 8-9 s of pause; 10 s is in between. Its own sizing needs no allowance: at
-    70 % target utilisation a 10 s pile-up drains in about 23 s, well within `catch_up_s`."""
+    the later of the last commit and the change's start to the first commit after, an ack's
+    `pause_ms`) and the wait for its running batch at the old size (quiesce). It drains that
+    pile-up flat out, so a pipeline's readers are sized for it as part of its catch-up burst
+    (`topology`). The bundled job's acks show 4-5 s of pause after 3-11 s of quiescing
+    (docs/benchmarks.md), the simulator's 8-9 s of pause; 10 s is in between. Its own sizing
+    needs no allowance: at 70 % target utilisation a 10 s pile-up drains in about 23 s, well
+    within `catch_up_s`."""
 
     min_parallelism: int = 1
     """Lowest input parallelism the policy will ask for."""

@@ -126,8 +126,11 @@ class _Executors:
 class _Reconfig:
     control: ControlTuple
     value: int
+    began_ms: int
     phase: Phase = Phase.QUIESCING
     last_commit_ms: int = 0
+    """Where the pause starts: the later of the last commit and the change's start, as the
+    runtime measures it (`reconfigure.pause_start`)."""
     restart_until_ms: int = 0
 
 
@@ -178,7 +181,7 @@ class SimJob:
                 self._ack(control, Outcome.APPLIED, f"{control.parameter} {verdict} already in "
                           f"force; epoch advanced to {control.epoch}", 0, t_ms)
             else:
-                self.reconfig = _Reconfig(control, verdict)
+                self.reconfig = _Reconfig(control, verdict, t_ms)
                 if self.running is None:
                     self._restart(t_ms)
 
@@ -221,8 +224,8 @@ class SimJob:
     def _restart(self, t_ms: int) -> None:
         assert self.reconfig is not None
         self.reconfig.phase = Phase.RESTARTING
-        self.reconfig.last_commit_ms = (self.last_commit_ms if self.last_commit_ms is not None
-                                        else t_ms)
+        self.reconfig.last_commit_ms = max(self.reconfig.began_ms, self.last_commit_ms
+                                           if self.last_commit_ms is not None else t_ms)
         self.reconfig.restart_until_ms = t_ms + int(self.spec.restart_s * 1000)
 
     def _ack(self, control: ControlTuple, outcome: Outcome, detail: str, pause_ms: int,

@@ -59,8 +59,9 @@ class ControllerMetrics:
             ["query", "action", "reason"], registry=registry)
         self.pauses = Histogram(
             "streamctl_reconfiguration_pause_seconds",
-            "Pause of each applied control tuple as its ack reports it: last commit before "
-            "to first commit after.", ["query"], buckets=PAUSE_BUCKETS_S, registry=registry)
+            "Pause of each applied control tuple as its ack reports it: the gap in "
+            "committed output from the later of the last commit and the change's start to "
+            "the first commit after.", ["query"], buckets=PAUSE_BUCKETS_S, registry=registry)
         self.last_pause = gauge("streamctl_last_reconfiguration_pause_seconds",
                                 "Pause of the query's last applied control tuple.")
         self.ack_timeouts = Counter("streamctl_ack_timeouts", "Control tuples never acked.",

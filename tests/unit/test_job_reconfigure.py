@@ -25,12 +25,22 @@ def fake(**options: object) -> FakeQuery:
                      **options)  # type: ignore[arg-type]
 
 
-def test_pause_runs_from_last_commit_to_first_commit_after_restart() -> None:
-    clock = iter([2_000, 2_300])  # quiesce began, query stopped
+def test_pause_runs_from_the_change_to_the_first_commit_leaving_the_idle_time_out() -> None:
+    clock = iter([2_000, 2_300])  # quiesce began (1 s after the last commit), query stopped
     applied = Reconfigurer(fake(), clock_ms=lambda: next(clock)).apply(WIDER)
-    assert applied.pause_ms == 3_500
+    assert applied.pause_ms == 2_500
     assert applied.detail == ("input_parallelism 2→4; quiesce 300 ms, "
-                              "restart to first commit 2200 ms, no batch running for 1400 ms")
+                              "restart to first commit 2200 ms, no batch running for 400 ms; "
+                              "idle 1000 ms before the change, not in the pause")
+
+
+def test_pause_runs_from_the_commit_of_the_batch_the_quiesce_waited_for() -> None:
+    query = fake()
+    query.last_commit = Commit("run-0", 10, 1_500, 2_100)  # committed during the quiesce
+    clock = iter([2_000, 2_300])
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(WIDER)
+    assert applied.pause_ms == 4_500 - 2_100
+    assert applied.detail.endswith("no batch running for 300 ms")
 
 
 @pytest.mark.parametrize("change", [
@@ -100,8 +110,9 @@ def test_without_new_data_the_pause_ends_when_the_restarted_query_is_idle(
     monkeypatch.setattr("streaming_jobs.runtime.control.reconfigure.IDLE_GRACE_S", 0.0)
     clock = iter([2_000, 2_300, 2_900])  # quiesce began, stopped, seen idle
     applied = Reconfigurer(fake(idle_after_start=True), clock_ms=lambda: next(clock)).apply(WIDER)
-    assert applied.pause_ms == 1_900
-    assert applied.detail.endswith("restart to idle 600 ms (no new data)")
+    assert applied.pause_ms == 900
+    assert applied.detail.endswith("restart to idle 600 ms (no new data); idle 1000 ms before "
+                                   "the change, not in the pause")
 
 
 SPARK_FAILURE = """An exception was raised by the Python Proxy. Return Message:

@@ -99,17 +99,18 @@ class Reconfigurer:
     def _restart(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
         """Restart with `new` from the checkpoint.
 
-        The pause is measured from the commit of the last batch before the change (or the start
-        of the quiesce if nothing had committed yet) to the commit of the first batch of the
-        restarted query — the gap in committed output, which includes the quiesce wait, the
-        restart and that first batch's own execution (often the replay of the batch the gate
-        held back). If no batch arrives within IDLE_GRACE_S, the pause ends at the moment the
-        restarted query is seen active and idle. The detail also names the shorter gap in which
-        no batch ran at all (last commit → start of the first restarted batch).
+        The pause is the gap in committed output the change caused: from whichever is later,
+        the commit of the last batch before the change or the moment the change began, to the
+        commit of the first batch of the restarted query. It includes the wait for a running
+        batch (quiesce), the restart and that first batch's own execution (often the replay of
+        the batch the gate held back); it leaves out the time the query had been idle before
+        the change, which the detail names apart. If no batch arrives within IDLE_GRACE_S,
+        the pause ends at the moment the restarted query is seen active and idle. The detail
+        also names the shorter gap in which no batch ran at all.
         """
         began_ms = self._clock_ms()
         drained = self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
-        since_ms = self._query.last_commit.end_ms if self._query.last_commit else began_ms
+        since_ms, idle_ms = pause_start(self._query.last_commit, began_ms)
         stopped_ms = self._clock_ms()
         try:
             run_id = self._query.start(new)
@@ -124,7 +125,9 @@ class Reconfigurer:
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
                   + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "
                      f"for {max(0, first.start_ms - since_ms)} ms" if first else
-                     f"restart to idle {resumed_ms - stopped_ms} ms (no new data)"))
+                     f"restart to idle {resumed_ms - stopped_ms} ms (no new data)")
+                  + (f"; idle {idle_ms} ms before the change, not in the pause"
+                     if idle_ms else ""))
         return Applied(pause_ms=max(0, resumed_ms - since_ms), detail=detail)
 
     def _roll_back(self, old: DesiredState) -> None:
@@ -132,6 +135,18 @@ class Reconfigurer:
         if self._query.is_active():
             self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         self._query.start(old)
+
+
+def pause_start(last_commit: Commit | None, began_ms: int) -> tuple[int, int]:
+    """Where a change's pause starts, and the idle time before it that it leaves out.
+
+    When the quiesce let a running batch finish, output stopped at that batch's commit; when
+    the last commit is older than the change, output stopped when the change began: the time
+    before it, idle or between batches, is no pause the change caused (an ack would otherwise
+    report a minute of idleness for a 3 s restart)."""
+    if last_commit is None or last_commit.end_ms >= began_ms:
+        return (last_commit.end_ms if last_commit else began_ms), 0
+    return began_ms, began_ms - last_commit.end_ms
 
 
 def first_commit(query: QueryControl, run_id: str) -> Commit | None:
