@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas.knobs import INPUT_PARALLELISM, SCALING, STATE_PARTITIONS
+from streaming_jobs.batch_knobs import SwappableFunction
 from streaming_jobs.errors import UserError
 from streaming_jobs.formats import Avro, InputFormat, Json, KeyValue, OutputFormat
 from streaming_jobs.formats.ddl import DdlError
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INPUT_PARALLELISM", "SCALING_KNOBS", "STATE_PARTITIONS", "Avro", "Builder", "Job",
-    "JobContext", "JobDefinitionError", "Json", "KeyValue", "Setting", "Topics",
+    "JobContext", "JobDefinitionError", "Json", "KeyValue", "Setting", "SwappableFunction",
+    "Topics",
 ]
 
 SCALING_KNOBS = SCALING
@@ -75,10 +77,13 @@ class JobContext:
     state_partitions: int
     max_offsets_per_trigger: int
     function_version: str
-    """The version of the job's swappable function in force ('' when it declares none)."""
-    function: Callable[..., Any] | None
-    """That function (None when the job declares none). Call it from your Spark functions:
-    it is pickled with them."""
+    """The version of the job's swappable function in force when the plan was built ('' when
+    it declares none). It changes without a rebuild: read `function.version` where the
+    function runs, not this, to label output with the version that made it."""
+    function: SwappableFunction | None
+    """The job's function (None when it declares none). Call it from your Spark functions
+    (it is pickled with them): each call goes to the version in force for the batch it runs
+    in, so a `udf_version` change takes effect at the next batch without a restart."""
     settings: Mapping[str, Any]
     """The job's own settings (`Job.settings`), as given with `--set name=value` or
     `STREAMCTL_<NAME>`, else their defaults."""

@@ -21,35 +21,8 @@ from stack.defaults import default_state_dir
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.fault_bed import FaultBed
-from tests.support.kafka import TopicReader
+from tests.support.kafka import NewTopics, TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
-
-# --- Running the suite on several workers (`./dev test` runs pytest-xdist) ---------------------
-
-SHARED_BY_GROUP = {"spark": "spark-session", "spark_cluster": "spark-cluster",
-                   "restartable_broker": "restartable-broker"}
-"""Session fixtures that are expensive to start and must be one per suite: the tests using
-one run on one worker (`--dist loadgroup`), which starts it once."""
-LONGEST_FIRST = ("tests/spark/", "tests/e2e/", "tests/faults/", "tests/deploy/")
-"""Where the long tests are: scheduled first, so that no worker ends with a long tail while
-the others idle; the unit tests fill the gaps."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = next((g for f, g in SHARED_BY_GROUP.items() if f in item.fixturenames), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    if not getattr(config.option, "numprocesses", None):
-        return  # one process: keep the files' order, the quick tests first
-
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid
-        return next((i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)),
-                    len(LONGEST_FIRST))
-
-    items.sort(key=rank)
-
 
 # --- Control key -------------------------------------------------------------------------------
 
@@ -95,20 +68,31 @@ def bootstrap_servers(kafka_broker: LocalBroker) -> str:
 
 
 @pytest.fixture
-def new_topic(bootstrap_servers: str) -> Iterator[Callable[..., str]]:
-    """Factory: `new_topic(partitions=1, config=None)` creates a fresh uuid-named topic."""
+def new_topics(bootstrap_servers: str) -> Iterator[NewTopics]:
+    """Factory: a test's topics, created in one admin call and deleted after the test."""
     created: list[str] = []
 
-    def make(partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
-        name = f"test-{uuid.uuid4().hex[:12]}"
-        spec = TopicSpec(name, partitions=partitions, config=dict(config or {}))
-        ensure_topics(bootstrap_servers, [spec], timeout_s=30.0)
-        created.append(name)
-        return name
+    def make(config: Mapping[str, Mapping[str, str]] | None = None,
+             **partitions: int) -> dict[str, str]:
+        names = {role: f"test-{uuid.uuid4().hex[:12]}" for role in partitions}
+        ensure_topics(bootstrap_servers, [
+            TopicSpec(names[role], partitions=n, config=dict((config or {}).get(role, {})))
+            for role, n in partitions.items()], timeout_s=30.0)
+        created.extend(names.values())
+        return names
 
     yield make
     if created:
         delete_topics(bootstrap_servers, created, timeout_s=30.0)
+
+
+@pytest.fixture
+def new_topic(new_topics: NewTopics) -> Callable[..., str]:
+    """Factory: `new_topic(partitions=1, config=None)` creates one fresh uuid-named topic."""
+    def make(partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        return new_topics(config={"topic": config or {}}, topic=partitions)["topic"]
+
+    return make
 
 
 @pytest.fixture
@@ -149,11 +133,10 @@ def restartable_broker(_restartable_broker: LocalBroker) -> LocalBroker:
 
 
 @pytest.fixture
-def bed(bootstrap_servers: str, new_topic: Callable[..., str],
-        tmp_path: Path) -> Iterator[FaultBed]:
+def bed(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> Iterator[FaultBed]:
     """One fault bed per test (uuid topics, its own checkpoint); every process it started is
     stopped afterwards, whatever happened."""
-    made = FaultBed.create(bootstrap_servers, new_topic, tmp_path)
+    made = FaultBed.create(bootstrap_servers, new_topics, tmp_path)
     try:
         yield made
     finally:

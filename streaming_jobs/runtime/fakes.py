@@ -2,7 +2,8 @@
 drive a query (reconfiguration, roles, supervision, the owner) without Spark.
 
 It keeps the calls in order in `log`, commits a batch of a run when told (`commit`), and can be
-told to fail a start or a swap, to refuse a drain, or to be idle after a start. The contract
+told to fail a start, a swap or the first batch after a swap, to refuse a drain, or to be idle
+after a start. The contract
 test (`tests/runtime_query_contract.py`) holds it to what `lifecycle.ElasticQuery` does.
 """
 
@@ -18,14 +19,17 @@ from streaming_jobs.runtime.ports import Commit
 
 
 class FakeQuery:
-    """A query whose batches commit when `commit` says so (`auto_commit`: one per start,
-    at `first_commit_ms` after `clock_ms`)."""
+    """A query whose batches commit when `commit` says so (`auto_commit`: one per start, and
+    one when the gate reopens after a swap, unless the swap was to `fail_batch_with`)."""
 
     def __init__(self, desired: DesiredState, *, active: bool = False,
                  fail_with: DesiredState | None = None, fail_start: str | None = None,
                  idle_after_start: bool = False, last_commit: Commit | None = None,
-                 auto_commit: bool = True, first_commit: Commit | None = None) -> None:
+                 auto_commit: bool = True, first_commit: Commit | None = None,
+                 fail_batch_with: DesiredState | None = None) -> None:
         self._desired = desired
+        self.fail_batch_with = fail_batch_with
+        self._swapped_since_hold = False
         self.last_commit = last_commit
         self.fail_with, self.fail_start = fail_with, fail_start
         self.idle_after_start, self.auto_commit = idle_after_start, auto_commit
@@ -35,6 +39,8 @@ class FakeQuery:
         self.refuse_drain: str | None = None
         self.superseded_by: str | None = None
         self.failed_with: str | None = None
+        self.idle: bool | None = None
+        """Whether the running query has nothing to do (default: no commit since its start)."""
         self.marker: CommitMarker | None = None
         self.log: list[str] = []
         self.started: list[DesiredState] = []
@@ -90,6 +96,7 @@ class FakeQuery:
 
     def hold(self, timeout_s: float) -> bool:
         self.held = True
+        self._swapped_since_hold = False
         return True
 
     def swap(self, desired: DesiredState) -> None:
@@ -98,9 +105,15 @@ class FakeQuery:
         if desired == self.fail_with:
             raise RuntimeError("cluster manager refused")
         self._desired = desired
+        self._swapped_since_hold = True
 
     def release(self) -> None:
         self.held = False
+        if self._swapped_since_hold and self.auto_commit:  # the next batch runs with it
+            if self._desired == self.fail_batch_with:
+                self.stop_by_itself("ValueError: lookup service refused sensor-1")
+            else:
+                self.commit()
 
     def settle(self, old: DesiredState, new: DesiredState) -> str | None:
         assert not self.held, "settled while holding the gate: batches would wait for it"
@@ -131,6 +144,8 @@ class FakeQuery:
         return self._active
 
     def is_idle(self) -> bool:
+        if self.idle is not None:
+            return self._active and self.idle
         return self._active and self._run not in self._commits
 
     def release_surplus_executors(self, timeout_s: float) -> int:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
+
+from tests.support.kafka import NewTopics
 
 
 @pytest.fixture
-def loop_topics(new_topic: Callable[..., str]) -> dict[str, str]:
-    return {
-        "input": new_topic(partitions=2), "output": new_topic(partitions=2),
-        "dlq": new_topic(), "metrics": new_topic(), "control": new_topic(),
-        "acks": new_topic(), "decisions": new_topic(),
-    }
+def loop_topics(new_topics: NewTopics) -> dict[str, str]:
+    return new_topics(input=2, output=2, dlq=1, metrics=1, control=1, acks=1, decisions=1)

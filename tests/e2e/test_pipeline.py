@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from streaming_jobs.api import Avro
 from tests.e2e.loop import LoopWatch, capacity, run_jobs, start_controller
-from tests.support.kafka import produce, read_committed
+from tests.support.kafka import NewTopics, produce, read_committed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
@@ -42,11 +42,11 @@ AFTER_STEP_S = 45.0
 
 
 @pytest.fixture
-def topics(new_topic: Callable[..., str]) -> dict[str, str]:
-    names = {"clicks": 2, "enriched": 2, "sessionized": 2, "verdicts": 2}
-    made = {name: new_topic(partitions=n) for name, n in names.items()}
-    made |= {f"{name}.dlq": new_topic() for name in ("clicks", "enriched", "sessionized")}
-    return made | {name: new_topic() for name in ("metrics", "control", "acks", "decisions")}
+def topics(new_topics: NewTopics) -> dict[str, str]:
+    made = new_topics(clicks=2, enriched=2, sessionized=2, verdicts=2, clicks_dlq=1,
+                      enriched_dlq=1, sessionized_dlq=1, metrics=1, control=1, acks=1,
+                      decisions=1)
+    return {name.replace("_dlq", ".dlq"): topic for name, topic in made.items()}
 
 
 def job(name: str, source: str, sink: str, topics: dict[str, str], workdir: Path,

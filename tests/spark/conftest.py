@@ -32,7 +32,10 @@ def spark_kafka_jars() -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_kafka_jars: tuple[str, ...]) -> Iterator[object]:
+def spark(spark_kafka_jars: tuple[str, ...], bootstrap_servers: str) -> Iterator[object]:
+    """The session's local Spark. Set up after the broker, so stopped before it: its Python
+    workers keep the dead-letter producers of the tests' jobs, which would otherwise retry a
+    broker that is gone until the process exits."""
     from pyspark.sql import SparkSession
 
     from streaming_jobs.runtime.query.session import prepare_environment

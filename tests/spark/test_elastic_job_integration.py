@@ -32,7 +32,14 @@ from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, consumed, counter, metrics_of
 from tests.support.control import ack_for, publish, send_and_await, signed
-from tests.support.kafka import SteadyLoad, TopicReader, produce, produce_records
+from tests.support.kafka import (
+    NewTopics,
+    SteadyLoad,
+    TopicReader,
+    job_topics,
+    produce,
+    produce_records,
+)
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -52,18 +59,14 @@ def reading(seq: int) -> SensorReading:
 
 
 @pytest.fixture
-def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
-               tmp_path: Path) -> JobConfig:
+def job_config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> JobConfig:
     return bound_config(
         sensor_job, bootstrap_servers=bootstrap_servers, query_id=f"q-{uuid.uuid4().hex[:8]}",
-        instance_id="test-instance", input_topic=new_topic(partitions=2),
-        output_topic=new_topic(partitions=1), dlq_topic=new_topic(partitions=1),
-        metrics_topic=new_topic(partitions=1), control_topic=new_topic(partitions=1),
-        ack_topic=new_topic(partitions=1), checkpoint_dir=str(tmp_path / "checkpoint"),
+        instance_id="test-instance", **job_topics(new_topics, state=True),
+        checkpoint_dir=str(tmp_path / "checkpoint"),
         input_parallelism=2, max_offsets_per_trigger=400, trigger_interval_s=0.5,
         enrichment_cost_ms=1.0, window_s=WINDOW_S, watermark_s=5, state_partitions=2,
         task_slots=SPARK_TASK_SLOTS, metrics_port=0, control_key=KEY,
-        state_topic=new_topic(partitions=1, config={"cleanup.policy": "compact"}),
         low_priority_prefixes="sensor-0,sensor-1")
 
 
@@ -344,24 +347,29 @@ def broken_lookup(sensor_id: str) -> str:
     raise ValueError(f"lookup service refused {sensor_id}")
 
 
-def test_a_restart_that_fails_rolls_back_and_loses_nothing(
-        running_job: object, job_config: JobConfig, monkeypatch: pytest.MonkeyPatch,
+@pytest.fixture
+def broken_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sensor job with a third function version, registered before the job loads."""
+    monkeypatch.setitem(sensor_job.functions, "broken", broken_lookup)  # type: ignore[index]
+
+
+def test_a_function_version_that_fails_is_rolled_back_and_loses_nothing(
+        broken_version: None, running_job: object, job_config: JobConfig,
         topic_reader: Callable[[str], TopicReader]) -> None:
-    """A real failure on resume: the new UDF fails in the Spark tasks of the first batch after
-    the restart. The job restarts with the previous settings, acks FAILED with the reason,
-    keeps running, and the batch that failed is replayed: every window once."""
+    """A real failure of a swapped knob: the new UDF fails in the Spark tasks of the first
+    batch that runs it. The job restarts with the previous settings, acks FAILED with the
+    reason, keeps running, and the batch that failed is replayed: every window once."""
     from streaming_jobs.runtime.job import ElasticJob
 
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
-    monkeypatch.setitem(sensor_job.functions, "broken", broken_lookup)  # type: ignore[index]
     metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
     with second_half_arriving(cfg, metrics):
         failed = _send(cfg, "udf_version", "broken", epoch=1)
     assert failed.outcome is Outcome.FAILED, failed.detail
-    assert re.fullmatch(r"restart with udf_version v1→broken failed \(ValueError: lookup "
-                        r"service refused sensor-\d\); rolled back to epoch 0", failed.detail), (
-        failed.detail)
+    assert re.fullmatch(r"udf_version v1→broken failed in the first batch after the swap "
+                        r"\(ValueError: lookup service refused sensor-\d\); restarted with the "
+                        r"settings of epoch 0", failed.detail), failed.detail
     assert job.query.is_active()
     assert (job.owner.desired.udf_version, job.owner.desired.epoch) == ("v1", 0)
     metrics.until(lambda ms: consumed(ms) >= TOTAL, 180)

@@ -5,7 +5,8 @@ across each change" is checkable per record. While card transactions with per-ac
 sequence numbers keep arriving, the test sends input parallelism up and down, state
 partitions up and down, an output retarget, an input retarget (the producers move to a topic
 with more partitions), a throttle, load shedding and a UDF swap, each acked APPLIED with its
-pause. Then a read_committed consumer over both output topics must see every acknowledged
+pause; the output retarget, the shedding and the UDF swap keep the same Spark run (no
+restart). Then a read_committed consumer over both output topics must see every acknowledged
 transaction exactly once except those shed (counted by the job's metrics, all low priority),
 and each account's count must run 1, 2, 3, … in sequence order across every change. The
 state topic holds the last change, and a new `job run` process on the same checkpoint resumes
@@ -33,9 +34,11 @@ from tests.spark.control_io import KEY, consumed, counter, metrics_of
 from tests.spark.fraud_io import card_load, fraud_config, fraud_job, stateful_session, txn
 from tests.support.control import send_and_await
 from tests.support.kafka import (
+    NewTopics,
     SteadyLoad,
     TopicReader,
     decoded,
+    job_topics,
     produce_records,
     read_committed,
     read_committed_once_there,
@@ -50,16 +53,16 @@ ACTIONS = (  # (parameter, value; a name is a topic of the test), applied at epo
     ("output_topic", "out2"), ("input_topic", "in2"),
     ("max_offsets_per_trigger", "150"), ("shed_fraction", "0.3"), ("udf_version", "v2"),
 )
+READ_PER_BATCH = {"output_topic", "shed_fraction", "udf_version"}
+"""Swapped at a batch boundary: the same Spark run goes on, its pause is the hold."""
 
 
 @pytest.fixture
-def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
+def config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> JobConfig:
     return fraud_config(
         bootstrap_servers=bootstrap_servers,
         query_id=f"every-{uuid.uuid4().hex[:8]}", instance_id="test-instance",
-        input_topic=new_topic(partitions=2), output_topic=new_topic(partitions=2),
-        dlq_topic=new_topic(), metrics_topic=new_topic(), control_topic=new_topic(),
-        ack_topic=new_topic(), state_topic=new_topic(config={"cleanup.policy": "compact"}),
+        **job_topics(new_topics, output_partitions=2, state=True),
         checkpoint_dir=str(tmp_path / "checkpoint"), input_parallelism=2, state_partitions=2,
         max_offsets_per_trigger=300, trigger_interval_s=0.5, enrichment_cost_ms=1.0,
         watermark_s=60, task_slots=SPARK_TASK_SLOTS, metrics_port=0, control_key=KEY,
@@ -67,10 +70,10 @@ def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path
 
 
 def test_every_action_in_order_loses_duplicates_and_resets_nothing_then_a_new_process_resumes(
-        spark: object, config: JobConfig, new_topic: Callable[..., str], tmp_path: Path) -> None:
+        spark: object, config: JobConfig, new_topics: NewTopics, tmp_path: Path) -> None:
     from streaming_jobs.runtime.job import ElasticJob
 
-    topics = {"out2": new_topic(partitions=2), "in2": new_topic(partitions=4)}
+    topics = new_topics(out2=2, in2=4)
     metrics = TopicReader(config.bootstrap_servers, config.metrics_topic)
     try:
         with stateful_session(spark, partitions=config.state_partitions):
@@ -78,7 +81,8 @@ def test_every_action_in_order_loses_duplicates_and_resets_nothing_then_a_new_pr
             job.start()
             try:
                 assert job.wait_control_ready(30)
-                acked, acks = _apply_each_action_under_load(config, metrics, topics)
+                acked, acks = _apply_each_action_under_load(
+                    config, metrics, topics, lambda: job.query.run_id)
                 seen = metrics.until(lambda ms: consumed(ms) >= len(acked), 180)
             finally:
                 job.stop()
@@ -105,13 +109,14 @@ def test_every_action_in_order_loses_duplicates_and_resets_nothing_then_a_new_pr
 
 
 def _apply_each_action_under_load(config: JobConfig, metrics: TopicReader,
-                                  topics: dict[str, str]) -> tuple[dict[str, Any], list[Ack]]:
+                                  topics: dict[str, str], run_id: Callable[[], str | None],
+                                  ) -> tuple[dict[str, Any], list[Ack]]:
     """Card transactions arrive throughout; each action is applied in turn. The transactions
     the broker acknowledged, and each action's ack."""
     load = card_load(config.bootstrap_servers, config.input_topic)
     try:
         _wait_batches(metrics, epoch=0)
-        acks = [_apply(config, metrics, load, epoch, parameter, topics.get(value, value))
+        acks = [_apply(config, metrics, load, epoch, parameter, topics.get(value, value), run_id)
                 for epoch, (parameter, value) in enumerate(ACTIONS, start=1)]
         # On an idle machine every change is through in ~20 s (960 transactions at ~50/s):
         # keep the load on until the exactness check has enough to count.
@@ -123,18 +128,21 @@ def _apply_each_action_under_load(config: JobConfig, metrics: TopicReader,
 
 
 def _apply(config: JobConfig, metrics: TopicReader, load: SteadyLoad, epoch: int,
-           parameter: str, value: str) -> Ack:
-    """Send one action, assert its ack, let a batch with data run under it."""
+           parameter: str, value: str, run_id: Callable[[], str | None]) -> Ack:
+    """Send one action, assert its ack (and that a knob read per batch kept the Spark run),
+    let a batch with data run under it."""
+    run_before = run_id()
     if parameter == "input_topic":
         load.move_to(value)  # the contract of a switch: producers move first
     ack = send_and_await(config.bootstrap_servers, config.query_id, parameter, value, epoch,
                          KEY, control_topic=config.control_topic, ack_topic=config.ack_topic)
     assert ack.outcome is Outcome.APPLIED, f"{parameter}={value}: {ack.detail}"
     assert ack.detail.startswith(f"{parameter} ") and "→" in ack.detail, ack.detail
-    if parameter == "output_topic":  # swapped at a batch boundary: the pause is the hold
+    if parameter in READ_PER_BATCH:
         assert "without a restart" in ack.detail and ack.pause_ms >= 0, ack.detail
+        assert run_id() == run_before, f"{parameter}: the query was restarted"
     else:
-        assert ack.pause_ms > 0, ack.detail
+        assert ack.pause_ms > 0 and run_id() != run_before, ack.detail
     _wait_batches(metrics, epoch)
     return ack
 

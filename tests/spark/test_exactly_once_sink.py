@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from streaming_jobs.runtime.job import ElasticJob
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
-from tests.support.kafka import produce_records, read_committed
+from tests.support.kafka import NewTopics, job_topics, produce_records, read_committed
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -69,14 +68,11 @@ class CrashAfterCommit:
 
 
 @pytest.fixture
-def job_config(bootstrap_servers: str, new_topic: Callable[..., str],
-               tmp_path: Path) -> JobConfig:
+def job_config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> JobConfig:
     return bound_config(
         sensor_job, bootstrap_servers=bootstrap_servers, query_id=f"q-{uuid.uuid4().hex[:8]}",
-        instance_id="test-instance", input_topic=new_topic(partitions=2),
-        output_topic=new_topic(partitions=2), dlq_topic=new_topic(partitions=1),
-        metrics_topic=new_topic(partitions=1), control_topic=new_topic(partitions=1),
-        ack_topic=new_topic(partitions=1), checkpoint_dir=str(tmp_path / "checkpoint"),
+        instance_id="test-instance", **job_topics(new_topics, output_partitions=2),
+        checkpoint_dir=str(tmp_path / "checkpoint"),
         input_parallelism=2, max_offsets_per_trigger=400, trigger_interval_s=0.5,
         enrichment_cost_ms=0.0, window_s=WINDOW_S, watermark_s=5, state_partitions=2,
         task_slots=SPARK_TASK_SLOTS, metrics_port=0, control_key=b"exactly-once-test")

@@ -6,7 +6,7 @@ input asks for them, and undecodable input goes to the dead-letter topic, counte
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,14 @@ from tests.accounting import assert_every_transaction_scored_once
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import counter
 from tests.spark.fraud_io import fraud_config, fraud_job, produce_txns, stateful_session, txn
-from tests.support.kafka import decoded, produce, read_committed, read_committed_once_there
+from tests.support.kafka import (
+    NewTopics,
+    decoded,
+    job_topics,
+    produce,
+    read_committed,
+    read_committed_once_there,
+)
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -51,13 +58,12 @@ def workload() -> list[CardTransaction]:
 
 
 @pytest.fixture
-def config(bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> JobConfig:
+def config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> JobConfig:
     return fraud_config(
         bootstrap_servers=bootstrap_servers,
         query_id=f"fraud-{uuid.uuid4().hex[:8]}", instance_id="test-instance",
-        input_topic=new_topic(partitions=2), output_topic=new_topic(partitions=2),
-        dlq_topic=new_topic(), metrics_topic=new_topic(), control_topic=new_topic(),
-        ack_topic=new_topic(), checkpoint_dir=str(tmp_path / "checkpoint"),
+        **job_topics(new_topics, output_partitions=2),
+        checkpoint_dir=str(tmp_path / "checkpoint"),
         input_parallelism=2, max_offsets_per_trigger=300, trigger_interval_s=0.5,
         enrichment_cost_ms=1.0, watermark_s=30, task_slots=SPARK_TASK_SLOTS, metrics_port=0,
         control_key=b"fraud-runtime-test-control-key")

@@ -26,7 +26,7 @@ from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.support.control import publish, send_and_await, signed
-from tests.support.kafka import decoded_or_none, read_committed
+from tests.support.kafka import NewTopics, decoded_or_none, read_committed
 from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)
@@ -57,9 +57,8 @@ class FaultBed:
     commits: list[TaskMetrics] = field(default_factory=list)
 
     @classmethod
-    def create(cls, bootstrap: str, new_topic: Callable[..., str], workdir: Path) -> FaultBed:
-        topics = {k: new_topic(partitions=2 if k in ("input", "output") else 1)
-                  for k in TOPIC_KINDS}
+    def create(cls, bootstrap: str, new_topics: NewTopics, workdir: Path) -> FaultBed:
+        topics = new_topics(**{k: 2 if k in ("input", "output") else 1 for k in TOPIC_KINDS})
         return cls(bootstrap, topics, workdir)
 
     @property

@@ -25,6 +25,21 @@ Item = Value | tuple[Value, Value] | tuple[Value, Value, int]
 """A record to produce: its value, a `(key, value)` pair, or `(key, value, timestamp_ms)`."""
 
 
+NewTopics = Callable[..., dict[str, str]]
+"""`new_topics(name=partitions, …, config={name: {…}})` → {name: a fresh uuid-named topic}."""
+
+
+def job_topics(new_topics: NewTopics, input_partitions: int = 2, output_partitions: int = 1,
+               state: bool = False) -> dict[str, str]:
+    """A job's topics as its config's fields (`input_topic`, … `ack_topic`, and a compacted
+    `state_topic` if asked for), made in one call."""
+    made = new_topics(config={"state": {"cleanup.policy": "compact"}}, input=input_partitions,
+                      output=output_partitions, dlq=1, metrics=1, control=1, ack=1,
+                      **({"state": 1} if state else {}))
+    return {f"{role}_topic": topic for role, topic in made.items()}
+
+
+
 def produce(bootstrap: str, topic: str, items: Iterable[Item], partition: int | None = None,
             timestamp_ms: int = 0) -> None:
     """Each item, acknowledged by the broker before this returns; stamped with its own

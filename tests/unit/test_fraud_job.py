@@ -15,10 +15,10 @@ import pytest
 
 from schemas.codec import codec_for
 from schemas.records import CardTransaction, ScoredTransaction
-from streaming_jobs.api import Avro, JobDefinitionError
+from streaming_jobs.api import Avro, JobDefinitionError, SwappableFunction
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.job import DEFAULT_RULES, AccountScorer, job
-from streaming_jobs.jobs.fraud.scoring import RemoteScorer, score_v1, score_v2
+from streaming_jobs.jobs.fraud.scoring import SCORERS, RemoteScorer
 from streaming_jobs.loading import installed, load
 from tests.unit.arrow_input import MemoryDeadLetters, decode
 
@@ -81,7 +81,8 @@ def frame(seqs: range, **kwargs: Any) -> pd.DataFrame:
 
 def test_the_operator_continues_an_accounts_count_across_calls() -> None:
     slept: list[float] = []
-    score = AccountScorer(DEFAULT_RULES, RemoteScorer(score_v2, "v2", 2.0, sleep=slept.append))
+    score = AccountScorer(DEFAULT_RULES, RemoteScorer(SwappableFunction(SCORERS, "v2"), 2.0,
+                                                       sleep=slept.append))
     state = State(watermark_ms=T0 - 10_000)
     first = pd.concat(score(("acct-1",), iter([frame(range(3, 6)), frame(range(0, 3))]), state))
     assert first["account_seq"].tolist() == [0, 1, 2, 3, 4, 5]  # event-time order
@@ -93,7 +94,7 @@ def test_the_operator_continues_an_accounts_count_across_calls() -> None:
 
 
 def test_a_timed_out_account_is_forgotten() -> None:
-    score = AccountScorer(DEFAULT_RULES, RemoteScorer(score_v1, "v1", 0.0))
+    score = AccountScorer(DEFAULT_RULES, RemoteScorer(SwappableFunction(SCORERS, "v1"), 0.0))
     state = State(row=(3, 10.0, 0.0, "DE", T0, str(T0), T0), timed_out=True)
     assert list(score(("acct-1",), iter([]), state)) == []
     assert not state.exists

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from streaming_jobs.api import SwappableFunction
 from streaming_jobs.jobs.fraud.rules import (
     AMOUNT_OUTLIER,
     COUNTRY_CHANGE,
@@ -119,7 +120,8 @@ def test_remote_scorer_pays_the_cost_per_record() -> None:
     test_job_config.test_a_function_version_the_job_does_not_declare_is_refused.)"""
     slept: list[float] = []
     features = [Features(f"t{i}", 10.0, 0.0, 1, i + 1, "online") for i in range(4)]
-    scores = RemoteScorer(score_v1, "v1", cost_ms=5.0, sleep=slept.append)(features)
+    scores = RemoteScorer(SwappableFunction({"v1": score_v1}, "v1"), cost_ms=5.0,
+                          sleep=slept.append)(features)
     assert slept == [pytest.approx(0.02)]
     assert scores == [score_v1(f) for f in features]
     assert all(0.0 <= s <= 1.0 for s in scores)

@@ -131,14 +131,14 @@ def test_unknown_and_unavailable_parameters_say_why() -> None:
         Reason.UNSUPPORTED, "cannot change state_partitions: needs the primitive")
 
 
-def test_output_retarget_and_executors_swap_everything_else_restarts() -> None:
+def test_the_knobs_read_per_batch_swap_the_plan_s_own_restart() -> None:
     swaps = {p for p, _, verdict in GOOD if apply_path(IN_FORCE, verdict.desired) is Apply.SWAP}
-    assert swaps == {"output_topic", "executors"}
+    assert swaps == {"output_topic", "executors", "shed_fraction", "udf_version"}
     roles = {p for p, _, verdict in GOOD if apply_path(IN_FORCE, verdict.desired) is Apply.ROLE}
     assert roles == {"active_instance"}
-    both = replace(IN_FORCE, output_topic="out-2", shed_fraction=0.1)
+    both = replace(IN_FORCE, input_parallelism=4, shed_fraction=0.1)
     assert apply_path(IN_FORCE, both) is Apply.RESTART
-    assert IN_FORCE.describe_change(both) == "shed_fraction 0→0.1, output_topic out→out-2"
+    assert IN_FORCE.describe_change(both) == "input_parallelism 2→4, shed_fraction 0→0.1"
 
 
 class FakeJob:

@@ -44,8 +44,9 @@ def test_pause_runs_from_the_commit_of_the_batch_the_quiesce_waited_for() -> Non
 
 
 @pytest.mark.parametrize("change", [
-    {"max_offsets_per_trigger": 500}, {"shed_fraction": 0.2}, {"udf_version": "v2"},
+    {"max_offsets_per_trigger": 500}, {"state_partitions": 8}, {"input_topic": "in-2"},
     {"input_parallelism": 4, "output_topic": "out-2"},
+    {"input_parallelism": 4, "udf_version": "v2"},
 ])
 def test_every_plan_parameter_restarts_the_query(change: dict[str, object]) -> None:
     query = fake()
@@ -72,6 +73,40 @@ def test_failed_restart_rolls_back_to_the_previous_state() -> None:
         Reconfigurer(query, clock_ms=lambda: 0).apply(WIDER)
     assert query.started == [WIDER, START]
     assert query.desired == START and query.is_active()
+
+
+@pytest.mark.parametrize("change", [{"shed_fraction": 0.2}, {"udf_version": "v2"},
+                                    {"shed_fraction": 0.1, "udf_version": "v2"}])
+def test_a_knob_read_per_batch_swaps_without_a_restart(change: dict[str, object]) -> None:
+    query = fake()
+    new = replace(START, epoch=1, **change)  # type: ignore[arg-type]
+    clock = iter([2_000, 2_005])
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(new)
+    assert query.started == [] and query.swapped == [new] and query.desired == new
+    assert "swapped at a batch boundary without a restart" in applied.detail
+    assert applied.pause_ms == 5
+
+
+def test_a_swapped_function_that_fails_its_first_batch_is_rolled_back_by_a_restart() -> None:
+    new = replace(START, epoch=1, udf_version="broken")
+    query = fake(fail_batch_with=new)
+    with pytest.raises(RestartFailed, match=r"udf_version v1→broken failed in the first batch "
+                                            r"after the swap \(ValueError: lookup service "
+                                            r"refused sensor-1\); restarted with the settings "
+                                            r"of epoch 0"):
+        Reconfigurer(query, clock_ms=lambda: 0).apply(new)
+    assert query.swapped == [new] and query.started == [START]
+    assert query.desired == START and query.is_active() and not query.held
+
+
+def test_a_knob_swapped_while_no_data_arrives_is_applied_and_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streaming_jobs.runtime.control.reconfigure.IDLE_GRACE_S", 0.0)
+    query = fake(auto_commit=False)
+    query.idle = True
+    applied = Reconfigurer(query, clock_ms=lambda: 0).apply(
+        replace(START, epoch=1, shed_fraction=0.2))
+    assert applied.detail.endswith("; no batch has run with it yet (no new data)")
 
 
 def test_output_retarget_swaps_at_a_batch_boundary_without_a_restart() -> None:

@@ -55,10 +55,11 @@ VERDICT = pa.schema([("event_id", pa.string()), ("user_id", pa.string()),
 
 
 def build(spark: SparkSession, clicks: DataFrame, context: JobContext) -> DataFrame:
-    rule, version = context.function, context.function_version
+    rule = context.function
     assert rule is not None
     cost_ms = float(context.settings["check_cost_ms"])
-    return clicks.mapInArrow(lambda batches: check(batches, rule, version, cost_ms),
+    # `rule.version` is read in the task: the version in force for its batch.
+    return clicks.mapInArrow(lambda batches: check(batches, rule, rule.version, cost_ms),
                              "event_id string, user_id string, session_id string, "
                              "page string, ts long, alert boolean, reason string, "
                              "rule_version string")

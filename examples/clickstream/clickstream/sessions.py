@@ -15,12 +15,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streaming_jobs.api import STATE_PARTITIONS, Avro, Job, JobContext, Json, Setting, Topics
+from streaming_jobs.api import (
+    STATE_PARTITIONS,
+    Avro,
+    Job,
+    JobContext,
+    Json,
+    Setting,
+    SwappableFunction,
+    Topics,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,8 +60,8 @@ class Sessionize:
     """The function Spark calls per user and batch (picklable)."""
 
     gap_ms: int
-    model: Callable[[int, int, str], float]
-    model_version: str
+    model: SwappableFunction
+    """(clicks, age_ms, section) -> bot score, of the version in force for the batch."""
     cost_ms: float
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
@@ -66,7 +75,7 @@ class Sessionize:
         if clicks.empty:
             return
         sessions, start, last, count = state.get if state.exists else (0, 0, -(2**62), 0)
-        rows = []
+        rows, version = [], self.model.version
         for c in clicks.sort_values(["ts", "event_id"], kind="stable").itertuples(index=False):
             if c.ts - last > self.gap_ms:
                 sessions, start, count = sessions + 1, int(c.ts), 0
@@ -74,7 +83,7 @@ class Sessionize:
             age = int(c.ts) - start
             rows.append((c.event_id, c.user_id, c.page, c.section, int(c.ts),
                          f"{c.user_id}/{sessions}", count, age,
-                         self.model(count, age, c.section), self.model_version))
+                         self.model(count, age, c.section), version))
         time.sleep(len(rows) * self.cost_ms / 1000.0)  # the model service's latency
         state.update((sessions, start, last, count))
         state.setTimeoutTimestamp(max(last + self.gap_ms, state.getCurrentWatermarkMs() + 1))
@@ -88,7 +97,7 @@ def build(spark: SparkSession, clicks: DataFrame, context: JobContext) -> DataFr
     assert context.function is not None
     settings = context.settings
     sessionize = Sessionize(int(settings["session_gap_s"] * 1000), context.function,
-                            context.function_version, float(settings["model_cost_ms"]))
+                            float(settings["model_cost_ms"]))
     return (clicks.withColumn("event_time", F.timestamp_millis("ts"))
             .withWatermark("event_time", f"{settings['watermark_s']} seconds")
             .groupBy("user_id")

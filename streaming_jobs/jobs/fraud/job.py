@@ -119,8 +119,7 @@ class AccountScorer:
 def scorer(context: JobContext) -> RemoteScorer:
     """The scoring call of the version in force, with its cost per record."""
     assert context.function is not None
-    return RemoteScorer(context.function, context.function_version,
-                        float(context.settings["enrichment_cost_ms"]))
+    return RemoteScorer(context.function, float(context.settings["enrichment_cost_ms"]))
 
 
 def build(spark: SparkSession, transactions: DataFrame, context: JobContext,

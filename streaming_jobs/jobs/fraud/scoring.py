@@ -6,7 +6,7 @@ adds the call's latency (`cost_ms` per record, slept once per call batch). The l
 waiting, not computing, so on 2 cores the job's capacity grows with the number of Spark
 tasks running the stateful operator (its state partitions), as it would with a real remote
 service. Versions are registered in `SCORERS` so the runtime can switch between them at a
-batch boundary (the UDF-version control action).
+batch boundary, without a restart (the UDF-version control action).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from streaming_jobs.api import SwappableFunction
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,14 @@ SCORERS: dict[str, Scorer] = {"v1": score_v1, "v2": score_v2}
 class RemoteScorer:
     """One call to the model service for a batch of transactions: cost_ms per record."""
 
-    score: Scorer
-    version: str
+    score: SwappableFunction
+    """One of `SCORERS`: the version in force for the batch."""
     cost_ms: float
     sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def version(self) -> str:
+        return self.score.version
 
     def __call__(self, batch: Sequence[Features]) -> list[float]:
         if self.cost_ms > 0 and batch:

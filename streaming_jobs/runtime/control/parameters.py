@@ -208,8 +208,8 @@ REGISTRY: dict[str, Parameter] = {p.name: p for p in (
     Parameter(knobs.MAX_OFFSETS_PER_TRIGGER,
               _int_in(_one, lambda lim: lim.max_offsets_per_trigger,
                       "max_offsets_per_trigger_limit"), Apply.RESTART),
-    Parameter(knobs.SHED_FRACTION, _fraction, Apply.RESTART),
-    Parameter(knobs.UDF_VERSION, _udf, Apply.RESTART),
+    Parameter(knobs.SHED_FRACTION, _fraction, Apply.SWAP),
+    Parameter(knobs.UDF_VERSION, _udf, Apply.SWAP),
     Parameter(knobs.OUTPUT_TOPIC, _topic, Apply.SWAP),
     Parameter(knobs.EXECUTORS, _int_in(_one, lambda lim: lim.max_executors, "max_executors"),
               Apply.SWAP, _cluster_only),
@@ -219,11 +219,19 @@ REGISTRY: dict[str, Parameter] = {p.name: p for p in (
     Parameter(knobs.INPUT_TOPIC, _topic, Apply.RESTART),
     Parameter(knobs.ACTIVE_INSTANCE, _instance, Apply.ROLE),
 )}
-"""Every parameter a control tuple may name. Shedding and the UDF live inside the query's
-plan (Python functions shipped to the workers when it starts), so they restart it; the sink's
-topic and the executor request are read per batch / driver-side, so they swap. Which instance
-runs the query is one value per query (every instance reads the same tuple), so a failover is
-desired state like the rest: idempotent, re-assertable, and stale below the epoch in force."""
+"""Every parameter a control tuple may name. Those read per batch swap at a batch boundary:
+the shed fraction and the function version (the tasks read them from the batch's local
+properties, `streaming_jobs.batch_knobs`), the sink's topic and the executor request (driver
+side). Those fixed in the plan Spark runs restart the query: the source's `minPartitions`
+(input parallelism) and its `maxOffsetsPerTrigger` (the Kafka source reads both once, when
+the query starts), the number of state partitions (fixed in the checkpoint) and the input
+topic (the source's subscription). Which instance runs the query is one value per query
+(every instance reads the same tuple), so a failover is desired state like the rest:
+idempotent, re-assertable, and stale below the epoch in force."""
+
+READ_BY_TASKS = frozenset({knobs.SHED_FRACTION, knobs.UDF_VERSION})
+"""Swapped values the Spark tasks run (the job's code: its function, its `low_priority`):
+whether they work is only known once a batch has run with them."""
 
 ROLE_PARAMETER = knobs.ACTIVE_INSTANCE
 

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 
 from streaming_jobs.errors import ChangeFailed, RequestRefused
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
-from streaming_jobs.runtime.control.parameters import Apply, DesiredState, apply_path
+from streaming_jobs.runtime.control.parameters import (
+    READ_BY_TASKS,
+    Apply,
+    DesiredState,
+    apply_path,
+)
 from streaming_jobs.runtime.ports import Commit, QueryControl
 
 log = logging.getLogger(__name__)
@@ -77,10 +82,14 @@ class Reconfigurer:
 
         No restart: the running query reads the swapped setting from its next batch on. The
         pause is the time new batches were held. Settling (executors registering after a
-        request) happens after the release, while batches run; the ack reports it.
+        request) happens after the release, while batches run; the ack reports it. A value
+        the tasks run (`READ_BY_TASKS`: a function version, a shed fraction) is only known to
+        work once a batch has run with it, so the change waits for that batch; if it fails,
+        the query restarts with the previous settings and replays it.
         """
         began_ms = self._clock_ms()
         drained = self._query.hold(QUIESCE_TIMEOUT_S)
+        before = self._query.last_commit
         try:
             self._query.swap(new)
         except Exception as exc:
@@ -91,10 +100,23 @@ class Reconfigurer:
             self._query.release()
         held_ms = self._clock_ms() - began_ms
         settled = self._query.settle(old, new)
+        ran = (self._first_batch_after(old, change, before)
+               if READ_BY_TASKS & set(old.changed(new)) else None)
         return Applied(pause_ms=held_ms, detail=(
             f"{change}; swapped at a batch boundary without a restart, new batches held "
             f"{held_ms} ms{'' if drained else ' (quiesce timed out)'}"
-            + (f"; {settled}" if settled else "")))
+            + "".join(f"; {note}" for note in (settled, ran) if note)))
+
+    def _first_batch_after(self, old: DesiredState, change: str, before: Commit | None) -> str:
+        """Wait for the swap's first batch; roll back and raise if it fails."""
+        try:
+            first = next_commit(self._query, before)
+        except Exception as exc:
+            self._roll_back(old)
+            raise RestartFailed(f"{change} failed in the first batch after the swap ({exc}); "
+                                f"restarted with the settings of epoch {old.epoch}") from exc
+        return (f"the first batch with it committed (batch {first.batch_id})" if first
+                else "no batch has run with it yet (no new data)")
 
     def _restart(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
         """Restart with `new` from the checkpoint.
@@ -152,18 +174,35 @@ def pause_start(last_commit: Commit | None, began_ms: int) -> tuple[int, int]:
 def first_commit(query: QueryControl, run_id: str) -> Commit | None:
     """A (re)started run's first commit, or None once it is seen active and idle; raises
     RuntimeError when the run fails or nothing commits within FIRST_COMMIT_TIMEOUT_S."""
+    return _await_commit(query, lambda: query.wait_commit(run_id, 0.2))
+
+
+def next_commit(query: QueryControl, after: Commit | None) -> Commit | None:
+    """The running query's first commit after `after`, or None once it is seen idle; raises
+    like `first_commit`."""
+    def newer() -> Commit | None:
+        commit = query.last_commit
+        if commit is not None and commit != after:
+            return commit
+        time.sleep(0.1)  # the listener thread records commits; nothing to wait on here
+        return None
+
+    return _await_commit(query, newer)
+
+
+def _await_commit(query: QueryControl, found: Callable[[], Commit | None]) -> Commit | None:
     deadline = time.monotonic() + FIRST_COMMIT_TIMEOUT_S
     grace_until = time.monotonic() + IDLE_GRACE_S
     while time.monotonic() < deadline:
-        commit = query.wait_commit(run_id, 0.2)
+        commit = found()
         if commit is not None:
             return commit
         failure = query.failure()
         if failure is not None:
-            log.error("the restarted query failed: %s", failure)
+            log.error("the query failed: %s", failure)
             raise RuntimeError(short_failure(failure))
         if not query.is_active():
-            raise RuntimeError("query stopped right after starting")
+            raise RuntimeError("the query stopped")
         if time.monotonic() >= grace_until and query.is_idle():
             return None
     raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")

@@ -12,7 +12,8 @@ can be duplicated; the dead-letter count reported through Spark's observed metri
 because Spark only merges the metrics of the successful attempt.
 
 Shedding decides by a hash of the record's Kafka position (topic, partition, offset), so a
-replayed batch drops exactly the records it dropped before, in any process. Neighbours: `plan`
+replayed batch drops exactly the records it dropped before, in any process. Its fraction is
+the one in force for the batch (`batch_knobs`): a change needs no restart. Neighbours: `plan`
 (composes it with the source and the builder), `kafka.DeadLetterFactory`, `metrics`.
 """
 
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from schemas.errors import DecodeError
+from streaming_jobs.batch_knobs import BatchKnobs, in_force
 from streaming_jobs.formats.base import Decoder
 from streaming_jobs.runtime.observe.metrics import OBSERVATION
 
@@ -89,13 +91,15 @@ class InputStep:
     columns: tuple[str, ...]
     arrow_schema: pa.Schema
     """The decoded columns, then `kafka_*` (if asked for), then the two flags."""
-    shed: ShedRule = ShedRule()
+    built_with: BatchKnobs = field(default_factory=BatchKnobs)
+    """The knobs the plan was built with; a batch's own (`batch_knobs.in_force`) win."""
     low_priority: LowPriority | None = None
     settings: tuple[tuple[str, Any], ...] = ()
     kafka_metadata: bool = False
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         sink = self.dead_letters()
+        shed_rule = ShedRule(in_force(self.built_with).shed_fraction)
         settings = dict(self.settings)
         empty = dict.fromkeys(self.columns)
         for batch in batches:
@@ -108,8 +112,8 @@ class InputStep:
                     sink.send(value, err.at(topic=topic, partition=partition, offset=offset))
                     row = {**empty, "dead_letter": True, "shed": False}
                 else:
-                    shed = (self.low_priority is not None and self.shed.fraction > 0
-                            and self.shed.sheds(topic, partition, offset)
+                    shed = (self.low_priority is not None and shed_rule.fraction > 0
+                            and shed_rule.sheds(topic, partition, offset)
                             and bool(self.low_priority(record, settings)))
                     row = {**empty, **record, "dead_letter": False, "shed": shed}
                 if self.kafka_metadata:

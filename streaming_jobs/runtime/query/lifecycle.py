@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import CommitMarker
+from streaming_jobs import batch_knobs
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint import state_partitions
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
@@ -85,7 +86,8 @@ class ElasticQuery:
         self.gate = BatchGate(None if owns is None else lambda: owns(self._desired.epoch))
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic, plan.job.output,
-                                       security=config.kafka_security)
+                                       security=config.kafka_security,
+                                       batch_properties=self._batch_properties)
         self._contexts: dict[str, RunContext] = {}
         self.start_note: str | None = None
         """What the last `start` did to the state partitions or the input (for the ack)."""
@@ -190,7 +192,9 @@ class ElasticQuery:
         return self.gate.wait_drained(timeout_s, lambda: not query.isActive)
 
     def swap(self, desired: DesiredState) -> None:
-        """Apply the per-batch settings of `desired` to the running query (gate held)."""
+        """Apply the per-batch settings of `desired` to the running query (gate held): the
+        executor request, the output topic, and the knobs the next batch's tasks read
+        (`_batch_properties`)."""
         if desired.executors and desired.executors != self._desired.executors:
             if self._executors is None:
                 raise RuntimeError("no executor allocation client (local mode)")
@@ -233,6 +237,13 @@ class ElasticQuery:
             self.release()
         log.info("released %d executors beyond the %d requested", surplus, wanted)
         return surplus
+
+    def _batch_properties(self) -> dict[str, str]:
+        """What the batch the gate admits runs with: the desired state's per-batch knobs, as
+        they are after any swap made while the gate held it."""
+        d = self._desired
+        return {batch_knobs.PROPERTY: batch_knobs.BatchKnobs(
+            d.shed_fraction, d.udf_version).encode()}
 
     def _set_running(self, desired: DesiredState) -> None:
         self._desired = desired

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from schemas import knobs
 from streaming_jobs.api import STATE_PARTITIONS, Job, JobContext
+from streaming_jobs.batch_knobs import BatchKnobs, SwappableFunction
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.formats import types
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
-from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep, ShedRule
+from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep
 from streaming_jobs.runtime.query.input import decoded as decode_step
 from streaming_jobs.runtime.query.source import read_kafka
 
@@ -65,7 +66,9 @@ class Plan:
             query_id=config.query_id, input_parallelism=config.input_parallelism,
             state_partitions=config.state_partitions,
             max_offsets_per_trigger=config.max_offsets_per_trigger,
-            function_version=version, function=self.job.functions.get(version),
+            function_version=version,
+            function=SwappableFunction(self.job.functions, version) if self.job.functions
+            else None,
             settings=config.settings_map)
 
     def build(self, spark: SparkSession, config: JobConfig,
@@ -109,7 +112,8 @@ class Plan:
             columns=tuple(f.name for f in self.job.input.fields()),
             arrow_schema=to_arrow_schema(self._decoded_schema(with_flags=True),
                                          timezone=timezone),
-            shed=ShedRule(config.shed_fraction), low_priority=self.job.low_priority,
+            built_with=BatchKnobs(config.shed_fraction, config.udf_version),
+            low_priority=self.job.low_priority,
             settings=config.settings, kafka_metadata=self.job.kafka_metadata)
 
     def _decoded_schema(self, with_flags: bool) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from schemas.records import CommitMarker
@@ -51,6 +51,10 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """Spark's local property holding the query id stored in the checkpoint (set on the thread
 that runs foreachBatch); it is the same on every restart from that checkpoint."""
 
+BatchProperties = Callable[[], Mapping[str, str]]
+"""Spark local properties every job of a batch carries, read when the gate admits it: how
+per-batch settings reach the tasks without a restart (`streaming_jobs.batch_knobs`)."""
+
 
 class _OutputRows:
     """Output rows per batch id, remembered until the batch's progress event takes them."""
@@ -75,8 +79,10 @@ class TransactionalKafkaSink:
     """Callable passed to `foreachBatch`: one Kafka transaction (rows + marker) per batch."""
 
     def __init__(self, gate: BatchGate, writer: TransactionalWriter, query_id: str, topic: str,
-                 encoder: OutputFormat, clock_ms: Callable[[], int] | None = None) -> None:
+                 encoder: OutputFormat, clock_ms: Callable[[], int] | None = None,
+                 batch_properties: BatchProperties | None = None) -> None:
         self._gate, self._writer, self._encoder = gate, writer, encoder
+        self._batch_properties = batch_properties
         self._query_id = query_id
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._topic_lock = threading.Lock()
@@ -89,10 +95,13 @@ class TransactionalKafkaSink:
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._gate.admit(batch_id)  # raises before anything of the batch executes
+        context = batch_df.sparkSession.sparkContext
+        for name, value in (self._batch_properties() if self._batch_properties else {}).items():
+            context.setLocalProperty(name, value)  # this thread runs the batch's jobs
         # One Spark action: the stateful plan runs once, replay or not (state and watermark
         # must advance either way), and the encoded rows arrive on the driver.
         table = self._encoder.encode(batch_df).toArrow()
-        checkpoint_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        checkpoint_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         self.write(output_batch(table), batch_id, checkpoint_id or "")
 
     def write(self, batch: OutputBatch, batch_id: int, checkpoint_id: str) -> Replay:
@@ -186,12 +195,14 @@ class TransactionalKafkaSink:
 
 def transactional_sink(gate: BatchGate, bootstrap_servers: str, query_id: str, topic: str,
                        encoder: OutputFormat, marker_topic: str = DEFAULT_MARKER_TOPIC, *,
-                       security: KafkaSecurity = PLAINTEXT) -> TransactionalKafkaSink:
+                       security: KafkaSecurity = PLAINTEXT,
+                       batch_properties: BatchProperties | None = None,
+                       ) -> TransactionalKafkaSink:
     """The jobs' sink on Kafka; its transactional id is stable per query."""
     settings = TransactionalSettings(bootstrap_servers, transactional_id(query_id),
                                      marker_topic=marker_topic, security=security)
     return TransactionalKafkaSink(gate, KafkaTransactionalWriter(settings), query_id, topic,
-                                  encoder)
+                                  encoder, batch_properties=batch_properties)
 
 
 def transactional_id(query_id: str) -> str:
