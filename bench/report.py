@@ -102,17 +102,28 @@ def sink(result: Result) -> list[str]:
                    for r in runs])
 
 
+def overhead(result: Result) -> list[str]:
+    runs = result["runs"]
+    return [f"Enrichment cost {result['enrichment_cost_ms']} ms per record, "
+            f"{result['batch_cap']}-record batches; runtime / bare, medians: "
+            f"**{result['ratio']:.3f}×**.", "",
+            *_table(["mode", "batches", "median batch s", "rows/s"],
+                    [[r["mode"], str(r["batches"]), f"{r['median_batch_s']:.2f}",
+                      f"{r['rows_per_s']:.0f}"] for r in runs])]
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
      "runs from the later of the last commit before the change and the change's start to the "
      "commit of the first batch after it (the ack's `pause_ms`: quiesce, restart in the same "
      "warm driver, and that first batch, often the replay of the one the gate held back); "
-     "`output_topic` is swapped at a batch boundary, its pause is the time new batches were "
-     "held. `state_partitions` includes Spark's offline state repartitioning; `input_topic` "
-     "moves the load first, and the drain of the old topic runs while the query runs. A cold "
-     "restart is SIGTERM and a new `streamctl job run` on the same checkpoint: from the old "
-     "process's last commit to the new one's first."),
+     "`output_topic`, `shed_fraction` and `udf_version` are swapped at a batch boundary "
+     "without a restart, their pause is the time new batches were held. `state_partitions` "
+     "includes Spark's offline state repartitioning; `input_topic` moves the load first, and "
+     "the drain of the old topic runs while the query runs. A cold restart is SIGTERM and a "
+     "new `streamctl job run` on the same checkpoint: from the old process's last commit to "
+     "the new one's first."),
     ("throughput", "The sensor job's capacity by input parallelism", throughput,
      "The same preloaded backlog per run, the real job process on a local broker; rows of "
      "the batches after the first over their time. The lookup is latency, not CPU, so more "
@@ -125,6 +136,12 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("sink", "The exactly-once sink's cost", sink,
      "Spark's own Kafka writer (at-least-once) and the transactional sink on the same cached "
      "batches, alternating batch by batch; the first batch of each is warm-up."),
+    ("overhead", "The runtime's instrumentation overhead", overhead,
+     "The same plan on the same preloaded readings in one SparkSession, alternating: bare "
+     "(the plan into the transactional sink, nothing else) and under the runtime as `job "
+     "run` runs it (gate, progress listener, metrics and heartbeats, Prometheus figures, "
+     "control consumer, role thread, per-batch knobs); rows of the batches after the first "
+     "over their span, from Spark's own progress of each query."),
 )
 
 
