@@ -3,7 +3,8 @@
 Every run reads the same preloaded sensor readings from one topic (from its start, with a
 checkpoint of its own) in one SparkSession, through the same plan (`Plan.build`: the Kafka
 source with the same batch cap and parallelism, the decode step, the job's builder) into the
-same exactly-once sink, alternating the two modes `--runs` times each:
+same exactly-once sink, alternating the two modes `--runs` times each, after one run of each
+that is not counted (the JVM's code is cold in the first runs):
 
 - bare: the plan written through the transactional sink behind an open gate, nothing else:
   no progress listener, no metrics or heartbeats published, no Prometheus figures, no control
@@ -13,7 +14,7 @@ same exactly-once sink, alternating the two modes `--runs` times each:
 Both are measured alike, from Spark's own progress of the query (`recentProgress`): the rows
 of the batches after the first over the time from the first batch's end to the last one's.
 
-    .venv/bin/python -m bench.overhead --records 24000 --runs 3
+    .venv/bin/python -m bench.overhead --records 48000 --runs 4
 
 prints a table and writes `bench/results/overhead.json`.
 """
@@ -33,6 +34,7 @@ from typing import Any
 from bench import record
 from bench.throughput import preload
 from stack.broker import LocalBroker
+from stack.connector import spark_kafka_jars
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.config import JobConfig, bind
@@ -47,6 +49,8 @@ from streaming_jobs.runtime.sink.gate import BatchGate
 BATCH_CAP = 4000
 TASK_SLOTS = 4
 RUN_TIMEOUT_S = 600.0
+CONTROL_KEY = b"bench-overhead-control-key-0123456789"
+"""The runtime refuses to start without one; nothing is sent on the control topic."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ def config(bootstrap: str, input_topic: str, tag: str, workdir: Path,
         ack_topic=names["acks"], state_topic=names["state"],
         checkpoint_dir=str(workdir / tag), input_parallelism=2, task_slots=TASK_SLOTS,
         max_offsets_per_trigger=BATCH_CAP, trigger_interval_s=1.0, metrics_port=0,
+        spark_jars=",".join(str(p) for p in spark_kafka_jars()), control_key=CONTROL_KEY,
         settings=(("enrichment_cost_ms", cost_ms),)), sensor_job)
 
 
@@ -140,8 +145,8 @@ def _end_ms(progress: dict[str, Any]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=24_000, help="records per run")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each mode")
+    parser.add_argument("--records", type=int, default=48_000, help="records per run")
+    parser.add_argument("--runs", type=int, default=4, help="counted runs of each mode")
     parser.add_argument("--enrichment-cost-ms", type=float, default=0.0,
                         help="the job's simulated lookup latency per record (0: the query's "
                              "own work only, where the instrumentation's share is largest)")
@@ -159,13 +164,16 @@ def main() -> int:
             first = config(bootstrap, topic, "session", workdir, args.enrichment_cost_ms)
             spark = build_session(first, worker_path(sensor_job))
             try:
-                for i in range(args.runs):
+                for i in range(args.runs + 1):  # run 0 of each mode warms the JVM up
                     for mode, run in (("bare", run_bare), ("runtime", run_runtime))[
                             ::1 if i % 2 == 0 else -1]:
                         cfg = config(bootstrap, topic, f"{mode}-{i}", workdir,
                                      args.enrichment_cost_ms)
-                        runs.append(run(spark, cfg, args.records))
-                        print(f"  {mode} run {i + 1}: {runs[-1].rows_per_s:.0f} rows/s")
+                        measured = run(spark, cfg, args.records)
+                        print(f"  {mode} run {i}{' (warm-up)' if i == 0 else ''}: "
+                              f"{measured.rows_per_s:.0f} rows/s")
+                        if i > 0:
+                            runs.append(measured)
             finally:
                 spark.stop()
     _report(runs, args.enrichment_cost_ms, load_before)
