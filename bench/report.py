@@ -105,7 +105,9 @@ def sink(result: Result) -> list[str]:
 def overhead(result: Result) -> list[str]:
     runs = result["runs"]
     return [f"Enrichment cost {result['enrichment_cost_ms']} ms per record, "
-            f"{result['batch_cap']}-record batches; runtime / bare, medians: "
+            f"{result['batch_cap']}-record batches"
+            f"{', back to back' if result.get('trigger_s', 1) < 1 else ''}; runtime / bare, "
+            "medians: "
             f"**{result['ratio']:.3f}×**.", "",
             *_table(["mode", "batches", "median batch s", "rows/s"],
                     [[r["mode"], str(r["batches"]), f"{r['median_batch_s']:.2f}",
