@@ -157,9 +157,11 @@ class PolicySettings:
     max_parallelism: int = 64
     """Highest input parallelism the policy will ask for; the job's task slots cap it too."""
 
-    max_scale_down_step: int = 2
-    """Most units of parallelism removed in one scale-down: scaling down is a bet the quiet
-    continues, so it is taken in small steps."""
+    max_scale_down_share: float = 0.75
+    """Most of the running units one scale-down removes. A scale-down goes to the size the
+    load needs at the target utilisation (which leaves headroom), but never below a quarter of
+    the units at once: a rate per unit misjudged at a large size cannot drop the query to
+    nothing in one step. 16 units needing 3 go 16 → 4 → 3: two steps."""
 
     scale_down_stabilisation_s: float = 120.0
     """The query must stay quiet (below low water, no backlog) this long before a scale-down;
@@ -211,7 +213,8 @@ class PolicySettings:
         _check(1 <= self.min_parallelism <= self.max_parallelism,
                f"need 1 <= policy.min_parallelism ({self.min_parallelism}) <= "
                f"policy.max_parallelism ({self.max_parallelism})")
-        _check(self.max_scale_down_step >= 1, "policy.max_scale_down_step must be >= 1")
+        _check(0 < self.max_scale_down_share <= 1,
+               f"policy.max_scale_down_share must be in (0, 1], got {self.max_scale_down_share}")
         _check(self.scale_down_stabilisation_s >= 0,
                "policy.scale_down_stabilisation_s must be >= 0")
         _check(self.cooldown_s >= 0, "policy.cooldown_s must be >= 0")

@@ -19,6 +19,8 @@ job's maximum too) it recommends throttling the producers or shedding load, with
 
 from __future__ import annotations
 
+import math
+
 from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.knobs import (
     INEFFECTIVE,
@@ -220,7 +222,8 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
     wanted = target_units(model, settings)
     if wanted is None:  # cannot happen while quiet; never shrink on a figure we cannot size
         return Hold(f"quiet ({load(model)}) but no size meets the demand", model.figures())
-    target = max(wanted, model.parallelism - settings.max_scale_down_step, limits.low)
+    kept = math.ceil(model.parallelism * (1 - settings.max_scale_down_share))
+    target = max(wanted, kept, limits.low)
     figures = {**model.figures(), "target": float(target), "required": float(wanted)}
     if target >= model.parallelism:
         return Hold(f"quiet ({load(model)}) but already at the floor of {limits.low} units",
@@ -230,7 +233,7 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
                  f"{units_of(model, wanted)} would do at {pct(settings.target_utilisation)}; "
                  f"stepping down {model.parallelism} → {target} (at most "
-                 f"{settings.max_scale_down_step} per step)", figures)
+                 f"{pct(settings.max_scale_down_share)} of the units per step)", figures)
 
 
 def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],

@@ -51,7 +51,8 @@ def test_a_small_load_on_many_units_scales_down_once_the_overhead_is_known() -> 
                   backlog_trend_records_per_s=0, time_to_drain_s=0.2)
     assert quiet.utilisation < POLICY.low_water_utilisation
     verdict = decide(quiet, ControlState(quiet_since_ms=NOW - 130_000), NOW, POLICY)
-    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (12, 10)
+    # 2 units would do; at most three quarters of the 12 removed at once.
+    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (12, 3)
 
 
 def test_when_the_overhead_dominates_a_bigger_batch_cap_is_recommended() -> None:

@@ -22,7 +22,7 @@ from tests.unit.controller_traces import Job, closed_loop, simulate
 NOW = 1_700_000_000_000
 POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,
                         low_water_utilisation=0.4, catch_up_s=60, max_parallelism=64,
-                        scale_down_stabilisation_s=120, max_scale_down_step=2, cooldown_s=30)
+                        scale_down_stabilisation_s=120, max_scale_down_share=0.75, cooldown_s=30)
 KEY_SKEW = ("key skew across the state partitions is not measured (the job reports no "
             "per-partition figures)")
 

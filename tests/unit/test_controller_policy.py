@@ -21,7 +21,7 @@ from controller.settings import PolicySettings
 NOW = 1_700_000_000_000
 POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,
                         low_water_utilisation=0.4, catch_up_s=60, max_parallelism=64,
-                        scale_down_stabilisation_s=120, max_scale_down_step=2, cooldown_s=30)
+                        scale_down_stabilisation_s=120, max_scale_down_share=0.75, cooldown_s=30)
 
 
 def model(**changes: Any) -> QueryModel:
@@ -124,9 +124,17 @@ def test_scale_down_waits_for_stabilisation_then_steps() -> None:
     held = decide(quiet(), ControlState(quiet_since_ms=NOW - 60_000), NOW, POLICY)
     assert isinstance(held, Hold) and "for 60 s of the 120 s" in held.reason
     verdict = decide(quiet(), ControlState(quiet_since_ms=NOW - 130_000), NOW, POLICY)
-    # 1 unit would do; at most 2 fewer per step.
-    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (8, 6)
-    assert verdict.action == "scale_down" and "stepping down 8 → 6" in verdict.reason
+    # 1 unit would do; at most three quarters of the 8 removed at once: 2 kept.
+    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (8, 2)
+    assert verdict.action == "scale_down" and "stepping down 8 → 2" in verdict.reason
+
+
+def test_scale_down_goes_to_the_size_needed_when_that_is_within_the_step() -> None:
+    over = replace(quiet(), parallelism=16, units=16, arrival_rate=700)  # 20 % utilised
+    verdict = decide(over, ControlState(quiet_since_ms=NOW - 130_000), NOW, POLICY)
+    needed = target_units(over, POLICY)  # 5: 700/s at 200/s per unit, 80 % utilisation
+    assert needed is not None and math.ceil(16 * 0.25) <= needed < 16
+    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (16, needed)
 
 
 def test_exact_fit_does_not_round_up() -> None:

@@ -85,7 +85,8 @@ def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool,
             assert model.parallelism < verdict.target <= limits.high
         else:  # from above the ceiling too, only by the bounded step towards it
             assert verdict.target < model.parallelism
-            assert verdict.current - verdict.target <= POLICY.max_scale_down_step
+            assert verdict.target >= math.ceil(
+                verdict.current * (1 - POLICY.max_scale_down_share))
 
 
 @given(models(), rates, rates, backlogs, backlogs)
