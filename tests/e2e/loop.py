@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas import Ack, Decision, Outcome, TaskMetrics
+from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
+from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from streamctl.view import QueryView
 from tests.support.waiting import until
@@ -57,10 +59,12 @@ def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[st
 
 
 def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
-                     metrics_port: int = 0) -> Child:
+                     metrics_port: int = 0, *options: str) -> Child:
+    """The controller on the loop's topics, with the tests' cooldown and `options`."""
     return start_child("controller", [
         "controller", "run", "--metrics-port", str(metrics_port),
-        "--cooldown-s", str(CONTROLLER_COOLDOWN_S)], log_dir, _env(bootstrap, topics))
+        "--cooldown-s", str(CONTROLLER_COOLDOWN_S), *options], log_dir,
+        _env(bootstrap, topics))
 
 
 def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
@@ -75,6 +79,18 @@ def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
             and m.batch_id != first[(m.instance_id, m.config_epoch)]]
     assert full, "no full batch to measure the capacity on"
     return statistics.median(full)
+
+
+def sensor_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger,
+                    batch_cap: int) -> float:
+    """The sensor job's records/s at its parallelism now: a burst of four full batches
+    (sequence numbers apart from any load's), worked through before the controller starts."""
+    burst = LoadSpec(bootstrap, topic, RateProfile("constant", 4000), 4 * batch_cap / 4000,
+                     start_seq=10**9)
+    run_load(burst, ledger)
+    watch.until(lambda: watch.lag_records() == 0 and bool(watch.view.samples), 240,
+                "the calibration burst worked through")
+    return capacity(watch.view.samples, batch_cap)
 
 
 def _env(bootstrap: str, topics: dict[str, str]) -> dict[str, str]:

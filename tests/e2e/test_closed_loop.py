@@ -23,7 +23,7 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
-from tests.e2e.loop import LoopWatch, capacity, run_loop, start_controller
+from tests.e2e.loop import LoopWatch, run_loop, sensor_capacity, start_controller
 from tests.support.prometheus import scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -54,7 +54,7 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
     t = loop_topics
     watch = LoopWatch(bootstrap_servers, t, QUERY, job)
     ledger = Ledger(WINDOW_MS)
-    measured = _measure_capacity(bootstrap_servers, t["input"], watch, ledger)
+    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger, BATCH_CAP)
     (controller_port,) = find_free_ports(1)
     job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port))
 
@@ -88,16 +88,6 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
           f" after the step: 2 -> {scale_up.target_value}, pause {applied[0].pause_ms} ms; "
           f"decision: {scale_up.reason}")
     watch.close()
-
-
-def _measure_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger) -> float:
-    """A burst of four full batches, worked through at 2 units: records/s per batch."""
-    burst = LoadSpec(bootstrap, topic, RateProfile("constant", 4000), 4 * BATCH_CAP / 4000,
-                     start_seq=10**9)  # sequence numbers apart from the load's
-    run_load(burst, ledger)
-    watch.until(lambda: watch.lag_records() == 0 and bool(watch.view.samples), 240,
-                "the calibration burst worked through")
-    return capacity(watch.view.samples, BATCH_CAP)
 
 
 def _assert_prometheus_has_the_pauses_and_the_reason(watch: LoopWatch, port: int) -> None:
