@@ -37,19 +37,25 @@ def modules(package: str) -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py"))
 
 
-def full_imports(path: str) -> set[str]:
-    """Every absolute import's full module name (`from a.b import c` → `a.b`, and `a.b.c`
-    when `c` is a module: a package's submodule imported by name)."""
+def imported_modules(path: str) -> set[str]:
+    """Each module `path` imports (lazily too), by full name: `from p import m` names `p.m`
+    when m is a module or package of the project, else `p`."""
     tree = ast.parse((ROOT / path).read_text(), filename=path)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if (ROOT / node.module.replace(".", "/") / f"{alias.name}.py").is_file())
+            base = ROOT / node.module.replace(".", "/")
+            subs = {f"{node.module}.{a.name}" for a in node.names
+                    if (base / f"{a.name}.py").is_file() or (base / a.name).is_dir()}
+            names |= subs if len(subs) == len(node.names) else {node.module, *subs}
     return names
+
+
+def imported(path: str) -> set[str]:
+    """Top-level names of every absolute import in the module."""
+    return {name.split(".")[0] for name in imported_modules(path)}
 
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -75,19 +81,8 @@ def owner(module: str, packages: set[str]) -> str | None:
 
 
 def project_imports(path: str) -> set[str]:
-    """Each project module `path` imports (lazily too): `from p import m` names `p.m` when m
-    is a module, else `p`."""
-    tree = ast.parse((ROOT / path).read_text(), filename=path)
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            base = ROOT / node.module.replace(".", "/")
-            subs = {f"{node.module}.{a.name}" for a in node.names
-                    if (base / f"{a.name}.py").is_file() or (base / a.name).is_dir()}
-            names |= subs if len(subs) == len(node.names) else {node.module, *subs}
-    return {n for n in names if n.split(".")[0] in PROJECT | {"bench"}}
+    """The project's modules among `imported_modules(path)`."""
+    return {n for n in imported_modules(path) if n.split(".")[0] in PROJECT | {"bench"}}
 
 
 def test_the_package_map_names_every_package_and_only_those() -> None:
@@ -122,18 +117,6 @@ def test_the_pure_core_imports_no_client_library_and_no_clock(path: str) -> None
     names = imported(path)
     assert names & {"confluent_kafka", "prometheus_client", "pyspark", "logging"} == set()
     assert "time" not in names, "the core takes `now_ms`; it has no clock of its own"
-
-
-def imported(path: str) -> set[str]:
-    """Top-level names of every absolute import in the module."""
-    tree = ast.parse((ROOT / path).read_text(), filename=path)
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
 
 
 ALL = (modules("controller") + modules("streaming_jobs") + modules("schemas")
@@ -187,7 +170,7 @@ QUERY_DRIVERS = ("streaming_jobs/runtime/owner.py", "streaming_jobs/runtime/role
 
 @pytest.mark.parametrize("path", QUERY_DRIVERS)
 def test_the_query_is_driven_only_through_its_port(path: str) -> None:
-    names = full_imports(path)
+    names = imported_modules(path)
     assert not {m for m in names if m.startswith("streaming_jobs.runtime.query")}, names
     assert not names & {"pyspark", "confluent_kafka"} and not any(
         m.startswith("pyspark.") for m in names)

@@ -82,7 +82,7 @@ class TransactionalKafkaSink:
                  encoder: OutputFormat, clock_ms: Callable[[], int] | None = None,
                  batch_properties: BatchProperties | None = None) -> None:
         self._gate, self._writer, self._encoder = gate, writer, encoder
-        self._batch_properties = batch_properties
+        self._batch_properties = batch_properties or (lambda: {})
         self._query_id = query_id
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._topic_lock = threading.Lock()
@@ -96,7 +96,7 @@ class TransactionalKafkaSink:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._gate.admit(batch_id)  # raises before anything of the batch executes
         context = batch_df.sparkSession.sparkContext
-        for name, value in (self._batch_properties() if self._batch_properties else {}).items():
+        for name, value in self._batch_properties().items():
             context.setLocalProperty(name, value)  # this thread runs the batch's jobs
         # One Spark action: the stateful plan runs once, replay or not (state and watermark
         # must advance either way), and the encoded rows arrive on the driver.
