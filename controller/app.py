@@ -20,6 +20,7 @@ from controller.kafka.clients import (
     KafkaAckSource,
     KafkaControlSink,
     KafkaDecisionLog,
+    KafkaEndOffsets,
     KafkaMetricsSource,
     KafkaSetupError,
     KafkaWriter,
@@ -69,7 +70,8 @@ def kafka_controller(settings: ControllerSettings,
         ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic,
                                                                 kafka.control_key),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
-                      clock=SystemClock(), observer=metrics)
+                      clock=SystemClock(), observer=metrics,
+                      offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None)
         loop = ControlLoop(settings, ports)
         resume_from_history(loop, settings, ports.clock.now_ms(), on_error)
         yield loop

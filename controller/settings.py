@@ -65,6 +65,12 @@ class ModelSettings:
     indistinguishable from a burst; a second that agrees makes it a step, and sizing for it
     then takes one round. Each extra interval costs one batch (10-20 s when backlogged)."""
 
+    level_confirm_s: float = 3.0
+    """…and the agreeing intervals must span at least this long. Probed once a second
+    (`ControllerSettings.probe_interval_s`), two intervals are two seconds: a burst that short
+    is drained at the current size (the catch-up target absorbs it) rather than sized for, and
+    a step is still taken within about `level_confirm_s` + one probe."""
+
     max_samples: int = 300
     """Hard cap on samples kept per query, so a query triggering every 100 ms cannot grow the
     window without bound (300 covers 60 s at a 200 ms trigger)."""
@@ -107,6 +113,8 @@ class ModelSettings:
         _check(self.level_confirm_intervals >= 1,
                f"model.level_confirm_intervals must be >= 1, got "
                f"{self.level_confirm_intervals}")
+        _check(math.isfinite(self.level_confirm_s) and self.level_confirm_s >= 0,
+               f"model.level_confirm_s must be a number >= 0, got {self.level_confirm_s}")
         _check(self.max_queries >= 1, f"model.max_queries must be >= 1, got {self.max_queries}")
         _check(math.isfinite(self.overhead_fit_min_spread) and self.overhead_fit_min_spread > 1,
                f"model.overhead_fit_min_spread must be > 1, got {self.overhead_fit_min_spread}")
@@ -296,6 +304,12 @@ class ControllerSettings:
     poll_timeout_s: float = 1.0
     """Longest wait for metrics per cycle; also bounds how late an ack or a timeout is seen."""
 
+    probe_interval_s: float = 1.0
+    """Seconds between two probes of the source partitions' end offsets at the broker (one
+    ListOffsets request for every partition the queries read): arrivals and the backlog are
+    then known within seconds of a load step, however long the running batch takes. 0 probes
+    nothing, and the model learns only from the batches."""
+
     status_interval_s: float = 5.0
     """Seconds between per-query status lines on stdout."""
 
@@ -315,6 +329,7 @@ class ControllerSettings:
     def __post_init__(self) -> None:
         _positive("ack_timeout_s", self.ack_timeout_s)
         _check(0 <= self.poll_timeout_s <= 60, "poll_timeout_s must be in [0, 60]")
+        _check(0 <= self.probe_interval_s <= 60, "probe_interval_s must be in [0, 60]")
         _positive("status_interval_s", self.status_interval_s)
         _check(0 <= self.metrics_port <= 65535,
                f"metrics_port must be in [0, 65535], got {self.metrics_port}")

@@ -16,6 +16,7 @@ from controller.loop.ports import (
     ControlSink,
     DecisionLog,
     MetricsSource,
+    OffsetProbe,
     OnDecodeError,
 )
 from schemas import (
@@ -43,6 +44,7 @@ class PortHarness(Protocol):
     def ack_source(self, on_error: OnDecodeError) -> AckSource: ...
     def control_sink(self) -> ControlSink: ...
     def decision_log(self) -> DecisionLog: ...
+    def offset_probe(self) -> OffsetProbe: ...
     def publish(self, kind: str, payload: bytes) -> None:
         """Write a raw payload to the 'metrics' or 'acks' topic, as a job would."""
         ...
@@ -108,7 +110,20 @@ def control_tuples_and_decisions_reach_their_topics(h: PortHarness) -> None:
     assert codec_for(Decision).decode(raw_decision) == decision
 
 
+def end_offsets_count_what_was_written_and_leave_out_what_does_not_exist(
+        h: PortHarness) -> None:
+    probe = h.offset_probe()
+    here, nowhere = (h.metrics_topic, 0), (h.metrics_topic, 7)
+    before = probe.end_offsets([here, nowhere])
+    assert before == {here: 0}
+    for batch_id in (1, 2, 3):
+        h.publish("metrics", codec_for(TaskMetrics).encode(sample(batch_id)))
+    assert probe.end_offsets([here]) == {here: 3}
+    assert probe.end_offsets([]) == {}
+
+
 CONTRACT = [
+    end_offsets_count_what_was_written_and_leave_out_what_does_not_exist,
     metrics_are_decoded_in_order_and_garbage_is_reported,
     acks_written_after_the_source_exists_are_seen,
     control_tuples_and_decisions_reach_their_topics,

@@ -169,15 +169,17 @@ def confirmed_tail(run: Sequence[Interval], history: Sequence[Interval], directi
                    settings: ModelSettings) -> list[Interval]:
     """The new segment when `run` confirms a shift, else [] (module docstring).
 
-    Confirmed: at least `level_confirm_intervals` of its newest intervals agree with each other
-    (a burst that is ending falls back and disagrees), and their level departs, the same way,
-    from the mean of everything before the run in the window too, not only from the current
-    segment: a stationary noisy load swings between its extremes, but around its mean. Agreeing
+    Confirmed: at least `level_confirm_intervals` of its newest intervals, spanning at least
+    `level_confirm_s`, agree with each other (a burst that is ending falls back and
+    disagrees), and their level departs, the same way, from the mean of everything before the
+    run in the window too, not only from the current segment: a stationary noisy load swings
+    between its extremes, but around its mean. Agreeing
     intervals that span `arrival_window_s` are the level whatever that mean says: λ is the
     growth over that span, and none of it is at the old level.
     """
     tail = agreeing_tail(run, settings.level_agreement)
-    if len(tail) < settings.level_confirm_intervals:
+    if (len(tail) < settings.level_confirm_intervals
+            or tail[-1].end_ms - tail[0].start_ms < settings.level_confirm_s * 1000):
         return []
     if tail[-1].end_ms - tail[0].start_ms >= settings.arrival_window_s * 1000:
         return tail

@@ -14,13 +14,14 @@ the job names (`knobs`: input parallelism or state partitions) as far as it can 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from controller.core import knobs
-from controller.core.arrival import ArrivalEstimate, estimate, intervals, known_offsets
+from controller.core import knobs, probes
+from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
+from controller.core.probes import EndOffsets
 from controller.core.results import INPUT_PARALLELISM, NotReady
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
@@ -91,6 +92,9 @@ class QueryModel:
     """Cores per executor on a cluster; 0 in local mode."""
     max_executors: int = 0
     """Most executors the job may request; 0 in local mode."""
+    arrival_timed_by: str = "batches"
+    """'broker' when λ and the backlog come from end-offset probes (`probes`), fresh within
+    a second or two; 'batches' when only from the batches, as old as the newest batch start."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -137,6 +141,9 @@ def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
     elapsed_ms = sum(i.end_ms - i.start_ms for i in found)
     return sum(i.records for i in found) * 1000 / elapsed_ms if elapsed_ms > 0 else None
 
+
+BROKER = "broker"
+"""`QueryModel.arrival_timed_by` when the broker's probes time the arrivals."""
 
 SampleKey = tuple[str, int, int]
 """(instance, batch id, end time of a heartbeat else 0), as `window.sample_key`."""
@@ -224,13 +231,15 @@ def slope_per_s(points: list[tuple[float, float]]) -> float:
 def evaluate(
     query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
     warm_up: Collection[SampleKey] = (), remembered_overhead_s: float | None = None,
-    remembered_batch_cap: int = 0,
+    remembered_batch_cap: int = 0, probed: Sequence[EndOffsets] = (),
 ) -> QueryModel | NotReady:
     """The model of one query from its window, or why there is none yet.
 
     `warm_up`: keys of the window's warm-up batches (`window.QueryWindow.warm_up`), left out of
     μ and c. `remembered_overhead_s`: the overhead last fitted for the query (`fit` rule 2);
-    `remembered_batch_cap`: the cap last observed for it (`batch_cap`).
+    `remembered_batch_cap`: the cap last observed for it (`batch_cap`). `probed`: recent
+    end-offset probes of the broker (`probes`), which time arrivals and the backlog between
+    batches; without them both come from the batches alone.
     """
     needed = samples_needed(samples, settings)
     unsizable = knobs.problem(samples[-1]) if samples else None
@@ -242,7 +251,7 @@ def evaluate(
     if elapsed_ms <= 0:
         return NotReady("the window's batches span no time")
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
-    arrival = estimate(intervals(samples), settings)
+    arrival = estimate(arrival_intervals(samples, probed), settings)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
     if not any(s.input_rows > 0 for s in samples):
@@ -253,7 +262,36 @@ def evaluate(
         return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
                         "processing rate unknown")
     cap = batch_cap(samples, remembered_batch_cap)
-    return _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
+    found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
+    return with_probed_backlog(found, samples, probed)
+
+
+def arrival_intervals(samples: tuple[TaskMetrics, ...],
+                      probed: Sequence[EndOffsets]) -> list[Interval]:
+    """The batches' intervals up to the first probe that covers the query's partitions, the
+    probes' after it: a controller that just started keeps the batches' history, and from then
+    on a step shows within a probe or two instead of a batch or two."""
+    from_batches = intervals(samples)
+    keys = set(known_offsets(samples[-1])) if samples else set()
+    from_probes = probes.intervals(probed, keys)
+    if not from_probes:
+        return from_batches
+    first = from_probes[0].start_ms
+    return [i for i in from_batches if i.end_ms <= first] + from_probes
+
+
+def with_probed_backlog(model: QueryModel, samples: tuple[TaskMetrics, ...],
+                        probed: Sequence[EndOffsets]) -> QueryModel:
+    """The model with arrivals timed by the broker: the backlog as the newest probe measures
+    it, never below the batches' figure. Its trend stays the batches': between two batch ends
+    the probes see records arrive but not the running batch consume them, so a trend over
+    probes would climb during every long batch."""
+    series = probes.backlog_series(probed, samples, model.arrival_rate)
+    if not series:
+        return model
+    backlog = max(model.backlog_records, series[-1][1])
+    return replace(model, backlog_records=backlog, arrival_timed_by=BROKER,
+                   time_to_drain_s=drain_time_s(backlog, model.capacity, model.arrival_rate))
 
 
 MIN_TREND_SAMPLES = 3

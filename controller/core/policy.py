@@ -30,7 +30,7 @@ from controller.core.knobs import (
     executors_wanted,
     running_executors,
 )
-from controller.core.model import QueryModel
+from controller.core.model import BROKER, QueryModel
 from controller.core.results import EXECUTORS, Hold, Recommend, Scale, Verdict
 from controller.core.sizing import (
     NO_INFLOW,
@@ -110,7 +110,11 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
             and model.arrival_rate + extra > high_water):
         causes.append("upstream")
     if model.backlog_records > settings.backlog_floor_records:
-        if model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s:
+        # Growth says "the arrival rate lags": true of a rate timed by batch starts, not of
+        # one the broker gives each second. Then a burst that grew the backlog while λ stays
+        # within capacity is drained at the current size, unless that is too slow.
+        if (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
+                and model.arrival_timed_by != BROKER):
             causes.append("growing")
         if model.time_to_drain_s > settings.catch_up_s:
             causes.append("slow_drain")

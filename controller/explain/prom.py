@@ -35,7 +35,8 @@ class ControllerMetrics:
             return Gauge(name, doc, ["query"], registry=registry)
 
         self.arrival = gauge("streamctl_arrival_rate_records_per_second",
-                             "Arrival rate λ: growth of the source topics' latest offsets.")
+                             "Arrival rate λ: growth of the source partitions' end offsets "
+                             "(probed at the broker, else as the batches saw them).")
         self.capacity = gauge("streamctl_processing_rate_records_per_second",
                               "Capacity: records per second at 100% busy with current units.")
         self.throughput = gauge("streamctl_throughput_records_per_second",
@@ -83,6 +84,10 @@ class ControllerMetrics:
             "streamctl_standby_instances",
             "Standby instances of the query heard from within the lost-detection floor: what "
             "a failover can promote (0: the next loss cannot fail over).")
+        self.probe_failures = Counter(
+            "streamctl_offset_probe_failures", "End-offset probes of the source partitions "
+            "that the broker did not answer (the model then learns from the batches alone).",
+            registry=registry)
         self.recommendations = Counter("streamctl_recommendations",
                                        "Advice the controller cannot carry out itself (throttle, "
                                        "raise_batch_cap, start_standby), each time it is first "
@@ -133,6 +138,9 @@ class ControllerMetrics:
 
     def standbys(self, query_id: str, count: int) -> None:
         self.standby_instances.labels(query_id).set(count)
+
+    def probe_failed(self) -> None:
+        self.probe_failures.inc()
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

@@ -13,12 +13,28 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Collection
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from controller.errors import UserError
-from controller.loop.ports import DeliveryError, OnDecodeError, RawMessage, decode_each
+from controller.errors import TemporaryError, UserError
+from controller.loop.ports import (
+    DeliveryError,
+    OnDecodeError,
+    PartitionKey,
+    RawMessage,
+    decode_each,
+)
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
 from security.kafka import IDEMPOTENT
@@ -161,6 +177,37 @@ def watermarks(consumer: Consumer, topic: str, partition: int,
                 raise KafkaSetupError(f"cannot read the offsets of {topic!r} partition "
                                       f"{partition}: {error.str()}") from exc
             time.sleep(0.2)
+
+
+class KafkaEndOffsets:
+    """`OffsetProbe` with one ListOffsets request per probe for every partition asked for.
+
+    Read committed: a job that reads committed records plans its batches against the last
+    stable offset, and an open transaction upstream must not look like a backlog.
+    """
+
+    def __init__(self, settings: KafkaSettings, timeout_s: float = 2.0) -> None:
+        self._timeout_s = timeout_s
+        self._admin = AdminClient(client_config(settings))
+
+    def end_offsets(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
+        if not partitions:
+            return {}
+        asked = {TopicPartition(topic, p): OffsetSpec.latest() for topic, p in partitions}
+        try:
+            futures = self._admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED,
+                                               request_timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise TemporaryError(f"cannot ask the broker for end offsets: {exc}") from exc
+        found: dict[PartitionKey, int] = {}
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = int(future.result().offset)
+            except KafkaException as exc:  # one partition without a leader: leave it out
+                log.debug("no end offset for %s/%d: %s", tp.topic, tp.partition, exc)
+        if not found:
+            raise TemporaryError(f"the broker answered for none of {len(asked)} partitions")
+        return found
 
 
 class KafkaWriter:

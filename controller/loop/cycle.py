@@ -22,6 +22,7 @@ from controller.core.failover import Standbys
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.policy import backlog_causes, is_quiet
+from controller.core.probes import EndOffsets, ProbeLog, end_offsets, wanted
 from controller.core.results import (
     EXECUTORS,
     Hold,
@@ -42,6 +43,7 @@ from controller.core.state import (
 )
 from controller.core.topology import plan
 from controller.core.window import QueryWindow, Windows
+from controller.errors import TemporaryError
 from controller.explain import report
 from controller.loop.actuate import Actuator
 from controller.loop.ports import (
@@ -52,6 +54,7 @@ from controller.loop.ports import (
     LoopObserver,
     MetricsSource,
     NullObserver,
+    OffsetProbe,
 )
 from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
@@ -68,6 +71,8 @@ class Ports:
     decisions: DecisionLog
     clock: Clock
     observer: LoopObserver = field(default_factory=NullObserver)
+    offsets: OffsetProbe | None = None
+    """The broker's end offsets, probed every `probe_interval_s`; None: batches only."""
 
 
 def _new_id() -> str:
@@ -91,6 +96,9 @@ class ControlLoop:
         """Per query, the batch cap last reported or observed (`model.batch_cap`)."""
         self.standbys = Standbys(settings.policy.lost_after_min_s)
         """Every instance heard from, standbys included (`failover`)."""
+        self._probes = ProbeLog(settings.model.window_s)
+        self._next_probe_ms = 0
+        self._probe_failing = False
         self._watching_since_ms: int | None = None
         self._next_status_ms = 0
         self._stopping = False
@@ -118,6 +126,7 @@ class ControlLoop:
         if self._watching_since_ms is None:
             self._watching_since_ms = now_ms
         self._windows.prune(now_ms)
+        self.probe(now_ms)
         self.settle(now_ms)
         verdicts = self.decide_all(now_ms)
         for window in self._windows:
@@ -135,6 +144,37 @@ class ControlLoop:
             if self._windows.add(sample) is None:
                 log.warning("ignoring metrics of query %s: already tracking %d queries",
                             sample.query_id, self.settings.model.max_queries)
+
+    def probe(self, now_ms: int) -> None:
+        """Ask the broker for the end offsets of every source partition the queries read,
+        at most once per `probe_interval_s`; a failure is logged when it starts and ends."""
+        interval_s = self.settings.probe_interval_s
+        if self.ports.offsets is None or interval_s <= 0 or now_ms < self._next_probe_ms:
+            return
+        partitions = wanted(w.last_sample for w in self._windows if w.last_sample is not None)
+        if not partitions:
+            return
+        self._next_probe_ms = now_ms + int(interval_s * 1000)
+        try:
+            found = self.ports.offsets.end_offsets(partitions)
+        except TemporaryError as exc:
+            self.ports.observer.probe_failed()
+            if not self._probe_failing:
+                log.warning("cannot probe the source partitions' end offsets (%s); deciding "
+                            "from the batches alone until the broker answers", exc)
+            self._probe_failing = True
+            return
+        if self._probe_failing:
+            log.info("the broker answers end-offset probes again")
+        self._probe_failing = False
+        self._probes.add(end_offsets(now_ms, found))
+
+    def fresh_probes(self, now_ms: int) -> tuple[EndOffsets, ...]:
+        """The probes the model may use: none when the newest is older than three intervals
+        and a cycle (the broker stopped answering)."""
+        settings = self.settings
+        return self._probes.fresh(now_ms, 3 * settings.probe_interval_s
+                                  + settings.poll_timeout_s)
 
     # -- settle: acks and timeouts ------------------------------------------------------------
 
@@ -224,7 +264,8 @@ class ControlLoop:
                             now_ms) if lost is not None else
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      remembered_overhead_s=self._overheads.get(query_id),
-                     remembered_batch_cap=self._caps.get(query_id, 0)))
+                     remembered_batch_cap=self._caps.get(query_id, 0),
+                     probed=self.fresh_probes(now_ms)))
         if not isinstance(found, QueryModel):
             if isinstance(found, NotReady) and window.changed:
                 found = NotReady(f"stabilising after a change to epoch {window.epoch}: "

@@ -8,9 +8,17 @@ controller sent) for loop tests and offline replays.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from controller.loop.ports import OnDecodeError, RawMessage, decode_each, ignore_decode_error
+from controller.errors import TemporaryError
+from controller.loop.ports import (
+    OnDecodeError,
+    PartitionKey,
+    RawMessage,
+    decode_each,
+    ignore_decode_error,
+)
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
 
 
@@ -78,6 +86,24 @@ class MemoryDecisionLog:
 
     def write(self, decision: Decision) -> None:
         self._topic.append(codec_for(Decision).encode(decision))
+
+
+class MemoryEndOffsets:
+    """`OffsetProbe` over what a test sets (`ends`) and the memory topics it tracks (a
+    single-partition topic ends at its length); `down` makes every probe fail."""
+
+    def __init__(self, *tracked: MemoryTopic) -> None:
+        self.ends: dict[PartitionKey, int] = {}
+        self._tracked = {t.name: t for t in tracked}
+        self.down = False
+        self.probes = 0
+
+    def end_offsets(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
+        self.probes += 1
+        if self.down:
+            raise TemporaryError("the broker is down (fake)")
+        known = self.ends | {(name, 0): len(t.payloads) for name, t in self._tracked.items()}
+        return {k: known[k] for k in partitions if k in known}
 
 
 class FakeClock:

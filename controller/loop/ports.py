@@ -9,7 +9,7 @@ same way by every source.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Protocol, TypeVar
 
 from controller.core.model import QueryModel
@@ -40,6 +40,17 @@ class MetricsSource(Protocol):
 class AckSource(Protocol):
     def poll(self, timeout_s: float) -> list[Ack]:
         """Acks written since the source was created, like `MetricsSource.poll`."""
+        ...
+
+
+PartitionKey = tuple[str, int]
+
+
+class OffsetProbe(Protocol):
+    def end_offsets(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
+        """The end offset (of committed records) of each partition, as the broker has it now;
+        a partition it could not answer for is left out. Raises `TemporaryError` when the
+        broker cannot be asked at all."""
         ...
 
 
@@ -76,6 +87,9 @@ class LoopObserver(Protocol):
     def standbys(self, query_id: str, count: int) -> None:
         """How many live standby instances the query has (every cycle)."""
         ...
+    def probe_failed(self) -> None:
+        """An end-offset probe of the broker failed."""
+        ...
 
 
 class NullObserver:
@@ -101,6 +115,9 @@ class NullObserver:
         pass
 
     def standbys(self, query_id: str, count: int) -> None:
+        pass
+
+    def probe_failed(self) -> None:
         pass
 
 

@@ -21,6 +21,7 @@ from controller.kafka.clients import (
     KafkaAckSource,
     KafkaControlSink,
     KafkaDecisionLog,
+    KafkaEndOffsets,
     KafkaMetricsSource,
     KafkaSetupError,
     KafkaWriter,
@@ -30,6 +31,7 @@ from controller.loop.ports import (
     ControlSink,
     DecisionLog,
     MetricsSource,
+    OffsetProbe,
     OnDecodeError,
 )
 from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
@@ -78,6 +80,9 @@ class KafkaHarness:
 
     def decision_log(self) -> DecisionLog:
         return KafkaDecisionLog(self._writer, self.settings.decisions_topic)
+
+    def offset_probe(self) -> OffsetProbe:
+        return KafkaEndOffsets(self.settings)
 
     def publish(self, kind: str, payload: bytes) -> None:
         produce(self.settings.bootstrap_servers, self._topics[kind], [payload])

@@ -23,6 +23,7 @@ from controller.loop.fakes import (
     MemoryBus,
     MemoryControlSink,
     MemoryDecisionLog,
+    MemoryEndOffsets,
     MemoryMetricsSource,
 )
 from controller.settings import ControllerSettings
@@ -175,3 +176,65 @@ def closed_loop(job: Job, seconds: int,
             bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
                                 control.epoch, Outcome.APPLIED, "", 5000, clock.ms))
     return sent
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What `probed_loop` saw: the tuples sent (as `closed_loop`) and, per batch, when it
+    started and ended (seconds), so a test can tell what the controller knew when."""
+
+    sent: list[Sent]
+    batches: list[tuple[float, float]]
+
+    def running_at(self, t_s: float) -> tuple[float, float] | None:
+        """The batch running at `t_s`, if one was."""
+        return next(((s, e) for s, e in self.batches if s <= t_s < e), None)
+
+
+def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = None, *,
+                probe: bool = True, restart_s: float = 5.0) -> Probed:
+    """The real loop cycling every second over `job`, event by event: each batch plans against
+    the latest offsets at its start and is published when it *ends* (as Spark's listener
+    does), and, with `probe`, the broker's end offsets are what the producer has written by
+    each cycle. The job applies every tuple it is sent and acks it APPLIED; a knob change
+    restarts the query, which plans its next batch `restart_s` later (warming up again)."""
+    bus, clock = MemoryBus(), FakeClock(T0_MS)
+    offsets = MemoryEndOffsets()
+    loop = ControlLoop(settings or ControllerSettings(), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+        clock=clock, offsets=offsets if probe else None))
+    sent: list[Sent] = []
+    batches: list[tuple[float, float]] = []
+    pending: list[TaskMetrics] = []
+    pos, batch, next_start, fresh, last_report = [0] * job.partitions, 0, 0.0, True, -10.0
+    for tick in range(1, seconds + 1):
+        while next_start < tick:
+            t = next_start
+            run = job if fresh else replace(job, warm_up_s=0.0)
+            latest = job.latest(t)
+            take = [min(latest[p] - pos[p], job.max_per_batch // job.partitions)
+                    for p in range(job.partitions)]
+            busy = sum(take) / (job.per_unit * job.units) + job.overhead_s
+            if sum(take) > 0 and fresh:
+                busy, fresh = busy + run.warm_up_s, False
+            if sum(take) > 0 or t - last_report >= 10:
+                pending.append(metrics(job, batch, t, busy, pos, take, latest))
+                batches.append((t, t + busy))
+                batch, last_report = batch + 1, t
+            pos = [pos[p] + take[p] for p in range(job.partitions)]
+            next_start = t + max(busy, job.trigger_s)
+        clock.ms = T0_MS + tick * 1000
+        bus.publish_metrics(*(s for s in pending if s.batch_end_ms <= clock.ms))
+        pending = [s for s in pending if s.batch_end_ms > clock.ms]
+        offsets.ends = {(job.source_topic, p): n for p, n in enumerate(job.latest(tick))}
+        loop.run_once()
+        for control in bus.sent_controls()[len(sent):]:
+            sent.append((tick, control, job))
+            job = job.applied(control.parameter, int(control.value), control.epoch)
+            if control.parameter != "executors":  # a restart: after the running batch
+                next_start, fresh = max(next_start, tick) + restart_s, True
+            bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
+                                control.epoch, Outcome.APPLIED, "", int(restart_s * 1000),
+                                clock.ms))
+    return Probed(sent, batches)

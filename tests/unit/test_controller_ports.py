@@ -11,6 +11,7 @@ from controller.loop.fakes import (
     MemoryBus,
     MemoryControlSink,
     MemoryDecisionLog,
+    MemoryEndOffsets,
     MemoryMetricsSource,
 )
 from controller.loop.ports import (
@@ -18,6 +19,7 @@ from controller.loop.ports import (
     ControlSink,
     DecisionLog,
     MetricsSource,
+    OffsetProbe,
     OnDecodeError,
 )
 from tests.controller_port_contract import CONTRACT, PortHarness
@@ -43,6 +45,9 @@ class MemoryHarness:
 
     def decision_log(self) -> DecisionLog:
         return MemoryDecisionLog(self.bus.decisions)
+
+    def offset_probe(self) -> OffsetProbe:
+        return MemoryEndOffsets(self.bus.metrics)
 
     def publish(self, kind: str, payload: bytes) -> None:
         self._topics[kind].append(payload)

@@ -29,7 +29,7 @@ from controller.loop.fakes import (
     MemoryMetricsSource,
 )
 from controller.settings import ControllerSettings, PolicySettings
-from tests.unit.controller_traces import T0_MS, Job, closed_loop, simulate
+from tests.unit.controller_traces import T0_MS, Job, closed_loop, probed_loop, simulate
 
 NOW = T0_MS + 3_600_000
 POLICY = PolicySettings()
@@ -118,35 +118,41 @@ def test_executors_asked_for_are_monotone_in_the_units_wanted(model: QueryModel,
     assert executors(high) <= max(model.max_executors, running_executors(model))
 
 
-def noisy_loop(job: Job, noise: float, seed: int, seconds: int) -> list[tuple[float, str]]:
+def noisy_loop(job: Job, noise: float, seed: int, seconds: int,
+               probed: bool = False) -> list[tuple[float, str]]:
     """The real loop over a job that applies what it is sent (after a 5 s pause) under a
-    load redrawn every 5 s within ±noise of the job's rate; returns (time, direction), an
-    executor request counting as a step up or down like the knob's."""
+    load redrawn within ±noise of the job's rate every 5 s — every second when the loop
+    probes the broker each second, so every probe interval sees fresh noise; returns (time,
+    direction), an executor request counting as a step up or down like the knob's."""
     rng = random.Random(seed)
     base = job.rates[0][1]
-    steps = [(float(t), base * (1 + rng.uniform(-noise, noise))) for t in range(0, seconds, 5)]
+    steps = [(float(t), base * (1 + rng.uniform(-noise, noise)))
+             for t in range(0, seconds, 1 if probed else 5)]
+    noisy = replace(job, rates=steps)
+    sent = probed_loop(noisy, seconds).sent if probed else closed_loop(noisy, seconds)
     return [(t, "up" if int(control.value) > current(control.parameter, before) else "down")
-            for t, control, before in closed_loop(replace(job, rates=steps), seconds)]
+            for t, control, before in sent]
 
 
 def current(parameter: str, job: Job) -> int:
     return job.task_slots // job.executor_cores if parameter == "executors" else job.parallelism
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6),
-       KNOBS, st.booleans())
+       KNOBS, st.booleans(), st.booleans())
 def test_a_stationary_noisy_load_does_not_oscillate(rate: float, noise: float,
                                                     parallelism: int, seed: int, knob: str,
-                                                    cluster: bool) -> None:
+                                                    cluster: bool, probed: bool) -> None:
     """On a cluster the job starts with as many slots as its knob (one core per executor),
-    so any scale-up needs executors first."""
+    so any scale-up needs executors first. Probed: the loop also reads the broker's end
+    offsets every second (`probes`)."""
     job = Job(rates=[(0, rate)], per_unit=200, parallelism=parallelism, overhead_s=1.5,
               max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0, knob=knob,
               partitions=2 if knob == "input_parallelism" else 4)
     if cluster:
         job = replace(job, task_slots=parallelism, executor_cores=1, max_executors=16)
-    actions = noisy_loop(job, noise, seed, 600)
+    actions = noisy_loop(job, noise, seed, 600, probed)
     stabilisation = POLICY.scale_down_stabilisation_s
     for (t1, d1), (_, d2), (t3, d3) in zip(actions, actions[1:], actions[2:], strict=False):
         assert not (d1 == "up" and d2 == "down" and d3 == "up"

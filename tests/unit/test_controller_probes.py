@@ -1,0 +1,124 @@
+"""The broker's end offsets between batches: what a probe adds to the model, and the loop
+deciding from probes before the batch running during a load step has ended."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from controller.core.model import BROKER, QueryModel, evaluate
+from controller.core.probes import ProbeLog, backlog_at, end_offsets, intervals
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryEndOffsets,
+    MemoryMetricsSource,
+)
+from controller.loop.ports import NullObserver
+from controller.settings import ControllerSettings, ModelSettings
+from tests.unit.controller_traces import T0_MS, Job, end_ms, probed_loop, simulate
+
+# Keeps up at 300/s (8 units of 100/s, 0.3 s a batch on a 2 s trigger), then six times that.
+STEADY = Job(rates=[(0, 300)], per_unit=100, parallelism=4, partitions=8, task_slots=64,
+             trigger_s=2.0, overhead_s=0.3)
+STEP = replace(STEADY, rates=[(0, 300), (60, 1800)])
+A, B = ("in", 0), ("in", 1)
+
+
+def test_the_probe_log_keeps_its_window_and_goes_stale_when_the_broker_stops_answering() -> None:
+    log = ProbeLog(window_s=10)
+    for second in range(0, 30):
+        log.add(end_offsets(T0_MS + second * 1000, {A: second}))
+    log.add(end_offsets(T0_MS + 5_000, {A: 99}))  # a clock stepping back is ignored
+    kept = log.fresh(T0_MS + 29_000, max_age_s=3)
+    assert [p.offsets[A] for p in kept] == list(range(19, 30))
+    assert log.fresh(T0_MS + 33_000, max_age_s=3) == ()
+
+
+def test_probe_intervals_need_every_partition_and_count_no_shrinking() -> None:
+    probes = [end_offsets(T0_MS, {A: 0, B: 0}), end_offsets(T0_MS + 1000, {A: 100}),
+              end_offsets(T0_MS + 2000, {A: 250, B: 50}), end_offsets(T0_MS + 3000, {A: 10, B: 60})]
+    found = intervals(probes, {A, B})
+    assert [(i.start_ms - T0_MS, i.end_ms - T0_MS, i.records) for i in found] == [
+        (0, 2000, 300), (2000, 3000, 10)]
+    assert intervals(probes, set()) == []
+
+
+def test_the_backlog_at_a_probe_is_what_waits_beyond_one_batch_cycle_never_below_the_lag() -> None:
+    batch = simulate(STEADY, 10)[-1]  # 600 records on a 2 s trigger, 1.05 s busy
+    taken = {(p.topic, p.partition): p.end_offset for p in batch.partitions}
+    cycle_s = 2.0 + batch.busy_ms / 1000
+    as_usual = end_offsets(batch.batch_end_ms, {k: v + 40 for k, v in taken.items()})
+    assert backlog_at(as_usual, batch, arrival=300) == 0.0
+    piled = end_offsets(batch.batch_end_ms, {k: v + 1000 for k, v in taken.items()})
+    assert backlog_at(piled, batch, arrival=300) == pytest.approx(8000 - 300 * cycle_s)
+    assert backlog_at(end_offsets(batch.batch_end_ms, {("other", 0): 5}), batch, 300) is None
+
+
+def model_of(job: Job, seconds: float, probed_until_s: float) -> QueryModel:
+    trace = [s for s in simulate(job, seconds) if s.batch_end_ms <= T0_MS + seconds * 1000]
+    probed = [end_offsets(T0_MS + t * 1000, {("in", p): n for p, n in enumerate(job.latest(t))})
+              for t in range(int(seconds - 20), int(probed_until_s) + 1)]
+    found = evaluate("q1", tuple(trace), ModelSettings(), probed=probed)
+    assert isinstance(found, QueryModel), found
+    return found
+
+
+def test_probes_show_a_step_that_no_finished_batch_has_seen_yet() -> None:
+    before = model_of(STEP, 59, 59)
+    after = model_of(STEP, 64, 64)
+    assert before.arrival_rate == pytest.approx(300, rel=0.05)
+    assert after.arrival_timed_by == BROKER
+    assert after.arrival_rate == pytest.approx(1800, rel=0.05)
+    assert after.backlog_records > before.backlog_records + 1000
+    without = evaluate("q1", tuple(s for s in simulate(STEP, 64)
+                                   if s.batch_end_ms <= T0_MS + 64_000), ModelSettings())
+    assert isinstance(without, QueryModel)
+    assert without.arrival_rate == pytest.approx(300, rel=0.05)
+
+
+def test_a_load_step_is_sized_in_one_tuple_before_the_batch_running_through_it_ends() -> None:
+    seen = probed_loop(STEP, 240)
+    (sent_at, control, _), = seen.sent
+    running = seen.running_at(sent_at - 0.5)
+    assert running is not None and running[0] >= 60 and sent_at < running[1]
+    assert int(control.value) * 100 * 0.7 >= 1800  # enough units for the new rate
+    assert len(probed_loop(STEP, 240, probe=False).sent) == 1  # batches alone decide too…
+    assert probed_loop(STEP, 240, probe=False).sent[0][0] > running[1]  # …but only after it
+
+
+@pytest.mark.parametrize("spike_s", [1.5, 2.5])
+def test_a_spike_shorter_than_the_confirmation_is_drained_without_a_tuple(spike_s: float) -> None:
+    spike = replace(STEADY, rates=[(0, 300), (60, 1800), (60 + spike_s, 300)])
+    assert probed_loop(spike, 180).sent == []
+
+
+def test_a_broker_that_stops_answering_is_logged_once_and_the_batches_decide(
+        caplog: pytest.LogCaptureFixture) -> None:
+    failures: list[None] = []
+
+    class Counting(NullObserver):
+        def probe_failed(self) -> None:
+            failures.append(None)
+
+    bus, clock, offsets = MemoryBus(), FakeClock(T0_MS), MemoryEndOffsets()
+    offsets.down = True
+    loop = ControlLoop(ControllerSettings(), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+        clock=clock, observer=Counting(), offsets=offsets))
+    trace = simulate(STEADY, 30)
+    bus.publish_metrics(*trace)
+    with caplog.at_level(logging.WARNING, logger="controller"):
+        for second in range(5):
+            clock.ms = end_ms(trace) + second * 1000
+            loop.run_once()
+    assert len(failures) == offsets.probes == 5
+    assert sum("cannot probe" in r.message for r in caplog.records) == 1
+    assert loop.models["q1"].arrival_timed_by == "batches"
