@@ -232,6 +232,7 @@ def evaluate(
     query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
     warm_up: Collection[SampleKey] = (), remembered_overhead_s: float | None = None,
     remembered_batch_cap: int = 0, probed: Sequence[EndOffsets] = (),
+    remembered: BatchCost | None = None,
 ) -> QueryModel | NotReady:
     """The model of one query from its window, or why there is none yet.
 
@@ -239,7 +240,8 @@ def evaluate(
     μ and c. `remembered_overhead_s`: the overhead last fitted for the query (`fit` rule 2);
     `remembered_batch_cap`: the cap last observed for it (`batch_cap`). `probed`: recent
     end-offset probes of the broker (`probes`), which time arrivals and the backlog between
-    batches; without them both come from the batches alone.
+    batches; without them both come from the batches alone. `remembered`: the query's last
+    measured μ and c, which size it while nothing arrives (`idle_cost`).
     """
     needed = samples_needed(samples, settings)
     unsizable = knobs.problem(samples[-1]) if samples else None
@@ -254,16 +256,27 @@ def evaluate(
     arrival = estimate(arrival_intervals(samples, probed), settings)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
-    if not any(s.input_rows > 0 for s in samples):
-        return NotReady("no batch with input rows in the window; processing rate unknown")
     points = rate_points(samples, warm_up)
     cost = fit_batch_cost(points, settings, remembered_overhead_s)
+    if not any(s.input_rows > 0 for s in samples):
+        cost = idle_cost(arrival, remembered)
+        if cost is None:
+            return NotReady("no batch with input rows in the window; processing rate unknown")
     if cost is None:
         return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
                         "processing rate unknown")
     cap = batch_cap(samples, remembered_batch_cap)
     found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
     return with_probed_backlog(found, samples, probed)
+
+
+def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCost | None:
+    """μ and c for a window without a batch with rows: the ones last measured, as long as
+    nothing arrives at all (then any size keeps up, and the smallest is the right one). With
+    arrivals and still no rows the query is not idle but stuck, and nothing sizes it."""
+    if remembered is None or arrival.rate > 0 or arrival.pending_rate:
+        return None
+    return BatchCost(remembered.overhead_s, remembered.per_unit, "remembered")
 
 
 def arrival_intervals(samples: tuple[TaskMetrics, ...],
@@ -286,10 +299,10 @@ def with_probed_backlog(model: QueryModel, samples: tuple[TaskMetrics, ...],
     it, never below the batches' figure. Its trend stays the batches': between two batch ends
     the probes see records arrive but not the running batch consume them, so a trend over
     probes would climb during every long batch."""
-    series = probes.backlog_series(probed, samples, model.arrival_rate)
+    series = probes.excess_series(probed, samples, model.arrival_rate)
     if not series:
         return model
-    backlog = max(model.backlog_records, series[-1][1])
+    backlog = max(model.backlog_records, probes.grown_backlog(series))
     return replace(model, backlog_records=backlog, arrival_timed_by=BROKER,
                    time_to_drain_s=drain_time_s(backlog, model.capacity, model.arrival_rate))
 

@@ -10,11 +10,12 @@ Why: a batch reports the latest offsets it planned against, so the batches alone
 controller about a load step only when the batch running during the step has ended — 7-11 s
 when backlogged. The broker knows at once; a probe costs one ListOffsets request.
 
-The backlog at a probe P is measured, not extrapolated: what waits at the broker beyond the
-newest batch the controller had heard of (R, ended before P), minus what a query that keeps up
-holds as a matter of course — the arrivals of one batch cycle (max(trigger, busy)) plus those
-arriving while its next batch runs (busy). It is never less than what R itself left behind (its
-lag), so the probe-less figure (`model.backlog_records`) stays a floor.
+The backlog at a probe P is measured, not extrapolated: the excess is what waits at the broker
+beyond the newest batch that had ended by P (R), minus what a query that keeps up holds as a
+matter of course — the arrivals of one batch cycle (max(trigger, busy)) plus those arriving
+while its next batch runs (busy); the backlog is how far the newest excess has grown above the
+calmest one in the window (`grown_backlog`), and never less than the batches' own figure
+(`model.backlog_records`).
 """
 
 from __future__ import annotations
@@ -90,12 +91,22 @@ def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey]) -> l
     return found
 
 
+def grown_backlog(series: Sequence[tuple[int, float]]) -> float:
+    """The newest excess above the calmest one of the series: what piled up since then.
+
+    Measured as growth, so that whatever the broker counts and the batches never read
+    (transaction markers and aborted records of a transactional producer, a skipped
+    format) cancels out instead of passing for a backlog; a backlog as old as the whole
+    window is the batches' to report (their lag), which stays the floor."""
+    return series[-1][1] - min(excess for _, excess in series) if series else 0.0
+
+
 def taken_offsets(sample: TaskMetrics) -> dict[PartitionKey, int]:
     """Where the batch left each partition (its end offsets), where it read one."""
     return {(p.topic, p.partition): p.end_offset for p in sample.partitions if p.end_offset >= 0}
 
 
-def backlog_at(probe: EndOffsets, newest: TaskMetrics, arrival: float) -> float | None:
+def excess_at(probe: EndOffsets, newest: TaskMetrics, arrival: float) -> float | None:
     """Records waiting at `probe` beyond what a query that keeps up holds (module docstring);
     None when the batch `newest` took none of the probed partitions it reads."""
     taken = taken_offsets(newest)
@@ -105,14 +116,12 @@ def backlog_at(probe: EndOffsets, newest: TaskMetrics, arrival: float) -> float 
     waiting = sum(max(0, probe.offsets[k] - taken[k]) for k in keys)
     busy_s = newest.busy_ms / 1000
     held = arrival * (max(newest.trigger_interval_ms / 1000, busy_s) + busy_s)
-    lag = sum(max(0, p.latest_offset - p.end_offset) for p in newest.partitions
-              if p.latest_offset >= 0 and p.end_offset >= 0)
-    return max(float(lag), waiting - held)
+    return max(0.0, waiting - held)
 
 
-def backlog_series(probes: Sequence[EndOffsets], samples: Sequence[TaskMetrics],
+def excess_series(probes: Sequence[EndOffsets], samples: Sequence[TaskMetrics],
                    arrival: float) -> list[tuple[int, float]]:
-    """(probe time, backlog) for each probe, each against the newest batch that had ended by
+    """(probe time, excess) for each probe, each against the newest batch that had ended by
     then (a probe older than every batch says nothing about this query)."""
     ended = sorted((s for s in samples if s.batch_id >= 0), key=lambda s: s.batch_end_ms)
     series = []
@@ -122,7 +131,7 @@ def backlog_series(probes: Sequence[EndOffsets], samples: Sequence[TaskMetrics],
             position += 1
         if position < 0:
             continue
-        found = backlog_at(probe, ended[position], arrival)
+        found = excess_at(probe, ended[position], arrival)
         if found is not None:
             series.append((probe.at_ms, found))
     return series

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from controller.core import failover
 from controller.core.failover import Standbys
+from controller.core.fit import BatchCost
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.policy import backlog_causes, is_quiet
@@ -92,6 +93,8 @@ class ControlLoop:
         self.models: dict[str, QueryModel] = {}
         self._overheads: dict[str, float] = {}
         """Per query, the per-batch overhead last fitted (`fit` rule 2)."""
+        self._costs: dict[str, BatchCost] = {}
+        """Per query, μ and c last measured from batches with rows (`model.idle_cost`)."""
         self._caps: dict[str, int] = {}
         """Per query, the batch cap last reported or observed (`model.batch_cap`)."""
         self.standbys = Standbys(settings.policy.lost_after_min_s)
@@ -265,7 +268,7 @@ class ControlLoop:
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      remembered_overhead_s=self._overheads.get(query_id),
                      remembered_batch_cap=self._caps.get(query_id, 0),
-                     probed=self.fresh_probes(now_ms)))
+                     probed=self.fresh_probes(now_ms), remembered=self._costs.get(query_id)))
         if not isinstance(found, QueryModel):
             if isinstance(found, NotReady) and window.changed:
                 found = NotReady(f"stabilising after a change to epoch {window.epoch}: "
@@ -276,6 +279,9 @@ class ControlLoop:
             return found
         if found.overhead_source == "fit":
             self._overheads[query_id] = found.batch_overhead_s
+        if found.rate_samples > 0:
+            self._costs[query_id] = BatchCost(found.batch_overhead_s, found.rate_per_unit,
+                                              found.overhead_source)
         if found.batch_cap_source in ("reported", "observed"):
             self._caps[query_id] = found.batch_cap
         policy = self.settings.policy

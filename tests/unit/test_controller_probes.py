@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from controller.core.model import BROKER, QueryModel, evaluate
-from controller.core.probes import ProbeLog, backlog_at, end_offsets, intervals
+from controller.core.probes import ProbeLog, end_offsets, excess_at, grown_backlog, intervals
 from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.fakes import (
     FakeClock,
@@ -50,15 +50,23 @@ def test_probe_intervals_need_every_partition_and_count_no_shrinking() -> None:
     assert intervals(probes, set()) == []
 
 
-def test_the_backlog_at_a_probe_is_what_waits_beyond_one_batch_cycle_never_below_the_lag() -> None:
+def test_the_excess_at_a_probe_is_what_waits_beyond_one_batch_cycle() -> None:
     batch = simulate(STEADY, 10)[-1]  # 600 records on a 2 s trigger, 1.05 s busy
     taken = {(p.topic, p.partition): p.end_offset for p in batch.partitions}
     cycle_s = 2.0 + batch.busy_ms / 1000
     as_usual = end_offsets(batch.batch_end_ms, {k: v + 40 for k, v in taken.items()})
-    assert backlog_at(as_usual, batch, arrival=300) == 0.0
+    assert excess_at(as_usual, batch, arrival=300) == 0.0
     piled = end_offsets(batch.batch_end_ms, {k: v + 1000 for k, v in taken.items()})
-    assert backlog_at(piled, batch, arrival=300) == pytest.approx(8000 - 300 * cycle_s)
-    assert backlog_at(end_offsets(batch.batch_end_ms, {("other", 0): 5}), batch, 300) is None
+    assert excess_at(piled, batch, arrival=300) == pytest.approx(8000 - 300 * cycle_s)
+    assert excess_at(end_offsets(batch.batch_end_ms, {("other", 0): 5}), batch, 300) is None
+
+
+def test_the_probed_backlog_is_growth_so_a_constant_offset_cancels() -> None:
+    """A broker that counts 1 200 more than the batches ever read (transaction markers)
+    shows no backlog; a pile-up on top of it does."""
+    assert grown_backlog([(1, 1200.0), (2, 1210.0), (3, 1195.0)]) == 0.0
+    assert grown_backlog([(1, 1200.0), (2, 1900.0), (3, 3200.0)]) == 2000.0
+    assert grown_backlog([]) == 0.0
 
 
 def model_of(job: Job, seconds: float, probed_until_s: float) -> QueryModel:
