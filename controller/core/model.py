@@ -267,7 +267,8 @@ def evaluate(
                         "processing rate unknown")
     cap = batch_cap(samples, remembered_batch_cap)
     found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
-    return with_probed_backlog(found, samples, probed)
+    keys = set(known_offsets(samples[-1]))
+    return replace(found, arrival_timed_by=BROKER) if probes.intervals(probed, keys) else found
 
 
 def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCost | None:
@@ -291,20 +292,6 @@ def arrival_intervals(samples: tuple[TaskMetrics, ...],
         return from_batches
     first = from_probes[0].start_ms
     return [i for i in from_batches if i.end_ms <= first] + from_probes
-
-
-def with_probed_backlog(model: QueryModel, samples: tuple[TaskMetrics, ...],
-                        probed: Sequence[EndOffsets]) -> QueryModel:
-    """The model with arrivals timed by the broker: the backlog as the newest probe measures
-    it, never below the batches' figure. Its trend stays the batches': between two batch ends
-    the probes see records arrive but not the running batch consume them, so a trend over
-    probes would climb during every long batch."""
-    series = probes.excess_series(probed, samples, model.arrival_rate)
-    if not series:
-        return model
-    backlog = max(model.backlog_records, probes.grown_backlog(series))
-    return replace(model, backlog_records=backlog, arrival_timed_by=BROKER,
-                   time_to_drain_s=drain_time_s(backlog, model.capacity, model.arrival_rate))
 
 
 MIN_TREND_SAMPLES = 3
