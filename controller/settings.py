@@ -306,8 +306,8 @@ class ControllerSettings:
 
     probe_interval_s: float = 1.0
     """Seconds between two probes of the source partitions' end offsets at the broker (one
-    ListOffsets request for every partition the queries read): arrivals and the backlog are
-    then known within seconds of a load step, however long the running batch takes. 0 probes
+    ListOffsets request for every partition the queries read): the arrival rate is then
+    known within seconds of a load step, however long the running batch takes. 0 probes
     nothing, and the model learns only from the batches."""
 
     status_interval_s: float = 5.0

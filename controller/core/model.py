@@ -21,13 +21,10 @@ from itertools import pairwise
 from controller.core import knobs, probes
 from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
-from controller.core.probes import EndOffsets
 from controller.core.results import INPUT_PARALLELISM, NotReady
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
 from schemas import SourcePartition, TaskMetrics
-
-PartitionKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +90,8 @@ class QueryModel:
     max_executors: int = 0
     """Most executors the job may request; 0 in local mode."""
     arrival_timed_by: str = "batches"
-    """'broker' when λ and the backlog come from end-offset probes (`probes`), fresh within
-    a second or two; 'batches' when only from the batches, as old as the newest batch start."""
+    """'broker' when λ comes from end-offset probes (`probes`), fresh within a second or two;
+    'batches' when only from the batches, as old as the newest batch start."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -231,7 +228,7 @@ def slope_per_s(points: list[tuple[float, float]]) -> float:
 def evaluate(
     query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
     warm_up: Collection[SampleKey] = (), remembered_overhead_s: float | None = None,
-    remembered_batch_cap: int = 0, probed: Sequence[EndOffsets] = (),
+    remembered_batch_cap: int = 0, probed: Sequence[probes.EndOffsets] = (),
     remembered: BatchCost | None = None,
 ) -> QueryModel | NotReady:
     """The model of one query from its window, or why there is none yet.
@@ -239,8 +236,8 @@ def evaluate(
     `warm_up`: keys of the window's warm-up batches (`window.QueryWindow.warm_up`), left out of
     μ and c. `remembered_overhead_s`: the overhead last fitted for the query (`fit` rule 2);
     `remembered_batch_cap`: the cap last observed for it (`batch_cap`). `probed`: recent
-    end-offset probes of the broker (`probes`), which time arrivals and the backlog between
-    batches; without them both come from the batches alone. `remembered`: the query's last
+    end-offset probes of the broker (`probes`), which time arrivals between batches; without
+    them the batches' latest offsets do. `remembered`: the query's last
     measured μ and c, which size it while nothing arrives (`idle_cost`).
     """
     needed = samples_needed(samples, settings)
@@ -253,7 +250,8 @@ def evaluate(
     if elapsed_ms <= 0:
         return NotReady("the window's batches span no time")
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
-    arrival = estimate(arrival_intervals(samples, probed), settings)
+    from_probes = probes.intervals(probed, set(known_offsets(samples[-1])))
+    arrival = estimate(arrival_intervals(intervals(samples), from_probes), settings)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
     points = rate_points(samples, warm_up)
@@ -267,8 +265,7 @@ def evaluate(
                         "processing rate unknown")
     cap = batch_cap(samples, remembered_batch_cap)
     found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
-    keys = set(known_offsets(samples[-1]))
-    return replace(found, arrival_timed_by=BROKER) if probes.intervals(probed, keys) else found
+    return replace(found, arrival_timed_by=BROKER) if from_probes else found
 
 
 def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCost | None:
@@ -280,14 +277,11 @@ def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCo
     return BatchCost(remembered.overhead_s, remembered.per_unit, "remembered")
 
 
-def arrival_intervals(samples: tuple[TaskMetrics, ...],
-                      probed: Sequence[EndOffsets]) -> list[Interval]:
-    """The batches' intervals up to the first probe that covers the query's partitions, the
-    probes' after it: a controller that just started keeps the batches' history, and from then
-    on a step shows within a probe or two instead of a batch or two."""
-    from_batches = intervals(samples)
-    keys = set(known_offsets(samples[-1])) if samples else set()
-    from_probes = probes.intervals(probed, keys)
+def arrival_intervals(from_batches: list[Interval],
+                      from_probes: list[Interval]) -> list[Interval]:
+    """The batches' intervals up to the first probe interval, the probes' after it: a
+    controller that just started keeps the batches' history, and from then on a step shows
+    within a probe or two instead of a batch or two."""
     if not from_probes:
         return from_batches
     first = from_probes[0].start_ms

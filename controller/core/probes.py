@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from types import MappingProxyType
 
-from controller.core.arrival import Interval
+from controller.core.arrival import Interval, PartitionKey
 from schemas import TaskMetrics
-
-PartitionKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

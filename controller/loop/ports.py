@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Protocol, TypeVar
 
+from controller.core.arrival import PartitionKey
 from controller.core.model import QueryModel
 from controller.errors import TemporaryError
 from schemas import Ack, Codec, ControlTuple, Decision, DecodeError, TaskMetrics
@@ -41,9 +42,6 @@ class AckSource(Protocol):
     def poll(self, timeout_s: float) -> list[Ack]:
         """Acks written since the source was created, like `MetricsSource.poll`."""
         ...
-
-
-PartitionKey = tuple[str, int]
 
 
 class OffsetProbe(Protocol):

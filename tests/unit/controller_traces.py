@@ -26,6 +26,7 @@ from controller.loop.fakes import (
     MemoryEndOffsets,
     MemoryMetricsSource,
 )
+from controller.loop.ports import LoopObserver, NullObserver, OffsetProbe
 from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
 
@@ -139,6 +140,16 @@ def end_ms(trace: list[TaskMetrics]) -> int:
     return trace[-1].batch_end_ms
 
 
+def memory_loop(bus: MemoryBus, clock: FakeClock, settings: ControllerSettings | None = None,
+                *, offsets: OffsetProbe | None = None,
+                observer: LoopObserver | None = None) -> ControlLoop:
+    """The real loop on `bus`'s in-memory topics and `clock`, probing `offsets` if given."""
+    return ControlLoop(settings or ControllerSettings(), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+        clock=clock, observer=observer or NullObserver(), offsets=offsets))
+
+
 Sent = tuple[float, ControlTuple, Job]
 """(second it was sent, the tuple, the job it was sent to)."""
 
@@ -149,10 +160,7 @@ def closed_loop(job: Job, seconds: int,
     applies every tuple it is sent and acks it APPLIED; a restart of the query (its knob
     changed) takes 5 s and warms up again, an executor request is a swap that takes none."""
     bus, clock = MemoryBus(), FakeClock(T0_MS)
-    loop = ControlLoop(settings or ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
-        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock))
+    loop = memory_loop(bus, clock, settings)
     sent: list[Sent] = []
     t, batch, positions, fresh = 0.0, 0, [0] * job.partitions, True
     while t < seconds:
@@ -200,10 +208,7 @@ def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = No
     restarts the query, which plans its next batch `restart_s` later (warming up again)."""
     bus, clock = MemoryBus(), FakeClock(T0_MS)
     offsets = MemoryEndOffsets()
-    loop = ControlLoop(settings or ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
-        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock, offsets=offsets if probe else None))
+    loop = memory_loop(bus, clock, settings, offsets=offsets if probe else None)
     sent: list[Sent] = []
     batches: list[tuple[float, float]] = []
     pending: list[TaskMetrics] = []
@@ -211,13 +216,12 @@ def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = No
     for tick in range(1, seconds + 1):
         while next_start < tick:
             t = next_start
-            run = job if fresh else replace(job, warm_up_s=0.0)
             latest = job.latest(t)
             take = [min(latest[p] - pos[p], job.max_per_batch // job.partitions)
                     for p in range(job.partitions)]
             busy = sum(take) / (job.per_unit * job.units) + job.overhead_s
             if sum(take) > 0 and fresh:
-                busy, fresh = busy + run.warm_up_s, False
+                busy, fresh = busy + job.warm_up_s, False
             if sum(take) > 0 or t - last_report >= 10:
                 pending.append(metrics(job, batch, t, busy, pos, take, latest))
                 batches.append((t, t + busy))

@@ -10,19 +10,17 @@ import pytest
 
 from controller.core.model import BROKER, QueryModel, evaluate
 from controller.core.probes import ProbeLog, end_offsets, intervals
-from controller.loop.cycle import ControlLoop, Ports
-from controller.loop.fakes import (
-    FakeClock,
-    MemoryAckSource,
-    MemoryBus,
-    MemoryControlSink,
-    MemoryDecisionLog,
-    MemoryEndOffsets,
-    MemoryMetricsSource,
-)
+from controller.loop.fakes import FakeClock, MemoryBus, MemoryEndOffsets
 from controller.loop.ports import NullObserver
-from controller.settings import ControllerSettings, ModelSettings
-from tests.unit.controller_traces import T0_MS, Job, end_ms, probed_loop, simulate
+from controller.settings import ModelSettings
+from tests.unit.controller_traces import (
+    T0_MS,
+    Job,
+    end_ms,
+    memory_loop,
+    probed_loop,
+    simulate,
+)
 
 # Keeps up at 300/s (8 units of 100/s, 0.3 s a batch on a 2 s trigger), then six times that.
 STEADY = Job(rates=[(0, 300)], per_unit=100, parallelism=4, partitions=8, task_slots=64,
@@ -100,10 +98,7 @@ def test_a_broker_that_stops_answering_is_logged_once_and_the_batches_decide(
 
     bus, clock, offsets = MemoryBus(), FakeClock(T0_MS), MemoryEndOffsets()
     offsets.down = True
-    loop = ControlLoop(ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
-        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock, observer=Counting(), offsets=offsets))
+    loop = memory_loop(bus, clock, offsets=offsets, observer=Counting())
     trace = simulate(STEADY, 30)
     bus.publish_metrics(*trace)
     with caplog.at_level(logging.WARNING, logger="controller"):

@@ -19,17 +19,16 @@ from controller.core.policy import decide, target_units
 from controller.core.results import Scale
 from controller.core.sizing import NO_INFLOW, Inflow
 from controller.core.state import ControlState
-from controller.loop.cycle import ControlLoop, Ports
-from controller.loop.fakes import (
-    FakeClock,
-    MemoryAckSource,
-    MemoryBus,
-    MemoryControlSink,
-    MemoryDecisionLog,
-    MemoryMetricsSource,
+from controller.loop.fakes import FakeClock, MemoryBus
+from controller.settings import PolicySettings
+from tests.unit.controller_traces import (
+    T0_MS,
+    Job,
+    closed_loop,
+    memory_loop,
+    probed_loop,
+    simulate,
 )
-from controller.settings import ControllerSettings, PolicySettings
-from tests.unit.controller_traces import T0_MS, Job, closed_loop, probed_loop, simulate
 
 NOW = T0_MS + 3_600_000
 POLICY = PolicySettings()
@@ -166,10 +165,7 @@ def test_a_lost_instance_is_reported_within_the_timeout(trigger_s: float, extra:
     job = Job(rates=[(0, 100)], per_unit=200, parallelism=2, trigger_s=trigger_s)
     trace = simulate(job, 40)
     bus, clock = MemoryBus(), FakeClock(trace[-1].batch_end_ms)
-    loop = ControlLoop(ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
-        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock))
+    loop = memory_loop(bus, clock)
     bus.publish_metrics(*trace)
     last = trace[-1]
     timeout_s = lost_timeout_s(trigger_s, last.busy_ms / 1000, POLICY)
