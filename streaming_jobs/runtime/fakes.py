@@ -111,7 +111,7 @@ class FakeQuery:
         self.held = False
         if self._swapped_since_hold and self.auto_commit:  # the next batch runs with it
             if self._desired == self.fail_batch_with:
-                self.stop_by_itself("ValueError: lookup service refused sensor-1")
+                self.stop_by_itself("ValueError: lookup service refused key-1")
             else:
                 self.commit()
 

@@ -92,7 +92,7 @@ def test_a_swapped_function_that_fails_its_first_batch_is_rolled_back_by_a_resta
     query = fake(fail_batch_with=new)
     with pytest.raises(RestartFailed, match=r"udf_version v1→broken failed in the first batch "
                                             r"after the swap \(ValueError: lookup service "
-                                            r"refused sensor-1\); restarted with the settings "
+                                            r"refused key-1\); restarted with the settings "
                                             r"of epoch 0"):
         Reconfigurer(query, clock_ms=lambda: 0).apply(new)
     assert query.swapped == [new] and query.started == [START]
