@@ -8,12 +8,14 @@ use `kafka_controller` to drive cycles itself.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from types import FrameType
 
-from controller.core.recovery import history_span_s, recover
 from controller.explain.prom import ControllerMetrics, new_registry, serve
 from controller.kafka.clients import (
     NO_KEY,
@@ -25,9 +27,9 @@ from controller.kafka.clients import (
     KafkaSetupError,
     KafkaWriter,
 )
-from controller.kafka.history import read_history
+from controller.kafka.lease import KafkaLeadership
 from controller.loop.cycle import ControlLoop, Ports
-from controller.loop.ports import OnDecodeError, SystemClock
+from controller.loop.ports import SystemClock
 from controller.settings import ControllerSettings
 from schemas import DecodeError
 
@@ -55,7 +57,8 @@ class DecodeErrorReporter:
 @contextmanager
 def kafka_controller(settings: ControllerSettings,
                      metrics: ControllerMetrics) -> Iterator[ControlLoop]:
-    """A loop on Kafka; every client is closed on the way out, whatever happened."""
+    """A loop on Kafka, one of any number of instances (it writes only while it leads); every
+    client is closed on the way out, whatever happened."""
     kafka = settings.kafka
     on_error = DecodeErrorReporter(metrics)
     if not kafka.control_key and not settings.dry_run:  # fail before opening any client
@@ -67,29 +70,15 @@ def kafka_controller(settings: ControllerSettings,
         stack.callback(acks.close)
         source = KafkaMetricsSource(kafka, on_error)
         stack.callback(source.close)
+        leadership = KafkaLeadership(settings, writer, on_error)
+        stack.callback(leadership.close)
         ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic,
                                                                 kafka.control_key),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
                       clock=SystemClock(), observer=metrics,
-                      offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None)
-        loop = ControlLoop(settings, ports)
-        resume_from_history(loop, settings, ports.clock.now_ms(), on_error)
-        yield loop
-
-
-def resume_from_history(loop: ControlLoop, settings: ControllerSettings, now_ms: int,
-                        on_error: OnDecodeError) -> None:
-    """Seed the loop with what a previous run of this controller did (epochs, the tuple in
-    flight, the cooldown), read from its topics, so a restart repeats and contradicts nothing."""
-    span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
-                                 cooldown_s=settings.policy.cooldown_s) * 1000)
-    history = read_history(settings.kafka, now_ms - span_ms, on_error)
-    recovered = recover(history, now_ms, issuer=settings.issuer,
-                        cooldown_s=settings.policy.cooldown_s,
-                        ack_timeout_s=settings.ack_timeout_s)
-    loop.states.update(recovered.states)
-    for line in recovered.summary:
-        log.info("resuming %s", line)
+                      offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None,
+                      leadership=leadership)
+        yield ControlLoop(settings, ports)
 
 
 def run(settings: ControllerSettings, *, max_cycles: int | None = None,
@@ -100,8 +89,12 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
     `metrics` defaults to a fresh registry, served on `settings.metrics_port` unless it is 0.
     """
     metrics = ControllerMetrics(new_registry()) if metrics is None else metrics
-    log.info("controller starting: metrics from %s at %s%s", settings.kafka.metrics_topic,
-             settings.kafka.bootstrap_servers, " (dry run)" if settings.dry_run else "")
+    if not settings.instance_id:
+        settings = replace(settings, instance_id=f"{socket.gethostname()}-{os.getpid()}")
+    log.info("controller instance %s starting: metrics from %s at %s%s; leads when the "
+             "group %s elects it", settings.instance_id, settings.kafka.metrics_topic,
+             settings.kafka.bootstrap_servers, " (dry run)" if settings.dry_run else "",
+             settings.kafka.group_id)
     stop = _StopRequest()
     with ExitStack() as stack:
         if handle_signals:

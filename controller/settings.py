@@ -256,11 +256,17 @@ class KafkaSettings:
     """Audit log of the controller's `Decision`s."""
 
     group_id: str = "streamctl-controller"
-    """Consumer group of the metrics consumer (its own, so it never steals a job's records)."""
+    """The controller instances' group: they join it on `lease_topic` to elect one leader.
+    Also the transactional id of the leader's writes (a new leader's takes over the id and
+    so fences every earlier leader's) and the prefix of each instance's own consumers."""
+
+    lease_topic: str = "streamctl.controller-lease"
+    """One-partition topic that only serves as the lease: the instance of `group_id` it is
+    assigned to leads. Nothing is written to it."""
 
     metrics_offset_reset: str = "latest"
-    """Where a new group starts on the metrics topic: the controller cares about recent
-    metrics, not last night's ('earliest' is for replays and tests)."""
+    """Where the controller starts reading the metrics topic: the controller cares about
+    recent metrics, not last night's ('earliest' is for replays and tests)."""
 
     control_key: str = field(default="", repr=False)
     """Shared secret every control tuple is signed with (HMAC-SHA256); the jobs reject tuples
@@ -275,7 +281,7 @@ class KafkaSettings:
     def __post_init__(self) -> None:
         _check(bool(self.bootstrap_servers.strip()), "kafka.bootstrap_servers must not be empty")
         for name in ("metrics_topic", "control_topic", "ack_topic", "decisions_topic",
-                     "group_id"):
+                     "group_id", "lease_topic"):
             _check(bool(getattr(self, name).strip()), f"kafka.{name} must not be empty")
         _check(not self.control_key or len(self.control_key.encode()) >= 16,
                "kafka.control_key must have at least 16 bytes (e.g. `openssl rand -hex 32`)")
@@ -321,7 +327,19 @@ class ControllerSettings:
     variables (`security.metrics_http`), never from options."""
 
     issuer: str = "streamctl-controller"
-    """Written into every control tuple so a job (and a reader of the log) knows who sent it."""
+    """Written into every control tuple so a job (and a reader of the log) knows who sent it;
+    the same for every instance of one controller, so a new leader resumes what an earlier
+    one sent."""
+
+    instance_id: str = ""
+    """This instance's name in logs, `streamctl status`, the decision log and the leader
+    gauge; empty: <hostname>-<pid>."""
+
+    lease_session_s: float = 6.0
+    """How long the leader may go unheard by the broker before its lease passes to a
+    follower: the kill of a leader is noticed within this, a pause (GC, SIGSTOP) longer than
+    this deposes it. The broker must allow it (`group.consumer.min.session.timeout.ms`, 45 s
+    by default; the local stack and the compose broker allow 2 s)."""
 
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""
@@ -334,3 +352,4 @@ class ControllerSettings:
         _check(0 <= self.metrics_port <= 65535,
                f"metrics_port must be in [0, 65535], got {self.metrics_port}")
         _check(bool(self.issuer.strip()), "issuer must not be empty")
+        _check(2 <= self.lease_session_s <= 300, "lease_session_s must be in [2, 300]")

@@ -64,6 +64,7 @@ class Names:
     acks: str = defaults.ACKS_TOPIC
     state: str = defaults.STATE_TOPIC
     decisions: str = defaults.DECISIONS_TOPIC
+    lease: str = defaults.LEASE_TOPIC
     markers: str = defaults.SINK_MARKERS_TOPIC
     query_ids: tuple[str, ...] = defaults.QUERY_IDS
     """Each query's transactional sink id is `streamctl-<query>-sink`."""
@@ -83,8 +84,15 @@ def _controller(n: Names) -> list[Grant]:
         # (controller.kafka.history).
         Grant(CONTROLLER, "topic", n.control, (_READ, _WRITE, _DESCRIBE)),
         Grant(CONTROLLER, "topic", n.decisions, (_READ, _WRITE, _DESCRIBE)),
-        # Its metrics group, and the ack consumer's throwaway `<group>.acks.<uuid>`.
-        Grant(CONTROLLER, "group", n.controller_group, (_READ,), prefixed=True),
+        # The instances' leader election on the lease topic, in the controllers' group, whose
+        # session it sets (group configs); the ack and metrics consumers' throwaway groups
+        # `<group>.acks.<uuid>`, `<group>.metrics.<uuid>`.
+        Grant(CONTROLLER, "topic", n.lease, (_READ, _DESCRIBE)),
+        Grant(CONTROLLER, "group", n.controller_group,
+              (_READ, "DESCRIBE_CONFIGS", "ALTER_CONFIGS"), prefixed=True),
+        # The leader writes in transactions under the group's name: a new leader fences the
+        # writes of every earlier one (controller.kafka.lease).
+        Grant(CONTROLLER, "transactional_id", n.controller_group, (_WRITE, _DESCRIBE)),
     ]
 
 

@@ -23,6 +23,7 @@ METRICS_TOPIC = "streamctl.metrics"
 CONTROL_TOPIC = "streamctl.control"
 ACKS_TOPIC = "streamctl.acks"
 DECISIONS_TOPIC = "streamctl.decisions"
+LEASE_TOPIC = "streamctl.controller-lease"
 INPUT_TOPIC = "sensor-readings"
 OUTPUT_TOPIC = "sensor-averages"
 DEAD_LETTER_TOPIC = "sensor-readings.dlq"
@@ -45,6 +46,9 @@ DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     # Each job's desired state, keyed by query id: only the newest per query matters.
     TopicSpec(STATE_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
     TopicSpec(DECISIONS_TOPIC, partitions=1),
+    # The controllers' leader lease: whoever its one partition is assigned to leads. Never
+    # written to; one partition, or two instances would both lead.
+    TopicSpec(LEASE_TOPIC, partitions=1),
     # Few partitions on purpose: Spark's minPartitions splits them, so the parallelism knob
     # is visible from 2 upward instead of being pinned by the topic layout.
     TopicSpec(INPUT_TOPIC, partitions=2),

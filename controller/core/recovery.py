@@ -14,7 +14,7 @@ Neighbours: `kafka.history` reads the topics; `app` seeds the loop with the resu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.core.results import ACTIVE_INSTANCE, EXECUTORS
 from controller.core.state import ControlState, EffectCheck, InFlight
@@ -122,3 +122,22 @@ def history_span_s(*, ack_timeout_s: float, cooldown_s: float) -> float:
     plus the cooldown has been answered or timed out, and its cooldown is over, so its ack
     changes nothing today; twice that covers a tuple issued right at the edge."""
     return 2 * (ack_timeout_s + cooldown_s)
+
+
+def resumed(watched: ControlState, recovered: ControlState | None) -> ControlState:
+    """A new leader's state for one query: the actions earlier leaders took (epochs, the tuple
+    in flight, the cooldown, the effect still to check), from their history, with what this
+    instance saw for itself while it followed (how long the query has been quiet since the
+    last action, the scale-ups it judged ineffective)."""
+    base = recovered if recovered is not None else ControlState()
+    quiet = watched.quiet_since_ms
+    if base.in_flight is not None or (quiet is not None and quiet < base.settled_at_ms):
+        quiet = None
+    return replace(base, quiet_since_ms=quiet,
+                   ineffective=base.ineffective or watched.ineffective)
+
+
+def following(state: ControlState) -> ControlState:
+    """What a deposed leader keeps of a query's state: what it sees, not what it did (the
+    next leader's history is the record of that)."""
+    return ControlState(quiet_since_ms=state.quiet_since_ms, ineffective=state.ineffective)

@@ -30,6 +30,7 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._last_decision: dict[str, tuple[str, str, str]] = {}
+        self._leading: dict[str, bool] = {}
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["query"], registry=registry)
@@ -88,6 +89,16 @@ class ControllerMetrics:
             "streamctl_offset_probe_failures", "End-offset probes of the source partitions "
             "that the broker did not answer (the model then learns from the batches alone).",
             registry=registry)
+        self.leader = Gauge("streamctl_controller_leader",
+                            "1 while this controller instance leads, 0 while it follows.",
+                            ["instance"], registry=registry)
+        self.leader_since = Gauge("streamctl_controller_leader_since_timestamp_seconds",
+                                  "When this instance last started to lead (Unix time; 0 "
+                                  "while it follows).", ["instance"], registry=registry)
+        self.takeovers = Counter("streamctl_controller_takeovers",
+                                 "Times this instance took the lead (its first election "
+                                 "included): Grafana's takeover annotations.", ["instance"],
+                                 registry=registry)
         self.recommendations = Counter("streamctl_recommendations",
                                        "Advice the controller cannot carry out itself (throttle, "
                                        "raise_batch_cap, start_standby), each time it is first "
@@ -141,6 +152,16 @@ class ControllerMetrics:
 
     def probe_failed(self) -> None:
         self.probe_failures.inc()
+
+    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
+        was_leading = self._leading.get(instance_id, False)
+        self._leading[instance_id] = leading
+        self.leader.labels(instance_id).set(1 if leading else 0)
+        self.leader_since.labels(instance_id).set(since_ms / 1000 if leading else 0)
+        if leading and not was_leading:
+            self.takeovers.labels(instance_id).inc()
+        elif not leading:
+            self.takeovers.labels(instance_id)  # the series exists from the start, at 0
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

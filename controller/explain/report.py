@@ -88,3 +88,19 @@ def advice_record(query_id: str, verdict: Recommend | Hold | Lost, *, decision_i
         reason=verdict.reason, figures=dict(verdict.figures), control_id=None,
         dry_run=dry_run,
     )
+
+
+TAKEOVER = "takeover"
+"""The action of the decision a controller instance writes when it starts to lead; its query
+id is empty (it concerns every query) and its target is the instance."""
+
+
+def takeover_record(instance_id: str, *, decision_id: str, now_ms: int,
+                    resumed: tuple[str, ...]) -> Decision:
+    """The first record a new leader writes: who leads from now on, and what it resumed."""
+    what = "; ".join(resumed) if resumed else "nothing in flight"
+    return Decision(
+        decision_id=decision_id, query_id="", decided_at_ms=now_ms, action=TAKEOVER,
+        parameter="leader", current_value="", target_value=instance_id,
+        reason=f"controller instance {instance_id} leads from now on; resumed: {what}",
+        figures={"resumed_queries": float(len(resumed))}, control_id=None, dry_run=False)

@@ -1,7 +1,7 @@
 """Kafka adapters of the controller's ports (the only module here that imports confluent_kafka).
 
 Owns the client configurations (every client gets the Kafka security of `KafkaSettings`,
-`security.kafka`): the metrics consumer (own group, `latest` by default), the ack
+`security.kafka`): the metrics consumer (every partition, from the end by default), the ack
 consumer (assigned at the end of every partition before anything is sent, so no ack can slip
 past it), and one idempotent producer (`acks=all`) shared by the control sink and the decision
 log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`. Neighbours:
@@ -17,6 +17,8 @@ from collections.abc import Collection
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
     Consumer,
     IsolationLevel,
     KafkaError,
@@ -30,6 +32,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from controller.errors import TemporaryError, UserError
 from controller.loop.ports import (
     DeliveryError,
+    Fenced,
     OnDecodeError,
     PartitionKey,
     RawMessage,
@@ -90,17 +93,30 @@ def _raw(messages: list[Message]) -> list[RawMessage]:
 
 
 class KafkaMetricsSource:
-    """`MetricsSource` over the metrics topic, in the controller's own consumer group."""
+    """`MetricsSource` over every partition of the metrics topic, from its end (or beginning).
 
-    def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError) -> None:
+    Assigned, not subscribed: every controller instance reads every job's metrics (a follower
+    keeps its models warm for the moment it leads), so the instances must not share them out
+    as members of one group would.
+    """
+
+    def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
+                 setup_timeout_s: float = 10.0) -> None:
         self._on_error = on_decode_error
         self._consumer = Consumer({
             **client_config(settings),
-            "group.id": settings.group_id,
-            "auto.offset.reset": settings.metrics_offset_reset,
-            "enable.auto.commit": True,
+            # Never commits: a throwaway group id keeps it out of anyone's group.
+            "group.id": f"{settings.group_id}.metrics.{uuid.uuid4()}",
+            "enable.auto.commit": False,
         })
-        self._consumer.subscribe([settings.metrics_topic])
+        start = OFFSET_BEGINNING if settings.metrics_offset_reset == "earliest" else OFFSET_END
+        try:
+            self._consumer.assign([TopicPartition(settings.metrics_topic, p, start) for p in
+                                   partitions_of(self._consumer, settings.metrics_topic,
+                                               setup_timeout_s)])
+        except BaseException:
+            self._consumer.close()
+            raise
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
         messages = self._consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
@@ -141,7 +157,7 @@ class KafkaAckSource:
         self._consumer.close()
 
 
-def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> list[TopicPartition]:
+def partitions_of(consumer: Consumer, topic: str, timeout_s: float) -> list[int]:
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     except KafkaException as exc:
@@ -149,8 +165,12 @@ def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> list[Topic
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise KafkaSetupError(f"topic {topic!r} does not exist; create it first "
                               "(`streamctl stack up` creates the default topics)")
+    return sorted(metadata.partitions)
+
+
+def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> list[TopicPartition]:
     return [TopicPartition(topic, p, watermarks(consumer, topic, p, timeout_s)[1])
-            for p in sorted(metadata.partitions)]
+            for p in partitions_of(consumer, topic, timeout_s)]
 
 
 _NO_LEADER_YET = frozenset({
@@ -211,30 +231,68 @@ class KafkaEndOffsets:
 
 
 class KafkaWriter:
-    """One idempotent producer; `write` returns once the broker acknowledged the record."""
+    """The leader's producer: every write is one transaction under the controllers' shared
+    transactional id, and returns once committed.
+
+    `fence` (at each election) initialises the id: the broker then aborts whatever an earlier
+    leader left open and refuses that leader's producer from then on, so a deposed leader that
+    still believes it leads cannot get a record onto the control topic or the decision log
+    (`Fenced`). The jobs and every reader of those topics read committed.
+    """
 
     def __init__(self, settings: KafkaSettings, delivery_timeout_s: float = 15.0) -> None:
+        self._settings = settings
         self._timeout_s = delivery_timeout_s
-        self._producer = Producer(client_config(
-            settings, **IDEMPOTENT, **{"delivery.timeout.ms": int(delivery_timeout_s * 1000)}))
+        self._producer: Producer | None = None
+
+    def fence(self) -> None:
+        """Take the transactional id over (a new producer: a fenced one is dead for good)."""
+        self.close()
+        producer = Producer(client_config(
+            self._settings, **IDEMPOTENT, **{
+                "transactional.id": self._settings.group_id,
+                "delivery.timeout.ms": int(self._timeout_s * 1000),
+                "transaction.timeout.ms": int(4 * self._timeout_s * 1000)}))
+        try:
+            producer.init_transactions(self._timeout_s)
+        except KafkaException as exc:
+            raise TemporaryError(f"cannot take over the transactional id "
+                                 f"{self._settings.group_id!r}: {exc.args[0].str()}") from exc
+        self._producer = producer
 
     def write(self, topic: str, key: str, value: bytes) -> None:
+        producer = self._producer
+        if producer is None:
+            raise Fenced("this instance does not lead: it has no transactional producer")
         outcome: list[KafkaError | None] = []
         try:
-            self._producer.produce(topic, key=key.encode(), value=value,
-                                   on_delivery=lambda err, _msg: outcome.append(err))
+            producer.begin_transaction()
+            producer.produce(topic, key=key.encode(), value=value,
+                             on_delivery=lambda err, _msg: outcome.append(err))
+            # Control tuples are rare and must be durable before we wait for their ack, so
+            # each write is its own transaction instead of a batch.
+            producer.commit_transaction(self._timeout_s)
         except (KafkaException, BufferError) as exc:
-            raise DeliveryError(f"could not queue a record for {topic}: {exc}") from exc
-        # Control tuples are rare and must be durable before we wait for their ack, so each
-        # write waits for its delivery report instead of batching.
-        self._producer.flush(self._timeout_s)
-        if not outcome:
-            raise DeliveryError(f"no delivery report from {topic} within {self._timeout_s} s")
-        if outcome[0] is not None:
+            raise self._failed(topic, exc) from exc
+        if outcome and outcome[0] is not None:
             raise DeliveryError(f"delivery to {topic} failed: {outcome[0]}")
 
+    def _failed(self, topic: str, exc: Exception) -> DeliveryError:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.fatal():  # fenced by a newer leader (or worse)
+            self._producer = None
+            return Fenced(f"writing to {topic}: {error.str()}")
+        if self._producer is not None and (error is None or error.txn_requires_abort()):
+            try:
+                self._producer.abort_transaction(self._timeout_s)
+            except KafkaException as abort_exc:
+                log.warning("could not abort a failed write's transaction: %s", abort_exc)
+        return DeliveryError(f"could not write to {topic}: {exc}")
+
     def close(self) -> None:
-        self._producer.flush(self._timeout_s)
+        if self._producer is not None:
+            self._producer.flush(self._timeout_s)
+            self._producer = None
 
 
 class KafkaControlSink:

@@ -2,9 +2,11 @@
 
 Owns the tuple's fields (operator, parameter, value, and an epoch above every one seen or
 issued), sending it, the in-flight record its ack is matched against, and the decision-log
-records of the action and of its outcome; in a dry run, only the record. Every function takes
-the query's `ControlState` and returns the next one. Neighbours: `loop` (decides, then calls
-`act` and `outcome`), `report` (wording and records), `state` (transitions).
+records of the action and of its outcome; in a dry run, only the record. A write refused
+because a newer leader fenced this one (`Fenced`) is the loop's to handle: it steps down.
+Every function takes the query's `ControlState` and returns the next one. Neighbours: `loop`
+(decides, then calls `act` and `outcome`), `report` (wording and records), `state`
+(transitions).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from controller.core.model import QueryModel
 from controller.core.results import ACTIVE_INSTANCE, Promote, Scale
 from controller.core.state import ControlState, InFlight, issued, next_epoch, settled
 from controller.explain import report
-from controller.loop.ports import ControlSink, DecisionLog, DeliveryError
+from controller.loop.ports import ControlSink, DecisionLog, DeliveryError, Fenced
 from controller.settings import ControllerSettings
 from schemas import ControlTuple, Decision
 
@@ -52,6 +54,8 @@ class Actuator:
                                             control_id=control.control_id, dry_run=False))
         try:
             self._control.send(control)
+        except Fenced:
+            raise  # not ours to retry: the loop steps down
         except DeliveryError as exc:
             log.error("%s: could not send control %s, retrying after the cooldown: %s",
                       query_id, control.control_id, exc)
@@ -72,6 +76,8 @@ class Actuator:
     def write(self, decision: Decision) -> None:
         try:
             self._decisions.write(decision)
+        except Fenced:
+            raise
         except DeliveryError as exc:
             log.error("%s: could not write decision %s to the log: %s", decision.query_id,
                       decision.decision_id, exc)

@@ -24,6 +24,7 @@ from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.policy import backlog_causes, is_quiet
 from controller.core.probes import EndOffsets, ProbeLog, end_offsets, wanted
+from controller.core.recovery import following, resumed
 from controller.core.results import (
     EXECUTORS,
     Hold,
@@ -52,6 +53,8 @@ from controller.loop.ports import (
     Clock,
     ControlSink,
     DecisionLog,
+    Fenced,
+    Leadership,
     LoopObserver,
     MetricsSource,
     NullObserver,
@@ -74,6 +77,8 @@ class Ports:
     observer: LoopObserver = field(default_factory=NullObserver)
     offsets: OffsetProbe | None = None
     """The broker's end offsets, probed every `probe_interval_s`; None: batches only."""
+    leadership: Leadership | None = None
+    """Which of several instances leads; None: this one, from the start, alone."""
 
 
 def _new_id() -> str:
@@ -105,6 +110,8 @@ class ControlLoop:
         self._watching_since_ms: int | None = None
         self._next_status_ms = 0
         self._stopping = False
+        self.leading = ports.leadership is None
+        self.leader_since_ms: int | None = None
 
     def stop(self) -> None:
         """Ask `run` to return after the current cycle (safe from a signal handler)."""
@@ -124,18 +131,70 @@ class ControlLoop:
         return cycles
 
     def run_once(self) -> None:
+        """One cycle. A follower does everything but write: it models every query, so that
+        it decides at once when it comes to lead."""
         self.collect()
         now_ms = self.ports.clock.now_ms()
         if self._watching_since_ms is None:
             self._watching_since_ms = now_ms
+            self.ports.observer.leadership(self.settings.instance_id, self.leading, now_ms)
         self._windows.prune(now_ms)
         self.probe(now_ms)
-        self.settle(now_ms)
-        verdicts = self.decide_all(now_ms)
-        for window in self._windows:
-            self.act(window, verdicts[window.query_id], now_ms)
-        self.count_standbys(now_ms)
+        try:
+            if self.lead(now_ms):
+                self.settle(now_ms)
+            else:
+                self.ports.acks.poll(0.0)  # the leader's business; history has them
+            verdicts = self.decide_all(now_ms)
+            for window in self._windows:
+                if self.leading:
+                    self.act(window, verdicts[window.query_id], now_ms)
+            self.count_standbys(now_ms)
+        except Fenced as exc:
+            self.step_down(now_ms, f"a newer leader fenced this one's writes ({exc})")
         self.report(now_ms)
+
+    # -- lead -----------------------------------------------------------------------------
+
+    def lead(self, now_ms: int) -> bool:
+        """Whether this instance leads this cycle: elected since the last one, it first
+        takes over (fences the earlier leaders, resumes what they left in flight)."""
+        leadership = self.ports.leadership
+        if leadership is None:
+            return True
+        holds = leadership.held()
+        if holds and not self.leading:
+            self.take_over(leadership, now_ms)
+        elif self.leading and not holds:
+            self.step_down(now_ms, "the lease passed to another instance")
+        return self.leading
+
+    def take_over(self, leadership: Leadership, now_ms: int) -> None:
+        try:
+            recovered = leadership.take_over(now_ms)
+        except TemporaryError as exc:
+            log.warning("elected leader, but cannot take over yet (%s); trying again next "
+                        "cycle", exc)
+            return
+        self.states = {q: resumed(self.states.get(q, ControlState()), recovered.states.get(q))
+                       for q in self.states.keys() | recovered.states.keys()}
+        self.leading, self.leader_since_ms = True, now_ms
+        for line in recovered.summary:
+            log.info("resuming %s", line)
+        log.info("leading from now on (instance %s)", self.settings.instance_id)
+        self.ports.observer.leadership(self.settings.instance_id, True, now_ms)
+        self._actuator.write(report.takeover_record(
+            self.settings.instance_id, decision_id=self._new_id(), now_ms=now_ms,
+            resumed=recovered.summary))
+
+    def step_down(self, now_ms: int, why: str) -> None:
+        """Stop writing at once: what this instance did is the next leader's to resume."""
+        log.warning("no longer leading: %s", why)
+        self.leading, self.leader_since_ms = False, None
+        self.states = {q: following(s) for q, s in self.states.items()}
+        self.ports.observer.leadership(self.settings.instance_id, False, now_ms)
+        if self.ports.leadership is not None:
+            self.ports.leadership.release()
 
     # -- collect ---------------------------------------------------------------------------
 
@@ -333,6 +392,8 @@ class ControlLoop:
                 self._advice(query_id, advice, now_ms)
 
     def _advice(self, query_id: str, verdict: Recommend | Hold | Lost, now_ms: int) -> None:
+        if not self.leading:
+            return
         self._actuator.write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
                                                   now_ms=now_ms, dry_run=self.settings.dry_run))
 

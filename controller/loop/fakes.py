@@ -8,11 +8,13 @@ controller sent) for loop tests and offline replays.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from controller.core.recovery import History, Recovered, recover
 from controller.errors import TemporaryError
 from controller.loop.ports import (
+    Fenced,
     OnDecodeError,
     PartitionKey,
     RawMessage,
@@ -72,20 +74,77 @@ class MemoryAckSource:
         return decode_each(codec_for(Ack), messages, self._on_error)
 
 
+def _unguarded() -> None:
+    pass
+
+
 class MemoryControlSink:
-    def __init__(self, topic: MemoryTopic) -> None:
+    """`guard` raises `Fenced` when the writer may no longer write (`MemoryLeadership`)."""
+
+    def __init__(self, topic: MemoryTopic, guard: Callable[[], None] = _unguarded) -> None:
         self._topic = topic
+        self._guard = guard
 
     def send(self, control: ControlTuple) -> None:
+        self._guard()
         self._topic.append(codec_for(ControlTuple).encode(control))
 
 
 class MemoryDecisionLog:
-    def __init__(self, topic: MemoryTopic) -> None:
+    def __init__(self, topic: MemoryTopic, guard: Callable[[], None] = _unguarded) -> None:
         self._topic = topic
+        self._guard = guard
 
     def write(self, decision: Decision) -> None:
+        self._guard()
         self._topic.append(codec_for(Decision).encode(decision))
+
+
+@dataclass
+class MemoryLease:
+    """The lease several `MemoryLeadership`s compete for: a test moves it (`holder`);
+    `generation` counts take-overs, as the transactional id's epoch does on the broker."""
+
+    holder: str | None = None
+    generation: int = 0
+
+
+class MemoryLeadership:
+    """`Leadership` of `instance` over `lease`, recovering from `bus`. `believes` makes it
+    answer `held` with a stale belief (a frozen leader that woke up); its writes through
+    `guard` are refused once another instance took over since its own take-over."""
+
+    def __init__(self, lease: MemoryLease, instance: str, bus: MemoryBus, *,
+                 issuer: str = "streamctl-controller", cooldown_s: float = 30.0,
+                 ack_timeout_s: float = 90.0) -> None:
+        self._lease, self.instance, self._bus = lease, instance, bus
+        self._issuer, self._cooldown_s, self._ack_timeout_s = issuer, cooldown_s, ack_timeout_s
+        self._generation: int | None = None
+        self.believes: bool | None = None
+        self.releases = 0
+
+    def held(self) -> bool:
+        return self.believes if self.believes is not None else self._lease.holder == self.instance
+
+    def take_over(self, now_ms: int) -> Recovered:
+        self._lease.generation += 1
+        self._generation = self._lease.generation
+        history = History(tuple(self._bus.sent_controls()), tuple(self._bus.acks_published()),
+                          tuple(self._bus.written_decisions()))
+        return recover(history, now_ms, issuer=self._issuer, cooldown_s=self._cooldown_s,
+                       ack_timeout_s=self._ack_timeout_s)
+
+    def release(self) -> None:
+        self.releases += 1
+        self._generation = None
+        self.believes = None
+        if self._lease.holder == self.instance:
+            self._lease.holder = None
+
+    def guard(self) -> None:
+        if self._generation != self._lease.generation:
+            raise Fenced(f"{self.instance} was fenced (generation {self._generation}, "
+                         f"the lease's {self._lease.generation})")
 
 
 class MemoryEndOffsets:

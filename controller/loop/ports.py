@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar
 
 from controller.core.arrival import PartitionKey
 from controller.core.model import QueryModel
+from controller.core.recovery import Recovered
 from controller.errors import TemporaryError
 from schemas import Ack, Codec, ControlTuple, Decision, DecodeError, TaskMetrics
 from schemas.records import _Record
@@ -29,6 +30,11 @@ RawMessage = tuple[bytes | None, str, int, int]
 
 class DeliveryError(TemporaryError):
     """A write did not reach the broker; the loop logs it and tries again after a cooldown."""
+
+
+class Fenced(DeliveryError):
+    """A newer leader took over the writes: this instance no longer leads and must not write
+    again before it is elected anew."""
 
 
 class MetricsSource(Protocol):
@@ -64,6 +70,27 @@ class DecisionLog(Protocol):
         ...
 
 
+class Leadership(Protocol):
+    """Which of several controller instances leads (`kafka.lease`, `fakes.MemoryLeadership`).
+
+    A follower observes and models like the leader but writes nothing; the loop asks `held`
+    every cycle and calls `take_over` once per election, before its first write."""
+
+    def held(self) -> bool:
+        """Whether this instance holds the lease now; returns at once."""
+        ...
+
+    def take_over(self, now_ms: int) -> Recovered:
+        """Fence every earlier leader's writes, then read back what they did. Raises
+        `TemporaryError` when either cannot be done now (the loop stays a follower and asks
+        again next cycle)."""
+        ...
+
+    def release(self) -> None:
+        """Give the lease up and rejoin as a follower (after this instance was fenced)."""
+        ...
+
+
 class Clock(Protocol):
     def now_ms(self) -> int: ...
 
@@ -87,6 +114,9 @@ class LoopObserver(Protocol):
         ...
     def probe_failed(self) -> None:
         """An end-offset probe of the broker failed."""
+        ...
+    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
+        """This instance started or stopped leading (also once at start)."""
         ...
 
 
@@ -116,6 +146,9 @@ class NullObserver:
         pass
 
     def probe_failed(self) -> None:
+        pass
+
+    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
         pass
 
 

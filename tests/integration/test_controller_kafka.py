@@ -55,7 +55,7 @@ class KafkaHarness:
     def __init__(self, bootstrap: str, new_topic: Callable[..., str]) -> None:
         self.settings = KafkaSettings(
             bootstrap_servers=bootstrap, metrics_topic=new_topic(), control_topic=new_topic(),
-            ack_topic=new_topic(), decisions_topic=new_topic(),
+            ack_topic=new_topic(), decisions_topic=new_topic(), lease_topic=new_topic(),
             group_id=f"test-{uuid.uuid4().hex}", metrics_offset_reset="earliest",
             control_key=CONTROL_KEY)
         self.metrics_topic = self.settings.metrics_topic
@@ -63,6 +63,7 @@ class KafkaHarness:
                         "control": self.settings.control_topic,
                         "decisions": self.settings.decisions_topic}
         self._writer = KafkaWriter(self.settings)
+        self._writer.fence()  # as a leader's, when it is elected
         self._closers: list[Callable[[], None]] = [self._writer.close]
 
     def metrics_source(self, on_error: OnDecodeError) -> MetricsSource:
@@ -153,6 +154,7 @@ def test_the_cli_serves_metrics_and_stops_cleanly_on_sigterm(kafka_harness: Kafk
            "STREAMCTL_METRICS_TOPIC": k.metrics_topic, "STREAMCTL_ACK_TOPIC": k.ack_topic,
            "STREAMCTL_CONTROL_TOPIC": k.control_topic,
            "STREAMCTL_DECISIONS_TOPIC": k.decisions_topic,
+           "STREAMCTL_CONTROLLER_LEASE_TOPIC": k.lease_topic,
            "STREAMCTL_CONTROLLER_METRICS_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "controller", "run", "--timeout-s", "60"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

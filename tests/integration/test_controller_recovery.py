@@ -52,6 +52,8 @@ def test_a_restarted_controller_keeps_the_cooldown_of_an_ack_it_never_saw(
 
     metrics = ControllerMetrics(new_registry())
     with kafka_controller(settings, metrics) as second:
+        until(lambda: (second.run(max_cycles=1), second.leading)[1], 30,
+              "the second controller elected", 0)
         state = second.states["q1"]
         assert state.in_flight is None and state.last_epoch_issued == control.epoch
         assert state.cooldown_until_ms == acked_at + 600_000

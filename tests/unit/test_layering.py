@@ -24,7 +24,7 @@ def test_one_builder_makes_every_kafka_clients_configuration() -> None:
 
 
 KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
-                  "controller/kafka/history.py",
+                  "controller/kafka/history.py", "controller/kafka/lease.py",
                   "streaming_jobs/runtime/kafka.py",
                   "streaming_jobs/runtime/sink/transactional_kafka.py"}
 """The only modules that may import confluent_kafka."""

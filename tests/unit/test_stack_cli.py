@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 
 from stack.cli import add_stack_commands
-from stack.defaults import DEFAULT_TOPICS, INPUT_TOPIC, default_bootstrap_servers, default_state_dir
+from stack.defaults import (
+    DEFAULT_TOPICS,
+    INPUT_TOPIC,
+    LEASE_TOPIC,
+    default_bootstrap_servers,
+    default_state_dir,
+)
 
 
 def stack_parser() -> argparse.ArgumentParser:
@@ -42,10 +48,11 @@ def test_defaults_follow_the_environment(tmp_path: Path) -> None:
     assert default_state_dir({}).name == ".streamctl"
 
 
-def test_default_topics_are_unique_and_input_has_two_partitions() -> None:
+def test_default_topics_are_unique_input_has_two_partitions_and_the_lease_one() -> None:
     names = [spec.name for spec in DEFAULT_TOPICS]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 13
     assert next(s for s in DEFAULT_TOPICS if s.name == INPUT_TOPIC).partitions == 2
+    assert next(s for s in DEFAULT_TOPICS if s.name == LEASE_TOPIC).partitions == 1
 
 
 def test_topics_also_creates_the_topics_a_job_declares() -> None:

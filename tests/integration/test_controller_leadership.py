@@ -1,0 +1,178 @@
+"""Several controllers on the real broker: the lease (a one-partition topic in the
+controllers' group) elects one, the shared transactional id fences a deposed one, and
+`controller run` processes hand the lead over when the leader is killed or frozen. The "job"
+here is the test publishing a recorded overload to the metrics topic; tests/e2e runs the
+takeover with a real job (test_closed_loop.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from controller.explain.report import TAKEOVER
+from controller.kafka.clients import KafkaSetupError, KafkaWriter
+from controller.kafka.lease import KafkaLeadership
+from controller.loop.ports import Fenced
+from controller.settings import ControllerSettings
+from schemas import ControlTuple, Decision
+from streamctl.processes import Child, start_child, stop_all
+from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
+from tests.integration.test_controller_recovery import publish_overload
+from tests.support.kafka import decoded_or_none, read_committed
+from tests.support.waiting import until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+LEASE_SESSION_S = 3.0
+"""Short, so the tests wait little for a session to end; the default is 6 s."""
+
+
+def test_a_deposed_leaders_writer_is_fenced_once_a_new_leader_took_over(
+        kafka_harness: KafkaHarness) -> None:  # noqa: F811
+    settings = kafka_harness.settings
+    old, new = KafkaWriter(settings), KafkaWriter(settings)
+    try:
+        old.fence()
+        old.write(settings.decisions_topic, "k", b"from the old leader")
+        new.fence()
+        with pytest.raises(Fenced):
+            old.write(settings.decisions_topic, "k", b"from the zombie")
+        new.write(settings.decisions_topic, "k", b"from the new leader")
+        with pytest.raises(Fenced):  # and it stays fenced
+            old.write(settings.decisions_topic, "k", b"from the zombie, again")
+    finally:
+        old.close()
+        new.close()
+    assert [m.value() for m in read_committed(settings.bootstrap_servers,
+                                              settings.decisions_topic)] == [
+        b"from the old leader", b"from the new leader"]
+
+
+def leadership(harness: KafkaHarness, instance: str) -> KafkaLeadership:
+    settings = ControllerSettings(kafka=harness.settings, instance_id=instance,
+                                  lease_session_s=LEASE_SESSION_S)
+    return KafkaLeadership(settings, KafkaWriter(harness.settings), lambda e: None)
+
+
+def test_one_instance_holds_the_lease_and_another_gets_it_when_it_leaves(
+        kafka_harness: KafkaHarness) -> None:  # noqa: F811
+    a, b = leadership(kafka_harness, "a"), leadership(kafka_harness, "b")
+    try:
+        until(lambda: a.held() or b.held(), 30, "one instance to hold the lease", 0.1)
+        holder, other = (a, b) if a.held() else (b, a)
+        for _ in range(10):  # and only one, for a while
+            assert not other.held()
+            time.sleep(0.1)
+        holder.close()  # leaves the group
+        until(other.held, 30, "the other instance to get the lease", 0.1)
+    finally:
+        for lease in (a, b):
+            lease.close()
+
+
+def test_a_lease_topic_with_two_partitions_is_refused(
+        kafka_harness: KafkaHarness, new_topic: Callable[..., str]) -> None:  # noqa: F811
+    harness = kafka_harness
+    harness.settings = replace(harness.settings, lease_topic=new_topic(2))
+    with pytest.raises(KafkaSetupError, match="has 2 partitions; it must have exactly one"):
+        leadership(harness, "a")
+
+
+@pytest.fixture
+def controllers(kafka_harness: KafkaHarness,  # noqa: F811
+                tmp_path: Path) -> Iterator[Callable[[str], Child]]:
+    """Starts `controller run` instances on the harness's topics; all stopped at the end."""
+    k = kafka_harness.settings
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
+           "STREAMCTL_METRICS_TOPIC": k.metrics_topic, "STREAMCTL_ACK_TOPIC": k.ack_topic,
+           "STREAMCTL_CONTROL_TOPIC": k.control_topic,
+           "STREAMCTL_DECISIONS_TOPIC": k.decisions_topic,
+           "STREAMCTL_CONTROLLER_LEASE_TOPIC": k.lease_topic,
+           "STREAMCTL_CONTROLLER_GROUP_ID": k.group_id,
+           "STREAMCTL_CONTROL_KEY": k.control_key}
+    children: list[Child] = []
+
+    def start(name: str) -> Child:
+        child = start_child(name, ["controller", "run", "--metrics-port", "0",
+                                   "--instance-id", name,
+                                   "--lease-session-s", str(LEASE_SESSION_S)], tmp_path, env)
+        children.append(child)
+        return child
+
+    try:
+        yield start
+    finally:
+        stop_all(children)
+
+
+def takeovers(harness: KafkaHarness) -> list[Decision]:
+    k = harness.settings
+    return [d for d in decoded_or_none(read_committed(k.bootstrap_servers, k.decisions_topic),
+                                       Decision) if d is not None and d.action == TAKEOVER]
+
+
+def wait_takeover(harness: KafkaHarness, count: int, timeout_s: float) -> Decision:
+    until(lambda: len(takeovers(harness)) >= count, timeout_s, f"takeover number {count}", 0.2)
+    return takeovers(harness)[count - 1]
+
+
+def controls(harness: KafkaHarness) -> list[ControlTuple]:
+    k = harness.settings
+    return [t for t in decoded_or_none(read_committed(k.bootstrap_servers, k.control_topic),
+                                       ControlTuple) if t is not None]
+
+
+def test_a_killed_leader_is_replaced_within_its_session_and_the_new_one_acts(
+        kafka_harness: KafkaHarness, controllers: Callable[[str], Child]) -> None:  # noqa: F811
+    first = controllers("c1")
+    leader = wait_takeover(kafka_harness, 1, 60)
+    assert leader.target_value == "c1"
+    second = controllers("c2")
+    until(lambda: "controller instance c2 starting" in second.log_tail(50), 30,
+          "the second instance to start", 0.2)
+    time.sleep(2 * LEASE_SESSION_S)  # c2 has joined the group; nothing may change
+    assert len(takeovers(kafka_harness)) == 1 and controls(kafka_harness) == []
+    first.kill()
+    killed_ms = time.time() * 1000
+    taken = wait_takeover(kafka_harness, 2, 30)
+    takeover_s = (taken.decided_at_ms - killed_ms) / 1000
+    assert taken.target_value == "c2"
+    assert takeover_s <= LEASE_SESSION_S + 5, f"took over {takeover_s:.1f} s after the kill"
+    publish_overload(kafka_harness, 30)
+    until(lambda: bool(controls(kafka_harness)), 60, "the new leader's scale-up", 0.5)
+    print(f"\n[leadership] kill -9 of the leader -> the follower leads after {takeover_s:.1f} s "
+          f"(session {LEASE_SESSION_S:.0f} s)")
+
+
+def test_a_frozen_leader_is_deposed_and_gets_nothing_applied_when_it_wakes(
+        kafka_harness: KafkaHarness, controllers: Callable[[str], Child]) -> None:  # noqa: F811
+    first = controllers("c1")
+    wait_takeover(kafka_harness, 1, 60)
+    second = controllers("c2")
+    until(lambda: "controller instance c2 starting" in second.log_tail(50), 30,
+          "the second instance to start", 0.2)
+    time.sleep(1)
+    first.pause()  # longer than its session: the group gives the lease to c2
+    try:
+        taken = wait_takeover(kafka_harness, 2, 30)
+        assert taken.target_value == "c2"
+        publish_overload(kafka_harness, 30)  # both will want to scale q1 up
+        until(lambda: bool(controls(kafka_harness)), 60, "the new leader's scale-up", 0.5)
+    finally:
+        first.resume()
+    until(lambda: "no longer leading" in first.log_tail(200), 30,
+          "the woken zombie to step down", 0.2)
+    time.sleep(2)  # whatever it had still decided, it has tried by now
+    [scale_up] = controls(kafka_harness)  # c2's; none of c1's got through
+    assert len(takeovers(kafka_harness)) == 2
+    print(f"\n[leadership] frozen leader woke and stepped down: "
+          f"{_line(first, 'no longer leading')}")
+    assert scale_up.issuer == "streamctl-controller" and first.alive()
+
+
+def _line(child: Child, text: str) -> str:
+    return next(line for line in child.log_tail(300).splitlines() if text in line)

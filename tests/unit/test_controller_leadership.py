@@ -1,0 +1,120 @@
+"""Several controller instances on one bus: only the leader writes, a new leader resumes what
+the last one left in flight, and a deposed leader that still believes it leads is fenced.
+In memory (`MemoryLeadership`); the Kafka lease and fencing are tested on the real broker in
+tests/integration/test_controller_leadership.py."""
+
+from __future__ import annotations
+
+from controller.core.recovery import following, resumed
+from controller.core.state import ControlState, Ineffective
+from controller.explain.report import TAKEOVER
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryLeadership,
+    MemoryLease,
+    MemoryMetricsSource,
+)
+from controller.settings import ControllerSettings
+from schemas import Ack, Outcome
+from tests.unit.controller_traces import Job, end_ms, simulate
+
+OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
+
+
+def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) -> ControlLoop:
+    leadership = MemoryLeadership(lease, name, bus)
+    return ControlLoop(ControllerSettings(instance_id=name), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control,
+                                                                            leadership.guard),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions,
+                                                                    leadership.guard),
+        clock=clock, leadership=leadership))
+
+
+def overloaded(bus: MemoryBus, clock: FakeClock) -> None:
+    trace = simulate(OVERLOAD, 30)
+    bus.publish_metrics(*trace)
+    clock.ms = end_ms(trace)
+
+
+def cycles(*loops: ControlLoop, count: int = 3) -> None:
+    for _ in range(count):
+        for loop in loops:
+            loop.run_once()
+
+
+def leadership_of(loop: ControlLoop) -> MemoryLeadership:
+    assert isinstance(loop.ports.leadership, MemoryLeadership)
+    return loop.ports.leadership
+
+
+def test_only_the_leader_writes_while_the_follower_models_every_query_too() -> None:
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
+    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    overloaded(bus, clock)
+    cycles(a, b)
+    [control] = bus.sent_controls()
+    assert int(control.value) > 2 and (a.leading, b.leading) == (True, False)
+    assert "q1" in b.models and b.models["q1"].arrival_rate == a.models["q1"].arrival_rate
+    takeovers = [d for d in bus.written_decisions() if d.action == TAKEOVER]
+    assert [d.target_value for d in takeovers] == ["a"]
+
+
+def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -> None:
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
+    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    overloaded(bus, clock)
+    cycles(a, b)
+    [control] = bus.sent_controls()
+    lease.holder = "b"  # a's session ended: the group gave the lease to b
+    cycles(a, b)
+    assert (a.leading, b.leading) == (False, True)
+    assert bus.sent_controls() == [control]
+    flight = b.states["q1"].in_flight
+    assert flight is not None and flight.control_id == control.control_id
+    takeover = [d for d in bus.written_decisions() if d.action == TAKEOVER][-1]
+    assert takeover.target_value == "b" and "unanswered" in takeover.reason
+
+    bus.publish_ack(Ack(control.control_id, "q1", "i1", control.epoch, Outcome.APPLIED,
+                        "applied", 900, clock.ms))
+    cycles(a, b, count=1)
+    assert b.states["q1"].in_flight is None and b.states["q1"].cooldown_until_ms > clock.ms
+    assert bus.sent_controls() == [control]
+
+
+def test_a_frozen_leader_that_wakes_believing_it_leads_is_fenced_and_steps_down() -> None:
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
+    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    cycles(a, b, count=1)
+    assert a.leading
+    leadership_of(a).believes = True  # frozen while b took over; wakes up unaware
+    lease.holder = "b"
+    cycles(b, count=1)
+    overloaded(bus, clock)
+    cycles(a, count=1)  # decides the overload first and tries to send
+    assert not a.leading and leadership_of(a).releases == 1
+    assert bus.sent_controls() == []
+    cycles(b)
+    [control] = bus.sent_controls()
+    assert control.epoch == OVERLOAD.epoch + 1
+    assert [d.action for d in bus.written_decisions()].count("scale_up") == 1
+
+
+def test_a_new_leader_keeps_the_quiet_it_watched_unless_an_action_came_after() -> None:
+    watched = ControlState(quiet_since_ms=1_000, ineffective=Ineffective(4, 8, 1.0, 4.0, 9))
+    assert resumed(watched, None) == watched
+    later = resumed(watched, ControlState(last_epoch_issued=5, settled_at_ms=2_000))
+    assert later.quiet_since_ms is None and later.last_epoch_issued == 5
+    assert later.ineffective == watched.ineffective
+    earlier = resumed(watched, ControlState(last_epoch_issued=5, settled_at_ms=500))
+    assert earlier.quiet_since_ms == 1_000
+
+
+def test_a_deposed_leader_forgets_what_it_did_but_not_what_it_saw() -> None:
+    did = ControlState(last_epoch_issued=7, cooldown_until_ms=9, quiet_since_ms=3)
+    assert following(did) == ControlState(quiet_since_ms=3)
