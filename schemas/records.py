@@ -210,6 +210,11 @@ class CommitMarker(_Record):
     committed_at_ms: int
 
 
+TAKEOVER = "takeover"
+"""The action of the decision a controller instance writes when it starts to lead: its query
+id is empty (it concerns every query) and its target value names the instance."""
+
+
 @dataclass(frozen=True, slots=True)
 class Decision(_Record):
     """One decision of the controller, as written to the decision log."""

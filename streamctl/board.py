@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from schemas import TaskMetrics
-from schemas.records import Ack, Decision, Outcome
+from schemas.records import TAKEOVER, Ack, Decision, Outcome
 from streamctl.view import QueryView
 
 BUSY_WINDOW_MS = 30_000
@@ -54,12 +54,17 @@ class Board:
     queries: dict[str, QueryStatus] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     acks: dict[str, Ack] = field(default_factory=dict)  # control id → its ack
+    takeovers: list[Decision] = field(default_factory=list)
+    """The controller instances' takeovers in the period read, oldest first: the last one
+    names the leader."""
 
     def add(self, record: object) -> None:
         if isinstance(record, TaskMetrics):
             status = self._query(record.query_id)
             status.view.add(record)
             status.instances[record.instance_id] = record.batch_end_ms
+        elif isinstance(record, Decision) and record.action == TAKEOVER:
+            self.takeovers.append(record)
         elif isinstance(record, Decision):
             self._query(record.query_id).last_decision = record
             self.decisions.append(record)
@@ -90,13 +95,25 @@ STATUS_HEADER = (f"{'query':<22} {'arrival/s':>9} {'processed/s':>11} {'lag':>8}
 
 
 def status_table(board: Board, now_ms: int, reason_width: int = 100) -> list[str]:
-    """The `streamctl status` table: one row per query, then its decision and pause lines."""
+    """The `streamctl status` table: who leads the controllers, then one row per query with
+    its decision and pause lines."""
+    lines = [leader_line(board, now_ms)]
     if not board.queries:
-        return ["no query has published metrics in the period read (is a job running?)"]
-    lines = [STATUS_HEADER]
+        return [*lines, "no query has published metrics in the period read (is a job running?)"]
+    lines.append(STATUS_HEADER)
     for query_id in sorted(board.queries):
         lines += _status_rows(query_id, board.queries[query_id], now_ms, reason_width)
     return lines
+
+
+def leader_line(board: Board, now_ms: int) -> str:
+    if not board.takeovers:
+        return ("controller: no takeover in the period read (none runs, or one has led since "
+                "before it)")
+    last = board.takeovers[-1]
+    count = len(board.takeovers)
+    return (f"controller: {last.target_value} leads, since {_age(now_ms - last.decided_at_ms)} "
+            f"ago ({count} takeover{'s' if count != 1 else ''} in the period read)")
 
 
 def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int) -> list[str]:
@@ -127,7 +144,9 @@ def _decision_summary(d: Decision | None, now_ms: int) -> str:
 def decision_lines(decision: Decision, ack: Ack | None) -> list[str]:
     """One decision of the log as `streamctl decisions` prints it: a head line and its reason."""
     when = datetime.fromtimestamp(decision.decided_at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    if decision.dry_run:
+    if decision.action == TAKEOVER:
+        outcome = "a new leader among the controllers"
+    elif decision.dry_run:
         outcome = "dry run, not sent"
     elif decision.control_id is None:
         outcome = "advice, nothing sent"

@@ -94,7 +94,7 @@ def pipeline_scenario(settings: DemoSettings) -> Scenario:
 
 
 CONTROL_TOPICS = (defaults.METRICS_TOPIC, defaults.CONTROL_TOPIC, defaults.ACKS_TOPIC,
-                  defaults.DECISIONS_TOPIC, defaults.STATE_TOPIC)
+                  defaults.DECISIONS_TOPIC, defaults.STATE_TOPIC, defaults.LEASE_TOPIC)
 
 
 def run_demo(settings: DemoSettings) -> int:

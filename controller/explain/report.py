@@ -21,6 +21,7 @@ from controller.core.results import (
 )
 from controller.core.wording import num, pct
 from schemas import Decision
+from schemas.records import TAKEOVER
 
 
 def knob(verdict: Scale | Promote) -> tuple[str, str, str, str]:
@@ -88,11 +89,6 @@ def advice_record(query_id: str, verdict: Recommend | Hold | Lost, *, decision_i
         reason=verdict.reason, figures=dict(verdict.figures), control_id=None,
         dry_run=dry_run,
     )
-
-
-TAKEOVER = "takeover"
-"""The action of the decision a controller instance writes when it starts to lead; its query
-id is empty (it concerns every query) and its target is the instance."""
 
 
 def takeover_record(instance_id: str, *, decision_id: str, now_ms: int,

@@ -21,6 +21,7 @@ from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from streamctl.view import QueryView
+from tests.support.control import controllers_env
 from tests.support.waiting import until
 
 CONTROLLER_COOLDOWN_S = 20
@@ -98,7 +99,9 @@ def _env(bootstrap: str, topics: dict[str, str]) -> dict[str, str]:
         "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap,
         "STREAMCTL_METRICS_TOPIC": topics["metrics"], "STREAMCTL_CONTROL_TOPIC": topics["control"],
         "STREAMCTL_ACK_TOPIC": topics["acks"], "STREAMCTL_DECISIONS_TOPIC": topics["decisions"],
+        **controllers_env(topics["lease"]),
     }
+
 
 
 @dataclass

@@ -50,7 +50,7 @@ AFTER_STEP_S = 45.0
 def topics(new_topics: NewTopics) -> dict[str, str]:
     made = new_topics(clicks=2, enriched=2, sessionized=2, verdicts=2, clicks_dlq=1,
                       enriched_dlq=1, sessionized_dlq=1, metrics=1, control=1, acks=1,
-                      decisions=1)
+                      decisions=1, lease=1)
     return {name.replace("_dlq", ".dlq"): topic for name, topic in made.items()}
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.explain.report import TAKEOVER
 from controller.kafka.clients import KafkaSetupError, KafkaWriter
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.ports import Fenced
 from controller.settings import ControllerSettings
 from schemas import ControlTuple, Decision
+from schemas.records import TAKEOVER
 from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
 from tests.integration.test_controller_recovery import publish_overload

@@ -50,3 +50,10 @@ def ack_for(acks: TopicReader, control_id: str, timeout_s: float = 180.0) -> Ack
     messages = acks.until(found, timeout_s)
     return next(a for a in (codec.decode(m.value()) for m in messages)
                 if a.control_id == control_id)
+
+
+def controllers_env(lease_topic: str) -> dict[str, str]:
+    """The controllers' lease topic and a group of their own (the group names the
+    transactional id that fences a deposed leader: tests must not share one)."""
+    return {"STREAMCTL_CONTROLLER_LEASE_TOPIC": lease_topic,
+            "STREAMCTL_CONTROLLER_GROUP_ID": f"streamctl-controller-{lease_topic}"}

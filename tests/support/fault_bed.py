@@ -25,7 +25,7 @@ from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
-from tests.support.control import publish, send_and_await, signed
+from tests.support.control import controllers_env, publish, send_and_await, signed
 from tests.support.kafka import NewTopics, decoded_or_none, read_committed
 from tests.support.waiting import until
 
@@ -33,7 +33,7 @@ R = TypeVar("R", bound=_Record)
 WINDOW_MS = 5_000
 CONTROL_KEY = "fault-suite-control-key"
 """Shared by the job and the controller of a bed: tuples are signed and checked."""
-TOPIC_KINDS = ("input", "output", "dlq", "metrics", "control", "acks", "decisions")
+TOPIC_KINDS = ("input", "output", "dlq", "metrics", "control", "acks", "decisions", "lease")
 HEARTBEAT = ("--heartbeat-interval-s", "1")
 """Job option: a standby (or idle active) heartbeats every second."""
 FAST_DETECTION = ("--lost-after-intervals", "4", "--lost-after-min-s", "8",
@@ -67,7 +67,7 @@ class FaultBed:
         return {"STREAMCTL_BOOTSTRAP_SERVERS": self.bootstrap,
                 "STREAMCTL_METRICS_TOPIC": t["metrics"], "STREAMCTL_CONTROL_TOPIC": t["control"],
                 "STREAMCTL_ACK_TOPIC": t["acks"], "STREAMCTL_DECISIONS_TOPIC": t["decisions"],
-                "STREAMCTL_CONTROL_KEY": CONTROL_KEY}
+                "STREAMCTL_CONTROL_KEY": CONTROL_KEY, **controllers_env(t["lease"])}
 
     def start_job(self, name: str = "job", *extra: str) -> Child:
         t = self.topics

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from controller.core.recovery import following, resumed
 from controller.core.state import ControlState, Ineffective
-from controller.explain.report import TAKEOVER
 from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.fakes import (
     FakeClock,
@@ -21,6 +20,7 @@ from controller.loop.fakes import (
 )
 from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
+from schemas.records import TAKEOVER
 from tests.unit.controller_traces import Job, end_ms, simulate
 
 OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schemas import Role, SourcePartition, TaskMetrics
-from schemas.records import Ack, Decision, Outcome
+from schemas.records import TAKEOVER, Ack, Decision, Outcome
 from streamctl.board import Board, decision_lines, status_table
 from streamctl.watch import DecisionPrinter
 
@@ -74,7 +74,20 @@ def test_the_last_decision_reason_and_last_pause_are_shown_with_their_age() -> N
 
 
 def test_an_empty_board_says_what_to_check() -> None:
-    assert "is a job running" in status_table(Board(), now_ms=T0)[0]
+    assert "is a job running" in status_table(Board(), now_ms=T0)[-1]
+
+
+def test_the_first_line_names_the_leading_controller_and_counts_takeovers() -> None:
+    board = Board()
+    assert "no takeover in the period read" in status_table(board, now_ms=T0)[0]
+    for instance, at_ms in (("c-1", T0), ("c-2", T0 + 30_000)):
+        board.add(Decision(f"t-{instance}", "", at_ms, TAKEOVER, "leader", "", instance,
+                           f"controller instance {instance} leads from now on", {}, None))
+    board.add(decision("c-3", T0 + 31_000))
+    lines = status_table(board, now_ms=T0 + 40_000)
+    assert lines[0] == "controller: c-2 leads, since 10s ago (2 takeovers in the period read)"
+    assert not any(line.startswith(" ") and "leads from now on" in line for line in lines)
+    assert set(board.queries) == {"q"}  # a takeover is no query's decision
 
 
 def test_decision_lines_say_whether_it_was_sent_and_what_the_job_answered() -> None:
