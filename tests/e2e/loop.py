@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas import Ack, Decision, Outcome, TaskMetrics
+from schemas.records import TAKEOVER
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
@@ -60,10 +61,11 @@ def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[st
 
 
 def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
-                     metrics_port: int = 0, *options: str) -> Child:
-    """The controller on the loop's topics, with the tests' cooldown and `options`."""
-    return start_child("controller", [
-        "controller", "run", "--metrics-port", str(metrics_port),
+                     metrics_port: int = 0, *options: str, name: str = "controller") -> Child:
+    """A controller instance `name` on the loop's topics, with the tests' cooldown and
+    `options` (its log: `<name>.log`)."""
+    return start_child(name, [
+        "controller", "run", "--metrics-port", str(metrics_port), "--instance-id", name,
         "--cooldown-s", str(CONTROLLER_COOLDOWN_S), *options], log_dir,
         _env(bootstrap, topics))
 
@@ -153,6 +155,10 @@ class LoopWatch:
         """The decisions that sent a control tuple (the controller also logs how each ended,
         as `ack_…` decisions under the same control id)."""
         return [d for d in self.decisions if d.control_id and not d.action.startswith("ack_")]
+
+    def takeovers(self) -> list[Decision]:
+        """The controller instances' takeovers, oldest first."""
+        return [d for d in self.decisions if d.action == TAKEOVER]
 
     def applied(self) -> list[Ack]:
         return [a for a in self.acks if a.outcome is Outcome.APPLIED]

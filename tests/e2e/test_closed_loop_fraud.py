@@ -1,11 +1,15 @@
-"""The closed loop on the stateful fraud job: real broker, job process and controller process.
+"""The closed loop on the stateful fraud job: real broker, job process and two controller
+processes, the leader killed -9 in the middle of its scale-up.
 
 The fraud job's scoring call runs in its stateful operator, so the job names
 `state_partitions` as its knob. A step in the card-transaction rate makes it fall behind; the
 controller must size and send a `state_partitions` tuple (never `input_parallelism`, which
 would not help), the job must repartition its state offline, restart and ack it, the backlog
 must drain, and every acknowledged transaction must be scored exactly once with each
-account's count running on across the change (1, 2, 3, … by `account_seq`).
+account's count running on across the change (1, 2, 3, … by `account_seq`). Two controller
+instances run; the leader is killed as soon as its tuple is on the control topic. The other
+must take over within its lease session (6 s, the default) plus a little, resume the tuple in
+flight instead of sending another, and see the change through.
 
 The test measures the job's capacity at 2 state partitions first (a burst of transactions
 for accounts of their own, worked through in full batches before the controller starts),
@@ -55,7 +59,7 @@ def job(bootstrap_servers: str, loop_topics: dict[str, str],
         yield children
 
 
-def test_a_load_step_is_met_with_state_partitions_and_nothing_is_lost(
+def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_and_nothing_is_lost(
     bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
@@ -65,7 +69,9 @@ def test_a_load_step_is_met_with_state_partitions_and_nothing_is_lost(
     first = watch.view.samples[-1]
     assert (first.scaling_parameter, first.state_partitions, first.max_state_partitions) == (
         "state_partitions", 2, MAX_STATE_PARTITIONS)
-    job.append(start_controller(bootstrap_servers, t, tmp_path))
+    job.append(start_controller(bootstrap_servers, t, tmp_path, name="controller-1"))
+    watch.until(lambda: bool(watch.takeovers()), 60, "controller-1 to lead")
+    job.append(start_controller(bootstrap_servers, t, tmp_path, name="controller-2"))
 
     # Far beyond 2 partitions, so the backlog grows fast enough to corroborate the overload
     # at once (a step to 1.1 times the capacity grows it too slowly to cross the noise floor
@@ -77,21 +83,32 @@ def test_a_load_step_is_met_with_state_partitions_and_nothing_is_lost(
     step_at = time.monotonic() + STEADY_S
     load.start()
     try:
+        watch.until(lambda: bool(watch.sent()), STEADY_S + 90, "the leader's scale-up")
+        leader = next(c for c in job if c.name == "controller-1")
+        job.remove(leader)  # the watch fails on a dead child; this one dies on purpose
+        leader.kill()
+        killed_ms = time.time() * 1000
+        watch.until(lambda: len(watch.takeovers()) == 2, 60, "controller-2 to take over")
         watch.until(lambda: bool(watch.applied()), STEADY_S + 90, "an applied control tuple")
         first_applied_after_step_s = time.monotonic() - step_at
     finally:
         load.join(STEADY_S + AFTER_STEP_S + 30)
     assert ledger.failed == 0
 
+    takeover = watch.takeovers()[-1]
+    takeover_s = (takeover.decided_at_ms - killed_ms) / 1000
+    assert takeover.target_value == "controller-2" and takeover_s <= 10, (takeover_s, takeover)
     sent, applied = watch.sent(), watch.applied()
+    assert sent[0].control_id in takeover.reason, takeover.reason  # resumed, not decided anew
     assert sent and {d.parameter for d in sent} == {"state_partitions"}, sent
     control_id = applied[0].control_id
     assert sent[0].control_id == control_id
     assert 2 < int(sent[0].target_value) <= MAX_STATE_PARTITIONS
     assert "units of state_partitions" in sent[0].reason
     assert applied[0].detail.startswith("state_partitions 2→"), applied[0].detail
-    watch.until(lambda: any((d.action, d.control_id) == ("ack_applied", control_id)
-                            for d in watch.decisions), 30, "the controller to log the ack")
+    if "unanswered" in takeover.reason:  # answered after the takeover: the new leader's
+        watch.until(lambda: any((d.action, d.control_id) == ("ack_applied", control_id)
+                                for d in watch.decisions), 30, "the controller to log the ack")
 
     # The backlog drains at the new state partitions.
     watch.until(lambda: watch.view.samples[-1].state_partitions > 2 and watch.lag_records() == 0,
@@ -99,12 +116,14 @@ def test_a_load_step_is_met_with_state_partitions_and_nothing_is_lost(
 
     assert_every_transaction_scored_once(bootstrap_servers, t["output"], ledger,
                                          timeout_s=30)
+    assert len([d for d in watch.sent() if d.control_id == control_id]) == 1  # sent once
     print(f"\ncapacity {measured:.0f}/s at 2 partitions; step {profile.base_per_s:.0f} -> "
           f"{profile.peak_per_s:.0f}/s; first applied tuple {first_applied_after_step_s:.1f} s "
           "after the step; "
           f"pause {applied[0].pause_ms} ms; {applied[0].detail}; "
           f"decisions: {[(d.parameter, d.current_value, d.target_value) for d in sent]}; "
-          f"first reason: {sent[0].reason}")
+          f"first reason: {sent[0].reason}; leader killed -9 mid-scale-up, controller-2 "
+          f"took over {takeover_s:.1f} s later: {takeover.reason}")
     watch.close()
 
 
