@@ -61,13 +61,16 @@ class Child:
 
 
 def start_child(name: str, args: Sequence[str], log_dir: Path,
-                env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Child:
+                env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                prefix: Sequence[str] = ()) -> Child:
+    """`python -m streamctl args`, after `prefix` if given (a command that execs the rest,
+    e.g. `ip netns exec <ns>`, so the child's pid stays the program's)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log = log_path.open("wb")
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamctl", *args],
+        [*prefix, sys.executable, "-m", "streamctl", *args],
         stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, cwd=cwd,
     )
     return Child(name, process, log_path, log)

@@ -4,6 +4,7 @@ the committed output (read_committed) holds every produced record exactly once."
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -90,22 +91,40 @@ def scraped(port: int, name: str, **labels: str) -> float:
     return sample(scrape(f"http://127.0.0.1:{port}/metrics"), name, **labels) or 0.0
 
 
-def test_broker_stop_and_restart(restartable_broker: LocalBroker, tmp_path: Path) -> None:
+def test_broker_stop_and_restart_under_two_controllers(restartable_broker: LocalBroker,
+                                                       tmp_path: Path) -> None:
+    """The job and two controller instances ride out the broker's restart: the output stays
+    exactly once, and once the broker is back exactly one instance leads (whichever the
+    group elects) and nothing was sent to the steady job."""
     bootstrap = restartable_broker.bootstrap_servers
     names = {k: f"faults-{k}-{uuid.uuid4().hex[:8]}" for k in TOPIC_KINDS}
     ensure_topics(bootstrap, [TopicSpec(n, partitions=2 if k in ("input", "output") else 1)
                               for k, n in names.items()], timeout_s=30)
     bed = FaultBed(bootstrap, names, tmp_path)
+    ports = dict(zip(("controller-1", "controller-2"), find_free_ports(2), strict=True))
     try:
         bed.start_job("job-1")
-        bed.start_controller()
+        for name, port in ports.items():
+            bed.start_controller(name, "--instance-id", name, "--metrics-port", str(port))
         warm(bed)
         restartable_broker.stop(timeout_s=30)
         fault = now_ms()
         restartable_broker.start(timeout_s=120)
-        report("broker stopped and restarted (same port, same data)", bed.recovery_s(fault, 240))
+        report("broker stopped and restarted (same port, same data) under two controllers",
+               bed.recovery_s(fault, 240))
         bed.wait_commit_after(now_ms(), 60, "a steady batch after the broker came back")
+
+        def leaders() -> float:
+            return sum(scraped(port, "streamctl_controller_leader", instance=name)
+                       for name, port in ports.items())
+
+        until(lambda: leaders() == 1, 60, "exactly one controller leading again", 0.5)
+        for _ in range(5):  # and it stays that way
+            assert leaders() == 1
+            bed.assert_alive()
+            time.sleep(1)
         bed.finish_and_check()
         bed.assert_alive()
+        assert read_committed(bootstrap, names["control"]) == []
     finally:
         bed.close()

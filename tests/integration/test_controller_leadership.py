@@ -7,7 +7,7 @@ takeover with a real job (test_closed_loop.py)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from schemas.records import TAKEOVER
 from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
 from tests.integration.test_controller_recovery import publish_overload
+from tests.support import netns
 from tests.support.kafka import decoded_or_none, read_committed
 from tests.support.waiting import until
 
@@ -84,7 +85,7 @@ def test_a_lease_topic_with_two_partitions_is_refused(
 
 @pytest.fixture
 def controllers(kafka_harness: KafkaHarness,  # noqa: F811
-                tmp_path: Path) -> Iterator[Callable[[str], Child]]:
+                tmp_path: Path) -> Iterator[Callable[..., Child]]:
     """Starts `controller run` instances on the harness's topics; all stopped at the end."""
     k = kafka_harness.settings
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
@@ -96,10 +97,11 @@ def controllers(kafka_harness: KafkaHarness,  # noqa: F811
            "STREAMCTL_CONTROL_KEY": k.control_key}
     children: list[Child] = []
 
-    def start(name: str) -> Child:
+    def start(name: str, prefix: Sequence[str] = ()) -> Child:
         child = start_child(name, ["controller", "run", "--metrics-port", "0",
                                    "--instance-id", name,
-                                   "--lease-session-s", str(LEASE_SESSION_S)], tmp_path, env)
+                                   "--lease-session-s", str(LEASE_SESSION_S)], tmp_path, env,
+                            prefix=prefix)
         children.append(child)
         return child
 
@@ -127,7 +129,7 @@ def controls(harness: KafkaHarness) -> list[ControlTuple]:
 
 
 def test_a_killed_leader_is_replaced_within_its_session_and_the_new_one_acts(
-        kafka_harness: KafkaHarness, controllers: Callable[[str], Child]) -> None:  # noqa: F811
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
     first = controllers("c1")
     leader = wait_takeover(kafka_harness, 1, 60)
     assert leader.target_value == "c1"
@@ -149,7 +151,7 @@ def test_a_killed_leader_is_replaced_within_its_session_and_the_new_one_acts(
 
 
 def test_a_frozen_leader_is_deposed_and_gets_nothing_applied_when_it_wakes(
-        kafka_harness: KafkaHarness, controllers: Callable[[str], Child]) -> None:  # noqa: F811
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
     first = controllers("c1")
     wait_takeover(kafka_harness, 1, 60)
     second = controllers("c2")
@@ -176,3 +178,38 @@ def test_a_frozen_leader_is_deposed_and_gets_nothing_applied_when_it_wakes(
 
 def _line(child: Child, text: str) -> str:
     return next(line for line in child.log_tail(300).splitlines() if text in line)
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+def test_a_leader_cut_off_from_the_broker_by_the_network_is_replaced_and_gets_nothing_applied(
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
+    """c1 runs in a network namespace whose only way to the broker is a veth link; taking the
+    link down cuts it off (no signal: the process runs on, believing it leads). c2 takes
+    over and scales; when the link comes back c1 steps down, and only c2's tuple is on the
+    control topic."""
+    port = int(kafka_harness.settings.bootstrap_servers.rsplit(":", 1)[1])
+    with netns.namespace() as ns, netns.relay(ns, port):
+        first = controllers("c1", prefix=ns.command([]))
+        assert wait_takeover(kafka_harness, 1, 60).target_value == "c1"
+        second = controllers("c2")
+        until(lambda: "controller instance c2 starting" in second.log_tail(50), 30,
+              "the second instance to start", 0.2)
+        time.sleep(1)
+        ns.cut()
+        cut_ms = time.time() * 1000
+        try:
+            taken = wait_takeover(kafka_harness, 2, 30)
+            assert taken.target_value == "c2" and first.alive()
+            publish_overload(kafka_harness, 30)
+            until(lambda: bool(controls(kafka_harness)), 60, "the new leader's scale-up", 0.5)
+        finally:
+            ns.heal()
+        until(lambda: "no longer leading" in first.log_tail(200), 60,
+              "the cut-off leader to step down once the link is back", 0.5)
+        time.sleep(2)
+        [scale_up] = controls(kafka_harness)
+        assert len(takeovers(kafka_harness)) == 2 and first.alive()
+    print(f"\n[leadership] leader cut off by the network (veth down): the follower leads "
+          f"after {(taken.decided_at_ms - cut_ms) / 1000:.1f} s (session "
+          f"{LEASE_SESSION_S:.0f} s); healed: {_line(first, 'no longer leading')}; "
+          f"one tuple on the control topic ({scale_up.parameter}={scale_up.value})")
