@@ -92,7 +92,11 @@ def _controller(n: Names) -> list[Grant]:
               (_READ, "DESCRIBE_CONFIGS", "ALTER_CONFIGS"), prefixed=True),
         # The leader writes in transactions under the group's name: a new leader fences the
         # writes of every earlier one (controller.kafka.lease).
-        Grant(CONTROLLER, "transactional_id", n.controller_group, (_WRITE, _DESCRIBE)),
+        Grant(CONTROLLER, "transactional_id", n.controller_group, (_WRITE, _DESCRIBE),
+              prefixed=True),
+        # Asks the jobs' source partitions for their end offsets every second (the arrival
+        # rate between batches; ListOffsets needs DESCRIBE).
+        *[Grant(CONTROLLER, "topic", t, (_DESCRIBE,)) for t in n.inputs],
     ]
 
 

@@ -37,6 +37,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
 )
 
+from controller.errors import TemporaryError
 from controller.kafka.clients import KafkaAckSource, KafkaControlSink, KafkaWriter
 from controller.loop.ports import DeliveryError
 from controller.settings import KafkaSettings
@@ -62,6 +63,9 @@ SERVICES = MERGED["services"]
 CLUSTER_VARIABLES = frozenset({"STREAMCTL_SPARK_MASTER", "STREAMCTL_SPARK_DRIVER_HOST",
                                "STREAMCTL_EXECUTORS", "STREAMCTL_EXECUTOR_CORES",
                                "STREAMCTL_EXECUTOR_MEMORY_MB"})
+TEST_WRITER_GROUP = "streamctl-controller.acl-test"
+"""The test writes as the controller's principal under an id of its own (within the
+controller's prefix grant): the running controller's id would fence the running controller."""
 LOAD_PER_S = 10
 
 
@@ -193,11 +197,13 @@ def test_job_and_controller_exchange_metrics_a_control_tuple_and_its_ack(
             or 0) > 0
     assert sample(controller, "streamctl_current_parallelism", query=QUERY) == initial
     settings = KafkaSettings(bootstrap_servers=stack.broker.bootstrap_servers,
-                             security=stack.files.client(secure.CONTROLLER))
+                             security=stack.files.client(secure.CONTROLLER),
+                             group_id=TEST_WRITER_GROUP)
     garbage: list[object] = []
     acks = KafkaAckSource(settings, garbage.append)
     writer = KafkaWriter(settings, 15.0)
     try:
+        writer.fence()
         tuple_ = _tuple(QUERY, initial + 1)
         KafkaControlSink(writer, CONTROL_TOPIC, stack.files.control_key.read_text().strip()
                          ).send(tuple_)
@@ -278,12 +284,20 @@ def test_only_the_controllers_principal_may_write_the_control_topic(stack: Secur
     as the controller (delivered). The tuple names another query, so the job ignores it."""
     key = stack.files.control_key.read_text().strip()
     refused = KafkaWriter(KafkaSettings(bootstrap_servers=stack.broker.bootstrap_servers,
-                                        security=stack.files.client(user)), 10.0)
-    with pytest.raises(DeliveryError, match=r"TOPIC_AUTHORIZATION_FAILED|Topic authorization"):
+                                        security=stack.files.client(user),
+                                        group_id=TEST_WRITER_GROUP), 10.0)
+    with pytest.raises(TemporaryError, match=r"(?i)transactional id authorization"):
+        refused.fence()  # the controller's writes are transactional, under its id alone
+    with pytest.raises(DeliveryError, match="does not lead"):
         KafkaControlSink(refused, CONTROL_TOPIC, key).send(_tuple("another-query"))
     allowed = KafkaWriter(KafkaSettings(bootstrap_servers=stack.broker.bootstrap_servers,
-                                        security=stack.files.client(secure.CONTROLLER)), 10.0)
-    KafkaControlSink(allowed, CONTROL_TOPIC, key).send(_tuple("another-query"))
+                                        security=stack.files.client(secure.CONTROLLER),
+                                        group_id=TEST_WRITER_GROUP), 10.0)
+    try:
+        allowed.fence()
+        KafkaControlSink(allowed, CONTROL_TOPIC, key).send(_tuple("another-query"))
+    finally:
+        allowed.close()
     assert len(key.encode()) >= auth.MIN_KEY_BYTES
 
 
