@@ -17,7 +17,7 @@ from controller.kafka.clients import KafkaSetupError, KafkaWriter
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.ports import Fenced
 from controller.settings import ControllerSettings
-from schemas import ControlTuple, Decision
+from schemas import Ack, ControlTuple, Decision, Outcome, codec_for
 from schemas.records import TAKEOVER
 from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
@@ -213,3 +213,27 @@ def test_a_leader_cut_off_from_the_broker_by_the_network_is_replaced_and_gets_no
           f"after {(taken.decided_at_ms - cut_ms) / 1000:.1f} s (session "
           f"{LEASE_SESSION_S:.0f} s); healed: {_line(first, 'no longer leading')}; "
           f"one tuple on the control topic ({scale_up.parameter}={scale_up.value})")
+
+
+def test_with_every_controller_down_the_job_is_answered_later_and_the_next_one_resumes(
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
+    """The only controller is killed with its scale-up in flight; the job applies and acks it
+    while no controller runs (it needs none: fail-static); the next instance to start takes
+    over knowing the answer: it keeps the cooldown instead of scaling the same overload
+    again."""
+    first = controllers("c1")
+    wait_takeover(kafka_harness, 1, 60)
+    publish_overload(kafka_harness, 30)
+    until(lambda: bool(controls(kafka_harness)), 60, "c1's scale-up", 0.5)
+    first.kill()
+    [control] = controls(kafka_harness)
+    kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
+        control.control_id, control.query_id, "i1", control.epoch, Outcome.APPLIED,
+        "applied while no controller ran", 900, int(time.time() * 1000))))
+    second = controllers("c2")
+    taken = wait_takeover(kafka_harness, 2, 60)
+    assert f"({control.control_id}) was applied; cooldown" in taken.reason, taken.reason
+    publish_overload(kafka_harness, 30)  # still overloaded, within the cooldown
+    until(lambda: "cooling down" in second.log_tail(100), 60,
+          "c2 to judge the overload and hold for the cooldown", 0.5)
+    assert controls(kafka_harness) == [control]
