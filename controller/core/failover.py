@@ -65,6 +65,8 @@ class Standbys:
         """A standby is live while its last heartbeat is at most this old."""
         self.instances = Instances()
         self._counts: dict[str, int] = {}
+        self._had: dict[str, int] = {}
+        """Per query, its last count of live standbys that was not 0."""
 
     def add(self, sample: TaskMetrics) -> None:
         self.instances.add(sample)
@@ -87,4 +89,11 @@ class Standbys:
             now = len(self.live(query_id, now_ms))
             counts[query_id] = (self._counts.get(query_id, 0), now)
             self._counts[query_id] = now
+            if now > 0:
+                self._had[query_id] = now
         return counts
+
+    def orphaned(self, now_ms: int) -> dict[str, int]:
+        """The queries that had live standbys and have none now, with how many they had: the
+        advice a new leader restates (it may have followed when the last one went)."""
+        return {q: had for q, had in self._had.items() if not self.live(q, now_ms)}

@@ -186,6 +186,10 @@ class ControlLoop:
         self._actuator.write(report.takeover_record(
             self.settings.instance_id, decision_id=self._new_id(), now_ms=now_ms,
             resumed=recovered.summary))
+        for query_id, had in self.standbys.orphaned(now_ms).items():
+            advice = failover.standby_advice(query_id, had, 0)
+            if advice is not None:  # given while this instance followed, or never given
+                self._advice(query_id, advice, now_ms)
 
     def step_down(self, now_ms: int, why: str) -> None:
         """Stop writing at once: what this instance did is the next leader's to resume."""

@@ -22,6 +22,7 @@ from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
 from schemas.records import TAKEOVER
 from tests.unit.controller_traces import Job, end_ms, simulate
+from tests.unit.test_controller_failover import beat
 
 OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
 
@@ -118,3 +119,18 @@ def test_a_new_leader_keeps_the_quiet_it_watched_unless_an_action_came_after() -
 def test_a_deposed_leader_forgets_what_it_did_but_not_what_it_saw() -> None:
     did = ControlState(last_epoch_issued=7, cooldown_until_ms=9, quiet_since_ms=3)
     assert following(did) == ControlState(quiet_since_ms=3)
+
+
+def test_a_new_leader_restates_the_standby_advice_given_while_it_followed() -> None:
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
+    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    bus.publish_metrics(beat("s1", clock.ms))
+    cycles(a, b, count=1)
+    lease.holder = None  # a is gone (its session ended) and b is not elected yet
+    clock.advance(60)  # s1 falls silent meanwhile: the query has no standby left
+    cycles(a, b, count=1)
+    assert not any(d.action == "start_standby" for d in bus.written_decisions())
+    lease.holder = "b"
+    cycles(b, count=1)
+    [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
+    assert advice.query_id == "q1" and "it had 1" in advice.reason
