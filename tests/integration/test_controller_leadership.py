@@ -17,19 +17,30 @@ from controller.kafka.clients import KafkaSetupError, KafkaWriter
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.ports import Fenced
 from controller.settings import ControllerSettings
-from schemas import Ack, ControlTuple, Decision, Outcome, codec_for
+from schemas import Ack, ControlTuple, Decision, Outcome, TaskMetrics, codec_for
 from schemas.records import TAKEOVER
 from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
-from tests.integration.test_controller_recovery import publish_overload
 from tests.support import netns
 from tests.support.kafka import decoded_or_none, read_committed
 from tests.support.waiting import until
+from tests.unit.controller_traces import Job, end_ms, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 LEASE_SESSION_S = 3.0
 """Short, so the tests wait little for a session to end; the default is 6 s."""
+OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
+
+
+def publish_overload(harness: KafkaHarness, seconds: int) -> None:
+    """`seconds` of a job's metrics at 800/s arriving for 420/s of capacity, ending now."""
+    trace = simulate(OVERLOAD, seconds)
+    shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows are pruned by the real clock
+    for s in trace:
+        harness.publish("metrics", codec_for(TaskMetrics).encode(
+            replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
+                    batch_end_ms=s.batch_end_ms + shift_ms)))
 
 
 def test_a_deposed_leaders_writer_is_fenced_once_a_new_leader_took_over(
@@ -136,7 +147,7 @@ def test_a_killed_leader_is_replaced_within_its_session_and_the_new_one_acts(
     second = controllers("c2")
     until(lambda: "controller instance c2 starting" in second.log_tail(50), 30,
           "the second instance to start", 0.2)
-    time.sleep(2 * LEASE_SESSION_S)  # c2 has joined the group; nothing may change
+    time.sleep(LEASE_SESSION_S)  # c2 has joined the group; nothing may change
     assert len(takeovers(kafka_harness)) == 1 and controls(kafka_harness) == []
     first.kill()
     killed_ms = time.time() * 1000
@@ -218,9 +229,9 @@ def test_a_leader_cut_off_from_the_broker_by_the_network_is_replaced_and_gets_no
 def test_with_every_controller_down_the_job_is_answered_later_and_the_next_one_resumes(
         kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
     """The only controller is killed with its scale-up in flight; the job applies and acks it
-    while no controller runs (it needs none: fail-static); the next instance to start takes
-    over knowing the answer: it keeps the cooldown instead of scaling the same overload
-    again."""
+    while no controller runs (it needs none: fail-static), and garbage lands on the control
+    topic; the next instance to start takes over knowing the answer: it keeps the cooldown
+    instead of scaling the same overload again, and skips the garbage, saying so."""
     first = controllers("c1")
     wait_takeover(kafka_harness, 1, 60)
     publish_overload(kafka_harness, 30)
@@ -230,6 +241,7 @@ def test_with_every_controller_down_the_job_is_answered_later_and_the_next_one_r
     kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
         control.control_id, control.query_id, "i1", control.epoch, Outcome.APPLIED,
         "applied while no controller ran", 900, int(time.time() * 1000))))
+    kafka_harness.publish("control", b"\x00garbage on the control topic")
     second = controllers("c2")
     taken = wait_takeover(kafka_harness, 2, 60)
     assert f"({control.control_id}) was applied; cooldown" in taken.reason, taken.reason
@@ -237,3 +249,4 @@ def test_with_every_controller_down_the_job_is_answered_later_and_the_next_one_r
     until(lambda: "cooling down" in second.log_tail(100), 60,
           "c2 to judge the overload and hold for the cooldown", 0.5)
     assert controls(kafka_harness) == [control]
+    assert "skipping undecodable record (1 so far)" in second.log_tail(200)
