@@ -93,7 +93,8 @@ class Standbys:
                 self._had[query_id] = now
         return counts
 
-    def orphaned(self, now_ms: int) -> dict[str, int]:
-        """The queries that had live standbys and have none now, with how many they had: the
-        advice a new leader restates (it may have followed when the last one went)."""
-        return {q: had for q, had in self._had.items() if not self.live(q, now_ms)}
+    def recount_from_last_standbys(self) -> None:
+        """Make the next count compare with each query's last count that was not 0: a new
+        leader then asks for the standbys a query lost while it followed (it wrote nothing
+        then), once."""
+        self._counts.update(self._had)

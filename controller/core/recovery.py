@@ -14,7 +14,7 @@ Neighbours: `kafka.history` reads the topics; `app` seeds the loop with the resu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from controller.core.results import ACTIVE_INSTANCE, EXECUTORS
 from controller.core.state import ControlState, EffectCheck, InFlight
@@ -35,6 +35,9 @@ class Recovered:
     states: dict[str, ControlState]
     summary: tuple[str, ...]
     """One readable line per recovered query, for the start-up log."""
+    promoted: dict[str, str] = field(default_factory=dict)
+    """Per query, the instance its last tuple promoted, when that promotion was applied (the
+    loop then counts its standbys as if it had seen the ack)."""
 
 
 def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
@@ -44,14 +47,18 @@ def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
     decisions = {d.control_id: d for d in history.decisions if d.control_id}
     states: dict[str, ControlState] = {}
     summary: list[str] = []
+    promoted: dict[str, str] = {}
     for query_id in sorted({t.query_id for t in own}):
         latest = max((t for t in own if t.query_id == query_id), key=lambda t: t.epoch)
-        state, line = _query_state(latest, answer(latest, history.acks),
-                                   decisions.get(latest.control_id), now_ms,
+        ack = answer(latest, history.acks)
+        state, line = _query_state(latest, ack, decisions.get(latest.control_id), now_ms,
                                    cooldown_s=cooldown_s, ack_timeout_s=ack_timeout_s)
         states[query_id] = state
         summary.append(f"{query_id}: {line}")
-    return Recovered(states, tuple(summary))
+        if (latest.parameter == ACTIVE_INSTANCE and ack is not None
+                and ack.outcome is Outcome.APPLIED):
+            promoted[query_id] = latest.value
+    return Recovered(states, tuple(summary), promoted)
 
 
 def answer(t: ControlTuple, acks: tuple[Ack, ...]) -> Ack | None:

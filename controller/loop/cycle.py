@@ -178,6 +178,8 @@ class ControlLoop:
             return
         self.states = {q: resumed(self.states.get(q, ControlState()), recovered.states.get(q))
                        for q in self.states.keys() | recovered.states.keys()}
+        for query_id, instance_id in recovered.promoted.items():
+            self.standbys.promoted(query_id, instance_id, now_ms)  # as if it saw the ack
         self.leading, self.leader_since_ms = True, now_ms
         for line in recovered.summary:
             log.info("resuming %s", line)
@@ -186,10 +188,7 @@ class ControlLoop:
         self._actuator.write(report.takeover_record(
             self.settings.instance_id, decision_id=self._new_id(), now_ms=now_ms,
             resumed=recovered.summary))
-        for query_id, had in self.standbys.orphaned(now_ms).items():
-            advice = failover.standby_advice(query_id, had, 0)
-            if advice is not None:  # given while this instance followed, or never given
-                self._advice(query_id, advice, now_ms)
+        self.standbys.recount_from_last_standbys()
 
     def step_down(self, now_ms: int, why: str) -> None:
         """Stop writing at once: what this instance did is the next leader's to resume."""

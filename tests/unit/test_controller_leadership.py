@@ -19,7 +19,7 @@ from controller.loop.fakes import (
     MemoryMetricsSource,
 )
 from controller.settings import ControllerSettings
-from schemas import Ack, Outcome
+from schemas import Ack, ControlTuple, Outcome, codec_for
 from schemas.records import TAKEOVER
 from tests.unit.controller_traces import Job, end_ms, simulate
 from tests.unit.test_controller_failover import beat
@@ -134,3 +134,17 @@ def test_a_new_leader_restates_the_standby_advice_given_while_it_followed() -> N
     cycles(b, count=1)
     [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
     assert advice.query_id == "q1" and "it had 1" in advice.reason
+
+
+def test_a_new_leader_asks_for_a_standby_after_a_promotion_answered_before_it_led() -> None:
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="b")
+    promotion = ControlTuple("c-1", "q1", "query", "active_instance", "s1", 1,
+                             "streamctl-controller", "q1 lost", clock.ms - 5_000)
+    bus.control.append(codec_for(ControlTuple).encode(promotion))
+    bus.publish_ack(Ack("c-1", "q1", "s1", 1, Outcome.APPLIED, "promoted", 900, clock.ms))
+    b = instance("b", lease, bus, clock)
+    cycles(b, count=1)
+    [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
+    assert advice.query_id == "q1" and "it had 1" in advice.reason
+    cycles(b)
+    assert [d.action for d in bus.written_decisions()].count("start_standby") == 1
