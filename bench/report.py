@@ -114,7 +114,29 @@ def overhead(result: Result) -> list[str]:
                       f"{r['rows_per_s']:.0f}"] for r in runs])]
 
 
+def reaction(result: Result) -> list[str]:
+    targets = result["targets"]
+
+    def figure(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f}"
+
+    return _table(
+        ["scenario", "runs", "tuples per run (target)", "change → tuple s (≤ 5)",
+         "tuple → applied s", "pause s", "change → lag back s (≤ 40)"],
+        [[r["scenario"], str(r["runs"]), f"{', '.join(map(str, r['tuples']))} "
+          f"({targets['tuples'][r['scenario']]})", figure(r["change_to_tuple_s"]),
+          figure(r["tuple_to_applied_s"]), figure(r["pause_s"]),
+          figure(r["change_to_recovered_s"])] for r in result["summary"]])
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
+    ("reaction", "Reaction to a step, a spike and a ramp", reaction,
+     "The real sensor job (2 units, 1 s trigger, 5 ms per record) and the real controller on "
+     "a local broker; loads relative to the job's capacity C measured first: a step from "
+     "0.4 C to 3 C, a 3 s spike to 6 C, a ramp from 0.4 C to 3 C over 90 s. Medians over the "
+     "runs; times from the load change, as the benchmark saw the decision and the ack "
+     "arrive; \"lag back\" is the first batch after the applied tuple whose lag is at most "
+     "the highest of the 10 s before the change."),
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
      "runs from the later of the last commit before the change and the change's start to the "

@@ -1,0 +1,266 @@
+"""Benchmark: how fast the closed loop reacts to a load step, a spike and a ramp.
+
+For each scenario and run: a local broker (one for the whole benchmark), the real sensor job
+(2 units, 1 s trigger, 5 ms per record, batches of at most 1 500) and the real controller on
+topics of their own. The job's capacity C at 2 units is measured first (a burst it works
+through in full batches, before the controller starts); every load is relative to it:
+
+- step:  0.4 C for 30 s, then 3 C for 60 s;
+- spike: 0.4 C, 6 C for 3 s at 30 s, then 0.4 C again for 45 s (the catch-up target absorbs it);
+- ramp:  0.4 C, rising linearly to 3 C from 30 s to 120 s, held for 30 s.
+
+It reads the controller's decisions and the job's acks and metrics as they arrive and reports,
+per scenario, the figures of issue 12's table: load change → first control tuple, tuple →
+applied, its pause, change → lag back to its level before the change (the highest lag of the
+10 s before it), and how many tuples were sent (a spike: none; a ramp: at most 2).
+
+    .venv/bin/python -m bench.reaction --runs 5
+
+prints a table (medians over the runs, beside the targets) and writes
+`bench/results/reaction.json` (`bench.report` renders it into `docs/benchmarks.md`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import record
+from schemas import Ack, Decision, Outcome, TaskMetrics
+from schemas.records import TAKEOVER
+from stack.broker import LocalBroker
+from stack.ports import find_free_ports
+from stack.topics import TopicSpec, ensure_topics
+from streamctl.loadgen import Ledger, LoadSpec, run_load
+from streamctl.processes import Child, start_child, stop_all
+from streamctl.profiles import RateProfile
+from streamctl.tail import Tail
+from streamctl.view import QueryView
+
+KEY = "bench-reaction-control-key-0123456"
+BATCH_CAP = 1500
+CHANGE_AT_S = 30.0
+
+SCENARIOS: dict[str, Callable[[float], tuple[RateProfile, float]]] = {
+    "step": lambda c: (RateProfile("step", 0.4 * c, 3 * c, CHANGE_AT_S), CHANGE_AT_S + 60),
+    "spike": lambda c: (RateProfile("spike", 0.4 * c, 6 * c, CHANGE_AT_S, CHANGE_AT_S + 3),
+                        CHANGE_AT_S + 45),
+    "ramp": lambda c: (RateProfile("ramp", 0.4 * c, 3 * c, CHANGE_AT_S, CHANGE_AT_S + 90),
+                       CHANGE_AT_S + 120),
+}
+"""Per scenario: (profile, load duration) for a capacity C."""
+
+TARGETS = {"change_to_tuple_s": "≤ 5 s", "change_to_recovered_s": "≤ 40 s",
+           "tuples": {"step": "1", "spike": "0", "ramp": "≤ 2"}}
+
+
+@dataclass(frozen=True)
+class Run:
+    scenario: str
+    capacity_per_s: float
+    tuples: int
+    change_to_tuple_s: float | None
+    tuple_to_applied_s: float | None
+    pause_s: float | None
+    change_to_recovered_s: float | None
+    targets: tuple[str, ...]
+    """The knob values the tuples set, in order."""
+
+
+class Loop:
+    """One job and one controller on fresh topics, and what they write, as it arrives."""
+
+    def __init__(self, bootstrap: str, workdir: Path) -> None:
+        tag = uuid.uuid4().hex[:8]
+        kinds = ("in", "out", "dlq", "metrics", "control", "acks", "decisions", "lease")
+        self.topics = {k: f"bench-reaction-{tag}-{k}" for k in kinds}
+        ensure_topics(bootstrap, [TopicSpec(n, partitions=2 if k in ("in", "out") else 1)
+                                  for k, n in self.topics.items()])
+        self.bootstrap, self.workdir, self.query_id = bootstrap, workdir, f"bench-{tag}"
+        t = self.topics
+        self.env = {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap, "STREAMCTL_CONTROL_KEY": KEY,
+                    "STREAMCTL_METRICS_TOPIC": t["metrics"],
+                    "STREAMCTL_CONTROL_TOPIC": t["control"], "STREAMCTL_ACK_TOPIC": t["acks"],
+                    "STREAMCTL_DECISIONS_TOPIC": t["decisions"],
+                    "STREAMCTL_CONTROLLER_LEASE_TOPIC": t["lease"],
+                    "STREAMCTL_CONTROLLER_GROUP_ID": f"bench-reaction-{tag}"}
+        self.children: list[Child] = []
+        self.view = QueryView(self.query_id)
+        self.decisions: list[tuple[float, Decision]] = []
+        self.acks: list[tuple[float, Ack]] = []
+        self.lags: list[tuple[float, int]] = []
+        self._tail = Tail(bootstrap, {t["metrics"]: TaskMetrics, t["decisions"]: Decision,
+                                      t["acks"]: Ack}, from_beginning=True)
+
+    def start_job(self) -> None:
+        t = self.topics
+        self.children.append(start_child("job", [
+            "job", "run", "--job", "sensor-averages", "--query-id", self.query_id,
+            "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
+            "--checkpoint-dir", str(self.workdir / self.query_id), "--input-parallelism", "2",
+            "--max-offsets-per-trigger", str(BATCH_CAP), "--set", "enrichment_cost_ms=5",
+            "--trigger-interval-s", "1", "--metrics-port", "0"], self.workdir, self.env))
+
+    def start_controller(self) -> None:
+        self.children.append(start_child("controller", [
+            "controller", "run", "--metrics-port", "0", "--instance-id", "bench"],
+            self.workdir, self.env))
+        self.wait(lambda: any(d.action == TAKEOVER for _, d in self.decisions), 60,
+                  "the controller to lead")
+
+    def poll(self) -> None:
+        for _topic, got in self._tail.poll(0.3):
+            now = time.monotonic()
+            if isinstance(got, TaskMetrics) and got.query_id == self.query_id:
+                self.view.add(got)
+                self.lags.append((now, self.lag()))
+            elif isinstance(got, Decision):
+                self.decisions.append((now, got))
+            elif isinstance(got, Ack):
+                self.acks.append((now, got))
+
+    def lag(self) -> int:
+        return self.view.lag_records(self._tail.log_end_total(self.topics["in"]))
+
+    def wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            for child in self.children:
+                if not child.alive():
+                    raise RuntimeError(f"the {child.name} died:\n{child.log_tail()}")
+            self.poll()
+
+    def capacity(self) -> float:
+        """Records/s of the median full batch of a burst of four, first of each run left out."""
+        burst = LoadSpec(self.bootstrap, self.topics["in"], RateProfile("constant", 4000),
+                         4 * BATCH_CAP / 4000, start_seq=10**9)
+        run_load(burst, Ledger(10_000))
+        self.wait(lambda: bool(self.view.samples) and self.lag() == 0, 300, "the burst")
+        first = min(m.batch_id for m in self.view.samples if m.input_rows > 0)
+        full = [m.input_rows / (m.busy_ms / 1000) for m in self.view.samples
+                if m.input_rows >= 0.9 * BATCH_CAP and m.busy_ms > 0 and m.batch_id != first]
+        if not full:
+            raise RuntimeError("no full batch in the calibration burst")
+        return statistics.median(full)
+
+    def sent(self) -> list[tuple[float, Decision]]:
+        return [(t, d) for t, d in self.decisions
+                if d.control_id and not d.action.startswith("ack_")]
+
+    def close(self) -> None:
+        stop_all(self.children)
+        self._tail.close()
+
+
+def run_scenario(name: str, bootstrap: str, workdir: Path) -> Run:
+    loop = Loop(bootstrap, workdir)
+    try:
+        loop.start_job()
+        capacity = loop.capacity()
+        loop.start_controller()
+        profile, duration_s = SCENARIOS[name](capacity)
+        spec = LoadSpec(bootstrap, loop.topics["in"], profile, duration_s)
+        load = threading.Thread(target=run_load, args=(spec, Ledger(10_000)), daemon=True)
+        started = time.monotonic()
+        load.start()
+        change = started + CHANGE_AT_S
+        loop.wait(lambda: not load.is_alive(), duration_s + 60, "the load")
+        loop.wait(lambda: loop.lag() == 0, 180, "the backlog to drain")
+        return _figures(name, loop, capacity, change)
+    finally:
+        loop.close()
+
+
+def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
+    sent = [(t, d) for t, d in loop.sent() if t >= change]
+    first = sent[0] if sent else None
+    applied = next(((t, a) for t, a in loop.acks if first is not None
+                    and a.control_id == first[1].control_id
+                    and a.outcome is Outcome.APPLIED), None)
+    before = [lag for t, lag in loop.lags if change - 10 <= t < change]
+    level = max(before, default=0)
+    recovered = next((t for t, lag in loop.lags if applied is not None and t > applied[0]
+                      and lag <= level), None)
+    return Run(
+        scenario=name, capacity_per_s=round(capacity, 1), tuples=len(sent),
+        change_to_tuple_s=_round(first[0] - change if first else None),
+        tuple_to_applied_s=_round(applied[0] - first[0] if applied and first else None),
+        pause_s=_round(applied[1].pause_ms / 1000 if applied else None),
+        change_to_recovered_s=_round(recovered - change if recovered else None),
+        targets=tuple(d.target_value for _, d in sent))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 1) if known else None
+
+
+def summary(runs: list[Run]) -> list[dict[str, Any]]:
+    """Per scenario: the medians over its runs, and how many tuples each run sent."""
+    rows = []
+    for name in SCENARIOS:
+        mine = [r for r in runs if r.scenario == name]
+        if mine:
+            rows.append({"scenario": name, "runs": len(mine),
+                         "tuples": [r.tuples for r in mine],
+                         **{k: _median([getattr(r, k) for r in mine])
+                            for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
+                                      "change_to_recovered_s")}})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="runs of each scenario")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help="comma-separated, of: " + ", ".join(SCENARIOS))
+    args = parser.parse_args()
+    names = [n for n in args.scenarios.split(",") if n]
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    load_before = record.load_average()
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
+        port, ctrl = find_free_ports(2)
+        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
+            for n in range(args.runs):
+                for name in names:
+                    run = run_scenario(name, broker.bootstrap_servers, Path(tmp) / f"{name}-{n}")
+                    print(f"  {name} #{n + 1}: {run}", flush=True)
+                    runs.append(run)
+    rows = summary(runs)
+    print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
+          f"{'pause s':>7} {'→ recovered s':>13}")
+    for row in rows:
+        print(f"{row['scenario']:<8} {row['runs']:>4} {row['tuples']!s:>10} "
+              f"{_text(row['change_to_tuple_s']):>9} {_text(row['tuple_to_applied_s']):>11} "
+              f"{_text(row['pause_s']):>7} {_text(row['change_to_recovered_s']):>13}")
+    record.write("reaction", {"runs": args.runs, "batch_cap": BATCH_CAP,
+                              "change_at_s": CHANGE_AT_S, "targets": TARGETS,
+                              "summary": rows, "all_runs": [asdict(r) for r in runs]},
+                 load_before)
+    return 0
+
+
+def _text(value: object) -> str:
+    return "—" if value is None else f"{value}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
