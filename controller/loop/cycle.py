@@ -189,6 +189,7 @@ class ControlLoop:
             self.settings.instance_id, decision_id=self._new_id(), now_ms=now_ms,
             resumed=recovered.summary))
         self.standbys.recount_from_last_standbys()
+        self.verdicts.clear()  # what it concluded while following is said (and counted) anew
 
     def step_down(self, now_ms: int, why: str) -> None:
         """Stop writing at once: what this instance did is the next leader's to resume."""
@@ -364,6 +365,8 @@ class ControlLoop:
         if isinstance(previous, Lost):
             log.info("%s: metrics again after being reported lost", query_id)
         log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
+        if not self.leading:
+            return  # a follower's verdicts are its own business: counted and written by none
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
             self.ports.observer.recommended(verdict.action)
@@ -389,7 +392,7 @@ class ControlLoop:
         for query_id, (before, now) in self.standbys.recount(now_ms).items():
             self.ports.observer.standbys(query_id, now)
             advice = failover.standby_advice(query_id, before, now)
-            if advice is not None:
+            if advice is not None and self.leading:
                 log.warning("%s: %s: %s", query_id, advice.action, advice.reason)
                 self.ports.observer.recommended(advice.action)
                 self._advice(query_id, advice, now_ms)

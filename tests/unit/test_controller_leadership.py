@@ -18,6 +18,7 @@ from controller.loop.fakes import (
     MemoryLease,
     MemoryMetricsSource,
 )
+from controller.loop.ports import NullObserver
 from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Outcome, codec_for
 from schemas.records import TAKEOVER
@@ -27,6 +28,16 @@ from tests.unit.test_controller_failover import beat
 OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
 
 
+class Decided(NullObserver):
+    """Remembers the decisions an instance reports (to Prometheus, in production)."""
+
+    def __init__(self) -> None:
+        self.actions: list[str] = []
+
+    def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
+        self.actions.append(action)
+
+
 def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) -> ControlLoop:
     leadership = MemoryLeadership(lease, name, bus)
     return ControlLoop(ControllerSettings(instance_id=name), Ports(
@@ -34,7 +45,7 @@ def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) ->
                                                                             leadership.guard),
         acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions,
                                                                     leadership.guard),
-        clock=clock, leadership=leadership))
+        clock=clock, leadership=leadership, observer=Decided()))
 
 
 def overloaded(bus: MemoryBus, clock: FakeClock) -> None:
@@ -64,6 +75,8 @@ def test_only_the_leader_writes_while_the_follower_models_every_query_too() -> N
     assert "q1" in b.models and b.models["q1"].arrival_rate == a.models["q1"].arrival_rate
     takeovers = [d for d in bus.written_decisions() if d.action == TAKEOVER]
     assert [d.target_value for d in takeovers] == ["a"]
+    assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
+    assert "scale_up" in a.ports.observer.actions and b.ports.observer.actions == []
 
 
 def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -> None:
@@ -148,3 +161,15 @@ def test_a_new_leader_asks_for_a_standby_after_a_promotion_answered_before_it_le
     assert advice.query_id == "q1" and "it had 1" in advice.reason
     cycles(b)
     assert [d.action for d in bus.written_decisions()].count("start_standby") == 1
+
+
+def test_a_follower_reports_no_decision_of_its_own() -> None:
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
+    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    trace = simulate(Job(rates=[(0, 200)], per_unit=210, parallelism=2), 30)
+    bus.publish_metrics(*trace)
+    clock.ms = end_ms(trace)
+    cycles(a, b)
+    assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
+    assert a.ports.observer.actions and b.ports.observer.actions == []
+    assert b.verdicts["q1"].action == a.verdicts["q1"].action  # it reached the same verdict
