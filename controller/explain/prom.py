@@ -30,7 +30,6 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._last_decision: dict[str, tuple[str, str, str]] = {}
-        self._leading: dict[str, bool] = {}
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["query"], registry=registry)
@@ -154,14 +153,13 @@ class ControllerMetrics:
         self.probe_failures.inc()
 
     def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
-        was_leading = self._leading.get(instance_id, False)
-        self._leading[instance_id] = leading
+        """Called on each change only (and once at start), so each call to lead is one more
+        takeover."""
         self.leader.labels(instance_id).set(1 if leading else 0)
         self.leader_since.labels(instance_id).set(since_ms / 1000 if leading else 0)
-        if leading and not was_leading:
-            self.takeovers.labels(instance_id).inc()
-        elif not leading:
-            self.takeovers.labels(instance_id)  # the series exists from the start, at 0
+        takeovers = self.takeovers.labels(instance_id)  # the series exists from the start, at 0
+        if leading:
+            takeovers.inc()
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

@@ -111,7 +111,6 @@ class ControlLoop:
         self._next_status_ms = 0
         self._stopping = False
         self.leading = ports.leadership is None
-        self.leader_since_ms: int | None = None
 
     def stop(self) -> None:
         """Ask `run` to return after the current cycle (safe from a signal handler)."""
@@ -146,8 +145,8 @@ class ControlLoop:
             else:
                 self.ports.acks.poll(0.0)  # the leader's business; history has them
             verdicts = self.decide_all(now_ms)
-            for window in self._windows:
-                if self.leading:
+            if self.leading:
+                for window in self._windows:
                     self.act(window, verdicts[window.query_id], now_ms)
             self.count_standbys(now_ms)
         except Fenced as exc:
@@ -180,7 +179,7 @@ class ControlLoop:
                        for q in self.states.keys() | recovered.states.keys()}
         for query_id, instance_id in recovered.promoted.items():
             self.standbys.promoted(query_id, instance_id, now_ms)  # as if it saw the ack
-        self.leading, self.leader_since_ms = True, now_ms
+        self.leading = True
         for line in recovered.summary:
             log.info("resuming %s", line)
         log.info("leading from now on (instance %s)", self.settings.instance_id)
@@ -194,7 +193,7 @@ class ControlLoop:
     def step_down(self, now_ms: int, why: str) -> None:
         """Stop writing at once: what this instance did is the next leader's to resume."""
         log.warning("no longer leading: %s", why)
-        self.leading, self.leader_since_ms = False, None
+        self.leading = False
         self.states = {q: following(s) for q, s in self.states.items()}
         self.ports.observer.leadership(self.settings.instance_id, False, now_ms)
         if self.ports.leadership is not None:
@@ -398,8 +397,6 @@ class ControlLoop:
                 self._advice(query_id, advice, now_ms)
 
     def _advice(self, query_id: str, verdict: Recommend | Hold | Lost, now_ms: int) -> None:
-        if not self.leading:
-            return
         self._actuator.write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
                                                   now_ms=now_ms, dry_run=self.settings.dry_run))
 

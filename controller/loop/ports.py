@@ -116,7 +116,8 @@ class LoopObserver(Protocol):
         """An end-offset probe of the broker failed."""
         ...
     def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
-        """This instance started or stopped leading (also once at start)."""
+        """This instance started or stopped leading (on each change only, and once at
+        start)."""
         ...
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from controller.core.recovery import following, resumed
 from controller.core.state import ControlState, Ineffective
+from controller.explain.prom import ControllerMetrics, new_registry
 from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.fakes import (
     FakeClock,
@@ -48,8 +49,16 @@ def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) ->
         clock=clock, leadership=leadership, observer=Decided()))
 
 
-def overloaded(bus: MemoryBus, clock: FakeClock) -> None:
-    trace = simulate(OVERLOAD, 30)
+def pair(holder: str | None = "a") -> tuple[MemoryBus, FakeClock, MemoryLease, ControlLoop,
+                                            ControlLoop]:
+    """Instances a and b on one bus, `holder` holding the lease."""
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder=holder)
+    return bus, clock, lease, instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+
+
+def load(bus: MemoryBus, clock: FakeClock, job: Job = OVERLOAD) -> None:
+    """30 s of `job`'s metrics on the bus, the clock at their end."""
+    trace = simulate(job, 30)
     bus.publish_metrics(*trace)
     clock.ms = end_ms(trace)
 
@@ -66,9 +75,8 @@ def leadership_of(loop: ControlLoop) -> MemoryLeadership:
 
 
 def test_only_the_leader_writes_while_the_follower_models_every_query_too() -> None:
-    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
-    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
-    overloaded(bus, clock)
+    bus, clock, _, a, b = pair()
+    load(bus, clock)
     cycles(a, b)
     [control] = bus.sent_controls()
     assert int(control.value) > 2 and (a.leading, b.leading) == (True, False)
@@ -80,9 +88,8 @@ def test_only_the_leader_writes_while_the_follower_models_every_query_too() -> N
 
 
 def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -> None:
-    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
-    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
-    overloaded(bus, clock)
+    bus, clock, lease, a, b = pair()
+    load(bus, clock)
     cycles(a, b)
     [control] = bus.sent_controls()
     lease.holder = "b"  # a's session ended: the group gave the lease to b
@@ -102,14 +109,13 @@ def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -
 
 
 def test_a_frozen_leader_that_wakes_believing_it_leads_is_fenced_and_steps_down() -> None:
-    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
-    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    bus, clock, lease, a, b = pair()
     cycles(a, b, count=1)
     assert a.leading
     leadership_of(a).believes = True  # frozen while b took over; wakes up unaware
     lease.holder = "b"
     cycles(b, count=1)
-    overloaded(bus, clock)
+    load(bus, clock)
     cycles(a, count=1)  # decides the overload first and tries to send
     assert not a.leading and leadership_of(a).releases == 1
     assert bus.sent_controls() == []
@@ -135,8 +141,7 @@ def test_a_deposed_leader_forgets_what_it_did_but_not_what_it_saw() -> None:
 
 
 def test_a_new_leader_restates_the_standby_advice_given_while_it_followed() -> None:
-    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
-    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    bus, clock, lease, a, b = pair()
     bus.publish_metrics(beat("s1", clock.ms))
     cycles(a, b, count=1)
     lease.holder = None  # a is gone (its session ended) and b is not elected yet
@@ -150,12 +155,11 @@ def test_a_new_leader_restates_the_standby_advice_given_while_it_followed() -> N
 
 
 def test_a_new_leader_asks_for_a_standby_after_a_promotion_answered_before_it_led() -> None:
-    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="b")
+    bus, clock, _, _, b = pair(holder="b")
     promotion = ControlTuple("c-1", "q1", "query", "active_instance", "s1", 1,
                              "streamctl-controller", "q1 lost", clock.ms - 5_000)
     bus.control.append(codec_for(ControlTuple).encode(promotion))
     bus.publish_ack(Ack("c-1", "q1", "s1", 1, Outcome.APPLIED, "promoted", 900, clock.ms))
-    b = instance("b", lease, bus, clock)
     cycles(b, count=1)
     [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
     assert advice.query_id == "q1" and "it had 1" in advice.reason
@@ -164,12 +168,21 @@ def test_a_new_leader_asks_for_a_standby_after_a_promotion_answered_before_it_le
 
 
 def test_a_follower_reports_no_decision_of_its_own() -> None:
-    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder="a")
-    a, b = instance("a", lease, bus, clock), instance("b", lease, bus, clock)
-    trace = simulate(Job(rates=[(0, 200)], per_unit=210, parallelism=2), 30)
-    bus.publish_metrics(*trace)
-    clock.ms = end_ms(trace)
+    bus, clock, _, a, b = pair()
+    load(bus, clock, Job(rates=[(0, 200)], per_unit=210, parallelism=2))  # within capacity
     cycles(a, b)
     assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
     assert a.ports.observer.actions and b.ports.observer.actions == []
     assert b.verdicts["q1"].action == a.verdicts["q1"].action  # it reached the same verdict
+
+
+def test_prometheus_counts_each_takeover_and_shows_who_leads_since_when() -> None:
+    metrics = ControllerMetrics(new_registry())
+    for leading, at_ms in ((False, 1_000), (True, 2_000), (False, 3_000), (True, 4_000)):
+        metrics.leadership("c1", leading, at_ms)
+    value = metrics.registry.get_sample_value
+    assert value("streamctl_controller_takeovers_total", {"instance": "c1"}) == 2
+    assert value("streamctl_controller_leader", {"instance": "c1"}) == 1
+    assert value("streamctl_controller_leader_since_timestamp_seconds", {"instance": "c1"}) == 4
+    metrics.leadership("c2", False, 1_000)  # a follower from the start: a series at 0
+    assert value("streamctl_controller_takeovers_total", {"instance": "c2"}) == 0
