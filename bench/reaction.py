@@ -43,7 +43,7 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
-from streamctl.view import QueryView
+from streamctl.view import QueryView, full_batch_rate
 
 KEY = "bench-reaction-control-key-0123456"
 BATCH_CAP = 1500
@@ -141,17 +141,15 @@ class Loop:
             self.poll()
 
     def capacity(self) -> float:
-        """Records/s of the median full batch of a burst of four, first of each run left out."""
+        """The job's records/s at 2 units: a burst of four full batches (`full_batch_rate`)."""
         burst = LoadSpec(self.bootstrap, self.topics["in"], RateProfile("constant", 4000),
                          4 * BATCH_CAP / 4000, start_seq=10**9)
         run_load(burst, Ledger(10_000))
         self.wait(lambda: bool(self.view.samples) and self.lag() == 0, 300, "the burst")
-        first = min(m.batch_id for m in self.view.samples if m.input_rows > 0)
-        full = [m.input_rows / (m.busy_ms / 1000) for m in self.view.samples
-                if m.input_rows >= 0.9 * BATCH_CAP and m.busy_ms > 0 and m.batch_id != first]
-        if not full:
+        rate = full_batch_rate(self.view.samples, BATCH_CAP)
+        if rate is None:
             raise RuntimeError("no full batch in the calibration burst")
-        return statistics.median(full)
+        return rate
 
     def sent(self) -> list[tuple[float, Decision]]:
         return [(t, d) for t, d in self.decisions

@@ -7,7 +7,9 @@ controller believes.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from schemas import TaskMetrics
@@ -100,3 +102,16 @@ def status_line(elapsed_s: float, load_per_s: float, view: QueryView | None,
         f"{view.batch_seconds():7.1f}  "
         f"{view.parallelism():11d}  {view.epoch():5d}"
     )
+
+
+def full_batch_rate(samples: Sequence[TaskMetrics], batch_cap: int) -> float | None:
+    """Records/s a job processed in its full batches (at least 90 % of `batch_cap`), each
+    run's first one left out (its warm-up): the median, or None without such a batch. Its
+    capacity, when measured while it worked through a burst of at least a few batches."""
+    first: dict[tuple[str, int], int] = {}
+    for m in samples:
+        first.setdefault((m.instance_id, m.config_epoch), m.batch_id)
+    full = [m.input_rows / (m.busy_ms / 1000) for m in samples
+            if m.input_rows >= 0.9 * batch_cap and m.busy_ms > 0
+            and m.batch_id != first[(m.instance_id, m.config_epoch)]]
+    return statistics.median(full) if full else None

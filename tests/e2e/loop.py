@@ -9,7 +9,6 @@ come within a test's budget.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
-from streamctl.view import QueryView
+from streamctl.view import QueryView, full_batch_rate
 from tests.support.control import controllers_env
 from tests.support.waiting import until
 
@@ -60,6 +59,21 @@ def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[st
         stop_all(children)
 
 
+SENSOR_WINDOW_MS = 10_000
+SENSOR_BATCH_CAP = 1500
+
+
+def sensor_job(query_id: str, checkpoint_dir: Path, *, units: int = 2,
+               trigger_s: int = 1) -> list[str]:
+    """`job run` options of the sensor job as the closed-loop tests run it: 5 ms per record,
+    batches of at most `SENSOR_BATCH_CAP`, 10 s windows with a 10 s watermark."""
+    return ["--query-id", query_id, "--checkpoint-dir", str(checkpoint_dir),
+            "--job", "sensor-averages", "--input-parallelism", str(units),
+            "--max-offsets-per-trigger", str(SENSOR_BATCH_CAP),
+            "--set", "enrichment_cost_ms=5", "--trigger-interval-s", str(trigger_s),
+            "--set", f"window_s={SENSOR_WINDOW_MS // 1000}", "--set", "watermark_s=10"]
+
+
 def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
                      metrics_port: int = 0, *options: str, name: str = "controller") -> Child:
     """A controller instance `name` on the loop's topics, with the tests' cooldown and
@@ -71,17 +85,10 @@ def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
 
 
 def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
-    """Records/s a job processed in its full batches (at least 90 % of `batch_cap`), each
-    run's first one left out (its warm-up): the median, measured while it worked through a
-    burst of at least a few batches."""
-    first: dict[tuple[str, int], int] = {}
-    for m in samples:
-        first.setdefault((m.instance_id, m.config_epoch), m.batch_id)
-    full = [m.input_rows / (m.busy_ms / 1000) for m in samples
-            if m.input_rows >= 0.9 * batch_cap and m.busy_ms > 0
-            and m.batch_id != first[(m.instance_id, m.config_epoch)]]
-    assert full, "no full batch to measure the capacity on"
-    return statistics.median(full)
+    """`view.full_batch_rate`, which must have a full batch to measure."""
+    rate = full_batch_rate(samples, batch_cap)
+    assert rate is not None, "no full batch to measure the capacity on"
+    return rate
 
 
 def sensor_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger,

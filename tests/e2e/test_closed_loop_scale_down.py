@@ -23,13 +23,21 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
-from tests.e2e.loop import LoopWatch, run_loop, sensor_capacity, start_controller
+from tests.e2e.loop import (
+    SENSOR_BATCH_CAP,
+    SENSOR_WINDOW_MS,
+    LoopWatch,
+    run_loop,
+    sensor_capacity,
+    sensor_job,
+    start_controller,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
-WINDOW_MS = 10_000
+WINDOW_MS = SENSOR_WINDOW_MS
 QUERY = "e2e-scale-down"
-BATCH_CAP = 1500
+BATCH_CAP = SENSOR_BATCH_CAP
 START_UNITS = 8
 TRIGGER_S = 4
 """Eight tasks a batch cost ~1 s of fixed work on 2 cores: with a 1 s trigger the job is busy
@@ -43,13 +51,8 @@ AFTER_SCALE_DOWN_S = 20.0
 @pytest.fixture
 def job(bootstrap_servers: str, loop_topics: dict[str, str],
         tmp_path: Path) -> Iterator[list[Child]]:
-    with run_loop(bootstrap_servers, loop_topics, [
-        "--query-id", QUERY, "--checkpoint-dir", str(tmp_path / "checkpoint"),
-        "--job", "sensor-averages", "--input-parallelism", str(START_UNITS),
-        "--max-offsets-per-trigger", str(BATCH_CAP),
-        "--set", "enrichment_cost_ms=5", "--trigger-interval-s", str(TRIGGER_S),
-        "--set", f"window_s={WINDOW_MS // 1000}", "--set", "watermark_s=10",
-    ], tmp_path) as children:
+    options = sensor_job(QUERY, tmp_path / "checkpoint", units=START_UNITS, trigger_s=TRIGGER_S)
+    with run_loop(bootstrap_servers, loop_topics, options, tmp_path) as children:
         yield children
 
 

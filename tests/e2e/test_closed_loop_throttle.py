@@ -21,26 +21,29 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
-from tests.e2e.loop import LoopWatch, run_loop, sensor_capacity, start_controller
+from tests.e2e.loop import (
+    SENSOR_BATCH_CAP,
+    SENSOR_WINDOW_MS,
+    LoopWatch,
+    run_loop,
+    sensor_capacity,
+    sensor_job,
+    start_controller,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
-WINDOW_MS = 10_000
+WINDOW_MS = SENSOR_WINDOW_MS
 QUERY = "e2e-throttle"
-BATCH_CAP = 1500
+BATCH_CAP = SENSOR_BATCH_CAP
 LOAD_S = 30.0
 
 
 @pytest.fixture
 def job(bootstrap_servers: str, loop_topics: dict[str, str],
         tmp_path: Path) -> Iterator[list[Child]]:
-    with run_loop(bootstrap_servers, loop_topics, [
-        "--query-id", QUERY, "--checkpoint-dir", str(tmp_path / "checkpoint"),
-        "--job", "sensor-averages", "--input-parallelism", "2",
-        "--max-offsets-per-trigger", str(BATCH_CAP),
-        "--set", "enrichment_cost_ms=5", "--trigger-interval-s", "1",
-        "--set", f"window_s={WINDOW_MS // 1000}", "--set", "watermark_s=10",
-    ], tmp_path) as children:
+    with run_loop(bootstrap_servers, loop_topics,
+                  sensor_job(QUERY, tmp_path / "checkpoint"), tmp_path) as children:
         yield children
 
 
