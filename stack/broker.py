@@ -1,6 +1,8 @@
-"""A real single-node Apache Kafka 4.x broker (KRaft, combined broker+controller) for local use.
+"""A real Apache Kafka 4.x broker (KRaft, combined broker+controller) for local use: a single
+node, or one node of a local cluster (`cluster`).
 
-Owns the broker's life cycle under `<state>/kafka/`: writing its config files, formatting
+Owns the broker's life cycle in its directory (`<state>/kafka/`, or a cluster node's): writing
+its config files, formatting
 storage on first start, launching `java kafka.Kafka` detached with its output in `broker.log`,
 readiness by a real metadata request, controlled shutdown, and status. Plain by default; with
 `secure=True` its only client listener is SASL_SSL (SCRAM users, a throwaway CA under
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +26,7 @@ from stack import acls
 from stack.broker_files import (
     TEMPLATES,
     BrokerLayout,
+    Quorum,
     SecureBrokerFiles,
     SecureListeners,
     java_command,
@@ -58,15 +61,28 @@ class BrokerStatus:
     port: int | None
     controller_port: int | None
     layout: BrokerLayout
+    label: str = "broker"
+    """"broker", or "node <id>" on a cluster."""
 
     def describe(self) -> str:
         if not self.running:
-            return f"broker: not running (state {self.layout.root})"
+            return f"{self.label}: not running (state {self.layout.root})"
         health = "ready" if self.ready else "NOT answering metadata requests"
         return (
-            f"broker: running, {health}; pid {self.pid}, listener {HOST}:{self.port}, "
+            f"{self.label}: running, {health}; pid {self.pid}, listener {HOST}:{self.port}, "
             f"controller {HOST}:{self.controller_port}; log {self.layout.log_file}"
         )
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """Where one broker keeps its files and which quorum it belongs to."""
+
+    root: Path
+    """Its config, data, log and pid file (`<state>/kafka/` for a single broker)."""
+    quorum: Quorum
+    cluster_id: Callable[[], str]
+    """The id its storage is formatted with: every node of a cluster must share one."""
 
 
 class LocalBroker:
@@ -83,17 +99,26 @@ class LocalBroker:
         maven_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
         secure: bool | None = None,
+        node: ClusterNode | None = None,
     ) -> None:
         """`classpath` skips Maven (tests); `maven_dir` defaults to `<state>/maven`; `secure`
         starts the SASL_SSL broker with ACLs instead of the plain one (None: as the state dir
-        was formatted, plain for a new one)."""
+        was formatted, plain for a new one); `node` makes it one node of a local cluster
+        (`stack.cluster`) instead of a single broker under `<state>/kafka/`."""
         # Absolute, because the broker runs with its own cwd and the pid check matches paths.
         self.state_dir = Path(state_dir or default_state_dir()).resolve()
         self.port = port
         self.controller_port = controller_port if controller_port is not None else port + 1
         if self.controller_port == self.port:
             raise StackError(f"the controller port must differ from the listener port {port}")
-        self.layout = BrokerLayout(self.state_dir / "kafka")
+        self.node = node or ClusterNode(
+            self.state_dir / "kafka", Quorum.alone(self.controller_port), new_cluster_id)
+        if self.node.quorum.voters.get(self.node.quorum.node_id) != self.controller_port:
+            raise StackError(f"node {self.node.quorum.node_id} is not a voter on its "
+                             f"controller port {self.controller_port}")
+        if secure and self.node.quorum.size > 1:
+            raise StackError("a secured broker runs alone: a secured cluster is not built yet")
+        self.layout = BrokerLayout(self.node.root)
         self._heap = heap
         self._classpath = list(classpath) if classpath is not None else None
         self._maven_dir = maven_dir or self.state_dir / "maven"
@@ -113,10 +138,17 @@ class LocalBroker:
     def start(self, timeout_s: float = 60.0) -> bool:
         """Start and wait until ready. False if this state dir's broker was already running."""
         deadline = Deadline.after(timeout_s)
+        started = self.launch()
+        self.await_ready(deadline)
+        return started
+
+    def launch(self) -> bool:
+        """Start the process without waiting for it (a cluster launches every node before any
+        can answer: a broker serves only once a majority of voters is up). False if it was
+        already running."""
         running = self._running_record()
         if running is not None:
             self._check_same_ports(running)
-            self._await_ready(running.pid, deadline)
             return False
         java = require_java(self._env)
         check_ports_free(
@@ -130,15 +162,22 @@ class LocalBroker:
         self._write_configs()
         if not self.layout.formatted:
             self._format(java, classpath)
-        pid = self._launch(java, classpath)
+        self._launch(java, classpath)
+        return True
+
+    def await_ready(self, deadline: Deadline) -> None:
+        """Until the broker answers a metadata request (and, secured, has its users and ACLs);
+        stopped again if it does not."""
+        record = PidRecord.read(self.layout.pid_file)
+        if record is None:
+            raise BrokerExitedError(f"the Kafka broker of {self.layout.root} was not started")
         try:
-            self._await_ready(pid, deadline)
+            self._await_ready(record.pid, deadline)
             if self.secure:
                 self._grant(deadline)
         except StackError:
             self.stop(timeout_s=10.0)
             raise
-        return True
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Controlled shutdown (SIGTERM), SIGKILL after `timeout_s`. False if not running."""
@@ -153,13 +192,18 @@ class LocalBroker:
     def status(self, probe_timeout_s: float = 2.0) -> BrokerStatus:
         record = self._running_record()
         if record is None:
-            return BrokerStatus(False, False, None, None, None, self.layout)
+            return BrokerStatus(False, False, None, None, None, self.layout, self.label)
         bootstrap = f"{HOST}:{record.port}"
         admin = admin_client(bootstrap, self.client_security())
         ready = broker_ids(admin, probe_timeout_s) is not None
         return BrokerStatus(
-            True, ready, record.pid, record.port, record.controller_port, self.layout
+            True, ready, record.pid, record.port, record.controller_port, self.layout, self.label
         )
+
+    @property
+    def label(self) -> str:
+        quorum = self.node.quorum
+        return "broker" if quorum.size == 1 else f"node {quorum.node_id}"
 
     def classpath(self) -> list[Path]:
         """The broker's jars: given at construction, else resolved by Maven (cached)."""
@@ -233,7 +277,7 @@ class LocalBroker:
             )
         else:
             properties = render_server_properties(
-                self.port, self.controller_port, self.layout.data_dir
+                self.port, self.controller_port, self.layout.data_dir, self.node.quorum
             )
         # It holds passwords when secured: never readable by others, not even for a moment.
         fd = os.open(self.layout.server_properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -250,7 +294,7 @@ class LocalBroker:
 
     def _format(self, java: Path, classpath: Sequence[Path]) -> None:
         args: tuple[str, ...] = (
-            "format", "-t", new_cluster_id(), "-c", str(self.layout.server_properties),
+            "format", "-t", self.node.cluster_id(), "-c", str(self.layout.server_properties),
         )  # fmt: skip
         if self.secure:
             # The broker logs in to itself as the admin, so that user must exist before the

@@ -64,9 +64,64 @@ def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().byte
             return cluster_id
 
 
-def render_server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+@dataclass(frozen=True)
+class Quorum:
+    """A node's place in its KRaft cluster: its id and every voter's controller port (all on
+    loopback). Every node of a local cluster is a voter, so the quorum has as many members as
+    the cluster has brokers."""
+
+    node_id: int
+    voters: Mapping[int, int]
+    """Node id -> controller port, this node's included."""
+
+    @classmethod
+    def alone(cls, controller_port: int) -> Quorum:
+        """A single broker: node 1, its own and only voter."""
+        return cls(1, {1: controller_port})
+
+    @property
+    def size(self) -> int:
+        return len(self.voters)
+
+    def voters_property(self) -> str:
+        return ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.voters.items()))
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How many copies of each partition a cluster of a given size keeps, and how many must
+    have a write before an acks=all producer is told it is committed."""
+
+    replicas: int
+    min_insync: int
+
+    @classmethod
+    def of(cls, replicas: int) -> Replication:
+        """All replicas but one must be in sync (one may be lost or down without losing a
+        committed record or stopping writes); a single replica must be itself."""
+        return cls(replicas, max(1, replicas - 1))
+
+    @classmethod
+    def for_brokers(cls, brokers: int) -> Replication:
+        """Three replicas (two in sync) on three brokers or more, one on a single broker."""
+        return cls.of(max(1, min(3, brokers)))
+
+
+def render_server_properties(port: int, controller_port: int, data_dir: Path,
+                             quorum: Quorum | None = None) -> str:
+    quorum = quorum or Quorum.alone(controller_port)
+    replication = Replication.for_brokers(quorum.size)
+    single = quorum.size == 1
     template = Template((TEMPLATES / "server.properties").read_text())
-    return template.substitute(port=port, controller_port=controller_port, data_dir=data_dir)
+    return template.substitute(
+        port=port, controller_port=controller_port, data_dir=data_dir,
+        node_id=quorum.node_id, voters=quorum.voters_property(),
+        replicas=replication.replicas, min_insync=replication.min_insync,
+        # A single broker keeps the counts its state dirs were formatted with (a changed count
+        # would move every group and transactional id to another coordinator partition); a
+        # cluster spreads its coordinators over a few partitions, not Kafka's 50, on 2 cores.
+        offsets_partitions=1 if single else 6, transaction_partitions=50 if single else 6,
+    )  # fmt: skip
 
 
 def java_command(

@@ -12,6 +12,7 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from security.kafka import KafkaSecurity
 from stack import acls
 from stack.broker import LocalBroker
 from stack.broker_files import TEMPLATES
+from stack.cluster import LocalCluster, describe
 from stack.connector import resolve_connector
 from stack.defaults import (
     BOOTSTRAP_ENV,
@@ -53,17 +55,20 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Register `stack` and its subcommands on the root parser's subparsers object."""
     stack = subparsers.add_parser(
         "stack", help="run the embedded local stack (Kafka broker, connector jars)",
-        description="The embedded local stack: a real single-node Kafka broker (KRaft) and "
-        "the Maven-resolved jars that the broker and Spark's Kafka connector need.",
+        description="The embedded local stack: a real Kafka broker (KRaft; one node, or a "
+        "cluster with --brokers) and the Maven-resolved jars that the broker and Spark's Kafka "
+        "connector need.",
     )  # fmt: skip
     commands = stack.add_subparsers(dest="stack_command", metavar="COMMAND", required=True)
     _add_up(commands)
-    _add(commands, "down", _down, "stop the local broker (controlled shutdown)", timeout=30.0)
+    _add(commands, "down", _down, "stop the local broker or cluster (controlled shutdown)",
+         timeout=30.0)
     _add(
         commands,
         "status",
         _status,
-        "show whether the local broker runs and answers (exit 0 only if ready)",
+        "show whether the local broker (or each node of the cluster) runs and answers (exit 0 "
+        "only if all are ready)",
     )
     resolve = _add(
         commands,
@@ -96,6 +101,11 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
     topics.add_argument(
         "--partitions", type=int, default=2,
         help="partitions of each --job input and output topic (dead letters get 1)",
+    )
+    topics.add_argument(
+        "--replication-factor", type=_positive_int, default=None, metavar="N",
+        help="replicas of each topic created (default: 3 on a cluster of 3 brokers or more, "
+             "else one per broker; min.insync.replicas is always N-1, at least 1)",
     )
     topics.add_argument(
         "--secure-dir",
@@ -160,7 +170,13 @@ def _add_up(commands: Any) -> None:
         "up",
         _up,
         "start the local Kafka broker (idempotent) and create the default topics",
-        timeout=90.0,
+        timeout=120.0,
+    )
+    up.add_argument(
+        "--brokers", type=_positive_int, default=1, metavar="N",
+        help="1 (default): a single broker; 3: a local cluster of three KRaft nodes "
+             "(each broker and controller voter) on --port, --port+2, --port+4 with their "
+             "controllers one port above; topics get 3 replicas, 2 in sync",
     )
     up.add_argument(
         "--port",
@@ -185,6 +201,13 @@ def _add_up(commands: Any) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _reporting_errors(handler: Handler) -> Handler:
     """Print a StackError's message (it says what to do next) instead of a traceback."""
 
@@ -199,18 +222,39 @@ def _reporting_errors(handler: Handler) -> Handler:
 
 
 def _up(args: argparse.Namespace) -> int:
+    if args.brokers > 1:
+        return _up_cluster(args)
+    if LocalCluster(args.state_dir).formatted():
+        raise StackError(f"{args.state_dir or default_state_dir()} holds a local cluster: "
+                         "`streamctl stack up --brokers 3` starts it; another "
+                         "STREAMCTL_STATE_DIR gives a single broker")
     broker = LocalBroker(args.state_dir, args.port, args.controller_port, secure=args.secure)
     started = broker.start(timeout_s=args.timeout)
     print(broker.status().describe() + ("" if started else " (was already running)"))
-    if not args.no_topics:
-        result = ensure_topics(
-            broker.bootstrap_servers, DEFAULT_TOPICS, args.timeout, broker.client_security()
-        )
-        print(f"topics: {len(result.created)} created, {len(result.existing)} already there")
-    print(f"export {BOOTSTRAP_ENV}={broker.bootstrap_servers}")
+    _create_default_topics(args, broker.bootstrap_servers, broker.client_security())
     if broker.secure:
         _print_secure_env(broker.secure_files)
     return 0
+
+
+def _up_cluster(args: argparse.Namespace) -> int:
+    if args.secure or args.controller_port is not None:
+        option = "--secure" if args.secure else "--controller-port"
+        raise StackError(f"{option} is for the single broker: a cluster is plain, its "
+                         "controller ports follow --port")
+    cluster = LocalCluster(args.state_dir, args.brokers, args.port)
+    started = cluster.start(timeout_s=args.timeout)
+    print(describe(cluster.status()) + ("" if started else "\n(was already running)"))
+    _create_default_topics(args, cluster.bootstrap_servers, kafka_security.PLAINTEXT)
+    return 0
+
+
+def _create_default_topics(args: argparse.Namespace, bootstrap: str,
+                           security: KafkaSecurity) -> None:
+    if not args.no_topics:
+        result = ensure_topics(bootstrap, DEFAULT_TOPICS, args.timeout, security)
+        print(f"topics: {len(result.created)} created, {len(result.existing)} already there")
+    print(f"export {BOOTSTRAP_ENV}={bootstrap}")
 
 
 def _print_secure_env(files: SecureFiles) -> None:
@@ -225,6 +269,11 @@ def _print_secure_env(files: SecureFiles) -> None:
 
 
 def _down(args: argparse.Namespace) -> int:
+    cluster = _formatted_cluster(args.state_dir)
+    if cluster is not None:
+        stopped = cluster.stop(timeout_s=args.timeout)
+        print("cluster: stopped" if stopped else f"cluster: was not running ({cluster.root})")
+        return 0
     broker = LocalBroker(args.state_dir)
     stopped = broker.stop(timeout_s=args.timeout)
     print("broker: stopped" if stopped else f"broker: was not running ({broker.layout.root})")
@@ -232,11 +281,20 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = LocalBroker(args.state_dir).status()
-    print(status.describe())
-    if status.running:
-        print(f"export {BOOTSTRAP_ENV}={HOST}:{status.port}")
-    return 0 if status.ready else 1
+    cluster = _formatted_cluster(args.state_dir)
+    statuses = cluster.status() if cluster else [LocalBroker(args.state_dir).status()]
+    print(describe(statuses))
+    running = [s for s in statuses if s.running]
+    if running:
+        print(f"export {BOOTSTRAP_ENV}=" + ",".join(f"{HOST}:{s.port}" for s in running))
+    return 0 if all(s.ready for s in statuses) else 1
+
+
+def _formatted_cluster(state_dir: Path | None) -> LocalCluster | None:
+    """The state dir's cluster, if it holds one (stop and status read each node's ports from
+    its pid file, whatever --port it was started with)."""
+    nodes = list(LocalCluster(state_dir).root.glob("node-*/data/meta.properties"))
+    return LocalCluster(state_dir, len(nodes)) if nodes else None
 
 
 def _resolve(args: argparse.Namespace) -> int:
@@ -268,7 +326,8 @@ def _kafka_security() -> KafkaSecurity:
 
 def _topics(args: argparse.Namespace) -> int:
     security = _kafka_security()
-    specs = [*DEFAULT_TOPICS, *job_topics(args.job, args.partitions)]
+    specs = [replace(s, replication_factor=args.replication_factor)
+             for s in (*DEFAULT_TOPICS, *job_topics(args.job, args.partitions))]
     result = ensure_topics(args.bootstrap_servers, specs, args.timeout, security)
     for spec in specs:
         state = "created" if spec.name in result.created else "exists"

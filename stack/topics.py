@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from security.kafka import PLAINTEXT, KafkaSecurity
+from stack.broker_files import Replication
 from stack.errors import TopicError
 from stack.kafka_admin import admin_client
 from stack.waiting import Deadline, poll_until
@@ -23,9 +24,11 @@ from stack.waiting import Deadline, poll_until
 class TopicSpec:
     name: str
     partitions: int = 1
-    replication_factor: int = 1
+    replication_factor: int | None = None
+    """None: as many as the cluster's size calls for (`Replication.for_brokers`)."""
     config: Mapping[str, str] = field(default_factory=dict)
-    """Topic-level configs, e.g. {"cleanup.policy": "compact"}."""
+    """Topic-level configs, e.g. {"cleanup.policy": "compact"}; `min.insync.replicas` is
+    all replicas but one unless given here."""
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,15 @@ def ensure_topics(
     timeout_s: float = 30.0,
     security: KafkaSecurity = PLAINTEXT,
 ) -> EnsureResult:
-    """Create the topics that do not exist yet; return once all are visible with leaders."""
+    """Create the topics that do not exist yet; return once all are visible with leaders.
+
+    Replication follows the cluster's size as the metadata lists it: on a cluster with a
+    broker down, give `replication_factor` explicitly (or bring the broker back first)."""
     specs = list(specs)
     deadline = Deadline.after(timeout_s)
     admin = admin_client(bootstrap_servers, security)
-    new = [
-        NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs
-    ]
+    sized = Replication.for_brokers(_broker_count(admin, deadline))
+    new = [_new_topic(s, sized) for s in specs]
     created: list[str] = []
     existing: list[str] = []
     futures = admin.create_topics(new, request_timeout=deadline.remaining_s()) if new else {}
@@ -57,6 +62,21 @@ def ensure_topics(
             existing.append(name)
     _wait_visible(admin, [s.name for s in specs], deadline)
     return EnsureResult(tuple(created), tuple(existing))
+
+
+def _new_topic(spec: TopicSpec, sized: Replication) -> NewTopic:
+    replication = sized if spec.replication_factor is None else Replication.of(
+        spec.replication_factor)
+    config = {"min.insync.replicas": str(replication.min_insync), **spec.config}
+    return NewTopic(spec.name, spec.partitions, replication.replicas, config=config)
+
+
+def _broker_count(admin: AdminClient, deadline: Deadline) -> int:
+    try:
+        metadata = admin.list_topics(timeout=max(1.0, min(10.0, deadline.remaining_s())))
+    except KafkaException as exc:
+        raise TopicError(f"cannot read cluster metadata: {exc.args[0].str()}") from exc
+    return len(metadata.brokers)
 
 
 def delete_topics(

@@ -75,3 +75,8 @@ class CardLedger:
         with self._lock:
             self.counts[txn.account_id] += 1
             self.acked += 1
+
+    def snapshot(self) -> dict[str, int]:
+        """Acknowledged transactions per account now (safe while a producer records)."""
+        with self._lock:
+            return dict(self.counts)

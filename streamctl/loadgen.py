@@ -261,6 +261,7 @@ def _produce_command(args: argparse.Namespace) -> int:
 
     ledger = new_ledger(spec)
     run_load(spec, ledger, on_tick=progress)
-    accounts = f" over {len(ledger.counts)} accounts" if isinstance(ledger, CardLedger) else ""
+    accounts = (f" over {len(ledger.snapshot())} accounts" if isinstance(ledger, CardLedger)
+                else "")
     print(f"\nacknowledged {ledger.acked} records{accounts} to {topic}, {ledger.failed} failed")
     return 0 if ledger.failed == 0 else 1

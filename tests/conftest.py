@@ -17,8 +17,9 @@ import pytest
 
 from schemas import auth
 from stack.broker import LocalBroker
+from stack.cluster import LocalCluster
 from stack.defaults import default_state_dir
-from stack.ports import find_free_ports
+from stack.ports import find_free_ports, port_in_use
 from stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
@@ -131,6 +132,22 @@ def topic_reader(bootstrap_servers: str) -> Iterator[Callable[[str], TopicReader
     yield open_reader
     for reader in opened:
         reader.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local cluster of three KRaft nodes, laid out as `stack up --brokers 3 --port P` lays
+    it out (so that command finds it running), for the tests of replication and broker
+    faults; started when first asked for, stopped at the end."""
+    base = next(p for p in (find_free_ports(1)[0] for _ in range(50))
+                if not any(port_in_use(p + i) for i in range(6)))
+    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, base,
+                           maven_dir=default_state_dir() / "maven")
+    try:
+        cluster.start(timeout_s=120.0)
+        yield cluster
+    finally:
+        cluster.stop(timeout_s=30.0)
 
 
 @pytest.fixture(scope="session")

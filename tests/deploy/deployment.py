@@ -28,6 +28,7 @@ from streamctl.processes import Child
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECURE_COMPOSE_FILE = ROOT / "docker-compose.secure.yml"
+CLUSTER_COMPOSE_FILE = ROOT / "docker-compose.cluster.yml"
 PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.yml"
 SECURE_PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.secure.yml"
 EXAMPLE_COMPOSE_FILE = ROOT / "examples" / "clickstream" / "docker-compose.yml"
@@ -67,6 +68,11 @@ def secure_compose() -> dict[str, Any]:
     return merged(load_yaml(SECURE_COMPOSE_FILE))
 
 
+def cluster_compose() -> dict[str, Any]:
+    """docker-compose.yml with docker-compose.cluster.yml applied (`merged`)."""
+    return merged(load_yaml(CLUSTER_COMPOSE_FILE))
+
+
 def example_compose() -> dict[str, Any]:
     """docker-compose.yml with the clickstream example's override applied (`merged`)."""
     return merged(load_yaml(EXAMPLE_COMPOSE_FILE))
@@ -83,7 +89,8 @@ def merged(override: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in changes.items():
             service[key] = _merge(key, service.get(key), value)
     return {**base, "services": merged,
-            "secrets": {**base.get("secrets", {}), **override.get("secrets", {})}}
+            "secrets": {**base.get("secrets", {}), **override.get("secrets", {})},
+            "volumes": {**base.get("volumes", {}), **override.get("volumes", {})}}
 
 
 def _merge(key: str, old: Any, new: Any) -> Any:

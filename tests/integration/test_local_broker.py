@@ -76,7 +76,8 @@ def test_restart_keeps_data_and_formats_only_once(restartable_broker: LocalBroke
         b"survives"]
 
 
-def test_ensure_topics_is_idempotent_and_applies_configs(bootstrap_servers: str) -> None:
+def test_ensure_topics_is_idempotent_and_applies_configs_and_one_replica(
+        bootstrap_servers: str) -> None:
     name = f"compacted-{uuid.uuid4().hex[:8]}"
     spec = TopicSpec(name, partitions=3, config={"cleanup.policy": "compact"})
 
@@ -88,6 +89,10 @@ def test_ensure_topics_is_idempotent_and_applies_configs(bootstrap_servers: str)
     resource = ConfigResource(ResourceType.TOPIC, name)
     configs = admin.describe_configs([resource])[resource].result(timeout=10)
     assert configs["cleanup.policy"].value == "compact"
+    # One broker: one replica, which must be in sync itself (a cluster: test_local_cluster.py).
+    assert {len(p.replicas) for p in admin.list_topics(name, timeout=10).topics[name]
+            .partitions.values()} == {1}
+    assert configs["min.insync.replicas"].value == "1"
 
     assert delete_topics(bootstrap_servers, [name]) == (name,)
     assert delete_topics(bootstrap_servers, [name]) == ()

@@ -20,11 +20,16 @@ from typing import TypeVar
 
 from schemas import Ack, ControlTuple, Role, TaskMetrics
 from schemas.records import _Record
+from streamctl.cards import CardLedger
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
-from tests.accounting import assert_every_record_accounted_for, flush_last_windows
+from tests.accounting import (
+    assert_every_record_accounted_for,
+    assert_transactions_scored_once,
+    flush_last_windows,
+)
 from tests.support.control import controllers_env, publish, send_and_await, signed
 from tests.support.kafka import NewTopics, decoded_or_none, read_committed
 from tests.support.waiting import until
@@ -41,6 +46,13 @@ FAST_DETECTION = ("--lost-after-intervals", "4", "--lost-after-min-s", "8",
 """Controller options: an active silent for 4 batch intervals (at least 8 s) is lost, a
 standby is live while heard from within 8 s. The defaults (5, 25 s) are for busier machines
 and idle jobs; under this suite's steady load a batch takes 1-3 s."""
+SENSOR_JOB = ("--job", "sensor-averages", "--set", f"window_s={WINDOW_MS // 1000}",
+              "--set", "watermark_s=5")
+"""The bed's job by default: windows checked exactly by `finish_and_check` at the end."""
+FRAUD_JOB = ("--job", "fraud-detection", "--state-partitions", "2",
+             "--max-state-partitions", "8", "--set", "watermark_s=600")
+"""A job whose output can be checked at any cut while load goes on: every card transaction
+scored once with its account's running count (`check_scored_so_far`)."""
 
 
 @dataclass
@@ -49,8 +61,11 @@ class FaultBed:
     topics: dict[str, str]
     workdir: Path
     query_id: str = "faults"
+    job_options: tuple[str, ...] = SENSOR_JOB
     children: list[Child] = field(default_factory=list)
     ledger: Ledger = field(default_factory=lambda: Ledger(WINDOW_MS))
+    cards: CardLedger = field(default_factory=CardLedger)
+    """The load's acknowledged transactions when the job is `FRAUD_JOB`."""
     _stop_load: threading.Event = field(default_factory=threading.Event)
     _load: threading.Thread | None = None
     _tail: Tail | None = None
@@ -72,12 +87,11 @@ class FaultBed:
     def start_job(self, name: str = "job", *extra: str) -> Child:
         t = self.topics
         child = start_child(name, [
-            "job", "run", "--job", "sensor-averages",
+            "job", "run", *self.job_options,
             "--query-id", self.query_id, "--instance-id", name,
             "--input-topic", t["input"], "--output-topic", t["output"], "--dlq-topic", t["dlq"],
             "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
             "--set", "enrichment_cost_ms=2", "--trigger-interval-s", "1",
-            "--set", f"window_s={WINDOW_MS // 1000}", "--set", "watermark_s=5",
             "--metrics-port", "0",
             *extra,
         ], self.workdir, self.env)
@@ -95,10 +109,14 @@ class FaultBed:
         return child
 
     def start_load(self, rate_per_s: float = 150.0) -> None:
+        """Constant load of the job's kind (readings, or transactions for `FRAUD_JOB`)."""
+        cards = self.job_options == FRAUD_JOB
         spec = LoadSpec(self.bootstrap, self.topics["input"],
                         RateProfile("constant", rate_per_s, rate_per_s), duration_s=3600,
-                        sensors=20, window_ms=WINDOW_MS)
-        self._load = threading.Thread(target=run_load, args=(spec, self.ledger, self._stop_load),
+                        sensors=20, window_ms=WINDOW_MS, event_type="card" if cards else "sensor",
+                        accounts=100)
+        ledger = self.cards if cards else self.ledger
+        self._load = threading.Thread(target=run_load, args=(spec, ledger, self._stop_load),
                                       daemon=True)
         self._load.start()
 
@@ -106,7 +124,8 @@ class FaultBed:
         self._stop_load.set()
         if self._load is not None:
             self._load.join(60)
-        assert self.ledger.failed == 0, f"{self.ledger.failed} records were not acknowledged"
+        failed = self.ledger.failed + self.cards.failed
+        assert failed == 0, f"{failed} records were not acknowledged"
 
     def follow_commits(self) -> None:
         """Collect the metrics of committed batches (with rows) as they arrive."""
@@ -200,6 +219,14 @@ class FaultBed:
         self.stop_load()
         flush_last_windows(self.bootstrap, self.topics["input"])
         assert_every_record_accounted_for(self.bootstrap, self.topics["output"], self.ledger)
+
+    def check_scored_so_far(self, timeout_s: float = 120.0) -> int:
+        """`FRAUD_JOB` under load: every transaction acknowledged until now is in the committed
+        output exactly once, with a running count per account. Returns how many."""
+        assert self.cards.failed == 0, f"{self.cards.failed} transactions not acknowledged"
+        cut = self.cards.snapshot()
+        assert_transactions_scored_once(self.bootstrap, self.topics["output"], cut, timeout_s)
+        return sum(cut.values())
 
     def close(self) -> None:
         self._stop_load.set()

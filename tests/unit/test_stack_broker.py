@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from stack.broker import LocalBroker
-from stack.broker_files import new_cluster_id, render_server_properties
-from stack.errors import BrokerExitedError, BrokerFormatError, JavaMissingError
+from stack.broker import ClusterNode, LocalBroker
+from stack.broker_files import Quorum, Replication, new_cluster_id, render_server_properties
+from stack.cluster import LocalCluster, cluster_ports
+from stack.errors import BrokerExitedError, BrokerFormatError, JavaMissingError, StackError
 from stack.ports import find_free_ports, port_in_use
 from stack.waiting import poll_until
 
@@ -114,3 +115,38 @@ def test_a_cluster_id_never_starts_with_a_dash() -> None:
     draws = iter([b"\xfb" + b"\x00" * 15, b"\x01" * 16])
     cluster_id = new_cluster_id(lambda: next(draws))
     assert cluster_id == "AQEBAQEBAQEBAQEBAQEBAQ"
+
+
+def test_a_cluster_node_names_every_voter_and_keeps_three_replicas_two_in_sync(
+        tmp_path: Path) -> None:
+    quorum = Quorum(2, {1: 19093, 2: 19095, 3: 19097})
+    lines = set(render_server_properties(19094, 19095, tmp_path, quorum).splitlines())
+    assert {"node.id=2", "process.roles=broker,controller",
+            "controller.quorum.voters=1@127.0.0.1:19093,2@127.0.0.1:19095,3@127.0.0.1:19097",
+            "default.replication.factor=3", "min.insync.replicas=2",
+            "offsets.topic.replication.factor=3", "transaction.state.log.replication.factor=3",
+            "transaction.state.log.min.isr=2"} <= lines
+
+
+@pytest.mark.parametrize(("brokers", "replicas", "min_insync"),
+                         [(1, 1, 1), (2, 2, 1), (3, 3, 2), (5, 3, 2)])
+def test_replication_follows_the_cluster_size_up_to_three(
+        brokers: int, replicas: int, min_insync: int) -> None:
+    assert Replication.for_brokers(brokers) == Replication(replicas, min_insync)
+
+
+def test_cluster_nodes_listen_two_ports_apart_with_their_controller_above() -> None:
+    assert cluster_ports(9092, 3) == {1: (9092, 9093), 2: (9094, 9095), 3: (9096, 9097)}
+
+
+def test_a_cluster_of_one_or_with_gaps_in_its_node_ids_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match="--brokers"):
+        LocalCluster(tmp_path, 1)
+    with pytest.raises(StackError, match=r"nodes 1\.\.2"):
+        LocalCluster(tmp_path, 2, ports={1: (1, 2), 3: (5, 6)})
+
+
+def test_a_secured_broker_cannot_be_a_cluster_node(tmp_path: Path) -> None:
+    node = ClusterNode(tmp_path / "n", Quorum(1, {1: 19093, 2: 19095}), new_cluster_id)
+    with pytest.raises(StackError, match="secured"):
+        LocalBroker(tmp_path, 19092, 19093, secure=True, node=node)
