@@ -89,8 +89,11 @@ def healthy(cb: ClusterBed) -> None:
     topics = list(cb.bed.topics.values())
     c.await_in_sync(cb.bootstrap, topics)
     c.elect_preferred(cb.bootstrap, [*topics, c.TRANSACTION_STATE, c.OFFSETS])
-    until(lambda: c.leaders(cb.bootstrap, cb.bed.topics["input"]) == {0: 1, 1: 1}, 30,
-          "node 1 leading the input again")
+    preferred = {cb.bed.topics[k]: {p: r[0] for p, r in enumerate(replicas)}
+                 for k, replicas in PINNED.items()}
+    until(lambda: all(c.leaders(cb.bootstrap, topic) == leaders
+                      for topic, leaders in preferred.items()), 30,
+          f"the pinned topics led as made: {preferred}")
     cb.bed.wait_commit_after(now_ms(), 60, "a batch committed on the healthy cluster")
 
 
