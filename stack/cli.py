@@ -224,7 +224,7 @@ def _reporting_errors(handler: Handler) -> Handler:
 def _up(args: argparse.Namespace) -> int:
     if args.brokers > 1:
         return _up_cluster(args)
-    if LocalCluster(args.state_dir).formatted():
+    if LocalCluster.found(args.state_dir) is not None:
         raise StackError(f"{args.state_dir or default_state_dir()} holds a local cluster: "
                          "`streamctl stack up --brokers 3` starts it; another "
                          "STREAMCTL_STATE_DIR gives a single broker")
@@ -269,7 +269,7 @@ def _print_secure_env(files: SecureFiles) -> None:
 
 
 def _down(args: argparse.Namespace) -> int:
-    cluster = _formatted_cluster(args.state_dir)
+    cluster = LocalCluster.found(args.state_dir)
     if cluster is not None:
         stopped = cluster.stop(timeout_s=args.timeout)
         print("cluster: stopped" if stopped else f"cluster: was not running ({cluster.root})")
@@ -281,20 +281,13 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    cluster = _formatted_cluster(args.state_dir)
+    cluster = LocalCluster.found(args.state_dir)
     statuses = cluster.status() if cluster else [LocalBroker(args.state_dir).status()]
     print(describe(statuses))
     running = [s for s in statuses if s.running]
     if running:
         print(f"export {BOOTSTRAP_ENV}=" + ",".join(f"{HOST}:{s.port}" for s in running))
     return 0 if all(s.ready for s in statuses) else 1
-
-
-def _formatted_cluster(state_dir: Path | None) -> LocalCluster | None:
-    """The state dir's cluster, if it holds one (stop and status read each node's ports from
-    its pid file, whatever --port it was started with)."""
-    nodes = list(LocalCluster(state_dir).root.glob("node-*/data/meta.properties"))
-    return LocalCluster(state_dir, len(nodes)) if nodes else None
 
 
 def _resolve(args: argparse.Namespace) -> int:

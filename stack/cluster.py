@@ -115,8 +115,13 @@ class LocalCluster:
     def status(self, probe_timeout_s: float = 2.0) -> list[BrokerStatus]:
         return [node.status(probe_timeout_s) for node in self.nodes]
 
-    def formatted(self) -> bool:
-        return any(node.layout.formatted for node in self.nodes)
+    @classmethod
+    def found(cls, state_dir: Path | None = None) -> LocalCluster | None:
+        """The state dir's cluster, if one was ever formatted there (stop and status read
+        each node's ports from its pid file, whatever `--port` it was started with)."""
+        root = Path(state_dir or default_state_dir()).resolve() / CLUSTER_DIR
+        nodes = list(root.glob("node-*/data/meta.properties"))
+        return cls(state_dir, len(nodes)) if nodes else None
 
     def _cluster_id(self) -> str:
         """Made once, when the first node is formatted, and kept beside the nodes."""

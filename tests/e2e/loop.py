@@ -91,16 +91,15 @@ def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
     return rate
 
 
-def sensor_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger,
-                    batch_cap: int) -> float:
+def sensor_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger) -> float:
     """The sensor job's records/s at its parallelism now: a burst of four full batches
     (sequence numbers apart from any load's), worked through before the controller starts."""
-    burst = LoadSpec(bootstrap, topic, RateProfile("constant", 4000), 4 * batch_cap / 4000,
+    burst = LoadSpec(bootstrap, topic, RateProfile("constant", 4000), 4 * SENSOR_BATCH_CAP / 4000,
                      start_seq=10**9)
     run_load(burst, ledger)
     watch.until(lambda: watch.lag_records() == 0 and bool(watch.view.samples), 240,
                 "the calibration burst worked through")
-    return capacity(watch.view.samples, batch_cap)
+    return capacity(watch.view.samples, SENSOR_BATCH_CAP)
 
 
 def _env(bootstrap: str, topics: dict[str, str]) -> dict[str, str]:

@@ -24,7 +24,6 @@ from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
-    SENSOR_BATCH_CAP,
     SENSOR_WINDOW_MS,
     LoopWatch,
     run_loop,
@@ -36,9 +35,7 @@ from tests.support.prometheus import scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
-WINDOW_MS = SENSOR_WINDOW_MS
 QUERY = "e2e-sensors"
-BATCH_CAP = SENSOR_BATCH_CAP
 STEADY_S, AFTER_STEP_S = 10.0, 40.0
 
 
@@ -56,8 +53,8 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
 ) -> None:
     t = loop_topics
     watch = LoopWatch(bootstrap_servers, t, QUERY, job)
-    ledger = Ledger(WINDOW_MS)
-    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger, BATCH_CAP)
+    ledger = Ledger(SENSOR_WINDOW_MS)
+    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
     (controller_port,) = find_free_ports(1)
     job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port))
 

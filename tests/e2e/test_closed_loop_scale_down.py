@@ -24,7 +24,6 @@ from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
-    SENSOR_BATCH_CAP,
     SENSOR_WINDOW_MS,
     LoopWatch,
     run_loop,
@@ -35,9 +34,7 @@ from tests.e2e.loop import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
-WINDOW_MS = SENSOR_WINDOW_MS
 QUERY = "e2e-scale-down"
-BATCH_CAP = SENSOR_BATCH_CAP
 START_UNITS = 8
 TRIGGER_S = 4
 """Eight tasks a batch cost ~1 s of fixed work on 2 cores: with a 1 s trigger the job is busy
@@ -61,8 +58,8 @@ def test_a_fallen_load_is_met_with_a_scale_down_no_scale_up_and_nothing_lost(
         tmp_path: Path) -> None:
     t = loop_topics
     watch = LoopWatch(bootstrap_servers, t, QUERY, job)
-    ledger = Ledger(WINDOW_MS)
-    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger, BATCH_CAP)
+    ledger = Ledger(SENSOR_WINDOW_MS)
+    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
     job.append(start_controller(bootstrap_servers, t, tmp_path, 0,
                                 "--scale-down-stabilisation-s", str(STABILISATION_S)))
 

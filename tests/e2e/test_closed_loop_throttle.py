@@ -22,7 +22,6 @@ from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
-    SENSOR_BATCH_CAP,
     SENSOR_WINDOW_MS,
     LoopWatch,
     run_loop,
@@ -33,9 +32,7 @@ from tests.e2e.loop import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
-WINDOW_MS = SENSOR_WINDOW_MS
 QUERY = "e2e-throttle"
-BATCH_CAP = SENSOR_BATCH_CAP
 LOAD_S = 30.0
 
 
@@ -52,8 +49,8 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_and_no_tuple(
 ) -> None:
     t = loop_topics
     watch = LoopWatch(bootstrap_servers, t, QUERY, job)
-    ledger = Ledger(WINDOW_MS)
-    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger, BATCH_CAP)
+    ledger = Ledger(SENSOR_WINDOW_MS)
+    measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
     job.append(start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2"))
 
     rate = 2 * measured

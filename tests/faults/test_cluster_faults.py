@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from schemas import Ack, Outcome
+from schemas import Ack, ControlTuple, Outcome
 from stack.cluster import LocalCluster
 from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
@@ -139,6 +139,24 @@ def the_loop_still_works(cb: ClusterBed, metrics_before: float, size: int) -> No
     print(f"[fault] {cb.bed.check_scored_so_far()} transactions so far, each scored once")
 
 
+def applied_once_through(cb: ClusterBed, control: ControlTuple, fault_ms: int, node_id: int,
+                         metrics_before: float, fault: str) -> None:
+    """After `fault` (at `fault_ms`, node `node_id` killed): the `state_partitions` tuple sent
+    before it is applied and acked exactly once, output flows again (reported), the node is
+    restarted and back in sync, later batches run at the new size, and the loop still works."""
+    bed = cb.bed
+    ack = await_ack(cb, control.control_id)
+    assert ack.outcome is Outcome.APPLIED, ack
+    report(fault, bed.recovery_s(fault_ms))
+    print(f"[fault] tuple acked {(ack.acked_at_ms - fault_ms) / 1000:.1f} s after the kill; "
+          f"node {node_id} back in every ISR {restart(cb, node_id):.1f} s after its restart")
+    assert [a.control_id for a in bed.read_all("acks", Ack)].count(control.control_id) == 1
+    target = int(control.value)
+    assert bed.wait_commit_after(ack.acked_at_ms, 60, "a batch after the change")\
+        .state_partitions == target
+    the_loop_still_works(cb, metrics_before, target)
+
+
 def test_kill_9_of_the_input_leader_under_load_loses_and_duplicates_nothing(
         cluster_bed: ClusterBed) -> None:
     cb = cluster_bed
@@ -164,17 +182,9 @@ def test_kill_9_of_the_control_and_acks_leader_with_a_tuple_in_flight_applies_it
     target = state_partitions_now(cb) + 1
     control = bed.send_control("state_partitions", str(target), cb.next_epoch())
     c.kill_9(cb.cluster.node(2))  # the tuple is committed; neither read nor answered yet
-    fault = now_ms()
-    ack = await_ack(cb, control.control_id)
-    assert ack.outcome is Outcome.APPLIED, ack
-    report("kill -9 of the broker leading the control and ack topics, a tuple in flight",
-           bed.recovery_s(fault))
-    print(f"[fault] tuple acked {(ack.acked_at_ms - fault) / 1000:.1f} s after the kill; "
-          f"node 2 back in every ISR {restart(cb, 2):.1f} s after its restart")
-    assert [a.control_id for a in bed.read_all("acks", Ack)].count(control.control_id) == 1
-    assert bed.wait_commit_after(ack.acked_at_ms, 60, "a batch after the change")\
-        .state_partitions == target
-    the_loop_still_works(cb, metrics_before, target)
+    applied_once_through(cb, control, now_ms(), 2, metrics_before,
+                         "kill -9 of the broker leading the control and ack topics, a tuple "
+                         "in flight")
 
 
 def test_kill_9_of_the_sink_coordinator_during_a_reconfiguration_loses_and_duplicates_nothing(
@@ -189,16 +199,9 @@ def test_kill_9_of_the_sink_coordinator_during_a_reconfiguration_loses_and_dupli
     until(lambda: f"control {control.control_id}" in job.log_path.read_text(), 60,
           "the job taking the tuple", interval_s=0.1)
     c.kill_9(cb.cluster.node(coordinator))
-    fault = now_ms()
-    ack = await_ack(cb, control.control_id)
-    assert ack.outcome is Outcome.APPLIED, ack
-    report(f"kill -9 of node {coordinator}, the transaction coordinator of the job's sink, "
-           "during a reconfiguration (state_partitions)", bed.recovery_s(fault))
-    print(f"[fault] node {coordinator} back in every ISR {restart(cb, coordinator):.1f} s "
-          "after its restart")
-    assert bed.wait_commit_after(ack.acked_at_ms, 60, "a batch after the change")\
-        .state_partitions == target
-    the_loop_still_works(cb, metrics_before, target)
+    applied_once_through(cb, control, now_ms(), coordinator, metrics_before,
+                         f"kill -9 of node {coordinator}, the transaction coordinator of the "
+                         "job's sink, during a reconfiguration (state_partitions)")
 
 
 def test_a_broker_stopped_for_a_minute_catches_up_and_nothing_is_delivered_twice(

@@ -54,11 +54,14 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def in_sync(bootstrap: str, topics: Iterable[str], replicas: int) -> bool:
-    """Every partition of `topics` has all `replicas` in sync and a leader."""
+    """Every partition of `topics` has all `replicas` in sync and a leader (one metadata
+    request for all of them)."""
+    metadata = admin_client(bootstrap).list_topics(timeout=10).topics
     for topic in topics:
-        partitions = metadata_partitions(bootstrap, topic)
-        if not partitions or any(len(m.isrs) < replicas or m.leader < 0  # type: ignore[attr-defined]
-                                 for m in partitions.values()):
+        meta = metadata.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return False
+        if any(len(m.isrs) < replicas or m.leader < 0 for m in meta.partitions.values()):
             return False
     return True
 
