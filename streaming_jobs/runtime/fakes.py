@@ -148,7 +148,7 @@ class FakeQuery:
             return self._active and self.idle
         return self._active and self._run not in self._commits
 
-    def release_surplus_executors(self, timeout_s: float) -> int:
+    def release_surplus_executors(self, timeout_s: float, keep: int | None = None) -> int:
         return 0
 
     def stop_by_itself(self, failure: str | None) -> None:

@@ -33,7 +33,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
     read_state_store_provider,
 )
 from streaming_jobs.runtime.control.desired import SharedDesiredState
-from streaming_jobs.runtime.control.parameters import DesiredState, Limits, is_request
+from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S
 from streaming_jobs.runtime.control.tuples import ControlLoop
 from streaming_jobs.runtime.kafka import RecordPublisher, TopicOffsets, TypedConsumer
@@ -148,20 +148,9 @@ class ElasticJob:
             log.warning("query %s: %s", c.query_id, note)
         return replace(desired, input_topic=self.inputs.current.topic)
 
-    def _request_executors(self) -> None:
-        """On a cluster, ask for the desired executor count (configured or resumed) before
-        the query's first batch; executors granted beyond it are released as they register
-        (`run`)."""
-        wanted = self.query.desired.executors
-        if self._executors is not None and is_request(knobs.EXECUTORS, wanted):
-            self._executors.request_total(wanted)
-            log.info("requested %d executors from %s", wanted, self.config.master)
-
     # -- lifecycle --
     def start(self) -> None:
         self._publisher.check_state_topic(self._consumer.topic_exists(self.config.state_topic))
-        if self.owner.role is Role.ACTIVE:
-            self._request_executors()
         self.owner.start()
         for thread in self._threads:
             thread.start()

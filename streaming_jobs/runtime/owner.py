@@ -27,6 +27,9 @@ from streaming_jobs.runtime.ports import QueryControl
 from streaming_jobs.runtime.roles.standby import Instance
 from streaming_jobs.runtime.roles.supervise import Next, Supervisor
 
+STANDBY_EXECUTORS = 1
+"""Executors a standby on a cluster keeps: enough for its warm-up, little of the cluster."""
+
 log = logging.getLogger(__name__)
 
 
@@ -94,7 +97,13 @@ class QueryOwner:
             self._supervisor.take(step)
 
     def release_surplus_executors(self) -> int:
+        """An active query keeps the executors it asked for; a standby keeps
+        `STANDBY_EXECUTORS` (its warm-up's, and no more of a cluster the active needs: a
+        standalone master grants a new application every free core up to its maximum)."""
         with self._lock:
+            if self._instance.role is Role.STANDBY:
+                return self._query.release_surplus_executors(QUIESCE_TIMEOUT_S,
+                                                             keep=STANDBY_EXECUTORS)
             if not self._query.is_active():
                 return 0
             return self._query.release_surplus_executors(QUIESCE_TIMEOUT_S)

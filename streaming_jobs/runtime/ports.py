@@ -86,8 +86,9 @@ class QueryControl(Protocol):
     def is_idle(self) -> bool:
         """Active, no trigger running and no data waiting."""
 
-    def release_surplus_executors(self, timeout_s: float) -> int:
-        """Kill executors a cluster granted beyond the request, at a batch boundary."""
+    def release_surplus_executors(self, timeout_s: float, keep: int | None = None) -> int:
+        """Kill executors a cluster granted beyond the request (or `keep`), at a batch
+        boundary."""
 
     def context(self, desired: DesiredState) -> RunContext:
         """What the metrics (and heartbeats) of a run with `desired` are labelled with."""

@@ -21,13 +21,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
+from schemas import knobs
 from schemas.records import CommitMarker
 from streaming_jobs import batch_knobs
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint import state_partitions
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.state_repartition import StateRepartitionError
-from streaming_jobs.runtime.control.parameters import DesiredState
+from streaming_jobs.runtime.control.parameters import DesiredState, is_request
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.observe.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.ports import Commit
@@ -118,6 +119,7 @@ class ElasticQuery:
         here); `start_note` says what was done.
         """
         seen_commit = self.last_commit.batch_id if self.last_commit else None
+        self._request_executors(desired)
         state_note = None
         if self._plan.stateful:
             state_note = state_partitions.align(
@@ -219,14 +221,24 @@ class ElasticQuery:
         return (f"{_plural(new.executors, 'executor')} running {waited_s:.1f} s after the "
                 f"request ({slots})")
 
-    def release_surplus_executors(self, timeout_s: float) -> int:
-        """Kill executors registered beyond the desired count, at a batch boundary; how many.
+    def _request_executors(self, desired: DesiredState) -> None:
+        """On a cluster, ask for the run's executor count before it starts: the first run's,
+        a restart's, and a promoted standby's (which kept only `STANDBY_EXECUTORS`)."""
+        if self._executors is not None and is_request(knobs.EXECUTORS, desired.executors):
+            self._executors.request_total(desired.executors)
+            log.info("requested %d executors for query %s", desired.executors,
+                     self._config.query_id)
+
+    def release_surplus_executors(self, timeout_s: float, keep: int | None = None) -> int:
+        """Kill executors registered beyond the desired count (or `keep`), at a batch
+        boundary; how many.
 
         A standalone master launches an application's executors as soon as it registers, and
         keeps launching toward a target that has since been lowered; those register after the
         request that should have excluded them. Called periodically: level-triggered.
         """
-        executors, wanted = self._executors, self._desired.executors
+        executors = self._executors
+        wanted = keep if keep is not None else self._desired.executors
         if executors is None or not wanted or len(executors.registered()) <= wanted:
             return 0
         self.hold(timeout_s)
