@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from schemas import TaskMetrics
+from schemas.records import Role
 
 _SMOOTHING_MS = 6_000
 
@@ -25,7 +26,10 @@ class QueryView:
     samples: deque[TaskMetrics] = field(default_factory=lambda: deque(maxlen=200))
 
     def add(self, m: TaskMetrics) -> None:
-        self.samples.append(m)
+        """Keep an active instance's batch; a standby's heartbeat describes no batch (its
+        offsets are not the query's), and would make the newest sample a batch-less one."""
+        if m.role is Role.ACTIVE:
+            self.samples.append(m)
 
     def _recent(self) -> list[TaskMetrics]:
         """The samples of the last few seconds, and never fewer than the last three: when

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -61,6 +63,18 @@ def test_view_derives_rates_and_lag_from_offsets() -> None:
     assert "waiting" in status_line(0, 0, QueryView("empty"))
     assert status_line(12, 500, view, 2600).split()[:6] == ["12", "500", "500", "400", "600",
                                                             "0.8"]
+
+
+def test_a_standbys_heartbeat_leaves_the_views_lag_and_rates_as_the_active_made_them() -> None:
+    view = QueryView("q")
+    for i in range(3):
+        view.add(metrics(i, i * 1000, 400, 400 * (i + 1), 500 * (i + 1)))
+    lag, arrival = view.lag_records(log_end_total=1600), view.arrival_per_s()
+    heartbeat = replace(metrics(-1, 3000, 0, 0, 0), instance_id="i-2", role=Role.STANDBY,
+                        partitions=())
+    view.add(heartbeat)
+    assert view.samples[-1].instance_id == "i-1"
+    assert (view.lag_records(log_end_total=1600), view.arrival_per_s()) == (lag, arrival)
 
 
 def test_view_keeps_rates_when_batches_outlast_the_smoothing_span() -> None:
