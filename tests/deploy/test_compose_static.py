@@ -122,6 +122,13 @@ def test_every_metrics_endpoint_is_scraped_and_published() -> None:
         assert port in published, f"{name} serves metrics on {port} but does not publish it"
 
 
+def test_every_published_port_listens_on_loopback_only() -> None:
+    """Published ports reach this machine only; docs/deploy.md says how to open one."""
+    for name, service in SERVICES.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every address"
+
+
 def test_kafka_listeners_agree_with_the_clients() -> None:
     kafka = d.environment(SERVICES["kafka"])
     advertised = dict(item.split("://") for item in kafka["KAFKA_ADVERTISED_LISTENERS"].split(","))
@@ -130,7 +137,7 @@ def test_kafka_listeners_agree_with_the_clients() -> None:
         if "STREAMCTL_BOOTSTRAP_SERVERS" in env:
             assert env["STREAMCTL_BOOTSTRAP_SERVERS"] == advertised["INTERNAL"], name
     host_port = advertised["HOST"].rsplit(":", 1)[1]
-    assert f"{host_port}:{host_port}" in SERVICES["kafka"]["ports"]
+    assert f"127.0.0.1:{host_port}:{host_port}" in SERVICES["kafka"]["ports"]
     assert advertised["INTERNAL"] in " ".join(SERVICES["kafka"]["healthcheck"]["test"])
     cluster_id = kafka["CLUSTER_ID"]  # Kafka wants a base64url UUID: 22 chars, 16 bytes
     assert len(cluster_id) == 22 and len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
@@ -181,7 +188,7 @@ def test_grafana_datasource_is_the_compose_prometheus() -> None:
     datasources = d.load_yaml(d.GRAFANA_PROVISIONING / "datasources" / "prometheus.yml")
     source = datasources["datasources"][0]
     assert source["url"] == "http://prometheus:9090"
-    assert "9090:9090" in SERVICES["prometheus"]["ports"]
+    assert "127.0.0.1:9090:9090" in SERVICES["prometheus"]["ports"]
     for board in d.dashboards().values():
         uids = {p["datasource"]["uid"] for p in board["panels"]}
         assert uids == {source["uid"]}, f"{board['title']}: panels use {uids}"
@@ -194,3 +201,13 @@ def test_metric_name_extraction() -> None:
     assert d.metric_names("changes(x_total[1m]) > 0 or up") == {"x_total", "up"}
 
 
+
+
+def test_the_image_copies_every_package_the_project_installs() -> None:
+    """`pip install .` in the image sees only what the Dockerfile copied: a package left out
+    installs nothing and every command fails on its import (seen: `options`)."""
+    pyproject = tomllib.loads((d.ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]
+                ["include"]}
+    copied = set(re.findall(r"^COPY (\S+) \1$", (d.ROOT / "Dockerfile").read_text(), re.M))
+    assert packages <= copied, f"the Dockerfile does not copy {sorted(packages - copied)}"
