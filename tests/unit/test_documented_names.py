@@ -30,6 +30,7 @@ FOREIGN_OPTIONS = {
     "--cacert": "curl", "--config.file": "prometheus", "--storage.tsdb.path": "prometheus",
     "--host": "Spark's spark-class", "--webui-port": "Spark's spark-class",
     "--no-cache-dir": "pip", "--no-deps": "pip", "--help": "every command",
+    "--iptables": "dockerd", "--variant": "debootstrap",
 }
 """Options of other programs the pages show, and whose they are."""
 

@@ -1,0 +1,126 @@
+"""The images of the container check, built here with nothing pulled.
+
+Owns the base (a Debian bookworm root file system made with `debootstrap --variant=minbase`
+from the Debian mirror this machine's apt names, imported with `docker import`), the project
+image built from the repository's own Dockerfile on that base, and the stand-ins for the
+official images (standins/Dockerfile). The builds reach packages only through this machine:
+the project's wheels (`pip wheel` from the project's venv, cached) and this machine's Maven
+cache, served over HTTP on the Docker bridge's own address for the build's pip and mvn.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.containers.engine import CACHE, Engine, EngineError
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_IMAGE = "streamctl-base:bookworm"
+APP_IMAGE = "streamctl:0.1.0"  # docker-compose.yml's image: compose runs it without building
+JARS_IMAGE = "streamctl-jars:check"
+STANDINS = {service: f"streamctl-standin-{service}:check"
+            for service in ("kafka", "spark-master", "prometheus")}
+# What the Dockerfile's and the stand-ins' apt steps would install, so that they skip apt.
+BASE_PACKAGES = ("python3", "python3-venv", "openjdk-17-jre-headless", "maven", "prometheus",
+                 "ca-certificates", "procps")
+
+
+def _apt_mirror() -> str:
+    """The Debian mirror this machine's apt sources name (deb822 or one-line format)."""
+    for source in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
+        text = source.read_text() if source.is_file() else ""
+        for line in text.splitlines():
+            words = line.split()
+            if words[:1] == ["URIs:"] or (words[:1] == ["deb"] and len(words) > 1):
+                uri = words[1] if words[0] == "URIs:" else words[-3]
+                if "security" not in uri:
+                    return uri
+    raise EngineError("no Debian mirror in /etc/apt/sources*: debootstrap needs one")
+
+
+def base_image(engine: Engine) -> None:
+    """`BASE_IMAGE`, made once: debootstrap into the cache, then `docker import`."""
+    if engine.docker("image", "inspect", BASE_IMAGE, check=False).returncode == 0:
+        return
+    packages = hashlib.sha256(" ".join(BASE_PACKAGES).encode()).hexdigest()[:8]
+    rootfs = CACHE / f"base-rootfs-{packages}"
+    if not (rootfs / "usr/bin/java").exists():
+        if shutil.which("debootstrap") is None:
+            raise EngineError("making the base needs Debian's debootstrap "
+                              "(`./dev test-containers` installs it)")
+        shutil.rmtree(rootfs, ignore_errors=True)
+        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                        "bookworm", str(rootfs), _apt_mirror()],
+                       check=True, capture_output=True, timeout=1800)
+        for deb in (rootfs / "var/cache/apt/archives").glob("*.deb"):
+            deb.unlink()
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    try:
+        assert tar.stdout is not None
+        engine.docker("import", "-", BASE_IMAGE, stdin=tar.stdout.read())
+    finally:
+        tar.wait()
+
+
+def wheelhouse() -> Path:
+    """Wheels of the project's dependencies and of its build backend, for the image's pip."""
+    house = CACHE / "wheelhouse"
+    house.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(house),
+                    str(ROOT), "setuptools>=77", "wheel"], check=True, timeout=1800)
+    for own in house.glob("streamctl-*.whl"):
+        own.unlink()  # the image builds the project from its sources
+    return house
+
+
+@contextmanager
+def package_server(engine: Engine) -> Iterator[dict[str, str]]:
+    """An HTTP server on the bridge's address with `/wheels/` and `/maven/` (this machine's
+    Maven cache); yields the build arguments that point the image's pip and mvn at it."""
+    with tempfile.TemporaryDirectory(prefix="streamctl-packages-") as tmp:
+        served = Path(tmp)
+        (served / "wheels").symlink_to(wheelhouse())
+        (served / "maven").symlink_to(Path.home() / ".m2" / "repository")
+        handler = functools.partial(_QuietHandler, directory=str(served))
+        server = http.server.ThreadingHTTPServer((engine.bridge_gateway, 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        url = f"http://{engine.bridge_gateway}:{server.server_address[1]}"
+        try:
+            yield {"BASE_IMAGE": BASE_IMAGE, "PIP_NO_INDEX": "1",
+                   "PIP_FIND_LINKS": f"{url}/wheels/", "PIP_TRUSTED_HOST": engine.bridge_gateway,
+                   "MAVEN_MIRROR_URL": f"{url}/maven"}
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def build_all(engine: Engine) -> None:
+    """The base, the project image (and its jars stage), and the stand-ins."""
+    base_image(engine)
+    with package_server(engine) as build_args:
+        flags = [arg for k, v in build_args.items() for arg in ("--build-arg", f"{k}={v}")]
+        engine.docker("build", "-q", *flags, "--target", "jars", "-t", JARS_IMAGE, str(ROOT),
+                      timeout_s=1800)
+        engine.docker("build", "-q", *flags, "-t", APP_IMAGE, str(ROOT), timeout_s=1800)
+    standins = str(ROOT / "tests/containers/standins/Dockerfile")
+    for target, tag in STANDINS.items():
+        engine.docker("build", "-q", "-f", standins, "--target", target,
+                      "--build-arg", f"JARS_IMAGE={JARS_IMAGE}",
+                      "--build-arg", f"APP_IMAGE={APP_IMAGE}",
+                      "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", tag, str(ROOT))

@@ -1,0 +1,216 @@
+"""docker-compose.yml in containers: the project image on a compose network, for real.
+
+In order, on one stack (conftest `compose_stack`): the image's user and volumes; topic init
+and every client reaching the broker by its service name; Prometheus scraping every target;
+a load step the controller meets by scaling the job on the containerised Spark cluster;
+`docker compose restart` of the job; `docker kill` of the active job with the standby up.
+Every record produced, through all of it, is checked last, once, in the job's output as a
+`read_committed` reader sees it (the check closes the event-time windows, after which no
+later record could be counted).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from schemas import TaskMetrics
+from schemas.records import Role
+from stack.defaults import DEFAULT_TOPICS
+from stack.kafka_admin import admin_client
+from streamctl.loadgen import Ledger, LoadSpec, run_load
+from streamctl.profiles import RateProfile
+from streamctl.tail import Tail
+from tests.accounting import assert_every_record_accounted_for, flush_last_windows
+from tests.containers.conftest import BOOTSTRAP, Compose, Timings, master_state
+from tests.e2e.loop import LoopWatch, capacity
+from tests.support.waiting import until
+
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(1800)]
+
+QUERY, INPUT, OUTPUT = "sensor-averages", "sensor-readings", "sensor-averages"
+BATCH_CAP = 4000  # the job's default max_offsets_per_trigger (docker-compose.yml sets none)
+TOPICS = {"input": INPUT, "metrics": "streamctl.metrics", "acks": "streamctl.acks",
+          "decisions": "streamctl.decisions"}
+WINDOW_MS = 10_000
+
+
+@pytest.fixture(scope="module")
+def ledger() -> Ledger:
+    """Every record the module produces, for the last test's accounting."""
+    return Ledger(WINDOW_MS)
+
+
+@pytest.fixture(scope="module")
+def watch(compose_stack: Compose) -> Iterator[LoopWatch]:
+    w = LoopWatch(BOOTSTRAP, TOPICS, QUERY, [])
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def measured(compose_stack: Compose, watch: LoopWatch, ledger: Ledger) -> float:
+    """The job's records/s at its starting size: a burst of four full batches."""
+    burst = LoadSpec(BOOTSTRAP, INPUT, RateProfile("constant", 8000), 4 * BATCH_CAP / 8000,
+                     start_seq=10**9)
+    run_load(burst, ledger)
+    watch.until(lambda: bool(watch.view.samples) and watch.lag_records() == 0, 300,
+                "the calibration burst worked through")
+    return capacity(watch.view.samples, BATCH_CAP)
+
+
+def _exec(compose: Compose, service: str, command: str) -> str:
+    return compose("exec", "-T", service, "sh", "-c", command).stdout.strip()
+
+
+def test_the_project_image_runs_unprivileged_and_writes_its_volumes(
+        compose_stack: Compose, measured: float) -> None:
+    for service in ("job", "job-standby", "controller", "controller-2", "spark-worker"):
+        assert _exec(compose_stack, service, "id -u") != "0", service
+    # The job's checkpoint is on the shared volume, written by the job's user.
+    listing = _exec(compose_stack, "job", "ls /var/lib/streamctl/checkpoints/sensor-averages")
+    assert "offsets" in listing.split(), listing
+    owner = _exec(compose_stack, "job",
+                  "stat -c %u /var/lib/streamctl/checkpoints/sensor-averages")
+    assert owner == _exec(compose_stack, "job", "id -u")
+    assert _exec(compose_stack, "spark-worker",
+                 "touch /var/lib/streamctl/spark-work/probe && echo ok") == "ok"
+
+
+def test_topic_init_reached_the_broker_by_its_service_name_and_made_every_topic(
+        compose_stack: Compose) -> None:
+    assert compose_stack.state("topics") == ["exited 0"]
+    listed = admin_client(BOOTSTRAP).list_topics(timeout=30).topics
+    assert {spec.name for spec in DEFAULT_TOPICS} <= set(listed)
+
+
+def test_the_driver_runs_its_executors_on_the_workers(compose_stack: Compose,
+                                                      measured: float) -> None:
+    """Both workers registered; the active's driver holds its two executors there (the burst's
+    batches ran on them) and the standby's only the one it keeps warm."""
+    master = master_state()
+    assert master["aliveworkers"] == 2, master
+    assert sorted(app["cores"] for app in master["activeapps"]) == [1, 2], master["activeapps"]
+    assert measured > 0
+
+
+def test_prometheus_scrapes_every_target_up(compose_stack: Compose) -> None:
+    def all_up() -> list[dict[str, Any]] | None:
+        targets = _json("http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+        down = [t for t in targets if t["health"] != "up"]
+        return targets if targets and not down else None
+
+    targets = until(all_up, 120, "every Prometheus target up", 2)
+    jobs = sorted((t["labels"]["job"], t["labels"]["instance"]) for t in targets)
+    assert [j for j, _ in jobs].count("spark-worker") == 2, jobs
+    assert ("streamctl-job", "job-standby:9301") in jobs, jobs
+
+
+def test_a_load_step_is_met_by_the_controller_scaling_the_job_on_the_cluster(
+        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float,
+        timings: Timings) -> None:
+    steady_s, after_s = 10.0, 50.0
+    profile = RateProfile("step", 0.4 * measured, 3 * measured, start_s=steady_s)
+    load = threading.Thread(target=run_load, args=(
+        LoadSpec(BOOTSTRAP, INPUT, profile, duration_s=steady_s + after_s), ledger))
+    step_at = time.monotonic() + steady_s
+    load.start()
+    try:
+        watch.until(lambda: bool(watch.applied()), steady_s + 240, "an applied control tuple")
+        timings.figures["load step → scaled (tuple applied)"] = time.monotonic() - step_at
+    finally:
+        load.join(steady_s + after_s + 60)
+    assert ledger.failed == 0
+    [first, *_] = watch.sent()
+    assert first.action == "scale_up", [(d.action, d.parameter, d.target_value)
+                                        for d in watch.sent()]
+    watch.until(lambda: watch.lag_records() == 0, 300, "the backlog to drain")
+    last = _last_active(watch)
+    assert last.input_parallelism > 2 or last.task_slots > 2, last
+
+
+def test_compose_restart_of_the_job_keeps_the_query_going(
+        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float) -> None:
+    """After `docker compose restart job` batches are committed again and the backlog drains:
+    by the restarted job from its checkpoint, or, when the restart kept it silent beyond the
+    controller's failover timeout (25 s), by the standby it promoted."""
+    with _load(ledger, 0.3 * measured, start_seq=2 * 10**9):
+        before = _last_active(watch).batch_id
+        compose_stack("restart", "job", timeout_s=180)
+        watch.until(lambda: _last_active(watch).batch_id > before + 2, 300,
+                    "batches committed after the restart")
+    watch.until(lambda: watch.lag_records() == 0, 300, "the query to catch up")
+
+
+def test_docker_kill_of_the_active_promotes_the_standby(
+        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float) -> None:
+    """The controller promotes the live standby once the active's metrics stop; the promoted
+    instance commits batches and catches up."""
+    active = _last_active(watch).instance_id
+    standby = _await_standby_heartbeat(other_than=active)
+    [container] = compose_stack("ps", "-q", SERVICE_OF[active]).stdout.split()
+    with _load(ledger, 0.3 * measured, start_seq=3 * 10**9):
+        compose_stack.engine.docker("kill", container)
+        watch.until(lambda: _last_active(watch).instance_id == standby, 300,
+                    "batches committed by the promoted standby")
+    watch.until(lambda: watch.lag_records() == 0, 300, "the promoted standby to catch up")
+    promotions = [d for d in watch.sent() if d.action == "failover"
+                  and d.target_value == standby]
+    assert promotions, [(d.action, d.target_value) for d in watch.sent()]
+
+
+SERVICE_OF = {"sensor-averages-1": "job", "sensor-averages-2": "job-standby"}
+"""docker-compose.yml's instance ids → their services."""
+
+
+def _await_standby_heartbeat(other_than: str) -> str:
+    """The instance id of a live standby (a heartbeat within the next 60 s)."""
+    tail = Tail(BOOTSTRAP, {TOPICS["metrics"]: TaskMetrics})
+    try:
+        def heartbeat() -> str | None:
+            return next((r.instance_id for _t, r in tail.poll(1.0)
+                         if isinstance(r, TaskMetrics) and r.role is Role.STANDBY
+                         and r.instance_id != other_than), None)
+        return until(heartbeat, 60, "a heartbeat of a live standby", 0)
+    finally:
+        tail.close()
+
+
+def _last_active(watch: LoopWatch) -> TaskMetrics:
+    """The newest batch an active instance committed (the view keeps no standby heartbeat)."""
+    return watch.view.samples[-1]
+
+
+def test_every_record_produced_is_in_the_read_committed_output_exactly_once(
+        compose_stack: Compose, ledger: Ledger) -> None:
+    assert ledger.failed == 0 and ledger.acked > 0
+    flush_last_windows(BOOTSTRAP, INPUT)
+    assert_every_record_accounted_for(BOOTSTRAP, OUTPUT, ledger, timeout_s=300)
+
+
+class _load:
+    """Steady load in the background for a `with` block (and the ledger's acks)."""
+
+    def __init__(self, ledger: Ledger, rate: float, start_seq: int) -> None:
+        self.stop = threading.Event()
+        spec = LoadSpec(BOOTSTRAP, INPUT, RateProfile("constant", rate), 3600,
+                        start_seq=start_seq)
+        self.thread = threading.Thread(target=run_load, args=(spec, ledger, self.stop))
+
+    def __enter__(self) -> None:
+        self.thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+
+def _json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
