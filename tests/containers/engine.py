@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 CACHE = Path(os.environ.get("STREAMCTL_CONTAINER_CACHE",
                             Path.home() / ".cache" / "streamctl" / "containers"))
@@ -38,21 +39,17 @@ class Engine:
     bridge_gateway: str
 
     def docker(self, *args: str, timeout_s: float = 600, check: bool = True,
-               stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+               stdin: IO[bytes] | None = None) -> subprocess.CompletedProcess[str]:
         return _run(["docker", *args], self.env, timeout_s, check, stdin)
 
 
 def _run(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float, check: bool,
-         stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    if stdin is not None:
-        raw = subprocess.run(list(cmd), input=stdin, capture_output=True, timeout=timeout_s,
-                             env={**os.environ, **env}, check=False)
-        proc = subprocess.CompletedProcess(raw.args, raw.returncode,
-                                           raw.stdout.decode(errors="replace"),
-                                           raw.stderr.decode(errors="replace"))
-    else:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, **env}, check=False)
+         stdin: IO[bytes] | None = None) -> subprocess.CompletedProcess[str]:
+    raw = subprocess.run(list(cmd), stdin=stdin, capture_output=True, timeout=timeout_s,
+                         env={**os.environ, **env}, check=False)
+    proc = subprocess.CompletedProcess(raw.args, raw.returncode,
+                                       raw.stdout.decode(errors="replace"),
+                                       raw.stderr.decode(errors="replace"))
     if check and proc.returncode != 0:
         raise EngineError(f"`{' '.join(cmd[:4])} …` exited {proc.returncode}:\n"
                           f"{(proc.stdout + proc.stderr)[-3000:]}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
+import re
 import shutil
 import subprocess
 import sys
@@ -36,16 +37,29 @@ BASE_PACKAGES = ("python3", "python3-venv", "openjdk-17-jre-headless", "maven", 
 
 
 def _apt_mirror() -> str:
-    """The Debian mirror this machine's apt sources name (deb822 or one-line format)."""
-    for source in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
-        text = source.read_text() if source.is_file() else ""
-        for line in text.splitlines():
-            words = line.split()
-            if words[:1] == ["URIs:"] or (words[:1] == ["deb"] and len(words) > 1):
-                uri = words[1] if words[0] == "URIs:" else words[-3]
-                if "security" not in uri:
-                    return uri
-    raise EngineError("no Debian mirror in /etc/apt/sources*: debootstrap needs one")
+    """The Debian mirror this machine's apt sources name for bookworm's main archive (deb822
+    stanzas or one-line entries; security and third-party archives left out)."""
+    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for source in (f for f in files if f.is_file()):
+        for uri, suites in _apt_entries(source.read_text()):
+            if "bookworm" in suites and "security" not in uri:
+                return uri
+    raise EngineError("no Debian bookworm mirror in /etc/apt/sources*: debootstrap needs one")
+
+
+def _apt_entries(text: str) -> list[tuple[str, list[str]]]:
+    """(URI, suites) of each entry of an apt sources file."""
+    entries = []
+    for stanza in text.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in stanza.splitlines()
+                      if ":" in line and not line.startswith(("#", " ")))
+        if "URIs" in fields:
+            entries += [(uri, fields.get("Suites", "").split()) for uri in fields["URIs"].split()]
+    for line in text.splitlines():
+        words = re.sub(r"\[[^]]*\]", "", line).split()  # options: [arch=… signed-by=…]
+        if words[:1] == ["deb"] and len(words) >= 3:
+            entries.append((words[1], words[2:3]))
+    return entries
 
 
 def base_image(engine: Engine) -> None:
@@ -59,15 +73,19 @@ def base_image(engine: Engine) -> None:
             raise EngineError("making the base needs Debian's debootstrap "
                               "(`./dev test-containers` installs it)")
         shutil.rmtree(rootfs, ignore_errors=True)
-        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-                        "bookworm", str(rootfs), _apt_mirror()],
-                       check=True, capture_output=True, timeout=1800)
+        made = subprocess.run(["debootstrap", "--variant=minbase",
+                               f"--include={','.join(BASE_PACKAGES)}", "bookworm", str(rootfs),
+                               _apt_mirror()], capture_output=True, text=True, timeout=1800,
+                              check=False)
+        if made.returncode != 0:
+            raise EngineError(f"debootstrap into {rootfs} failed (exit {made.returncode}):\n"
+                              f"{(made.stdout + made.stderr)[-3000:]}")
         for deb in (rootfs / "var/cache/apt/archives").glob("*.deb"):
             deb.unlink()
+    # Streamed: the root file system is most of a gigabyte.
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     try:
-        assert tar.stdout is not None
-        engine.docker("import", "-", BASE_IMAGE, stdin=tar.stdout.read())
+        engine.docker("import", "-", BASE_IMAGE, stdin=tar.stdout)
     finally:
         tar.wait()
 

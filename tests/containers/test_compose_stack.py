@@ -136,20 +136,25 @@ def test_a_load_step_is_met_by_the_controller_scaling_the_job_on_the_cluster(
 
 
 def test_compose_restart_of_the_job_keeps_the_query_going(
-        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float) -> None:
+        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float,
+        timings: Timings) -> None:
     """After `docker compose restart job` batches are committed again and the backlog drains:
     by the restarted job from its checkpoint, or, when the restart kept it silent beyond the
     controller's failover timeout (25 s), by the standby it promoted."""
     with _load(ledger, 0.3 * measured, start_seq=2 * 10**9):
-        before = _last_active(watch).batch_id
+        before, started = _last_active(watch).batch_id, time.monotonic()
         compose_stack("restart", "job", timeout_s=180)
+        watch.until(lambda: _last_active(watch).batch_id > before, 300,
+                    "a batch committed after the restart")
+        timings.figures["compose restart → a batch committed"] = time.monotonic() - started
         watch.until(lambda: _last_active(watch).batch_id > before + 2, 300,
                     "batches committed after the restart")
     watch.until(lambda: watch.lag_records() == 0, 300, "the query to catch up")
 
 
 def test_docker_kill_of_the_active_promotes_the_standby(
-        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float) -> None:
+        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float,
+        timings: Timings) -> None:
     """The controller promotes the live standby once the active's metrics stop; the promoted
     instance commits batches and catches up."""
     active = _last_active(watch).instance_id
@@ -157,8 +162,10 @@ def test_docker_kill_of_the_active_promotes_the_standby(
     [container] = compose_stack("ps", "-q", SERVICE_OF[active]).stdout.split()
     with _load(ledger, 0.3 * measured, start_seq=3 * 10**9):
         compose_stack.engine.docker("kill", container)
+        killed = time.monotonic()
         watch.until(lambda: _last_active(watch).instance_id == standby, 300,
                     "batches committed by the promoted standby")
+        timings.figures["docker kill → promoted standby's batch"] = time.monotonic() - killed
     watch.until(lambda: watch.lag_records() == 0, 300, "the promoted standby to catch up")
     promotions = [d for d in watch.sent() if d.action == "failover"
                   and d.target_value == standby]
@@ -214,3 +221,23 @@ class _load:
 def _json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.load(response)
+
+
+def test_the_load_service_produces_to_the_broker_by_its_service_name(
+        compose_stack: Compose) -> None:
+    """The compose file's own `load` service (profile `load`): its records reach the input.
+    Last, since the accounting above knows only the records the check produced itself."""
+    def input_end() -> int:
+        tail = Tail(BOOTSTRAP, {INPUT: TaskMetrics})
+        try:
+            return tail.log_end_total(INPUT)
+        finally:
+            tail.close()
+
+    before = input_end()
+    compose_stack("--profile", "load", "up", "-d", "--no-build", "load", timeout_s=120)
+    try:
+        until(lambda: input_end() >= before + 300, 120, "the load service's records", 2)
+    finally:
+        compose_stack("--profile", "load", "stop", "load", timeout_s=60)
+    assert compose_stack.state("load")[0].startswith("exited"), compose_stack.state("load")
