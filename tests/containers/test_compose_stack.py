@@ -136,17 +136,13 @@ def test_a_load_step_is_met_by_the_controller_scaling_the_job_on_the_cluster(
 
 
 def test_compose_restart_of_the_job_keeps_the_query_going(
-        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float,
-        timings: Timings) -> None:
+        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float) -> None:
     """After `docker compose restart job` batches are committed again and the backlog drains:
     by the restarted job from its checkpoint, or, when the restart kept it silent beyond the
     controller's failover timeout (25 s), by the standby it promoted."""
     with _load(ledger, 0.3 * measured, start_seq=2 * 10**9):
-        before, started = _last_active(watch).batch_id, time.monotonic()
+        before = _last_active(watch).batch_id
         compose_stack("restart", "job", timeout_s=180)
-        watch.until(lambda: _last_active(watch).batch_id > before, 300,
-                    "a batch committed after the restart")
-        timings.figures["compose restart → a batch committed"] = time.monotonic() - started
         watch.until(lambda: _last_active(watch).batch_id > before + 2, 300,
                     "batches committed after the restart")
     watch.until(lambda: watch.lag_records() == 0, 300, "the query to catch up")
