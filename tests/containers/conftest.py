@@ -13,7 +13,6 @@ import os
 import subprocess
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from schemas import auth
 from stack.ports import port_in_use
 from tests.containers.engine import Engine, compose_binary, engine
 from tests.containers.images import ROOT, build_all
+from tests.support.prometheus import scrape
 from tests.support.waiting import until
 
 SERVICES = ("kafka", "topics", "spark-master", "spark-worker", "job", "job-standby",
@@ -59,8 +59,7 @@ class Compose:
 
     def state(self, service: str) -> list[str]:
         """Each container's state of `service` (running, exited …), with its exit code."""
-        out = self("ps", "-a", "--format", "{{.State}} {{.ExitCode}}", service).stdout
-        return out.split("\n")[:-1] if out.endswith("\n") else out.splitlines()
+        return self("ps", "-a", "--format", "{{.State}} {{.ExitCode}}", service).stdout.splitlines()
 
 
 @dataclass
@@ -97,9 +96,8 @@ def compose_stack(timings: Timings) -> Iterator[Compose]:
         try:
             started = time.monotonic()
             compose("up", "-d", "--no-build", *SERVICES, timeout_s=900)
-            until(lambda: compose.state("kafka") == ["running 0"]
-                  and "healthy" in compose("ps", "--format", "{{.Health}}", "kafka").stdout,
-                  300, "the broker's healthcheck to pass", 2)
+            until(lambda: compose("ps", "--format", "{{.Health}}", "kafka").stdout.split()
+                  == ["healthy"], 300, "the broker's healthcheck to pass", 2)
             timings.figures["up → broker healthy"] = time.monotonic() - started
             until(_job_has_executors, 300, "the job's application with its executors", 2)
             timings.figures["up → job running on the cluster"] = time.monotonic() - started
@@ -112,14 +110,12 @@ def compose_stack(timings: Timings) -> Iterator[Compose]:
 
 
 def master_state() -> Any:
-    """The Spark master's JSON state (its web UI port, published on loopback)."""
-    with urllib.request.urlopen("http://127.0.0.1:8080/json/", timeout=10) as response:
-        return json.load(response)
+    """The Spark master's JSON state (its web UI port, published on loopback), or None while
+    it does not answer."""
+    text = scrape("http://127.0.0.1:8080/json/")
+    return json.loads(text) if text else None
 
 
 def _job_has_executors() -> bool:
-    try:
-        apps = master_state()["activeapps"]
-    except OSError:
-        return False
-    return any(app["cores"] >= 2 for app in apps)
+    state = master_state()
+    return state is not None and any(app["cores"] >= 2 for app in state["activeapps"])

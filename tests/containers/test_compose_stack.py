@@ -11,11 +11,10 @@ later record could be counted).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.containers.conftest import BOOTSTRAP, Compose, Timings, master_state
 from tests.e2e.loop import LoopWatch, capacity
+from tests.support.prometheus import api
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(1800)]
@@ -95,6 +95,7 @@ def test_the_driver_runs_its_executors_on_the_workers(compose_stack: Compose,
     """Both workers registered; the active's driver holds its two executors there (the burst's
     batches ran on them) and the standby's only the one it keeps warm."""
     master = master_state()
+    assert master is not None, "the Spark master does not answer"
     assert master["aliveworkers"] == 2, master
     assert sorted(app["cores"] for app in master["activeapps"]) == [1, 2], master["activeapps"]
     assert measured > 0
@@ -102,7 +103,7 @@ def test_the_driver_runs_its_executors_on_the_workers(compose_stack: Compose,
 
 def test_prometheus_scrapes_every_target_up(compose_stack: Compose) -> None:
     def all_up() -> list[dict[str, Any]] | None:
-        targets = _json("http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+        targets = api("http://127.0.0.1:9090", "/api/v1/targets")["data"]["activeTargets"]
         down = [t for t in targets if t["health"] != "up"]
         return targets if targets and not down else None
 
@@ -197,26 +198,18 @@ def test_every_record_produced_is_in_the_read_committed_output_exactly_once(
     assert_every_record_accounted_for(BOOTSTRAP, OUTPUT, ledger, timeout_s=300)
 
 
-class _load:
-    """Steady load in the background for a `with` block (and the ledger's acks)."""
-
-    def __init__(self, ledger: Ledger, rate: float, start_seq: int) -> None:
-        self.stop = threading.Event()
-        spec = LoadSpec(BOOTSTRAP, INPUT, RateProfile("constant", rate), 3600,
-                        start_seq=start_seq)
-        self.thread = threading.Thread(target=run_load, args=(spec, ledger, self.stop))
-
-    def __enter__(self) -> None:
-        self.thread.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-
-
-def _json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
+@contextmanager
+def _load(ledger: Ledger, rate: float, start_seq: int) -> Iterator[None]:
+    """Constant load in the background for a `with` block, acknowledged into `ledger`."""
+    stop = threading.Event()
+    spec = LoadSpec(BOOTSTRAP, INPUT, RateProfile("constant", rate), 3600, start_seq=start_seq)
+    thread = threading.Thread(target=run_load, args=(spec, ledger, stop))
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
 
 
 def test_the_load_service_produces_to_the_broker_by_its_service_name(
