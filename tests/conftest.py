@@ -25,6 +25,8 @@ from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
+pytest_plugins = ("tests.support.parallel",)  # two tests at a time under ./dev test
+
 # --- Control key -------------------------------------------------------------------------------
 
 

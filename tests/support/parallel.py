@@ -1,0 +1,156 @@
+"""Two tests at a time on two cores (pytest-xdist), and the tests that need the machine alone.
+
+`./dev test` runs the suite on two xdist workers (`-n 2 --dist loadscope`). This plugin decides
+what goes together, in which order, and what may run beside what:
+
+- `ALONE`: modules whose tests step their load relative to a capacity they measured first. A
+  busy test on the other worker starting or ending mid-run would change that capacity under
+  them, so they form one unit of work (one worker runs them one after another), which holds
+  the machine exclusively while it runs, fixtures included.
+- `IDLE`: modules whose tests mostly wait (group sessions, timeouts, a consumer's poll),
+  measured at under a tenth of the machine's CPU. They take no lock, so they run beside an
+  `ALONE` test; the queue puts them right after the `ALONE` unit.
+- Every other unit holds the machine shared while it runs: two of them run at a time.
+
+A module is one unit of work (its module-scoped fixtures start once); modules that share a
+costly session fixture are one unit (`SHARED`), so the second worker does not start a second
+three-node cluster. The queue runs the long units first and the unit tests last, where they
+fill the gap the last long unit leaves. Units are named by module path because xdist's
+scheduler sees only test ids (and xdist's own `xdist_group` marks are lost under pytest 9.2:
+pytest-dev/pytest-xdist#1386). Without xdist (a plain `pytest`) none of this applies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+ALONE = frozenset({
+    "tests/e2e/test_closed_loop.py",
+    "tests/e2e/test_closed_loop_fraud.py",
+    "tests/e2e/test_closed_loop_scale_down.py",
+    "tests/e2e/test_closed_loop_throttle.py",
+    "tests/e2e/test_pipeline.py",
+})
+
+IDLE = frozenset({
+    "tests/integration/test_control_consumer.py",
+    "tests/integration/test_controller_kafka.py",
+    "tests/integration/test_controller_leadership.py",
+    "tests/integration/test_exactly_once_sink.py",
+    "tests/integration/test_replay_topic.py",
+    "tests/integration/test_tail.py",
+    "tests/integration/test_watch_commands.py",
+})
+
+SHARED = {
+    "tests/faults/test_cluster_faults.py": "kafka-cluster",
+    "tests/integration/test_local_cluster.py": "kafka-cluster",
+    "tests/deploy/test_compose_local.py": "spark-cluster",
+    "tests/deploy/test_spark_metrics_local.py": "spark-cluster",
+    "tests/spark/test_executors_standalone.py": "spark-cluster",
+    "tests/faults/test_faults.py": "restartable-broker",
+    "tests/integration/test_broker_outage.py": "restartable-broker",
+    "tests/integration/test_local_broker.py": "restartable-broker",
+}
+"""Modules that share a session fixture too costly to start on both workers (a three-node
+Kafka cluster, a Spark master and worker, a broker that tests stop and restart)."""
+
+LONG_FIRST = ("tests/faults", "tests/spark", "tests/deploy", "tests/e2e", "tests/integration")
+"""Queue order of the other directories, longest modules first (measured one at a time: faults
+2–3.5 min a module, spark and deploy up to 1.5); any other directory, `tests/unit`
+included, comes last."""
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def unit_of_work(nodeid: str) -> str:
+    module = _module(nodeid)
+    return "alone" if module in ALONE else SHARED.get(module, module)
+
+
+def _queue_rank(item: pytest.Item) -> tuple[int, int]:
+    module = _module(item.nodeid)
+    if module in ALONE:
+        return (0, 0)
+    if module in IDLE:
+        return (1, 0)
+    directory = next((d for d in LONG_FIRST if module.startswith(f"{d}/")), None)
+    return (2, len(LONG_FIRST) if directory is None else LONG_FIRST.index(directory))
+
+
+class ModuleUnits(LoadScopeScheduling):
+    """xdist's scope scheduling, with `unit_of_work` as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of_work(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> ModuleUnits | None:
+    return ModuleUnits(config, log) if config.getvalue("dist") == "loadscope" else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On each worker: the order the scheduler queues the units in (a unit's place is its
+    first test's). The sort is stable, so a module keeps its own order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_queue_rank)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Outside pytest-timeout's wrapper: the wait for the machine is not the test's time. The
+    machine is held for a whole unit of work, not test by test: a module-scoped fixture's
+    processes (a job, a controller) keep running between its tests."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    unit = unit_of_work(item.nodeid)
+    if run_id is None or _module(item.nodeid) in IDLE:
+        yield
+        return
+    _MACHINE.take(run_id, unit, exclusive=unit == "alone")
+    try:
+        yield
+    finally:
+        if nextitem is None or unit_of_work(nextitem.nodeid) != unit:
+            _MACHINE.release()
+
+
+class _Machine:
+    """A readers-writer lock between the workers of one run (flock on two files), held by
+    one unit of work at a time on this worker. A worker passes the turnstile before it takes
+    the machine shared; a waiting exclusive unit holds the turnstile until it is in, so the
+    other worker cannot keep it out unit after unit."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._directory = directory or Path(tempfile.gettempdir())
+        self._unit: str | None = None
+        self._machine: IO[str] | None = None
+
+    def take(self, run_id: str, unit: str, exclusive: bool) -> None:
+        if self._unit == unit:
+            return
+        self.release()
+        base = self._directory / f"streamctl-tests-{run_id}"
+        with open(f"{base}.turnstile", "a") as turnstile:
+            machine = open(f"{base}.machine", "a")  # noqa: SIM115 - held until release()
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self._unit, self._machine = unit, machine
+
+    def release(self) -> None:
+        if self._machine is not None:
+            self._machine.close()  # closing the file drops its lock
+        self._unit = self._machine = None
+
+
+_MACHINE = _Machine()

@@ -1,0 +1,50 @@
+"""How `./dev test` splits the suite between its two workers (tests/support/parallel.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing.synchronize import Event
+from pathlib import Path
+
+from tests.support import parallel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_module_the_plan_names_exists_and_none_is_both_alone_and_idle() -> None:
+    named = parallel.ALONE | parallel.IDLE | set(parallel.SHARED)
+    assert sorted(m for m in named if not (ROOT / m).is_file()) == []
+    assert parallel.ALONE.isdisjoint(parallel.IDLE)
+    assert parallel.ALONE.isdisjoint(parallel.SHARED)
+
+
+def test_capacity_measuring_modules_are_one_unit_and_modules_sharing_a_fixture_are_one() -> None:
+    alone = {parallel.unit_of_work(f"{m}::test_x") for m in parallel.ALONE}
+    assert alone == {"alone"}
+    assert parallel.unit_of_work("tests/faults/test_cluster_faults.py::test_a") == \
+        parallel.unit_of_work("tests/integration/test_local_cluster.py::test_b[1]")
+    assert parallel.unit_of_work("tests/unit/test_window.py::test_c") == "tests/unit/test_window.py"
+
+
+def _hold_shared(directory: Path, held: Event) -> None:
+    machine = parallel._Machine(directory)
+    machine.take("run", "other-unit", exclusive=False)
+    held.set()
+    machine.release()
+
+
+def test_an_exclusive_unit_keeps_the_other_worker_out_until_it_releases(tmp_path: Path) -> None:
+    machine = parallel._Machine(tmp_path)
+    machine.take("run", "alone", exclusive=True)
+    spawn = multiprocessing.get_context("spawn")  # a forked child would share the held lock
+    held = spawn.Event()
+    other = spawn.Process(target=_hold_shared, args=(tmp_path, held))
+    other.start()
+    try:
+        assert not held.wait(1.0), "took the machine shared while it was held exclusively"
+        machine.release()
+        assert held.wait(10.0), "never took the machine after the exclusive unit released it"
+    finally:
+        machine.release()
+        other.join(10.0)
+        other.kill()
