@@ -201,8 +201,6 @@ def test_metric_name_extraction() -> None:
     assert d.metric_names("changes(x_total[1m]) > 0 or up") == {"x_total", "up"}
 
 
-
-
 def test_the_image_copies_every_package_the_project_installs() -> None:
     """`pip install .` in the image sees only what the Dockerfile copied: a package left out
     installs nothing and every command fails on its import (seen: `options`)."""

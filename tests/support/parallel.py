@@ -40,6 +40,8 @@ ALONE = frozenset({
     "tests/e2e/test_pipeline.py",
 })
 
+ALONE_UNIT = "alone"
+
 IDLE = frozenset({
     "tests/integration/test_control_consumer.py",
     "tests/integration/test_controller_kafka.py",
@@ -75,7 +77,7 @@ def _module(nodeid: str) -> str:
 
 def unit_of_work(nodeid: str) -> str:
     module = _module(nodeid)
-    return "alone" if module in ALONE else SHARED.get(module, module)
+    return ALONE_UNIT if module in ALONE else SHARED.get(module, module)
 
 
 def _queue_rank(item: pytest.Item) -> tuple[int, int]:
@@ -117,7 +119,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if run_id is None or _module(item.nodeid) in IDLE:
         yield
         return
-    _MACHINE.take(run_id, unit, exclusive=unit == "alone")
+    _MACHINE.take(run_id, unit, exclusive=unit == ALONE_UNIT)
     try:
         yield
     finally:

@@ -20,7 +20,7 @@ def test_every_module_the_plan_names_exists_and_none_is_both_alone_and_idle() ->
 
 def test_capacity_measuring_modules_are_one_unit_and_modules_sharing_a_fixture_are_one() -> None:
     alone = {parallel.unit_of_work(f"{m}::test_x") for m in parallel.ALONE}
-    assert alone == {"alone"}
+    assert alone == {parallel.ALONE_UNIT}
     assert parallel.unit_of_work("tests/faults/test_cluster_faults.py::test_a") == \
         parallel.unit_of_work("tests/integration/test_local_cluster.py::test_b[1]")
     assert parallel.unit_of_work("tests/unit/test_window.py::test_c") == "tests/unit/test_window.py"
