@@ -194,14 +194,22 @@ class PolicySettings:
     of the arrivals) while other partitions exist is reported as skew. With 2 partitions 70 %
     is more than twice the other's share; uniform keys stay far below it."""
 
+    lost_after_beats: float = 3.0
+    """An instance that sends liveness beats (a job does, every `beat_interval_s`: 1 s by
+    default) and is silent for this many beat intervals is lost, however long its batches
+    run: a standby takes over within seconds. Three: one late beat on a busy machine is not a
+    loss, and two in a row are rare."""
+
     lost_after_intervals: int = 5
     """A query that publishes no metrics for this many trigger intervals (or this many times
     its longest recent batch, which may run far past the trigger when backlogged) is reported
-    lost. Five: a restart or a slow commit can swallow two or three intervals."""
+    lost; for an instance that sends beats, one batch that has run this long is (the query is
+    hung). Five: a restart or a slow commit can swallow two or three intervals."""
 
     lost_after_min_s: float = 25.0
-    """Floor of the lost-query timeout: Spark reports an idle query only every ~10 s, so one
-    missed heartbeat plus slack must never count as lost."""
+    """Floor of that timeout, and how long a standby stays live without a heartbeat: Spark
+    reports an idle query only every ~10 s, so one missed heartbeat plus slack must never count
+    as lost."""
 
     def __post_init__(self) -> None:
         for name in ("target_utilisation", "high_water_utilisation", "low_water_utilisation"):
@@ -231,6 +239,8 @@ class PolicySettings:
         _check(0.5 <= self.skew_partition_share <= 1,
                f"policy.skew_partition_share must be in [0.5, 1], got "
                f"{self.skew_partition_share}")
+        _check(math.isfinite(self.lost_after_beats) and self.lost_after_beats >= 1,
+               f"policy.lost_after_beats must be >= 1, got {self.lost_after_beats}")
         _check(self.lost_after_intervals >= 1,
                f"policy.lost_after_intervals must be >= 1, got {self.lost_after_intervals}")
         _positive("policy.lost_after_min_s", self.lost_after_min_s)

@@ -90,7 +90,8 @@ class SourcePartition(_Record):
 
 @dataclass(frozen=True, slots=True)
 class TaskMetrics(_Record):
-    """One query instance's measurements over one micro-batch."""
+    """One query instance's measurements over one micro-batch, an idle heartbeat (batch_id
+    -1), or a liveness beat (`beat`: no rates, only what the query is running)."""
 
     AVRO_NAME: ClassVar[str] = "io.streamctl.v1.TaskMetrics"
     _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_start_ms", "batch_end_ms"})
@@ -121,6 +122,10 @@ class TaskMetrics(_Record):
     max_state_partitions: int = 0
     executor_cores: int = 0
     max_executors: int = 0
+    beat_interval_ms: int = 0
+    beat: bool = False
+    running_batch_id: int = -1
+    running_since_ms: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

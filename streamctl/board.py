@@ -123,6 +123,11 @@ def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int) -> list
            f"{view.lag_records():8d} {view.parallelism():4d} {q.busy_share(now_ms) * 100:4.0f}% "
            f"{seen:>6}  {_decision_summary(q.last_decision, now_ms)}")
     out = [row]
+    running = view.last_beat
+    if running is not None and running.running_batch_id >= 0:
+        out.append(f"{'':<22}   running: batch {running.running_batch_id} for "
+                   f"{_age(now_ms - running.running_since_ms)} (as of its beat "
+                   f"{_age(now_ms - running.batch_end_ms)} ago)")
     if q.last_decision is not None:
         out.append(f"{'':<22}   reason: {_clip(q.last_decision.reason, width)}")
     if q.last_pause_ack is not None:

@@ -25,10 +25,18 @@ class QueryView:
     query_id: str
     samples: deque[TaskMetrics] = field(default_factory=lambda: deque(maxlen=200))
 
+    last_beat: TaskMetrics | None = None
+    """The active instance's newest liveness beat: which batch it runs, since when."""
+
     def add(self, m: TaskMetrics) -> None:
         """Keep an active instance's batch; a standby's heartbeat describes no batch (its
-        offsets are not the query's), and would make the newest sample a batch-less one."""
-        if m.role is Role.ACTIVE:
+        offsets are not the query's), and would make the newest sample a batch-less one; a
+        liveness beat is no batch either (its offsets are where the running batch will end)."""
+        if m.role is not Role.ACTIVE:
+            return
+        if m.beat:
+            self.last_beat = m
+        else:
             self.samples.append(m)
 
     def _recent(self) -> list[TaskMetrics]:

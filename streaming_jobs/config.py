@@ -132,8 +132,13 @@ class JobConfig:
     state beside the checkpoint is the active one, whatever this option says."""
     heartbeat_interval_s: float = 5.0
     """Seconds between heartbeats of an instance that runs no batch (a standby, or an idle
-    active: Spark's idle progress events are set to this interval). Five: the controller's
-    lost-detection floor (25 s) then allows four missed heartbeats."""
+    active: Spark's idle progress events are set to this interval). They carry the figures of
+    an idle query (no arrivals, no backlog); liveness comes from the beats."""
+    beat_interval_s: float = 1.0
+    """Seconds between an active instance's liveness beats, sent whatever its batches do
+    (which batch runs, since when, to which offsets); the controller takes a few missed beats
+    as the instance lost (`lost_after_beats`), so a standby takes over within seconds. 0
+    sends none: the controller then judges liveness by batches and idle heartbeats alone."""
     control_key: bytes = field(default=b"", repr=False, compare=False)
     """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
     by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
@@ -375,6 +380,8 @@ def _problems(c: JobConfig) -> list[str]:
         problems.append(f"role must be one of {', '.join(ROLES)}, got {c.role!r}")
     if c.heartbeat_interval_s <= 0:
         problems.append(f"heartbeat_interval_s must be > 0, got {c.heartbeat_interval_s}")
+    if c.beat_interval_s < 0:
+        problems.append(f"beat_interval_s must be >= 0 (0: no beats), got {c.beat_interval_s}")
     if c.max_runtime_s < 0:
         problems.append(f"max_runtime_s must be >= 0, got {c.max_runtime_s}")
     if not 0 <= c.metrics_port <= 65535:

@@ -38,8 +38,8 @@ def decide(lost: Lost, standbys: Sequence[Seen], lost_instance: str, now_ms: int
     age_s = max(0, now_ms - chosen.last_seen_ms) / 1000
     who = f"active instance {lost_instance}" if lost_instance else "the active instance"
     return Promote(chosen.instance_id, lost_instance, (
-        f"{who} sent no metrics for {num(lost.silent_s)} s (timeout {num(lost.timeout_s)} s); "
-        f"promoting standby {chosen.instance_id} (heartbeat {num(age_s)} s ago, "
+        f"{who}: {lost.reason.split(';', 1)[0]}; promoting standby {chosen.instance_id} "
+        f"(heartbeat {num(age_s)} s ago, "
         f"{len(candidates)} live standby{'s' if len(candidates) != 1 else ''}): it fences the "
         "former active and resumes from the shared checkpoint"),
         {**lost.figures, "standbys": float(len(candidates)), "standby_age_s": age_s})

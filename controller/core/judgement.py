@@ -26,6 +26,7 @@ from controller.core.sizing import capacity
 from controller.core.state import ControlState, Ineffective
 from controller.core.wording import num, pct
 from controller.settings import PolicySettings
+from schemas import TaskMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +80,67 @@ def lost_timeout_s(trigger_s: float, last_busy_s: float, settings: PolicySetting
 
 def liveness(last_seen_ms: int | None, trigger_s: float, last_busy_s: float,
              state: ControlState, now_ms: int, settings: PolicySettings,
-             watching_since_ms: int = 0) -> Lost | None:
+             watching_since_ms: int = 0, *, beat: TaskMetrics | None = None,
+             last_batch: TaskMetrics | None = None) -> Lost | None:
     """`Lost` when the query has been silent too long. A query never seen is not lost, and
     neither is one whose reconfiguration or failover is in flight (a restart is silent; the
     ack timeout covers it); after an actuation the silence counts from when it ended, and it
     only counts while the controller watched (`watching_since_ms`: a controller that just
-    started may still be reading the metrics the query sent while it was away)."""
+    started may still be reading the metrics the query sent while it was away).
+
+    An instance that sends liveness beats (`beat`: its newest) is silent when its beats
+    stop, after `lost_after_beats` of its intervals, however long its batches run. A batch
+    that has run longer than the batch timeout (`lost_timeout_s`) means a hung query, once
+    the instance is past its start (`last_batch`, the newest sample, is a batch of it before
+    the running one): a run's first batch is a cold one, which may take long on a busy
+    machine, and was never judged before it ended. Without beats, silence is judged against
+    the batch timeout alone."""
     if last_seen_ms is None or state.in_flight is not None:
         return None
     since_ms = max(last_seen_ms, state.settled_at_ms, watching_since_ms)
     silent_s = (now_ms - since_ms) / 1000
     timeout_s = lost_timeout_s(trigger_s, last_busy_s, settings)
+    batch_timeout = (f"{settings.lost_after_intervals} × its {num(max(trigger_s, last_busy_s))}"
+                     f" s batch interval, at least {settings.lost_after_min_s:.0f} s")
+    if beat is not None and beat.beat_interval_ms > 0:
+        return _beats_stopped(beat, silent_s, settings) or _hung(
+            beat, last_batch, max(beat.running_since_ms, state.settled_at_ms), now_ms,
+            timeout_s, batch_timeout)
     if silent_s <= timeout_s:
         return None
-    return Lost(f"no metrics for {silent_s:.0f} s (timeout {timeout_s:.0f} s: "
-                f"{settings.lost_after_intervals} × its {num(max(trigger_s, last_busy_s))} s "
-                f"batch interval, at least {settings.lost_after_min_s:.0f} s); the instance is "
-                "gone or hung, more parallelism cannot help",
+    return Lost(f"no metrics for {silent_s:.0f} s (timeout {timeout_s:.0f} s: {batch_timeout});"
+                " the instance is gone or hung, more parallelism cannot help",
                 silent_s, timeout_s, {"silent_s": silent_s, "timeout_s": timeout_s})
+
+
+def _beats_stopped(beat: TaskMetrics, silent_s: float, settings: PolicySettings) -> Lost | None:
+    interval_s = beat.beat_interval_ms / 1000
+    timeout_s = settings.lost_after_beats * interval_s
+    if silent_s <= timeout_s:
+        return None
+    return Lost(f"no liveness beat for {num(silent_s)} s (timeout {num(timeout_s)} s: "
+                f"{num(settings.lost_after_beats)} × its {num(interval_s)} s beat interval); "
+                "the instance is gone or frozen, more parallelism cannot help",
+                silent_s, timeout_s, {"silent_s": silent_s, "timeout_s": timeout_s})
+
+
+def _hung(beat: TaskMetrics, last_batch: TaskMetrics | None, running_since_ms: int,
+          now_ms: int, timeout_s: float, batch_timeout: str) -> Lost | None:
+    """The instance beats, but its query has run one batch, not its first, past the batch
+    timeout."""
+    if beat.running_batch_id < 0 or beat.running_since_ms <= 0:
+        return None
+    if (last_batch is None or last_batch.instance_id != beat.instance_id
+            or not 0 <= last_batch.batch_id < beat.running_batch_id):
+        return None
+    running_s = (now_ms - running_since_ms) / 1000
+    if running_s <= timeout_s:
+        return None
+    return Lost(f"batch {beat.running_batch_id} has run for {running_s:.0f} s (timeout "
+                f"{timeout_s:.0f} s: {batch_timeout}) while the instance still beats; the "
+                "query is hung, more parallelism cannot help",
+                running_s, timeout_s, {"running_s": running_s, "timeout_s": timeout_s,
+                                       "silent_s": 0.0})
 
 
 def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_ms: int,

@@ -2,7 +2,8 @@
 
 Owns which samples the model may look at: the recent ones (by time and by count), each once,
 and only those of the configuration in force; which of them are a run's warm-up batch; and
-when the query was last heard from. Pure and deterministic: `now_ms` comes from the caller
+when the query was last heard from (batches, idle heartbeats and liveness beats alike; a beat
+is never a sample). Pure and deterministic: `now_ms` comes from the caller
 (`controller.loop.cycle`), nothing is logged; `model` reads `QueryWindow.samples` and `warm_up`.
 
 Warm-up: the first batch with rows of an (instance, epoch) — the first of a (re)started run —
@@ -33,6 +34,7 @@ class Admission(StrEnum):
     DUPLICATE = "duplicate"
     STALE_EPOCH = "stale_epoch"
     STANDBY = "standby"
+    BEAT = "beat"
 
 
 def sample_key(sample: TaskMetrics) -> tuple[str, int, int]:
@@ -57,13 +59,15 @@ class QueryWindow:
         """Whether the epoch moved after the first sample: a change took effect, so a short
         window means "stabilising after a change" rather than "just started"."""
         self.last_seen_ms: int | None = None
-        """End of the newest sample ever accepted (kept through pruning and epoch changes)."""
+        """End of the newest sample or beat ever accepted (kept through pruning and epoch
+        changes)."""
         self.last_instance = ""
         """The instance of the newest sample accepted (the one active as far as known)."""
         self.last_sample: TaskMetrics | None = None
         """The newest sample accepted (kept through pruning and epoch changes): its trigger
         interval and batch time say how long the query may stay silent while a batch planned
         under an older epoch still runs (an executor request does not restart it)."""
+        self._last_beat: TaskMetrics | None = None
         self._carried: set[int] = set()
         """Epochs whose change leaves every sample valid (`carry_to`)."""
         self._started: set[tuple[str, int]] = set()
@@ -79,6 +83,8 @@ class QueryWindow:
         return frozenset(self._warm_up & self._keys)
 
     def add(self, sample: TaskMetrics) -> Admission:
+        """Keep a batch or an idle heartbeat of the configuration in force; a liveness beat
+        only says the query was heard from (it carries no rates)."""
         if sample.role is not Role.ACTIVE:
             # A standby processes nothing; its figures would dilute the active's rates.
             return Admission.STANDBY
@@ -86,18 +92,37 @@ class QueryWindow:
             return Admission.STALE_EPOCH
         if sample.config_epoch > self.epoch:
             self.require_epoch(sample.config_epoch)
+        if sample.beat:
+            self._heard(sample)
+            return Admission.BEAT
         key = sample_key(sample)
         if key in self._keys:
             return Admission.DUPLICATE
         self._insert(sample)
-        if sample.batch_end_ms >= (self.last_seen_ms or 0):
-            self.last_seen_ms, self.last_instance = sample.batch_end_ms, sample.instance_id
+        if self._heard(sample):
             self.last_sample = sample
         run = (sample.instance_id, sample.config_epoch)
         if sample.input_rows > 0 and run not in self._started:
             self._started.add(run)
             self._warm_up.add(key)
         return Admission.ACCEPTED
+
+    @property
+    def beat(self) -> TaskMetrics | None:
+        """The newest liveness beat of the instance last heard (None: it sends none): it
+        says how often it beats, and which batch it runs since when."""
+        found = self._last_beat
+        return found if found is not None and found.instance_id == self.last_instance else None
+
+    def _heard(self, sample: TaskMetrics) -> bool:
+        """Note when the query was last heard from, and by whom; whether `sample` is the
+        newest heard."""
+        if sample.batch_end_ms < (self.last_seen_ms or 0):
+            return False
+        self.last_seen_ms, self.last_instance = sample.batch_end_ms, sample.instance_id
+        if sample.beat:
+            self._last_beat = sample
+        return True
 
     def require_epoch(self, epoch: int) -> None:
         """Forget every sample older than `epoch` and refuse them from now on.

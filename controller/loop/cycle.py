@@ -323,7 +323,8 @@ class ControlLoop:
         lost = liveness(window.last_seen_ms,
                         newest.trigger_interval_ms / 1000 if newest else 0.0,
                         newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
-                        self.settings.policy, self._watching_since_ms or 0)
+                        self.settings.policy, self._watching_since_ms or 0,
+                        beat=window.beat, last_batch=newest)
         found: QueryModel | NotReady | Lost | Promote = (
             failover.decide(lost, self.standbys.live(query_id, now_ms), window.last_instance,
                             now_ms) if lost is not None else

@@ -2,10 +2,11 @@
 
 Owns construction in an order where nothing waits for what is built after it (the checkpoint
 claimed, the SparkSession, the desired state in force, the input the checkpoint resumes, the
-query, its one owner, the control consumer), the threads (control, role, warm-up, the run
-loop of `run`), what the job publishes (metrics, heartbeats, the desired state, acks) and the
-shutdown. Every change to the query goes through its owner (`owner.QueryOwner`), never from
-here. Neighbours: `cli` calls it; `publish` ships what the query measures.
+query, its one owner, the control consumer), the threads (control, role, beat, warm-up, the
+run loop of `run`), what the job publishes (metrics, heartbeats, beats, the desired state,
+acks) and the shutdown. Every change to the query goes through its owner
+(`owner.QueryOwner`), never from here. Neighbours: `cli` calls it; `publish` ships what
+the query measures.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.checkpoint.identity import claim_checkpoint
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.checkpoint.running import running_batch
 from streaming_jobs.runtime.checkpoint.state_repartition import (
     ROCKSDB_PROVIDER,
     StateRepartitionError,
@@ -104,7 +106,9 @@ class ElasticJob:
         self._threads = (
             threading.Thread(target=loop.run, args=(self._stopping,), name="streamctl-control",
                              daemon=True),
-            threading.Thread(target=self._watch_role, name="streamctl-role", daemon=True))
+            threading.Thread(target=self._watch_role, name="streamctl-role", daemon=True),
+            *([threading.Thread(target=self._send_beats, name="streamctl-beat", daemon=True)]
+              if config.beat_interval_s > 0 else []))
 
     @property
     def role(self) -> Role:
@@ -232,6 +236,21 @@ class ElasticJob:
                     self._publisher.metrics(beat)
             except Exception:  # e.g. an unreadable shared file: say so, keep watching
                 log.exception("role check of %s failed", self.config.instance_id)
+
+    def _send_beats(self) -> None:
+        """The beat thread: while this instance is active, a liveness beat every
+        `beat_interval_s` with the batch its query runs. It takes no lock, so a long batch
+        or a reconfiguration in progress does not hold it back: only a process that is gone
+        or frozen stops beating."""
+        while not self._stopping.wait(self.config.beat_interval_s):
+            if self.owner.role is not Role.ACTIVE:
+                continue
+            try:
+                query = self.query
+                self._publisher.beat(query.context(query.desired), int(time.time() * 1000),
+                                     running_batch(self.config.checkpoint_dir))
+            except Exception:  # e.g. Spark's JVM gone at shutdown: say so, keep beating
+                log.exception("liveness beat of %s failed", self.config.instance_id)
 
     def stop(self) -> None:
         """Quiesce and stop the query, then flush and close the Kafka clients."""

@@ -1,4 +1,4 @@
-"""What a job publishes: per-batch metrics and heartbeats, its desired state, acks.
+"""What a job publishes: per-batch metrics, heartbeats and beats, its desired state, acks.
 
 Owns the conversion of what the query reports (a progress event, an idle tick) into
 `TaskMetrics` records on the metrics topic and into the job's Prometheus figures, with the
@@ -13,11 +13,13 @@ import logging
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from schemas.records import Ack, DesiredStateRecord, TaskMetrics
+from schemas.records import Ack, DesiredStateRecord, SourcePartition, TaskMetrics
 from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.checkpoint.running import RunningBatch
 from streaming_jobs.runtime.kafka import RecordPublisher
 from streaming_jobs.runtime.observe.metrics import (
     RunContext,
+    beat,
     dead_letters,
     heartbeat,
     to_task_metrics,
@@ -56,6 +58,16 @@ class Publisher:
         """An idle active query says it is alive, repeating where its last batch ended."""
         self.metrics(heartbeat(ctx, at_ms, self._last_metrics))
 
+    def beat(self, ctx: RunContext, at_ms: int, running: RunningBatch | None) -> None:
+        """An active instance's liveness beat, with the batch it runs (None: between
+        batches): each source partition from where the batch before it ended to where it
+        was planned to end."""
+        if running is None:
+            self.metrics(beat(ctx, at_ms))
+            return
+        self.metrics(beat(ctx, at_ms, running.batch_id, running.planned_at_ms,
+                          planned_partitions(running)))
+
     def metrics(self, record: TaskMetrics) -> None:
         self._producer.publish(self._config.metrics_topic, record.query_id, record)
 
@@ -77,3 +89,12 @@ class Publisher:
         undelivered = self._producer.close()
         if undelivered:
             log.warning("%d metrics/ack records undelivered at shutdown", undelivered)
+
+
+def planned_partitions(running: RunningBatch) -> tuple[SourcePartition, ...]:
+    """Each source partition of a running batch: from where the batch before it ended (its
+    own end when that is unknown) to where it was planned to end (the latest it knew of)."""
+    return tuple(
+        SourcePartition(topic, partition, running.starts.get(topic, {}).get(partition, end),
+                        end, end)
+        for topic, ends in sorted(running.ends.items()) for partition, end in sorted(ends.items()))

@@ -41,7 +41,7 @@ def test_the_freshest_live_standby_is_promoted_with_the_reason() -> None:
     assert isinstance(verdict, Promote)
     assert (verdict.instance_id, verdict.lost_instance, verdict.action) == ("s2", "a",
                                                                             "failover")
-    assert "active instance a sent no metrics for 31 s" in verdict.reason
+    assert "active instance a: no metrics for 31 s (timeout 25 s: ...); promoting" in verdict.reason
     assert "promoting standby s2 (heartbeat 0.5 s ago, 2 live standbys)" in verdict.reason
     assert verdict.figures["standbys"] == 2 and verdict.figures["silent_s"] == 31
 

@@ -190,6 +190,23 @@ def test_records_of_task_metrics_v3_decode_as_sized_by_input_parallelism_in_loca
     assert current == metrics
 
 
+def test_records_of_task_metrics_v4_decode_as_an_instance_that_sends_no_beats() -> None:
+    """v4 (before liveness beats) is shipped in schemas/history; its records read as batches
+    or heartbeats of an instance that sends no beats, so the controller judges it by its
+    batches as before."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.4.avsc").read_text())
+    assert "beat" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, -1, 3, 3, 1000, 0, 0, 0, (), 2, 4, 8,
+                          beat_interval_ms=1000, beat=True, running_batch_id=7,
+                          running_since_ms=2)
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert (decoded.beat_interval_ms, decoded.beat, decoded.running_batch_id,
+            decoded.running_since_ms) == (0, False, -1, 0)
+    current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
+    assert current == metrics
+
+
 def test_a_dict_from_before_a_defaulted_field_gets_the_default() -> None:
     """Recorded traces hold `to_avro()` dicts; one written before a field existed still reads."""
     data = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8).to_avro()

@@ -49,6 +49,8 @@ class RunContext:
     """Cores per executor on a cluster manager; 0 in local mode (no executors to request)."""
     max_executors: int = 0
     """Most executors a control tuple may request; 0 in local mode."""
+    beat_interval_ms: int = 0
+    """How often the instance sends a liveness beat (`beat`); 0: it sends none."""
 
 
 def timestamp_ms(iso: str) -> int:
@@ -134,6 +136,21 @@ def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
         input_rows=0, output_rows=0, busy_ms=0, partitions=partitions,
         state_rows=0 if last is None else last.state_rows,
         state_bytes=0 if last is None else last.state_bytes)
+
+
+def beat(ctx: RunContext, at_ms: int, running_batch_id: int = -1, running_since_ms: int = 0,
+         partitions: tuple[SourcePartition, ...] = ()) -> TaskMetrics:
+    """An active instance's liveness beat: it is up, and runs batch `running_batch_id`
+    (planned at `running_since_ms`, reading `partitions` to their end offsets), or none (-1).
+
+    Sent every `beat_interval_ms` whatever the batches do, so a batch that runs for a minute
+    is not silence, and silence means the instance is gone or frozen. No rates: a beat is not
+    a batch, and the controller does not count it as one (`beat` set, batch_id -1).
+    """
+    return TaskMetrics(
+        **asdict(ctx), role=Role.ACTIVE, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
+        input_rows=0, output_rows=0, busy_ms=0, partitions=partitions, beat=True,
+        running_batch_id=running_batch_id, running_since_ms=running_since_ms)
 
 
 def backlog_records(metrics: TaskMetrics) -> int:

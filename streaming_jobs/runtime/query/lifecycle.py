@@ -326,7 +326,8 @@ class ElasticQuery:
             max_state_partitions=c.max_state_partitions if self._plan.stateful else 0,
             # Executors can be requested only from a cluster manager (parameters.REGISTRY).
             executor_cores=c.executor_cores if self._executors else 0,
-            max_executors=c.max_executors if self._executors else 0)
+            max_executors=c.max_executors if self._executors else 0,
+            beat_interval_ms=int(c.beat_interval_s * 1000))
 
     def _live(self, context: RunContext) -> RunContext:
         """On a cluster the task slots are the executors registered now, not at the start."""
