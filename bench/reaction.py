@@ -122,10 +122,14 @@ class Loop:
             if isinstance(got, TaskMetrics) and got.query_id == self.query_id:
                 self.view.add(got)
                 self.lags.append((now, self.lag()))
+                self.heard(now, got)
             elif isinstance(got, Decision):
                 self.decisions.append((now, got))
             elif isinstance(got, Ack):
                 self.acks.append((now, got))
+
+    def heard(self, at: float, metrics: TaskMetrics) -> None:
+        """Called with every metrics record of the query as it arrives (`time.monotonic`)."""
 
     def lag(self) -> int:
         return self.view.lag_records(self._tail.log_end_total(self.topics["in"]))

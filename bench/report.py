@@ -129,6 +129,24 @@ def reaction(result: Result) -> list[str]:
           figure(r["change_to_recovered_s"])] for r in result["summary"]])
 
 
+def failover(result: Result) -> list[str]:
+    def row(name: str, values: Sequence[float], target: str) -> list[str]:
+        ordered = sorted(values)
+        median = ordered[len(ordered) // 2] if len(ordered) % 2 else (
+            (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2)
+        return [name, str(len(values)), f"{median:.1f}", f"{ordered[0]:.1f}–{ordered[-1]:.1f}",
+                target]
+
+    runs = result["failovers"]
+    return _table(["figure", "runs", "median s", "min–max s", "target"], [
+        row("kill -9 → failover decision", [r["kill_to_decision_s"] for r in runs], "≤ 3"),
+        row("kill -9 → promoted standby's first commit",
+            [r["kill_to_first_commit_s"] for r in runs], f"≤ {result['target_s']:g}"),
+        row("the promotion's pause (its ack)", [r["ack_pause_s"] for r in runs], ""),
+        row("kill -9 → restarted process's first commit (no standby)",
+            result["cold_restarts_s"], "")])
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("reaction", "Reaction to a step, a spike and a ramp", reaction,
      "The real sensor job (2 units, 1 s trigger, 5 ms per record) and the real controller on "
@@ -137,6 +155,15 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "runs; times from the load change, as the benchmark saw the decision and the ack "
      "arrive; \"lag back\" is the first batch after the applied tuple whose lag is at most "
      "the highest of the 10 s before the change."),
+    ("failover", "Failover after kill -9 of the active", failover,
+     "The real sensor job as an active instance and a warm standby on one checkpoint, the "
+     "real controller with its defaults (beats every 1 s, lost after 2.5 s without one) and "
+     "a constant load; each run kills the active with SIGKILL and times what the benchmark "
+     "sees arrive: the controller's failover decision, the promoted instance's first batch "
+     "with rows, and the promotion's ack. The killed instance comes back as the next "
+     "standby. Without a standby, the same kill followed at once by a new process under the "
+     "killed instance's id on the same checkpoint (a supervisor's restart), timed to its "
+     "first batch with rows."),
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
      "runs from the later of the last commit before the change and the change's start to the "

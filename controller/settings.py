@@ -194,11 +194,11 @@ class PolicySettings:
     of the arrivals) while other partitions exist is reported as skew. With 2 partitions 70 %
     is more than twice the other's share; uniform keys stay far below it."""
 
-    lost_after_beats: float = 3.0
+    lost_after_beats: float = 2.5
     """An instance that sends liveness beats (a job does, every `beat_interval_s`: 1 s by
     default) and is silent for this many beat intervals is lost, however long its batches
-    run: a standby takes over within seconds. Three: one late beat on a busy machine is not a
-    loss, and two in a row are rare."""
+    run: a standby is promoted within 3 s of the loss. 2.5: a beat 1.5 s late on a busy
+    machine is not a loss; two missed in a row, the time a kill needs to be seen, are."""
 
     lost_after_intervals: int = 5
     """A query that publishes no metrics for this many trigger intervals (or this many times
@@ -317,8 +317,10 @@ class ControllerSettings:
     """How long to wait for the ack of a control tuple. A job applies it at a batch boundary
     and restarts its query from the checkpoint, which takes tens of seconds on a busy laptop."""
 
-    poll_timeout_s: float = 1.0
-    """Longest wait for metrics per cycle; also bounds how late an ack or a timeout is seen."""
+    poll_timeout_s: float = 0.5
+    """Longest wait for metrics per cycle (a cycle runs as soon as any arrive); also bounds how
+    late an ack, a timeout or a lost instance is seen when nothing arrives. Half a second: a
+    killed job's silence is judged within it, for a cycle of microseconds twice a second."""
 
     probe_interval_s: float = 1.0
     """Seconds between two probes of the source partitions' end offsets at the broker (one

@@ -7,6 +7,7 @@ gives the ports under test plus the job's side of the topics (raw publish and re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
@@ -88,6 +89,17 @@ def metrics_are_decoded_in_order_and_garbage_is_reported(h: PortHarness) -> None
     assert (error.topic, error.partition, error.offset) == (h.metrics_topic, 0, 1)
 
 
+def metrics_are_returned_as_soon_as_one_arrives_not_at_the_timeout(h: PortHarness) -> None:
+    """The loop's every cycle, and so every decision and liveness verdict, waits on this
+    poll: it must not wait for a full batch of records or its whole timeout."""
+    source = h.metrics_source(lambda e: None)
+    h.publish("metrics", codec_for(TaskMetrics).encode(sample(1)))
+    asked = time.monotonic()
+    got = source.poll(60.0)
+    assert got == [sample(1)]
+    assert time.monotonic() - asked < 30.0, "the poll waited for its timeout"
+
+
 def acks_written_after_the_source_exists_are_seen(h: PortHarness) -> None:
     h.publish("acks", codec_for(Ack).encode(ack("before")))
     source = h.ack_source(lambda e: None)
@@ -125,6 +137,7 @@ def end_offsets_count_what_was_written_and_leave_out_what_does_not_exist(
 CONTRACT = [
     end_offsets_count_what_was_written_and_leave_out_what_does_not_exist,
     metrics_are_decoded_in_order_and_garbage_is_reported,
+    metrics_are_returned_as_soon_as_one_arrives_not_at_the_timeout,
     acks_written_after_the_source_exists_are_seen,
     control_tuples_and_decisions_reach_their_topics,
 ]

@@ -119,7 +119,12 @@ class KafkaMetricsSource:
             raise
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
-        messages = self._consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
+        """What arrived, as soon as anything did (at most `timeout_s`): `consume` with a
+        batch size waits for the whole batch or the timeout, which would hold every cycle,
+        and so every decision, for the full timeout when records trickle in."""
+        messages = self._consumer.consume(num_messages=1, timeout=timeout_s)
+        if messages:
+            messages += self._consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
 
     def close(self) -> None:

@@ -1,0 +1,204 @@
+"""Benchmark: kill -9 of the active instance → the promoted standby's first commit, beside the
+same run's cold restart.
+
+Starts a local broker, the real sensor job as an active instance and a warm standby on one
+checkpoint, the real controller (defaults: 1 s beats, lost after 2.5 s
+without one) and a constant
+load of `--rate` records/s. Each run kills the active with SIGKILL mid-stream and times, as
+the benchmark sees them arrive: the controller's `failover` decision (detection), the promoted
+instance's first committed batch, and the promotion's ack (its pause). The killed instance then
+comes back as the next standby (warmed up before the next kill), so the runs alternate. Then
+the alternative without a standby, `--runs` times: the standby is stopped, the active killed,
+and a new process started at once on the same checkpoint with the killed one's instance id
+(what a supervisor restarting the process does), timed to its first commit.
+
+    .venv/bin/python -m bench.failover --runs 5
+
+prints a table and writes `bench/results/failover.json` (`bench.report` renders it into
+`docs/benchmarks.md`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench import record
+from bench.reaction import Loop
+from schemas import Role, TaskMetrics
+from stack.broker import LocalBroker
+from stack.ports import find_free_ports
+from streamctl.loadgen import Ledger, LoadSpec, run_load
+from streamctl.processes import Child, start_child
+from streamctl.profiles import RateProfile
+
+TARGET_S = 8.0
+"""Issue 12's target for kill -9 → first commit on the promoted standby."""
+
+
+@dataclass(frozen=True)
+class FailoverRun:
+    killed: str
+    promoted: str
+    kill_to_decision_s: float
+    kill_to_first_commit_s: float
+    ack_pause_s: float
+
+
+class Instances(Loop):
+    """The reaction benchmark's loop with named instances of one query, and when each of
+    their records arrived."""
+
+    def __init__(self, bootstrap: str, workdir: Path) -> None:
+        super().__init__(bootstrap, workdir)
+        self.commits: list[tuple[float, TaskMetrics]] = []
+
+    def start_instance(self, name: str, role: Role) -> Child:
+        t = self.topics
+        child = start_child(name, [
+            "job", "run", "--job", "sensor-averages", "--query-id", self.query_id,
+            "--instance-id", name, "--role", role.value.lower(),
+            "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
+            "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
+            "--set", "enrichment_cost_ms=2", "--trigger-interval-s", "1",
+            "--metrics-port", "0"], self.workdir, self.env)
+        self.children.append(child)
+        return child
+
+    def heard(self, at: float, metrics: TaskMetrics) -> None:
+        if metrics.batch_id >= 0 and metrics.input_rows > 0:
+            self.commits.append((at, metrics))
+
+    def commit_after(self, instance: str, at: float, ended_after_ms: int = 0) -> float | None:
+        """When the first batch with rows of `instance` that arrived after `at` did; with
+        `ended_after_ms`, only a batch that ended after it (a killed process's last records
+        may still arrive after the kill, under the instance id its successor takes)."""
+        return next((t for t, m in self.commits if t > at and m.instance_id == instance
+                     and m.batch_end_ms > ended_after_ms), None)
+
+    def until(self, found: Callable[[], float | None], timeout_s: float, what: str) -> float:
+        self.wait(lambda: found() is not None, timeout_s, what)
+        value = found()
+        assert value is not None
+        return value
+
+    def warm_standby(self, child: Child, timeout_s: float = 240) -> None:
+        """Until the standby's warm-up batch ran (its log says so)."""
+        self.wait(lambda: "standby warm-up:" in child.log_path.read_text(errors="replace"),
+                  timeout_s, f"{child.name}'s warm-up")
+
+    def drop(self, child: Child) -> None:
+        self.children.remove(child)
+
+
+def steady(loop: Instances, active: Child) -> None:
+    """Until a batch of `active` committed from now on: the kill falls mid-stream."""
+    now = time.monotonic()
+    loop.until(lambda: loop.commit_after(active.name, now), 120, f"a batch of {active.name}")
+
+
+def fail_over(loop: Instances, active: Child, standby: Child) -> FailoverRun:
+    steady(loop, active)
+    loop.drop(active)
+    active.kill()
+    killed = time.monotonic()
+    decided = loop.until(lambda: next((t for t, d in loop.decisions if t > killed
+                                       and d.action == "failover"), None), 120,
+                         "the failover decision")
+    first = loop.until(lambda: loop.commit_after(standby.name, killed), 180,
+                       f"{standby.name}'s first commit")
+    pause_s = loop.until(lambda: next((a.pause_ms / 1000 for t, a in loop.acks
+                                       if t > killed and a.instance_id == standby.name), None),
+                         120, "the promotion's ack")
+    return FailoverRun(active.name, standby.name, round(decided - killed, 2),
+                       round(first - killed, 2), pause_s)
+
+
+def cold_restart(loop: Instances, active: Child) -> tuple[float, Child]:
+    """kill -9 of the active and a new process at once under its instance id: → first commit."""
+    steady(loop, active)
+    loop.drop(active)
+    active.kill()
+    killed, killed_ms = time.monotonic(), int(time.time() * 1000)
+    restarted = loop.start_instance(active.name, Role.ACTIVE)
+    first = loop.until(lambda: loop.commit_after(active.name, killed, killed_ms), 300,
+                       "the restarted process's first commit")
+    return round(first - killed, 2), restarted
+
+
+def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
+        list[FailoverRun], list[float]]:
+    loop = Instances(bootstrap, workdir)
+    try:
+        active = loop.start_instance("a", Role.ACTIVE)
+        standby = loop.start_instance("b", Role.STANDBY)
+        loop.start_controller()
+        load = LoadSpec(bootstrap, loop.topics["in"], RateProfile("constant", rate, rate),
+                        duration_s=24 * 3600)
+        stop = threading.Event()
+        threading.Thread(target=run_load, args=(load, Ledger(10_000), stop), daemon=True).start()
+        loop.warm_standby(standby)
+        failovers = []
+        for n in range(runs):
+            failovers.append(fail_over(loop, active, standby))
+            print(f"  failover {n + 1}: {failovers[-1]}", flush=True)
+            active, standby = standby, loop.start_instance(f"{active.name}{n}", Role.STANDBY)
+            loop.warm_standby(standby)
+        loop.drop(standby)
+        standby.stop(60)
+        cold = []
+        for n in range(runs):
+            seconds, active = cold_restart(loop, active)
+            cold.append(seconds)
+            print(f"  cold restart {n + 1}: {seconds} s", flush=True)
+        stop.set()
+        return failovers, cold
+    finally:
+        loop.close()
+
+
+def summary(failovers: list[FailoverRun], cold: list[float]) -> dict[str, float]:
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 2)
+
+    return {"kill_to_decision_s": median([f.kill_to_decision_s for f in failovers]),
+            "kill_to_first_commit_s": median([f.kill_to_first_commit_s for f in failovers]),
+            "ack_pause_s": median([f.ack_pause_s for f in failovers]),
+            "cold_restart_s": median(cold)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="failovers, then cold restarts")
+    parser.add_argument("--rate", type=float, default=150.0, help="input records/s")
+    args = parser.parse_args()
+    load_before = record.load_average()
+    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
+        port, ctrl = find_free_ports(2)
+        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
+            failovers, cold = measure(broker.bootstrap_servers, Path(tmp), args.runs, args.rate)
+    medians = summary(failovers, cold)
+    print(f"\n{'figure':<44} {'median s':>8} {'min-max s':>11}")
+    rows = (("kill -9 → failover decision", [f.kill_to_decision_s for f in failovers]),
+            ("kill -9 → promoted standby's first commit",
+             [f.kill_to_first_commit_s for f in failovers]),
+            ("promotion's pause (its ack)", [f.ack_pause_s for f in failovers]),
+            ("kill -9 → restarted process's first commit", cold))
+    for name, values in rows:
+        print(f"{name:<44} {statistics.median(values):8.1f} "
+              f"{min(values):5.1f}-{max(values):<5.1f}")
+    record.write("failover", {"runs": args.runs, "rate_per_s": args.rate, "target_s": TARGET_S,
+                              "summary": medians, "failovers": [asdict(f) for f in failovers],
+                              "cold_restarts_s": cold}, load_before)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
