@@ -2,15 +2,15 @@
 same run's cold restart.
 
 Starts a local broker, the real sensor job as an active instance and a warm standby on one
-checkpoint, the real controller (defaults: 1 s beats, lost after 2.5 s
-without one) and a constant
-load of `--rate` records/s. Each run kills the active with SIGKILL mid-stream and times, as
-the benchmark sees them arrive: the controller's `failover` decision (detection), the promoted
-instance's first committed batch, and the promotion's ack (its pause). The killed instance then
-comes back as the next standby (warmed up before the next kill), so the runs alternate. Then
-the alternative without a standby, `--runs` times: the standby is stopped, the active killed,
-and a new process started at once on the same checkpoint with the killed one's instance id
-(what a supervisor restarting the process does), timed to its first commit.
+checkpoint, the real controller (defaults: 1 s beats, lost after 2.5 s without one) and a
+constant load of `--rate` records/s. Each run kills the active with SIGKILL mid-stream and
+times the controller's `failover` decision (detection), the promoted instance's first
+committed batch and the promotion's ack (its pause), each from its record's own stamp (the
+processes share this machine's clock), not from when the benchmark read it. The killed
+instance then comes back as the next standby (warmed up before the next kill), so the runs
+alternate. Then the alternative without a standby, `--runs` times: the standby is stopped,
+the active killed, and a new process started at once on the same checkpoint with the killed
+one's instance id (what a supervisor restarting the process does), timed to its first commit.
 
     .venv/bin/python -m bench.failover --runs 5
 
@@ -21,7 +21,9 @@ prints a table and writes `bench/results/failover.json` (`bench.report` renders 
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -52,12 +54,12 @@ class FailoverRun:
 
 
 class Instances(Loop):
-    """The reaction benchmark's loop with named instances of one query, and when each of
-    their records arrived."""
+    """The reaction benchmark's loop with named instances of one query, and the batches with
+    rows they committed."""
 
     def __init__(self, bootstrap: str, workdir: Path) -> None:
         super().__init__(bootstrap, workdir)
-        self.commits: list[tuple[float, TaskMetrics]] = []
+        self.commits: list[TaskMetrics] = []
 
     def start_instance(self, name: str, role: Role) -> Child:
         t = self.topics
@@ -73,16 +75,16 @@ class Instances(Loop):
 
     def heard(self, at: float, metrics: TaskMetrics) -> None:
         if metrics.batch_id >= 0 and metrics.input_rows > 0:
-            self.commits.append((at, metrics))
+            self.commits.append(metrics)
 
-    def commit_after(self, instance: str, at: float, ended_after_ms: int = 0) -> float | None:
-        """When the first batch with rows of `instance` that arrived after `at` did; with
-        `ended_after_ms`, only a batch that ended after it (a killed process's last records
-        may still arrive after the kill, under the instance id its successor takes)."""
-        return next((t for t, m in self.commits if t > at and m.instance_id == instance
-                     and m.batch_end_ms > ended_after_ms), None)
+    def commit_after(self, instance: str, after_ms: int) -> int | None:
+        """When (epoch ms, the job's clock) the first batch with rows of `instance` that
+        ended after `after_ms` did (a killed process's last records may still arrive after
+        the kill, under the instance id its successor takes)."""
+        return min((m.batch_end_ms for m in self.commits
+                    if m.instance_id == instance and m.batch_end_ms > after_ms), default=None)
 
-    def until(self, found: Callable[[], float | None], timeout_s: float, what: str) -> float:
+    def until(self, found: Callable[[], int | None], timeout_s: float, what: str) -> int:
         self.wait(lambda: found() is not None, timeout_s, what)
         value = found()
         assert value is not None
@@ -97,51 +99,57 @@ class Instances(Loop):
         self.children.remove(child)
 
 
-def steady(loop: Instances, active: Child) -> None:
-    """Until a batch of `active` committed from now on: the kill falls mid-stream."""
-    now = time.monotonic()
-    loop.until(lambda: loop.commit_after(active.name, now), 120, f"a batch of {active.name}")
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def kill(loop: Instances, active: Child) -> int:
+    """Once a batch of `active` committed from now on (the kill falls mid-stream), kill it
+    with SIGKILL; returns when (epoch ms)."""
+    since = now_ms()
+    loop.until(lambda: loop.commit_after(active.name, since), 120, f"a batch of {active.name}")
+    loop.drop(active)
+    active.kill()
+    return now_ms()
 
 
 def fail_over(loop: Instances, active: Child, standby: Child) -> FailoverRun:
-    steady(loop, active)
-    loop.drop(active)
-    active.kill()
-    killed = time.monotonic()
-    decided = loop.until(lambda: next((t for t, d in loop.decisions if t > killed
-                                       and d.action == "failover"), None), 120,
-                         "the failover decision")
-    first = loop.until(lambda: loop.commit_after(standby.name, killed), 180,
-                       f"{standby.name}'s first commit")
-    pause_s = loop.until(lambda: next((a.pause_ms / 1000 for t, a in loop.acks
-                                       if t > killed and a.instance_id == standby.name), None),
-                         120, "the promotion's ack")
-    return FailoverRun(active.name, standby.name, round(decided - killed, 2),
-                       round(first - killed, 2), pause_s)
+    """Times from each record's own stamp (the processes share this machine's clock), not
+    from when the benchmark read it."""
+    killed_ms = kill(loop, active)
+    decided_ms = loop.until(lambda: next((d.decided_at_ms for _, d in loop.decisions
+                                          if d.action == "failover"
+                                          and d.decided_at_ms > killed_ms), None), 120,
+                            "the failover decision")
+    first_ms = loop.until(lambda: loop.commit_after(standby.name, killed_ms), 180,
+                          f"{standby.name}'s first commit")
+    pause_ms = loop.until(lambda: next((a.pause_ms for _, a in loop.acks
+                                        if a.acked_at_ms > killed_ms
+                                        and a.instance_id == standby.name), None), 120,
+                          "the promotion's ack")
+    return FailoverRun(active.name, standby.name, (decided_ms - killed_ms) / 1000,
+                       (first_ms - killed_ms) / 1000, pause_ms / 1000)
 
 
 def cold_restart(loop: Instances, active: Child) -> tuple[float, Child]:
     """kill -9 of the active and a new process at once under its instance id: → first commit."""
-    steady(loop, active)
-    loop.drop(active)
-    active.kill()
-    killed, killed_ms = time.monotonic(), int(time.time() * 1000)
+    killed_ms = kill(loop, active)
     restarted = loop.start_instance(active.name, Role.ACTIVE)
-    first = loop.until(lambda: loop.commit_after(active.name, killed, killed_ms), 300,
-                       "the restarted process's first commit")
-    return round(first - killed, 2), restarted
+    first_ms = loop.until(lambda: loop.commit_after(active.name, killed_ms), 300,
+                          "the restarted process's first commit")
+    return (first_ms - killed_ms) / 1000, restarted
 
 
 def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
         list[FailoverRun], list[float]]:
     loop = Instances(bootstrap, workdir)
+    stop = threading.Event()
     try:
         active = loop.start_instance("a", Role.ACTIVE)
         standby = loop.start_instance("b", Role.STANDBY)
         loop.start_controller()
         load = LoadSpec(bootstrap, loop.topics["in"], RateProfile("constant", rate, rate),
                         duration_s=24 * 3600)
-        stop = threading.Event()
         threading.Thread(target=run_load, args=(load, Ledger(10_000), stop), daemon=True).start()
         loop.warm_standby(standby)
         failovers = []
@@ -157,9 +165,9 @@ def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
             seconds, active = cold_restart(loop, active)
             cold.append(seconds)
             print(f"  cold restart {n + 1}: {seconds} s", flush=True)
-        stop.set()
         return failovers, cold
     finally:
+        stop.set()
         loop.close()
 
 
@@ -179,6 +187,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="failovers, then cold restarts")
     parser.add_argument("--rate", type=float, default=150.0, help="input records/s")
     args = parser.parse_args()
+    # A SIGTERM'd benchmark stops what it started (its children run in their own sessions).
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     load_before = record.load_average()
     with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
         port, ctrl = find_free_ports(2)

@@ -117,16 +117,21 @@ class Loop:
                   "the controller to lead")
 
     def poll(self) -> None:
+        batches = False
         for _topic, got in self._tail.poll(0.3):
             now = time.monotonic()
             if isinstance(got, TaskMetrics) and got.query_id == self.query_id:
                 self.view.add(got)
-                self.lags.append((now, self.lag()))
                 self.heard(now, got)
+                batches = batches or (got.batch_id >= 0 and not got.beat)
             elif isinstance(got, Decision):
                 self.decisions.append((now, got))
             elif isinstance(got, Ack):
                 self.acks.append((now, got))
+        if batches:
+            # Once per poll, not per record: the lag asks the broker, and a watcher that
+            # asked per record (beats and heartbeats included) fell behind what it watched.
+            self.lags.append((time.monotonic(), self.lag()))
 
     def heard(self, at: float, metrics: TaskMetrics) -> None:
         """Called with every metrics record of the query as it arrives (`time.monotonic`)."""

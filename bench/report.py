@@ -158,8 +158,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("failover", "Failover after kill -9 of the active", failover,
      "The real sensor job as an active instance and a warm standby on one checkpoint, the "
      "real controller with its defaults (beats every 1 s, lost after 2.5 s without one) and "
-     "a constant load; each run kills the active with SIGKILL and times what the benchmark "
-     "sees arrive: the controller's failover decision, the promoted instance's first batch "
+     "a constant load; each run kills the active with SIGKILL and times, from each record's "
+     "own stamp, the controller's failover decision, the promoted instance's first batch "
      "with rows, and the promotion's ack. The killed instance comes back as the next "
      "standby. Without a standby, the same kill followed at once by a new process under the "
      "killed instance's id on the same checkpoint (a supervisor's restart), timed to its "

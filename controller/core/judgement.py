@@ -81,20 +81,20 @@ def lost_timeout_s(trigger_s: float, last_busy_s: float, settings: PolicySetting
 def liveness(last_seen_ms: int | None, trigger_s: float, last_busy_s: float,
              state: ControlState, now_ms: int, settings: PolicySettings,
              watching_since_ms: int = 0, *, beat: TaskMetrics | None = None,
-             last_batch: TaskMetrics | None = None) -> Lost | None:
+             beat_heard_ms: int = 0, last_batch: TaskMetrics | None = None) -> Lost | None:
     """`Lost` when the query has been silent too long. A query never seen is not lost, and
     neither is one whose reconfiguration or failover is in flight (a restart is silent; the
     ack timeout covers it); after an actuation the silence counts from when it ended, and it
     only counts while the controller watched (`watching_since_ms`: a controller that just
     started may still be reading the metrics the query sent while it was away).
 
-    An instance that sends liveness beats (`beat`: its newest) is silent when its beats
-    stop, after `lost_after_beats` of its intervals, however long its batches run. A batch
-    that has run longer than the batch timeout (`lost_timeout_s`) means a hung query, once
-    the instance is past its start (`last_batch`, the newest sample, is a batch of it before
-    the running one): a run's first batch is a cold one, which may take long on a busy
-    machine, and was never judged before it ended. Without beats, silence is judged against
-    the batch timeout alone."""
+    An instance that sends liveness beats (`beat`: its newest, read at `beat_heard_ms` on the
+    controller's clock) is silent when its beats stop, after `lost_after_beats` of its
+    intervals, however long its batches run. A batch that has run longer than the batch
+    timeout (`lost_timeout_s`) means a hung query, once the instance is past its start
+    (`last_batch`, the newest sample, is a batch of it before the running one): a run's first
+    batch is a cold one, which may take long on a busy machine, and was never judged before it
+    ended. Without beats, silence is judged against the batch timeout alone."""
     if last_seen_ms is None or state.in_flight is not None:
         return None
     since_ms = max(last_seen_ms, state.settled_at_ms, watching_since_ms)
@@ -103,7 +103,9 @@ def liveness(last_seen_ms: int | None, trigger_s: float, last_busy_s: float,
     batch_timeout = (f"{settings.lost_after_intervals} × its {num(max(trigger_s, last_busy_s))}"
                      f" s batch interval, at least {settings.lost_after_min_s:.0f} s")
     if beat is not None and beat.beat_interval_ms > 0:
-        return _beats_stopped(beat, silent_s, settings) or _hung(
+        beat_silent_s = (now_ms - max(beat_heard_ms or beat.batch_end_ms, state.settled_at_ms,
+                                      watching_since_ms)) / 1000
+        return _beats_stopped(beat, beat_silent_s, settings) or _hung(
             beat, last_batch, max(beat.running_since_ms, state.settled_at_ms), now_ms,
             timeout_s, batch_timeout)
     if silent_s <= timeout_s:

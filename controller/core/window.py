@@ -68,6 +68,10 @@ class QueryWindow:
         interval and batch time say how long the query may stay silent while a batch planned
         under an older epoch still runs (an executor request does not restart it)."""
         self._last_beat: TaskMetrics | None = None
+        self.beat_heard_ms = 0
+        """When the controller read the newest beat, on its own clock: beats are judged by
+        their arrival, so a job's clock running ahead or behind (another machine) does not
+        shorten or stretch their timeout."""
         self._carried: set[int] = set()
         """Epochs whose change leaves every sample valid (`carry_to`)."""
         self._started: set[tuple[str, int]] = set()
@@ -82,9 +86,10 @@ class QueryWindow:
         """Keys (see `sample_key`) of the samples in the window that are a run's first batch."""
         return frozenset(self._warm_up & self._keys)
 
-    def add(self, sample: TaskMetrics) -> Admission:
+    def add(self, sample: TaskMetrics, heard_at_ms: int | None = None) -> Admission:
         """Keep a batch or an idle heartbeat of the configuration in force; a liveness beat
-        only says the query was heard from (it carries no rates)."""
+        only says the query was heard from (it carries no rates), and when: `heard_at_ms`,
+        when the controller read it (its stamp, the job's clock, if not given)."""
         if sample.role is not Role.ACTIVE:
             # A standby processes nothing; its figures would dilute the active's rates.
             return Admission.STANDBY
@@ -93,7 +98,8 @@ class QueryWindow:
         if sample.config_epoch > self.epoch:
             self.require_epoch(sample.config_epoch)
         if sample.beat:
-            self._heard(sample)
+            if self._heard(sample):
+                self.beat_heard_ms = sample.batch_end_ms if heard_at_ms is None else heard_at_ms
             return Admission.BEAT
         key = sample_key(sample)
         if key in self._keys:
@@ -189,8 +195,9 @@ class Windows:
     def get(self, query_id: str) -> QueryWindow | None:
         return self._by_query.get(query_id)
 
-    def add(self, sample: TaskMetrics) -> Admission | None:
-        """Offer a sample; None when it belongs to a query beyond `max_queries`."""
+    def add(self, sample: TaskMetrics, heard_at_ms: int | None = None) -> Admission | None:
+        """Offer a sample (read at `heard_at_ms`, the controller's clock); None when it
+        belongs to a query beyond `max_queries`."""
         window = self._by_query.get(sample.query_id)
         if window is None:
             if len(self._by_query) >= self._settings.max_queries:
@@ -198,7 +205,7 @@ class Windows:
             window = QueryWindow(sample.query_id, window_s=self._settings.window_s,
                                  max_samples=self._settings.max_samples)
             self._by_query[sample.query_id] = window
-        return window.add(sample)
+        return window.add(sample, heard_at_ms)
 
     def prune(self, now_ms: int) -> None:
         for window in self._by_query.values():

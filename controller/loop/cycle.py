@@ -204,9 +204,10 @@ class ControlLoop:
     def collect(self) -> None:
         samples = self.ports.metrics.poll(self.settings.poll_timeout_s)
         self.ports.observer.metrics_received(len(samples))
+        heard_at_ms = self.ports.clock.now_ms()
         for sample in samples:
             self.standbys.add(sample)
-            if self._windows.add(sample) is None:
+            if self._windows.add(sample, heard_at_ms) is None:
                 log.warning("ignoring metrics of query %s: already tracking %d queries",
                             sample.query_id, self.settings.model.max_queries)
 
@@ -324,7 +325,8 @@ class ControlLoop:
                         newest.trigger_interval_ms / 1000 if newest else 0.0,
                         newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
                         self.settings.policy, self._watching_since_ms or 0,
-                        beat=window.beat, last_batch=newest)
+                        beat=window.beat, beat_heard_ms=window.beat_heard_ms,
+                        last_batch=newest)
         found: QueryModel | NotReady | Lost | Promote = (
             failover.decide(lost, self.standbys.live(query_id, now_ms), window.last_instance,
                             now_ms) if lost is not None else

@@ -242,7 +242,14 @@ class ElasticJob:
         `beat_interval_s` with the batch its query runs. It takes no lock, so a long batch
         or a reconfiguration in progress does not hold it back: only a process that is gone
         or frozen stops beating."""
-        while not self._stopping.wait(self.config.beat_interval_s):
+        interval_s = self.config.beat_interval_s
+        last = time.monotonic()
+        while not self._stopping.wait(interval_s):
+            now = time.monotonic()
+            if now - last > 2 * interval_s:  # the controller takes 2.5 intervals as a loss
+                log.warning("liveness beat %.1f s late: this process was starved (CPU, GIL, "
+                            "swap); a controller may take it for lost", now - last - interval_s)
+            last = now
             if self.owner.role is not Role.ACTIVE:
                 continue
             try:

@@ -1,11 +1,22 @@
 """The closed loop, end to end, on real processes: broker, job, controller, load.
 
-The test measures the job's capacity first (a burst it works through in full batches, before
-the controller starts), runs a load at 40 % of it, then steps the load to three times it.
-The job falls behind; the controller must notice and send one control tuple raising the
-input parallelism, the job must apply it and ack, the backlog must drain with no second
-tuple, and every produced record must be accounted for exactly once in the job's output
-(count and sum of sequence numbers per sensor and window, one output row per window).
+The test measures the job's capacity at 2 units first (a burst it works through in full
+batches, before any controller starts), then loads it at twice that, in two phases on the
+same job and load:
+
+1. **At its ceiling.** The controller may not give the job more than the 2 units it runs
+   (`--max-parallelism 2`: the operator's ceiling, as a cluster's size would be). No number
+   of units it may ask for keeps up, so it must not send a tuple; it must say so instead: a
+   `throttle` decision with the rate the producers may send and the share of records to
+   shed, both consistent with the capacity it measured.
+2. **The ceiling lifted.** The operator replaces that controller with one without the
+   ceiling. The backlog and the load must trigger one control tuple raising the input
+   parallelism; the job must apply it and ack, the backlog must drain at the new
+   parallelism with no second tuple, and the controller's Prometheus endpoint must hold the
+   applied pause and the decision's reason.
+
+Every produced record must be accounted for exactly once in the job's output (count and sum of
+sequence numbers per sensor and window, one output row per window).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from schemas import Decision
 from stack.ports import find_free_ports
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
@@ -33,42 +45,56 @@ from tests.e2e.loop import (
 )
 from tests.support.prometheus import scrape
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 QUERY = "e2e-sensors"
-STEADY_S, AFTER_STEP_S = 10.0, 40.0
+LOAD_S = 70.0
+"""Twice the capacity this long: the throttle advice comes within ~20 s, the controller
+without the ceiling takes over and scales within ~30 s more, and the load goes on meanwhile."""
 
 
 @pytest.fixture
 def job(bootstrap_servers: str, loop_topics: dict[str, str],
         tmp_path: Path) -> Iterator[list[Child]]:
-    """The job alone; the test starts the controller (into this list) once it measured it."""
+    """The job alone; the test starts the controllers (into this list) once it measured it."""
     with run_loop(bootstrap_servers, loop_topics,
                   sensor_job(QUERY, tmp_path / "checkpoint"), tmp_path) as children:
         yield children
 
 
-def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
+def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_up_drains_it(
     bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
     watch = LoopWatch(bootstrap_servers, t, QUERY, job)
     ledger = Ledger(SENSOR_WINDOW_MS)
     measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
-    (controller_port,) = find_free_ports(1)
-    job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port))
+    ceiling = start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2")
+    job.append(ceiling)
 
-    profile = RateProfile("step", 0.4 * measured, 3 * measured, start_s=STEADY_S)
+    rate = 2 * measured
     load = threading.Thread(target=run_load, args=(
-        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=STEADY_S + AFTER_STEP_S),
-        ledger))
-    step_at = time.monotonic() + STEADY_S
+        LoadSpec(bootstrap_servers, t["input"], RateProfile("constant", rate, rate),
+                 duration_s=LOAD_S), ledger))
     load.start()
     try:
-        watch.until(lambda: bool(watch.applied()), STEADY_S + 120, "an applied control tuple")
-        first_control_after_step_s = time.monotonic() - step_at
+        watch.until(lambda: any(d.action == "throttle" for d in watch.decisions),
+                    LOAD_S, "a throttle decision")
+        throttle = next(d for d in watch.decisions if d.action == "throttle")
+        _assert_throttle_advice(throttle, measured)
+        assert watch.sent() == [], [(d.action, d.target_value) for d in watch.sent()]
+
+        # The operator lifts the ceiling: the next controller takes over with the load on.
+        job.remove(ceiling)
+        ceiling.stop()
+        (controller_port,) = find_free_ports(1)
+        job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port,
+                                    name="controller-2"))
+        lifted = time.monotonic()
+        watch.until(lambda: bool(watch.applied()), 180, "an applied control tuple")
+        applied_after_s = time.monotonic() - lifted
     finally:
-        load.join(STEADY_S + AFTER_STEP_S + 30)
+        load.join(LOAD_S + 30)
     assert ledger.failed == 0
 
     [scale_up], applied = watch.sent(), watch.applied()
@@ -78,16 +104,27 @@ def test_backlog_triggers_one_scale_up_that_drains_it_without_losing_a_record(
 
     # The backlog drains at the new parallelism, with that one tuple.
     watch.until(lambda: watch.view.samples[-1].input_parallelism > 2
-                and watch.lag_records() == 0, 120, "the backlog to drain at the new parallelism")
+                and watch.lag_records() == 0, 180, "the backlog to drain at the new parallelism")
     assert len(watch.sent()) == 1, [(d.action, d.target_value) for d in watch.sent()]
 
     flush_last_windows(bootstrap_servers, t["input"])
     assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
-    print(f"\ncapacity {measured:.0f}/s at 2 units; step {profile.base_per_s:.0f} -> "
-          f"{profile.peak_per_s:.0f}/s; applied control tuple {first_control_after_step_s:.1f} s"
-          f" after the step: 2 -> {scale_up.target_value}, pause {applied[0].pause_ms} ms; "
-          f"decision: {scale_up.reason}")
+    f = throttle.figures
+    print(f"\ncapacity {measured:.0f}/s at 2 units; load {rate:.0f}/s; at the ceiling: throttle "
+          f"to {f['throttle_to']:.0f}/s or shed {f['shed_fraction']:.0%}; ceiling lifted: "
+          f"applied control tuple {applied_after_s:.1f} s later: 2 -> {scale_up.target_value}, "
+          f"pause {applied[0].pause_ms} ms; decision: {scale_up.reason}")
     watch.close()
+
+
+def _assert_throttle_advice(throttle: Decision, measured: float) -> None:
+    """Advice, nothing sent: producers' rate and shed share consistent with the capacity."""
+    f = throttle.figures
+    assert throttle.query_id == QUERY and throttle.control_id is None
+    assert "throttle the producers to" in throttle.reason and "max_parallelism" in throttle.reason
+    assert 0 <= f["throttle_to"] < f["capacity_at_max"] < f["arrival_rate"], f
+    assert f["shed_fraction"] == pytest.approx(1 - f["throttle_to"] / f["arrival_rate"], abs=0.05)
+    assert 0.5 < f["capacity_at_max"] / measured < 2, (f["capacity_at_max"], measured)
 
 
 def _assert_prometheus_has_the_pauses_and_the_reason(watch: LoopWatch, port: int) -> None:

@@ -36,7 +36,6 @@ ALONE = frozenset({
     "tests/e2e/test_closed_loop.py",
     "tests/e2e/test_closed_loop_fraud.py",
     "tests/e2e/test_closed_loop_scale_down.py",
-    "tests/e2e/test_closed_loop_throttle.py",
     "tests/e2e/test_pipeline.py",
 })
 

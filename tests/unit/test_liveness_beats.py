@@ -78,6 +78,17 @@ def test_a_runs_first_batch_is_never_judged_hung_however_long_it_takes() -> None
     assert judge(first, last_batch=replace(LAST_BATCH, batch_id=7)) is None  # replayed
 
 
+def test_beats_are_judged_by_when_the_controller_read_them_not_by_the_jobs_clock() -> None:
+    """A job on another machine whose clock is 10 s behind: its beats look 10 s old when
+    they arrive, yet the instance is alive."""
+    behind = beat(NOW - 10_500)
+    assert liveness(behind.batch_end_ms, 1.0, LONG_BATCHES_S, ControlState(), NOW, POLICY,
+                    beat=behind, beat_heard_ms=NOW - 500, last_batch=LAST_BATCH) is None
+    window = QueryWindow("q1", window_s=60, max_samples=50)
+    window.add(behind, heard_at_ms=NOW - 500)
+    assert window.beat_heard_ms == NOW - 500
+
+
 def test_a_change_in_flight_or_just_settled_holds_the_verdict_off() -> None:
     stopped = beat(NOW - 10_000)
     flying = ControlState(in_flight=InFlight("c", 4, 1, NOW - 60_000))
