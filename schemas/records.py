@@ -91,7 +91,8 @@ class SourcePartition(_Record):
 @dataclass(frozen=True, slots=True)
 class TaskMetrics(_Record):
     """One query instance's measurements over one micro-batch, an idle heartbeat (batch_id
-    -1), or a liveness beat (`beat`: no rates, only what the query is running)."""
+    -1), or a liveness beat (`beat`: no rates and no partitions read, only what the query is
+    running: `running_*`)."""
 
     AVRO_NAME: ClassVar[str] = "io.streamctl.v1.TaskMetrics"
     _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_start_ms", "batch_end_ms"})
@@ -126,11 +127,14 @@ class TaskMetrics(_Record):
     beat: bool = False
     running_batch_id: int = -1
     running_since_ms: int = 0
+    running_partitions: tuple[SourcePartition, ...] = ()
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["role"] = Role(kwargs["role"])
         kwargs["partitions"] = tuple(SourcePartition.from_avro(p) for p in kwargs["partitions"])
+        kwargs["running_partitions"] = tuple(
+            SourcePartition.from_avro(p) for p in kwargs.get("running_partitions", ()))
         kwargs["source_topics"] = tuple(kwargs["source_topics"])
         kwargs["sink_topics"] = tuple(kwargs["sink_topics"])
         return kwargs

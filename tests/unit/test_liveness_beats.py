@@ -15,6 +15,8 @@ from controller.core.window import Admission, QueryWindow
 from controller.settings import PolicySettings
 from schemas import Role, SourcePartition, TaskMetrics
 from streaming_jobs.runtime.checkpoint.running import RunningBatch, running_batch
+from streaming_jobs.runtime.observe.metrics import RunContext
+from streaming_jobs.runtime.observe.metrics import beat as beat_record
 from streaming_jobs.runtime.publish import planned_partitions
 from tests.unit.controller_traces import T0_MS, Job, end_ms, simulate
 from tests.unit.test_controller_failover import beat as heartbeat
@@ -23,6 +25,7 @@ from tests.unit.test_controller_loop import Harness
 
 POLICY = PolicySettings()
 NOW = T0_MS + 600_000
+CTX = RunContext("q1", "a", 0, 2, 0, 16, 1000, ("sensors",), ("out",), beat_interval_ms=1000)
 LONG_BATCHES_S = 12.0
 """The last batch's time: 5 × 12 s = 60 s of silence before a query without beats is lost."""
 
@@ -165,8 +168,12 @@ def test_the_running_batch_is_the_one_planned_past_the_last_commit(tmp_path: Pat
     running = running_batch(str(tmp_path))
     assert running == RunningBatch(1, 2_000, {"sensors": {0: 100, 1: 90}},
                                    {"sensors": {0: 400, 1: 380}})
-    assert planned_partitions(running) == (SourcePartition("sensors", 0, 100, 400, 400),
-                                           SourcePartition("sensors", 1, 90, 380, 380))
+    planned = (SourcePartition("sensors", 0, 100, 400, 400),
+               SourcePartition("sensors", 1, 90, 380, 380))
+    assert planned_partitions(running) == planned
+    # On the wire: what the batch will read is apart from what committed batches read.
+    sent = beat_record(CTX, 3_000, running.batch_id, running.planned_at_ms, planned)
+    assert (sent.partitions, sent.running_partitions, sent.input_rows) == ((), planned, 0)
     assert running_batch(f"file://{tmp_path}") == running
     assert running_batch("s3a://bucket/checkpoint") is None  # only local checkpoints are read
 

@@ -199,10 +199,11 @@ def test_records_of_task_metrics_v4_decode_as_an_instance_that_sends_no_beats() 
     assert "beat" not in {f["name"] for f in old_schema["fields"]}
     metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, -1, 3, 3, 1000, 0, 0, 0, (), 2, 4, 8,
                           beat_interval_ms=1000, beat=True, running_batch_id=7,
-                          running_since_ms=2)
+                          running_since_ms=2,
+                          running_partitions=(SourcePartition("in", 0, 10, 50, 50),))
     decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
     assert (decoded.beat_interval_ms, decoded.beat, decoded.running_batch_id,
-            decoded.running_since_ms) == (0, False, -1, 0)
+            decoded.running_since_ms, decoded.running_partitions) == (0, False, -1, 0, ())
     current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
     assert current == metrics
 

@@ -139,9 +139,11 @@ def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
 
 
 def beat(ctx: RunContext, at_ms: int, running_batch_id: int = -1, running_since_ms: int = 0,
-         partitions: tuple[SourcePartition, ...] = ()) -> TaskMetrics:
+         running_partitions: tuple[SourcePartition, ...] = ()) -> TaskMetrics:
     """An active instance's liveness beat: it is up, and runs batch `running_batch_id`
-    (planned at `running_since_ms`, reading `partitions` to their end offsets), or none (-1).
+    (planned at `running_since_ms`, reading `running_partitions` to their end offsets), or
+    none (-1). Its `partitions` stay empty: they say what a committed batch read, and a
+    reader that sums them (lag, records consumed) must not count a batch still running.
 
     Sent every `beat_interval_ms` whatever the batches do, so a batch that runs for a minute
     is not silence, and silence means the instance is gone or frozen. No rates: a beat is not
@@ -149,8 +151,9 @@ def beat(ctx: RunContext, at_ms: int, running_batch_id: int = -1, running_since_
     """
     return TaskMetrics(
         **asdict(ctx), role=Role.ACTIVE, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
-        input_rows=0, output_rows=0, busy_ms=0, partitions=partitions, beat=True,
-        running_batch_id=running_batch_id, running_since_ms=running_since_ms)
+        input_rows=0, output_rows=0, busy_ms=0, partitions=(), beat=True,
+        running_batch_id=running_batch_id, running_since_ms=running_since_ms,
+        running_partitions=running_partitions)
 
 
 def backlog_records(metrics: TaskMetrics) -> int:
