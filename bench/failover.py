@@ -21,10 +21,7 @@ prints a table and writes `bench/results/failover.json` (`bench.report` renders 
 from __future__ import annotations
 
 import argparse
-import signal
 import statistics
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,10 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import record
+from bench.bed import local_broker
 from bench.reaction import Loop
 from schemas import Role, TaskMetrics
-from stack.broker import LocalBroker
-from stack.ports import find_free_ports
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
 from streamctl.profiles import RateProfile
@@ -187,13 +183,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="failovers, then cold restarts")
     parser.add_argument("--rate", type=float, default=150.0, help="input records/s")
     args = parser.parse_args()
-    # A SIGTERM'd benchmark stops what it started (its children run in their own sessions).
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     load_before = record.load_average()
-    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
-        port, ctrl = find_free_ports(2)
-        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
-            failovers, cold = measure(broker.bootstrap_servers, Path(tmp), args.runs, args.rate)
+    with local_broker() as bed:
+        failovers, cold = measure(bed.bootstrap_servers, bed.workdir, args.runs, args.rate)
     medians = summary(failovers, cold)
     print(f"\n{'figure':<44} {'median s':>8} {'min-max s':>11}")
     rows = (("kill -9 → failover decision", [f.kill_to_decision_s for f in failovers]),

@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from bench import record
-from stack.broker import LocalBroker
+from bench.bed import local_broker
 from stack.connector import spark_kafka_jars
-from stack.defaults import default_state_dir
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.cards import CardEvents
 from streamctl.loadgen import producer_config
@@ -102,11 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     from streaming_jobs.runtime.query.session import prepare_environment
 
-    with tempfile.TemporaryDirectory(prefix="fraud-bench-") as tmp:
-        port, controller_port = find_free_ports(2)
-        broker = LocalBroker(Path(tmp) / "kafka", port, controller_port,
-                             maven_dir=default_state_dir() / "maven")
-        broker.start(timeout_s=120.0)
+    with local_broker("fraud-bench-") as bed:
+        tmp, bootstrap = bed.workdir, bed.bootstrap_servers
         prepare_environment()
         spark = (SparkSession.builder.master("local[16]").appName("bench-fraud-partitions")
                  .config("spark.ui.enabled", "false")
@@ -117,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             results, first_cp = [], ""
-            base = bind(JobConfig(bootstrap_servers=broker.bootstrap_servers,
+            base = bind(JobConfig(bootstrap_servers=bootstrap,
                                   job=fraud_job.name,
                                   max_offsets_per_trigger=max(1, args.records // args.batches),
                                   input_parallelism=4, metrics_port=0,
@@ -126,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in [0, *args.partitions]:  # 0: the warm-up
                 topic = f"bench-cards-{n}"
                 records = args.records if n else 200
-                ensure_topics(broker.bootstrap_servers, [TopicSpec(topic, partitions=4)], 30.0)
-                preload(broker.bootstrap_servers, topic, records, args.accounts)
+                ensure_topics(bootstrap, [TopicSpec(topic, partitions=4)], 30.0)
+                preload(bootstrap, topic, records, args.accounts)
                 config = replace(base, input_topic=topic, dlq_topic=f"{topic}.dlq",
                                  checkpoint_dir=f"{tmp}/cp-{n}")
                 batch_s = run_once(spark, config, n or args.partitions[0])
@@ -144,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{moved.duration_ms} ms")
         finally:
             spark.stop()
-            broker.stop(timeout_s=30.0)
     record.write("fraud_partitions", {
         "cost_ms": args.cost_ms, "runs": [asdict(r) for r in results],
         "repartition": {"from": moved.old_partitions, "to": moved.new_partitions,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -32,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import record
+from bench.bed import local_broker
 from bench.throughput import preload
-from stack.broker import LocalBroker
 from stack.connector import spark_kafka_jars
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.config import JobConfig, bind
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
@@ -85,7 +83,9 @@ def config(bootstrap: str, input_topic: str, tag: str, workdir: Path,
         settings=(("enrichment_cost_ms", cost_ms),)), sensor_job)
 
 
-def run_bare(spark: Any, cfg: JobConfig, records: int) -> Run:
+def start_bare(spark: Any, cfg: JobConfig) -> tuple[Any, Any, Any]:
+    """The sensor job's plan through the transactional sink behind an open gate, nothing
+    else: the running query, its sink (to close) and the frame it was built from."""
     plan = Plan(sensor_job)
     sink = transactional_sink(BatchGate(), cfg.bootstrap_servers, cfg.query_id,
                               cfg.output_topic, sensor_job.output)
@@ -94,6 +94,11 @@ def run_bare(spark: Any, cfg: JobConfig, records: int) -> Run:
              .foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
              .trigger(processingTime=f"{int(cfg.trigger_interval_s * 1000)} milliseconds")
              .start())
+    return query, sink, frame
+
+
+def run_bare(spark: Any, cfg: JobConfig, records: int) -> Run:
+    query, sink, _frame = start_bare(spark, cfg)
     try:
         return measure("bare", lambda: query, records)
     finally:
@@ -157,29 +162,26 @@ def main() -> int:
     args = parser.parse_args()
     load_before = record.load_average()
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="streamctl-bench-overhead-") as tmp:
-        workdir = Path(tmp)
-        port, ctrl = find_free_ports(2)
-        with LocalBroker(workdir / "state", port=port, controller_port=ctrl) as broker:
-            bootstrap = broker.bootstrap_servers
-            topic = "bench-overhead-in"
-            ensure_topics(bootstrap, [TopicSpec(topic, partitions=2)])
-            preload(bootstrap, topic, args.records)
-            first = config(bootstrap, topic, "session", workdir, args.enrichment_cost_ms)
-            spark = build_session(first, worker_path(sensor_job))
-            try:
-                for i in range(args.runs + 1):  # run 0 of each mode warms the JVM up
-                    for mode, run in (("bare", run_bare), ("runtime", run_runtime))[
-                            ::1 if i % 2 == 0 else -1]:
-                        cfg = config(bootstrap, topic, f"{mode}-{i}", workdir,
-                                     args.enrichment_cost_ms)
-                        measured = run(spark, cfg, args.records)
-                        print(f"  {mode} run {i}{' (warm-up)' if i == 0 else ''}: "
-                              f"{measured.rows_per_s:.0f} rows/s")
-                        if i > 0:
-                            runs.append(measured)
-            finally:
-                spark.stop()
+    with local_broker("streamctl-bench-overhead-") as bed:
+        workdir, bootstrap = bed.workdir, bed.bootstrap_servers
+        topic = "bench-overhead-in"
+        ensure_topics(bootstrap, [TopicSpec(topic, partitions=2)])
+        preload(bootstrap, topic, args.records)
+        first = config(bootstrap, topic, "session", workdir, args.enrichment_cost_ms)
+        spark = build_session(first, worker_path(sensor_job))
+        try:
+            for i in range(args.runs + 1):  # run 0 of each mode warms the JVM up
+                for mode, run in (("bare", run_bare), ("runtime", run_runtime))[
+                        ::1 if i % 2 == 0 else -1]:
+                    cfg = config(bootstrap, topic, f"{mode}-{i}", workdir,
+                                 args.enrichment_cost_ms)
+                    measured = run(spark, cfg, args.records)
+                    print(f"  {mode} run {i}{' (warm-up)' if i == 0 else ''}: "
+                          f"{measured.rows_per_s:.0f} rows/s")
+                    if i > 0:
+                        runs.append(measured)
+        finally:
+            spark.stop()
     _report(runs, args.enrichment_cost_ms, load_before)
     return 0
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -34,11 +33,10 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench import record
+from bench.bed import local_broker
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from schemas.auth import sign
 from security.kafka import IDEMPOTENT, client_config
-from stack.broker import LocalBroker
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
@@ -219,18 +217,16 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="input records/s")
     args = parser.parse_args()
     args.load_before = record.load_average()
-    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
-        port, ctrl = find_free_ports(2)
-        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
-            bench = Bench(broker.bootstrap_servers, Path(tmp))
-            job = bench.start_job("warm")
-            try:
-                bench.start_load(args.rate)
-                actions = measure_actions(bench, job, args.runs)
-                cold, job = measure_cold_restarts(bench, job, args.runs)
-            finally:
-                job.stop(60)
-                bench.close()
+    with local_broker() as bed:
+        bench = Bench(bed.bootstrap_servers, bed.workdir)
+        job = bench.start_job("warm")
+        try:
+            bench.start_load(args.rate)
+            actions = measure_actions(bench, job, args.runs)
+            cold, job = measure_cold_restarts(bench, job, args.runs)
+        finally:
+            job.stop(60)
+            bench.close()
     _report(actions, cold, args)
     return 0
 

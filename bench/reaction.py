@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -34,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import record
+from bench.bed import local_broker
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from schemas.records import TAKEOVER
-from stack.broker import LocalBroker
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
@@ -73,6 +71,8 @@ class Run:
     change_to_recovered_s: float | None
     targets: tuple[str, ...]
     """The knob values the tuples set, in order."""
+    applied_detail: str | None = None
+    """The first tuple's ack: where its pause went (quiesce, restart, first batch)."""
 
 
 class Loop:
@@ -204,7 +204,8 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
         tuple_to_applied_s=_round(applied[0] - first[0] if applied and first else None),
         pause_s=_round(applied[1].pause_ms / 1000 if applied else None),
         change_to_recovered_s=_round(recovered - change if recovered else None),
-        targets=tuple(d.target_value for _, d in sent))
+        targets=tuple(d.target_value for _, d in sent),
+        applied_detail=applied[1].detail if applied else None)
 
 
 def _round(value: float | None) -> float | None:
@@ -243,14 +244,12 @@ def main() -> int:
         parser.error(f"unknown scenario(s) {unknown}; choose from {sorted(SCENARIOS)}")
     load_before = record.load_average()
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
-        port, ctrl = find_free_ports(2)
-        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
-            for n in range(args.runs):
-                for name in names:
-                    run = run_scenario(name, broker.bootstrap_servers, Path(tmp) / f"{name}-{n}")
-                    print(f"  {name} #{n + 1}: {run}", flush=True)
-                    runs.append(run)
+    with local_broker() as bed:
+        for n in range(args.runs):
+            for name in names:
+                run = run_scenario(name, bed.bootstrap_servers, bed.workdir / f"{name}-{n}")
+                print(f"  {name} #{n + 1}: {run}", flush=True)
+                runs.append(run)
     rows = summary(runs)
     print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
           f"{'pause s':>7} {'→ recovered s':>13}")

@@ -23,7 +23,6 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,12 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.bed import local_broker
 from controller.kafka.traces import read_metrics
 from controller.replay.trace import BadRecord, TraceWriter
 from schemas import TaskMetrics
-from stack.broker import LocalBroker
-from stack.defaults import default_state_dir
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
@@ -195,10 +192,6 @@ def _write(bootstrap: str, s: Scenario, topic: str, from_ms: int, to_ms: int) ->
     return path
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -208,18 +201,12 @@ def main() -> int:
     unknown = set(args.scenarios) - {s.name for s in SCENARIOS}
     if unknown:
         parser.error(f"unknown scenarios: {sorted(unknown)}")
-    # SIGTERM unwinds like Ctrl-C, so the job and the broker are stopped on the way out
-    # (a background process started from a script ignores SIGINT).
-    signal.signal(signal.SIGTERM, _interrupt)
     chosen = [s for s in SCENARIOS if not args.scenarios or s.name in args.scenarios]
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="streamctl-traces-") as tmp:
-        port, ctrl = find_free_ports(2)
-        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl,
-                         maven_dir=default_state_dir() / "maven") as broker:
-            for scenario in chosen:
-                print(f"{scenario.name}: {scenario.what}", flush=True)
-                record(broker.bootstrap_servers, scenario, Path(tmp))
+    with local_broker("streamctl-traces-") as bed:
+        for scenario in chosen:
+            print(f"{scenario.name}: {scenario.what}", flush=True)
+            record(bed.bootstrap_servers, scenario, bed.workdir)
     return 0
 
 

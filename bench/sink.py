@@ -19,17 +19,14 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from bench import record
+from bench.bed import local_broker
 from schemas import SensorWindowAverage
-from stack.broker import LocalBroker
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.sink.foreach_batch import AtLeastOnceKafkaSink, transactional_sink
@@ -122,12 +119,9 @@ def main() -> int:
     load_before = record.load_average()
     spark = spark_session()
     try:
-        with tempfile.TemporaryDirectory(prefix="streamctl-bench-sink-") as tmp:
-            port, ctrl = find_free_ports(2)
-            with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
-                results = [r for rows in args.rows
-                           for r in run_size(broker.bootstrap_servers, spark, rows,
-                                             args.batches)]
+        with local_broker("streamctl-bench-sink-") as bed:
+            results = [r for rows in args.rows
+                       for r in run_size(bed.bootstrap_servers, spark, rows, args.batches)]
     finally:
         spark.stop()
     report(results, load_before)

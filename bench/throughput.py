@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,9 +25,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench import record
+from bench.bed import local_broker
 from schemas import SensorReading, TaskMetrics, codec_for
-from stack.broker import LocalBroker
-from stack.ports import find_free_ports
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import producer_config
 from streamctl.processes import start_child
@@ -128,11 +126,9 @@ def main() -> int:
                         help="the job's simulated lookup latency per record")
     args = parser.parse_args()
     load_before = record.load_average()
-    with tempfile.TemporaryDirectory(prefix="streamctl-bench-") as tmp:
-        port, ctrl = find_free_ports(2)
-        with LocalBroker(Path(tmp) / "state", port=port, controller_port=ctrl) as broker:
-            results = [run_one(broker.bootstrap_servers, p, args.records,
-                               args.enrichment_cost_ms, Path(tmp)) for p in args.parallelism]
+    with local_broker() as bed:
+        results = [run_one(bed.bootstrap_servers, p, args.records, args.enrichment_cost_ms,
+                           bed.workdir) for p in args.parallelism]
     _report(results, args.enrichment_cost_ms, load_before)
     return 0
 

@@ -1,0 +1,47 @@
+"""The bed every benchmark runs on: one fresh local broker in a temporary directory.
+
+Owns the broker's start and stop, the benchmark's scratch directory, and the SIGTERM rule: a
+SIGTERM'd benchmark unwinds like Ctrl-C, so the jobs, controllers and broker it started (each
+in its own session, out of reach of the terminal's signals) are stopped on the way out; a
+benchmark started in the background ignores SIGINT. Neighbours: every `bench.*` command that
+needs a broker enters `local_broker`; `stack.broker` runs it.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from stack.broker import LocalBroker
+from stack.defaults import default_state_dir
+from stack.ports import find_free_ports
+
+
+@dataclass(frozen=True)
+class Bed:
+    bootstrap_servers: str
+    workdir: Path
+    """Scratch space for the benchmark's checkpoints, logs and configs; removed afterwards."""
+
+
+@contextmanager
+def local_broker(prefix: str = "streamctl-bench-") -> Iterator[Bed]:
+    """A broker on free ports, its Maven jars cached in the default state dir, stopped and its
+    directory removed on the way out, also on SIGTERM."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            port, controller_port = find_free_ports(2)
+            with LocalBroker(Path(tmp) / "state", port=port, controller_port=controller_port,
+                             maven_dir=default_state_dir() / "maven") as broker:
+                yield Bed(broker.bootstrap_servers, Path(tmp))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
