@@ -147,6 +147,18 @@ def failover(result: Result) -> list[str]:
             result["cold_restarts_s"], "")])
 
 
+def restart(result: Result) -> list[str]:
+    what = {"same": "same parallelism (2 → 2)", "cold": "2 → 16, cold workers",
+            "warm": "2 → 16, workers warmed first"}
+    return _table(
+        ["restart", "runs", "start → first commit s", "first batch s", "second batch s",
+         "first batch's addBatch ms", "warming s (before the stop)"],
+        [[what.get(r["scenario"], r["scenario"]), str(r["runs"]),
+          f"{r['start_to_first_commit_s']:.1f}", f"{r['first_batch_s']:.1f}",
+          f"{r['second_batch_s']:.1f}", str(r["phases_ms"]["addBatch"]),
+          "—" if r["warm_s"] is None else f"{r['warm_s']:.1f}"] for r in result["summary"]])
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("reaction", "Reaction to a step, a spike and a ramp", reaction,
      "The real sensor job (2 units, 1 s trigger, 5 ms per record) and the real controller on "
@@ -175,6 +187,11 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "the drain of the old topic runs while the query runs. A cold restart is SIGTERM and a "
      "new `streamctl job run` on the same checkpoint: from the old process's last commit to "
      "the new one's first."),
+    ("restart", "A restarted query's first batch", restart,
+     "The sensor job's plan in one SparkSession (local[16]) over a preloaded backlog, "
+     "batches of 1 500, 5 ms per record: three batches at parallelism 2, a stop, a start from "
+     "the checkpoint; times from Spark's own progress of the restarted query. Medians over "
+     "the runs; docs/restarts.md reads them."),
     ("throughput", "The sensor job's capacity by input parallelism", throughput,
      "The same preloaded backlog per run, the real job process on a local broker; rows of "
      "the batches after the first over their time. The lookup is latency, not CPU, so more "

@@ -9,6 +9,7 @@ or the fake told to commit).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
@@ -63,6 +64,24 @@ def restarting_is_a_new_run_from_where_the_last_one_committed(h: QueryHarness) -
     assert after.batch_id > before.batch_id  # the checkpoint went on, it did not start over
 
 
+def warming_for_more_tasks_keeps_the_run_committing_and_says_what_it_did(
+        h: QueryHarness) -> None:
+    run = h.query.start(h.desired)
+    before = _committed(h, run)
+    wider = replace(h.desired, epoch=h.desired.epoch + 1,
+                    input_parallelism=h.desired.input_parallelism + 1)
+    note = h.query.warm_workers(wider)
+    assert note and "warmed" in note
+    assert h.query.warm_workers(h.desired) is None  # no more tasks: nothing to warm
+    assert h.query.is_active() and h.query.desired == h.desired  # the same run, unchanged
+    h.feed()
+    deadline = time.monotonic() + h.timeout_s
+    while (latest := h.query.last_commit) is None or latest.batch_id <= before.batch_id:
+        assert time.monotonic() < deadline, "the run committed nothing after the warming"
+        time.sleep(0.1)
+    assert latest.run_id == run
+
+
 def relabelling_and_swapping_keep_the_run(h: QueryHarness) -> None:
     run = h.query.start(h.desired)
     _committed(h, run)
@@ -101,6 +120,7 @@ CONTRACT: tuple[Callable[[QueryHarness], None], ...] = (
     started_query_commits_batches_of_its_run,
     quiesce_and_stop_ends_the_run_without_a_failure,
     restarting_is_a_new_run_from_where_the_last_one_committed,
+    warming_for_more_tasks_keeps_the_run_committing_and_says_what_it_did,
     relabelling_and_swapping_keep_the_run,
     taking_ownership_reads_the_last_committed_batch,
     each_run_is_labelled_with_its_desired_state,

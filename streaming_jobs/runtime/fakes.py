@@ -36,6 +36,7 @@ class FakeQuery:
         self.first_commit = first_commit
         self.start_note: str | None = None
         self.settle_note: str | None = None
+        self.warm_note: str | None = None
         self.refuse_drain: str | None = None
         self.superseded_by: str | None = None
         self.failed_with: str | None = None
@@ -88,6 +89,13 @@ class FakeQuery:
         self.marker = CommitMarker("q", "checkpoint", commit.batch_id,
                                    self._desired.output_topic, 1, commit.end_ms)
         return commit
+
+    def warm_workers(self, new: DesiredState) -> str | None:
+        """As the real query: only ahead of more source tasks."""
+        if new.input_parallelism <= self._desired.input_parallelism:
+            return None
+        self.log.append("warm")
+        return self.warm_note or f"Python workers warmed for {new.input_parallelism} tasks"
 
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         self.log.append("stop")

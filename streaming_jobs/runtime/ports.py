@@ -50,6 +50,10 @@ class QueryControl(Protocol):
         """`start`, or with the checkpoint's state partitions when it cannot be
         repartitioned (a crash left its last batch uncommitted)."""
 
+    def warm_workers(self, new: DesiredState) -> str | None:
+        """Before a restart into `new`: start what its first batch would start cold, while
+        the query still runs; a note for the ack (None: nothing to warm)."""
+
     def quiesce_and_stop(self, timeout_s: float) -> bool:
         """Let admitted batches commit, start none, stop; False if the wait timed out."""
 

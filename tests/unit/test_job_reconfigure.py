@@ -29,7 +29,8 @@ def test_pause_runs_from_the_change_to_the_first_commit_leaving_the_idle_time_ou
     clock = iter([2_000, 2_300])  # quiesce began (1 s after the last commit), query stopped
     applied = Reconfigurer(fake(), clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 2_500
-    assert applied.detail == ("input_parallelism 2→4; quiesce 300 ms, "
+    assert applied.detail == ("input_parallelism 2→4; Python workers warmed for 4 tasks, "
+                              "quiesce 300 ms, "
                               "restart to first commit 2200 ms, no batch running for 400 ms; "
                               "idle 1000 ms before the change, not in the pause")
 
@@ -41,6 +42,18 @@ def test_pause_runs_from_the_commit_of_the_batch_the_quiesce_waited_for() -> Non
     applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(WIDER)
     assert applied.pause_ms == 4_500 - 2_100
     assert applied.detail.endswith("no batch running for 300 ms")
+
+
+def test_more_source_tasks_have_their_workers_warmed_before_the_quiesce_outside_the_pause(
+) -> None:
+    query = fake()
+    query.warm_note = "8 Python workers warmed in 3.0 s before the quiesce"
+    clock = iter([2_000, 2_300])  # after the warming: the quiesce began, the query stopped
+    applied = Reconfigurer(query, clock_ms=lambda: next(clock)).apply(WIDER)
+    assert query.log[-3:] == ["warm", "stop", "start epoch 1"]
+    assert applied.pause_ms == 2_500  # from the quiesce, as without the warming
+    assert applied.detail.startswith("input_parallelism 2→4; 8 Python workers warmed in 3.0 s "
+                                     "before the quiesce, quiesce 300 ms")
 
 
 @pytest.mark.parametrize("change", [
@@ -199,3 +212,4 @@ def test_a_change_of_the_active_instance_is_not_a_reconfiguration_of_the_query()
     with pytest.raises(ValueError, match="promotion or a step-down"):
         Reconfigurer(query).apply(replace(START, epoch=1, active_instance="b"))  # type: ignore[arg-type]
     assert query.started == [] and query.is_active()
+

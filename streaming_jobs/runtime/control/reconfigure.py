@@ -126,10 +126,13 @@ class Reconfigurer:
         commit of the first batch of the restarted query. It includes the wait for a running
         batch (quiesce), the restart and that first batch's own execution (often the replay of
         the batch the gate held back); it leaves out the time the query had been idle before
-        the change, which the detail names apart. If no batch arrives within IDLE_GRACE_S,
+        the change, which the detail names apart, and the warming of the Python workers the
+        restarted run will need (`warm_workers`), done before the quiesce while the old run
+        still commits. If no batch arrives within IDLE_GRACE_S,
         the pause ends at the moment the restarted query is seen active and idle. The detail
         also names the shorter gap in which no batch ran at all.
         """
+        warmed = self._query.warm_workers(new)  # the old run keeps committing meanwhile
         began_ms = self._clock_ms()
         drained = self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
         since_ms, idle_ms = pause_start(self._query.last_commit, began_ms)
@@ -142,7 +145,7 @@ class Reconfigurer:
             raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
                                 f"epoch {old.epoch}") from exc
         resumed_ms = first.end_ms if first else self._clock_ms()
-        note = f"{self._query.start_note}, " if self._query.start_note else ""
+        note = "".join(f"{n}, " for n in (warmed, self._query.start_note) if n)
         detail = (f"{change}; {note}"
                   f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
                   + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "

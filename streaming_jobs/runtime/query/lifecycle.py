@@ -32,7 +32,7 @@ from streaming_jobs.runtime.control.parameters import DesiredState, is_request
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.observe.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.ports import Commit
-from streaming_jobs.runtime.query import warm_up
+from streaming_jobs.runtime.query import warm_up, worker_pool
 from streaming_jobs.runtime.query.listener import ProgressListener
 from streaming_jobs.runtime.query.plan import Plan
 from streaming_jobs.runtime.query.session import hide_gate_stops, source_evolution
@@ -93,6 +93,8 @@ class ElasticQuery:
         self.start_note: str | None = None
         """What the last `start` did to the state partitions or the input (for the ack)."""
         self._query: StreamingQuery | None = None
+        self._python_steps = 1
+        """Python operators in the running plan (`worker_pool.python_steps`)."""
         self._commits = threading.Condition()
         self.last_commit: Commit | None = None
         self._listener = ProgressListener(self._progress, self._idle)
@@ -138,6 +140,7 @@ class ElasticQuery:
                                                     self._config.dlq_topic,
                                                     self._config.kafka_security,
                                                     self._config.query_id), source)
+            self._python_steps = worker_pool.python_steps(df)
             self.gate.open()
             self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self.context(desired)
@@ -154,6 +157,21 @@ class ElasticQuery:
                       kept)
             return self.start(replace(desired, state_partitions=kept
                                       or desired.state_partitions))
+
+    def warm_workers(self, new: DesiredState) -> str | None:
+        """Before a restart into more source tasks: their Python workers, started while this
+        run still runs (`worker_pool`), so the restarted run's first batch is not cold. A
+        note for the ack; a failure only costs the warm start."""
+        tasks = min(new.input_parallelism, self._config.max_task_slots)
+        if self._query is None or tasks <= self._desired.input_parallelism:
+            return None
+        try:
+            warmed = worker_pool.warm(self._spark, tasks, self._python_steps,
+                                      worker_pool.modules_of(self._plan.job))
+        except Exception as exc:  # the restart itself does not depend on it
+            log.warning("could not warm Python workers for %d tasks: %s", tasks, exc)
+            return f"Python workers not warmed ({type(exc).__name__})"
+        return f"{warmed.describe()} before the quiesce"
 
     def warm_up(self) -> str:
         """Run the plan with the desired state in force once, into nothing (`warm_up`)."""
