@@ -92,6 +92,9 @@ class QueryModel:
     arrival_timed_by: str = "batches"
     """'broker' when λ comes from end-offset probes (`probes`), fresh within a second or two;
     'batches' when only from the batches, as old as the newest batch start."""
+    backlog_seen: str = "batches"
+    """'running batch' when B is what waits at the broker beyond the plan of the batch the job
+    runs now (`probes.running_backlog`); 'batches' when it is the newest finished batch's."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -140,6 +143,7 @@ def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
 
 
 BROKER = "broker"
+RUNNING_BATCH = "running batch"
 """`QueryModel.arrival_timed_by` when the broker's probes time the arrivals."""
 
 SampleKey = tuple[str, int, int]
@@ -229,7 +233,7 @@ def evaluate(
     query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
     warm_up: Collection[SampleKey] = (), remembered_overhead_s: float | None = None,
     remembered_batch_cap: int = 0, probed: Sequence[probes.EndOffsets] = (),
-    remembered: BatchCost | None = None,
+    remembered: BatchCost | None = None, beat: TaskMetrics | None = None,
 ) -> QueryModel | NotReady:
     """The model of one query from its window, or why there is none yet.
 
@@ -238,7 +242,9 @@ def evaluate(
     `remembered_batch_cap`: the cap last observed for it (`batch_cap`). `probed`: recent
     end-offset probes of the broker (`probes`), which time arrivals between batches; without
     them the batches' latest offsets do. `remembered`: the query's last
-    measured μ and c, which size it while nothing arrives (`idle_cost`).
+    measured μ and c, which size it while nothing arrives (`idle_cost`). `beat`: the query's
+    newest liveness beat; with the probes it gives the backlog while a batch runs
+    (`probes.running_backlog`).
     """
     needed = samples_needed(samples, settings)
     unsizable = knobs.problem(samples[-1]) if samples else None
@@ -264,7 +270,11 @@ def evaluate(
         return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
                         "processing rate unknown")
     cap = batch_cap(samples, remembered_batch_cap)
-    found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap)
+    plan = probes.running_plan(beat, samples)
+    running = (None if plan is None else probes.running_backlog(
+        probed, plan, arrival.rate, samples[-1].trigger_interval_ms / 1000))
+    found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap,
+                   running)
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
 
 
@@ -316,15 +326,17 @@ def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
 def _build(
     query_id: str, samples: tuple[TaskMetrics, ...], recent: tuple[TaskMetrics, ...],
     elapsed_ms: int, found: ArrivalEstimate, cost: BatchCost, rate_samples: int,
-    cap_found: tuple[int, str],
+    cap_found: tuple[int, str], running: probes.RunningBacklog | None = None,
 ) -> QueryModel:
     arrival = found.rate
     newest = samples[-1]
     partitions = len({(p.topic, p.partition) for p in newest.partitions})
     units = _units_of(newest)
-    backlog = backlog_records(newest, arrival)
-    trend = slope_per_s([(s.batch_start_ms / 1000, backlog_records(s, arrival))
-                         for s in recent])
+    points = [(s.batch_start_ms / 1000, backlog_records(s, arrival)) for s in recent]
+    if running is not None:  # seconds newer than the newest batch's own figure
+        points.append((running.at_ms / 1000, running.records))
+    backlog = points[-1][1]
+    trend = slope_per_s(points)
     cap, cap_source = cap_found
     worked = [s for s in samples if s.input_rows > 0]
     skew = units / batch_concurrency(worked[-1]) if worked else 1.0
@@ -354,6 +366,7 @@ def _build(
         task_skew=skew, arrival_pending=found.pending_rate, knob=newest.scaling_parameter,
         job_max=knobs.job_max(newest), executor_cores=newest.executor_cores,
         max_executors=newest.max_executors,
+        backlog_seen=RUNNING_BATCH if running is not None else "batches",
     )
 
 

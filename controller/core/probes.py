@@ -9,10 +9,15 @@ Why: a batch reports the latest offsets it planned against, so the batches alone
 controller about a load step only when the batch running during the step has ended — 7-11 s
 when backlogged. The broker knows at once; a probe costs one ListOffsets request.
 
-The backlog stays the batches' figure. Measured at each probe as what waits at the broker
-beyond the newest finished batch, less one batch cycle's arrivals, it drifted upwards by
-about λ per second on the real closed loop while the job kept up (the cause is not traced),
-and taken as a backlog it set off a scale-up; so probes time λ and nothing else.
+The backlog too, mid-batch (`running_backlog`), when the job's liveness beat says which batch
+runs and where it was planned to end: what waits at the broker beyond that plan, less the
+arrivals since the plan that wait for the next trigger by design. A batch that ends says the
+same of itself (`model.backlog_records`: its lag plus its overrun's arrivals), seconds later.
+The reference must be the running batch's plan: measured beyond the newest *finished* batch
+(an earlier try, before the beats), it counted the running batch's own records as waiting and
+grew by about λ per second until that batch reported, which set off a scale-up on a job that
+kept up. The probe's time is the controller's clock and the plan's the job's: on one machine
+the same; across machines their skew, times λ, is the error.
 """
 
 from __future__ import annotations
@@ -84,3 +89,50 @@ def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey]) -> l
         grown = sum(max(0, after.offsets[k] - before.offsets[k]) for k in keys)
         found.append(Interval(before.at_ms, after.at_ms, grown))
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPlan:
+    """A batch the job runs now, as its beat tells it: when it was planned (the job's clock)
+    and the end offset each source partition was planned to reach."""
+
+    batch_id: int
+    planned_at_ms: int
+    ends: Mapping[PartitionKey, int]
+
+
+def running_plan(beat: TaskMetrics | None, samples: Sequence[TaskMetrics]) -> RunningPlan | None:
+    """The plan of the batch `beat` says is running, if none of the window's `samples` (oldest
+    first) reported it yet and the beat comes from the newest one's instance and configuration;
+    else None (between batches, or a beat without the offsets: a checkpoint it cannot read)."""
+    if beat is None or not beat.running_partitions or not samples:
+        return None
+    newest = samples[-1]
+    reported = max(s.batch_id for s in samples)  # an idle heartbeat's id is -1
+    if (beat.running_batch_id <= reported
+            or (beat.instance_id, beat.config_epoch) != (newest.instance_id,
+                                                          newest.config_epoch)):
+        return None
+    return RunningPlan(beat.running_batch_id, beat.running_since_ms, MappingProxyType(
+        {(p.topic, p.partition): p.end_offset for p in beat.running_partitions}))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningBacklog:
+    at_ms: int
+    """The probe's time."""
+    records: float
+
+
+def running_backlog(probes: Sequence[EndOffsets], plan: RunningPlan, arrival_rate: float,
+                    trigger_s: float) -> RunningBacklog | None:
+    """B at the newest probe taken after `plan` that covers its partitions: the records
+    beyond the plan, less the arrivals since it was planned up to one trigger interval's
+    (those wait for the next trigger as a matter of course, as in `model.backlog_records`)."""
+    probe = next((p for p in reversed(probes)
+                  if p.at_ms >= plan.planned_at_ms and p.covers(plan.ends.keys())), None)
+    if probe is None:
+        return None
+    beyond = sum(max(0, probe.offsets[k] - end) for k, end in plan.ends.items())
+    since_s = (probe.at_ms - plan.planned_at_ms) / 1000
+    return RunningBacklog(probe.at_ms, max(0.0, beyond - arrival_rate * min(since_s, trigger_s)))

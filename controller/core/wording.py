@@ -40,7 +40,9 @@ def pressure(model: QueryModel, inflow: Inflow, inflow_from: str) -> str:
     """How far behind the query is and what its upstreams will add."""
     trend = model.backlog_trend_records_per_s
     direction = "growing" if trend >= 0 else "shrinking"
-    text = f"backlog {num(model.backlog_records)} records {direction} {num(abs(trend))}/s"
+    seen = ("" if model.backlog_seen == "batches"
+            else " (at the broker, beyond the running batch)")
+    text = f"backlog {num(model.backlog_records)} records{seen} {direction} {num(abs(trend))}/s"
     if inflow.any:
         text += (f"; {inflow_from or 'upstream'} will send {num(inflow.steady)}/s more once "
                  "resized")

@@ -333,7 +333,8 @@ class ControlLoop:
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      remembered_overhead_s=self._overheads.get(query_id),
                      remembered_batch_cap=self._caps.get(query_id, 0),
-                     probed=self.fresh_probes(now_ms), remembered=self._costs.get(query_id)))
+                     probed=self.fresh_probes(now_ms), remembered=self._costs.get(query_id),
+                     beat=window.beat))
         if not isinstance(found, QueryModel):
             if isinstance(found, NotReady) and window.changed:
                 found = NotReady(f"stabilising after a change to epoch {window.epoch}: "

@@ -136,6 +136,23 @@ def metrics(job: Job, batch: int, t_s: float, busy_s: float, pos: list[int], tak
     )
 
 
+def beat_of(job: Job, at_ms: int, running: TaskMetrics | None) -> TaskMetrics:
+    """The job's liveness beat at `at_ms`: the batch it runs (its report, not out yet),
+    planned to read each partition to its end offset; or none."""
+    plan = () if running is None else tuple(
+        SourcePartition(p.topic, p.partition, p.start_offset, p.end_offset, p.end_offset)
+        for p in running.partitions)
+    return TaskMetrics(
+        query_id=job.query_id, instance_id=job.instance_id, role=Role.ACTIVE,
+        config_epoch=job.epoch, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
+        trigger_interval_ms=int(job.trigger_s * 1000), input_rows=0, output_rows=0, busy_ms=0,
+        partitions=(), input_parallelism=job.input_parallelism, state_partitions=0,
+        task_slots=job.task_slots, scaling_parameter=job.knob, beat_interval_ms=1000,
+        beat=True, running_batch_id=-1 if running is None else running.batch_id,
+        running_since_ms=0 if running is None else running.batch_start_ms,
+        running_partitions=plan)
+
+
 def end_ms(trace: list[TaskMetrics]) -> int:
     return trace[-1].batch_end_ms
 
@@ -200,12 +217,14 @@ class Probed:
 
 
 def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = None, *,
-                probe: bool = True, restart_s: float = 5.0) -> Probed:
+                probe: bool = True, beats: bool = True, restart_s: float = 5.0) -> Probed:
     """The real loop cycling every second over `job`, event by event: each batch plans against
     the latest offsets at its start and is published when it *ends* (as Spark's listener
     does), and, with `probe`, the broker's end offsets are what the producer has written by
-    each cycle. The job applies every tuple it is sent and acks it APPLIED; a knob change
-    restarts the query, which plans its next batch `restart_s` later (warming up again)."""
+    each cycle. With `beats`, the job beats every second with the batch it runs (as
+    `observe.metrics.beat` does). The job applies every tuple it is sent and acks it APPLIED;
+    a knob change restarts the query, which plans its next batch `restart_s` later (warming up
+    again)."""
     bus, clock = MemoryBus(), FakeClock(T0_MS)
     offsets = MemoryEndOffsets()
     loop = memory_loop(bus, clock, settings, offsets=offsets if probe else None)
@@ -231,6 +250,9 @@ def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = No
         clock.ms = T0_MS + tick * 1000
         bus.publish_metrics(*(s for s in pending if s.batch_end_ms <= clock.ms))
         pending = [s for s in pending if s.batch_end_ms > clock.ms]
+        if beats:
+            bus.publish_metrics(beat_of(job, clock.ms, next(
+                (s for s in pending if s.batch_start_ms <= clock.ms), None)))
         offsets.ends = {(job.source_topic, p): n for p, n in enumerate(job.latest(tick))}
         loop.run_once()
         for control in bus.sent_controls()[len(sent):]:

@@ -9,13 +9,23 @@ from dataclasses import replace
 import pytest
 
 from controller.core.model import BROKER, QueryModel, evaluate
-from controller.core.probes import ProbeLog, end_offsets, intervals
+from controller.core.probes import (
+    EndOffsets,
+    ProbeLog,
+    RunningPlan,
+    end_offsets,
+    intervals,
+    running_backlog,
+    running_plan,
+)
 from controller.loop.fakes import FakeClock, MemoryBus, MemoryEndOffsets
 from controller.loop.ports import NullObserver
 from controller.settings import ModelSettings
+from schemas import TaskMetrics
 from tests.unit.controller_traces import (
     T0_MS,
     Job,
+    beat_of,
     end_ms,
     memory_loop,
     probed_loop,
@@ -69,17 +79,32 @@ def test_probes_show_a_step_that_no_finished_batch_has_seen_yet() -> None:
     assert without.arrival_rate == pytest.approx(300, rel=0.05)
 
 
-def test_a_load_step_is_sized_in_one_tuple_as_soon_as_a_batch_corroborates_it() -> None:
+def test_without_beats_a_load_step_is_sized_in_one_tuple_as_soon_as_a_batch_corroborates_it(
+        ) -> None:
     """The broker's rate is confirmed within seconds; the first batch that ends after the
     step corroborates it (its backlog), and that cycle sends one tuple sized for the new rate.
     From the batches alone the rate of that batch is still the old one: a batch later."""
-    seen = probed_loop(STEP, 240)
+    seen = probed_loop(STEP, 240, beats=False)
     (sent_at, control, _), = seen.sent
     first_end = min(end for start, end in seen.batches if start > 60)
     assert first_end <= sent_at <= first_end + 1
     assert int(control.value) * 100 * 0.7 >= 1800  # enough units for the new rate
-    (alone_at, _, _), = probed_loop(STEP, 240, probe=False).sent
+    (alone_at, _, _), = probed_loop(STEP, 240, probe=False, beats=False).sent
     assert alone_at > max(end for start, end in seen.batches if start < first_end)
+
+
+def test_with_beats_a_load_step_is_sized_in_one_tuple_while_the_batch_that_took_it_runs(
+        ) -> None:
+    """The beat says which batch runs and where it will end; what waits at the broker beyond
+    that plan corroborates the broker's rate mid-batch: the tuple goes out before the first
+    batch after the step has ended, sized as the batches would size it, and says where its
+    backlog was seen."""
+    seen = probed_loop(STEP, 240)
+    (sent_at, control, _), = seen.sent
+    first = min((start, end) for start, end in seen.batches if start > 60)
+    assert first[0] < sent_at < first[1]
+    assert int(control.value) * 100 * 0.7 >= 1800
+    assert "(at the broker, beyond the running batch)" in control.reason
 
 
 @pytest.mark.parametrize("spike_s", [1.5, 2.5])
@@ -108,3 +133,48 @@ def test_a_broker_that_stops_answering_is_logged_once_and_the_batches_decide(
     assert len(failures) == offsets.probes == 5
     assert sum("cannot probe" in r.message for r in caplog.records) == 1
     assert loop.models["q1"].arrival_timed_by == "batches"
+
+
+def plan_at(job: Job, seconds: float) -> tuple[list[TaskMetrics], RunningPlan | None]:
+    """The finished batches of `job` by `seconds`, and the plan its beat then tells."""
+    trace = simulate(job, seconds + 30)
+    done = [b for b in trace if b.batch_end_ms <= T0_MS + seconds * 1000]
+    running = next(b for b in trace if b.batch_start_ms <= T0_MS + seconds * 1000 < b.batch_end_ms)
+    return done, running_plan(beat_of(job, T0_MS + int(seconds * 1000), running), done)
+
+
+def probe(job: Job, seconds: float) -> EndOffsets:
+    return end_offsets(T0_MS + int(seconds * 1000),
+                       {("in", p): n for p, n in enumerate(job.latest(seconds))})
+
+
+def test_a_query_that_keeps_up_has_no_backlog_beyond_its_running_batch() -> None:
+    """300/s on a 2 s trigger: what arrived since the plan waits for the next trigger."""
+    done, plan = plan_at(STEADY, 40.1)
+    assert plan is not None and plan.batch_id == done[-1].batch_id + 1
+    found = running_backlog([probe(STEADY, 40.3)], plan, 300, 2.0)
+    assert found is not None and found.records == pytest.approx(0, abs=1)
+
+
+def test_mid_batch_the_backlog_is_what_the_batch_will_leave_plus_its_overrun_so_far() -> None:
+    """A batch planned at 62 s, two seconds after a step to 1800/s, runs ~9 s: at 66 s it is
+    2 s past its trigger interval, so 2 × 1800 records wait beyond what it will read — the
+    figure the batch itself reports for those 2 s when it ends."""
+    _, plan = plan_at(STEP, 66)
+    assert plan is not None and plan.planned_at_ms == T0_MS + 62_000
+    found = running_backlog([probe(STEP, 65), probe(STEP, 66)], plan, 1800, 2.0)
+    assert found is not None and found.at_ms == T0_MS + 66_000
+    assert found.records == pytest.approx(2 * 1800, rel=0.01)
+
+
+def test_no_running_backlog_from_a_reported_batch_another_instance_or_an_earlier_probe(
+        ) -> None:
+    done, plan = plan_at(STEP, 66)
+    running = next(b for b in simulate(STEP, 90) if b.batch_id == done[-1].batch_id + 1)
+    at_ms = T0_MS + 66_000
+    assert running_plan(beat_of(STEP, at_ms, running), [*done, running]) is None
+    assert running_plan(beat_of(replace(STEP, instance_id="i2"), at_ms, running), done) is None
+    assert running_plan(beat_of(STEP, at_ms, None), done) is None  # between batches
+    assert plan is not None
+    assert running_backlog([probe(STEP, 61)], plan, 1800, 2.0) is None  # before the plan
+    assert running_backlog([end_offsets(at_ms, {("in", 0): 10**6})], plan, 1800, 2.0) is None
