@@ -43,11 +43,13 @@ COST_MS = 10
 once Spark's per-batch overhead is paid. The last job's abuse check costs half: with the same
 cost, the last job ran at ~85 % of its capacity on what the middle one sent flat out, and was
 sometimes resized for its own backlog a round before the middle job."""
-STEP_OVER_LAST = 1.25
+STEP_OVER_LAST = 1.5
 """The step's floor against the last job's measured capacity. Twice the middle job's alone
 put the last job at 85–100 % of its capacity once the middle one was resized: within the
-policy's band or just over it, a call the controller may rightly make either way (it held
-the last job once in CI). Above its capacity the last job needs more on any model."""
+policy's band (high water 90 %) or just over it, a call the controller may rightly make either
+way. The controller's model of a job is its own (fitted on
+the batches it saw, up to ~1.3× off the full-batch rate measured here, either way), so the
+step is well above the measured capacity: the last job needs more on any such model."""
 STEADY_S = 40.0
 AFTER_STEP_S = 45.0
 
@@ -128,10 +130,16 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
         watch.until(lambda: bool(watch.sent()), STEADY_S + 150, "a control tuple after the step")
         sent_after_s = time.monotonic() - step_at
         assert sent_after_s > 0, f"a tuple before the step: {_decisions(watch.decisions)}"
+        # A round's tuples are written one after the other: wait for both jobs' first, then
+        # check they came from one round (the first tuple's alone may be all that was read).
+        watch.until(lambda: {d.query_id for d in watch.sent()} >= {SESSIONS, ALERTS}, 150,
+                    "a control tuple for the middle job and for the last one")
         first = watch.sent()[0]
         round_one = {d.query_id: d for d in watch.sent()
                      if d.decided_at_ms == first.decided_at_ms}
-        assert set(round_one) == {SESSIONS, ALERTS}, _decisions(watch.decisions)
+        assert set(round_one) == {SESSIONS, ALERTS}, (
+            f"capacity measured {measured}, step to {step_rate:.0f}/s\n"
+            f"{_decisions(watch.decisions)}\n{_status(tmp_path / 'controller.log', ALERTS)}")
         sessions, alerts = round_one[SESSIONS], round_one[ALERTS]
         assert sessions.parameter == "state_partitions" and int(sessions.target_value) > 2
         assert alerts.parameter == "input_parallelism" and int(alerts.target_value) > 2
@@ -193,3 +201,10 @@ def _event_id(value: bytes) -> str:
 def _decisions(decisions: list[Decision]) -> str:
     return "\n".join(f"{d.decided_at_ms} {d.query_id} {d.action} {d.parameter} "
                      f"{d.current_value}->{d.target_value}: {d.reason}" for d in decisions)
+
+
+def _status(log: Path, query: str, lines: int = 4) -> str:
+    """The controller's last status lines for `query`: its model of the job when it held."""
+    said = [line for line in log.read_text(errors="replace").splitlines()
+            if f"controller.status: {query}:" in line]
+    return "\n".join(said[-lines:])
