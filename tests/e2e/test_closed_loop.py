@@ -1,8 +1,8 @@
 """The closed loop, end to end, on real processes: broker, job, controller, load.
 
 The test measures the job's capacity at 2 units first (a burst it works through in full
-batches, before any controller starts), then loads it at twice that, in two phases on the
-same job and load:
+batches, before any controller starts), then loads it at LOAD_OVER_CAPACITY × that, in two
+phases on the same job and load:
 
 1. **At its ceiling.** The controller may not give the job more than the 2 units it runs
    (`--max-parallelism 2`: the operator's ceiling, as a cluster's size would be). No number
@@ -48,8 +48,14 @@ from tests.support.prometheus import scrape
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 QUERY = "e2e-sensors"
+LOAD_OVER_CAPACITY = 1.5
+"""Over its capacity at 2 units, under what the machine gives the job at any size. At twice,
+the job needed ~85 % of all the 2 cores could give it (~780/s at 7 units against 172/s per
+unit at 2): the backlog of the ceiling phase and of the restart then drained in 70–80 s at
+the size the first tuple chose, past the 60 s catch-up target, and a second scale-up
+followed, rightly by the policy's rules."""
 LOAD_S = 70.0
-"""Twice the capacity this long: the throttle advice comes within ~20 s, the controller
+"""The load this long: the throttle advice comes within ~20 s, the controller
 without the ceiling takes over and scales within ~30 s more, and the load goes on meanwhile."""
 
 
@@ -72,7 +78,7 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
     ceiling = start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2")
     job.append(ceiling)
 
-    rate = 2 * measured
+    rate = LOAD_OVER_CAPACITY * measured
     load = threading.Thread(target=run_load, args=(
         LoadSpec(bootstrap_servers, t["input"], RateProfile("constant", rate, rate),
                  duration_s=LOAD_S), ledger))
