@@ -121,6 +121,14 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
     return causes
 
 
+def rising(model: QueryModel) -> bool:
+    """The newest arrivals depart upwards from λ, unconfirmed (`arrival`): a size for λ now
+    would be one for the rate before the step. The backlog of a step shows at the broker within
+    a second or two (mid-batch), before the new level is confirmed; a spike that will not be
+    confirmed is drained at the current size."""
+    return model.arrival_pending is not None and model.arrival_pending > model.arrival_rate
+
+
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
     """A scale-down candidate: utilisation (overhead included) under low water, no backlog."""
     return (model.utilisation < settings.low_water_utilisation
@@ -152,6 +160,11 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
     if state.follow_up and now_ms < state.cooldown_until_ms:
         return _follow_up(model, state)
     if backlog_causes(model, settings, inflow):
+        if rising(model):
+            return Hold(f"backlogged ({pressure(model, inflow, inflow_from)}) while the arrival "
+                        f"rate rises unconfirmed: newest {num(model.arrival_pending or 0.0)}/s "
+                        f"against λ {num(model.arrival_rate)}/s; sized once it is confirmed or "
+                        "falls back", model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)

@@ -46,6 +46,19 @@ def test_backlogged_query_is_sized_in_one_step() -> None:
         "drain it in 60 s at 80% utilisation")
 
 
+def test_a_backlog_while_the_arrival_rate_rises_unconfirmed_waits_for_the_new_rate() -> None:
+    """Mid-batch, a step's backlog shows before its rate is confirmed: sized for λ then, the
+    tuple would be for the rate before the step (2 → 4 for a 3× step, seen on the real loop)."""
+    verdict = decide(model(arrival_pending=2_100), ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Hold), verdict
+    assert "rises unconfirmed: newest 2 100/s against λ 700/s" in verdict.reason
+    # Once confirmed, λ is the new level and no departure is pending: sized for it.
+    confirmed = decide(model(arrival_rate=2_100), ControlState(), NOW, POLICY)
+    assert isinstance(confirmed, Scale) and confirmed.target == 14  # ceil(2 200 / 160)
+    # A departure downwards does not hold a backlogged query back.
+    assert isinstance(decide(model(arrival_pending=300), ControlState(), NOW, POLICY), Scale)
+
+
 def test_growing_backlog_alone_triggers_scale_up() -> None:
     verdict = decide(model(arrival_rate=350), ControlState(), NOW, POLICY)
     # ceil((350 + 100) / 160) = 3
