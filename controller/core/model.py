@@ -143,8 +143,9 @@ def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
 
 
 BROKER = "broker"
-RUNNING_BATCH = "running batch"
 """`QueryModel.arrival_timed_by` when the broker's probes time the arrivals."""
+RUNNING_BATCH = "running batch"
+"""`QueryModel.backlog_seen` when B is measured beyond the running batch's plan."""
 
 SampleKey = tuple[str, int, int]
 """(instance, batch id, end time of a heartbeat else 0), as `window.sample_key`."""
