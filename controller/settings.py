@@ -173,7 +173,8 @@ class PolicySettings:
 
     scale_down_stabilisation_s: float = 120.0
     """The query must stay quiet (below low water, no backlog) this long before a scale-down;
-    two windows, so one lull between bursts does not shrink it."""
+    two windows, so one lull between bursts does not shrink it. A scale-down does not restart
+    it: a next step needs only a quiet model at the new size, after the cooldown."""
 
     cooldown_s: float = 30.0
     """No new decision for a query this long after its last actuation was answered (or timed

@@ -77,6 +77,11 @@ class ControlState:
     cooldown_until_ms: int = 0
     quiet_since_ms: int | None = None
     """Since when the query has been continuously quiet (scale-down candidate), if it is."""
+    quiet_carried_ms: int | None = None
+    """From a scale-down's send until the first model at its new size: when the quiet it
+    served began. The load stayed as low through the change, so the next step down needs a
+    quiet model at the new size (after the cooldown), not a second stabilisation period; the
+    first model that is not quiet drops it."""
     settled_at_ms: int = 0
     """When the last actuation ended (a restarting job is silent for a while after it)."""
     effect_check: EffectCheck | None = None
@@ -94,8 +99,10 @@ def next_epoch(state: ControlState, epoch_seen: int) -> int:
 
 
 def issued(state: ControlState, in_flight: InFlight) -> ControlState:
+    steps_down = in_flight.scaling and in_flight.target < in_flight.current
     return replace(state, in_flight=in_flight, last_epoch_issued=in_flight.epoch,
-                   quiet_since_ms=None, follow_up=0)
+                   quiet_since_ms=None, follow_up=0,
+                   quiet_carried_ms=state.quiet_since_ms if steps_down else None)
 
 
 def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
@@ -105,7 +112,8 @@ def settled(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     time to report metrics under whatever configuration it kept.
     """
     return replace(state, in_flight=None, quiet_since_ms=None, settled_at_ms=now_ms,
-                   cooldown_until_ms=now_ms + int(cooldown_s * 1000), follow_up=0)
+                   cooldown_until_ms=now_ms + int(cooldown_s * 1000), follow_up=0,
+                   quiet_carried_ms=None)
 
 
 def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState:
@@ -113,7 +121,7 @@ def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     effect later; after more executors, the knob follows (more executors raise capacity only
     once it does, so their effect is not measured)."""
     flight = state.in_flight
-    after = settled(state, now_ms, cooldown_s)
+    after = replace(settled(state, now_ms, cooldown_s), quiet_carried_ms=state.quiet_carried_ms)
     if flight is not None and flight.parameter == EXECUTORS:
         return replace(after, effect_check=None, follow_up=flight.then)
     if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
@@ -127,10 +135,16 @@ def ack_overdue(state: ControlState, now_ms: int, ack_timeout_s: float) -> bool:
     return flight is not None and now_ms - flight.issued_at_ms >= ack_timeout_s * 1000
 
 
-def observed(state: ControlState, quiet: bool, now_ms: int) -> ControlState:
-    """Track how long the query has been quiet without a break."""
-    if not quiet:
+def observed(state: ControlState, quiet: bool | None, now_ms: int) -> ControlState:
+    """Track how long the query has been quiet without a break: `quiet` is what its model
+    says, None when there is no model (a gap in the data, or the window refilling after a
+    change). A gap restarts the timer, but keeps what a scale-down carried over."""
+    if quiet is None:
         return state if state.quiet_since_ms is None else replace(state, quiet_since_ms=None)
+    if not quiet:
+        return replace(state, quiet_since_ms=None, quiet_carried_ms=None)
     if state.quiet_since_ms is None:
-        return replace(state, quiet_since_ms=now_ms)
+        carried = state.quiet_carried_ms
+        return replace(state, quiet_since_ms=now_ms if carried is None else carried,
+                       quiet_carried_ms=None)
     return state

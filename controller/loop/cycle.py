@@ -339,8 +339,11 @@ class ControlLoop:
             if isinstance(found, NotReady) and window.changed:
                 found = NotReady(f"stabilising after a change to epoch {window.epoch}: "
                                  f"{found.reason}")
-            # Quiet must be continuous and observed: a gap in the data restarts the timer.
-            self.states[query_id] = observed(state, False, now_ms)
+            # Quiet must be continuous and observed: a gap in the data restarts the timer (what
+            # a scale-down carried over waits for the window at its new size); a lost query
+            # is not quiet.
+            self.states[query_id] = observed(state, None if isinstance(found, NotReady)
+                                             else False, now_ms)
             self.models.pop(query_id, None)
             return found
         if found.overhead_source == "fit":

@@ -8,7 +8,8 @@ from controller.core.arrival import ArrivalEstimate
 from controller.core.fit import BatchCost
 from controller.core.model import QueryModel, evaluate, idle_cost
 from controller.core.results import NotReady
-from controller.settings import ModelSettings
+from controller.core.state import ControlState, InFlight, applied, issued, observed, settled
+from controller.settings import ModelSettings, PolicySettings
 from tests.unit.controller_traces import T0_MS, Job, probed_loop, simulate
 
 # 300/s on 16 units of 100/s over 2 partitions, then nothing at all from 60 s on.
@@ -23,6 +24,28 @@ def test_an_idle_query_steps_down_to_its_minimum_in_two_steps_and_no_further() -
         ("input_parallelism", 4), ("input_parallelism", 2)]  # 2: one task per partition
     # Both after the window (60 s) had lost its last batch with rows: sized while idle.
     assert all(at > 60 + 60 for at, _, _ in sent), sent
+    # The second step waits for a quiet model at 4 units, not for a second stabilisation.
+    (first, _, _), (second, _, _) = sent
+    assert second - first < PolicySettings().scale_down_stabilisation_s, sent
+
+
+def test_a_scale_down_carries_its_quiet_to_the_new_size_until_a_model_there_is_not_quiet(
+        ) -> None:
+    quiet = ControlState(quiet_since_ms=1_000)
+    down = issued(quiet, InFlight("c1", target=4, epoch=2, issued_at_ms=9_000, current=16))
+    assert (down.quiet_since_ms, down.quiet_carried_ms) == (None, 1_000)
+    after = applied(down, 12_000, cooldown_s=30)
+    assert (after.quiet_since_ms, after.quiet_carried_ms) == (None, 1_000)
+    refilling = observed(after, None, 13_000)  # no model while the window refills
+    assert refilling.quiet_carried_ms == 1_000
+    assert observed(refilling, True, 50_000).quiet_since_ms == 1_000
+    busy = observed(refilling, False, 50_000)  # the new size is not quiet: start over
+    assert (busy.quiet_since_ms, busy.quiet_carried_ms) == (None, None)
+    assert observed(busy, True, 60_000).quiet_since_ms == 60_000
+    # A scale-up carries nothing; nor does a scale-down that was not applied.
+    up = issued(quiet, InFlight("c2", target=8, epoch=2, issued_at_ms=9_000, current=4))
+    assert up.quiet_carried_ms is None
+    assert settled(down, 12_000, cooldown_s=30).quiet_carried_ms is None
 
 
 def test_an_idle_window_is_sized_only_with_a_remembered_cost() -> None:
@@ -51,3 +74,4 @@ def test_an_over_provisioned_query_is_sized_down_in_at_most_two_steps() -> None:
     targets = [int(c.value) for _, c, _ in sent]
     assert 1 <= len(targets) <= 2 and targets == sorted(targets, reverse=True), targets
     assert 3 <= targets[-1] <= 8, targets
+    assert sent[-1][0] <= 180, sent  # sized within three minutes of the start
