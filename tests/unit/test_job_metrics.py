@@ -115,3 +115,24 @@ def test_rows_shed_come_from_the_observed_metric() -> None:
     raw = StreamingQueryProgress.fromJson(event)
     assert rows_shed(raw) == 42
     assert to_task_metrics(raw, CTX, output_rows=0).rows_shed == 42
+
+
+def test_the_listener_bridge_rebuilds_a_progress_event_from_the_jvm_json_alone() -> None:
+    """Spark's listener bus hands over a Java event; the bridge asks it for its JSON only
+    (`progress().json()`), and what the runtime reads from the rebuilt progress is what the
+    recording holds: the batch, its offsets, and the observed dead letters."""
+    from streaming_jobs.runtime.query.listener import JsonEvents, ProgressListener
+
+    class JavaProgress:  # the two calls the bridge may make, and nothing else
+        def json(self) -> str:
+            return json.dumps(EVENTS[0])
+
+    class JavaEvent:
+        def progress(self) -> JavaProgress:
+            return JavaProgress()
+
+    heard: list[StreamingQueryProgress] = []
+    JsonEvents(ProgressListener(heard.append, lambda _r, _t: None)).onQueryProgress(JavaEvent())
+    [rebuilt] = heard
+    assert to_task_metrics(rebuilt, CTX, 7) == to_task_metrics(progress(0), CTX, 7)
+    assert (rebuilt.batchId, dead_letters(rebuilt)) == (0, 1)
