@@ -7,12 +7,17 @@ through in full batches, before the controller starts); every load is relative t
 
 - step:  0.4 C for 30 s, then 3 C for 60 s;
 - spike: 0.4 C, 6 C for 3 s at 30 s, then 0.4 C again for 45 s (the catch-up target absorbs it);
-- ramp:  0.4 C, rising linearly to 3 C from 30 s to 120 s, held for 30 s.
+- ramp:  0.4 C, rising linearly to 3 C from 30 s to 120 s, held for 30 s;
+- down:  the job started over-provisioned at 16 units, a constant quarter of its capacity
+  there for 240 s (the controller must size it down in at most two steps, without flapping);
+- idle:  the job at 16 units with no input at all for 240 s (it must go to its minimum).
 
 It reads the controller's decisions and the job's acks and metrics as they arrive and reports,
 per scenario, the figures of issue 12's table: load change → first control tuple, tuple →
 applied, its pause, change → lag back to its level before the change (the highest lag of the
-10 s before it), and how many tuples were sent (a spike: none; a ramp: at most 2).
+10 s before it), change → sized (the last tuple's ack), and how many tuples were sent (a
+spike: none; a ramp: at most 2; down and idle: at most 2, each below the one before). For
+down and idle the "change" is the controller's start: the load is low from the beginning.
 
     .venv/bin/python -m bench.reaction --runs 5
 
@@ -53,11 +58,19 @@ SCENARIOS: dict[str, Callable[[float], tuple[RateProfile, float]]] = {
                         CHANGE_AT_S + 45),
     "ramp": lambda c: (RateProfile("ramp", 0.4 * c, 3 * c, CHANGE_AT_S, CHANGE_AT_S + 90),
                        CHANGE_AT_S + 120),
+    "down": lambda c: (RateProfile("constant", 0.25 * c), SCALE_DOWN_S),
+    "idle": lambda c: (RateProfile("constant", 0.0), SCALE_DOWN_S),
 }
 """Per scenario: (profile, load duration) for a capacity C."""
 
+START_UNITS = {"down": 16, "idle": 16}
+"""Units the job starts with where not 2."""
+SCALE_DOWN_S = 240.0
+"""The scale-down scenarios' length: the 120 s stabilisation, two steps and their cooldown."""
+
 TARGETS = {"change_to_tuple_s": "≤ 5 s", "change_to_recovered_s": "≤ 40 s",
-           "tuples": {"step": "1", "spike": "0", "ramp": "≤ 2"}}
+           "change_to_sized_s": "≤ 180 s (down, idle)",
+           "tuples": {"step": "1", "spike": "0", "ramp": "≤ 2", "down": "≤ 2", "idle": "≤ 2"}}
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,8 @@ class Run:
     change_to_recovered_s: float | None
     targets: tuple[str, ...]
     """The knob values the tuples set, in order."""
+    change_to_sized_s: float | None = None
+    """From the change to the ack of the last tuple sent (None: none was applied)."""
     applied_detail: str | None = None
     """The first tuple's ack: where its pause went (quiesce, restart, first batch)."""
 
@@ -100,12 +115,13 @@ class Loop:
         self._tail = Tail(bootstrap, {t["metrics"]: TaskMetrics, t["decisions"]: Decision,
                                       t["acks"]: Ack}, from_beginning=True)
 
-    def start_job(self) -> None:
+    def start_job(self, units: int = 2) -> None:
         t = self.topics
         self.children.append(start_child("job", [
             "job", "run", "--job", "sensor-averages", "--query-id", self.query_id,
             "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
-            "--checkpoint-dir", str(self.workdir / self.query_id), "--input-parallelism", "2",
+            "--checkpoint-dir", str(self.workdir / self.query_id),
+            "--input-parallelism", str(units),
             "--max-offsets-per-trigger", str(BATCH_CAP), "--set", "enrichment_cost_ms=5",
             "--trigger-interval-s", "1", "--metrics-port", "0"], self.workdir, self.env))
 
@@ -150,7 +166,8 @@ class Loop:
             self.poll()
 
     def capacity(self) -> float:
-        """The job's records/s at 2 units: a burst of four full batches (`full_batch_rate`)."""
+        """The job's records/s at the units it runs: a burst of four full batches
+        (`full_batch_rate`)."""
         burst = LoadSpec(self.bootstrap, self.topics["in"], RateProfile("constant", 4000),
                          4 * BATCH_CAP / 4000, start_seq=10**9)
         run_load(burst, Ledger(10_000))
@@ -172,15 +189,16 @@ class Loop:
 def run_scenario(name: str, bootstrap: str, workdir: Path) -> Run:
     loop = Loop(bootstrap, workdir)
     try:
-        loop.start_job()
+        loop.start_job(START_UNITS.get(name, 2))
         capacity = loop.capacity()
-        loop.start_controller()
         profile, duration_s = SCENARIOS[name](capacity)
+        loop.start_controller()
         spec = LoadSpec(bootstrap, loop.topics["in"], profile, duration_s)
         load = threading.Thread(target=run_load, args=(spec, Ledger(10_000)), daemon=True)
         started = time.monotonic()
         load.start()
-        change = started + CHANGE_AT_S
+        # The scale-down scenarios' load is low from the start: their change is now.
+        change = started + (0.0 if name in START_UNITS else CHANGE_AT_S)
         loop.wait(lambda: not load.is_alive(), duration_s + 60, "the load")
         loop.wait(lambda: loop.lag() == 0, 180, "the backlog to drain")
         return _figures(name, loop, capacity, change)
@@ -197,7 +215,9 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
     before = [lag for t, lag in loop.lags if change - 10 <= t < change]
     level = max(before, default=0)
     recovered = next((t for t, lag in loop.lags if applied is not None and t > applied[0]
-                      and lag <= level), None)
+                      and lag <= level and name not in START_UNITS), None)
+    sized = next((t for t, a in loop.acks if sent and a.control_id == sent[-1][1].control_id
+                  and a.outcome is Outcome.APPLIED), None)
     return Run(
         scenario=name, capacity_per_s=round(capacity, 1), tuples=len(sent),
         change_to_tuple_s=_round(first[0] - change if first else None),
@@ -205,6 +225,7 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
         pause_s=_round(applied[1].pause_ms / 1000 if applied else None),
         change_to_recovered_s=_round(recovered - change if recovered else None),
         targets=tuple(d.target_value for _, d in sent),
+        change_to_sized_s=_round(sized - change if sized else None),
         applied_detail=applied[1].detail if applied else None)
 
 
@@ -227,7 +248,7 @@ def summary(runs: list[Run]) -> list[dict[str, Any]]:
                          "tuples": [r.tuples for r in mine],
                          **{k: _median([getattr(r, k) for r in mine])
                             for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
-                                      "change_to_recovered_s")}})
+                                      "change_to_recovered_s", "change_to_sized_s")}})
     return rows
 
 
@@ -252,11 +273,12 @@ def main() -> int:
                 runs.append(run)
     rows = summary(runs)
     print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
-          f"{'pause s':>7} {'→ recovered s':>13}")
+          f"{'pause s':>7} {'→ recovered s':>13} {'→ sized s':>9}")
     for row in rows:
         print(f"{row['scenario']:<8} {row['runs']:>4} {row['tuples']!s:>10} "
               f"{_text(row['change_to_tuple_s']):>9} {_text(row['tuple_to_applied_s']):>11} "
-              f"{_text(row['pause_s']):>7} {_text(row['change_to_recovered_s']):>13}")
+              f"{_text(row['pause_s']):>7} {_text(row['change_to_recovered_s']):>13} "
+              f"{_text(row['change_to_sized_s']):>9}")
     record.write("reaction", {"runs": args.runs, "batch_cap": BATCH_CAP,
                               "change_at_s": CHANGE_AT_S, "targets": TARGETS,
                               "summary": rows, "all_runs": [asdict(r) for r in runs]},
