@@ -211,9 +211,11 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("overhead", "The runtime's instrumentation overhead", overhead,
      "The same plan on the same preloaded readings in one SparkSession, alternating: bare "
      "(the plan into the transactional sink, nothing else) and under the runtime as `job "
-     "run` runs it (gate, progress listener, metrics and heartbeats, Prometheus figures, "
-     "control consumer, role thread, per-batch knobs); rows of the batches after the first "
-     "over their span, from Spark's own progress of each query."),
+     "run` runs it (gate, progress listener, metrics, heartbeats and liveness beats, "
+     "Prometheus figures, control consumer, role thread, per-batch knobs); rows of the "
+     "batches after the first over their span, from Spark's own progress of each query. "
+     "Runs of one mode differ by up to a quarter (the JVM keeps warming up over the runs), "
+     "so a ratio within a few per cent of 1 says no overhead was measurable."),
 )
 
 
