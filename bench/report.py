@@ -178,8 +178,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "The real sensor job (2 units, 1 s trigger, 5 ms per record) and the real controller on "
      "a local broker; loads relative to the job's capacity C measured first: a step from "
      "0.4 C to 3 C, a 3 s spike to 6 C, a ramp from 0.4 C to 3 C over 90 s; down and idle "
-     "start the job at 16 units, under a constant quarter of C there, or no input at all, "
-     "for 240 s from the controller's start (their change). Medians over the runs; times "
+     "start the job at 16 units with a 4 s trigger, under a constant tenth of C there, or no "
+     "input at all, for 240 s from the controller's start (their change; it reads the "
+     "metrics from their start, the calibration included). Medians over the runs; times "
      "from the load change, as the benchmark saw the decision and the ack arrive; \"lag "
      "back\" is the first batch after the applied tuple whose lag is at most the highest of "
      "the 10 s before the change; \"sized\" is the last tuple's ack."),
