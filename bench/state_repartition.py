@@ -29,6 +29,8 @@ from typing import Any
 
 from bench import record
 from bench.bed import local_broker
+from bench.throughput import produce_readings
+from schemas import SensorReading
 from stack.connector import spark_kafka_jars
 from stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.config import JobConfig, bind
@@ -56,25 +58,11 @@ class Restart:
 
 
 def preload(bootstrap: str, topic: str, keys: int, first: int = 0) -> None:
-    """One reading per sensor `first` … `first + keys - 1`, all at one event time."""
-    from confluent_kafka import Producer
-
-    from schemas import SensorReading, codec_for
-    from streamctl.loadgen import producer_config
-
-    producer, codec = Producer(producer_config(bootstrap)), codec_for(SensorReading)
+    """One reading per sensor `first` … `first + keys - 1` (modulo `keys`), at one time."""
     now_ms = int(time.time() * 1000)
-    for seq in range(first, first + keys):
-        sensor = f"sensor-{seq % keys:07d}"
-        value = codec.encode(SensorReading(sensor, now_ms, 20.0, seq))
-        while True:
-            try:
-                producer.produce(topic, key=sensor, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(120) != 0:
-        raise RuntimeError("could not deliver the preload")
+    produce_readings(bootstrap, topic, (
+        SensorReading(f"sensor-{seq % keys:07d}", now_ms, 20.0, seq)
+        for seq in range(first, first + keys)))
 
 
 def run(spark: Any, config: JobConfig, partitions: int) -> tuple[float, list[Any]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,12 +44,19 @@ class RunResult:
 
 
 def preload(bootstrap: str, topic: str, records: int) -> None:
+    """`records` readings of 50 sensors, a hundred per millisecond of event time."""
+    now_ms = int(time.time() * 1000)
+    produce_readings(bootstrap, topic, (
+        SensorReading(f"sensor-{seq % 50:03d}", now_ms + seq // 100, 20.0, seq)
+        for seq in range(records)))
+
+
+def produce_readings(bootstrap: str, topic: str, readings: Iterable[SensorReading]) -> None:
+    """Each reading to `topic`, keyed by its sensor, all delivered before it returns."""
     producer = Producer(producer_config(bootstrap))
     codec = codec_for(SensorReading)
-    now_ms = int(time.time() * 1000)
-    for seq in range(records):
-        sensor = f"sensor-{seq % 50:03d}"
-        value = codec.encode(SensorReading(sensor, now_ms + seq // 100, 20.0, seq))
+    for reading in readings:
+        sensor, value = reading.sensor_id, codec.encode(reading)
         while True:
             try:
                 producer.produce(topic, key=sensor, value=value)
