@@ -7,7 +7,7 @@ size shows, on the sensor job's plan (a windowed aggregation per sensor, RocksDB
 
 1. preload `--keys` readings, each from a sensor of its own, all in one open event-time
    window (an hour, with an hour of allowed lateness), so every key stays in the state;
-2. run the plan on them (availableNow, batches of a quarter, 2 state partitions, no
+2. run the plan on them (availableNow, batches of at most 100 000, 2 state partitions, no
    enrichment cost) into nothing: the checkpoint then holds one state row per key;
 3. copy the checkpoint; repartition one copy 2 → `--to` offline (`repartition_state`);
 4. append a small batch of readings and restart the plan from each copy, the repartitioned
@@ -47,6 +47,8 @@ ONE_WINDOW_S = 3600
 APPENDED = 1000
 """Readings the restarted queries' first batch reads (sensors the state already holds)."""
 RUN_TIMEOUT_S = 1800.0
+BUILD_BATCH = 100_000
+"""Readings per batch while the state is built: the job's own limit on its batch cap."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap_servers=bed.bootstrap_servers, job=sensor_job.name, input_topic=topic,
             dlq_topic=f"{topic}.dlq", checkpoint_dir=str(bed.workdir / "built"),
             input_parallelism=2, state_partitions=FROM_PARTITIONS, task_slots=4,
-            max_offsets_per_trigger=max(1, args.keys // 4), metrics_port=0,
+            max_offsets_per_trigger=min(BUILD_BATCH, max(1, args.keys // 4)), metrics_port=0,
             spark_jars=",".join(str(p) for p in spark_kafka_jars()),
             settings=(("enrichment_cost_ms", 0.0), ("window_s", ONE_WINDOW_S),
                       ("watermark_s", ONE_WINDOW_S))), sensor_job)
