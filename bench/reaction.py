@@ -226,8 +226,10 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
                     and a.outcome is Outcome.APPLIED), None)
     before = [lag for t, lag in loop.lags if change - 10 <= t < change]
     level = max(before, default=0)
-    recovered = next((t for t, lag in loop.lags if applied is not None and t > applied[0]
-                      and lag <= level and name not in START_UNITS), None)
+    # A scale-down leaves no backlog to recover from.
+    recovered = None if name in START_UNITS else next(
+        (t for t, lag in loop.lags if applied is not None and t > applied[0] and lag <= level),
+        None)
     sized = next((t for t, a in loop.acks if sent and a.control_id == sent[-1][1].control_id
                   and a.outcome is Outcome.APPLIED), None)
     return Run(

@@ -80,15 +80,20 @@ def run(spark: Any, config: JobConfig, partitions: int) -> tuple[float, list[Any
              .trigger(availableNow=True).start())
     first_commit = None
     deadline = started + RUN_TIMEOUT_S
-    while query.isActive or first_commit is None:
+    while True:
+        active = query.isActive  # read first: a run that ends now has its progress already
         if first_commit is None and query.lastProgress is not None:
             first_commit = time.monotonic() - started
+        if not active:
+            break
         if time.monotonic() > deadline:
             query.stop()
             raise RuntimeError(f"the run did not finish in {RUN_TIMEOUT_S:.0f} s")
-        if not query.isActive and query.exception() is not None:
-            raise RuntimeError(f"the run failed: {query.exception()}")
         time.sleep(0.05)
+    if query.exception() is not None:
+        raise RuntimeError(f"the run failed: {query.exception()}")
+    if first_commit is None:
+        raise RuntimeError("the run ended without committing a batch")
     return first_commit, [p for p in query.recentProgress if p.numInputRows]
 
 
