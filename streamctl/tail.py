@@ -20,12 +20,23 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from controller.kafka.clients import watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import PLAINTEXT, KafkaSecurity, client_config
+
+UNKNOWN_TOPIC_WAIT_S = 5.0
+"""How long a topic the metadata does not list yet may take to appear (propagation to every
+broker of a cluster after its creation) before the tail says it is not available."""
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +94,22 @@ class Tail:
 
     def partitions(self, topic: str) -> list[int]:
         if topic not in self._partitions:
-            meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
-            if meta.error is not None:
-                raise RuntimeError(f"topic {topic!r} is not available: {meta.error}")
-            self._partitions[topic] = sorted(meta.partitions)
+            self._partitions[topic] = self._listed_partitions(topic)
         return self._partitions[topic]
+
+    def _listed_partitions(self, topic: str) -> list[int]:
+        """The topic's partitions as the metadata lists them. A topic just created on a
+        cluster is unknown to the other brokers for a moment: that is waited out for
+        `UNKNOWN_TOPIC_WAIT_S`, then it is an error."""
+        deadline = time.monotonic() + UNKNOWN_TOPIC_WAIT_S
+        while True:
+            meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
+            if meta.error is None:
+                return sorted(meta.partitions)
+            if (meta.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                    or time.monotonic() >= deadline):
+                raise RuntimeError(f"topic {topic!r} is not available: {meta.error}")
+            time.sleep(0.2)
 
     def poll(self, timeout_s: float = 0.2, max_records: int = 500) -> list[tuple[str, _Record]]:
         messages = self._consumer.consume(max_records, timeout_s)

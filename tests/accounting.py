@@ -18,7 +18,7 @@ from schemas import ScoredTransaction, SensorReading, SensorWindowAverage, codec
 from streamctl.cards import CardLedger
 from streamctl.loadgen import Ledger
 from streamctl.tail import Tail
-from tests.support.kafka import produce
+from tests.support.kafka import decoded_or_none, produce, read_committed
 from tests.support.waiting import until
 
 FLUSH_SENSOR = "zz-flush"
@@ -34,8 +34,10 @@ def flush_last_windows(bootstrap: str, topic: str, partitions: int = 2) -> None:
 
 
 def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger,
-                                      timeout_s: float = 120.0) -> None:
-    """Every acknowledged record in exactly one output row; no window written twice."""
+                                      timeout_s: float = 120.0, *,
+                                      input_topic: str | None = None) -> None:
+    """Every acknowledged record in exactly one output row; no window written twice. With
+    `input_topic`, a failure also says where in the input the missing records are."""
     rows: dict[tuple[str, int], list[SensorWindowAverage]] = {}
     out = Tail(bootstrap, {topic: SensorWindowAverage}, from_beginning=True)
 
@@ -58,8 +60,27 @@ def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger
     extra = set(emitted) - set(produced)
     assert not missing and not extra, (
         f"{len(missing)} windows differ (produced, emitted), e.g. {list(missing.items())[:3]}; "
-        f"{len(extra)} windows nobody produced, e.g. {list(extra)[:3]}")
+        f"{len(extra)} windows nobody produced, e.g. {list(extra)[:3]}"
+        f"{_where_in_input(bootstrap, input_topic, missing)}")
     assert out.decode_errors == []
+
+
+Differences = Mapping[tuple[str, int], tuple[tuple[int, int], tuple[int, int] | None]]
+
+
+def _where_in_input(bootstrap: str, input_topic: str | None, missing: Differences) -> str:
+    """Where the input holds the record a window lacks, for windows short of exactly one (its
+    sequence number is the difference of the sums): which batch should have read it."""
+    lost_seqs = {produced[1] - emitted[1]: key for key, (produced, emitted) in missing.items()
+                 if emitted is not None and produced[0] - emitted[0] == 1}
+    if input_topic is None or not lost_seqs:
+        return ""
+    messages = read_committed(bootstrap, input_topic)
+    found = [f"seq {r.seq} ({r.sensor_id}, event time {r.event_time_ms}) at partition "
+             f"{m.partition()} offset {m.offset()}"
+             for m, r in zip(messages, decoded_or_none(messages, SensorReading), strict=True)
+             if r is not None and r.seq in lost_seqs]
+    return f"; in the input: {found or 'none of ' + str(sorted(lost_seqs))}"
 
 
 def assert_every_transaction_scored_once(bootstrap: str, topic: str, ledger: CardLedger,

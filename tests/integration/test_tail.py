@@ -77,3 +77,9 @@ def test_a_tail_at_the_end_or_behind_an_open_transaction_is_not_restarted(
 def _delivered_within(tail: Tail, seconds: float) -> bool:
     """Whether the tail delivers anything within `seconds` of polling."""
     return poll_until(lambda: tail.poll(0.2) or None, seconds, 0) is not None
+
+
+def test_a_topic_that_does_not_exist_is_named_in_the_error(bootstrap_servers: str) -> None:
+    missing = "no-such-topic-for-the-tail"
+    with pytest.raises(RuntimeError, match=f"topic '{missing}' is not available"):
+        Tail(bootstrap_servers, {missing: SensorReading}, from_beginning=True)

@@ -218,7 +218,8 @@ class FaultBed:
         """Stop the load, let the job close every window, check the output exactly."""
         self.stop_load()
         flush_last_windows(self.bootstrap, self.topics["input"])
-        assert_every_record_accounted_for(self.bootstrap, self.topics["output"], self.ledger)
+        assert_every_record_accounted_for(self.bootstrap, self.topics["output"], self.ledger,
+                                          input_topic=self.topics["input"])
 
     def check_scored_so_far(self, timeout_s: float = 120.0) -> int:
         """`FRAUD_JOB` under load: every transaction acknowledged until now is in the committed
