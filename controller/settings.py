@@ -71,6 +71,11 @@ class ModelSettings:
     is drained at the current size (the catch-up target absorbs it) rather than sized for, and
     a step is still taken within about `level_confirm_s` + one probe."""
 
+    ramp_window_s: float = 40.0
+    """The span a rising ramp is fitted over (`controller.core.arrival.ramp`): long enough
+    that a step shows as one, not as a slope, short enough that a ramp is seen while it still
+    climbs (a 90 s ramp of the bench is one from its first 20-30 s). At most `window_s`."""
+
     max_samples: int = 300
     """Hard cap on samples kept per query, so a query triggering every 100 ms cannot grow the
     window without bound (300 covers 60 s at a 200 ms trigger)."""
@@ -100,6 +105,7 @@ class ModelSettings:
         _check(0 < self.arrival_window_s <= self.window_s,
                f"model.arrival_window_s must be in (0, model.window_s={self.window_s}], got "
                f"{self.arrival_window_s}")
+        _positive("model.ramp_window_s", self.ramp_window_s)
         _check(self.min_samples >= 3,
                f"model.min_samples must be at least 3 (a trend needs 3 points), got "
                f"{self.min_samples}")
@@ -140,6 +146,12 @@ class PolicySettings:
     catch_up_s: float = 60.0
     """Time in which the sized parallelism should drain the current backlog, on top of keeping
     up with arrivals. One minute: a visible recovery without buying capacity for a spike."""
+
+    ramp_horizon_s: float = 40.0
+    """How far ahead a rising ramp is sized for (`controller.core.arrival.ramp`): where its
+    rate will be once a change made now has taken effect (~10 s) and the backlog has drained,
+    rather than the rate of the moment, which the ramp leaves behind before the change lands
+    and which would take a round per stage."""
 
     backlog_floor_records: float = 1_000.0
     """Backlog that counts as noise: one batch planned a moment before a burst already leaves a
@@ -221,6 +233,8 @@ class PolicySettings:
                f"policy.high_water_utilisation, got {self.low_water_utilisation} < "
                f"{self.target_utilisation} <= {self.high_water_utilisation}")
         _positive("policy.catch_up_s", self.catch_up_s)
+        _check(math.isfinite(self.ramp_horizon_s) and self.ramp_horizon_s >= 0,
+               f"policy.ramp_horizon_s must be a number >= 0, got {self.ramp_horizon_s}")
         _check(math.isfinite(self.reconfiguration_pause_s) and self.reconfiguration_pause_s >= 0,
                f"policy.reconfiguration_pause_s must be a number >= 0, got "
                f"{self.reconfiguration_pause_s}")

@@ -66,6 +66,9 @@ class ArrivalEstimate:
     pending_rate: float | None = None
     """The newest interval's rate when it departs from the level without being confirmed
     yet (a step that must persist one more interval, or a burst that will not)."""
+    ramp_per_s: float = 0.0
+    """How fast the rate climbs, records/s per second, when the arrivals are a rising ramp
+    (`ramp`); 0 otherwise."""
 
 
 def known_offsets(sample: TaskMetrics) -> dict[PartitionKey, SourcePartition]:
@@ -138,7 +141,73 @@ def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstim
             segment, run, direction = tail, [], 0
     pending = run[-1].rate if run else None
     return ArrivalEstimate(level(segment, settings.arrival_window_s), segment[0].start_ms,
-                           pending)
+                           pending, ramp(found, settings))
+
+
+RAMP_AT_LEAST = 6
+"""Intervals a ramp is fitted on at least: fewer fit a line or a step equally well."""
+
+RAMP_LINE_ADVANTAGE = 2.0
+"""A line must leave at most half the squared error of the best single step to be a ramp."""
+
+
+def ramp(found: Sequence[Interval], settings: ModelSettings) -> float:
+    """The slope of a rising ramp, records/s per second, or 0. Every newest span of at least
+    half of `ramp_window_s` (and at most all of it, within the model's window) that is a ramp
+    (`_ramp_fit`) is a candidate, and the one the line fits best (least mean squared error)
+    gives the slope: a ramp is seen from its first `ramp_window_s` / 2 even when the window
+    still holds the flat load before it, which would flatten a line through both. Falling
+    arrivals give 0: a scale-down waits for the lower level anyway."""
+    if not found:
+        return 0.0
+    newest_end, window_s = found[-1].end_ms, min(settings.ramp_window_s, settings.window_s)
+    recent = [i for i in found if i.start_ms >= newest_end - window_s * 1000]
+    shortest_ms = window_s * 500
+    fits = [fit for first in range(len(recent) - RAMP_AT_LEAST + 1)
+            if newest_end - recent[first].start_ms >= shortest_ms
+            and (fit := _ramp_fit(recent[first:], settings.level_shift_ratio)) is not None]
+    return min(fits)[1] if fits else 0.0
+
+
+def _ramp_fit(span: Sequence[Interval], shift_ratio: float) -> tuple[float, float] | None:
+    """(mean squared error, slope) of the line through the intervals' rates (least squares
+    over their midpoints) when they are a ramp: the line rises, by at least `shift_ratio` − 1
+    of their mean (a slow drift is none), and leaves at most 1/`RAMP_LINE_ADVANTAGE` of the
+    squared error of the best single step (two levels split anywhere), so a step, a spike or
+    noise is none either. Else None."""
+    xs = [(i.start_ms + i.end_ms) / 2000 for i in span]
+    ys = [i.rate for i in span]
+    slope, intercept = _line(xs, ys)
+    if slope <= 0 or slope * (xs[-1] - xs[0]) < (shift_ratio - 1) * sum(ys) / len(ys):
+        return None
+    line_error = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    if line_error * RAMP_LINE_ADVANTAGE > _best_step_error(ys):
+        return None
+    return line_error / len(ys), slope
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares slope and intercept (xs not all equal)."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var
+    return slope, mean_y - slope * mean_x
+
+
+def _best_step_error(ys: Sequence[float]) -> float:
+    """Least squared error of two levels, each over at least two of `ys`, split anywhere
+    (prefix sums: linear in len(ys))."""
+    sums, squares = [0.0], [0.0]
+    for y in ys:
+        sums.append(sums[-1] + y)
+        squares.append(squares[-1] + y * y)
+
+    def error(lo: int, hi: int) -> float:
+        total = sums[hi] - sums[lo]
+        return squares[hi] - squares[lo] - total * total / (hi - lo)
+
+    n = len(ys)
+    return min(error(0, k) + error(k, n) for k in range(2, n - 1))
 
 
 BURSTY_AT_LEAST = 3

@@ -81,6 +81,9 @@ class QueryModel:
     the partition count (one task per partition) and vanishes above it."""
     arrival_pending: float | None = None
     """The newest arrival interval's rate when it departs from λ unconfirmed (`arrival`)."""
+    arrival_ramp: float = 0.0
+    """How fast λ climbs, records/s per second, when the arrivals are a rising ramp
+    (`arrival.ramp`); 0 otherwise."""
     knob: str = INPUT_PARALLELISM
     """The parameter that scales the query, as its job names it (`knobs`)."""
     job_max: int = 0
@@ -131,7 +134,8 @@ class QueryModel:
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
-        } | ({} if self.arrival_pending is None else {"arrival_pending": self.arrival_pending})
+        } | ({} if self.arrival_pending is None else {"arrival_pending": self.arrival_pending}
+             ) | ({"arrival_ramp": self.arrival_ramp} if self.arrival_ramp > 0 else {})
 
 
 def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
@@ -364,7 +368,8 @@ def _build(
             {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
              if p.latest_offset >= 0 and p.end_offset >= 0}),
         partition_arrival_shares=_shares(partition_arrivals(recent)),
-        task_skew=skew, arrival_pending=found.pending_rate, knob=newest.scaling_parameter,
+        task_skew=skew, arrival_pending=found.pending_rate,
+        arrival_ramp=found.ramp_per_s, knob=newest.scaling_parameter,
         job_max=knobs.job_max(newest), executor_cores=newest.executor_cores,
         max_executors=newest.max_executors,
         backlog_seen=RUNNING_BATCH if running is not None else "batches",

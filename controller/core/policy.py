@@ -48,9 +48,15 @@ __all__ = ["backlog_causes", "decide", "is_quiet", "num", "pct"]
 
 
 def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
-    """Records/s to provide for: arrivals (plus an upstream's projected extra) and the backlog
-    spread over the catch-up time."""
-    return model.arrival_rate + inflow + max(0.0, model.backlog_records) / settings.catch_up_s
+    """Records/s to provide for: arrivals (where a ramp will have taken them, plus an
+    upstream's projected extra) and the backlog spread over the catch-up time."""
+    return (arriving_ahead(model, settings) + inflow
+            + max(0.0, model.backlog_records) / settings.catch_up_s)
+
+
+def arriving_ahead(model: QueryModel, settings: PolicySettings) -> float:
+    """λ, or on a rising ramp where it will be `ramp_horizon_s` from now."""
+    return model.arrival_rate + model.arrival_ramp * settings.ramp_horizon_s
 
 
 def inflow_rate(model: QueryModel, settings: PolicySettings, inflow: Inflow,
@@ -299,12 +305,20 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
     """How the target meets the demand; `inflow` is the upstreams' extra at the target."""
     if target == wanted:
         return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
-                f"{pct(settings.target_utilisation)} utilisation")
+                f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}")
     capacity = model.capacity_at(target)
-    arriving = model.arrival_rate + inflow
+    arriving = arriving_ahead(model, settings) + inflow
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
     return (f"{units_of(model, wanted)} wanted, {bound}: drains in {num(drain)} s at "
-            f"{pct(arriving / capacity)} utilisation")
+            f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}")
+
+
+def _ramp_note(model: QueryModel, settings: PolicySettings) -> str:
+    if model.arrival_ramp <= 0:
+        return ""
+    return (f", sized for {num(arriving_ahead(model, settings))}/s: arrivals climb "
+            f"{num(model.arrival_ramp)}/s every second, and that is where they will be in "
+            f"{num(settings.ramp_horizon_s)} s")
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.arrival import Interval, estimate
+from controller.core.arrival import Interval, estimate, ramp
 from controller.settings import ModelSettings
 
 SETTINGS = ModelSettings()
@@ -24,6 +24,33 @@ def rate_of(rates: list[float], seconds: float = 2.0) -> float:
     found = estimate(series(rates, seconds), SETTINGS)
     assert found is not None
     return found.rate
+
+
+def ramp_of(rates: list[float], seconds: float = 1.0) -> float:
+    return ramp(series(rates, seconds), SETTINGS)
+
+
+def test_a_rising_ramp_has_its_slope_from_half_the_ramp_window_even_after_a_flat_lead_in(
+        ) -> None:
+    flat = [136.0] * 20
+    climbing = [136.0 + 10 * (k + 0.5) for k in range(20)]  # 10/s per second, 1 s intervals
+    assert ramp_of([*flat, *climbing]) == pytest.approx(10, rel=0.01)
+    assert ramp_of([*flat, *climbing[:12]]) == 0  # 12 s of it: less than half the window
+    assert ramp_of(climbing) == pytest.approx(10, rel=0.01)
+
+
+def test_a_step_a_spike_noise_a_drift_and_a_fall_are_no_ramp() -> None:
+    assert ramp_of([120.0] * 20 + [700.0] * 20) == 0
+    assert ramp_of([120.0] * 20 + [1200.0] * 3 + [120.0] * 17) == 0
+    noisy = [200 + 80 * ((k * 7919) % 13 - 6) / 6 for k in range(40)]  # ±80/s, no trend
+    assert ramp_of(noisy) == 0
+    assert ramp_of([200 + 0.5 * k for k in range(40)]) == 0  # +10 % over the window
+    assert ramp_of([1000 - 10.0 * k for k in range(40)]) == 0
+
+
+@given(st.lists(st.floats(120, 280), min_size=40, max_size=40))
+def test_a_stationary_load_within_the_shift_band_is_no_ramp(rates: list[float]) -> None:
+    assert ramp_of(rates, 5.0) == 0
 
 
 def test_a_step_is_taken_once_two_intervals_agree_on_it() -> None:
