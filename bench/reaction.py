@@ -35,7 +35,9 @@ prints a table (medians over the runs, beside the targets) and writes
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -285,7 +287,7 @@ def main() -> int:
                 run = run_scenario(name, bed.bootstrap_servers, bed.workdir / f"{name}-{n}")
                 print(f"  {name} #{n + 1}: {run}", flush=True)
                 runs.append(run)
-    rows = summary(runs)
+    rows, all_runs = kept_beside(summary(runs), [asdict(r) for r in runs], _previous())
     print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
           f"{'pause s':>7} {'→ recovered s':>13} {'→ sized s':>9}")
     for row in rows:
@@ -295,9 +297,36 @@ def main() -> int:
               f"{_text(row['change_to_sized_s']):>9}")
     record.write("reaction", {"runs": args.runs, "batch_cap": BATCH_CAP,
                               "change_at_s": CHANGE_AT_S, "targets": TARGETS,
-                              "summary": rows, "all_runs": [asdict(r) for r in runs]},
+                              "summary": rows, "all_runs": all_runs},
                  load_before)
     return 0
+
+
+def _previous() -> dict[str, Any] | None:
+    path = record.RESULTS_DIR / "reaction.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+Rows = list[dict[str, Any]]
+
+
+def kept_beside(rows: Rows, runs: Rows, previous: dict[str, Any] | None) -> tuple[Rows, Rows]:
+    """This run's rows, each stamped with when and how it was measured, and from `previous`
+    (the results file) the scenarios this run did not measure, with their own stamps: a run of
+    some scenarios updates their rows and keeps the others (`bench.report` shows each row's
+    date). Rows of a file measured with another batch cap or change time are not kept."""
+    stamp = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "command": " ".join(["python -m bench.reaction", *sys.argv[1:]])}
+    rows = [{**row, **stamp} for row in rows]
+    if (previous is None or previous.get("batch_cap") != BATCH_CAP
+            or previous.get("change_at_s") != CHANGE_AT_S):
+        return rows, runs
+    measured = {row["scenario"] for row in rows}
+    kept = [{"measured_at": previous.get("measured_at"), "command": previous.get("command"), **row}
+            for row in previous["summary"] if row["scenario"] not in measured]
+    order = list(SCENARIOS)
+    return (sorted([*rows, *kept], key=lambda row: order.index(row["scenario"])),
+            [*runs, *(r for r in previous["all_runs"] if r["scenario"] not in measured)])
 
 
 def _text(value: object) -> str:

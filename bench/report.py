@@ -135,11 +135,12 @@ def reaction(result: Result) -> list[str]:
     return _table(
         ["scenario", "runs", "tuples per run (target)", "change → tuple s (≤ 5)",
          "tuple → applied s", "pause s", "change → lag back s (≤ 40)",
-         "change → sized s (down, idle: ≤ 180)"],
+         "change → sized s (down, idle: ≤ 180)", "measured (UTC)"],
         [[r["scenario"], str(r["runs"]), f"{', '.join(map(str, r['tuples']))} "
           f"({targets['tuples'][r['scenario']]})", figure(r["change_to_tuple_s"]),
           figure(r["tuple_to_applied_s"]), figure(r["pause_s"]),
-          figure(r["change_to_recovered_s"]), figure(r.get("change_to_sized_s"))]
+          figure(r["change_to_recovered_s"]), figure(r.get("change_to_sized_s")),
+          str(r.get("measured_at") or result.get("measured_at") or "—")]
          for r in result["summary"]])
 
 
@@ -183,7 +184,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "metrics from their start, the calibration included). Medians over the runs; times "
      "from the load change, as the benchmark saw the decision and the ack arrive; \"lag "
      "back\" is the first batch after the applied tuple whose lag is at most the highest of "
-     "the 10 s before the change; \"sized\" is the last tuple's ack."),
+     "the 10 s before the change; \"sized\" is the last tuple's ack. A run of some scenarios "
+     "(`--scenarios`) replaces their rows and keeps the others: each row says when it was "
+     "measured, the heading when and by which command the newest was."),
     ("failover", "Failover after kill -9 of the active", failover,
      "The real sensor job as an active instance and a warm standby on one checkpoint, the "
      "real controller with its defaults (beats every 1 s, lost after 2.5 s without one) and "

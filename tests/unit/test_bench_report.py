@@ -35,3 +35,23 @@ def test_a_stamped_result_names_its_date_machine_load_and_command(
     assert "by `python -m bench.throughput --parallelism 2 4`" in text
     assert f"Measured {stamped['measured_at']} on " in text and "load average 1.5 before" in text
     assert "| 4 | 180 | 1.80× | 2.20 | 18.0 |" in text
+
+
+def test_a_reaction_run_of_some_scenarios_replaces_their_rows_and_keeps_the_others() -> None:
+    from bench import reaction
+
+    def row(scenario: str) -> dict[str, object]:
+        return {"scenario": scenario, "runs": 2, "tuples": [3, 3]}
+
+    previous = {"measured_at": "2026-11-25T18:09:42Z", "command": "python -m bench.reaction",
+                "batch_cap": reaction.BATCH_CAP, "change_at_s": reaction.CHANGE_AT_S,
+                "summary": [row(s) for s in ("step", "spike", "ramp")],
+                "all_runs": [{"scenario": s} for s in ("step", "spike", "ramp", "ramp")]}
+    fresh = {"scenario": "ramp", "runs": 1, "tuples": [1]}
+    rows, runs = reaction.kept_beside([fresh], [{"scenario": "ramp", "new": True}], previous)
+    assert [(r["scenario"], r["tuples"]) for r in rows] == [
+        ("step", [3, 3]), ("spike", [3, 3]), ("ramp", [1])]
+    assert rows[0]["measured_at"] == "2026-11-25T18:09:42Z" != rows[2]["measured_at"]
+    assert [r["scenario"] for r in runs] == ["ramp", "step", "spike"] and runs[0]["new"]
+    other_cap = {**previous, "batch_cap": reaction.BATCH_CAP + 1}
+    assert [r["scenario"] for r in reaction.kept_beside([fresh], [], other_cap)[0]] == ["ramp"]
