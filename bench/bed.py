@@ -9,7 +9,6 @@ needs a broker enters `local_broker`; `stack.broker` runs it.
 
 from __future__ import annotations
 
-import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from pathlib import Path
 from stack.broker import LocalBroker
 from stack.defaults import default_state_dir
 from stack.ports import find_free_ports
+from streamctl.processes import sigterm_as_interrupt
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,8 @@ class Bed:
 def local_broker(prefix: str = "streamctl-bench-") -> Iterator[Bed]:
     """A broker on free ports, its Maven jars cached in the default state dir, stopped and its
     directory removed on the way out, also on SIGTERM."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-            port, controller_port = find_free_ports(2)
-            with LocalBroker(Path(tmp) / "state", port=port, controller_port=controller_port,
-                             maven_dir=default_state_dir() / "maven") as broker:
-                yield Bed(broker.bootstrap_servers, Path(tmp))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        port, controller_port = find_free_ports(2)
+        with LocalBroker(Path(tmp) / "state", port=port, controller_port=controller_port,
+                         maven_dir=default_state_dir() / "maven") as broker:
+            yield Bed(broker.bootstrap_servers, Path(tmp))

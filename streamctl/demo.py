@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from schemas import Ack, Decision, TaskMetrics
 from stack import defaults
 from stack.topics import TopicSpec
 from streamctl.loadgen import LoadSpec
 from streamctl.narrate import Narrator, Watched
-from streamctl.processes import Child, start_child, stop_all
+from streamctl.processes import Child, sigterm_as_interrupt, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 
@@ -100,7 +97,7 @@ CONTROL_TOPICS = (defaults.METRICS_TOPIC, defaults.CONTROL_TOPIC, defaults.ACKS_
 def run_demo(settings: DemoSettings) -> int:
     state_dir = defaults.default_state_dir()
     scenario = pipeline_scenario(settings) if settings.pipeline else sensor_scenario(settings)
-    with _sigterm_as_interrupt(), ExitStack() as cleanup:
+    with sigterm_as_interrupt(), ExitStack() as cleanup:
         bootstrap = _start_broker(settings, state_dir, cleanup)
         _recreate_topics(bootstrap, scenario)
         demo_dir = state_dir / "demo"
@@ -118,22 +115,6 @@ def run_demo(settings: DemoSettings) -> int:
                         tail, children, settings.status_every_s,
                         settings.ready_timeout_s).run()
     return 1
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a supervisor, `timeout`, `kill`) takes the same path as Ctrl-C, so the demo
-    always stops what it started: its children run in their own sessions and would
-    otherwise outlive it."""
-
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _start_broker(settings: DemoSettings, state_dir: Path, cleanup: ExitStack) -> str:

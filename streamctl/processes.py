@@ -1,7 +1,9 @@
 """Child processes the demo and the end-to-end tests start: the job and the controller.
 
 Each child is `python -m streamctl …` in its own session (so a Ctrl-C in the terminal reaches
-only the parent, which then stops the children in order), with its output in a log file.
+only the parent, which then stops the children in order), with its output in a log file. A
+parent that takes SIGTERM the same way (`sigterm_as_interrupt`: the demo, the benchmarks, the
+test suite) stops them on that too.
 """
 
 from __future__ import annotations
@@ -11,10 +13,36 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, Any
+
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+"""What `signal.signal` takes and returns."""
+
+
+def interrupt_on_sigterm() -> Handler:
+    """From now on SIGTERM (a supervisor, `timeout`, `kill`, a CI job's end) takes the same
+    path as Ctrl-C, so whatever started children stops them on the way out: they run in their
+    own sessions and would otherwise outlive it, a broker or a Spark JVM each. Returns the
+    handler it replaced."""
+    return signal.signal(signal.SIGTERM, _interrupt)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """`interrupt_on_sigterm` while the block runs."""
+    previous = interrupt_on_sigterm()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @dataclass

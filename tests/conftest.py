@@ -8,7 +8,9 @@ session ever pays for Maven. Add fixtures for other tiers in their own section b
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -21,11 +23,31 @@ from stack.cluster import LocalCluster
 from stack.defaults import default_state_dir
 from stack.ports import find_free_ports, port_in_use
 from stack.topics import TopicSpec, delete_topics, ensure_topics
+from streamctl.processes import interrupt_on_sigterm
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
 pytest_plugins = ("tests.support.parallel",)  # two tests at a time under ./dev test
+
+
+def pytest_configure() -> None:
+    """A SIGTERM'd run (a CI job's timeout, `kill`) unwinds like Ctrl-C: the fixtures stop the
+    brokers, clusters and job processes they started (each in its own session) instead of
+    leaving them running. The xdist controller passes the signal on to its workers (its
+    child processes), where the fixtures run."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        signal.signal(signal.SIGTERM, _pass_on_to_workers)
+    else:
+        interrupt_on_sigterm()
+
+
+def _pass_on_to_workers(signum: int, _frame: object) -> None:
+    for task in Path("/proc/self/task").iterdir():  # not the process group: that may hold
+        for child in (task / "children").read_text().split():  # the caller's shell and tee
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(child), signal.SIGTERM)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 # --- Control key -------------------------------------------------------------------------------
 
