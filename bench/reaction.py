@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -315,9 +314,8 @@ def kept_beside(rows: Rows, runs: Rows, previous: dict[str, Any] | None) -> tupl
     (the results file) the scenarios this run did not measure, with their own stamps: a run of
     some scenarios updates their rows and keeps the others (`bench.report` shows each row's
     date). Rows of a file measured with another batch cap or change time are not kept."""
-    stamp = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-             "command": " ".join(["python -m bench.reaction", *sys.argv[1:]])}
-    rows = [{**row, **stamp} for row in rows]
+    now = record.stamp("reaction")
+    rows = [{**row, **now} for row in rows]
     if (previous is None or previous.get("batch_cap") != BATCH_CAP
             or previous.get("change_at_s") != CHANGE_AT_S):
         return rows, runs

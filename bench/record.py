@@ -30,12 +30,18 @@ def machine(load_before: float) -> dict[str, Any]:
             "load_average_1m_after": load_average()}
 
 
+def stamp(name: str, argv: list[str] | None = None) -> dict[str, str]:
+    """When, and by which command (`python -m bench.<name>` and `argv`, default this
+    process's arguments), figures are measured now."""
+    command = " ".join([f"python -m bench.{name}", *(sys.argv[1:] if argv is None else argv)])
+    return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": command}
+
+
 def write(name: str, payload: dict[str, Any], load_before: float,
           argv: list[str] | None = None) -> Path:
     """`payload` stamped and written to `bench/results/<name>.json`; the path."""
-    command = " ".join([f"python -m bench.{name}", *(sys.argv[1:] if argv is None else argv)])
-    stamped = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "command": command, "machine": machine(load_before), **payload}
+    stamped = {**stamp(name, argv), "machine": machine(load_before), **payload}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(stamped, indent=2) + "\n")

@@ -69,9 +69,11 @@ Differences = Mapping[tuple[str, int], tuple[tuple[int, int], tuple[int, int] | 
 
 
 def _where_in_input(bootstrap: str, input_topic: str | None, missing: Differences) -> str:
-    """Where the input holds the record a window lacks, for windows short of exactly one (its
-    sequence number is the difference of the sums): which batch should have read it."""
-    lost_seqs = {produced[1] - emitted[1]: key for key, (produced, emitted) in missing.items()
+    """Where in the input (partition, offset) the record a window lacks is, for the windows
+    short of exactly one (its sequence number is the difference of the sums): read against
+    the checkpoint's offset log, that tells a batch that skipped it from a record appended
+    after its window closed."""
+    lost_seqs = {produced[1] - emitted[1] for produced, emitted in missing.values()
                  if emitted is not None and produced[0] - emitted[0] == 1}
     if input_topic is None or not lost_seqs:
         return ""

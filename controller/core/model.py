@@ -134,8 +134,13 @@ class QueryModel:
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
-        } | ({} if self.arrival_pending is None else {"arrival_pending": self.arrival_pending}
-             ) | ({"arrival_ramp": self.arrival_ramp} if self.arrival_ramp > 0 else {})
+        } | self._arrival_departures()
+
+    def _arrival_departures(self) -> dict[str, float]:
+        """The pending rate (0 too: arrivals that stopped) and the ramp's slope, when there are
+        any."""
+        pending = {} if self.arrival_pending is None else {"arrival_pending": self.arrival_pending}
+        return pending | ({"arrival_ramp": self.arrival_ramp} if self.arrival_ramp > 0 else {})
 
 
 def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
