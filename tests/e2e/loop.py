@@ -169,6 +169,12 @@ class LoopWatch:
     def applied(self) -> list[Ack]:
         return [a for a in self.acks if a.outcome is Outcome.APPLIED]
 
+    def batches(self, which: Callable[[TaskMetrics], bool], query_id: str | None = None) -> int:
+        """How many of the query's committed batches (default: the first query's) `which`
+        picks, e.g. those at the new size."""
+        view = self.views[query_id] if query_id else self.view
+        return sum(1 for m in view.samples if which(m))
+
     def lag_records(self, query_id: str | None = None, topic: str | None = None) -> int:
         """Records of the query's input topic no committed batch has read yet (default: the
         first query and the loop's input topic)."""

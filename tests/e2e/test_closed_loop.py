@@ -54,9 +54,11 @@ the job needed ~85 % of all the 2 cores could give it (~780/s at 7 units against
 unit at 2): the backlog of the ceiling phase and of the restart then drained in 70–80 s at
 the size the first tuple chose, past the 60 s catch-up target, and a second scale-up
 followed, rightly by the policy's rules."""
-LOAD_S = 70.0
-"""The load this long: the throttle advice comes within ~20 s, the controller
-without the ceiling takes over and scales within ~30 s more, and the load goes on meanwhile."""
+LOAD_MAX_S = 240.0
+"""A cap on the load: the throttle advice comes within ~20 s, the controller without the
+ceiling takes over and scales within ~30 s more, and the load goes on until the job ran
+BATCHES_AT_NEW_SIZE batches at its new parallelism (the new size under the load)."""
+BATCHES_AT_NEW_SIZE = 3
 
 
 @pytest.fixture
@@ -79,13 +81,14 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
     job.append(ceiling)
 
     rate = LOAD_OVER_CAPACITY * measured
+    stop_load = threading.Event()
     load = threading.Thread(target=run_load, args=(
         LoadSpec(bootstrap_servers, t["input"], RateProfile("constant", rate, rate),
-                 duration_s=LOAD_S), ledger))
+                 duration_s=LOAD_MAX_S), ledger, stop_load))
     load.start()
     try:
         watch.until(lambda: any(d.action == "throttle" for d in watch.decisions),
-                    LOAD_S, "a throttle decision")
+                    90, "a throttle decision")
         throttle = next(d for d in watch.decisions if d.action == "throttle")
         _assert_throttle_advice(throttle, measured)
         assert watch.sent() == [], [(d.action, d.target_value) for d in watch.sent()]
@@ -99,8 +102,12 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
         lifted = time.monotonic()
         watch.until(lambda: bool(watch.applied()), 180, "an applied control tuple")
         applied_after_s = time.monotonic() - lifted
+        watch.until(lambda: watch.batches(lambda m: m.input_parallelism > 2)
+                    >= BATCHES_AT_NEW_SIZE, 60,
+                    f"{BATCHES_AT_NEW_SIZE} batches at the new parallelism under the load")
     finally:
-        load.join(LOAD_S + 30)
+        stop_load.set()
+        load.join(60)
     assert ledger.failed == 0
 
     [scale_up], applied = watch.sent(), watch.applied()

@@ -42,7 +42,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 QUERY = "e2e-fraud"
 MAX_STATE_PARTITIONS = 8
 BATCH_CAP = 600
-STEADY_S, AFTER_STEP_S = 15.0, 45.0
+STEADY_S = 15.0
+LOAD_MAX_S = 180.0
+"""A cap on the load, far past the step: it stops once the job ran BATCHES_AT_NEW_SIZE batches
+at its new state partitions (the new size under the load, not only the backlog's drain)."""
+BATCHES_AT_NEW_SIZE = 3
 
 
 @pytest.fixture
@@ -77,9 +81,10 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
     # at once (a step to 1.1 times the capacity grows it too slowly to cross the noise floor
     # before the load ends).
     profile = RateProfile("step", 0.3 * measured, 2.5 * measured, start_s=STEADY_S)
+    stop_load = threading.Event()
     load = threading.Thread(target=run_load, args=(
-        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=STEADY_S + AFTER_STEP_S,
-                 event_type="card", accounts=100), ledger))
+        LoadSpec(bootstrap_servers, t["input"], profile, duration_s=LOAD_MAX_S,
+                 event_type="card", accounts=100), ledger, stop_load))
     step_at = time.monotonic() + STEADY_S
     load.start()
     try:
@@ -91,8 +96,12 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
         watch.until(lambda: len(watch.takeovers()) == 2, 60, "controller-2 to take over")
         watch.until(lambda: bool(watch.applied()), STEADY_S + 90, "an applied control tuple")
         first_applied_after_step_s = time.monotonic() - step_at
+        watch.until(lambda: watch.batches(lambda m: m.state_partitions > 2)
+                    >= BATCHES_AT_NEW_SIZE, 60,
+                    f"{BATCHES_AT_NEW_SIZE} batches at the new state partitions under the load")
     finally:
-        load.join(STEADY_S + AFTER_STEP_S + 30)
+        stop_load.set()
+        load.join(60)
     assert ledger.failed == 0
 
     takeover = watch.takeovers()[-1]

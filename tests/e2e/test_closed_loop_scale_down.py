@@ -41,8 +41,10 @@ TRIGGER_S = 4
 all the time however little arrives, and the model rightly sees no room. Every 4 s, the
 fallen load leaves it mostly idle."""
 STABILISATION_S = 20
-AFTER_SCALE_DOWN_S = 20.0
-"""The load goes on this long at the new size: long enough for a few batches there."""
+BATCHES_AT_NEW_SIZE = 3
+"""The load goes on until the job ran this many batches at the new size (no scale-up may
+follow meanwhile)."""
+LOAD_MAX_S = 420.0
 
 
 @pytest.fixture
@@ -64,16 +66,18 @@ def test_a_fallen_load_is_met_with_a_scale_down_no_scale_up_and_nothing_lost(
                                 "--scale-down-stabilisation-s", str(STABILISATION_S)))
 
     stop = threading.Event()
-    load = threading.Thread(target=_steady, args=(bootstrap_servers, t["input"],
-                                                  0.05 * measured, ledger, stop))
+    rate = 0.05 * measured
+    load = threading.Thread(target=run_load, args=(
+        LoadSpec(bootstrap_servers, t["input"], RateProfile("constant", rate), LOAD_MAX_S),
+        ledger, stop))
     load.start()
     try:
         watch.until(lambda: bool(watch.applied()), 240, "an applied control tuple")
         [down] = watch.sent()
         assert down.action == "scale_down", watch.decisions
-        watch.until(lambda: watch.view.samples[-1].input_parallelism < START_UNITS, 60,
-                    "a batch at the new parallelism")
-        stop.wait(AFTER_SCALE_DOWN_S)
+        watch.until(lambda: watch.batches(lambda m: m.input_parallelism < START_UNITS)
+                    >= BATCHES_AT_NEW_SIZE, 60,
+                    f"{BATCHES_AT_NEW_SIZE} batches at the new parallelism under the load")
     finally:
         stop.set()
         load.join(60)
@@ -96,16 +100,7 @@ def test_a_fallen_load_is_met_with_a_scale_down_no_scale_up_and_nothing_lost(
     flush_last_windows(bootstrap_servers, t["input"])
     assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
     print(f"\ncapacity {measured:.0f}/s at {START_UNITS} units; load "
-          f"{0.05 * measured:.0f}/s; scale-down {START_UNITS} -> {down.target_value}: "
+          f"{rate:.0f}/s; scale-down {START_UNITS} -> {down.target_value}: "
           f"{down.reason}")
     watch.close()
 
-
-def _steady(bootstrap: str, topic: str, rate: float, ledger: Ledger,
-            stop: threading.Event) -> None:
-    """`rate` records/s in 5 s slices until `stop` (the load's end is the test's to choose)."""
-    run = 0
-    while not stop.is_set():
-        run_load(LoadSpec(bootstrap, topic, RateProfile("constant", rate), 5.0,
-                          start_seq=run * 1_000_000), ledger)
-        run += 1

@@ -50,8 +50,9 @@ policy's band (high water 90 %) or just over it, a call the controller may right
 way. The controller's model of a job is its own (fitted on
 the batches it saw, up to ~1.3× off the full-batch rate measured here, either way), so the
 step is well above the measured capacity: the last job needs more on any such model."""
-STEADY_S = 40.0
-AFTER_STEP_S = 45.0
+STEADY_S = 25.0
+LOAD_MAX_S = 240.0
+"""A cap on the load: it stops once both jobs applied their tuples (the change under load)."""
 
 
 @pytest.fixture
@@ -87,11 +88,12 @@ def pipeline(bootstrap_servers: str, topics: dict[str, str],
 
 
 def clicks(bootstrap: str, topic: str, ledger: ClickLedger, profile: RateProfile,
-           duration_s: float, run: int) -> None:
-    """Produce JSON clicks; `run` keeps event ids apart between calls."""
+           duration_s: float, run: int, stop: threading.Event | None = None) -> None:
+    """Produce JSON clicks (until `stop`, if given); `run` keeps event ids apart between
+    calls."""
     spec = LoadSpec(bootstrap, topic, profile, duration_s, event_type="click", users=300,
                     start_seq=run)
-    run_load(spec, ledger)
+    run_load(spec, ledger, stop)
     assert ledger.failed == 0
 
 
@@ -111,7 +113,7 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
     burst(bootstrap_servers, t["clicks"], ledger, 100, run=1)  # every job's first batch
     watch.until(lambda: all(any(m.input_rows for m in v.samples)
                             for v in watch.views.values()), 300, "every job's first batch")
-    burst(bootstrap_servers, t["clicks"], ledger, 3 * BATCH_CAP, run=2)
+    burst(bootstrap_servers, t["clicks"], ledger, 2 * BATCH_CAP, run=2)  # 2 full batches each
     def drained() -> bool:
         """In pipeline order, so what a job wrote before its check is in the next one's."""
         return all(watch.lag_records(q, inputs[q]) == 0 for q in inputs)
@@ -122,8 +124,9 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
     pipeline.append(start_controller(bootstrap_servers, t, tmp_path))  # stopped by the fixture
 
     profile = RateProfile("step", 0.3 * min(measured.values()), step_rate, STEADY_S)
+    stop_load = threading.Event()
     load = threading.Thread(target=clicks, args=(bootstrap_servers, t["clicks"], ledger, profile,
-                                                 STEADY_S + AFTER_STEP_S, 3))
+                                                 LOAD_MAX_S, 3, stop_load))
     step_at = time.monotonic() + STEADY_S
     load.start()
     try:
@@ -147,7 +150,8 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
         watch.until(lambda: {a.control_id for a in watch.applied()}
                     >= {sessions.control_id, alerts.control_id}, 240, "both tuples applied")
     finally:
-        load.join(STEADY_S + AFTER_STEP_S + 60)
+        stop_load.set()
+        load.join(60)
     watch.until(drained, 300, "the pipeline to drain after the load")
     recovered_after_s = time.monotonic() - step_at
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -17,7 +18,10 @@ def until(condition: Callable[[], T | None], timeout_s: float, what: str,
     """Call `condition` until it returns something truthy (returned), at most `timeout_s`;
     then fail with `what`. A condition that blocks briefly itself (a Kafka poll) may pass
     `interval_s=0`. Each of the `alive` processes must keep running meanwhile; a failure
-    shows the end of their logs."""
+    shows the end of their logs. How long each wait took is printed (pytest shows it beside a
+    failure, or with `-s`): where a slow test's time went."""
+    started = time.monotonic()
+
     def check() -> T | None:
         for child in alive:
             assert child.alive(), f"{child.name} exited while waiting for {what}:\n" \
@@ -25,6 +29,8 @@ def until(condition: Callable[[], T | None], timeout_s: float, what: str,
         return condition() or None
 
     found = poll_until(check, timeout_s, interval_s)
+    print(f"[{time.strftime('%H:%M:%S')}] {time.monotonic() - started:6.1f} s "
+          f"{'waited for' if found is not None else 'gave up on'} {what}")
     if found is None:
         logs = "".join(f"\n--- {c.name}\n{c.log_tail(15)}" for c in alive)
         raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{logs}")
