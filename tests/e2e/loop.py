@@ -171,9 +171,9 @@ class LoopWatch:
 
     def batches(self, which: Callable[[TaskMetrics], bool], query_id: str | None = None) -> int:
         """How many of the query's committed batches (default: the first query's) `which`
-        picks, e.g. those at the new size."""
+        picks, e.g. those at the new size; an idle query's heartbeat (no batch id) is none."""
         view = self.views[query_id] if query_id else self.view
-        return sum(1 for m in view.samples if which(m))
+        return sum(1 for m in view.samples if m.batch_id >= 0 and which(m))
 
     def lag_records(self, query_id: str | None = None, topic: str | None = None) -> int:
         """Records of the query's input topic no committed batch has read yet (default: the
