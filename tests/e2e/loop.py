@@ -25,6 +25,8 @@ from tests.support.control import controllers_env
 from tests.support.waiting import until
 
 CONTROLLER_COOLDOWN_S = 20
+BATCHES_AT_NEW_SIZE = 3
+"""Batches a test lets a resized job run under its load before it stops the load."""
 
 
 @contextmanager
@@ -169,11 +171,15 @@ class LoopWatch:
     def applied(self) -> list[Ack]:
         return [a for a in self.acks if a.outcome is Outcome.APPLIED]
 
-    def batches(self, which: Callable[[TaskMetrics], bool], query_id: str | None = None) -> int:
-        """How many of the query's committed batches (default: the first query's) `which`
-        picks, e.g. those at the new size; an idle query's heartbeat (no batch id) is none."""
-        view = self.views[query_id] if query_id else self.view
-        return sum(1 for m in view.samples if m.batch_id >= 0 and which(m))
+    def until_batches_at_new_size(self, at_new_size: Callable[[TaskMetrics], bool]) -> None:
+        """Until the (first) query committed BATCHES_AT_NEW_SIZE batches that `at_new_size`
+        picks: the new size carrying the load, which the test keeps on meanwhile. An idle
+        query's heartbeat (no batch id) is no batch."""
+        def enough() -> bool:
+            return sum(1 for m in self.view.samples
+                       if m.batch_id >= 0 and at_new_size(m)) >= BATCHES_AT_NEW_SIZE
+
+        self.until(enough, 60, f"{BATCHES_AT_NEW_SIZE} batches at the new size under the load")
 
     def lag_records(self, query_id: str | None = None, topic: str | None = None) -> int:
         """Records of the query's input topic no committed batch has read yet (default: the

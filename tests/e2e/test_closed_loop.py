@@ -57,8 +57,7 @@ followed, rightly by the policy's rules."""
 LOAD_MAX_S = 240.0
 """A cap on the load: the throttle advice comes within ~20 s, the controller without the
 ceiling takes over and scales within ~30 s more, and the load goes on until the job ran
-BATCHES_AT_NEW_SIZE batches at its new parallelism (the new size under the load)."""
-BATCHES_AT_NEW_SIZE = 3
+a few batches at its new parallelism (the new size under the load)."""
 
 
 @pytest.fixture
@@ -102,9 +101,7 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
         lifted = time.monotonic()
         watch.until(lambda: bool(watch.applied()), 180, "an applied control tuple")
         applied_after_s = time.monotonic() - lifted
-        watch.until(lambda: watch.batches(lambda m: m.input_parallelism > 2)
-                    >= BATCHES_AT_NEW_SIZE, 60,
-                    f"{BATCHES_AT_NEW_SIZE} batches at the new parallelism under the load")
+        watch.until_batches_at_new_size(lambda m: m.input_parallelism > 2)
     finally:
         stop_load.set()
         load.join(60)

@@ -44,9 +44,8 @@ MAX_STATE_PARTITIONS = 8
 BATCH_CAP = 600
 STEADY_S = 15.0
 LOAD_MAX_S = 180.0
-"""A cap on the load, far past the step: it stops once the job ran BATCHES_AT_NEW_SIZE batches
+"""A cap on the load, far past the step: it stops once the job ran a few batches
 at its new state partitions (the new size under the load, not only the backlog's drain)."""
-BATCHES_AT_NEW_SIZE = 3
 
 
 @pytest.fixture
@@ -96,9 +95,7 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
         watch.until(lambda: len(watch.takeovers()) == 2, 60, "controller-2 to take over")
         watch.until(lambda: bool(watch.applied()), STEADY_S + 90, "an applied control tuple")
         first_applied_after_step_s = time.monotonic() - step_at
-        watch.until(lambda: watch.batches(lambda m: m.state_partitions > 2)
-                    >= BATCHES_AT_NEW_SIZE, 60,
-                    f"{BATCHES_AT_NEW_SIZE} batches at the new state partitions under the load")
+        watch.until_batches_at_new_size(lambda m: m.state_partitions > 2)
     finally:
         stop_load.set()
         load.join(60)

@@ -41,10 +41,9 @@ TRIGGER_S = 4
 all the time however little arrives, and the model rightly sees no room. Every 4 s, the
 fallen load leaves it mostly idle."""
 STABILISATION_S = 20
-BATCHES_AT_NEW_SIZE = 3
-"""The load goes on until the job ran this many batches at the new size (no scale-up may
-follow meanwhile)."""
 LOAD_MAX_S = 420.0
+"""A cap on the load: it goes on until the job ran a few batches at the new size (no scale-up
+may follow meanwhile)."""
 
 
 @pytest.fixture
@@ -75,9 +74,7 @@ def test_a_fallen_load_is_met_with_a_scale_down_no_scale_up_and_nothing_lost(
         watch.until(lambda: bool(watch.applied()), 240, "an applied control tuple")
         [down] = watch.sent()
         assert down.action == "scale_down", watch.decisions
-        watch.until(lambda: watch.batches(lambda m: m.input_parallelism < START_UNITS)
-                    >= BATCHES_AT_NEW_SIZE, 60,
-                    f"{BATCHES_AT_NEW_SIZE} batches at the new parallelism under the load")
+        watch.until_batches_at_new_size(lambda m: m.input_parallelism < START_UNITS)
     finally:
         stop.set()
         load.join(60)
