@@ -98,6 +98,9 @@ class Run:
     """From the change to the ack of the last tuple sent (None: none was applied)."""
     applied_detail: str | None = None
     """The first tuple's ack: where its pause went (quiesce, restart, first batch)."""
+    reasons: tuple[str, ...] = ()
+    """Why each tuple was sent: the controller's reason, then its figures (`Decision`), so
+    that a run that sent what it should not have can be told apart without a replay."""
 
 
 class Loop:
@@ -241,7 +244,14 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
         change_to_recovered_s=_round(recovered - change if recovered else None),
         targets=tuple(d.target_value for _, d in sent),
         change_to_sized_s=_round(sized - change if sized else None),
-        applied_detail=applied[1].detail if applied else None)
+        applied_detail=applied[1].detail if applied else None,
+        reasons=tuple(_why(t - change, d) for t, d in sent))
+
+
+def _why(after_change_s: float, decision: Decision) -> str:
+    figures = ", ".join(f"{k}={v:.4g}" for k, v in sorted(decision.figures.items()))
+    return (f"+{after_change_s:.1f} s {decision.current_value} → {decision.target_value}: "
+            f"{decision.reason} [{figures}]")
 
 
 def _round(value: float | None) -> float | None:
