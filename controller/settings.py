@@ -65,11 +65,14 @@ class ModelSettings:
     indistinguishable from a burst; a second that agrees makes it a step, and sizing for it
     then takes one round. Each extra interval costs one batch (10-20 s when backlogged)."""
 
-    level_confirm_s: float = 3.0
-    """…and the agreeing intervals must span at least this long. Probed once a second
-    (`ControllerSettings.probe_interval_s`), two intervals are two seconds: a burst that short
-    is drained at the current size (the catch-up target absorbs it) rather than sized for, and
-    a step is still taken within about `level_confirm_s` + one probe."""
+    level_confirm_s: float = 3.5
+    """…and must have shown the new level this long, counted from the end of the interval in
+    which the change happened (`controller.core.arrival.new_level_lasted_ms`). A burst
+    shorter than this is drained at the current size (the catch-up target absorbs it) rather
+    than sized for; a step is taken within about `level_confirm_s` + one probe interval
+    (`ControllerSettings.probe_interval_s`) after it. 3.5 s: a 3 s burst (the spike of
+    bench.reaction) falls back before it could be confirmed, whatever the probes' phase, and a
+    step still gets its tuple within 5 s."""
 
     ramp_window_s: float = 40.0
     """The span a rising ramp is fitted over (`controller.core.arrival.ramp`): long enough
@@ -337,11 +340,13 @@ class ControllerSettings:
     late an ack, a timeout or a lost instance is seen when nothing arrives. Half a second: a
     killed job's silence is judged within it, for a cycle of microseconds twice a second."""
 
-    probe_interval_s: float = 1.0
+    probe_interval_s: float = 0.5
     """Seconds between two probes of the source partitions' end offsets at the broker (one
     ListOffsets request for every partition the queries read): the arrival rate is then
-    known within seconds of a load step, however long the running batch takes. 0 probes
-    nothing, and the model learns only from the batches."""
+    known within seconds of a load step, however long the running batch takes. Half a second:
+    the interval that straddles a change is a mix of both levels, so the finer the probes,
+    the sooner a step is confirmed and the less of a burst's end can pass for its level. 0
+    probes nothing, and the model learns only from the batches."""
 
     status_interval_s: float = 5.0
     """Seconds between per-query status lines on stdout."""

@@ -14,12 +14,13 @@ rate with occasional level shifts:
 - an interval within `level_shift_ratio` of the current level belongs to it;
 - one beyond it starts a candidate shift (up or down); it is *confirmed* once
   `level_confirm_intervals` consecutive departing intervals agree with each other (within
-  `level_agreement`) and their level also departs from the mean of the whole window before
-  them, or they have lasted `arrival_window_s` (after a burst that was a level for a while,
-  say an upstream catching up, the window's mean still holds the burst, and a fall to a rate
-  between the two would otherwise never be taken); the new segment is those agreeing
-  intervals (the one that straddles the change is a mix of both levels and is left out, and a
-  burst that is ending falls back and disagrees);
+  `level_agreement`), have shown the new level for `level_confirm_s` since the end of the
+  interval the change happened in, and their level also departs from the mean of the whole
+  window before them, or they have lasted `arrival_window_s` (after a burst that was a level
+  for a while, say an upstream catching up, the window's mean still holds the burst, and a
+  fall to a rate between the two would otherwise never be taken); the new segment is those agreeing
+  intervals (the one that straddles the change is a mix of both levels and is left out
+  unless it agrees, and a burst that is ending falls back and disagrees);
 - a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
   interval that fits the old level again drops it. Its records are not lost: they are in the
   backlog, which the batches measure directly (`model.backlog_records`), so a spike is
@@ -238,22 +239,31 @@ def confirmed_tail(run: Sequence[Interval], history: Sequence[Interval], directi
                    settings: ModelSettings) -> list[Interval]:
     """The new segment when `run` confirms a shift, else [] (module docstring).
 
-    Confirmed: at least `level_confirm_intervals` of its newest intervals, spanning at least
-    `level_confirm_s`, agree with each other (a burst that is ending falls back and
-    disagrees), and their level departs, the same way, from the mean of everything before the
-    run in the window too, not only from the current segment: a stationary noisy load swings
-    between its extremes, but around its mean. Agreeing
+    Confirmed: at least `level_confirm_intervals` of its newest intervals agree with each
+    other (a burst that is ending falls back and disagrees) and have lasted `level_confirm_s`
+    at the new level (`new_level_lasted_ms`), and their level departs, the same way, from the
+    mean of everything before the run in the window too, not only from the current segment: a
+    stationary noisy load swings between its extremes, but around its mean. Agreeing
     intervals that span `arrival_window_s` are the level whatever that mean says: λ is the
     growth over that span, and none of it is at the old level.
     """
     tail = agreeing_tail(run, settings.level_agreement)
     if (len(tail) < settings.level_confirm_intervals
-            or tail[-1].end_ms - tail[0].start_ms < settings.level_confirm_s * 1000):
+            or new_level_lasted_ms(run, tail) < settings.level_confirm_s * 1000):
         return []
     if tail[-1].end_ms - tail[0].start_ms >= settings.arrival_window_s * 1000:
         return tail
     shifted = departure(mean_rate(tail), mean_rate(history), settings.level_shift_ratio)
     return tail if shifted == direction else []
+
+
+def new_level_lasted_ms(run: Sequence[Interval], tail: Sequence[Interval]) -> int:
+    """How long the agreeing `tail` shows the new level for certain: from the end of the run's
+    first interval, in which the change happened somewhere (its rate is a mix that may still
+    agree when the change came early in it), or from the tail's start if later. Counted from
+    the tail's start, a spike as long as `level_confirm_s` that began just after a probe was
+    confirmed (and sized for) as it ended, in about two runs in five (bench.reaction)."""
+    return tail[-1].end_ms - max(tail[0].start_ms, run[0].end_ms)
 
 
 def mean_rate(found: Sequence[Interval]) -> float:

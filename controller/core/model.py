@@ -98,6 +98,9 @@ class QueryModel:
     backlog_seen: str = "batches"
     """'running batch' when B is what waits at the broker beyond the plan of the batch the job
     runs now (`probes.running_backlog`); 'batches' when it is the newest finished batch's."""
+    cost_measured_by_running_batch: bool = False
+    """μ is a lower bound that the batch running now will correct when it reports
+    (`running_batch_measures_cost`)."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -283,9 +286,25 @@ def evaluate(
     plan = probes.running_plan(beat, samples)
     running = (None if plan is None else probes.running_backlog(
         probed, plan, arrival.rate, samples[-1].trigger_interval_ms / 1000))
-    found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap,
-                   running)
+    found = replace(_build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points),
+                           cap, running),
+                    cost_measured_by_running_batch=running_batch_measures_cost(
+                        cost, points, plan, settings))
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
+
+
+def running_batch_measures_cost(cost: BatchCost, points: Sequence[BatchPoint],
+                                plan: probes.RunningPlan | None, settings: ModelSettings) -> bool:
+    """Whether μ is a lower bound that the batch running now will correct: no overhead was
+    fitted or remembered, so each batch's fixed cost is charged to its records (`fit` rule 3,
+    pessimistic for larger batches), and the running batch holds `overhead_fit_min_spread` ×
+    the records per unit of the largest measured one, so the fit separates the two when it
+    reports. A job that kept up with small batches drains a burst in large ones, at a rate
+    the small ones cannot show."""
+    if cost.source != "assumed_zero" or plan is None or plan.rows <= 0 or not points:
+        return False
+    largest = max(p.per_unit for p in points)
+    return plan.rows / points[-1].units >= settings.overhead_fit_min_spread * largest
 
 
 def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCost | None:

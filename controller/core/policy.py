@@ -20,6 +20,7 @@ job's maximum too) it recommends throttling the producers or shedding load, with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.knobs import (
@@ -135,6 +136,24 @@ def rising(model: QueryModel) -> bool:
     return model.arrival_pending is not None and model.arrival_pending > model.arrival_rate
 
 
+KEPT_UP_SHARE = 0.8
+"""λ counts as kept up with when the newest `arrival_window_s` put through at least this share
+of it (the noise band of `ModelSettings.level_agreement`)."""
+
+
+def measuring_cost(model: QueryModel, causes: Sequence[str], inflow: Inflow = NO_INFLOW) -> bool:
+    """Whether to wait one batch before sizing: the backlog is judged on a μ that is a lower
+    bound, which the running batch will correct (`QueryModel.cost_measured_by_running_batch`),
+    and λ is a level the query kept up with, so the backlog is a burst it may drain at its size
+    (bench.reaction's spike on a job that ran batches of one size: 2 → 4 on the bound, where
+    the measured cost drains it in half the catch-up time). Not when λ outgrew what the query
+    put through (a step needs units however its cost splits), nor on a ramp or a forecast
+    inflow. The wait lasts one batch: once that batch reports, μ is no bound any more."""
+    return (model.cost_measured_by_running_batch and set(causes) <= {"overload", "slow_drain"}
+            and model.arrival_ramp <= 0 and not inflow.any
+            and model.recent_throughput >= KEPT_UP_SHARE * model.arrival_rate)
+
+
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
     """A scale-down candidate: utilisation (overhead included) under low water, no backlog."""
     return (model.utilisation < settings.low_water_utilisation
@@ -165,12 +184,20 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
         return Hold(held.reason, model.figures())
     if state.follow_up and now_ms < state.cooldown_until_ms:
         return _follow_up(model, state)
-    if backlog_causes(model, settings, inflow):
+    causes = backlog_causes(model, settings, inflow)
+    if causes:
         if rising(model):
             return Hold(f"backlogged ({pressure(model, inflow, inflow_from)}) while the arrival "
                         f"rate rises unconfirmed: newest {num(model.arrival_pending or 0.0)}/s "
                         f"against λ {num(model.arrival_rate)}/s; sized once it is confirmed or "
                         "falls back", model.figures())
+        if measuring_cost(model, causes, inflow):
+            return Hold(f"backlogged ({pressure(model, inflow, inflow_from)}) at λ "
+                        f"{num(model.arrival_rate)}/s, which it kept up with; {units(model.units)} "
+                        f"× {num(model.rate_per_unit)}/s is a lower bound, measured on "
+                        "batches too alike to tell their fixed cost from their records; the "
+                        "running batch, larger than any measured, tells them apart when it "
+                        "reports: decided then", model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)

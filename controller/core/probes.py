@@ -99,6 +99,8 @@ class RunningPlan:
     batch_id: int
     planned_at_ms: int
     ends: Mapping[PartitionKey, int]
+    rows: int = 0
+    """Records the batch was planned to read (0: its start offsets unknown)."""
 
 
 def running_plan(beat: TaskMetrics | None, samples: Sequence[TaskMetrics]) -> RunningPlan | None:
@@ -114,7 +116,9 @@ def running_plan(beat: TaskMetrics | None, samples: Sequence[TaskMetrics]) -> Ru
                                                           newest.config_epoch)):
         return None
     return RunningPlan(beat.running_batch_id, beat.running_since_ms, MappingProxyType(
-        {(p.topic, p.partition): p.end_offset for p in beat.running_partitions}))
+        {(p.topic, p.partition): p.end_offset for p in beat.running_partitions}),
+        sum(p.end_offset - p.start_offset for p in beat.running_partitions
+            if 0 <= p.start_offset <= p.end_offset))
 
 
 @dataclass(frozen=True, slots=True)

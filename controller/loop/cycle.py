@@ -202,7 +202,7 @@ class ControlLoop:
     # -- collect ---------------------------------------------------------------------------
 
     def collect(self) -> None:
-        samples = self.ports.metrics.poll(self.settings.poll_timeout_s)
+        samples = self.ports.metrics.poll(self._poll_timeout_s())
         self.ports.observer.metrics_received(len(samples))
         heard_at_ms = self.ports.clock.now_ms()
         for sample in samples:
@@ -211,16 +211,26 @@ class ControlLoop:
                 log.warning("ignoring metrics of query %s: already tracking %d queries",
                             sample.query_id, self.settings.model.max_queries)
 
+    def _poll_timeout_s(self) -> float:
+        """`poll_timeout_s`, or less when the next probe is due sooner: a cycle that waited
+        the whole timeout for metrics would probe up to that much late, and the probes'
+        spacing is what times the arrivals."""
+        wait_s = self.settings.poll_timeout_s
+        if self.ports.offsets is None or self.settings.probe_interval_s <= 0:
+            return wait_s
+        due_in_s = (self._next_probe_ms - self.ports.clock.now_ms()) / 1000
+        return min(wait_s, max(0.0, due_in_s))
+
     def probe(self, now_ms: int) -> None:
         """Ask the broker for the end offsets of every source partition the queries read,
         at most once per `probe_interval_s`; a failure is logged when it starts and ends."""
         interval_s = self.settings.probe_interval_s
         if self.ports.offsets is None or interval_s <= 0 or now_ms < self._next_probe_ms:
             return
+        self._next_probe_ms = now_ms + int(interval_s * 1000)
         partitions = wanted(w.last_sample for w in self._windows if w.last_sample is not None)
         if not partitions:
             return
-        self._next_probe_ms = now_ms + int(interval_s * 1000)
         try:
             found = self.ports.offsets.end_offsets(partitions)
         except TemporaryError as exc:

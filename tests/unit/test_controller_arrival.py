@@ -77,6 +77,22 @@ def test_a_burst_that_falls_back_is_not_sized_for() -> None:
     assert rate_of([120.0] * 10 + [542, 1199, 865, 120]) == pytest.approx(120)
 
 
+def test_a_burst_shorter_than_the_confirmation_time_is_not_its_level_even_when_its_ends_agree(
+        ) -> None:
+    # Half-second probes; a 3.4 s burst of 1 800/s on 300/s that began a twentieth of a
+    # second into an interval and ended a twentieth before one: both straddling intervals
+    # (1 650/s) agree with the burst, and the agreeing intervals span 3.5 s. The level is
+    # certain only from the end of the first, 3 s before the burst fell back.
+    burst = [1650.0, *[1800.0] * 5, 1650.0]
+    assert SETTINGS.level_confirm_s == 3.5
+    assert rate_of([*[300.0] * 20, *burst], 0.5) == pytest.approx(300)
+    assert rate_of([*[300.0] * 20, *burst, 300.0], 0.5) == pytest.approx(300)
+    # the same start and a step that holds: taken once it has lasted 3.5 s past that end
+    step = [1650.0, *[1800.0] * 7]
+    assert rate_of([*[300.0] * 20, *step[:-1]], 0.5) == pytest.approx(300)
+    assert rate_of([*[300.0] * 20, *step], 0.5) == pytest.approx(1781, rel=0.01)
+
+
 def test_a_step_down_is_taken_too() -> None:
     assert rate_of([600.0] * 10 + [350, 100, 101]) == pytest.approx(100.5, rel=0.01)
 

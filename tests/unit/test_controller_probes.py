@@ -18,9 +18,18 @@ from controller.core.probes import (
     running_backlog,
     running_plan,
 )
-from controller.loop.fakes import FakeClock, MemoryBus, MemoryEndOffsets
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryEndOffsets,
+    MemoryMetricsSource,
+)
 from controller.loop.ports import NullObserver
-from controller.settings import ModelSettings
+from controller.settings import ControllerSettings, ModelSettings
 from schemas import TaskMetrics
 from tests.unit.controller_traces import (
     T0_MS,
@@ -69,12 +78,12 @@ def model_of(job: Job, seconds: float, probed_until_s: float) -> QueryModel:
 
 def test_probes_show_a_step_that_no_finished_batch_has_seen_yet() -> None:
     before = model_of(STEP, 59, 59)
-    after = model_of(STEP, 64, 64)
+    after = model_of(STEP, 65, 65)
     assert before.arrival_rate == pytest.approx(300, rel=0.05)
     assert after.arrival_timed_by == BROKER
     assert after.arrival_rate == pytest.approx(1800, rel=0.05)
-    without = evaluate("q1", tuple(s for s in simulate(STEP, 64)
-                                   if s.batch_end_ms <= T0_MS + 64_000), ModelSettings())
+    without = evaluate("q1", tuple(s for s in simulate(STEP, 65)
+                                   if s.batch_end_ms <= T0_MS + 65_000), ModelSettings())
     assert isinstance(without, QueryModel)
     assert without.arrival_rate == pytest.approx(300, rel=0.05)
 
@@ -107,10 +116,61 @@ def test_with_beats_a_load_step_is_sized_in_one_tuple_while_the_batch_that_took_
     assert "(at the broker, beyond the running batch)" in control.reason
 
 
-@pytest.mark.parametrize("spike_s", [1.5, 2.5])
-def test_a_spike_shorter_than_the_confirmation_is_drained_without_a_tuple(spike_s: float) -> None:
-    spike = replace(STEADY, rates=[(0, 300), (60, 1800), (60 + spike_s, 300)])
+@pytest.mark.parametrize("spike_s", [1.5, 2.5, 3.0])
+@pytest.mark.parametrize("after_probe_s", [0.0, 0.1, 0.5, 0.9])
+def test_a_spike_shorter_than_the_confirmation_is_drained_without_a_tuple(
+        spike_s: float, after_probe_s: float) -> None:
+    """Whatever the probes' phase: a 3 s spike that began just after a probe (its straddling
+    interval agrees with it) or ended just before one (so does that one) once spanned
+    `level_confirm_s` of agreeing intervals and was sized for as it ended (bench.reaction)."""
+    start = 60 + after_probe_s
+    spike = replace(STEADY, rates=[(0, 300), (start, 1800), (start + spike_s, 300)])
     assert probed_loop(spike, 180).sent == []
+
+
+# bench.reaction's job in small: 2 units of 150/s, 0.6 s a batch, batches of at most 1 500 on
+# a 1 s trigger, at 115/s (0.4 of its 268/s capacity). Every batch holds ~115 records and
+# takes ~1 s, so no overhead can be fitted, and μ (58/s per unit, the fixed cost charged to
+# the records) makes it look full.
+ALIKE = Job(rates=[(0, 115)], per_unit=150, parallelism=2, partitions=2, trigger_s=1.0,
+            overhead_s=0.6, max_per_batch=1500, report_cap=True)
+
+
+def test_a_spike_on_batches_too_alike_to_fit_their_cost_waits_for_the_batch_that_fits_it(
+        ) -> None:
+    """The spike's backlog (~4 700 records) drains in ~31 s at the measured cost, half the
+    catch-up time; on the lower bound it would never drain. The decision waits for the first
+    large batch, whose report separates the cost from the records: no tuple."""
+    spike = replace(ALIKE, rates=[(0, 115), (60.3, 1700), (63.3, 115)])
+    before = model_of(spike, 59, 59)
+    assert before.overhead_source == "assumed_zero"
+    assert before.utilisation > 0.9  # the bound: what a scale-up on it would have believed
+    assert probed_loop(spike, 180).sent == []
+
+
+def test_a_step_on_batches_too_alike_to_fit_their_cost_is_sized_without_waiting() -> None:
+    """λ outgrew what the query put through: units are needed however the cost splits."""
+    step = replace(ALIKE, rates=[(0, 115), (60.3, 900)])
+    (sent_at, _control, _), = probed_loop(step, 180).sent[:1]
+    assert sent_at <= 60.3 + 6
+
+
+def test_the_loop_probes_every_probe_interval_even_when_it_waits_longer_for_metrics() -> None:
+    """The probes' spacing times the arrivals: a cycle that waited its whole poll timeout
+    for metrics that did not come would probe that much late."""
+    bus, clock, offsets = MemoryBus(), FakeClock(T0_MS), MemoryEndOffsets()
+    settings = ControllerSettings(poll_timeout_s=2.0, probe_interval_s=0.5)
+    loop = ControlLoop(settings, Ports(
+        metrics=MemoryMetricsSource(bus.metrics, clock=clock),
+        control=MemoryControlSink(bus.control), acks=MemoryAckSource(bus.acks),
+        decisions=MemoryDecisionLog(bus.decisions), clock=clock, observer=NullObserver(),
+        offsets=offsets))
+    bus.publish_metrics(*simulate(STEADY, 30))
+    loop.run_once()  # reads the batches: now it knows which partitions to probe
+    first, start_ms = offsets.probes, clock.ms
+    while clock.ms < start_ms + 10_000:  # no metrics from now on: each poll waits in full
+        loop.run_once()
+    assert offsets.probes - first == 20
 
 
 def test_a_broker_that_stops_answering_is_logged_once_and_the_batches_decide(
