@@ -147,7 +147,10 @@ class FaultBed:
             self.follow_commits()
             self.assert_alive()
             return self.committed_after(at_ms, instance) is not None
-        until(seen, timeout_s, what)
+        try:
+            until(seen, timeout_s, what)
+        except AssertionError as exc:  # why no batch committed is in the jobs' own lines
+            raise AssertionError(f"{exc}{self.job_logs()}") from None
         found = self.committed_after(at_ms, instance)
         assert found is not None
         return found
@@ -208,6 +211,16 @@ class FaultBed:
         left out)."""
         return [r for r in decoded_or_none(read_committed(self.bootstrap, self.topics[kind]),
                                            record_type) if r is not None]
+
+    def job_logs(self, lines: int = 40) -> str:
+        """The newest lines of each job's log, without the Kafka clients' reconnection noise
+        (during a broker fault it fills the tail)."""
+        noise = ("NetworkClient", "|FAIL|", "|REQTMOUT|", "ProcessingTimeExecutor")
+        return "".join(
+            f"\n--- {child.name} ({child.log_path})\n" + "\n".join(
+                [line for line in child.log_path.read_text(errors="replace").splitlines()
+                 if not any(n in line for n in noise)][-lines:])
+            for child in self.children if child.name.startswith("job"))
 
     def assert_alive(self, *names: str) -> None:
         for child in self.children:
