@@ -158,11 +158,13 @@ def end_ms(trace: list[TaskMetrics]) -> int:
 
 
 def memory_loop(bus: MemoryBus, clock: FakeClock, settings: ControllerSettings | None = None,
-                *, offsets: OffsetProbe | None = None,
-                observer: LoopObserver | None = None) -> ControlLoop:
-    """The real loop on `bus`'s in-memory topics and `clock`, probing `offsets` if given."""
+                *, offsets: OffsetProbe | None = None, observer: LoopObserver | None = None,
+                polls_wait: bool = False) -> ControlLoop:
+    """The real loop on `bus`'s in-memory topics and `clock`, probing `offsets` if given; with
+    `polls_wait`, a poll for metrics that finds none advances `clock` by its timeout."""
     return ControlLoop(settings or ControllerSettings(), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control),
+        metrics=MemoryMetricsSource(bus.metrics, clock=clock if polls_wait else None),
+        control=MemoryControlSink(bus.control),
         acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
         clock=clock, observer=observer or NullObserver(), offsets=offsets))
 

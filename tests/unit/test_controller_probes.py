@@ -18,16 +18,7 @@ from controller.core.probes import (
     running_backlog,
     running_plan,
 )
-from controller.loop.cycle import ControlLoop, Ports
-from controller.loop.fakes import (
-    FakeClock,
-    MemoryAckSource,
-    MemoryBus,
-    MemoryControlSink,
-    MemoryDecisionLog,
-    MemoryEndOffsets,
-    MemoryMetricsSource,
-)
+from controller.loop.fakes import FakeClock, MemoryBus, MemoryEndOffsets
 from controller.loop.ports import NullObserver
 from controller.settings import ControllerSettings, ModelSettings
 from schemas import TaskMetrics
@@ -160,11 +151,7 @@ def test_the_loop_probes_every_probe_interval_even_when_it_waits_longer_for_metr
     for metrics that did not come would probe that much late."""
     bus, clock, offsets = MemoryBus(), FakeClock(T0_MS), MemoryEndOffsets()
     settings = ControllerSettings(poll_timeout_s=2.0, probe_interval_s=0.5)
-    loop = ControlLoop(settings, Ports(
-        metrics=MemoryMetricsSource(bus.metrics, clock=clock),
-        control=MemoryControlSink(bus.control), acks=MemoryAckSource(bus.acks),
-        decisions=MemoryDecisionLog(bus.decisions), clock=clock, observer=NullObserver(),
-        offsets=offsets))
+    loop = memory_loop(bus, clock, settings, offsets=offsets, polls_wait=True)
     bus.publish_metrics(*simulate(STEADY, 30))
     loop.run_once()  # reads the batches: now it knows which partitions to probe
     first, start_ms = offsets.probes, clock.ms
