@@ -14,7 +14,7 @@ from controller.core.knobs import bounds
 from controller.core.model import QueryModel
 from controller.core.policy import decide, target_units
 from controller.core.results import Hold, Recommend, Scale
-from controller.core.sizing import required_units
+from controller.core.sizing import Inflow, required_units
 from controller.core.state import ControlState, InFlight
 from controller.settings import PolicySettings
 
@@ -32,6 +32,28 @@ def model(**changes: Any) -> QueryModel:
         task_slots=16, backlog_records=6_000, backlog_trend_records_per_s=300,
         time_to_drain_s=math.inf)
     return replace(base, **changes)
+
+
+def test_a_backlog_on_a_lower_bound_mu_waits_for_the_running_batch_only_at_a_level_kept_up_with(
+        ) -> None:
+    """μ of batches too alike to fit their cost is a lower bound; the running batch will fit
+    it (`cost_measured_by_running_batch`). At a λ the query put through (a burst's backlog)
+    the decision waits for that batch; at a λ it outgrew (a step), or with a ramp or an
+    upstream's forecast, it does not."""
+    bound = model(arrival_rate=380, throughput=390, recent_throughput=390,
+                  cost_measured_by_running_batch=True, arrival_timed_by="broker")
+    held = decide(bound, ControlState(), NOW, POLICY)
+    assert isinstance(held, Hold), held
+    assert "2 units × 200/s is a lower bound" in held.reason
+    assert "the running batch, larger than any measured" in held.reason
+    assert isinstance(decide(replace(bound, cost_measured_by_running_batch=False),
+                             ControlState(), NOW, POLICY), Scale)
+    outgrown = replace(bound, arrival_rate=700)  # 390/s put through: under 80 % of λ
+    assert isinstance(decide(outgrown, ControlState(), NOW, POLICY), Scale)
+    assert isinstance(decide(replace(bound, arrival_ramp=5.0), ControlState(), NOW, POLICY),
+                      Scale)
+    forecast = Inflow(steady=100.0)
+    assert not isinstance(decide(bound, ControlState(), NOW, POLICY, forecast, "a"), Hold)
 
 
 def test_backlogged_query_is_sized_in_one_step() -> None:
