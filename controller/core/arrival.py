@@ -18,9 +18,9 @@ rate with occasional level shifts:
   interval the change happened in, and their level also departs from the mean of the whole
   window before them, or they have lasted `arrival_window_s` (after a burst that was a level
   for a while, say an upstream catching up, the window's mean still holds the burst, and a
-  fall to a rate between the two would otherwise never be taken); the new segment is those agreeing
-  intervals (the one that straddles the change is a mix of both levels and is left out
-  unless it agrees, and a burst that is ending falls back and disagrees);
+  fall to a rate between the two would otherwise never be taken); the new segment is those
+  agreeing intervals (the one that straddles the change is a mix of both levels and is left
+  out unless it agrees, and a burst that is ending falls back and disagrees);
 - a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
   interval that fits the old level again drops it. Its records are not lost: they are in the
   backlog, which the batches measure directly (`model.backlog_records`), so a spike is
