@@ -122,7 +122,9 @@ def test_a_spike_shorter_than_the_confirmation_is_drained_without_a_tuple(
 # bench.reaction's job in small: 2 units of 150/s, 0.6 s a batch, batches of at most 1 500 on
 # a 1 s trigger, at 115/s (0.4 of its 268/s capacity). Every batch holds ~115 records and
 # takes ~1 s, so no overhead can be fitted, and μ (58/s per unit, the fixed cost charged to
-# the records) makes it look full.
+# the records) makes it look full. (A step on such a job is not held: in this simulation the
+# first batch after a step fits the cost before the step is confirmed, so the hold's
+# conditions are checked on hand-built models in test_controller_policy.)
 ALIKE = Job(rates=[(0, 115)], per_unit=150, parallelism=2, partitions=2, trigger_s=1.0,
             overhead_s=0.6, max_per_batch=1500, report_cap=True)
 
@@ -137,18 +139,6 @@ def test_a_spike_on_batches_too_alike_to_fit_their_cost_waits_for_the_batch_that
     assert before.overhead_source == "assumed_zero"
     assert before.utilisation > 0.9  # the bound: what a scale-up on it would have believed
     assert probed_loop(spike, 180).sent == []
-
-
-def test_a_step_on_batches_too_alike_to_fit_their_cost_is_sized_without_waiting() -> None:
-    """λ outgrew what the query put through: units are needed however the cost splits, so
-    the tuple goes out while the first full batch after the step (the one that would fit the
-    cost) still runs."""
-    step = replace(ALIKE, rates=[(0, 115), (60.3, 900)])
-    seen = probed_loop(step, 180)
-    (sent_at, _control, _), = seen.sent[:1]
-    full = min((start, end) for start, end in seen.batches
-               if start > 60.3 and end - start > 0.6 + 1500 / 300 * 0.9)
-    assert full[0] < sent_at < full[1]
 
 
 def test_the_loop_probes_every_probe_interval_even_when_it_waits_longer_for_metrics() -> None:
