@@ -38,7 +38,7 @@ def spark(spark_kafka_jars: tuple[str, ...], bootstrap_servers: str) -> Iterator
     broker that is gone until the process exits."""
     from pyspark.sql import SparkSession
 
-    from streaming_jobs.runtime.query.session import prepare_environment
+    from streaming_jobs.runtime.query.session import PYTHON_DAEMON, prepare_environment
 
     prepare_environment()
     session = (SparkSession.builder.master(f"local[{SPARK_TASK_SLOTS}]")
@@ -46,6 +46,7 @@ def spark(spark_kafka_jars: tuple[str, ...], bootstrap_servers: str) -> Iterator
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.python.daemon.module", PYTHON_DAEMON)  # as the jobs' sessions
                .config("spark.jars", ",".join(spark_kafka_jars))
                .getOrCreate())
     session.sparkContext.setLogLevel("WARN")

@@ -36,3 +36,33 @@ def test_the_python_operators_of_a_plan_are_counted(spark: Any) -> None:
              .mapInArrow(_add_pid, "id long, c1 long, c2 long"))
     assert worker_pool.python_steps(twice) == 2
     assert worker_pool.python_steps(spark.range(4)) == 1  # none: one worker at the least
+
+
+_TASKS_IN_THIS_WORKER = [0]
+"""In a Python worker's copy of this module: the `_tasks_before_and_frozen` tasks it ran."""
+
+
+def _tasks_before_and_frozen(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import gc
+
+    before = _TASKS_IN_THIS_WORKER[0]
+    _TASKS_IN_THIS_WORKER[0] += 1
+    for _batch in batches:
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([before], pa.int64()), pa.array([gc.get_freeze_count()], pa.int64())],
+            names=["before", "frozen"])
+
+
+def test_a_reused_worker_has_frozen_what_outlived_its_last_task(spark: Any) -> None:
+    """The jobs' Python daemon (`python_daemon`): after a task, what survives the worker's
+    collection is frozen, so the next task's collection does not walk the imported modules
+    again. PySpark's own daemon freezes nothing. Spark hands idle workers out in turn, so
+    one-task jobs run until one lands on a worker that ran one before."""
+    runs: list[tuple[int, int]] = []
+    while len(runs) < 40 and not any(before for before, _ in runs):
+        [row] = (spark.range(0, 1, 1, 1)
+                 .mapInArrow(_tasks_before_and_frozen, "before long, frozen long").collect())
+        runs.append((row.before, row.frozen))
+    reused = [frozen for before, frozen in runs if before]
+    assert reused, f"no worker ran two of {len(runs)} one-task jobs"
+    assert all(frozen > 10_000 for frozen in reused), runs  # the modules pyarrow brought

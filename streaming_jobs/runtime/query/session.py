@@ -25,6 +25,8 @@ from streaming_jobs.runtime.sink.gate import HideGateStops
 # Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
 # functions by module reference, so they must be able to import both packages.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+PYTHON_DAEMON = "streaming_jobs.runtime.query.python_daemon"
+"""Spark's Python daemon for the jobs' sessions (`python_daemon`)."""
 
 
 def prepare_environment(job_path: str | None = None) -> None:
@@ -122,7 +124,9 @@ def build_session(config: JobConfig, job_path: str | None = None) -> SparkSessio
                # at the pace a standby heartbeats, so the controller sees both roles alike.
                .config("spark.sql.streaming.noDataProgressEventInterval",
                        f"{int(config.heartbeat_interval_s * 1000)}ms")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               # Each Python worker's collection after a task walks only what is new.
+               .config("spark.python.daemon.module", PYTHON_DAEMON))
     if config.jar_list:
         builder = builder.config("spark.jars", ",".join(config.jar_list))
     for key, value in cluster_settings(config).items():
