@@ -157,3 +157,20 @@ def test_on_a_cluster_the_session_gets_executor_settings_and_no_dynamic_allocati
         "spark.executor.cores": "2", "spark.executor.memory": "512m",
         "spark.dynamicAllocation.enabled": "false", "spark.cores.max": "6",
         "spark.driver.host": "job"}
+
+
+@pytest.mark.parametrize(("checkpoint_dir", "renames_by_file_system"), [
+    ("/var/lib/streamctl/checkpoints/q", True),
+    ("file:///var/lib/streamctl/checkpoints/q", True),
+    ("relative/checkpoint", True),
+    ("hdfs://namenode:8020/checkpoints/q", False),
+    ("s3a://bucket/checkpoints/q", False),
+])
+def test_a_local_checkpoint_is_written_with_the_file_systems_own_rename(
+        checkpoint_dir: str, renames_by_file_system: bool) -> None:
+    from streaming_jobs.runtime.query.session import FILE_SYSTEM_CHECKPOINTS, checkpoint_settings
+
+    settings = checkpoint_settings(checkpoint_dir)
+    assert (settings.get("spark.sql.streaming.checkpointFileManagerClass")
+            == FILE_SYSTEM_CHECKPOINTS) is renames_by_file_system
+    assert len(settings) == int(renames_by_file_system)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
@@ -62,6 +63,26 @@ def hide_gate_stops(spark: SparkSession) -> None:
     py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
     if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
         py4j_log.addFilter(HideGateStops())
+
+
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+
+
+def checkpoint_settings(checkpoint_dir: str) -> dict[str, str]:
+    """How Spark writes the checkpoint (offset and commit logs, state store files) when it is on
+    a local path: through Hadoop's `FileSystem` rename, which is the operating system's atomic
+    rename(2) there.
+
+    Spark's default goes through Hadoop's `FileContext`, whose rename asks for each file's
+    link status first; without Hadoop's native library (pip's PySpark has none) that runs
+    a `readlink` process per path, two per rename. A job at one batch a second started some
+    17 such processes a second (Java Flight Recorder, `docs/restarts.md`). Other file systems
+    (HDFS, object stores) keep Spark's default, which is what makes a rename atomic there.
+    """
+    scheme = urlparse(checkpoint_dir).scheme
+    return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS} \
+        if scheme in ("", "file") else {}
 
 
 def cluster_settings(config: JobConfig) -> dict[str, str]:
@@ -129,7 +150,8 @@ def build_session(config: JobConfig, job_path: str | None = None) -> SparkSessio
                .config("spark.python.daemon.module", PYTHON_DAEMON))
     if config.jar_list:
         builder = builder.config("spark.jars", ",".join(config.jar_list))
-    for key, value in cluster_settings(config).items():
+    for key, value in {**checkpoint_settings(config.checkpoint_dir),
+                       **cluster_settings(config)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
