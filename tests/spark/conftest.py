@@ -10,24 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-# Verified with pyspark 4.3.0 before `stack.connector` existed; kept as the fallback only.
-_FALLBACK_JARS = (
-    "/root/.m2/repository/org/apache/spark/spark-token-provider-kafka-0-10_2.13/4.0.0/"
-    "spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
-    "/root/.m2/repository/org/apache/kafka/kafka-clients/3.9.2/kafka-clients-3.9.2.jar",
-    "/root/.m2/repository/org/apache/commons/commons-pool2/2.13.1/commons-pool2-2.13.1.jar",
-    "/root/.m2/repository/org/apache/spark/spark-sql-kafka-0-10_2.13/4.2.0/"
-    "spark-sql-kafka-0-10_2.13-4.2.0.jar",
-)
 SPARK_TASK_SLOTS = 4
 
 
 @pytest.fixture(scope="session")
 def spark_kafka_jars() -> tuple[str, ...]:
-    try:
-        from stack.connector import spark_kafka_jars
-    except ImportError:
-        return _FALLBACK_JARS
+    from stack.connector import spark_kafka_jars
+
     return tuple(str(p) for p in spark_kafka_jars())
 
 
