@@ -20,7 +20,7 @@ def test_each_class_the_session_names_is_in_sparks_jars(spark: Any, name: str) -
     assert spark._jvm.java.lang.Class.forName(name).getName() == name
 
 
-def test_the_python_daemon_module_runs_as_spark_starts_it() -> None:
+def test_the_python_daemon_module_imports_in_a_fresh_interpreter() -> None:
     """Spark starts it as `python -m` in a fresh interpreter: it must import there."""
     done = subprocess.run([sys.executable, "-c", f"import {PYTHON_DAEMON}"],
                           capture_output=True, text=True, timeout=60)
