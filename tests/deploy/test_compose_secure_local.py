@@ -249,7 +249,15 @@ def test_a_wrong_password_is_refused(stack: SecureStack) -> None:
                           job.ssl_ca_file)
     errors: list[KafkaError] = []
     client = _client(stack, wrong, errors)
-    _until_refused(client, errors, KafkaError._AUTHENTICATION)
+
+    def authentication_failed() -> bool:
+        client.poll(0.2)  # serves the error callbacks
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+    # The refusal first: a metadata request that cannot succeed only ends at its timeout.
+    until(authentication_failed, 15.0, f"an authentication error (saw {errors})", 0)
+    with pytest.raises(KafkaException):
+        client.list_topics(timeout=1)
 
 
 @pytest.mark.parametrize("protocol", ["PLAINTEXT", "SASL_PLAINTEXT"])
@@ -261,19 +269,6 @@ def test_a_client_without_tls_cannot_talk_to_the_listener(stack: SecureStack,
                           *((job.username, job.password) if protocol.startswith("SASL") else ()))
     with pytest.raises(KafkaException):
         _client(stack, plain, []).list_topics(timeout=10)
-
-
-def _until_refused(client: Producer, errors: list[KafkaError], code: int) -> None:
-    """The broker refused `client` with an error of `code` (its error callback), and it
-    still has no metadata: refused, not merely slow. First the refusal, then the metadata:
-    a metadata request that cannot succeed only ends at its timeout."""
-    def refused() -> bool:
-        client.poll(0.2)  # serves the error callbacks
-        return any(e.code() == code for e in errors)
-
-    until(refused, 15.0, f"the broker's refusal, error {code} (saw {errors})", 0)
-    with pytest.raises(KafkaException):
-        client.list_topics(timeout=1)
 
 
 def _tuple(query_id: str, parallelism: int = 3) -> ControlTuple:
