@@ -123,9 +123,19 @@ class KafkaSecurity:
 
 
 
-IDEMPOTENT: dict[str, Any] = {"enable.idempotence": True, "acks": "all"}
-"""Every streamctl producer: a retry never duplicates a record, and a record is acknowledged
-once every in-sync replica has it."""
+IDEMPOTENT: dict[str, Any] = {"enable.idempotence": True, "acks": "all",
+                              "max.in.flight.requests.per.connection": 1}
+"""Every streamctl producer: a retry never duplicates a record, a record is acknowledged
+once every in-sync replica has it, and one request is in flight per broker.
+
+Why one (KAFKA-15591): a broker that holds no state for a producer accepts any first
+sequence number. With two requests in flight to a partition the broker is only just
+leading (a topic created a moment ago, a leader elected), the first can fail with a
+retriable NOT_LEADER_OR_FOLLOWER and the second land; librdkafka then takes the second's
+acknowledgement for the first's too and reports the records never written as delivered.
+The suite saw it twice: the first records of a load into fresh topics, acknowledged and
+absent. Kafka 4.5 fixes it only for partitions never written to; one request in flight
+closes it on every broker, at no measured cost (`docs/guarantees.md`)."""
 
 
 def client_config(bootstrap_servers: str, security: KafkaSecurity | None = None,
