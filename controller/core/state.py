@@ -138,7 +138,14 @@ def ack_overdue(state: ControlState, now_ms: int, ack_timeout_s: float) -> bool:
 def observed(state: ControlState, quiet: bool | None, now_ms: int) -> ControlState:
     """Track how long the query has been quiet without a break: `quiet` is what its model
     says, None when there is no model (a gap in the data, or the window refilling after a
-    change). A gap restarts the timer, but keeps what a scale-down carried over."""
+    change). A gap restarts the timer, but keeps what a scale-down carried over.
+
+    While a tuple is in flight the model is of the configuration it replaces (the job reports
+    that one until its query has restarted, seconds later): it counts for nothing. Counted, a
+    quiet model there spent a scale-down's carried quiet on the old size, and the ack then
+    dropped it."""
+    if state.in_flight is not None:
+        return state
     if quiet is None:
         return state if state.quiet_since_ms is None else replace(state, quiet_since_ms=None)
     if not quiet:

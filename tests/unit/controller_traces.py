@@ -219,14 +219,17 @@ class Probed:
 
 
 def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = None, *,
-                probe: bool = True, beats: bool = True, restart_s: float = 5.0) -> Probed:
+                probe: bool = True, beats: bool = True, restart_s: float = 5.0,
+                ack_after_s: int = 0) -> Probed:
     """The real loop cycling every second over `job`, event by event: each batch plans against
     the latest offsets at its start and is published when it *ends* (as Spark's listener
     does), and, with `probe`, the broker's end offsets are what the producer has written by
     each cycle. With `beats`, the job beats every second with the batch it runs (as
     `observe.metrics.beat` does). The job applies every tuple it is sent and acks it APPLIED;
     a knob change restarts the query, which plans its next batch `restart_s` later (warming up
-    again)."""
+    again). The job applies a tuple `ack_after_s` cycles after it was sent, and acks it then:
+    a real job answers once its query has stopped and started again, seconds later, and until
+    then reports its old configuration."""
     bus, clock = MemoryBus(), FakeClock(T0_MS)
     offsets = MemoryEndOffsets()
     loop = memory_loop(bus, clock, settings, offsets=offsets if probe else None)
@@ -234,6 +237,7 @@ def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = No
     batches: list[tuple[float, float]] = []
     pending: list[TaskMetrics] = []
     pos, batch, next_start, fresh, last_report = [0] * job.partitions, 0, 0.0, True, -10.0
+    answers: list[tuple[int, ControlTuple]] = []
     for tick in range(1, seconds + 1):
         while next_start < tick:
             t = next_start
@@ -259,10 +263,13 @@ def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = No
         loop.run_once()
         for control in bus.sent_controls()[len(sent):]:
             sent.append((tick, control, job))
+            answers.append((tick + ack_after_s, control))
+        for _due, control in (due := [a for a in answers if a[0] <= tick]):
             job = job.applied(control.parameter, int(control.value), control.epoch)
             if control.parameter != "executors":  # a restart: after the running batch
                 next_start, fresh = max(next_start, tick) + restart_s, True
             bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
                                 control.epoch, Outcome.APPLIED, "", int(restart_s * 1000),
                                 clock.ms))
+        answers = [a for a in answers if a not in due]
     return Probed(sent, batches)

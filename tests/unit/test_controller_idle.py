@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from controller.core.arrival import ArrivalEstimate
 from controller.core.fit import BatchCost
 from controller.core.model import QueryModel, evaluate, idle_cost
@@ -18,8 +20,12 @@ STOPS = Job(rates=[(0, 300), (60, 0)], per_unit=100, parallelism=16, partitions=
 COST = BatchCost(0.3, 100.0, "fit")
 
 
-def test_an_idle_query_steps_down_to_its_minimum_in_two_steps_and_no_further() -> None:
-    sent = probed_loop(STOPS, 600).sent
+@pytest.mark.parametrize("ack_after_s", [0, 3])
+def test_an_idle_query_steps_down_to_its_minimum_in_two_steps_and_no_further(
+        ack_after_s: int) -> None:
+    """Also when the job answers the first step seconds later, as a restarting query does
+    (the loop goes on modelling the old size, quiet, until the ack)."""
+    sent = probed_loop(STOPS, 600, ack_after_s=ack_after_s).sent
     assert [(c.parameter, int(c.value)) for _, c, _ in sent] == [
         ("input_parallelism", 4), ("input_parallelism", 2)]  # 2: one task per partition
     # Both after the window (60 s) had lost its last batch with rows: sized while idle.
@@ -39,6 +45,9 @@ def test_a_scale_down_carries_its_quiet_to_the_new_size_until_a_model_there_is_n
     refilling = observed(after, None, 13_000)  # no model while the window refills
     assert refilling.quiet_carried_ms == 1_000
     assert observed(refilling, True, 50_000).quiet_since_ms == 1_000
+    # Models while the tuple is in flight are of the old size: they neither spend nor drop it.
+    for quiet_before_the_ack in (True, False, None):
+        assert observed(down, quiet_before_the_ack, 10_000) == down
     busy = observed(refilling, False, 50_000)  # the new size is not quiet: start over
     assert (busy.quiet_since_ms, busy.quiet_carried_ms) == (None, None)
     assert observed(busy, True, 60_000).quiet_since_ms == 60_000
