@@ -50,7 +50,7 @@ policy's band (high water 90 %) or just over it, a call the controller may right
 way. The controller's model of a job is its own (fitted on
 the batches it saw, up to ~1.3× off the full-batch rate measured here, either way), so the
 step is well above the measured capacity: the last job needs more on any such model."""
-STEADY_S = 25.0
+STEADY_S = 15.0
 LOAD_MAX_S = 240.0
 """A cap on the load: it stops once both jobs applied their tuples (the change under load)."""
 

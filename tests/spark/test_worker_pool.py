@@ -66,3 +66,17 @@ def test_a_reused_worker_has_frozen_what_outlived_its_last_task(spark: Any) -> N
     reused = [frozen for before, frozen in runs if before]
     assert reused, f"no worker ran two of {len(runs)} one-task jobs"
     assert all(frozen > 10_000 for frozen in reused), runs  # the modules pyarrow brought
+
+
+def test_workers_fork_from_a_daemon_that_holds_pyarrow_and_runs_one_thread(spark: Any) -> None:
+    """The jobs' Python daemon imports what every worker needs before it forks them
+    (`python_daemon.preload`), and starts no thread doing so (a fork of a process with
+    threads may deadlock). PySpark's own daemon holds no pyarrow. Local mode: the daemon is
+    a process of this machine."""
+    parents = set(spark.sparkContext.parallelize(range(SPARK_TASK_SLOTS), SPARK_TASK_SLOTS)
+                  .map(lambda _: os.getppid()).collect())
+    assert len(parents) == 1, parents  # one daemon forks them all
+    [daemon_pid] = parents
+    with open(f"/proc/{daemon_pid}/maps") as maps:
+        assert "libarrow" in maps.read()
+    assert len(os.listdir(f"/proc/{daemon_pid}/task")) == 1

@@ -34,3 +34,39 @@ def test_pyspark_calls_the_daemons_gc_only_for_its_collection() -> None:
     source = inspect.getsource(daemon)
     calls = {line.strip() for line in source.splitlines() if "gc." in line}
     assert calls == {"gc.collect()"}, calls
+
+
+def _preload_in_a_fresh_interpreter(**env: str) -> dict[str, object]:
+    """`preload` run in a new interpreter (it imports and freezes for good), and what
+    followed: its answer, the threads, the modules imported, the objects frozen."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import gc, json, sys\n"
+        "from streaming_jobs.runtime.query import python_daemon as d\n"
+        "why = d.preload()\n"
+        "print(json.dumps({'why': why, 'threads': d._threads(), 'frozen': gc.get_freeze_count(),"
+        " 'imported': [m for m in d.PRELOADED if m in sys.modules]}))\n")
+    clean = {k: v for k, v in os.environ.items() if k not in python_daemon.NO_THREADS}
+    done = subprocess.run([sys.executable, "-c", script], env={**clean, **env},
+                          capture_output=True, text=True, timeout=60, check=True)
+    return dict(json.loads(done.stdout))
+
+
+def test_preloading_imports_every_workers_modules_freezes_them_and_starts_no_thread() -> None:
+    after = _preload_in_a_fresh_interpreter()
+    assert after["why"] is None
+    assert after["imported"] == list(python_daemon.PRELOADED)
+    assert after["threads"] == 1  # what makes a fork of the daemon safe
+    assert isinstance(after["frozen"], int) and after["frozen"] > 10_000
+
+
+def test_a_thread_setting_of_the_users_own_keeps_the_daemon_plain() -> None:
+    """Preloading would start OpenBLAS's threads: the daemon imports nothing instead."""
+    after = _preload_in_a_fresh_interpreter(OPENBLAS_NUM_THREADS="4")
+    assert after["why"] == "OPENBLAS_NUM_THREADS is '4', not '1'"
+    assert isinstance(after["imported"], list)
+    assert not {"pyarrow", "pandas"} & set(after["imported"]) and after["threads"] == 1

@@ -21,12 +21,13 @@ from pyspark.sql import SparkSession
 
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
+from streaming_jobs.runtime.query import python_daemon
 from streaming_jobs.runtime.sink.gate import HideGateStops
 
 # Where `streaming_jobs` and `schemas` live: Spark's Python workers unpickle the plan's
 # functions by module reference, so they must be able to import both packages.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-PYTHON_DAEMON = "streaming_jobs.runtime.query.python_daemon"
+PYTHON_DAEMON = python_daemon.MODULE
 """Spark's Python daemon for the jobs' sessions (`python_daemon`)."""
 
 
