@@ -4,9 +4,9 @@ modules every task imports, and whose collection after a task is cheap.
 **Born warm.** Spark forks a Python worker from this daemon for each task slot it fills, and
 PySpark's own daemon imports nothing a task needs: every new worker imports pyarrow, pandas,
 PySpark's Arrow serializers and the runtime's decode step itself, about half a second of CPU
-each on this 2-core machine. A restart
-from 2 to 12 tasks forks 24 of them (`worker_pool`). This daemon imports them once, before it
-forks (`preload`), so a fork inherits them as copy-on-write pages.
+each on this 2-core machine, and a restart from 2 to 12 tasks forks 24 of them
+(`worker_pool`). This daemon imports them once, before it forks (`preload`), so a fork
+inherits them as copy-on-write pages.
 
 PySpark imports them after the fork on purpose: pandas (through OpenBLAS) and pyarrow (its
 jemalloc) start threads when imported, and a process forked from one with threads may
@@ -62,13 +62,16 @@ PLAIN = "--plain"
 """The argument of the daemon re-executed without preloading (Spark passes none)."""
 
 
-def preload(environ: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+def preload() -> str | None:
     """Import `PRELOADED` and freeze it; None once done, or why not (nothing imported)."""
-    if (threads := _threads()) > 1:
+    threads = _threads()
+    if threads is None:
+        return "its threads cannot be counted here (no /proc)"
+    if threads > 1:
         return f"{threads} threads before any import"
     for name, value in NO_THREADS.items():
-        if environ.setdefault(name, value) != value:
-            return f"{name} is {environ[name]!r}, not {value!r}"
+        if os.environ.setdefault(name, value) != value:
+            return f"{name} is {os.environ[name]!r}, not {value!r}"
     for module in PRELOADED:
         importlib.import_module(module)
     gc.collect()
@@ -76,11 +79,11 @@ def preload(environ: dict[str, str] | os._Environ[str] = os.environ) -> str | No
     return None
 
 
-def _threads() -> int:
+def _threads() -> int | None:
     try:
         return len(os.listdir("/proc/self/task"))
-    except OSError:  # not Linux: no way to count them, so no way to be sure
-        return 2
+    except OSError:
+        return None
 
 
 class _CollectThenFreeze:
@@ -96,7 +99,7 @@ class _CollectThenFreeze:
 def main(argv: list[str] = sys.argv) -> None:
     not_preloaded = ("a thread started while preloading" if PLAIN in argv[1:]
                      else preload())
-    if not_preloaded is None and _threads() > 1:
+    if not_preloaded is None and _threads() != 1:
         # An import started a thread after all: start again with nothing imported, before
         # anything was forked or written to Spark.
         os.execv(sys.executable, [sys.executable, "-m", MODULE, PLAIN])
