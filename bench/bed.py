@@ -20,6 +20,16 @@ from stack.defaults import default_state_dir
 from stack.ports import find_free_ports
 from streamctl.processes import sigterm_as_interrupt
 
+CONTROL_KEY = "bench-control-key-0123456789abcdef"
+"""The key every benchmark's jobs and controllers share: a job refuses to start without one."""
+
+
+def process_env(bootstrap: str, **more: str) -> dict[str, str]:
+    """What a benchmark's `job run` or `controller run` process needs in its environment: the
+    broker, the control key, and `more` (topics, a group)."""
+    return {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap, "STREAMCTL_CONTROL_KEY": CONTROL_KEY,
+            **more}
+
 
 @dataclass(frozen=True)
 class Bed:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import record
-from bench.bed import local_broker
+from bench.bed import CONTROL_KEY, local_broker
 from bench.throughput import preload
 from stack.connector import spark_kafka_jars
 from stack.topics import TopicSpec, ensure_topics
@@ -51,8 +51,6 @@ is what the mode sustains, not the trigger's cadence (4000 rows per 1 s trigger 
 modes at the same ~4000 rows/s)."""
 TASK_SLOTS = 4
 RUN_TIMEOUT_S = 600.0
-CONTROL_KEY = b"bench-overhead-control-key-0123456789"
-"""The runtime refuses to start without one; nothing is sent on the control topic."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ def config(bootstrap: str, input_topic: str, tag: str, workdir: Path,
         ack_topic=names["acks"], state_topic=names["state"],
         checkpoint_dir=str(workdir / tag), input_parallelism=2, task_slots=TASK_SLOTS,
         max_offsets_per_trigger=BATCH_CAP, trigger_interval_s=TRIGGER_S, metrics_port=0,
-        spark_jars=",".join(str(p) for p in spark_kafka_jars()), control_key=CONTROL_KEY,
+        spark_jars=",".join(str(p) for p in spark_kafka_jars()), control_key=CONTROL_KEY.encode(),
         settings=(("enrichment_cost_ms", cost_ms),)), sensor_job)
 
 

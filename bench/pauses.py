@@ -33,7 +33,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench import record
-from bench.bed import local_broker
+from bench.bed import CONTROL_KEY, local_broker, process_env
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from schemas.auth import sign
 from security.kafka import IDEMPOTENT, client_config
@@ -42,8 +42,6 @@ from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
-
-KEY = "bench-pauses-control-key-0123456789"
 
 ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("input_parallelism", "4", "2"),
@@ -101,8 +99,7 @@ class Bench:
             "--ack-topic", t["acks"], "--checkpoint-dir", str(self.workdir / "checkpoint"),
             "--input-parallelism", "2", "--set", "enrichment_cost_ms=2",
             "--trigger-interval-s", "1", "--metrics-port", "0",
-        ], self.workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": self.bootstrap,
-                          "STREAMCTL_CONTROL_KEY": KEY})
+        ], self.workdir, process_env(self.bootstrap))
 
     def start_load(self, rate_per_s: float, topic: str = "in") -> None:
         self._rate_per_s = rate_per_s
@@ -149,7 +146,7 @@ class Bench:
             control_id=str(uuid.uuid4()), query_id=self.query_id, operator_id="bench",
             parameter=parameter, value=value.format(**self.topics), epoch=self.epoch,
             issuer="bench.pauses", reason="benchmark", issued_at_ms=int(time.time() * 1000)),
-            KEY.encode())
+            CONTROL_KEY.encode())
         self._producer.produce(self.topics["control"], key=f"{self.query_id}/{parameter}",
                                value=codec_for(ControlTuple).encode(control))
         self._producer.flush(30)

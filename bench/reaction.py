@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import record
-from bench.bed import local_broker
+from bench.bed import local_broker, process_env
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from schemas.records import TAKEOVER
 from stack.topics import TopicSpec, ensure_topics
@@ -56,7 +56,6 @@ from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from streamctl.view import QueryView, full_batch_rate
 
-KEY = "bench-reaction-control-key-0123456"
 BATCH_CAP = 1500
 CHANGE_AT_S = 30.0
 
@@ -114,12 +113,12 @@ class Loop:
                                   for k, n in self.topics.items()])
         self.bootstrap, self.workdir, self.query_id = bootstrap, workdir, f"bench-{tag}"
         t = self.topics
-        self.env = {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap, "STREAMCTL_CONTROL_KEY": KEY,
-                    "STREAMCTL_METRICS_TOPIC": t["metrics"],
-                    "STREAMCTL_CONTROL_TOPIC": t["control"], "STREAMCTL_ACK_TOPIC": t["acks"],
-                    "STREAMCTL_DECISIONS_TOPIC": t["decisions"],
-                    "STREAMCTL_CONTROLLER_LEASE_TOPIC": t["lease"],
-                    "STREAMCTL_CONTROLLER_GROUP_ID": f"bench-reaction-{tag}"}
+        self.env = process_env(bootstrap, STREAMCTL_METRICS_TOPIC=t["metrics"],
+                               STREAMCTL_CONTROL_TOPIC=t["control"],
+                               STREAMCTL_ACK_TOPIC=t["acks"],
+                               STREAMCTL_DECISIONS_TOPIC=t["decisions"],
+                               STREAMCTL_CONTROLLER_LEASE_TOPIC=t["lease"],
+                               STREAMCTL_CONTROLLER_GROUP_ID=f"bench-reaction-{tag}")
         self.children: list[Child] = []
         self.view = QueryView(self.query_id)
         self.decisions: list[tuple[float, Decision]] = []

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.bed import local_broker
+from bench.bed import local_broker, process_env
 from controller.kafka.traces import read_metrics
 from controller.replay.trace import BadRecord, TraceWriter
 from schemas import TaskMetrics
@@ -110,7 +110,7 @@ def _start_job(bootstrap: str, s: Scenario, topics: dict[str, str], workdir: Pat
         "--ack-topic", topics["acks"], "--checkpoint-dir", str(workdir / s.name),
         "--input-parallelism", str(s.parallelism), "--set", f"enrichment_cost_ms={COST_MS}",
         "--trigger-interval-s", str(TRIGGER_S), "--metrics-port", "0",
-    ], workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap})
+    ], workdir, process_env(bootstrap))
 
 
 def _await_first_metrics(bootstrap: str, topic: str, job: Child, timeout_s: float) -> None:

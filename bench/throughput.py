@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench import record
-from bench.bed import local_broker
+from bench.bed import local_broker, process_env
 from schemas import SensorReading, TaskMetrics, codec_for
 from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import producer_config
@@ -86,7 +86,7 @@ def run_one(bootstrap: str, parallelism: int, records: int, cost_ms: float,
         "--ack-topic", names["acks"], "--checkpoint-dir", str(workdir / tag),
         "--input-parallelism", str(parallelism), "--set", f"enrichment_cost_ms={cost_ms}",
         "--trigger-interval-s", "1", "--metrics-port", "0",
-    ], workdir, {"STREAMCTL_BOOTSTRAP_SERVERS": bootstrap})
+    ], workdir, process_env(bootstrap))
     try:
         batches, first_commit_s = _collect(tail, job.alive, records, started)
     finally:

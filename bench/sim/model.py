@@ -43,8 +43,9 @@ IDLE_BUSY_MS = 5
 @dataclass(frozen=True)
 class JobSpec:
     """One job's parameters. Defaults are the bundled job measured on a 2-core laptop
-    (`bench/results/throughput.json`: 339, 602, 1063 records/s at 2, 4, 8 with 4 000-record
-    batches fit μ ≈ 200/s per unit plus ≈ 1.5 s per batch)."""
+    (`bench.throughput` on 2026-11-22: 339, 602, 1063 records/s at 2, 4, 8 with 4 000-record
+    batches fit μ ≈ 200/s per unit plus ≈ 1.5 s per batch; docs/simulation.md says what the
+    results file holds since)."""
 
     query_id: str
     source_topic: str
