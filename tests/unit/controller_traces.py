@@ -264,12 +264,13 @@ def probed_loop(job: Job, seconds: int, settings: ControllerSettings | None = No
         for control in bus.sent_controls()[len(sent):]:
             sent.append((tick, control, job))
             answers.append((tick + ack_after_s, control))
-        for _due, control in (due := [a for a in answers if a[0] <= tick]):
+        due = [control for at, control in answers if at <= tick]
+        answers = [(at, control) for at, control in answers if at > tick]
+        for control in due:
             job = job.applied(control.parameter, int(control.value), control.epoch)
             if control.parameter != "executors":  # a restart: after the running batch
                 next_start, fresh = max(next_start, tick) + restart_s, True
             bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
                                 control.epoch, Outcome.APPLIED, "", int(restart_s * 1000),
                                 clock.ms))
-        answers = [a for a in answers if a not in due]
     return Probed(sent, batches)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 
 from streaming_jobs.runtime.query import python_daemon
 
@@ -39,11 +43,6 @@ def test_pyspark_calls_the_daemons_gc_only_for_its_collection() -> None:
 def _preload_in_a_fresh_interpreter(**env: str) -> dict[str, object]:
     """`preload` run in a new interpreter (it imports and freezes for good), and what
     followed: its answer, the threads, the modules imported, the objects frozen."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     script = (
         "import gc, json, sys\n"
         "from streaming_jobs.runtime.query import python_daemon as d\n"
