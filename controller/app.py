@@ -68,7 +68,7 @@ def kafka_controller(settings: ControllerSettings,
         stack.callback(writer.close)
         acks = KafkaAckSource(kafka, on_error)
         stack.callback(acks.close)
-        source = KafkaMetricsSource(kafka, on_error)
+        source = KafkaMetricsSource(kafka, on_error, settings.model.window_s)
         stack.callback(source.close)
         leadership = KafkaLeadership(settings, writer, on_error)
         stack.callback(leadership.close)

@@ -264,6 +264,10 @@ class PolicySettings:
         _positive("policy.lost_after_min_s", self.lost_after_min_s)
 
 
+METRICS_STARTS = ("window", "latest", "earliest")
+"""Where the metrics consumer may start (`KafkaSettings.metrics_offset_reset`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
     """Where the controller reads metrics and acks and writes control tuples and decisions."""
@@ -292,9 +296,11 @@ class KafkaSettings:
     """One-partition topic that only serves as the lease: the instance of `group_id` it is
     assigned to leads. Nothing is written to it."""
 
-    metrics_offset_reset: str = "latest"
-    """Where the controller starts reading the metrics topic: the controller cares about
-    recent metrics, not last night's ('earliest' is for replays and tests)."""
+    metrics_offset_reset: str = "window"
+    """Where the controller starts reading the metrics topic: 'window' reads back the newest
+    `model.window_s` of it, so a controller that starts or restarts holds the samples a
+    follower would have and decides at once, instead of waiting `model.min_samples` batches;
+    'latest' reads only what comes next; 'earliest' everything (replays and tests)."""
 
     control_key: str = field(default="", repr=False)
     """Shared secret every control tuple is signed with (HMAC-SHA256); the jobs reject tuples
@@ -313,8 +319,8 @@ class KafkaSettings:
             _check(bool(getattr(self, name).strip()), f"kafka.{name} must not be empty")
         _check(not self.control_key or len(self.control_key.encode()) >= 16,
                "kafka.control_key must have at least 16 bytes (e.g. `openssl rand -hex 32`)")
-        _check(self.metrics_offset_reset in ("latest", "earliest"),
-               "kafka.metrics_offset_reset must be 'latest' or 'earliest', got "
+        _check(self.metrics_offset_reset in METRICS_STARTS,
+               "kafka.metrics_offset_reset must be 'window', 'latest' or 'earliest', got "
                f"{self.metrics_offset_reset!r}")
 
 

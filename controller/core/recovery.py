@@ -5,7 +5,7 @@ to one `ControlState` per query, so that after a restart it neither repeats an a
 cooldown and an unanswered tuple are restored: a failover still waiting for the promoted
 instance's ack is waited for, not decided again) nor contradicts one (epochs continue above
 every epoch it issued; a job rejects anything lower anyway). What is not restored, and why:
-the metrics windows (they refill within one window; the readiness check says so), the
+the metrics windows (the metrics consumer reads the last window back from the topic), the
 memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect)
 and a knob change still to follow applied executors (the query is sized afresh after the
 cooldown, with the slots its metrics then show).

@@ -1,11 +1,12 @@
 """Kafka adapters of the controller's ports (the only module here that imports confluent_kafka).
 
 Owns the client configurations (every client gets the Kafka security of `KafkaSettings`,
-`security.kafka`): the metrics consumer (every partition, from the end by default), the ack
-consumer (assigned at the end of every partition before anything is sent, so no ack can slip
-past it), and one idempotent producer (`acks=all`) shared by the control sink and the decision
-log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`. Neighbours:
-`ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twins).
+`security.kafka`): the metrics consumer (every partition, from the model's window back by
+default), the ack consumer (assigned at the end of every partition before anything is sent, so
+no ack can slip past it), and one idempotent producer (`acks=all`) shared by the control sink
+and the decision log. Payloads go through `schemas` codecs; bad ones through
+`ports.decode_each`. Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the
+in-memory twins).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    OFFSET_END,
     Consumer,
     IsolationLevel,
     KafkaError,
@@ -93,7 +93,8 @@ def _raw(messages: list[Message]) -> list[RawMessage]:
 
 
 class KafkaMetricsSource:
-    """`MetricsSource` over every partition of the metrics topic, from its end (or beginning).
+    """`MetricsSource` over every partition of the metrics topic, from `read_back_s` back (or
+    its end, or its beginning: `metrics_offset_reset`).
 
     Assigned, not subscribed: every controller instance reads every job's metrics (a follower
     keeps its models warm for the moment it leads), so the instances must not share them out
@@ -101,7 +102,8 @@ class KafkaMetricsSource:
     """
 
     def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
-                 setup_timeout_s: float = 10.0) -> None:
+                 read_back_s: float, setup_timeout_s: float = 10.0) -> None:
+        """`read_back_s`: how far back 'window' (`metrics_offset_reset`) starts."""
         self._on_error = on_decode_error
         self._consumer = Consumer({
             **client_config(settings),
@@ -109,11 +111,9 @@ class KafkaMetricsSource:
             "group.id": f"{settings.group_id}.metrics.{uuid.uuid4()}",
             "enable.auto.commit": False,
         })
-        start = OFFSET_BEGINNING if settings.metrics_offset_reset == "earliest" else OFFSET_END
         try:
-            self._consumer.assign([TopicPartition(settings.metrics_topic, p, start) for p in
-                                   partitions_of(self._consumer, settings.metrics_topic,
-                                               setup_timeout_s)])
+            self._consumer.assign(_metrics_starts(self._consumer, settings, read_back_s,
+                                                  setup_timeout_s))
         except BaseException:
             self._consumer.close()
             raise
@@ -129,6 +129,31 @@ class KafkaMetricsSource:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _metrics_starts(consumer: Consumer, settings: KafkaSettings, read_back_s: float,
+                    timeout_s: float) -> list[TopicPartition]:
+    """Each partition of the metrics topic at the start `metrics_offset_reset` names: for
+    'window', its first record stamped within the last `read_back_s`, else its end. Ends are
+    explicit offsets: OFFSET_END resolves lazily, past whatever was written meanwhile."""
+    topic = settings.metrics_topic
+    if settings.metrics_offset_reset == "earliest":
+        return [TopicPartition(topic, p, OFFSET_BEGINNING)
+                for p in partitions_of(consumer, topic, timeout_s)]
+    ends = _end_offsets(consumer, topic, timeout_s)
+    if settings.metrics_offset_reset == "latest":
+        return ends
+    since_ms = int((time.time() - read_back_s) * 1000)
+    try:
+        found = consumer.offsets_for_times([TopicPartition(topic, tp.partition, since_ms)
+                                            for tp in ends], timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot look up the offsets of {topic!r} {read_back_s:g} s "
+                              f"back: {exc}") from exc
+    # Offset -1: nothing stamped since, so that partition starts at its end.
+    back = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+    return [TopicPartition(topic, tp.partition, back.get(tp.partition, tp.offset))
+            for tp in ends]
 
 
 class KafkaAckSource:

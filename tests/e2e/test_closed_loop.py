@@ -56,8 +56,9 @@ the size the first tuple chose, past the 60 s catch-up target, and a second scal
 followed, rightly by the policy's rules."""
 LOAD_MAX_S = 240.0
 """A cap on the load: the throttle advice comes within ~20 s, the controller without the
-ceiling takes over and scales within ~30 s more, and the load goes on until the job ran
-a few batches at its new parallelism (the new size under the load)."""
+ceiling takes over and scales within ~15 s more (it reads the metrics of its window back as it
+starts), and the load goes on until the job ran a few batches at its new parallelism (the new
+size under the load)."""
 
 
 @pytest.fixture

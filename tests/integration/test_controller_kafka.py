@@ -67,7 +67,7 @@ class KafkaHarness:
         self._closers: list[Callable[[], None]] = [self._writer.close]
 
     def metrics_source(self, on_error: OnDecodeError) -> MetricsSource:
-        source = KafkaMetricsSource(self.settings, on_error)
+        source = KafkaMetricsSource(self.settings, on_error, read_back_s=60)
         self._closers.append(source.close)
         return source
 
@@ -116,6 +116,41 @@ def test_a_missing_ack_topic_is_a_clear_setup_error(bootstrap_servers: str) -> N
                              ack_topic=f"missing-{uuid.uuid4().hex}")
     with pytest.raises(KafkaSetupError, match="does not exist"):
         KafkaAckSource(settings, lambda e: None, setup_timeout_s=5)
+
+
+@pytest.mark.parametrize(("start", "read"), [("window", [1, 2, 3]), ("latest", [3]),
+                                             ("earliest", [0, 1, 2, 3])])
+def test_the_metrics_source_starts_where_its_setting_says(
+        kafka_harness: KafkaHarness, new_topic: Callable[..., str], start: str,
+        read: list[int]) -> None:
+    """'window' reads back what was stamped within `read_back_s` (a restarted controller's
+    window is full at once) and the end of a partition with nothing that new; 'latest' only
+    what comes after it started; 'earliest' everything. Batches 0 (300 s old) on partition 0,
+    1 and 2 (50 and 5 s old) on partition 1, then 3 on partition 0 once the source started."""
+    [sample] = simulate(Job(rates=[(0, 100)], per_unit=200, parallelism=1), 2)[:1]
+    encode = codec_for(TaskMetrics).encode
+    settings = replace(kafka_harness.settings, metrics_topic=new_topic(2),
+                       metrics_offset_reset=start)
+    now_ms = int(time.time() * 1000)
+    for batch_id, (partition, age_s) in enumerate([(0, 300), (1, 50), (1, 5)]):
+        produce(settings.bootstrap_servers, settings.metrics_topic,
+                [encode(replace(sample, batch_id=batch_id))], partition=partition,
+                timestamp_ms=now_ms - age_s * 1000)
+    source = KafkaMetricsSource(settings, lambda e: pytest.fail(str(e)), read_back_s=60)
+    try:
+        produce(settings.bootstrap_servers, settings.metrics_topic,
+                [encode(replace(sample, batch_id=3))], partition=0)
+        seen: list[int] = []
+
+        def the_last_one_read() -> bool:
+            seen.extend(m.batch_id for m in source.poll(0.5))
+            return 3 in seen
+
+        until(the_last_one_read, 30, "the sample written after the source started", 0)
+        seen.extend(m.batch_id for m in source.poll(0.5))
+        assert sorted(seen) == read
+    finally:
+        source.close()
 
 
 def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:

@@ -31,7 +31,7 @@ from options import attribute_docs
     (lambda: ModelSettings(min_samples=2), "model.min_samples must be at least 3"),
     (lambda: ModelSettings(arrival_window_s=90), "model.arrival_window_s must be in (0, "),
     (lambda: ModelSettings(max_samples=3, min_samples=4), "model.max_samples (3) must be >="),
-    (lambda: KafkaSettings(metrics_offset_reset="middle"), "'latest' or 'earliest'"),
+    (lambda: KafkaSettings(metrics_offset_reset="middle"), "'window', 'latest' or 'earliest'"),
     (lambda: KafkaSettings(bootstrap_servers=" "), "kafka.bootstrap_servers must not be empty"),
     (lambda: ControllerSettings(metrics_port=70000), "metrics_port must be in [0, 65535]"),
     (lambda: ControllerSettings(ack_timeout_s=-1), "ack_timeout_s must be a positive number"),
