@@ -263,12 +263,21 @@ def test_a_wrong_password_is_refused(stack: SecureStack) -> None:
 @pytest.mark.parametrize("protocol", ["PLAINTEXT", "SASL_PLAINTEXT"])
 def test_a_client_without_tls_cannot_talk_to_the_listener(stack: SecureStack,
                                                           protocol: str) -> None:
-    """Not even with the right password: the listener speaks TLS only."""
+    """Not even with the right password: the listener speaks TLS only, and hangs up on a
+    client that does not."""
     job = stack.files.client(secure.JOB)
     plain = KafkaSecurity(protocol, job.sasl_mechanism,
                           *((job.username, job.password) if protocol.startswith("SASL") else ()))
-    with pytest.raises(KafkaException):
-        _client(stack, plain, []).list_topics(timeout=10)
+    errors: list[KafkaError] = []
+    client = _client(stack, plain, errors)
+
+    # A metadata request that cannot succeed ends only at its timeout; the listener hangs up
+    # at once, which the client reports as a transport failure, not as a slow answer.
+    with pytest.raises(KafkaException) as refused:
+        client.list_topics(timeout=2)
+    assert refused.value.args[0].code() == KafkaError._TRANSPORT, refused.value
+    client.poll(0)  # serves the error callbacks
+    assert KafkaError._ALL_BROKERS_DOWN in [e.code() for e in errors], errors
 
 
 def _tuple(query_id: str, parallelism: int = 3) -> ControlTuple:
