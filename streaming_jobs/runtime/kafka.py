@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -118,8 +119,11 @@ class TypedConsumer(Generic[R]):
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
-                 record_type: type[R], security: KafkaSecurity) -> None:
+                 record_type: type[R], security: KafkaSecurity,
+                 on_assigned: Callable[[], None] = lambda: None) -> None:
+        """`on_assigned`: called on each assignment, once the positions are pinned."""
         self._codec = codec_for(record_type)
+        self._on_assigned = on_assigned
         self._consumer = Consumer(client_config(
             bootstrap_servers, security, **{"group.id": group_id, "auto.offset.reset": "latest",
                                             "enable.auto.commit": True}))
@@ -140,6 +144,7 @@ class TypedConsumer(Generic[R]):
             tp.offset = position
         consumer.assign(partitions)
         self.assigned.set()
+        self._on_assigned()
 
     def poll(self, timeout_s: float) -> R | DecodeError | None:
         msg = self._consumer.poll(timeout_s)

@@ -37,7 +37,9 @@ def test_after_a_rebalance_it_resumes_where_it_was_not_at_the_end(
     topic = new_topic()
     group = f"group-{topic}"
     produce(bootstrap_servers, topic, [record(0)])  # before the consumer: not for it
-    consumer = TypedConsumer(bootstrap_servers, topic, group, SensorReading, PLAINTEXT)
+    assignments: list[bool] = []  # at each, whether the consumer was assigned by then
+    consumer = TypedConsumer(bootstrap_servers, topic, group, SensorReading, PLAINTEXT,
+                             on_assigned=lambda: assignments.append(consumer.assigned.is_set()))
     # The range assignor gives the only partition to the member whose id sorts first: this
     # one's client id makes it take the partition when it joins.
     other = Consumer(client_config(bootstrap_servers, **{
@@ -55,6 +57,9 @@ def test_after_a_rebalance_it_resumes_where_it_was_not_at_the_end(
         other.close()  # leaves the group: a second rebalance gives the partition back
         other_open = False
         assert next_seq(consumer) == 2
+        # Told of the first assignment and of the partition's return (and of an empty one in
+        # between, if the protocol hands it out), each once its positions were set.
+        assert len(assignments) >= 2 and all(assignments), assignments
     finally:
         if other_open:
             other.close()

@@ -68,6 +68,11 @@ class JobPrometheus:
         self.control_tuples = Counter("streamctl_job_control_tuples_total",
                                       "Control tuples handled, by outcome", (*_QUERY, "outcome"),
                                       registry=registry)
+        self.control_ready = Gauge(
+            "streamctl_job_control_ready",
+            "1 once the control consumer holds its partition: a tuple sent from then on is "
+            "seen (one sent before is not answered; the controller decides again after its "
+            "ack timeout)", _QUERY, registry=registry)
         self.dead_letters = Counter("streamctl_job_dead_letter_records_total",
                                     "Input records sent to the dead-letter topic", _QUERY,
                                     registry=registry)
