@@ -158,20 +158,35 @@ def topic_reader(bootstrap_servers: str) -> Iterator[Callable[[str], TopicReader
         reader.close()
 
 
+def _stop_at_unit_end(name: str, stop: Callable[[], object]) -> None:
+    # Imported here: the plugin module must be imported first by pytest (`pytest_plugins`),
+    # which rewrites its asserts.
+    from tests.support.parallel import at_unit_end
+
+    at_unit_end(name, stop)
+
+
 @pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local cluster of three KRaft nodes, laid out as `stack up --brokers 3 --port P` lays
-    it out (so that command finds it running), for the tests of replication and broker
-    faults; started when first asked for, stopped at the end."""
+def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     base = next(p for p in (find_free_ports(1)[0] for _ in range(50))
                 if not any(port_in_use(p + i) for i in range(6)))
     cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, base,
                            maven_dir=default_state_dir() / "maven")
     try:
-        cluster.start(timeout_s=120.0)
         yield cluster
     finally:
         cluster.stop(timeout_s=30.0)
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(_kafka_cluster: LocalCluster) -> LocalCluster:
+    """A local cluster of three KRaft nodes, laid out as `stack up --brokers 3 --port P` lays
+    it out (so that command finds it running), for the tests of replication and broker
+    faults: one per session, running when each module that asks for it starts, stopped once
+    the unit of work that uses it is done (`parallel.at_unit_end`)."""
+    _kafka_cluster.start(timeout_s=120.0)
+    _stop_at_unit_end("kafka-cluster", _kafka_cluster.stop)
+    return _kafka_cluster
 
 
 @pytest.fixture(scope="session")
@@ -189,8 +204,9 @@ def _restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lo
 def restartable_broker(_restartable_broker: LocalBroker) -> LocalBroker:
     """A second broker, never the session's, for tests that stop and restart it: one per
     session, running when each such test starts (started again if the last one left it
-    stopped)."""
+    stopped), stopped once the unit of work that uses it is done (`parallel.at_unit_end`)."""
     _restartable_broker.start(timeout_s=120.0)
+    _stop_at_unit_end("restartable-broker", _restartable_broker.stop)
     return _restartable_broker
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -50,6 +50,7 @@ IDLE = frozenset({
     "tests/integration/test_controller_kafka.py",
     "tests/integration/test_controller_leadership.py",
     "tests/integration/test_exactly_once_sink.py",
+    "tests/integration/test_kafka_tools.py",
     "tests/integration/test_replay_topic.py",
     "tests/integration/test_tail.py",
     "tests/integration/test_watch_commands.py",
@@ -117,16 +118,37 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     machine is held for a whole unit of work, not test by test: a module-scoped fixture's
     processes (a job, a controller) keep running between its tests."""
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    unit = unit_of_work(item.nodeid)
-    if run_id is None or _module(item.nodeid) in IDLE:
+    if run_id is None:
         yield
         return
-    _MACHINE.take(run_id, unit, exclusive=unit == ALONE_UNIT)
+    unit = unit_of_work(item.nodeid)
+    if _module(item.nodeid) not in IDLE:
+        _MACHINE.take(run_id, unit, exclusive=unit == ALONE_UNIT)
     try:
         yield
     finally:
         if nextitem is None or unit_of_work(nextitem.nodeid) != unit:
+            _stop_what_the_unit_started()
             _MACHINE.release()
+
+
+_AT_UNIT_END: dict[str, Callable[[], object]] = {}
+
+
+def at_unit_end(name: str, stop: Callable[[], object]) -> None:
+    """Under `./dev test`, `stop` once the unit of work running now on this worker is done
+    (once per `name`, however many of its tests ask): for a session fixture that no other
+    unit uses (`SHARED`) and that its next user would start again. Idle, a broker still
+    takes a few percent of a core, and a unit can end minutes before the session. Without
+    xdist the tests of a unit need not run one after another, and nothing stops early."""
+    if os.environ.get("PYTEST_XDIST_TESTRUNUID"):
+        _AT_UNIT_END[name] = stop
+
+
+def _stop_what_the_unit_started() -> None:
+    """After the unit's last test and its module fixtures' teardown."""
+    while _AT_UNIT_END:
+        _AT_UNIT_END.popitem()[1]()
 
 
 class _Machine:

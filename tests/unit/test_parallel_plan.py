@@ -6,6 +6,8 @@ import multiprocessing
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
+import pytest
+
 from tests.support import parallel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +50,20 @@ def test_an_exclusive_unit_keeps_the_other_worker_out_until_it_releases(tmp_path
         machine.release()
         other.join(10.0)
         other.kill()
+
+
+def test_what_a_unit_started_is_stopped_once_when_it_ends_and_only_under_xdist(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stopped: list[str] = []
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
+    parallel.at_unit_end("cluster", lambda: stopped.append("plain pytest"))
+    parallel._stop_what_the_unit_started()
+    assert stopped == []  # without xdist the session's teardown stops it
+
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "run")
+    for _ in range(3):  # every module of the unit asks
+        parallel.at_unit_end("cluster", lambda: stopped.append("cluster"))
+    parallel.at_unit_end("broker", lambda: stopped.append("broker"))
+    parallel._stop_what_the_unit_started()
+    parallel._stop_what_the_unit_started()  # the next unit's end: nothing left
+    assert sorted(stopped) == ["broker", "cluster"]
