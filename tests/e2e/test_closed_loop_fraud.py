@@ -34,7 +34,7 @@ from streamctl.loadgen import LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_transaction_scored_once
-from tests.e2e.loop import LoopWatch, capacity, run_loop, start_controller
+from tests.e2e.loop import CALIBRATION_BATCHES, LoopWatch, capacity, run_loop, start_controller
 from tests.support.kafka import produce_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -134,11 +134,13 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
 
 
 def _measure_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: CardLedger) -> float:
-    """Four full batches of transactions for calibration accounts (apart from the load's),
-    worked through at 2 state partitions: records/s per batch. Each is in the ledger."""
+    """Three batches' worth of transactions for calibration accounts (apart from the load's),
+    worked through at 2 state partitions: records/s per full batch after the first. Each is
+    in the ledger."""
     now_ms = int(time.time() * 1000)
     burst = [CardTransaction(f"calib-{n}", f"calib-{n % 50:02d}", "card-calib", n // 50,
-                             20.0, "m", "DE", now_ms, "online") for n in range(4 * BATCH_CAP)]
+                             20.0, "m", "DE", now_ms, "online")
+             for n in range(CALIBRATION_BATCHES * BATCH_CAP)]
     produce_records(bootstrap, topic, ((t.account_id, t) for t in burst))
     for txn in burst:
         ledger.record(txn)
