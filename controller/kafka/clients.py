@@ -144,16 +144,22 @@ def _metrics_starts(consumer: Consumer, settings: KafkaSettings, read_back_s: fl
     if settings.metrics_offset_reset == "latest":
         return ends
     since_ms = int((time.time() - read_back_s) * 1000)
+    starts = offsets_since(consumer, topic, since_ms,
+                           {tp.partition: tp.offset for tp in ends}, timeout_s)
+    return [TopicPartition(topic, p, offset) for p, offset in starts.items()]
+
+
+def offsets_since(consumer: Consumer, topic: str, since_ms: int, ends: dict[int, int],
+                  timeout_s: float) -> dict[int, int]:
+    """Per partition of `ends`, the first offset stamped at or after `since_ms`, or its end
+    when nothing is (the broker answers -1)."""
     try:
-        found = consumer.offsets_for_times([TopicPartition(topic, tp.partition, since_ms)
-                                            for tp in ends], timeout=timeout_s)
+        found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in ends],
+                                           timeout=timeout_s)
     except KafkaException as exc:
-        raise KafkaSetupError(f"cannot look up the offsets of {topic!r} {read_back_s:g} s "
-                              f"back: {exc}") from exc
-    # Offset -1: nothing stamped since, so that partition starts at its end.
-    back = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-    return [TopicPartition(topic, tp.partition, back.get(tp.partition, tp.offset))
-            for tp in ends]
+        raise KafkaSetupError(f"cannot look up the offsets of {topic!r} stamped since "
+                              f"{since_ms}: {exc}") from exc
+    return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in found}
 
 
 class KafkaAckSource:

@@ -17,7 +17,7 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from controller.core.recovery import History
-from controller.kafka.clients import KafkaSetupError, client_config, watermarks
+from controller.kafka.clients import KafkaSetupError, client_config, offsets_since, watermarks
 from controller.loop.ports import OnDecodeError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, DecodeError, codec_for
@@ -71,12 +71,8 @@ def _positions(consumer: Consumer, topic: str, since_ms: int | None,
     for p in partitions:
         low, high = watermarks(consumer, topic, p, timeout_s)
         ends[p], starts[p] = high, low
-    if since_ms is not None:
-        found = consumer.offsets_for_times(
-            [TopicPartition(topic, p, since_ms) for p in partitions], timeout=timeout_s)
-        # -1: nothing stamped at or after since_ms, so nothing to read there.
-        starts |= {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition])
-                   for tp in found}
+    if since_ms is not None:  # nothing stamped since: starts at its end, nothing to read
+        starts |= offsets_since(consumer, topic, since_ms, ends, timeout_s)
     return starts, ends
 
 
