@@ -92,21 +92,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from streaming_jobs.config import JobConfig, bind
     from streaming_jobs.jobs.fraud.job import job as fraud_job
-    from streaming_jobs.runtime.checkpoint.state_repartition import (
-        ROCKSDB_PROVIDER,
-        repartition_state,
-    )
-    from streaming_jobs.runtime.query.session import prepare_environment
+    from streaming_jobs.runtime.checkpoint.state_repartition import repartition_state
+    from streaming_jobs.runtime.query.session import STATE_STORE_SETTINGS, prepare_environment
 
     with local_broker("fraud-bench-") as bed:
         tmp, bootstrap = bed.workdir, bed.bootstrap_servers
         prepare_environment()
-        spark = (SparkSession.builder.master("local[16]").appName("bench-fraud-partitions")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-                 .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars()))
-                 .getOrCreate())
+        builder = (SparkSession.builder.master("local[16]").appName("bench-fraud-partitions")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars())))
+        for key, value in STATE_STORE_SETTINGS.items():  # as a job's session
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         try:
             results, first_cp = [], ""

@@ -33,8 +33,10 @@ def test_kill_9_during_a_reconfiguration_then_restart(bed: FaultBed) -> None:
     """A restart-path tuple (input_parallelism 2 → 3) is being applied — quiesce, stop,
     restart — when the job is killed; a new process of the same instance resumes from the
     checkpoint with the desired state last recorded (the change was never applied, so never
-    recorded: the controller would see no ack and decide again). Without a standby this is
-    the recovery path too (kill -9 of the active with failover: `test_failover.py`)."""
+    recorded: the controller would see no ack and decide again). Its state store was
+    checkpointed as changelogs (one file per batch and partition, not a snapshot each batch),
+    which the new process replays: every account's count is still exact. Without a standby
+    this is the recovery path too (kill -9 of the active with failover: `test_failover.py`)."""
     job = bed.start_job("job-1")
     warm(bed)
     bed.wait_commit_after(now_ms(), 60, "a batch to reconfigure after")
@@ -46,6 +48,8 @@ def test_kill_9_during_a_reconfiguration_then_restart(bed: FaultBed) -> None:
     fault = now_ms()
     assert f"reconfigured {bed.query_id}" not in job.log_path.read_text(), \
         "the reconfiguration finished before the kill"
+    state = bed.workdir / "checkpoint" / "state"
+    assert any(state.rglob("*.changelog")), f"no state store changelog under {state}"
     restarted = bed.start_job("job-1-restarted", "--instance-id", "job-1")
     report("kill -9 during a reconfiguration (input_parallelism 2→3), restarted from its "
            "checkpoint", bed.recovery_s(fault))

@@ -16,14 +16,13 @@ from schemas.records import CardTransaction, ScoredTransaction
 from streamctl.cards import CardEvents
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.fraud.job import job as fraud_job
-from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.query.plan import Plan
+from streaming_jobs.runtime.query.session import STATE_STORE_SETTINGS
 from tests.spark.bound import bound_config
 from tests.support.kafka import SteadyLoad, produce_records
 
 T0_MS = 1_700_000_000_000
-_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 _PARTITIONS = "spark.sql.shuffle.partitions"
 
 
@@ -43,10 +42,12 @@ def produce_txns(config: JobConfig, txns: Iterable[CardTransaction]) -> None:
 
 @contextmanager
 def stateful_session(spark: Any, partitions: int) -> Iterator[None]:
-    """New queries get the RocksDB store (needed to repartition) and `partitions` partitions."""
-    saved = {key: spark.conf.get(key, None) for key in (_PROVIDER, _PARTITIONS)}
-    spark.conf.set(_PROVIDER, ROCKSDB_PROVIDER)
-    spark.conf.set(_PARTITIONS, str(partitions))
+    """New queries get a job's state store settings (RocksDB, which repartitioning needs) and
+    `partitions` partitions."""
+    settings = {**STATE_STORE_SETTINGS, _PARTITIONS: str(partitions)}
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:

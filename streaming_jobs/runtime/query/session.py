@@ -70,6 +70,19 @@ FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
 
 
+STATE_STORE_SETTINGS = {
+    # Offline state repartitioning refuses the HDFS-backed default store; the provider is
+    # fixed in a checkpoint at its first batch (older ones keep theirs).
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    # A batch's commit writes what changed (a changelog file per state partition) instead of
+    # a snapshot of the store (a flush to a new SST file, a zip of its metadata, a local
+    # checkpoint directory removed with `rm -rf`); snapshots are made in the background every
+    # few batches. Spark reads a checkpoint written either way (`docs/restarts.md`).
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
+"""What a job's session sets for its state store, whatever its checkpoint's file system."""
+
+
 def checkpoint_settings(checkpoint_dir: str) -> dict[str, str]:
     """How Spark writes the checkpoint (offset and commit logs, state store files) when it is on
     a local path: through Hadoop's `FileSystem` rename, which is the operating system's atomic
@@ -137,9 +150,6 @@ def build_session(config: JobConfig, job_path: str | None = None) -> SparkSessio
                .appName(f"streamctl-{config.query_id}")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(config.state_partitions))
-               # Offline state repartitioning refuses the HDFS-backed default store; the
-               # provider is fixed in a checkpoint at its first batch (older ones keep theirs).
-               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
                # Spark's console progress bar and INFO logs would bury the job's own log lines.
                .config("spark.ui.showConsoleProgress", "false")
                # An idle query's progress events are its heartbeats (`metrics.heartbeat`):
@@ -151,7 +161,7 @@ def build_session(config: JobConfig, job_path: str | None = None) -> SparkSessio
                .config("spark.python.daemon.module", PYTHON_DAEMON))
     if config.jar_list:
         builder = builder.config("spark.jars", ",".join(config.jar_list))
-    for key, value in {**checkpoint_settings(config.checkpoint_dir),
+    for key, value in {**STATE_STORE_SETTINGS, **checkpoint_settings(config.checkpoint_dir),
                        **cluster_settings(config)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
