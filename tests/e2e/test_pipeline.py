@@ -37,7 +37,10 @@ from tests.support.kafka import NewTopics, produce, read_committed
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 ENRICH, SESSIONS, ALERTS = "click-enrich", "click-sessions", "click-alerts"
-BATCH_CAP = 2000
+BATCH_CAP = 1000
+"""Records a batch of each job reads at most: a full batch of the middle job takes ~7 s at its
+two units, so the calibration's two full batches through the pipeline take ~20 s (35 s at
+2 000)."""
 COST_MS = 10
 """Per click, the middle job's model call: 100 clicks/s per unit, so two units carry ~150/s
 once Spark's per-batch overhead is paid. The last job's abuse check costs half: with the same
