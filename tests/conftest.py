@@ -28,7 +28,7 @@ from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
-pytest_plugins = ("tests.support.parallel",)  # two tests at a time under ./dev test
+pytest_plugins = ("tests.support.parallel",)  # three tests at a time under ./dev test
 
 
 def pytest_configure() -> None:

@@ -1,22 +1,24 @@
-"""Two tests at a time on two cores (pytest-xdist), and the tests that need the machine alone.
+"""Three tests at a time on two cores (pytest-xdist), and the tests that need the machine alone.
 
-`./dev test` runs the suite on two xdist workers (`-n 2 --dist loadscope`). This plugin decides
-what goes together, in which order, and what may run beside what:
+`./dev test` runs the suite on three xdist workers (`-n 3 --dist loadscope`): the shared units
+wait on sessions, timeouts and brokers as much as they compute, and two at a time left the
+machine 80 % busy there (92 % with three; `docs/testing.md`). This plugin decides what goes
+together, in which order, and what may run beside what:
 
 - `ALONE`: modules whose tests step their load relative to a capacity they measured first. A
-  busy test on the other worker starting or ending mid-run would change that capacity under
+  busy test on another worker starting or ending mid-run would change that capacity under
   them, so they form one unit of work (one worker runs them one after another), which holds
   the machine exclusively while it runs, fixtures included.
 - `IDLE`: modules whose tests mostly wait (group sessions, timeouts, a consumer's poll, a
   broker outage), measured at about a tenth of the machine's CPU or less, their brokers'
   start included (`test_broker_outage`: 12 core-seconds in 42 s; it has the restartable
-  broker to itself when the `SHARED` unit that stops it runs on the other worker). They take
+  broker to itself when the `SHARED` unit that stops it runs on another worker). They take
   no lock, so they run beside an `ALONE` test; the queue puts them right after the `ALONE`
   unit.
-- Every other unit holds the machine shared while it runs: two of them run at a time.
+- Every other unit holds the machine shared while it runs: up to three of them at a time.
 
 A module is one unit of work (its module-scoped fixtures start once); modules that share a
-costly session fixture are one unit (`SHARED`), so the second worker does not start a second
+costly session fixture are one unit (`SHARED`), so another worker does not start a second
 three-node cluster. The queue runs the long units first and the unit tests last, where they
 fill the gap the last long unit leaves. Units are named by module path because xdist's
 scheduler sees only test ids (and xdist's own `xdist_group` marks are lost under pytest 9.2:
@@ -155,7 +157,7 @@ class _Machine:
     """A readers-writer lock between the workers of one run (flock on two files), held by
     one unit of work at a time on this worker. A worker passes the turnstile before it takes
     the machine shared; a waiting exclusive unit holds the turnstile until it is in, so the
-    other worker cannot keep it out unit after unit."""
+    other workers cannot keep it out unit after unit."""
 
     def __init__(self, directory: Path | None = None) -> None:
         self._directory = directory or Path(tempfile.gettempdir())

@@ -1,4 +1,4 @@
-"""How `./dev test` splits the suite between its two workers (tests/support/parallel.py)."""
+"""How `./dev test` splits the suite between its workers (tests/support/parallel.py)."""
 
 from __future__ import annotations
 
