@@ -13,6 +13,7 @@ from stack.cluster import LocalCluster
 from stack.defaults import DEFAULT_TOPICS
 from stack.kafka_admin import admin_client
 from stack.topics import TopicSpec, ensure_topics
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +61,11 @@ def test_an_explicit_replication_factor_wins_over_the_clusters_size(
         kafka_cluster: LocalCluster) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     ensure_topics(bootstrap, [TopicSpec("explicit-rf-2", replication_factor=2)])
-    partitions = admin_client(bootstrap).list_topics(timeout=10).topics["explicit-rf-2"]
+    # ensure_topics saw the topic on the broker it asked; each broker's metadata cache follows
+    # the controller's log on its own, and a new client may ask one still behind (one the
+    # cluster-faults module restarted moments ago: KeyError here, 17:40 UTC).
+    admin = admin_client(bootstrap)
+    partitions = until(lambda: admin.list_topics(timeout=10).topics.get("explicit-rf-2"), 30,
+                       "the new topic in a new client's metadata")
     assert {len(p.replicas) for p in partitions.partitions.values()} == {2}
     assert min_insync(bootstrap, "explicit-rf-2") == "1"
