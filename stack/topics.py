@@ -43,7 +43,9 @@ def ensure_topics(
     timeout_s: float = 30.0,
     security: KafkaSecurity = PLAINTEXT,
 ) -> EnsureResult:
-    """Create the topics that do not exist yet; return once all are visible with leaders.
+    """Create the topics that do not exist yet; return once all are visible with leaders in
+    the metadata of the broker asked (on a cluster, the other brokers' caches follow the
+    controller's log on their own, moments later).
 
     Replication follows the cluster's size as the metadata lists it: on a cluster with a
     broker down, give `replication_factor` explicitly (or bring the broker back first)."""
