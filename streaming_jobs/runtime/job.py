@@ -97,7 +97,8 @@ class ElasticJob:
             config.bootstrap_servers, config.control_topic,
             f"streamctl-job-{config.query_id}-{config.instance_id}", ControlTuple,
             config.kafka_security,
-            on_assigned=lambda: self.prometheus.control_ready.labels(config.query_id).set(1))
+            on_assignment=lambda held: self.prometheus.control_ready.labels(
+                config.query_id).set(int(held)))
         self._stopping = threading.Event()
         self._reported_unread: dict[str, int] = {}
         loop = ControlLoop(self._consumer, self.owner, self._publisher.ack,

@@ -120,17 +120,22 @@ class TypedConsumer(Generic[R]):
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
                  record_type: type[R], security: KafkaSecurity,
-                 on_assigned: Callable[[], None] = lambda: None) -> None:
-        """`on_assigned`: called on each assignment, once the positions are pinned."""
+                 on_assignment: Callable[[bool], None] = lambda held: None) -> None:
+        """`on_assignment(held)`: after each assignment (its positions pinned) and each
+        revocation, whether this consumer now holds a partition of the topic. A group with a
+        member left over from a killed process can hand this one nothing until that member's
+        session ends."""
         self._codec = codec_for(record_type)
-        self._on_assigned = on_assigned
+        self._on_assignment = on_assignment
         self._consumer = Consumer(client_config(
             bootstrap_servers, security, **{"group.id": group_id, "auto.offset.reset": "latest",
                                             "enable.auto.commit": True}))
         self.assigned = threading.Event()
+        """Set once this consumer first holds a partition."""
         self._next: dict[tuple[str, int], int] = {}
         """Per partition, the offset after the last message returned."""
-        self._consumer.subscribe([topic], on_assign=self._on_assign)
+        self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_revoke)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # First assignment: pin "latest" to the high watermark now, so a tuple produced after
@@ -143,8 +148,12 @@ class TypedConsumer(Generic[R]):
                 _, position = consumer.get_watermark_offsets(tp, timeout=10.0)
             tp.offset = position
         consumer.assign(partitions)
-        self.assigned.set()
-        self._on_assigned()
+        if partitions:
+            self.assigned.set()
+        self._on_assignment(bool(partitions))
+
+    def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self._on_assignment(False)  # the library unassigns them after this returns
 
     def poll(self, timeout_s: float) -> R | DecodeError | None:
         msg = self._consumer.poll(timeout_s)

@@ -70,9 +70,10 @@ class JobPrometheus:
                                       registry=registry)
         self.control_ready = Gauge(
             "streamctl_job_control_ready",
-            "1 once the control consumer holds its partition: a tuple sent from then on is "
-            "seen (one sent before is not answered; the controller decides again after its "
-            "ack timeout)", _QUERY, registry=registry)
+            "1 while the control consumer holds its partition (from its first assignment, a "
+            "tuple sent is seen, even across a rebalance; one sent before is not answered and "
+            "the controller decides again after its ack timeout), 0 while it holds none",
+            _QUERY, registry=registry)
         self.dead_letters = Counter("streamctl_job_dead_letter_records_total",
                                     "Input records sent to the dead-letter topic", _QUERY,
                                     registry=registry)
