@@ -158,7 +158,8 @@ def _add_kafka_tool(commands: Any) -> None:
         "run one of Kafka's own command-line tools against the broker (e.g. console-consumer "
         "--topic T --from-beginning --isolation-level read_committed)",
     )
-    tool.add_argument("tool", choices=list(TOOLS), help="the tool (Kafka's kafka-<tool>.sh)")
+    tool.add_argument("tool", choices=list(TOOLS),
+                      help=f"the tool (Kafka's kafka-<tool>.sh): {', '.join(TOOLS)}")
     tool.add_argument("args", nargs=argparse.REMAINDER,
                       help="the tool's own options (--help lists them); --bootstrap-server "
                            f"defaults to ${BOOTSTRAP_ENV} or the local broker")

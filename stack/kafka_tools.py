@@ -1,8 +1,9 @@
 """Kafka's own command-line tools, run from the jars resolved beside the broker.
 
 Owns the tool names (`console-consumer`, `topics`, …: what Kafka's `bin/kafka-*.sh` scripts
-run) and the command line for one: the broker's Java, the `kafka-tools` artifact at the
-broker's version (`maven/kafka-tools.xml`, a classpath of its own), quiet logging,
+run) and the command line for one: the broker's Java, the `kafka-tools` artifact and the
+broker's core jar (`configs`' main class lives there) at the broker's version
+(`maven/kafka-tools.xml`, a classpath of its own), quiet logging,
 `--bootstrap-server` when the caller gave none, and `--command-config` with the client's
 security properties on a secured broker.
 Neighbours: `cli` (`streamctl stack kafka TOOL …`), `broker_files.java_command`.
@@ -24,6 +25,8 @@ TOOLS: Mapping[str, str] = {
     "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "configs": "kafka.admin.ConfigCommand",  # in kafka_2.13, the broker's core jar
+    "delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
 }
 """streamctl's name for a tool (Kafka's script without `kafka-` and `.sh`) → its main class."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from security.kafka import PLAINTEXT, KafkaSecurity
-from stack.kafka_tools import UnknownToolError, client_properties, tool_command
+from stack.kafka_tools import TOOLS, UnknownToolError, client_properties, tool_command
 
 JAVA, JARS, LOG4J = Path("/jdk/bin/java"), [Path("/m2/a.jar"), Path("/m2/b.jar")], Path("/l.xml")
 
@@ -35,6 +35,22 @@ def test_an_address_or_config_the_user_gave_is_kept() -> None:
 def test_a_secured_broker_gets_the_client_properties_file() -> None:
     cmd = command("consumer-groups", "--list", config=Path("/s/client.properties"))
     assert cmd[-2:] == ["--command-config", "/s/client.properties"]
+
+
+def test_the_tools_are_kafkas_scripts_by_name() -> None:
+    assert list(TOOLS) == ["console-consumer", "console-producer", "topics", "consumer-groups",
+                           "get-offsets", "transactions", "configs", "delete-records"]
+    assert TOOLS["configs"] == "kafka.admin.ConfigCommand"  # in the broker's core jar
+    assert TOOLS["delete-records"] == "org.apache.kafka.tools.DeleteRecordsCommand"
+
+
+def test_configs_and_delete_records_get_the_broker_address_and_the_client_properties() -> None:
+    for tool, args in (("configs", ("--entity-type", "topics", "--describe")),
+                       ("delete-records", ("--offset-json-file", "f.json"))):
+        cmd = command(tool, *args, config=Path("/s/client.properties"))
+        assert cmd[cmd.index(TOOLS[tool]) + 1:] == [
+            "--bootstrap-server", "127.0.0.1:9092", *args,
+            "--command-config", "/s/client.properties"]
 
 
 def test_an_unknown_tool_names_the_known_ones() -> None:

@@ -6,8 +6,6 @@ two versions (`udf_version`): v1 flags a high bot score, v2 also long sessions. 
 may drop the clicks the job marks low priority: the ones the bot model already cleared.
 """
 
-from __future__ import annotations
-
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -54,7 +52,7 @@ VERDICT = pa.schema([("event_id", pa.string()), ("user_id", pa.string()),
                      ("rule_version", pa.string())])
 
 
-def build(spark: SparkSession, clicks: DataFrame, context: JobContext) -> DataFrame:
+def build(spark: "SparkSession", clicks: "DataFrame", context: JobContext) -> "DataFrame":
     rule = context.function
     assert rule is not None
     cost_ms = float(context.settings["check_cost_ms"])

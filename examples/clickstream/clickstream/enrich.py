@@ -5,8 +5,6 @@ source's tasks, so the job's capacity grows with its input parallelism. Clicks t
 JSON objects with the declared fields go to `clicks.dlq` (the runtime does that).
 """
 
-from __future__ import annotations
-
 import hashlib
 import time
 from collections.abc import Iterator
@@ -44,7 +42,7 @@ def look_up(batches: Iterator[pa.RecordBatch], cost_ms: float) -> Iterator[pa.Re
         yield batch.append_column("section", pa.array([section_of(p) for p in pages]))
 
 
-def build(spark: SparkSession, clicks: DataFrame, context: JobContext) -> DataFrame:
+def build(spark: "SparkSession", clicks: "DataFrame", context: JobContext) -> "DataFrame":
     cost_ms = float(context.settings["lookup_cost_ms"])
     return clicks.mapInArrow(lambda batches: look_up(batches, cost_ms),
                              f"{CLICK.replace(' not null', '')}, section string")

@@ -11,8 +11,6 @@ Safe to reconfigure: within a batch a user's clicks are taken in (ts, event_id) 
 replayed batch gives the same sessions and scores from the same state.
 """
 
-from __future__ import annotations
-
 import math
 import time
 from collections.abc import Iterator
@@ -64,8 +62,8 @@ class Sessionize:
     """(clicks, age_ms, section) -> bot score, of the version in force for the batch."""
     cost_ms: float
 
-    def __call__(self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame],
-                 state: GroupState) -> Iterator[pd.DataFrame]:
+    def __call__(self, key: tuple[Any, ...], frames: Iterator["pd.DataFrame"],
+                 state: "GroupState") -> Iterator["pd.DataFrame"]:
         import pandas as pd
 
         if state.hasTimedOut:
@@ -90,7 +88,7 @@ class Sessionize:
         yield pd.DataFrame(rows, columns=[c.split()[0] for c in SESSION_CLICK.split(", ")])
 
 
-def build(spark: SparkSession, clicks: DataFrame, context: JobContext) -> DataFrame:
+def build(spark: "SparkSession", clicks: "DataFrame", context: JobContext) -> "DataFrame":
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 

@@ -52,15 +52,23 @@ def prepare_environment(job_path: str | None = None) -> None:
 # Logs "Query … terminated with error" and a stack trace when a query ends with an exception,
 # which every gate stop does; the runtime logs real failures itself, with the exception text.
 _QUERY_TERMINATION_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+# Warns "Failed to cancel job group <run id>. Cannot find active jobs for it." on every stop:
+# `MicroBatchExecution.stop()` cancels the run's job group before and again after
+# interrupting the query's thread, and the runtime stops a query only once its admitted
+# batches committed, so no job of it is left to cancel. At ERROR the scheduler's few other
+# warnings go too (e.g. a large task binary); its errors, and task failures (TaskSetManager's),
+# still show.
+_JOB_CANCEL_LOGGER = "org.apache.spark.scheduler.DAGScheduler"
 _PY4J_CALLBACK_LOGGER = "py4j.clientserver"
 
 
 def hide_gate_stops(spark: SparkSession) -> None:
-    """Keep quiesce-gate stops (normal) out of Spark's and py4j's error logs."""
+    """Keep quiesce-gate stops (normal) out of Spark's and py4j's logs."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(_QUERY_TERMINATION_LOGGER, log4j.Level.FATAL)
+    log4j.core.config.Configurator.setLevel(_JOB_CANCEL_LOGGER, log4j.Level.ERROR)
     py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
     if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
         py4j_log.addFilter(HideGateStops())
