@@ -16,7 +16,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from types import FrameType
 
-from controller.explain.prom import ControllerMetrics, new_registry, serve
+from controller.errors import UserError
+from controller.explain.prom import ControllerMetrics, Endpoint, new_registry, serve
 from controller.kafka.clients import (
     NO_KEY,
     KafkaAckSource,
@@ -30,8 +31,9 @@ from controller.kafka.clients import (
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.ports import SystemClock
-from controller.settings import ControllerSettings
+from controller.settings import DEFAULT_METRICS_PORT, ControllerSettings
 from schemas import DecodeError
+from security.metrics_http import PortInUse
 
 log = logging.getLogger("controller")
 
@@ -101,13 +103,32 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
             # Before anything slow: a SIGTERM during start-up must still close what was opened.
             stack.enter_context(_signals_to(stop))
         if settings.metrics_port:
-            stack.callback(serve(settings.metrics_port, metrics.registry,
-                                 settings.metrics_endpoint).shutdown)
+            stack.callback(_serve(settings, metrics).shutdown)
         loop = stack.enter_context(kafka_controller(settings, metrics))
         stop.attach(loop)
         cycles = loop.run(max_cycles=max_cycles, timeout_s=timeout_s)
     log.info("controller stopped after %d cycles", cycles)
     return cycles
+
+
+def _serve(settings: ControllerSettings, metrics: ControllerMetrics) -> Endpoint:
+    """The Prometheus endpoint: the default port gives way to a free one when another process
+    holds it (a second instance on this host); any other port must be free."""
+    port = settings.metrics_port
+    try:
+        endpoint = serve(port, metrics.registry, settings.metrics_endpoint,
+                         host=settings.metrics_host,
+                         any_port_if_taken=port == DEFAULT_METRICS_PORT)
+    except PortInUse as exc:
+        raise UserError(f"the controller's metrics endpoint cannot listen: {exc} "
+                        "(--metrics-port, STREAMCTL_CONTROLLER_METRICS_PORT): choose a free "
+                        "port, or 0 for no endpoint") from None
+    if endpoint.server_port != port:
+        log.warning("metrics port %d is in use on %s (another controller on this host?): "
+                    "serving the metrics on port %d instead", port, settings.metrics_host,
+                    endpoint.server_port)
+    log.info("Prometheus metrics on %s:%d", settings.metrics_host, endpoint.server_port)
+    return endpoint
 
 
 class _StopRequest:

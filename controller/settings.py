@@ -15,6 +15,8 @@ from controller.errors import UserError
 from security.kafka import KafkaSecurity
 from security.metrics_http import EndpointSecurity
 
+DEFAULT_METRICS_PORT = 9300
+
 
 class SettingsError(UserError):
     """A setting is out of range; the message names the setting and the allowed range."""
@@ -357,8 +359,14 @@ class ControllerSettings:
     status_interval_s: float = 5.0
     """Seconds between per-query status lines on stdout."""
 
-    metrics_port: int = 9300
-    """Port of the Prometheus endpoint; 0 serves none."""
+    metrics_port: int = DEFAULT_METRICS_PORT
+    """Port of the Prometheus endpoint; 0 serves none. When the default, 9300, is taken
+    (another controller instance on this host), the instance serves on a free port instead
+    and logs which; any other port must be free, or the controller refuses to start."""
+
+    metrics_host: str = "127.0.0.1"
+    """Address the Prometheus endpoint listens on: this host only by default; 0.0.0.0 for
+    every interface (compose sets it, so Prometheus can scrape the controller's container)."""
 
     metrics_endpoint: EndpointSecurity = field(default_factory=EndpointSecurity)
     """TLS and basic auth of the Prometheus endpoint; only from the STREAMCTL_METRICS_*
@@ -390,4 +398,5 @@ class ControllerSettings:
         _check(0 <= self.metrics_port <= 65535,
                f"metrics_port must be in [0, 65535], got {self.metrics_port}")
         _check(bool(self.issuer.strip()), "issuer must not be empty")
+        _check(bool(self.metrics_host.strip()), "metrics_host must not be empty")
         _check(2 <= self.lease_session_s <= 300, "lease_session_s must be in [2, 300]")

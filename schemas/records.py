@@ -128,13 +128,17 @@ class TaskMetrics(_Record):
     running_batch_id: int = -1
     running_since_ms: int = 0
     running_partitions: tuple[SourcePartition, ...] = ()
+    metrics_address: str = ""
+    stopped: bool = False
+    halted: str = ""
+    lost_ranges: tuple[SourcePartition, ...] = ()
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["role"] = Role(kwargs["role"])
         kwargs["partitions"] = tuple(SourcePartition.from_avro(p) for p in kwargs["partitions"])
-        kwargs["running_partitions"] = tuple(
-            SourcePartition.from_avro(p) for p in kwargs.get("running_partitions", ()))
+        for name in ("running_partitions", "lost_ranges"):
+            kwargs[name] = tuple(SourcePartition.from_avro(p) for p in kwargs.get(name, ()))
         kwargs["source_topics"] = tuple(kwargs["source_topics"])
         kwargs["sink_topics"] = tuple(kwargs["sink_topics"])
         return kwargs

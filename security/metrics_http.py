@@ -11,6 +11,7 @@ project (see the package docstring).
 from __future__ import annotations
 
 import base64
+import errno
 import hmac
 import logging
 import os
@@ -44,6 +45,10 @@ REQUEST_TIMEOUT_S = 10.0
 Prometheus' own scrape timeout is 10 s by default."""
 
 REALM = "streamctl metrics"
+
+
+class PortInUse(OSError):
+    """The endpoint's port is held by another process (another job or controller here)."""
 
 
 class EndpointSecurityError(ValueError):
@@ -135,11 +140,20 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def serve(app: WsgiApp, port: int, security: EndpointSecurity = PLAIN,
-          host: str = "0.0.0.0") -> MetricsServer:
-    """Serve `app` on `host:port` from a daemon thread, with `security`'s TLS and basic auth."""
+          host: str = "127.0.0.1", *, any_port_if_taken: bool = False) -> MetricsServer:
+    """Serve `app` on `host:port` from a daemon thread, with `security`'s TLS and basic auth
+    (`server.server_port` is the port it took). A port another process holds raises
+    `PortInUse`, or with `any_port_if_taken` gives a free one instead."""
     if security.basic_auth_username:
         app = basic_auth(app, security.basic_auth_username, security.basic_auth_password)
-    server = make_server(host, port, app, MetricsServer, handler_class=_QuietHandler)
+    try:
+        server = make_server(host, port, app, MetricsServer, handler_class=_QuietHandler)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        if not any_port_if_taken:
+            raise PortInUse(f"port {port} is in use on {host}") from exc
+        server = make_server(host, 0, app, MetricsServer, handler_class=_QuietHandler)
     if security.tls_cert_file:
         server.socket = _tls_context(security).wrap_socket(
             server.socket, server_side=True, do_handshake_on_connect=False)

@@ -1,24 +1,39 @@
 """What `streamctl status` and `streamctl decisions` show, folded from streamctl's topics (pure).
 
-Owns the per-query status row (rates, lag, parallelism, busy share, last decision, last pause)
-and the text of both commands. Figures come from the jobs' own metrics through the demo's
-`QueryView`, not from the controller's model, so the table shows what the jobs reported; the
-decision column shows what the controller concluded from them. Neighbours: `watch` (reads the
-topics and prints), `view` (per-query rates).
+Owns the per-query status row (state, rates, lag, parallelism, busy share, last decision, last
+pause, where its metrics are served, input lost to retention) and the text of both commands.
+Figures come from the jobs' own metrics through the demo's `QueryView`, not from the
+controller's model, so the table shows what the jobs reported; the decision column shows what
+the controller concluded from them. The lag is the broker's end offsets (read by `watch`) less
+where the last committed batch ended, so a job that is down reads what piles up; without them
+a running job's lag is its last batch's, and a job that is down reads `?`. A job that runs no
+query shows no rates (`-`): its last ones are not current. Neighbours: `watch` (reads the
+topics and the end offsets, and prints), `view` (per-query rates).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from schemas import TaskMetrics
+from schemas import SourcePartition, TaskMetrics
 from schemas.records import TAKEOVER, Ack, Decision, Outcome
 from streamctl.view import QueryView
 
 BUSY_WINDOW_MS = 30_000
 """The wall-clock span the status table's busy share covers, ending now."""
+SILENT_AFTER_BEATS = 3
+"""An instance that sends liveness beats and is unheard for this many of its beat intervals
+reads `silent`: gone or frozen (the controller's default takes 2.5 for a loss)."""
+SILENT_AFTER_MS = 10_000
+"""One that sends none reads `silent` after this long, or three of its batch intervals if
+longer."""
+SKEW_SHARE = 0.7
+"""A source partition holding more than this share of the lag is named (as the controller's
+default `policy.skew_partition_share` does in its reasons)."""
+
+PartitionKey = tuple[str, int]
 
 
 @dataclass
@@ -27,8 +42,49 @@ class QueryStatus:
 
     view: QueryView
     instances: dict[str, int] = field(default_factory=dict)  # instance id → last seen ms
+    addresses: dict[str, str] = field(default_factory=dict)  # instance id → metrics address
     last_decision: Decision | None = None
     last_pause_ack: Ack | None = None  # the newest ack that changed something
+    lost_ranges: dict[PartitionKey, SourcePartition] = field(default_factory=dict)
+    """Input deleted by retention before the query read it, per partition (newest report)."""
+
+    def newest(self) -> TaskMetrics | None:
+        """The active instance's newest record: a batch, a heartbeat or a beat."""
+        candidates = [r for r in (self.view.samples[-1] if self.view.samples else None,
+                                  self.view.last_beat) if r is not None]
+        return max(candidates, key=lambda r: r.batch_end_ms, default=None)
+
+    def state(self, now_ms: int) -> str:
+        """running, stopped (on purpose), halted (waiting for its operator) or silent."""
+        newest = self.newest()
+        if newest is None:
+            return "standby" if self.instances else "unknown"
+        if newest.stopped:
+            return "stopped"
+        if newest.halted:
+            return "halted"
+        quiet_ms = now_ms - self.last_seen_ms()
+        limit_ms = (SILENT_AFTER_BEATS * newest.beat_interval_ms if newest.beat_interval_ms
+                    else max(SILENT_AFTER_MS, 3 * newest.trigger_interval_ms, 3 * newest.busy_ms))
+        return "silent" if quiet_ms > limit_ms else "running"
+
+    def committed(self) -> dict[PartitionKey, int]:
+        """Where the last committed batch left each source partition ({} before any)."""
+        found = next((s for s in reversed(self.view.samples) if s.partitions), None)
+        return {} if found is None else {(p.topic, p.partition): p.end_offset
+                                         for p in found.partitions}
+
+    def lag(self, ends: Mapping[PartitionKey, int],
+            running: bool) -> dict[PartitionKey, int] | None:
+        """Records waiting per source partition: the broker's end offsets less the last commit;
+        without them the last batch's own lag while it runs, else None (unknown)."""
+        committed = self.committed()
+        if committed and all(k in ends for k in committed):
+            return {k: max(0, ends[k] - end) for k, end in committed.items()}
+        if running and self.view.samples:
+            return {(p.topic, p.partition): max(0, p.latest_offset - p.end_offset)
+                    for p in self.view.samples[-1].partitions}
+        return None
 
     def busy_share(self, now_ms: int) -> float:
         """Share of the last `BUSY_WINDOW_MS` up to `now_ms` (or of the part of it the metrics
@@ -63,6 +119,10 @@ class Board:
             status = self._query(record.query_id)
             status.view.add(record)
             status.instances[record.instance_id] = record.batch_end_ms
+            if record.metrics_address:
+                status.addresses[record.instance_id] = record.metrics_address
+            for lost in record.lost_ranges:
+                status.lost_ranges[(lost.topic, lost.partition)] = lost
         elif isinstance(record, Decision) and record.action == TAKEOVER:
             self.takeovers.append(record)
         elif isinstance(record, Decision):
@@ -91,19 +151,27 @@ class Board:
 
 
 STATUS_HEADER = (f"{'query':<22} {'arrival/s':>9} {'processed/s':>11} {'lag':>8} "
-                 f"{'par':>4} {'busy':>5} {'seen':>6}  last decision / last pause")
+                 f"{'par':>4} {'busy':>5} {'seen':>6} {'state':<8}  last decision / last pause")
 
 
-def status_table(board: Board, now_ms: int, reason_width: int = 100) -> list[str]:
+def status_table(board: Board, now_ms: int, reason_width: int = 100,
+                 ends: Mapping[PartitionKey, int] | None = None) -> list[str]:
     """The `streamctl status` table: who leads the controllers, then one row per query with
-    its decision and pause lines."""
+    its decision and pause lines. `ends`: the source partitions' end offsets at the broker,
+    read now (the true lag)."""
     lines = [leader_line(board, now_ms)]
     if not board.queries:
         return [*lines, "no query has published metrics in the period read (is a job running?)"]
     lines.append(STATUS_HEADER)
     for query_id in sorted(board.queries):
-        lines += _status_rows(query_id, board.queries[query_id], now_ms, reason_width)
+        lines += _status_rows(query_id, board.queries[query_id], now_ms, reason_width,
+                              ends or {})
     return lines
+
+
+def source_partitions(board: Board) -> set[PartitionKey]:
+    """Every source partition whose end offset the table needs."""
+    return {k for q in board.queries.values() for k in q.committed()}
 
 
 def leader_line(board: Board, now_ms: int) -> str:
@@ -116,13 +184,20 @@ def leader_line(board: Board, now_ms: int) -> str:
             f"ago ({count} takeover{'s' if count != 1 else ''} in the period read)")
 
 
-def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int) -> list[str]:
+def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int,
+                 ends: Mapping[PartitionKey, int]) -> list[str]:
     view = q.view
     seen = _age(now_ms - q.last_seen_ms()) if q.instances else "-"
-    row = (f"{query_id[:22]:<22} {view.arrival_per_s():9.0f} {view.processed_per_s():11.0f} "
-           f"{view.lag_records():8d} {view.parallelism():4d} {q.busy_share(now_ms) * 100:4.0f}% "
-           f"{seen:>6}  {_decision_summary(q.last_decision, now_ms)}")
-    out = [row]
+    state = q.state(now_ms)
+    current = state == "running"
+    lag = q.lag(ends, current)
+    rates = (f"{view.arrival_per_s():9.0f} {view.processed_per_s():11.0f}" if current
+             else f"{'-':>9} {'-':>11}")
+    lag_text = str(sum(lag.values())) if lag is not None else "?"
+    row = (f"{query_id[:22]:<22} {rates} {lag_text:>8} {view.parallelism():4d} "
+           f"{q.busy_share(now_ms) * 100:4.0f}% {seen:>6} {state:<8}  "
+           f"{_decision_summary(q.last_decision, now_ms)}")
+    out = [row, *_state_lines(q, state, lag, width)]
     running = view.last_beat
     if running is not None and running.running_batch_id >= 0:
         out.append(f"{'':<22}   running: batch {running.running_batch_id} for "
@@ -138,9 +213,36 @@ def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int) -> list
     return out
 
 
+def _state_lines(q: QueryStatus, state: str, lag: dict[PartitionKey, int] | None,
+                 width: int) -> list[str]:
+    """What a row does not fit: why a job runs no query, where its metrics are served, the
+    input it lost, a skewed lag."""
+    pad = f"{'':<22}   "
+    out = []
+    newest = q.newest()
+    if state == "halted" and newest is not None:
+        out.append(f"{pad}halted: {_clip(newest.halted, width)}")
+    if q.lost_ranges:
+        lost = sorted(q.lost_ranges.values(), key=lambda p: (p.topic, p.partition))
+        total = sum(p.end_offset - p.start_offset for p in lost)
+        out.append(f"{pad}input lost to retention: {total} records (" + ", ".join(
+            f"{p.topic}/{p.partition} offsets {p.start_offset}-{p.end_offset - 1}"
+            for p in lost) + ")")
+    if q.addresses:
+        out.append(f"{pad}metrics: " + ", ".join(
+            f"{address} ({instance})" for instance, address in sorted(q.addresses.items())))
+    total = sum(lag.values()) if lag else 0
+    if lag and len(lag) > 1 and total > 0:
+        (topic, partition), most = max(lag.items(), key=lambda item: item[1])
+        if most / total > SKEW_SHARE:
+            out.append(f"{pad}skew: partition {topic}/{partition} holds "
+                       f"{most * 100 / total:.0f}% of the lag across {len(lag)} partitions")
+    return out
+
+
 def _decision_summary(d: Decision | None, now_ms: int) -> str:
     if d is None:
-        return "no decision yet"
+        return "no decision in the period read"
     dry = " (dry run)" if d.dry_run else ""
     return (f"{d.action} {d.parameter} {d.current_value}→{d.target_value}{dry}, "
             f"{_age(now_ms - d.decided_at_ms)} ago")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import (
@@ -29,7 +29,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from controller.kafka.clients import watermarks
+from controller.kafka.clients import KafkaSetupError, watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import PLAINTEXT, KafkaSecurity, client_config
@@ -161,6 +161,22 @@ class Tail:
         # Asked once: a broker that does not answer fails the check, which comes again later.
         return int(self._consumer.get_watermark_offsets(
             TopicPartition(partition.topic, partition.partition), timeout=2.0)[1])
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]],
+                    timeout_s: float = 2.0) -> dict[tuple[str, int], int]:
+        """The end offset (high watermark) of each partition the broker answers for now; one
+        it does not (no such topic, no leader) is left out."""
+        found: dict[tuple[str, int], int] = {}
+        unknown: set[str] = set()
+        for topic, partition in sorted(partitions):
+            if topic in unknown:
+                continue
+            try:
+                found[(topic, partition)] = watermarks(self._consumer, topic, partition,
+                                                       timeout_s)[1]
+            except KafkaSetupError:
+                unknown.add(topic)  # its other partitions would wait as long for nothing
+        return found
 
     def log_end_total(self, topic: str) -> int:
         """Σ of the partitions' end offsets (high watermarks) of `topic`, read now."""

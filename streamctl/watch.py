@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException
 
 from schemas.records import Ack, Decision, TaskMetrics
 from stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
-from streamctl.board import Board, ack_line, decision_lines, status_table
+from streamctl.board import Board, ack_line, decision_lines, source_partitions, status_table
 from streamctl.errors import UserFacingError
 from streamctl.settings import add_bootstrap_option, kafka_security
 from streamctl.tail import Tail
@@ -107,7 +107,8 @@ def _status(args: argparse.Namespace) -> int:
         while True:
             _drain(tail, board)
             garbage = _report_garbage(tail, garbage)
-            table = "\n".join(status_table(board, int(time.time() * 1000)))
+            table = "\n".join(status_table(board, int(time.time() * 1000),
+                                            ends=tail.end_offsets(source_partitions(board))))
             print(f"{_CLEAR}{table}" if live else table, flush=True)
             if not live:
                 return 0

@@ -107,10 +107,12 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"job run: {exc}", file=sys.stderr)
         elastic.stop()
         return 2
+    code = 1  # unless the run ends as asked (a signal, its max runtime)
     try:
-        return elastic.run(stop, config.max_runtime_s)
+        code = elastic.run(stop, config.max_runtime_s)
+        return code
     finally:
-        elastic.stop()
+        elastic.stop(on_purpose=code == 0)
 
 
 def check_command(args: argparse.Namespace) -> int:

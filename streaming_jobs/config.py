@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from streaming_jobs.api import Job
 
 STATE_DIR_ENV = "STREAMCTL_STATE_DIR"
+DEFAULT_METRICS_PORT = 9301
 
 
 class ConfigError(UserError):
@@ -56,7 +57,15 @@ class JobConfig:
     output_topic: str = ""
     """The job's output topic; default: the one its declaration names."""
     dlq_topic: str = ""
-    """Dead-letter topic for input records that fail to decode; default: the job's."""
+    """Dead-letter topic for input records that fail to decode and output rows the output
+    topic cannot take; default: the job's."""
+    max_record_bytes: int = 1_000_000
+    """The largest record the job writes, in bytes with its framing: an output row (key,
+    value) or a dead letter (payload, headers). It is the producers' message.max.bytes, and
+    may not exceed the output and dead-letter topics' max.message.bytes (checked at start).
+    A row over it, or over its topic's limit, goes to the dead-letter topic; a dead letter
+    over it keeps as much of its payload as fits. Input records may be as large as their
+    topic takes."""
     metrics_topic: str = "streamctl.metrics"
     """Topic the job publishes its per-batch TaskMetrics and heartbeats to."""
     control_topic: str = "streamctl.control"
@@ -80,8 +89,14 @@ class JobConfig:
     task_slots: int = 16
     """Spark runs local[task_slots] (local mode); also the upper bound for input_parallelism
     there. On a cluster the executors' cores are the task slots."""
-    metrics_port: int = 9301
-    """Prometheus endpoint port; 0 turns it off."""
+    metrics_port: int = DEFAULT_METRICS_PORT
+    """Prometheus endpoint port; 0 turns it off. When the default, 9301, is taken (another
+    job on this host), the job serves on a free port instead and says which (its log, its
+    metrics records' metrics_address, `streamctl status`); any other port must be free, or
+    the job refuses to start, before Spark."""
+    metrics_host: str = "127.0.0.1"
+    """Address the Prometheus endpoint listens on: this host only by default; 0.0.0.0 for
+    every interface (compose sets it, so Prometheus can scrape the job's container)."""
     spark_jars: str = ""
     """Comma-separated jar paths for spark.jars (the Spark Kafka connector)."""
     max_runtime_s: float = 0.0
@@ -106,6 +121,12 @@ class JobConfig:
     input_drain_timeout_s: float = 120.0
     """Longest wait for the old topic to drain before an input switch is refused; the job
     keeps running on it meanwhile (the same bound as a quiesce)."""
+    on_data_loss: str = "stop"
+    """What the job does when records it had not read were deleted from its input
+    (retention, or delete-records): `stop` reports the loss (its log, Prometheus, its metrics
+    records, hence `streamctl status` and the decision log) and halts, the process up and
+    reading nothing, until it is restarted with `skip`; `skip` reports it the same way and
+    goes on from the earliest records still there."""
     udf_version: str = ""
     """Initial version of the job's swappable function; empty: the job's default."""
     spark_master: str = ""
@@ -177,6 +198,15 @@ class JobConfig:
         """Options of Spark's Kafka source and sink: the brokers and how to log in to them."""
         return {"kafka.bootstrap.servers": self.bootstrap_servers,
                 **self.kafka_security.spark_options()}
+
+    @property
+    def metrics_address(self) -> str:
+        """Where Prometheus reaches the job (host:port, this host's name when it listens on
+        every interface); empty when it serves no endpoint."""
+        if not self.metrics_port:
+            return ""
+        wildcard = self.metrics_host in ("0.0.0.0", "::")
+        return f"{socket.gethostname() if wildcard else self.metrics_host}:{self.metrics_port}"
 
     @property
     def jar_list(self) -> tuple[str, ...]:
@@ -296,6 +326,8 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
 
 ROLES = ("active", "standby")
 """Values of `JobConfig.role`."""
+ON_DATA_LOSS = ("stop", "skip")
+"""Values of `JobConfig.on_data_loss` (`runtime.checkpoint.retention`)."""
 
 ENV_ONLY = frozenset({"control_key", "kafka_security", "metrics_endpoint"})
 """Fields read only from the environment (secrets), never from options."""
@@ -352,6 +384,9 @@ def _problems(c: JobConfig) -> list[str]:
         "state_partitions": c.state_partitions, "task_slots": c.task_slots,
     }
     problems = [f"{k} must be > 0, got {v}" for k, v in positive.items() if v <= 0]
+    if c.max_record_bytes < MIN_RECORD_BYTES:
+        problems.append(f"max_record_bytes must be at least {MIN_RECORD_BYTES} (room for a "
+                        f"dead letter's headers), got {c.max_record_bytes}")
     if c.max_offsets_per_trigger > c.max_offsets_per_trigger_limit:
         problems.append(f"max_offsets_per_trigger {c.max_offsets_per_trigger} exceeds "
                         f"max_offsets_per_trigger_limit {c.max_offsets_per_trigger_limit}")
@@ -376,6 +411,9 @@ def _problems(c: JobConfig) -> list[str]:
     if c.input_drain_quiet_s <= 0 or c.input_drain_timeout_s < c.input_drain_quiet_s:
         problems.append(f"input_drain_quiet_s must be > 0 and at most input_drain_timeout_s, "
                         f"got {c.input_drain_quiet_s} and {c.input_drain_timeout_s}")
+    if c.on_data_loss not in ON_DATA_LOSS:
+        problems.append(f"on_data_loss must be one of {', '.join(ON_DATA_LOSS)}, got "
+                        f"{c.on_data_loss!r}")
     if c.role not in ROLES:
         problems.append(f"role must be one of {', '.join(ROLES)}, got {c.role!r}")
     if c.heartbeat_interval_s <= 0:
@@ -386,13 +424,17 @@ def _problems(c: JobConfig) -> list[str]:
         problems.append(f"max_runtime_s must be >= 0, got {c.max_runtime_s}")
     if not 0 <= c.metrics_port <= 65535:
         problems.append(f"metrics_port must be 0 (off) or a TCP port, got {c.metrics_port}")
-    topics = ("metrics_topic", "control_topic", "ack_topic", "state_topic", "bootstrap_servers")
+    topics = ("metrics_topic", "control_topic", "ack_topic", "state_topic", "bootstrap_servers",
+              "metrics_host")
     problems += [f"{t} must not be empty" for t in topics if not getattr(c, t).strip()]
     if c.input_topic and c.input_topic == c.output_topic:
         problems.append(f"input_topic and output_topic are both {c.input_topic!r}")
     return problems
 
 
+MIN_RECORD_BYTES = 4096
+"""Below this a dead letter's headers (origin, reason, size) would leave no room for its
+payload."""
 _STANDALONE_MASTER = re.compile(r"spark://[^\s:/,]+:\d{1,5}(,[^\s:/,]+:\d{1,5})*")
 MIN_EXECUTOR_MEMORY_MB = 450
 """Spark refuses smaller executors (1.5 x its 300 MiB reserved memory)."""

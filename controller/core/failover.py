@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from controller.core.instances import Instances, Seen
-from controller.core.results import Lost, Promote, Recommend
+from controller.core.results import Down, Lost, Promote, Recommend
 from controller.core.wording import num
 from schemas import TaskMetrics
 
@@ -29,10 +29,17 @@ NO_STANDBY = ("; no live standby to fail over to: restart the job, or keep a sta
               "so the next loss fails over by itself")
 
 
-def decide(lost: Lost, standbys: Sequence[Seen], lost_instance: str, now_ms: int) -> Promote | Lost:
-    """Promote the freshest live standby, or report the loss with what to do about it."""
+def decide(lost: Lost | Down, standbys: Sequence[Seen], lost_instance: str,
+           now_ms: int) -> Promote | Lost | Down:
+    """Promote the freshest live standby, or report the loss with what to do about it. An
+    active that stopped on purpose is replaced like a lost one (a planned stop, say a host
+    drained, keeps the query running), but the stop is no loss to advise about; one that
+    halted waits for its operator, whom a standby on the same checkpoint would not spare."""
     candidates = [s for s in standbys if s.instance_id != lost_instance]
+    if isinstance(lost, Down) and (lost.action == "halted" or not candidates):
+        return lost
     if not candidates:
+        assert isinstance(lost, Lost)
         return replace(lost, reason=lost.reason + NO_STANDBY)
     chosen = candidates[0]
     age_s = max(0, now_ms - chosen.last_seen_ms) / 1000

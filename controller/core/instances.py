@@ -28,10 +28,15 @@ class Instances:
         self._by_query: dict[str, dict[str, Seen]] = {}
 
     def add(self, sample: TaskMetrics) -> None:
+        """Note what an instance said; one that stopped on purpose is gone from here on (a
+        stopped standby cannot be promoted)."""
         known = self._by_query.setdefault(sample.query_id, {})
         old = known.get(sample.instance_id)
         if old is not None and old.last_seen_ms > sample.batch_end_ms:
             return  # an older record arriving late says nothing new
+        if sample.stopped:
+            known.pop(sample.instance_id, None)
+            return
         known[sample.instance_id] = Seen(sample.instance_id, sample.role, sample.batch_end_ms)
 
     def promoted(self, query_id: str, instance_id: str, now_ms: int) -> None:

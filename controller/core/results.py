@@ -2,9 +2,9 @@
 
 `NotReady` is a normal result (window not full, stabilising after a change), never an
 exception. `Hold`, `Scale` and `Recommend` are the policy's verdicts, `Lost` the liveness
-check's, `Promote` the failover decision's; each carries its reason as one readable sentence
-with the numbers in it and its figures as data, which `loop` writes to the decision log
-as-is.
+check's, `Down` a job's own word that it stopped or halted, `Promote` the failover
+decision's; each carries its reason as one readable sentence with the numbers in it and its
+figures as data, which `loop` writes to the decision log as-is.
 """
 
 from __future__ import annotations
@@ -83,6 +83,20 @@ class Lost:
 
 
 @dataclass(frozen=True, slots=True)
+class Down:
+    """The active instance says it runs no query: it stopped on purpose (`action` 'stopped';
+    not a loss, yet a live standby takes over as after one) or halted, waiting for its
+    operator (`action` 'halted': e.g. its input was deleted by retention before it read it;
+    a standby on the same checkpoint would halt too, so none is promoted). More parallelism
+    cannot help either."""
+
+    reason: str
+    instance_id: str
+    figures: Mapping[str, float] = field(default_factory=dict)
+    action: str = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
 class Promote:
     """The active instance is lost and a standby is alive: make the standby the active one
     (`failover`). `lost_instance` is the instance last heard as active ('' if unknown)."""
@@ -94,4 +108,4 @@ class Promote:
     action: str = "failover"
 
 
-Verdict = NotReady | Hold | Scale | Recommend | Lost | Promote
+Verdict = NotReady | Hold | Scale | Recommend | Lost | Down | Promote

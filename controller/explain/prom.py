@@ -18,6 +18,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from controller.core.model import QueryModel
+from controller.core.outage import Outage
 from schemas import DecodeError
 from security import metrics_http
 from security.metrics_http import EndpointSecurity
@@ -80,6 +81,10 @@ class ControllerMetrics:
         self.lost_queries = Gauge("streamctl_lost_queries",
                                   "Queries silent for longer than their liveness timeout.",
                                   registry=registry)
+        self.down_queries = Gauge(
+            "streamctl_down_queries", "Queries whose job said it runs no query: stopped on "
+            "purpose, or halted waiting for its operator (not counted as lost).", ["state"],
+            registry=registry)
         self.standby_instances = gauge(
             "streamctl_standby_instances",
             "Standby instances of the query heard from within the lost-detection floor: what "
@@ -146,6 +151,20 @@ class ControllerMetrics:
     def lost(self, query_ids: list[str]) -> None:
         self.lost_queries.set(len(query_ids))
 
+    def down(self, action: str, query_ids: list[str]) -> None:
+        self.down_queries.labels(action).set(len(query_ids))
+
+    def outage(self, query_id: str, outage: Outage) -> None:
+        """Nothing is processed: no capacity, no utilisation, no busy time; the backlog and
+        arrival the broker holds, NaN (a gap) where unknown, never the last batch's figures."""
+        q = query_id
+        self.backlog.labels(q).set(_or_nan(outage.backlog_records))
+        self.arrival.labels(q).set(_or_nan(outage.arrival_rate))
+        self.throughput.labels(q).set(0)
+        self.busy.labels(q).set(0)
+        for gauge in (self.capacity, self.utilisation, self.overhead, self.per_unit):
+            gauge.labels(q).set(math.nan)
+
     def standbys(self, query_id: str, count: int) -> None:
         self.standby_instances.labels(query_id).set(count)
 
@@ -165,6 +184,10 @@ class ControllerMetrics:
         self.decode_errors.labels(error.topic or "unknown").inc()
 
 
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
 def new_registry() -> CollectorRegistry:
     """A registry of our own: the global default one also carries process collectors that
     tests would have to work around."""
@@ -172,11 +195,16 @@ def new_registry() -> CollectorRegistry:
 
 
 class Endpoint(Protocol):
+    server_port: int
+
     def shutdown(self) -> None: ...
 
 
 def serve(port: int, registry: CollectorRegistry,
-          security: EndpointSecurity = metrics_http.PLAIN) -> Endpoint:
-    """Serve /metrics on `port` from a daemon thread, with `security`'s TLS and basic auth;
-    `shutdown()` the result to stop it."""
-    return metrics_http.serve(make_wsgi_app(registry), port, security)
+          security: EndpointSecurity = metrics_http.PLAIN, *, host: str = "127.0.0.1",
+          any_port_if_taken: bool = False) -> Endpoint:
+    """Serve /metrics on `host:port` from a daemon thread, with `security`'s TLS and basic
+    auth; `shutdown()` the result to stop it. `metrics_http.PortInUse` when the port is taken,
+    unless `any_port_if_taken` (then a free one: `server_port`)."""
+    return metrics_http.serve(make_wsgi_app(registry), port, security, host,
+                              any_port_if_taken=any_port_if_taken)

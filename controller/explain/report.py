@@ -1,8 +1,8 @@
 """How decisions and status read: log lines and `schemas.Decision` records.
 
 Owns the text an operator sees on stdout and the audit record written for each decision
-(scalings; advice, "cannot help" and lost queries; actuation outcomes). Pure formatting;
-`loop` does the logging and the writing.
+(scalings; advice, "cannot help", lost, stopped and halted queries; actuation outcomes). Pure
+formatting; `loop` does the logging and the writing.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from controller.core.results import (
     ACTIVE_INSTANCE,
     EXECUTORS,
     STATE_PARTITIONS,
+    Down,
     Hold,
     Lost,
     Promote,
@@ -77,10 +78,11 @@ def outcome_record(query_id: str, *, action: str, parameter: str, target: str, r
     )
 
 
-def advice_record(query_id: str, verdict: Recommend | Hold | Lost, *, decision_id: str,
+def advice_record(query_id: str, verdict: Recommend | Hold | Lost | Down, *, decision_id: str,
                   now_ms: int, dry_run: bool) -> Decision:
     """A verdict the controller does not act on but an operator should see: throttle,
-    raise_batch_cap or start_standby (with the recommended value), cannot_help, lost."""
+    raise_batch_cap or start_standby (with the recommended value), cannot_help, lost,
+    stopped, halted."""
     parameter, target = ((verdict.parameter, f"{verdict.value:.0f}")
                          if isinstance(verdict, Recommend) else ("", ""))
     return Decision(

@@ -15,18 +15,20 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.core import failover
 from controller.core.failover import Standbys
 from controller.core.fit import BatchCost
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
+from controller.core.outage import down, outage
 from controller.core.policy import backlog_causes, is_quiet
 from controller.core.probes import EndOffsets, ProbeLog, end_offsets, wanted
 from controller.core.recovery import following, resumed
 from controller.core.results import (
     EXECUTORS,
+    Down,
     Hold,
     Lost,
     NotReady,
@@ -322,24 +324,21 @@ class ControlLoop:
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
         self.ports.observer.lost(sorted(q for q, v in verdicts.items() if isinstance(v, Lost)))
+        for action in ("stopped", "halted"):
+            self.ports.observer.down(action, sorted(
+                q for q, v in verdicts.items() if isinstance(v, Down) and v.action == action))
         return verdicts
 
     def evaluate(self, window: QueryWindow,
-                 now_ms: int) -> QueryModel | NotReady | Lost | Promote:
-        """The query's model, or why there is none: lost (then failed over, if a standby is
-        alive), or not ready yet."""
+                 now_ms: int) -> QueryModel | NotReady | Lost | Down | Promote:
+        """The query's model, or why there is none: down by its job's own word (stopped or
+        halted), lost (then failed over, if a standby is alive), or not ready yet."""
         query_id = window.query_id
         state = self.states.get(query_id, ControlState())
-        newest = window.last_sample
-        lost = liveness(window.last_seen_ms,
-                        newest.trigger_interval_ms / 1000 if newest else 0.0,
-                        newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
-                        self.settings.policy, self._watching_since_ms or 0,
-                        beat=window.beat, beat_heard_ms=window.beat_heard_ms,
-                        last_batch=newest)
-        found: QueryModel | NotReady | Lost | Promote = (
-            failover.decide(lost, self.standbys.live(query_id, now_ms), window.last_instance,
-                            now_ms) if lost is not None else
+        gone = self._gone(window, state, now_ms)
+        found: QueryModel | NotReady | Lost | Down | Promote = (
+            failover.decide(gone, self.standbys.live(query_id, now_ms), window.last_instance,
+                            now_ms) if gone is not None else
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      remembered_overhead_s=self._overheads.get(query_id),
                      remembered_batch_cap=self._caps.get(query_id, 0),
@@ -370,6 +369,26 @@ class ControlLoop:
         self.models[query_id] = found
         return found
 
+    def _gone(self, window: QueryWindow, state: ControlState, now_ms: int) -> Lost | Down | None:
+        """Down by the job's own word, else lost by its silence (neither while a tuple is in
+        flight: a restart is silent, the ack timeout covers it); with what the broker holds
+        for it in the reason, and exported in place of the model's figures."""
+        newest = window.last_sample
+        gone: Lost | Down | None = (None if state.in_flight is not None
+                                    else down(newest, window.beat))
+        gone = gone or liveness(window.last_seen_ms,
+                                newest.trigger_interval_ms / 1000 if newest else 0.0,
+                                newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
+                                self.settings.policy, self._watching_since_ms or 0,
+                                beat=window.beat, beat_heard_ms=window.beat_heard_ms,
+                                last_batch=newest)
+        if gone is None:
+            return None
+        owed = outage(newest, self.fresh_probes(now_ms))
+        self.ports.observer.outage(window.query_id, owed)
+        return replace(gone, reason=f"{gone.reason}; {owed.describe()}",
+                       figures={**gone.figures, **owed.figures()})
+
     def _note(self, query_id: str, verdict: Verdict, now_ms: int) -> None:
         """Log a non-scaling verdict only when its kind changes (the status line repeats it);
         record advice, "cannot help" and lost queries in the decision log the same way."""
@@ -378,16 +397,16 @@ class ControlLoop:
         if isinstance(verdict, Scale | Promote) or (previous is not None
                                                     and previous.action == verdict.action):
             return
-        if isinstance(previous, Lost):
-            log.info("%s: metrics again after being reported lost", query_id)
+        if isinstance(previous, Lost | Down):
+            log.info("%s: metrics again after being reported %s", query_id, previous.action)
         log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
         if not self.leading:
             return  # a follower's verdicts are its own business: counted and written by none
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
             self.ports.observer.recommended(verdict.action)
-        if isinstance(verdict, Recommend | Lost) or (isinstance(verdict, Hold)
-                                                     and verdict.action == "cannot_help"):
+        if isinstance(verdict, Recommend | Lost | Down) or (isinstance(verdict, Hold)
+                                                            and verdict.action == "cannot_help"):
             self._advice(query_id, verdict, now_ms)
 
     # -- act ------------------------------------------------------------------------------------
@@ -413,7 +432,8 @@ class ControlLoop:
                 self.ports.observer.recommended(advice.action)
                 self._advice(query_id, advice, now_ms)
 
-    def _advice(self, query_id: str, verdict: Recommend | Hold | Lost, now_ms: int) -> None:
+    def _advice(self, query_id: str, verdict: Recommend | Hold | Lost | Down,
+                now_ms: int) -> None:
         self._actuator.write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
                                                   now_ms=now_ms, dry_run=self.settings.dry_run))
 

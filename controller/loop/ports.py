@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar
 
 from controller.core.arrival import PartitionKey
 from controller.core.model import QueryModel
+from controller.core.outage import Outage
 from controller.core.recovery import Recovered
 from controller.errors import TemporaryError
 from schemas import Ack, Codec, ControlTuple, Decision, DecodeError, TaskMetrics
@@ -109,6 +110,14 @@ class LoopObserver(Protocol):
     def lost(self, query_ids: list[str]) -> None:
         """The queries reported lost this cycle (all of them, every cycle)."""
         ...
+    def down(self, action: str, query_ids: list[str]) -> None:
+        """The queries whose job said it runs no query (`Down`: 'stopped' or 'halted'), every
+        cycle, once per action."""
+        ...
+    def outage(self, query_id: str, outage: Outage) -> None:
+        """A query that processes nothing this cycle (lost, stopped or halted): the backlog
+        and arrival the broker holds for it, in place of the model's figures."""
+        ...
     def standbys(self, query_id: str, count: int) -> None:
         """How many live standby instances the query has (every cycle)."""
         ...
@@ -141,6 +150,12 @@ class NullObserver:
         pass
 
     def lost(self, query_ids: list[str]) -> None:
+        pass
+
+    def down(self, action: str, query_ids: list[str]) -> None:
+        pass
+
+    def outage(self, query_id: str, outage: Outage) -> None:
         pass
 
     def standbys(self, query_id: str, count: int) -> None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from schemas.records import CommitMarker
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.checkpoint.retention import InputDeleted
 from streaming_jobs.runtime.control.parameters import DesiredState
 from streaming_jobs.runtime.observe.metrics import RunContext
 from streaming_jobs.runtime.ports import Commit
@@ -42,6 +43,9 @@ class FakeQuery:
         self.failed_with: str | None = None
         self.idle: bool | None = None
         """Whether the running query has nothing to do (default: no commit since its start)."""
+        self.input_deleted: str | None = None
+        """A start finds its input deleted before it was read and halts, saying this."""
+        self.halt: str | None = None
         self.marker: CommitMarker | None = None
         self.log: list[str] = []
         self.started: list[DesiredState] = []
@@ -64,6 +68,10 @@ class FakeQuery:
         self.started.append(desired)
         if self.fail_start or desired == self.fail_with:
             raise RuntimeError(self.fail_start or "source refused")
+        if self.input_deleted is not None:
+            self.halt = self.input_deleted
+            raise InputDeleted(self.input_deleted)
+        self.halt = None
         self._desired, self._active = desired, True
         self._run = f"run-{len(self.started)}"
         if self.auto_commit and not self.idle_after_start:
@@ -147,6 +155,9 @@ class FakeQuery:
 
     def failure(self) -> str | None:
         return self.failed_with
+
+    def halted(self) -> str | None:
+        return self.halt
 
     def is_active(self) -> bool:
         return self._active

@@ -22,12 +22,14 @@ from pyspark.sql import SparkSession
 
 from schemas import knobs
 from schemas.records import ControlTuple, Role
+from security.metrics_http import EndpointSecurityError, MetricsServer, PortInUse
 from streaming_jobs.api import Job
-from streaming_jobs.config import ConfigError, JobConfig, bind
+from streaming_jobs.config import DEFAULT_METRICS_PORT, ConfigError, JobConfig, bind
 from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.checkpoint.identity import claim_checkpoint
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.checkpoint.retention import Deleted
 from streaming_jobs.runtime.checkpoint.running import running_batch
 from streaming_jobs.runtime.checkpoint.state_repartition import (
     ROCKSDB_PROVIDER,
@@ -38,7 +40,12 @@ from streaming_jobs.runtime.control.desired import SharedDesiredState
 from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S
 from streaming_jobs.runtime.control.tuples import ControlLoop
-from streaming_jobs.runtime.kafka import RecordPublisher, TopicOffsets, TypedConsumer
+from streaming_jobs.runtime.kafka import (
+    RecordPublisher,
+    TopicOffsets,
+    TypedConsumer,
+    written_topic_problems,
+)
 from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 from streaming_jobs.runtime.owner import QueryOwner
 from streaming_jobs.runtime.publish import Publisher
@@ -67,12 +74,15 @@ class ElasticJob:
         self.config = config = bind(config, job)
         self.plan = Plan(job)
         claim_checkpoint(config, job)  # refuses another query's checkpoint, before Spark
+        self._check_written_topics()
+        self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
+        self._endpoint = self._serve_metrics()
+        config = self.config
         self._owns_spark = spark is None
         started = time.monotonic()
         self.spark = spark if spark is not None else build_session(config, worker_path(job))
         if self._owns_spark:
             log.info("SparkSession %s up in %.1f s", config.master, time.monotonic() - started)
-        self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
         self._publisher = Publisher(config, RecordPublisher(
             config.bootstrap_servers, f"streamctl-job-{config.instance_id}",
             config.kafka_security), self.prometheus)
@@ -85,7 +95,8 @@ class ElasticJob:
         self.query = ElasticQuery(self.spark, self.plan, config, self.inputs,
                                   self._publisher.progress, self._publisher.heartbeat,
                                   desired=desired, executors=self._executors,
-                                  ownership=self._shared.superseded)
+                                  ownership=self._shared.superseded,
+                                  on_input_deleted=self._count_deleted)
         self.owner = QueryOwner(
             self.query, Instance(config, self.query, initial_role(config, desired)),
             self._shared, self.limits, kafka_retry_s=KAFKA_RETRY_S,
@@ -111,6 +122,43 @@ class ElasticJob:
             threading.Thread(target=self._watch_role, name="streamctl-role", daemon=True),
             *([threading.Thread(target=self._send_beats, name="streamctl-beat", daemon=True)]
               if config.beat_interval_s > 0 else []))
+
+    def _serve_metrics(self) -> MetricsServer | None:
+        """The Prometheus endpoint, up before Spark starts: the default port gives way to a
+        free one when another process holds it (a second job on this host), any other port
+        must be free. `config.metrics_port` becomes the port taken."""
+        c = self.config
+        try:
+            endpoint = self.prometheus.serve(c.metrics_host, c.metrics_port, c.metrics_endpoint,
+                                             any_port_if_taken=c.metrics_port
+                                             == DEFAULT_METRICS_PORT)
+        except PortInUse as exc:
+            raise ConfigError(f"job {c.query_id}: its metrics endpoint cannot listen: {exc} "
+                              "(--metrics-port, STREAMCTL_METRICS_PORT): choose a free port, "
+                              "or 0 for no endpoint") from None
+        except EndpointSecurityError as exc:
+            raise ConfigError(f"metrics endpoint: {exc}") from None
+        if endpoint is None:
+            return None
+        if endpoint.server_port != c.metrics_port:
+            log.warning("metrics port %d is in use on %s (another job on this host?): serving "
+                        "the metrics on port %d instead", c.metrics_port, c.metrics_host,
+                        endpoint.server_port)
+        self.config = replace(c, metrics_port=endpoint.server_port)
+        log.info("Prometheus metrics at %s://%s/metrics",
+                 "https" if c.metrics_endpoint.tls_cert_file else "http",
+                 self.config.metrics_address)
+        return endpoint
+
+    def _check_written_topics(self) -> None:
+        """The output and dead-letter topics exist and take the job's largest record, before
+        Spark starts (else the first oversized row or dead letter would fail a batch)."""
+        c = self.config
+        problems = written_topic_problems(
+            c.bootstrap_servers, c.kafka_security, c.max_record_bytes,
+            [("output topic", c.output_topic), ("dead-letter topic", c.dlq_topic)])
+        if problems:
+            raise ConfigError(f"job {c.query_id}: " + "; ".join(problems))
 
     @property
     def role(self) -> Role:
@@ -160,7 +208,6 @@ class ElasticJob:
         self.owner.start()
         for thread in self._threads:
             thread.start()
-        self.prometheus.serve(self.config.metrics_port, self.config.metrics_endpoint)
         d, c = self.query.desired, self.config
         if self.owner.role is Role.STANDBY:
             threading.Thread(target=self._warm_up, name="streamctl-warm-up", daemon=True).start()
@@ -169,11 +216,20 @@ class ElasticJob:
                      c.query_id, c.instance_id, c.master, c.heartbeat_interval_s,
                      c.checkpoint_dir)
             return
+        if self.query.halted() is not None:
+            log.error("job %s (instance %s) is up and halted, running no query: its input was "
+                      "deleted before it was read (above); restart it with --on-data-loss skip "
+                      "to go on", c.query_id, c.instance_id)
+            return
+        knob = self.plan.scaling_parameter
+        sized = (f"{knob} {getattr(d, knob)}" if knob == knobs.INPUT_PARALLELISM
+                 else f"{knob} {getattr(d, knob)} (its knob), input_parallelism "
+                      f"{d.input_parallelism}")
         log.info("job %s (instance %s) started at epoch %d on %s: input %s → output %s, "
-                 "input_parallelism %d, max_offsets_per_trigger %d, shed_fraction %g, udf %s, "
-                 "task slots %d", c.query_id, c.instance_id, d.epoch, c.master, d.input_topic,
-                 d.output_topic, d.input_parallelism, d.max_offsets_per_trigger,
-                 d.shed_fraction, d.udf_version, self.query.task_slots())
+                 "%s, max_offsets_per_trigger %d, shed_fraction %g, udf %s, task slots %d",
+                 c.query_id, c.instance_id, d.epoch, c.master, d.input_topic, d.output_topic,
+                 sized, d.max_offsets_per_trigger, d.shed_fraction, d.udf_version,
+                 self.query.task_slots())
 
     def wait_control_ready(self, timeout_s: float) -> bool:
         """Whether the control consumer holds its partitions (tuples sent now are seen)."""
@@ -228,14 +284,24 @@ class ElasticJob:
         except Exception:  # a colder promotion, not a broken standby
             log.exception("standby warm-up failed; a promotion starts cold")
 
+    def _count_deleted(self, found: list[Deleted]) -> None:
+        for lost in found:
+            self.prometheus.input_lost.labels(self.config.query_id, lost.topic).inc(lost.records)
+
     def _watch_role(self) -> None:
         """The role thread: `standby.Instance.watch`, through the owner, every heartbeat
-        interval."""
+        interval; a halted active's heartbeat, which no query sends for it."""
         while not self._stopping.wait(self.config.heartbeat_interval_s):
             try:
                 beat = self.owner.watch()
                 if beat is not None:
                     self._publisher.metrics(beat)
+                halted = self.query.halted()
+                self.prometheus.halted.labels(self.config.query_id).set(int(halted is not None))
+                if halted is not None and self.owner.role is Role.ACTIVE:
+                    query = self.query
+                    self._publisher.halted(query.context(query.desired), int(time.time() * 1000),
+                                           query.resume_offsets())
             except Exception:  # e.g. an unreadable shared file: say so, keep watching
                 log.exception("role check of %s failed", self.config.instance_id)
 
@@ -261,8 +327,10 @@ class ElasticJob:
             except Exception:  # e.g. Spark's JVM gone at shutdown: say so, keep beating
                 log.exception("liveness beat of %s failed", self.config.instance_id)
 
-    def stop(self) -> None:
-        """Quiesce and stop the query, then flush and close the Kafka clients."""
+    def stop(self, on_purpose: bool = True) -> None:
+        """Quiesce and stop the query, say so when `on_purpose` (its last metrics record: the
+        controller then takes the silence for a stop, not a loss), then flush and close the
+        Kafka clients."""
         self._stopping.set()
         for thread in self._threads:
             if thread.ident is not None:  # a job never started has no threads
@@ -270,6 +338,9 @@ class ElasticJob:
         try:
             self.owner.stop()
             self.query.close()
+            if on_purpose:
+                self._publisher.stopped(self.query.context(self.owner.desired),
+                                        int(time.time() * 1000), self.owner.role)
             if self._owns_spark:
                 self.spark.stop()
         except (Py4JError, ConnectionError) as exc:
@@ -281,4 +352,6 @@ class ElasticJob:
         self._consumer.close()
         self._offsets.close()
         self._publisher.close()
+        if self._endpoint is not None:
+            self._endpoint.shutdown()
         log.info("job %s stopped", self.config.query_id)

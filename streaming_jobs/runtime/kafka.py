@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -22,6 +22,9 @@ from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
 from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streaming_jobs.errors import TemporaryError
+from streaming_jobs.runtime.sink.dead_letter import framed, limit_problems
+from streaming_jobs.runtime.sink.transactional import DEFAULT_MAX_RECORD_BYTES
+from streaming_jobs.runtime.sink.transactional_kafka import Fault, record_fault, topic_limits
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=_Record)
@@ -63,28 +66,64 @@ def _log_failure(err: KafkaError | None, msg: object) -> None:
         log.error("delivery failed: %s", err)
 
 
-class KafkaDeadLetterSink:
-    """Sends undecodable input records to the dead-letter topic, with their origin and the
-    reason in words in headers (and the query that could not read them)."""
+class DeadLettersUndelivered(PublishError):
+    """Dead letters Kafka did not take (it was away): the task fails and its batch runs again,
+    rather than a dead letter being lost."""
 
-    def __init__(self, producer: Producer, topic: str, query_id: str = "") -> None:
+
+class KafkaDeadLetterSink:
+    """Sends undecodable input records to the dead-letter topic, with their origin, size and
+    the reason in words in headers (and the query that could not read them); a record larger
+    than a dead letter may be keeps as much of itself as fits (`dead_letter.framed`)."""
+
+    def __init__(self, producer: Producer, topic: str, query_id: str = "",
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self._producer, self._topic, self._query_id = producer, topic, query_id
+        self._max_record_bytes = max_record_bytes
+        self._sent: list[tuple[bytes | None, DecodeError]] = []
+        self._failed: list[tuple[int, KafkaError]] = []
 
     def send(self, payload: bytes | None, error: DecodeError) -> None:
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("source_topic", str(error.topic)), ("source_partition", str(error.partition)),
-            ("source_offset", str(error.offset)), ("error", error.reason),
-            ("query_id", self._query_id)]
-        self._producer.produce(self._topic, value=payload, headers=headers)
+        self._sent.append((payload, error))
+        self._produce(len(self._sent) - 1, payload)
+
+    def _produce(self, index: int, payload: bytes | None, note: str = "") -> None:
+        _, error = self._sent[index]
+        headers = [("source_topic", str(error.topic)), ("source_partition", str(error.partition)),
+                   ("source_offset", str(error.offset)), ("error", error.reason + note),
+                   ("query_id", self._query_id)]
+        letter = framed(None, payload, headers, self._max_record_bytes)
+
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                self._failed.append((index, err))
+        try:
+            self._producer.produce(self._topic, value=letter.value,
+                                   headers=list[tuple[str, str | bytes | None]](letter.headers),
+                                   on_delivery=delivered)
+        except KafkaException as exc:  # the client's own check, before any broker
+            self._failed.append((index, exc.args[0]))
         self._producer.poll(0)
 
     def flush(self) -> None:
+        """Every dead letter delivered: one the broker refuses for what it is goes again with
+        its origin and reason only; `DeadLettersUndelivered` when Kafka did not take them."""
         remaining = self._producer.flush(30.0)
-        if remaining:  # failing the task makes Spark retry it rather than lose a dead letter
-            raise PublishError(f"{remaining} dead letters undelivered to {self._topic}")
+        refused, self._failed = self._failed, []
+        for index, err in refused:
+            if record_fault(err) is Fault.REJECTED:
+                self._produce(index, None, f"; its payload was refused too ({err.str()})")
+        remaining += self._producer.flush(30.0)
+        lost = [err for _, err in self._failed] + [
+            err for _, err in refused if record_fault(err) is not Fault.REJECTED]
+        self._sent, self._failed = [], []
+        if remaining or lost:  # failing the task makes Spark retry it: no dead letter is lost
+            raise DeadLettersUndelivered(
+                f"{remaining + len(lost)} dead letters undelivered to {self._topic}"
+                + (f" ({lost[0].str()})" if lost else ""))
 
 
-_worker_producers: dict[tuple[str, KafkaSecurity], Producer] = {}
+_worker_producers: dict[tuple[str, KafkaSecurity, int], Producer] = {}
 _worker_lock = threading.Lock()
 
 
@@ -98,16 +137,18 @@ class DeadLetterFactory:
     topic: str
     security: KafkaSecurity = PLAINTEXT
     query_id: str = ""
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __call__(self) -> KafkaDeadLetterSink:
-        where = (self.bootstrap_servers, self.security)
+        where = (self.bootstrap_servers, self.security, self.max_record_bytes)
         with _worker_lock:
             producer = _worker_producers.get(where)
             if producer is None:
-                producer = Producer(client_config(self.bootstrap_servers, self.security,
-                                                  **IDEMPOTENT))
+                producer = Producer(client_config(
+                    self.bootstrap_servers, self.security, **IDEMPOTENT,
+                    **{"message.max.bytes": self.max_record_bytes}))
                 _worker_producers[where] = producer
-        return KafkaDeadLetterSink(producer, self.topic, self.query_id)
+        return KafkaDeadLetterSink(producer, self.topic, self.query_id, self.max_record_bytes)
 
 
 class TypedConsumer(Generic[R]):
@@ -265,3 +306,23 @@ def _scan(consumer: Consumer, ends: dict[int, int], key: bytes, codec: Any,
             except DecodeError as err:
                 log.warning("skipping an undecodable record: %s", err)
     return latest
+
+
+def written_topic_problems(bootstrap_servers: str, security: KafkaSecurity,
+                           max_record_bytes: int, written: Sequence[tuple[str, str]],
+                           timeout_s: float = 30.0) -> list[str]:
+    """What stops the job from writing its topics, asked of the broker before Spark starts:
+    (what, topic) pairs, e.g. ("output topic", "scores"), that do not exist or take smaller
+    records than `max_record_bytes`."""
+    topics = [topic for _what, topic in written]
+    try:
+        limits = topic_limits(client_config(bootstrap_servers, security), topics, timeout_s)
+    except LookupError as exc:
+        what = next((w for w, t in written if repr(t) in str(exc)), "topic")
+        return [f"the {what} {exc.args[0].removeprefix('topic ')}: create it (`streamctl "
+                "stack topics --job <job>` creates a job's topics) or name another"]
+    except KafkaException as exc:
+        raise PublishError(f"cannot read the configuration of {', '.join(topics)} at "
+                           f"{bootstrap_servers}: {exc.args[0]}") from exc
+    return limit_problems(max_record_bytes, [(what, topic, limits[topic])
+                                             for what, topic in written])

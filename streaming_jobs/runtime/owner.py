@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from schemas.records import ControlTuple, Role, TaskMetrics
+from streaming_jobs.runtime.checkpoint.retention import InputDeleted
 from streaming_jobs.runtime.control.desired import SharedDesiredState, StaleWrite
 from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
@@ -113,7 +114,10 @@ class QueryOwner:
         """An active instance starts its query with the state in force and records it."""
         with self._lock:
             if self._instance.role is Role.ACTIVE:
-                self._query.start_keeping_partitions(self._query.desired)
+                try:
+                    self._query.start_keeping_partitions(self._query.desired)
+                except InputDeleted:
+                    return  # reported as it was found; halted until its operator acts
                 self._record(None)
 
     def stop(self, timeout_s: float = QUIESCE_TIMEOUT_S) -> bool:

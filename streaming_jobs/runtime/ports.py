@@ -87,6 +87,10 @@ class QueryControl(Protocol):
 
     def is_active(self) -> bool: ...
 
+    def halted(self) -> str | None:
+        """Why the query does not run and must not be restarted until its operator acts (its
+        input was deleted before it read it), or None."""
+
     def is_idle(self) -> bool:
         """Active, no trigger running and no data waiting."""
 

@@ -10,10 +10,11 @@ side publishes (acks, the desired state, when its topic exists). Neighbours: `jo
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from schemas.records import Ack, DesiredStateRecord, SourcePartition, TaskMetrics
+from schemas.records import Ack, DesiredStateRecord, Role, SourcePartition, TaskMetrics
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint.running import RunningBatch
 from streaming_jobs.runtime.kafka import RecordPublisher
@@ -27,6 +28,7 @@ from streaming_jobs.runtime.observe.metrics import (
     warn_if_shed,
 )
 from streaming_jobs.runtime.observe.prometheus import JobPrometheus
+from streaming_jobs.runtime.sink.foreach_batch import Written
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,9 @@ class Publisher:
         self._state_topic_exists = False
 
     def progress(self, progress: StreamingQueryProgress, ctx: RunContext,
-                 output_rows: int) -> None:
+                 written: Written) -> None:
         """A committed batch: its metrics record, its Prometheus figures, its warnings."""
-        metrics = to_task_metrics(progress, ctx, output_rows)
+        metrics = to_task_metrics(progress, ctx, written.rows)
         warn_if_late_data(metrics)
         warn_if_shed(metrics)
         dead = dead_letters(progress)
@@ -52,11 +54,22 @@ class Publisher:
                         self._config.dlq_topic)
         self._last_metrics = metrics
         self.metrics(metrics)
-        self._prometheus.record_batch(metrics, dead)
+        self._prometheus.record_batch(metrics, dead, written.dead_letters)
 
     def heartbeat(self, ctx: RunContext, at_ms: int) -> None:
         """An idle active query says it is alive, repeating where its last batch ended."""
         self.metrics(heartbeat(ctx, at_ms, self._last_metrics))
+
+    def halted(self, ctx: RunContext, at_ms: int,
+               resume_at: tuple[SourcePartition, ...]) -> None:
+        """A halted active says it is up and why it reads nothing (`ctx.halted`), with where a
+        run would start each partition (the backlog it owes is counted from there)."""
+        self.metrics(replace(heartbeat(ctx, at_ms, None), partitions=resume_at))
+
+    def stopped(self, ctx: RunContext, at_ms: int, role: Role) -> None:
+        """The instance's last record: it stops on purpose, its query quiesced; where its last
+        batch ended, so a reader knows what it owes from here."""
+        self.metrics(replace(heartbeat(ctx, at_ms, self._last_metrics, role), stopped=True))
 
     def beat(self, ctx: RunContext, at_ms: int, running: RunningBatch | None) -> None:
         """An active instance's liveness beat, with the batch it runs (None: between

@@ -44,14 +44,18 @@ def run_loop(bootstrap: str, topics: dict[str, str], job_args: Sequence[str],
 @contextmanager
 def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[str]],
              log_dir: Path, controller_metrics_port: int = 0, *,
-             with_controller: bool = True) -> Iterator[list[Child]]:
+             with_controller: bool = True,
+             metrics_endpoints: bool = False) -> Iterator[list[Child]]:
     """One `job run` process per entry of `jobs` (name → its options), then the controller
     (unless the test starts it later, `start_controller`, into the same list), all on the
-    control-plane topics of `topics`; every process in the list stopped on the way out."""
+    control-plane topics of `topics`; every process in the list stopped on the way out. The
+    jobs serve no metrics endpoint, unless `metrics_endpoints`: then each serves the one it
+    gets by default (9301, or a free port when that is taken)."""
     children: list[Child] = []
+    endpoint = () if metrics_endpoints else ("--metrics-port", "0")
     try:
         for name, args in jobs.items():
-            children.append(start_child(name, ["job", "run", "--metrics-port", "0", *args],
+            children.append(start_child(name, ["job", "run", *endpoint, *args],
                                         log_dir, _env(bootstrap, topics)))
         if with_controller:
             children.append(start_controller(bootstrap, topics, log_dir,

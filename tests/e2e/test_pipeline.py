@@ -12,7 +12,8 @@ foresee. It must size the middle job and the one after it
 in the same round (the last one for what the middle one will pass on), both acks must say
 applied, and a `read_committed` reader must find every click exactly once in the last topic.
 Garbage on the JSON job's and on the Avro job's input goes to their dead-letter topics, with
-the reason in words.
+the reason in words. The three jobs are started as the guide starts them (no metrics port
+given): each serves its own metrics endpoint.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from streamctl.profiles import RateProfile
 from streaming_jobs.api import Avro
 from tests.e2e.loop import LoopWatch, capacity, run_jobs, start_controller
 from tests.support.kafka import NewTopics, produce, read_committed
+from tests.support.prometheus import sample, scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
@@ -86,7 +88,8 @@ def pipeline(bootstrap_servers: str, topics: dict[str, str],
         ALERTS: job(ALERTS, "sessionized", "verdicts", topics, tmp_path,
                     "--input-parallelism", "2", "--set", f"check_cost_ms={COST_MS / 2}"),
     }
-    with run_jobs(bootstrap_servers, topics, jobs, tmp_path, with_controller=False) as children:
+    with run_jobs(bootstrap_servers, topics, jobs, tmp_path, with_controller=False,
+                  metrics_endpoints=True) as children:
         yield children
 
 
@@ -171,6 +174,7 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
     assert not missing, f"{len(missing)} acknowledged clicks without a verdict"
     assert set(verdicts) == ledger.event_ids
     _assert_dead_letters(bootstrap_servers, t)
+    _assert_side_by_side_endpoints(watch)
     acks = {a.control_id: a for a in watch.applied()}
     print(f"\ncapacity measured: {measured}; step {profile.base_per_s:.0f} -> {step_rate:.0f}/s; "
           f"first tuples {sent_after_s:.1f} s after the step: "
@@ -201,6 +205,22 @@ def _assert_dead_letters(bootstrap: str, t: dict[str, str]) -> None:
                                                 "0000000000000000")
     assert (headers["source_topic"].decode(), headers["query_id"].decode()) == (
         t["enriched"], SESSIONS)
+
+
+def _assert_side_by_side_endpoints(watch: LoopWatch) -> None:
+    """Three jobs on one host, each started without `--metrics-port` as the guide runs them:
+    each serves its metrics on a port of its own (the first on 9301 unless another process
+    had it, the others on free ones), says where in its metrics records, and counts there
+    the records its batches read."""
+    addresses = {q: {m.metrics_address for m in v.samples} for q, v in watch.views.items()}
+    assert all(len(a) == 1 and "" not in a for a in addresses.values()), addresses
+    ports = {next(iter(a)).rsplit(":", 1)[1] for a in addresses.values()}
+    assert len(ports) == 3, addresses
+    for query, found in addresses.items():
+        address = next(iter(found))
+        read = sample(scrape(f"http://{address}/metrics"), "streamctl_job_input_rows_total",
+                      query=query)
+        assert read is not None and read > 0, (query, address, read)
 
 
 def _event_id(value: bytes) -> str:

@@ -1,6 +1,7 @@
 """The transactional sink on the real broker, without Spark: replays of committed batches are
 not written again (same instance or a restarted one), a newer instance fences an older one,
-and the marker of a query is found behind another query's open transaction."""
+the marker of a query is found behind another query's open transaction, and rows (or
+undecodable input) no topic could take are dead letters, never a failed batch."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
+from schemas.codec import DecodeError
 from schemas.records import CommitMarker
 from security.kafka import client_config
 from streaming_jobs.formats import KeyValue
+from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, transactional_id
 from streaming_jobs.runtime.sink.gate import BatchGate
 from streaming_jobs.runtime.sink.transactional import (
@@ -29,7 +32,7 @@ from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )
-from tests.support.kafka import read_committed
+from tests.support.kafka import read_committed, set_topic_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -85,7 +88,7 @@ def test_replayed_batches_are_written_once(topics: Topics) -> None:
     assert first.write(rows_of(2), 2, CHECKPOINT) is Replay.SKIP
     restarted = topics.sink()
     assert restarted.write(rows_of(2), 2, CHECKPOINT) is Replay.SKIP
-    assert restarted.skipped_replays() == 1 and restarted.take_output_rows(2) == 50
+    assert restarted.skipped_replays() == 1 and restarted.take_output(2).rows == 50
     assert restarted.write(rows_of(3), 3, CHECKPOINT) is Replay.WRITE
 
     seen = committed_values(topics)
@@ -146,3 +149,68 @@ def test_the_marker_is_found_behind_another_querys_open_transaction(topics: Topi
         committer.join()
     assert time.monotonic() - started >= 2.5  # it did wait for the other transaction
     assert len(committed_values(topics)) == 100
+
+
+def test_rows_the_output_topic_cannot_take_are_dead_letters_in_the_batchs_transaction(
+        bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """Rows over the output topic's limit, and a keyless row for a compacted topic, go to the
+    dead-letter topic in the batch's own transaction, framed to fit the job's record limit
+    (a larger one keeps what fits); every other row is
+    committed once. When the topic's limit is lowered under the writer's feet, the broker's
+    refusal is pinned on the one row it concerns (not on the rows it shared a request with)
+    and the batch is written again without it."""
+    out = new_topic(partitions=2, config={"max.message.bytes": "200000",
+                                          "cleanup.policy": "compact"})
+    dlq = new_topic(partitions=1)
+    markers = new_topic(partitions=1, config={"cleanup.policy": "compact"})
+    writer = KafkaTransactionalWriter(TransactionalSettings(
+        bootstrap_servers, f"t-{uuid.uuid4().hex[:8]}", marker_topic=markers,
+        dead_letter_topic=dlq, max_record_bytes=250_000, retry_budget_s=20.0))
+    try:
+        writer.start("q")
+        batch = OutputBatch(keys=[b"k0", b"k1", None, b"k3", b"k4"],
+                            values=[b"a", b"b" * 300_000, b"c", b"d" * 199_990, b"e"])
+        rejected = writer.commit(out, batch, CommitMarker("q", CHECKPOINT, 0, out, 5, 0))
+        assert [(r.index, r.reason.split(":")[0]) for r in rejected] == [
+            (1, f"record too large for {out}"), (2, "no key"), (3, f"record too large for {out}")]
+        assert f"{out}'s max.message.bytes 200000" in rejected[0].reason
+        set_topic_config(bootstrap_servers, out, **{"max.message.bytes": "100000"})
+        again = OutputBatch(keys=[b"k5", b"k6", b"k7"], values=[b"f", b"g" * 150_000, b"h"])
+        rejected = writer.commit(out, again, CommitMarker("q", CHECKPOINT, 1, out, 3, 0))
+        assert [r.index for r in rejected] == [1]
+    finally:
+        writer.close()
+    assert sorted((m.key(), m.value()) for m in read_committed(bootstrap_servers, out)) == [
+        (b"k0", b"a"), (b"k4", b"e"), (b"k5", b"f"), (b"k7", b"h")]
+    letters = read_committed(bootstrap_servers, dlq)
+    headers = [{k: v.decode() for k, v in m.headers() or []} for m in letters]
+    assert [(m.key(), h["batch_id"], h["size"]) for m, h in zip(letters, headers, strict=True)] \
+        == [(b"k1", "0", "300000"), (None, "0", "1"), (b"k3", "0", "199990"),
+            (b"k6", "1", "150000")]
+    assert all(h["stage"] == "output" and h["output_topic"] == out for h in headers)
+    assert [m.value() for m in letters][1:3] == [b"c", b"d" * 199_990]  # whole: they fit
+    kept = len(letters[0].value())
+    assert headers[0]["truncated"] == f"kept the first {kept} of 300000 bytes"
+    assert letters[0].value() == b"b" * kept
+
+
+def test_an_undecodable_record_larger_than_a_dead_letter_may_be_is_sent_truncated(
+        bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """The dead-letter producer of the Spark tasks: a 2 MB record that does not decode is a
+    dead letter of at most the job's record limit, with its origin, size and reason."""
+    dlq = new_topic(partitions=1)
+    letters = DeadLetterFactory(bootstrap_servers, dlq, query_id="q",
+                                max_record_bytes=100_000)()
+    error = DecodeError("not Avro single-object encoded: it starts with de ad",
+                        topic="in", partition=1, offset=41)
+    letters.send(b"\xde\xad" * 1_000_000, error)
+    letters.send(b"small", error.at(topic="in", partition=1, offset=42))
+    letters.flush()
+    found = read_committed(bootstrap_servers, dlq)
+    headers = [{k: v.decode() for k, v in m.headers() or []} for m in found]
+    assert [(h["source_offset"], h["size"]) for h in headers] == [("41", "2000000"),
+                                                                 ("42", "5")]
+    assert headers[0]["truncated"].endswith("of 2000000 bytes") and 90_000 < len(
+        found[0].value()) < 100_000
+    assert found[1].value() == b"small" and "truncated" not in headers[1]
+

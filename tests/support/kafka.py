@@ -10,6 +10,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from schemas.codec import codec_for
 from schemas.errors import DecodeError
@@ -41,10 +48,12 @@ def job_topics(new_topics: NewTopics, input_partitions: int = 2, output_partitio
 
 
 def produce(bootstrap: str, topic: str, items: Iterable[Item], partition: int | None = None,
-            timestamp_ms: int = 0) -> None:
+            timestamp_ms: int = 0, max_bytes: int = 1_000_000) -> None:
     """Each item, acknowledged by the broker before this returns; stamped with its own
-    timestamp, else `timestamp_ms`, else now."""
-    producer = Producer(client_config(bootstrap, **IDEMPOTENT))
+    timestamp, else `timestamp_ms`, else now. `max_bytes`: the largest record the producer
+    sends (its message.max.bytes; the topic must take it too)."""
+    producer = Producer(client_config(bootstrap, **IDEMPOTENT,
+                                      **{"message.max.bytes": max_bytes}))
     where = {} if partition is None else {"partition": partition}
     for item in items:
         key, value, stamp = _parts(item, timestamp_ms)
@@ -214,3 +223,33 @@ class SteadyLoad:
         self._stop.set()
         self._thread.join(60)
         return self.acked
+
+
+def set_topic_config(bootstrap: str, topic: str, **settings: str) -> None:
+    """Change a topic's configuration, e.g. `**{"max.message.bytes": "3000000"}`."""
+    admin = AdminClient(client_config(bootstrap))
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in settings.items()])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def delete_records_before(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
+    """What retention does: the log of each partition of `topic` starts at its offset now."""
+    admin = AdminClient(client_config(bootstrap))
+    futures = admin.delete_records([TopicPartition(topic, p, o) for p, o in offsets.items()],
+                                   request_timeout=30)
+    for future in futures.values():
+        future.result(30)
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset (high watermark) of `topic`, now."""
+    consumer = Consumer(client_config(bootstrap, **{"group.id": "unused"}))
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1])
+                for p in partitions}
+    finally:
+        consumer.close()

@@ -5,6 +5,8 @@ promotion in flight instead of promoting again)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from controller.core.failover import NO_STANDBY, decide, standby_advice
 from controller.core.instances import Instances, Seen
 from controller.core.recovery import History, recover
@@ -192,3 +194,10 @@ def test_a_just_started_controller_counts_silence_only_from_its_start() -> None:
     assert h.loop.verdicts["q1"].action != "lost" and h.bus.sent_controls() == []
     keep_standbys_alive(h, 30)
     assert [t.value for t in h.bus.sent_controls()] == ["s1"]
+
+
+def test_a_standby_that_stopped_on_purpose_is_no_longer_live() -> None:
+    table = Instances()
+    table.add(beat("s1", T0_MS))
+    table.add(replace(beat("s1", T0_MS + 1_000), stopped=True))
+    assert table.live_standbys("q1", T0_MS + 1_000, 8.0) == []

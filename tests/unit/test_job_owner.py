@@ -94,6 +94,26 @@ def test_a_query_that_stopped_because_kafka_was_away_is_restarted(tmp_path: Path
     assert owner.next_step() is None
 
 
+def test_a_query_whose_input_was_deleted_halts_once_and_is_never_restarted(
+        tmp_path: Path) -> None:
+    """At start, and after Spark's own data-loss failure mid-run: the restart finds the
+    loss, halts, and no round of the supervisor restarts it again (no crash loop)."""
+    owner, query, recorded, _ = owner_of(tmp_path)
+    query.input_deleted = "query q: 12 records of its input were deleted ...; halted"
+    owner.start()
+    assert not query.is_active() and query.halted() == query.input_deleted
+    assert recorded == [] and owner.next_step() is None
+    query.input_deleted = None
+    owner.start()
+    query.stop_by_itself("[KAFKA_DATA_LOSS.START_OFFSET_RESET] Some data may have been lost")
+    step = owner.next_step()
+    assert step is not None and step.step is Step.RESTART
+    query.input_deleted = "query q: 40 records of its input were deleted ...; halted"
+    owner.take(step)
+    assert query.halted() is not None and owner.next_step() is None
+    assert [line for line in query.log if line.startswith("start")] == ["start epoch 0"] * 3
+
+
 def test_changes_from_several_threads_run_one_at_a_time(tmp_path: Path) -> None:
     class Slow(FakeQuery):
         inside = 0

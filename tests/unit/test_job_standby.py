@@ -120,7 +120,11 @@ def test_an_active_superseded_while_it_was_frozen_steps_down_on_its_next_look() 
      "detected for 12.", None, Step.RESTART),
     ("Multiple streaming queries are concurrently using file:/c/offsets", None, Step.RESTART),
     ("SinkUnavailable: commit_transaction (...): Local: Timed out", None, Step.RESTART),
+    ("DeadLettersUndelivered: 3 dead letters undelivered to in.dlq", None, Step.RESTART),
     ("SinkFenced: another instance with a higher epoch owns this sink", None, Step.EXIT),
+    # A setup Kafka refuses is not Kafka away: no restart helps until an operator acts.
+    ("SinkRefused: Kafka refuses the sink's setup; commit_transaction: TOPIC_AUTHORIZATION_"
+     "FAILED", None, Step.EXIT),
     ("java.lang.OutOfMemoryError", None, Step.EXIT),
     (None, None, Step.EXIT),  # stopped after a failed reconfiguration
 ])
@@ -128,7 +132,9 @@ def test_a_query_that_stopped_by_itself(failure: str | None, superseded: str | N
                                         step: Step) -> None:
     found = classify(failure, superseded, kafka_retry_s=10)
     assert found.step is step
-    assert found.delay_s == (10 if failure and "SinkUnavailable" in failure else 0)
+    kafka_away = failure is not None and failure.startswith(("SinkUnavailable",
+                                                             "DeadLettersUndelivered"))
+    assert found.delay_s == (10 if kafka_away else 0)
 
 
 def test_a_kafka_timeout_in_a_spark_stack_trace_is_named_by_its_own_line() -> None:

@@ -213,3 +213,20 @@ def test_a_dict_from_before_a_defaulted_field_gets_the_default() -> None:
     data = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8).to_avro()
     del data["max_offsets_per_trigger"]
     assert TaskMetrics.from_avro(data).max_offsets_per_trigger == 0
+
+
+def test_records_of_task_metrics_v5_decode_as_a_running_instance_with_nothing_lost() -> None:
+    """v5 (before the metrics address, the stop and the data-loss fields) is shipped in
+    schemas/history; its records read as an instance that runs, serves no address it told,
+    and found nothing deleted."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.5.avsc").read_text())
+    assert "lost_ranges" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, -1, 3, 3, 1000, 0, 0, 0, (), 2, 4, 8,
+                          metrics_address="host:9302", stopped=True, halted="input lost",
+                          lost_ranges=(SourcePartition("in", 0, 10, 50, 90),))
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert (decoded.metrics_address, decoded.stopped, decoded.halted, decoded.lost_ranges) == (
+        "", False, "", ())
+    current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
+    assert current == metrics

@@ -12,7 +12,8 @@ from schemas.codec import DecodeError
 from schemas.records import CommitMarker
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.observe.prometheus import SinkCollector
-from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
+from streaming_jobs.runtime.sink.dead_letter import Rejected
+from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, Written
 from streaming_jobs.runtime.sink.gate import BatchGate, QuiesceRequested
 from streaming_jobs.runtime.sink.transactional import (
     CheckpointBehindOutput,
@@ -20,13 +21,14 @@ from streaming_jobs.runtime.sink.transactional import (
     Replay,
     SinkBatchAborted,
     SinkFenced,
+    SinkRefused,
     SinkUnavailable,
     decide,
     decode_marker,
     encode_marker,
     output_batch,
 )
-from streaming_jobs.runtime.sink.transactional_kafka import Action, classify
+from streaming_jobs.runtime.sink.transactional_kafka import Action, Fault, classify, record_fault
 
 
 def marker(batch_id: int, checkpoint_id: str = "c1", rows: int = 2) -> CommitMarker:
@@ -47,12 +49,18 @@ class MemoryWriter:
         mine = [m for m in self.markers if m.query_id == query_id]
         return mine[-1] if mine else None
 
-    def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None:
+    def commit(self, topic: str, batch: OutputBatch,
+               marker: CommitMarker) -> tuple[Rejected, ...]:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
         self.output.append((topic, list(batch.values)))
         self.markers.append(marker)
+        return ()
+
+    def check_topic(self, topic: str) -> None:
+        if topic == "too-small":
+            raise SinkRefused(f"{topic} takes smaller records than the job writes")
 
     def close(self) -> None:
         pass
@@ -103,7 +111,7 @@ def test_batches_are_committed_with_their_marker_and_replays_skipped() -> None:
     assert writer.output == [("out", [b"a", b"b"])]
     assert writer.markers == [CommitMarker("q", "c1", 0, "out", 2, 7)]
     assert s.skipped_replays() == 1
-    assert s.take_output_rows(0) == 2  # the replay's rows are in the output (once)
+    assert s.take_output(0).rows == 2  # the replay's rows are in the output (once)
 
 
 def test_skipped_replays_are_a_prometheus_counter() -> None:
@@ -133,6 +141,29 @@ def test_retarget_takes_effect_at_the_next_batch_and_is_in_its_marker() -> None:
     assert [m.topic for m in writer.markers] == ["out", "out-v2"]
     with pytest.raises(ValueError, match="must not be empty"):
         s.retarget(" ")
+
+
+def test_retarget_to_a_topic_that_cannot_take_the_jobs_records_is_refused_and_changes_nothing(
+        ) -> None:
+    writer = MemoryWriter()
+    s = sink(writer)
+    with pytest.raises(SinkRefused, match="too-small takes smaller records"):
+        s.retarget("too-small")
+    s.write(batch(b"a"), 0, "c1")
+    assert [topic for topic, _ in writer.output] == ["out"]
+
+
+def test_rows_the_writer_sent_as_dead_letters_are_counted_apart_from_the_output() -> None:
+    class Rejecting(MemoryWriter):
+        def commit(self, topic: str, batch: OutputBatch,
+                   marker: CommitMarker) -> tuple[Rejected, ...]:
+            super().commit(topic, batch, marker)
+            return (Rejected(1, "record too large"),)
+
+    s = sink(Rejecting())
+    s.write(batch(b"a", b"b" * 10, b"c"), 0, "c1")
+    assert s.take_output(0) == Written(rows=2, dead_letters=1)
+    assert s.take_output(0) == Written()  # taken once
 
 
 def test_a_fenced_sink_stays_fenced_and_never_reinitialises() -> None:
@@ -200,6 +231,21 @@ def test_a_closed_gate_refuses_the_batch_before_anything_runs() -> None:
 def test_transaction_errors_are_classified_by_what_comes_next(error: KafkaError,
                                                               action: Action) -> None:
     assert classify(error) is action
+
+
+@pytest.mark.parametrize(("code", "fault"), [
+    (KafkaError.MSG_SIZE_TOO_LARGE, Fault.REJECTED),
+    (KafkaError.INVALID_RECORD, Fault.REJECTED),
+    (KafkaError.RECORD_LIST_TOO_LARGE, Fault.REJECTED),
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, Fault.REFUSED),
+    (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Fault.REFUSED),
+    (KafkaError._MSG_TIMED_OUT, Fault.TRANSIENT),
+    (KafkaError.NOT_LEADER_FOR_PARTITION, Fault.TRANSIENT),
+    (KafkaError.UNKNOWN_TOPIC_OR_PART, Fault.TRANSIENT),
+])
+def test_a_records_delivery_error_is_permanent_or_transient_by_its_code(code: int,
+                                                                        fault: Fault) -> None:
+    assert record_fault(KafkaError(code)) is fault
 
 
 def test_an_encoder_without_key_and_value_is_named() -> None:

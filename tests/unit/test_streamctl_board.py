@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from schemas import Role, SourcePartition, TaskMetrics
@@ -47,7 +49,8 @@ def test_a_row_per_query_with_rates_lag_and_busy_share() -> None:
     assert alpha.split()[1:6] == ["100", "100", "50", "2", "50%"]
     assert beta.split()[1:3] == ["300", "300"]
     assert "90%" in beta
-    assert "no decision yet" in alpha
+    assert alpha.split()[7] == "running"
+    assert "no decision in the period read" in alpha
 
 
 def test_the_busy_share_covers_the_last_30_s_to_now_so_an_idle_query_reads_zero() -> None:
@@ -110,3 +113,48 @@ def test_the_follower_prints_each_decision_once_and_a_late_ack_on_its_own_line()
     printer.print_new()
     assert len(out) == 2
     assert out[1].startswith("    ack for q control c-1: applied, pause 5.3 s")
+
+
+def test_a_job_that_is_down_reads_the_lag_the_broker_holds_and_no_current_rates() -> None:
+    """Its last batch left partition 0 at 1 000; the broker has 68 894 records there now."""
+    board = Board()
+    steady(board)
+    board.add(replace(metrics(-1, T0 + 10_000, 0, 1000, 1000, busy_ms=0), stopped=True))
+    now = T0 + 80_000
+    row = next(line for line in status_table(board, now, ends={("in", 0): 68_894})
+               if line.startswith("q "))
+    assert row.split()[1:4] == ["-", "-", "67894"] and row.split()[7] == "stopped"
+    # Killed: silent, the same truth; unknown when the broker's end offset is not known.
+    killed = Board()
+    steady(killed)
+    row = next(line for line in status_table(killed, now, ends={("in", 0): 68_894})
+               if line.startswith("q "))
+    assert row.split()[3] == "67894" and row.split()[7] == "silent"
+    row = next(line for line in status_table(killed, now) if line.startswith("q "))
+    assert row.split()[1:4] == ["-", "-", "?"]
+
+
+def test_a_halted_job_says_why_what_it_lost_and_where_its_metrics_are() -> None:
+    board = Board()
+    steady(board)
+    board.add(replace(metrics(-1, T0 + 10_000, 0, 1000, 1000, busy_ms=0),
+                      halted="input lost to retention: restart with --on-data-loss skip",
+                      lost_ranges=(SourcePartition("in", 0, 1000, 1500, 9000),),
+                      metrics_address="127.0.0.1:9302"))
+    lines = status_table(board, T0 + 12_000, ends={("in", 0): 9000})
+    assert next(line for line in lines if line.startswith("q ")).split()[7] == "halted"
+    assert "   halted: input lost to retention: restart with --on-data-loss skip" in \
+        "\n".join(lines)
+    assert any(line.strip() == "input lost to retention: 500 records (in/0 offsets 1000-1499)"
+               for line in lines)
+    assert any(line.strip() == "metrics: 127.0.0.1:9302 (i-1)" for line in lines)
+
+
+def test_a_lag_held_by_one_partition_is_named() -> None:
+    board = Board()
+    board.add(TaskMetrics("q", "i-1", Role.ACTIVE, 0, 0, T0, T0 + 500, 1000, 10, 0, 500,
+                          (SourcePartition("in", 0, 0, 100, 100),
+                           SourcePartition("in", 1, 0, 100, 100)), 2, 4, 16))
+    lines = status_table(board, T0 + 1_000, ends={("in", 0): 1000, ("in", 1): 200})
+    assert any(line.strip() == "skew: partition in/0 holds 90% of the lag across 2 partitions"
+               for line in lines)

@@ -36,6 +36,7 @@ from streaming_jobs.runtime.checkpoint.input_switch import (
     resume,
     start_offsets,
 )
+from streaming_jobs.runtime.checkpoint.retention import Deleted, deleted
 from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,17 @@ class InputSources:
             if count:
                 unread[topic] = count
         return unread
+
+    def deleted(self) -> tuple[Deleted, ...]:
+        """The current topic's records deleted before the query read them (`retention`)."""
+        committed = self.committed()
+        if not committed:
+            return ()
+        return deleted(self.current.topic, committed, self._offsets.log_range(self.current.topic))
+
+    def committed(self) -> Offsets:
+        """Where the newest committed batch left the current topic ({} before any)."""
+        return self._committed()
 
     def _committed(self) -> Offsets:
         return committed_offsets(self._checkpoint, self.current)

@@ -49,6 +49,9 @@ class KafkaInput:
     """Where the source starts when the checkpoint does not know it yet: 'earliest', or
     Spark's JSON of every partition's offset (an input switch). Ignored once the checkpoint
     has the source: its offsets there win."""
+    fail_on_data_loss: bool = True
+    """Spark's `failOnDataLoss`: a record deleted before the run read it fails the run. Off
+    only for the run after such a loss was found and reported (`retention`, `skip`)."""
 
 
 @dataclass(frozen=True)

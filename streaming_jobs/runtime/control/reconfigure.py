@@ -9,6 +9,7 @@ Its caller, the query's owner (`owner.QueryOwner`), runs one change at a time. N
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from streaming_jobs.errors import ChangeFailed, RequestRefused
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.checkpoint.retention import InputDeleted
 from streaming_jobs.runtime.control.parameters import (
     READ_BY_TASKS,
     Apply,
@@ -159,7 +161,8 @@ class Reconfigurer:
         log.error("restart failed; rolling back to the desired state of epoch %d", old.epoch)
         if self._query.is_active():
             self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
-        self._query.start(old)
+        with contextlib.suppress(InputDeleted):  # reported as found; halted whatever changed
+            self._query.start(old)
 
 
 def pause_start(last_commit: Commit | None, began_ms: int) -> tuple[int, int]:

@@ -51,6 +51,12 @@ class RunContext:
     """Most executors a control tuple may request; 0 in local mode."""
     beat_interval_ms: int = 0
     """How often the instance sends a liveness beat (`beat`); 0: it sends none."""
+    metrics_address: str = ""
+    """Where the instance serves its Prometheus metrics; empty: nowhere."""
+    halted: str = ""
+    """Why the instance runs no query and waits for its operator; empty while it runs."""
+    lost_ranges: tuple[SourcePartition, ...] = ()
+    """Input found deleted before it was read, since the instance started."""
 
 
 def timestamp_ms(iso: str) -> int:

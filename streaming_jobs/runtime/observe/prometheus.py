@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from schemas.records import TaskMetrics
 from security import metrics_http
-from security.metrics_http import EndpointSecurity
+from security.metrics_http import EndpointSecurity, MetricsServer
 from streaming_jobs.runtime.observe.metrics import backlog_records
 
 _QUERY = ("query",)
@@ -77,6 +77,11 @@ class JobPrometheus:
         self.dead_letters = Counter("streamctl_job_dead_letter_records_total",
                                     "Input records sent to the dead-letter topic", _QUERY,
                                     registry=registry)
+        self.output_dead_letters = Counter(
+            "streamctl_job_output_dead_letter_records_total",
+            "Output rows sent to the dead-letter topic instead of the output topic (over the "
+            "record size limit, or without a key for a compacted topic)", _QUERY,
+            registry=registry)
         self.rows_shed = Counter("streamctl_job_rows_shed_total",
                                  "Low-priority input rows dropped by load shedding", _QUERY,
                                  registry=registry)
@@ -94,11 +99,20 @@ class JobPrometheus:
             "Records appended to an input topic after the job switched away from it (the job "
             "does not read them; switching back to the topic does)", (*_QUERY, "topic"),
             registry=registry)
+        self.input_lost = Counter(
+            "streamctl_job_input_records_lost_total",
+            "Input records deleted (retention, delete-records) before the query read them, "
+            "counted when found (before a run)", (*_QUERY, "topic"), registry=registry)
+        self.halted = Gauge(
+            "streamctl_job_halted", "1 while the query runs nothing and waits for its operator "
+            "(its input was deleted before it was read, with --on-data-loss stop)", _QUERY,
+            registry=registry)
         self.late_rows = Counter("streamctl_job_rows_dropped_by_watermark_total",
                                  "Input rows dropped as later than the watermark", _QUERY,
                                  registry=registry)
 
-    def record_batch(self, m: TaskMetrics, dead_letters: int) -> None:
+    def record_batch(self, m: TaskMetrics, dead_letters: int,
+                     output_dead_letters: int = 0) -> None:
         q = m.query_id
         self.input_rows.labels(q).inc(m.input_rows)
         self.output_rows.labels(q).inc(m.output_rows)
@@ -108,6 +122,7 @@ class JobPrometheus:
         self.task_slots.labels(q).set(m.task_slots)
         self.config_epoch.labels(q).set(m.config_epoch)
         self.dead_letters.labels(q).inc(dead_letters)
+        self.output_dead_letters.labels(q).inc(output_dead_letters)
         self.late_rows.labels(q).inc(m.rows_dropped_by_watermark)
         self.rows_shed.labels(q).inc(m.rows_shed)
 
@@ -125,8 +140,12 @@ class JobPrometheus:
         (`streamctl_job_sink_replays_skipped_total`)."""
         self.registry.register(SinkCollector(query_id, sink))
 
-    def serve(self, port: int, security: EndpointSecurity = metrics_http.PLAIN) -> None:
-        """Expose the registry on `port` with `security`'s TLS and basic auth; port 0 means no
-        endpoint."""
-        if port:
-            metrics_http.serve(make_wsgi_app(self.registry), port, security)
+    def serve(self, host: str, port: int, security: EndpointSecurity = metrics_http.PLAIN, *,
+              any_port_if_taken: bool = False) -> MetricsServer | None:
+        """Expose the registry on `host:port` with `security`'s TLS and basic auth; port 0
+        means no endpoint (None). `metrics_http.PortInUse` when the port is taken, unless
+        `any_port_if_taken` (then a free port: `server_port`)."""
+        if not port:
+            return None
+        return metrics_http.serve(make_wsgi_app(self.registry), port, security, host,
+                                  any_port_if_taken=any_port_if_taken)

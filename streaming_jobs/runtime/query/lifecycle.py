@@ -22,11 +22,13 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas import knobs
-from schemas.records import CommitMarker
+from schemas.records import CommitMarker, SourcePartition
 from streaming_jobs import batch_knobs
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint import state_partitions
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
+from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
+from streaming_jobs.runtime.checkpoint.retention import Deleted, InputDeleted, sentence
 from streaming_jobs.runtime.checkpoint.state_repartition import StateRepartitionError
 from streaming_jobs.runtime.control.parameters import DesiredState, is_request
 from streaming_jobs.runtime.kafka import DeadLetterFactory
@@ -36,7 +38,7 @@ from streaming_jobs.runtime.query import warm_up, worker_pool
 from streaming_jobs.runtime.query.listener import ProgressListener
 from streaming_jobs.runtime.query.plan import Plan
 from streaming_jobs.runtime.query.session import hide_gate_stops, source_evolution
-from streaming_jobs.runtime.sink.foreach_batch import transactional_sink
+from streaming_jobs.runtime.sink.foreach_batch import Written, transactional_sink
 from streaming_jobs.runtime.sink.gate import BatchGate, is_gate_stop
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ executor JVM starts in 5-10 s on the 2-core development machine); past it the ac
 many did. Batches keep running meanwhile: the gate is released before the wait."""
 
 
-ProgressHandler = Callable[[StreamingQueryProgress, RunContext, int], None]
+ProgressHandler = Callable[[StreamingQueryProgress, RunContext, Written], None]
 IdleHandler = Callable[[RunContext, int], None]
 """Called with the idle run's context and the idle event's time (epoch ms)."""
 
@@ -76,7 +78,8 @@ class ElasticQuery:
     def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig, inputs: InputSources,
                  on_progress: ProgressHandler, on_idle: IdleHandler | None = None, *,
                  desired: DesiredState | None = None, executors: Executors | None = None,
-                 ownership: Ownership | None = None):
+                 ownership: Ownership | None = None,
+                 on_input_deleted: Callable[[list[Deleted]], None] = lambda _found: None):
         self._spark, self._config, self._on_progress = spark, config, on_progress
         self._on_idle = on_idle
         self._plan = plan
@@ -88,8 +91,14 @@ class ElasticQuery:
         self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
                                        self._desired.output_topic, plan.job.output,
                                        security=config.kafka_security,
-                                       batch_properties=self._batch_properties)
+                                       batch_properties=self._batch_properties,
+                                       dead_letter_topic=config.dlq_topic,
+                                       max_record_bytes=config.max_record_bytes)
         self._contexts: dict[str, RunContext] = {}
+        self._on_input_deleted = on_input_deleted
+        self._lost: dict[tuple[str, int], Deleted] = {}
+        """Input found deleted before it was read, per partition, since the process started."""
+        self._halted: str | None = None
         self.start_note: str | None = None
         """What the last `start` did to the state partitions or the input (for the ack)."""
         self._query: StreamingQuery | None = None
@@ -131,6 +140,7 @@ class ElasticQuery:
         source, input_note = self.inputs.for_start(
             desired.input_topic, desired.output_topic, last_admitted=self.gate.last_admitted,
             seen_commit=seen_commit)
+        source = self._check_input_kept(source)
         self.start_note = ", ".join(n for n in (state_note, input_note) if n) or None
         self._desired = desired
         self.sink.retarget(desired.output_topic)
@@ -139,12 +149,45 @@ class ElasticQuery:
                                   DeadLetterFactory(self._config.bootstrap_servers,
                                                     self._config.dlq_topic,
                                                     self._config.kafka_security,
-                                                    self._config.query_id), source)
+                                                    self._config.query_id,
+                                                    self._config.max_record_bytes), source)
             self._python_steps = worker_pool.python_steps(df)
             self.gate.open()
             self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self.context(desired)
         return str(self._query.runId)
+
+    def _check_input_kept(self, source: KafkaInput) -> KafkaInput:
+        """The run's source, once the records the checkpoint resumes from are known to be
+        there: if some were deleted before they were read, they are reported, and the query
+        halts (`InputDeleted`) or, with `on_data_loss=skip`, this one run goes on from the
+        log's start (Spark's `failOnDataLoss` off for it alone)."""
+        found = self.inputs.deleted()
+        if not found:
+            self._halted = None
+            return source
+        text = sentence(self._config.query_id, found, self._config.on_data_loss)
+        new = [d for d in found if self._lost.get((d.topic, d.partition)) != d]
+        if new:
+            log.error("%s", text)
+            self._on_input_deleted(new)
+        self._lost.update({(d.topic, d.partition): d for d in found})
+        if self._config.on_data_loss == "skip":
+            self._halted = None
+            return replace(source, fail_on_data_loss=False)
+        self._halted = text
+        raise InputDeleted(text)
+
+    def halted(self) -> str | None:
+        return self._halted
+
+    def resume_offsets(self) -> tuple[SourcePartition, ...]:
+        """Where a run would start each source partition now: after its last committed batch,
+        or at its log's start where records were deleted before they were read."""
+        topic = self.inputs.current.topic
+        at = {p: o for p, o in self.inputs.committed().items()}
+        at.update({d.partition: d.log_start for (t, _p), d in self._lost.items() if t == topic})
+        return tuple(SourcePartition(topic, p, o, o, o) for p, o in sorted(at.items()))
 
     def start_keeping_partitions(self, desired: DesiredState) -> str:
         """`start`, or, when the checkpoint cannot be repartitioned to `desired` (a crash left
@@ -345,7 +388,10 @@ class ElasticQuery:
             # Executors can be requested only from a cluster manager (parameters.REGISTRY).
             executor_cores=c.executor_cores if self._executors else 0,
             max_executors=c.max_executors if self._executors else 0,
-            beat_interval_ms=int(c.beat_interval_s * 1000))
+            beat_interval_ms=int(c.beat_interval_s * 1000), metrics_address=c.metrics_address,
+            halted=self._halted or "", lost_ranges=tuple(
+                SourcePartition(d.topic, d.partition, d.next_offset, d.log_start, d.log_end)
+                for _key, d in sorted(self._lost.items())))
 
     def _live(self, context: RunContext) -> RunContext:
         """On a cluster the task slots are the executors registered now, not at the start."""
@@ -370,7 +416,7 @@ class ElasticQuery:
             self.last_commit = Commit(run_id, progress.batchId, start_ms, end_ms)
             self._commits.notify_all()
         self.gate.committed(progress.batchId)
-        self._on_progress(progress, context, self.sink.take_output_rows(progress.batchId))
+        self._on_progress(progress, context, self.sink.take_output(progress.batchId))
 
 
 def _plural(count: int, noun: str) -> str:

@@ -23,8 +23,9 @@ def read_kafka(spark: SparkSession, config: JobConfig,
     """Kafka rows (key, value, topic, partition, offset, …) of `source` (default: the
     configured input topic, unnamed), with the run's parallelism and batch cap.
 
-    `failOnDataLoss` stays on: a record removed before the job read it fails the query
-    instead of being skipped.
+    `failOnDataLoss` stays on (a record removed before the job read it fails the query
+    instead of being skipped) unless the source says the loss was found and reported before
+    this run (`checkpoint.retention`).
     """
     source = source or KafkaInput(config.input_topic)
     reader = spark.readStream.format("kafka")
@@ -35,5 +36,5 @@ def read_kafka(spark: SparkSession, config: JobConfig,
             .option("startingOffsets", source.starting_offsets)
             .option("minPartitions", str(config.input_parallelism))
             .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-            .option("failOnDataLoss", "true")
+            .option("failOnDataLoss", str(source.fail_on_data_loss).lower())
             .load())

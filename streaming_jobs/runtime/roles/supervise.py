@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas.records import Role
+from streaming_jobs.runtime.checkpoint.retention import InputDeleted
 from streaming_jobs.runtime.ports import QueryControl
 from streaming_jobs.runtime.roles.standby import Instance
 
@@ -37,8 +38,11 @@ log = logging.getLogger(__name__)
 CHECKPOINT_RACE = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming jobs detected",
                    "Multiple streaming queries are concurrently using")
 """Spark's errors when its atomic create-if-absent of a metadata log file loses a race."""
-KAFKA_AWAY = ("SinkUnavailable", "SinkBatchAborted", "org.apache.kafka.common.errors.Timeout",
-              "NETWORK_EXCEPTION")
+INPUT_DELETED = ("KAFKA_DATA_LOSS", "Some data may have been lost", "failOnDataLoss")
+"""Spark's Kafka source finding records deleted before it read them (retention): the restart
+finds and reports them before it runs (`checkpoint.retention`), then halts or skips them."""
+KAFKA_AWAY = ("SinkUnavailable", "SinkBatchAborted", "DeadLettersUndelivered",
+              "org.apache.kafka.common.errors.Timeout", "NETWORK_EXCEPTION")
 """Failures that end when the broker is back: retried, never lost. Spark's Kafka source
 reports a broker away for 60 s as `org.apache.kafka.common.errors.TimeoutException: Timeout of
 60000ms expired before the position for partition … could be determined`."""
@@ -67,6 +71,9 @@ def classify(failure: str | None, superseded: str | None, *, kafka_retry_s: floa
     if any(marker in text for marker in CHECKPOINT_RACE):
         return Next(Step.RESTART, "another driver wrote the same checkpoint entry first (a "
                                   "former active finishing its last batch)")
+    if any(marker in text for marker in INPUT_DELETED):
+        return Next(Step.RESTART, "records of the input were deleted before the query read "
+                                  "them; the restart reports them, then halts or skips them")
     if any(marker in text for marker in KAFKA_AWAY):
         return Next(Step.RESTART, f"Kafka unavailable ({_line_with(text, KAFKA_AWAY)})",
                     kafka_retry_s)
@@ -109,8 +116,10 @@ class Supervisor:
         self._budget = RestartBudget()
 
     def next_step(self) -> Next | None:
-        """None while there is nothing to do (a standby, or the query runs)."""
-        if self._instance.role is not Role.ACTIVE or self._query.is_active():
+        """None while there is nothing to do (a standby, the query runs, or it halted and
+        waits for its operator)."""
+        if (self._instance.role is not Role.ACTIVE or self._query.is_active()
+                or self._query.halted() is not None):
             return None
         step = classify(self._query.failure(), self._query.superseded() or self._superseded(),
                         kafka_retry_s=self._kafka_retry_s)
@@ -125,5 +134,7 @@ class Supervisor:
             log.warning("query stopped: %s; restarting it from the checkpoint", step.reason)
             try:
                 self._query.start_keeping_partitions(self._query.desired)
+            except InputDeleted:
+                pass  # reported as it was found; the query is halted, not to be restarted
             except Exception:  # the next round classifies what is left
                 log.exception("restarting the query failed")

@@ -20,14 +20,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from schemas.records import CommitMarker
 from security.kafka import PLAINTEXT, KafkaSecurity
 from streaming_jobs.formats.base import OutputFormat
+from streaming_jobs.runtime.sink.dead_letter import Rejected
 from streaming_jobs.runtime.sink.gate import BatchGate
 from streaming_jobs.runtime.sink.transactional import (
     DEFAULT_MARKER_TOPIC,
+    DEFAULT_MAX_RECORD_BYTES,
     OutputBatch,
     Replay,
     SinkBatchAborted,
@@ -56,23 +59,31 @@ BatchProperties = Callable[[], Mapping[str, str]]
 per-batch settings reach the tasks without a restart (`streaming_jobs.batch_knobs`)."""
 
 
+@dataclass(frozen=True)
+class Written:
+    """What a batch put in the output: rows, and rows sent to the dead-letter topic instead."""
+
+    rows: int = 0
+    dead_letters: int = 0
+
+
 class _OutputRows:
-    """Output rows per batch id, remembered until the batch's progress event takes them."""
+    """What each batch wrote, by batch id, remembered until its progress event takes it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[int, int] = {}
+        self._written: dict[int, Written] = {}
 
-    def put(self, batch_id: int, rows: int) -> None:
+    def put(self, batch_id: int, written: Written) -> None:
         with self._lock:
-            self._rows[batch_id] = rows
+            self._written[batch_id] = written
 
-    def take(self, batch_id: int) -> int:
+    def take(self, batch_id: int) -> Written:
         with self._lock:
-            rows = self._rows.pop(batch_id, 0)
-            for older in [b for b in self._rows if b < batch_id]:
-                del self._rows[older]
-            return rows
+            written = self._written.pop(batch_id, Written())
+            for older in [b for b in self._written if b < batch_id]:
+                del self._written[older]
+            return written
 
 
 class TransactionalKafkaSink:
@@ -112,17 +123,21 @@ class TransactionalKafkaSink:
         decision = decide(last, checkpoint_id, batch_id)
         if decision is Replay.SKIP:
             self._skip(batch, batch_id, last)
+            self._output.put(batch_id, Written(batch.rows))
         else:
             marker = CommitMarker(self._query_id, checkpoint_id, batch_id, self.topic,
                                   batch.rows, self._clock_ms())
-            self._commit(batch, marker)
-        self._output.put(batch_id, batch.rows)
+            rejected = self._commit(batch, marker)
+            self._output.put(batch_id, Written(batch.rows - len(rejected), len(rejected)))
         return decision
 
     def retarget(self, topic: str) -> None:
-        """Write the next batch to `topic` (call at a batch boundary, with the gate closed)."""
+        """Write the next batch to `topic` (call at a batch boundary, with the gate closed);
+        `SinkRefused` when it does not exist or takes smaller records than the job writes."""
         if not topic.strip():
             raise ValueError("retarget: the output topic must not be empty")
+        if topic != self.topic:
+            self._writer.check_topic(topic)
         with self._topic_lock:
             log.info("query %s: output %s → %s from the next batch", self._query_id,
                      self._topic, topic)
@@ -142,8 +157,8 @@ class TransactionalKafkaSink:
         """Batches not written because their output was already committed (a counter)."""
         return self._skipped
 
-    def take_output_rows(self, batch_id: int) -> int:
-        """Rows `batch_id` put in the output (0 if the sink did not see it); forgets older."""
+    def take_output(self, batch_id: int) -> Written:
+        """What `batch_id` wrote (nothing if the sink did not see it); forgets older batches."""
         return self._output.take(batch_id)
 
     def close(self) -> None:
@@ -168,9 +183,9 @@ class TransactionalKafkaSink:
                      f"{self._last.batch_id} ({self._last.rows} rows to {self._last.topic})")
         return self._last
 
-    def _commit(self, batch: OutputBatch, marker: CommitMarker) -> None:
+    def _commit(self, batch: OutputBatch, marker: CommitMarker) -> tuple[Rejected, ...]:
         try:
-            self._writer.commit(marker.topic, batch, marker)
+            rejected = self._writer.commit(marker.topic, batch, marker)
         except SinkFenced as exc:
             self._fenced = exc
             raise
@@ -180,6 +195,11 @@ class TransactionalKafkaSink:
             self._started = False
             raise
         self._last = marker
+        if rejected:
+            log.error("query %s: batch %d: %d of its %d output rows went to the dead-letter "
+                      "topic instead of %s; the first: %s", self._query_id, marker.batch_id,
+                      len(rejected), batch.rows, marker.topic, rejected[0].reason)
+        return rejected
 
     def _skip(self, batch: OutputBatch, batch_id: int, last: CommitMarker | None) -> None:
         self._skipped += 1
@@ -197,10 +217,14 @@ def transactional_sink(gate: BatchGate, bootstrap_servers: str, query_id: str, t
                        encoder: OutputFormat, marker_topic: str = DEFAULT_MARKER_TOPIC, *,
                        security: KafkaSecurity = PLAINTEXT,
                        batch_properties: BatchProperties | None = None,
+                       dead_letter_topic: str = "",
+                       max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                        ) -> TransactionalKafkaSink:
     """The jobs' sink on Kafka; its transactional id is stable per query."""
     settings = TransactionalSettings(bootstrap_servers, transactional_id(query_id),
-                                     marker_topic=marker_topic, security=security)
+                                     marker_topic=marker_topic, security=security,
+                                     dead_letter_topic=dead_letter_topic,
+                                     max_record_bytes=max_record_bytes)
     return TransactionalKafkaSink(gate, KafkaTransactionalWriter(settings), query_id, topic,
                                   encoder, batch_properties=batch_properties)
 
@@ -232,10 +256,10 @@ class AtLeastOnceKafkaSink:
                  .save())
         finally:
             batch_df.unpersist()
-        self._output.put(batch_id, rows)
+        self._output.put(batch_id, Written(rows))
 
     def retarget(self, topic: str) -> None:
         self._topic = topic
 
-    def take_output_rows(self, batch_id: int) -> int:
+    def take_output(self, batch_id: int) -> Written:
         return self._output.take(batch_id)

@@ -21,9 +21,13 @@ import pyarrow as pa
 from schemas.codec import codec_for
 from schemas.records import CommitMarker
 from streaming_jobs.errors import Fenced, TemporaryError, UserError
+from streaming_jobs.runtime.sink.dead_letter import Rejected
 
 DEFAULT_MARKER_TOPIC = "streamctl.sink-markers"
 """Compacted, keyed by query id; shared by every query of a cluster (see `read_last_marker`)."""
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+"""The largest record a job writes by default: librdkafka's own `message.max.bytes`, under
+Kafka's default topic limit (1 048 588)."""
 
 _MARKER_CODEC = codec_for(CommitMarker)
 
@@ -76,6 +80,11 @@ class SinkBatchAborted(TemporaryError):
     """The batch's transaction was aborted: nothing of it is visible; it is safe to rerun."""
 
 
+class SinkRefused(UserError):
+    """Kafka refuses the sink's setup (credentials, ACLs, a topic), or keeps refusing rows that
+    no dead letter could take: retrying changes nothing until an operator does."""
+
+
 class SinkUnavailable(TemporaryError):
     """Kafka did not answer within the sink's bounded retry time; the outcome is resolved by
     re-initialising the transactional producer before the next batch."""
@@ -98,13 +107,18 @@ class TransactionalWriter(Protocol):
 
     `start` fences earlier producers with the same transactional id (finishing or aborting
     their open transaction) and then returns the last committed marker for `query_id`.
-    `commit` writes rows and marker in one transaction, or raises `SinkFenced`,
-    `SinkBatchAborted` or `SinkUnavailable`.
+    `commit` writes rows and marker in one transaction, the rows `topic` cannot take sent to
+    the dead-letter topic in it (returned), or raises `SinkFenced`, `SinkBatchAborted`,
+    `SinkUnavailable` or `SinkRefused`.
     """
 
     def start(self, query_id: str) -> CommitMarker | None: ...
 
-    def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None: ...
+    def commit(self, topic: str, batch: OutputBatch,
+               marker: CommitMarker) -> tuple[Rejected, ...]: ...
+
+    def check_topic(self, topic: str) -> None:
+        """`SinkRefused` unless `topic` exists and takes the job's largest record."""
 
     def close(self) -> None: ...
 

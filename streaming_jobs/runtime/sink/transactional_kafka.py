@@ -1,9 +1,12 @@
 """The transactional sink's Kafka adapter: one transactional producer, the marker topic reader.
 
 Owns the producer settings and transaction calls (init, begin, produce, commit, abort), the
-mapping of librdkafka's transaction errors to the sink's errors (`classify`), and reading the
-last committed marker of a query with a `read_committed` consumer. Neighbours: `transactional`
-(the port it implements, marker codec, errors), `sink` (its only user).
+mapping of librdkafka's errors to what the sink does next — by code: retry a transaction call
+(`classify`), send a record the broker refuses for what it is to the dead-letter topic, or stop
+on a setup the broker refuses (`record_fault`) — the output topics' limits (`topic_limits`),
+and reading the last committed marker of a query with a `read_committed` consumer.
+Neighbours: `transactional` (the port it implements, marker codec, errors), `dead_letter`
+(sizes and framing), `sink` (its only user).
 """
 
 from __future__ import annotations
@@ -17,15 +20,26 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from schemas.records import CommitMarker
 from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
+from streaming_jobs.runtime.sink.dead_letter import (
+    LetterSpec,
+    Outgoing,
+    Rejected,
+    TopicLimits,
+    limit_problems,
+    outgoing,
+    screen,
+)
 from streaming_jobs.runtime.sink.transactional import (
     DEFAULT_MARKER_TOPIC,
+    DEFAULT_MAX_RECORD_BYTES,
     OutputBatch,
     SinkBatchAborted,
     SinkFenced,
+    SinkRefused,
     SinkUnavailable,
     decode_marker,
     encode_marker,
@@ -50,6 +64,12 @@ class TransactionalSettings:
     """How long one call (init, commit, abort, marker read) may retry retriable errors."""
     security: KafkaSecurity = PLAINTEXT
     """How the producer and the marker reader authenticate (the job's setting)."""
+    dead_letter_topic: str = ""
+    """Where an output row the output topic cannot take goes, in the batch's transaction
+    (empty: nowhere, and such a row fails the batch)."""
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    """The largest record the producer sends (its `message.max.bytes`); a row over it, or over
+    its topic's `max.message.bytes`, is a dead letter."""
 
     def client(self, **settings: Any) -> dict[str, Any]:
         return client_config(self.bootstrap_servers, self.security, **settings)
@@ -64,6 +84,37 @@ class Action(enum.Enum):
 
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                            KafkaError.INVALID_PRODUCER_EPOCH})
+
+RECORD_REJECTED = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE, KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG, KafkaError.INVALID_TIMESTAMP,
+    KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT})
+"""Codes of a record the broker (or the client) refuses for what it is: sending it again
+fails again, so it is a dead letter."""
+SETUP_REFUSED = frozenset({
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION, KafkaError.TOPIC_EXCEPTION, KafkaError.UNSUPPORTED_VERSION})
+"""Codes of a setup the broker refuses (credentials, ACLs, a topic name): no retry helps
+until an operator changes it."""
+
+
+class Fault(enum.Enum):
+    REJECTED = "rejected"
+    """The record: send it to the dead-letter topic."""
+    REFUSED = "refused"
+    """The setup: stop and say what to change."""
+    TRANSIENT = "transient"
+    """Kafka away or busy: retry the batch."""
+
+
+def record_fault(error: KafkaError) -> Fault:
+    """What a record's delivery error means, by its code."""
+    if error.code() in RECORD_REJECTED:
+        return Fault.REJECTED
+    if error.code() in SETUP_REFUSED:
+        return Fault.REFUSED
+    return Fault.TRANSIENT
 
 
 def classify(error: KafkaError) -> Action:
@@ -85,7 +136,7 @@ class KafkaTransactionalWriter:
     def __init__(self, settings: TransactionalSettings) -> None:
         self._settings = settings
         self._producer: Producer | None = None
-        self._known_topics: set[str] = set()
+        self._limits: dict[str, TopicLimits] = {}
 
     def start(self, query_id: str) -> CommitMarker | None:
         """Fence older instances, then read the query's last marker (in that order: only after
@@ -93,34 +144,129 @@ class KafkaTransactionalWriter:
         s = self._settings
         _reachable(lambda: ensure_marker_topic(s.client(), s.marker_topic, s.retry_budget_s),
                    s.marker_topic)
-        self._drop()  # a previous producer (an aborted batch, an unknown outcome) is done
-        self._producer = Producer(s.client(**{
-            "transactional.id": s.transactional_id,
-            "transaction.timeout.ms": s.transaction_timeout_ms, **IDEMPOTENT, "linger.ms": 5,
-            # Java's partitioner, as Spark's own Kafka sink uses: a key keeps its partition.
-            "partitioner": "murmur2_random",
-        }))
-        self._call("init_transactions", self._producer.init_transactions)
+        self._renew()
         # Another query's transaction ends at the latest when the broker times it out.
         wait_s = s.transaction_timeout_ms / 1000 + s.retry_budget_s
         return _reachable(lambda: read_last_marker(s.client(), s.marker_topic, query_id,
                                                    wait_s), s.marker_topic)
 
-    def commit(self, topic: str, batch: OutputBatch, marker: CommitMarker) -> None:
+    def _renew(self) -> Producer:
+        """A new producer under the transactional id, its transactions initialised: it fences
+        every older one, ours included (a previous producer — an aborted batch, an unknown
+        outcome, sequence numbers spent on refused records — is done)."""
+        s = self._settings
+        self._drop()
+        self._producer = Producer(s.client(**{
+            "transactional.id": s.transactional_id,
+            "transaction.timeout.ms": s.transaction_timeout_ms, **IDEMPOTENT, "linger.ms": 5,
+            # A record batch never exceeds what one record may be: no small row is refused
+            # for sharing a batch with a large one.
+            "message.max.bytes": s.max_record_bytes,
+            # Java's partitioner, as Spark's own Kafka sink uses: a key keeps its partition.
+            "partitioner": "murmur2_random",
+        }))
+        self._call("init_transactions", self._producer.init_transactions)
+        return self._producer
+
+    def commit(self, topic: str, batch: OutputBatch,
+               marker: CommitMarker) -> tuple[Rejected, ...]:
+        """Rows, dead letters and marker in one transaction; the rows sent as dead letters.
+
+        Rows `topic` cannot take by its configuration are screened out first. Records the
+        broker still refuses for what they are (its limits changed, or a rule the screen does
+        not know) abort the transaction, which is written again with the limits read afresh
+        and one record per request, so that a refusal names its own record and not the
+        others it shared a request with; a row refused then is a dead letter next time, a
+        refused dead letter goes without its payload. At most three transactions."""
         producer = self._require_producer()
-        self._check_topic(producer, topic)
+        rejected = self._screen(topic, batch)
+        bare: frozenset[int] = frozenset()
+        for attempt in range(3):
+            records = outgoing(topic, batch.keys, batch.values, rejected,
+                               self._letters(marker, bare))
+            refused = self._transaction(producer, records, marker, one_by_one=attempt > 0)
+            if not refused:
+                return rejected
+            self._limits.clear()  # they may have changed since they were read
+            rejected = self._screen(topic, batch)
+            if attempt > 0:  # one record per request: each refusal is the record's own
+                rejected = _merged(rejected, tuple(
+                    Rejected(record.row, f"refused by the broker: {error.str()}")
+                    for record, error in refused if not record.letter))
+                bare |= {record.row for record, _error in refused if record.letter}
+            # Refused records spent sequence numbers the broker never saw: the producer's next
+            # transaction would fail on the gap, so a new one takes over.
+            producer = self._renew()
+        raise SinkRefused(f"{topic}: the broker refused records of batch {marker.batch_id} "
+                          f"in three transactions ({len(rejected)} rows made dead letters)")
+
+    def _screen(self, topic: str, batch: OutputBatch) -> tuple[Rejected, ...]:
+        rejected = screen(batch.keys, batch.values, topic, self._topic_limits(topic),
+                          self._settings.max_record_bytes)
+        if rejected and not self._settings.dead_letter_topic:
+            raise SinkRefused(f"{len(rejected)} rows cannot be written to {topic} "
+                              f"({rejected[0].reason}) and the sink has no dead-letter topic")
+        return rejected
+
+    def _letters(self, marker: CommitMarker, bare: frozenset[int]) -> LetterSpec:
+        s = self._settings
+        limit = s.max_record_bytes
+        if s.dead_letter_topic:
+            limit = min(limit, self._topic_limits(s.dead_letter_topic).max_message_bytes)
+        return LetterSpec(s.dead_letter_topic, [
+            ("stage", "output"), ("query_id", marker.query_id),
+            ("batch_id", str(marker.batch_id))], limit, bare)
+
+    def _transaction(self, producer: Producer, records: list[Outgoing], marker: CommitMarker,
+                     *, one_by_one: bool) -> list[tuple[Outgoing, KafkaError]]:
+        """One attempt: () once committed, else the records the broker refused for what they
+        are (the transaction then aborted: nothing of it is visible). `one_by_one` sends each
+        record in a request of its own, so that a refusal is the record's own."""
         try:
             producer.begin_transaction()
         except KafkaException as exc:
             self._raise_for("begin_transaction", exc.args[0], None)
+        refused: list[tuple[Outgoing, KafkaError]] = []
+
+        def watching(record: Outgoing) -> Callable[[KafkaError | None, object], None]:
+            def delivered(error: KafkaError | None, _msg: object) -> None:
+                if error is not None and record_fault(error) is Fault.REJECTED:
+                    refused.append((record, error))
+            return delivered
+
         try:
-            for key, value in zip(batch.keys, batch.values, strict=True):
-                self._produce(producer, topic, key, value)
-            self._produce(producer, self._settings.marker_topic, marker.query_id.encode(),
-                          encode_marker(marker))
+            for record in records:
+                self._produce(producer, record.topic, record.key, record.value,
+                              headers=record.headers, on_delivery=watching(record))
+                if one_by_one:
+                    producer.flush(self._settings.retry_budget_s)
+                    if refused:
+                        break
+            else:
+                self._produce(producer, self._settings.marker_topic, marker.query_id.encode(),
+                              encode_marker(marker))
         except KafkaException as exc:
-            self._raise_for(f"produce to {topic}", exc.args[0], producer)
-        self._call("commit_transaction", producer.commit_transaction, producer)
+            # A refusal delivered while records were still being produced leaves the
+            # transaction in an abortable state, and the next produce says so (_STATE).
+            if exc.args[0].code() != KafkaError._STATE:
+                self._raise_for(f"produce to {record.topic}", exc.args[0], producer)
+            producer.flush(self._settings.retry_budget_s)
+            if not refused:
+                self._raise_for(f"produce to {record.topic}", exc.args[0], producer)
+        if refused:
+            if _aborted(producer, self._settings):
+                return refused
+            self._drop()
+            raise SinkUnavailable(f"could not abort a transaction the broker refused records "
+                                  f"of ({refused[0][1].str()}); the next batch re-initialises "
+                                  "the producer")
+        try:
+            self._call("commit_transaction", producer.commit_transaction, producer)
+        except (SinkBatchAborted, SinkUnavailable):
+            if refused and self._producer is producer:  # aborted: the producer goes on
+                return refused
+            raise
+        return []
 
     def close(self) -> None:
         if self._producer is not None:
@@ -139,22 +285,36 @@ class KafkaTransactionalWriter:
             raise RuntimeError("KafkaTransactionalWriter.commit before start")
         return self._producer
 
-    def _check_topic(self, producer: Producer, topic: str) -> None:
-        """A missing topic would only fail at commit, after the transaction timeout."""
-        if topic in self._known_topics:
-            return
-        metadata = producer.list_topics(topic, timeout=self._settings.retry_budget_s)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise SinkUnavailable(f"output topic {topic} does not exist or has no leader: "
-                                  f"{found.error if found is not None else 'not in metadata'}")
-        self._known_topics.add(topic)
+    def check_topic(self, topic: str) -> None:
+        """`SinkRefused` unless `topic` exists and takes the job's largest record."""
+        try:
+            limits = self._topic_limits(topic)
+        except SinkUnavailable as exc:
+            raise SinkRefused(str(exc)) from exc
+        problems = limit_problems(self._settings.max_record_bytes,
+                                  [("output topic", topic, limits)])
+        if problems:
+            raise SinkRefused(problems[0])
+
+    def _topic_limits(self, topic: str) -> TopicLimits:
+        """The topic's limits, read once (a missing topic would only fail at commit, after the
+        transaction timeout)."""
+        if topic not in self._limits:
+            s = self._settings
+            try:
+                found = _reachable(lambda: topic_limits(s.client(), [topic], s.retry_budget_s),
+                                   topic)
+            except LookupError as exc:
+                raise SinkUnavailable(f"output topic {topic} does not exist ({exc})") from exc
+            self._limits[topic] = found[topic]
+        return self._limits[topic]
 
     @staticmethod
-    def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes | None) -> None:
+    def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes | None,
+                 **extra: Any) -> None:
         while True:
             try:
-                producer.produce(topic, key=key, value=value)
+                producer.produce(topic, key=key, value=value, **extra)
                 return
             except BufferError:  # local queue full: deliver some, then go on
                 producer.poll(0.1)
@@ -181,11 +341,42 @@ class KafkaTransactionalWriter:
         if action is Action.FENCED:
             self._producer = None
             raise SinkFenced(f"another instance with a higher epoch owns this sink; {context}")
+        if error.code() in SETUP_REFUSED:
+            self._drop()
+            raise SinkRefused(f"Kafka refuses the sink's setup; {context}")
         if action is Action.ABORT and producer is not None and _aborted(producer, s):
             raise SinkBatchAborted(f"transaction aborted, nothing of it is visible; {context}; "
                                    "the next batch re-initialises the producer")
         self._drop()  # outcome unknown or producer unusable: start afresh next batch
         raise SinkUnavailable(f"{context}; the next batch re-initialises the producer")
+
+
+def _merged(rejected: tuple[Rejected, ...], more: tuple[Rejected, ...]) -> tuple[Rejected, ...]:
+    known = {r.index for r in rejected}
+    return tuple(sorted((*rejected, *(r for r in more if r.index not in known)),
+                        key=lambda r: r.index))
+
+
+def topic_limits(client: Mapping[str, Any], topics: list[str],
+                 timeout_s: float) -> dict[str, TopicLimits]:
+    """Each topic's `max.message.bytes` and whether it is compacted, as the broker resolves its
+    configuration (its own defaults included); `KafkaException` when it cannot be asked,
+    `LookupError` naming a topic that does not exist."""
+    admin = AdminClient(dict(client))
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics]
+    found = {}
+    for resource, future in admin.describe_configs(resources,
+                                                   request_timeout=timeout_s).items():
+        try:
+            config = future.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                raise LookupError(f"topic {resource.name!r} does not exist") from exc
+            raise
+        found[resource.name] = TopicLimits(
+            int(config["max.message.bytes"].value),
+            "compact" in (config["cleanup.policy"].value or ""))
+    return found
 
 
 T = TypeVar("T")
