@@ -10,7 +10,9 @@ processes share this machine's clock), not from when the benchmark read it. The 
 instance then comes back as the next standby (warmed up before the next kill), so the runs
 alternate. Then the alternative without a standby, `--runs` times: the standby is stopped,
 the active killed, and a new process started at once on the same checkpoint with the killed
-one's instance id (what a supervisor restarting the process does), timed to its first commit.
+one's instance id (what a supervisor restarting the process does), timed to its first commit
+and split into phases from the restarted process's log: up to its SparkSession, the session,
+the query's start, and the first batch to its commit.
 
     .venv/bin/python -m bench.failover --runs 5
 
@@ -127,17 +129,55 @@ def fail_over(loop: Instances, active: Child, standby: Child) -> FailoverRun:
                        (first_ms - killed_ms) / 1000, pause_ms / 1000)
 
 
-def cold_restart(loop: Instances, active: Child) -> tuple[float, Child]:
+@dataclass(frozen=True)
+class Restart:
+    """kill -9 → the restarted process's first commit, and where the time went (each phase
+    from the end of the one before): the process up to its SparkSession, the session, the
+    query's start (the checkpoint, the plan), and its first batch to its commit."""
+
+    kill_to_first_commit_s: float
+    to_session_s: float
+    session_s: float
+    query_start_s: float
+    first_batch_s: float
+
+
+PHASES = (("SparkSession", "SparkSession "), ("query started", " started at epoch "))
+"""Log lines (a substring of each) that end the phases before the first batch."""
+
+
+def restart_phases(log: str, killed_ms: int, first_ms: int) -> Restart:
+    """The phases of one cold restart, from its process's log (its lines' times, this
+    machine's clock) and its first commit's stamp."""
+    stamps = []
+    for _name, marker in PHASES:
+        line = next(line for line in log.splitlines() if marker in line)
+        stamps.append(_log_ms(line))
+    session_s = float(log.split("SparkSession ")[1].split(" up in ")[1].split(" s")[0])
+    session_done, query_done = stamps
+    return Restart((first_ms - killed_ms) / 1000,
+                   round((session_done - killed_ms) / 1000 - session_s, 3), session_s,
+                   (query_done - session_done) / 1000, (first_ms - query_done) / 1000)
+
+
+def _log_ms(line: str) -> int:
+    """A log line's time (`logging`'s asctime: local time, milliseconds after a comma)."""
+    stamp, millis = line[:23].split(",")
+    return int(time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) * 1000) + int(millis)
+
+
+def cold_restart(loop: Instances, active: Child) -> tuple[Restart, Child]:
     """kill -9 of the active and a new process at once under its instance id: → first commit."""
     killed_ms = kill(loop, active)
     restarted = loop.start_instance(active.name, Role.ACTIVE)
     first_ms = loop.until(lambda: loop.commit_after(active.name, killed_ms), 300,
                           "the restarted process's first commit")
-    return (first_ms - killed_ms) / 1000, restarted
+    log = restarted.log_path.read_text(errors="replace")
+    return restart_phases(log, killed_ms, first_ms), restarted
 
 
 def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
-        list[FailoverRun], list[float]]:
+        list[FailoverRun], list[Restart]]:
     loop = Instances(bootstrap, workdir)
     stop = threading.Event()
     try:
@@ -158,23 +198,27 @@ def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
         standby.stop(60)
         cold = []
         for n in range(runs):
-            seconds, active = cold_restart(loop, active)
-            cold.append(seconds)
-            print(f"  cold restart {n + 1}: {seconds} s", flush=True)
+            restart, active = cold_restart(loop, active)
+            cold.append(restart)
+            print(f"  cold restart {n + 1}: {restart}", flush=True)
         return failovers, cold
     finally:
         stop.set()
         loop.close()
 
 
-def summary(failovers: list[FailoverRun], cold: list[float]) -> dict[str, float]:
+def summary(failovers: list[FailoverRun], cold: list[Restart]) -> dict[str, float]:
     def median(values: list[float]) -> float:
         return round(statistics.median(values), 2)
 
     return {"kill_to_decision_s": median([f.kill_to_decision_s for f in failovers]),
             "kill_to_first_commit_s": median([f.kill_to_first_commit_s for f in failovers]),
             "ack_pause_s": median([f.ack_pause_s for f in failovers]),
-            "cold_restart_s": median(cold)}
+            "cold_restart_s": median([r.kill_to_first_commit_s for r in cold]),
+            "restart_to_session_s": median([r.to_session_s for r in cold]),
+            "restart_session_s": median([r.session_s for r in cold]),
+            "restart_query_start_s": median([r.query_start_s for r in cold]),
+            "restart_first_batch_s": median([r.first_batch_s for r in cold])}
 
 
 def main() -> int:
@@ -192,13 +236,18 @@ def main() -> int:
             ("kill -9 → promoted standby's first commit",
              [f.kill_to_first_commit_s for f in failovers]),
             ("promotion's pause (its ack)", [f.ack_pause_s for f in failovers]),
-            ("kill -9 → restarted process's first commit", cold))
+            ("kill -9 → restarted process's first commit",
+             [r.kill_to_first_commit_s for r in cold]),
+            ("  process start to its SparkSession", [r.to_session_s for r in cold]),
+            ("  the SparkSession", [r.session_s for r in cold]),
+            ("  the query's start", [r.query_start_s for r in cold]),
+            ("  its first batch, to the commit", [r.first_batch_s for r in cold]))
     for name, values in rows:
         print(f"{name:<44} {statistics.median(values):8.1f} "
               f"{min(values):5.1f}-{max(values):<5.1f}")
     record.write("failover", {"runs": args.runs, "rate_per_s": args.rate, "target_s": TARGET_S,
                               "summary": medians, "failovers": [asdict(f) for f in failovers],
-                              "cold_restarts_s": cold}, load_before)
+                              "cold_restarts": [asdict(r) for r in cold]}, load_before)
     return 0
 
 
