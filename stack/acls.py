@@ -103,7 +103,11 @@ def _controller(n: Names) -> list[Grant]:
 def _job(n: Names) -> list[Grant]:
     grants = [Grant(JOB, "topic", t, (_READ, _DESCRIBE)) for t in n.inputs]
     grants += [Grant(JOB, "topic", t, (_WRITE, _DESCRIBE))
-               for t in (*n.outputs, *n.dead_letters, n.metrics, n.acks, n.state)]
+               for t in (n.metrics, n.acks, n.state)]
+    # Its outputs' and dead letters' max.message.bytes and cleanup.policy, read at start and
+    # by the sink, bound the records it writes there (`runtime.sink.dead_letter`).
+    grants += [Grant(JOB, "topic", t, (_WRITE, _DESCRIBE, "DESCRIBE_CONFIGS"))
+               for t in (*n.outputs, *n.dead_letters)]
     grants += [
         # The control topic is read, never written: a job cannot reconfigure another.
         Grant(JOB, "topic", n.control, (_READ, _DESCRIBE)),

@@ -302,11 +302,19 @@ class KafkaTransactionalWriter:
         if topic not in self._limits:
             s = self._settings
             try:
-                found = _reachable(lambda: topic_limits(s.client(), [topic], s.retry_budget_s),
-                                   topic)
+                found = topic_limits(s.client(), [topic], s.retry_budget_s)[topic]
             except LookupError as exc:
                 raise SinkUnavailable(f"output topic {topic} does not exist ({exc})") from exc
-            self._limits[topic] = found[topic]
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise SinkUnavailable(f"cannot read the configuration of {topic}: Kafka "
+                                          f"unreachable ({exc.args[0]})") from exc
+                # Not allowed to read it: the broker's refusals still make dead letters.
+                log.warning("may not read the configuration of %s (DESCRIBE_CONFIGS): taking "
+                            "records up to max_record_bytes %d there", topic,
+                            s.max_record_bytes)
+                found = TopicLimits(s.max_record_bytes)
+            self._limits[topic] = found
         return self._limits[topic]
 
     @staticmethod
