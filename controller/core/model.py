@@ -242,22 +242,40 @@ def slope_per_s(points: list[tuple[float, float]]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / var
 
 
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What a query's model carries from one evaluation to the next."""
+
+    overhead_s: float | None = None
+    """The per-batch overhead last fitted (`fit` rule 2)."""
+    cost: BatchCost | None = None
+    """μ and c last measured from batches with rows, which size the query while nothing
+    arrives (`idle_cost`)."""
+    batch_cap: int = 0
+    """The batch cap last reported or observed (`batch_cap`)."""
+
+    def after(self, model: QueryModel) -> Remembered:
+        """What to remember once `model` was found."""
+        return Remembered(
+            model.batch_overhead_s if model.overhead_source == "fit" else self.overhead_s,
+            BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source)
+            if model.rate_samples > 0 else self.cost,
+            model.batch_cap if model.batch_cap_source in ("reported", "observed")
+            else self.batch_cap)
+
+
 def evaluate(
     query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
-    warm_up: Collection[SampleKey] = (), remembered_overhead_s: float | None = None,
-    remembered_batch_cap: int = 0, probed: Sequence[probes.EndOffsets] = (),
-    remembered: BatchCost | None = None, beat: TaskMetrics | None = None,
+    warm_up: Collection[SampleKey] = (), probed: Sequence[probes.EndOffsets] = (),
+    remembered: Remembered = Remembered(), beat: TaskMetrics | None = None,
 ) -> QueryModel | NotReady:
     """The model of one query from its window, or why there is none yet.
 
     `warm_up`: keys of the window's warm-up batches (`window.QueryWindow.warm_up`), left out of
-    μ and c. `remembered_overhead_s`: the overhead last fitted for the query (`fit` rule 2);
-    `remembered_batch_cap`: the cap last observed for it (`batch_cap`). `probed`: recent
-    end-offset probes of the broker (`probes`), which time arrivals between batches; without
-    them the batches' latest offsets do. `remembered`: the query's last
-    measured μ and c, which size it while nothing arrives (`idle_cost`). `beat`: the query's
-    newest liveness beat; with the probes it gives the backlog while a batch runs
-    (`probes.running_backlog`).
+    μ and c. `probed`: recent end-offset probes of the broker (`probes`), which time arrivals
+    between batches; without them the batches' latest offsets do. `remembered`: what the
+    query's last model left (`Remembered`). `beat`: the query's newest liveness beat; with the
+    probes it gives the backlog while a batch runs (`probes.running_backlog`).
     """
     needed = samples_needed(samples, settings)
     unsizable = knobs.problem(samples[-1]) if samples else None
@@ -274,15 +292,15 @@ def evaluate(
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
     points = rate_points(samples, warm_up)
-    cost = fit_batch_cost(points, settings, remembered_overhead_s)
+    cost = fit_batch_cost(points, settings, remembered.overhead_s)
     if not any(s.input_rows > 0 for s in samples):
-        cost = idle_cost(arrival, remembered)
+        cost = idle_cost(arrival, remembered.cost)
         if cost is None:
             return NotReady("no batch with input rows in the window; processing rate unknown")
     if cost is None:
         return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
                         "processing rate unknown")
-    cap = batch_cap(samples, remembered_batch_cap)
+    cap = batch_cap(samples, remembered.batch_cap)
     plan = probes.running_plan(beat, samples)
     running = (None if plan is None else probes.running_backlog(
         probed, plan, arrival.rate, samples[-1].trigger_interval_ms / 1000))

@@ -7,11 +7,10 @@ formatting; `loop` does the logging and the writing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from controller.core.model import QueryModel
 from controller.core.results import (
-    ACTIVE_INSTANCE,
-    EXECUTORS,
-    STATE_PARTITIONS,
     Down,
     Hold,
     Lost,
@@ -25,25 +24,20 @@ from schemas import Decision
 from schemas.records import TAKEOVER
 
 
-def knob(verdict: Scale | Promote) -> tuple[str, str, str, str]:
-    """(operator id, parameter, current value, target value) of the tuple a verdict sends."""
-    if isinstance(verdict, Promote):
-        return "query", ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id
-    return (OPERATORS.get(verdict.parameter, "source"), verdict.parameter, str(verdict.current),
-            str(verdict.target))
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a verdict's control tuple sets: its parameter, from which value to which."""
+
+    parameter: str
+    current: str
+    target: str
 
 
-OPERATORS = {STATE_PARTITIONS: "state", EXECUTORS: "cluster"}
-"""The operator a scaling tuple addresses, for readers of the control topic (the job goes by
-the parameter); the input parallelism's is the source."""
-
-
-def decision_line(query_id: str, verdict: Scale | Promote, *, epoch: int | None,
-                  control_id: str | None, dry_run: bool) -> str:
+def decision_line(query_id: str, verdict: Scale | Promote, change: Change, *,
+                  epoch: int | None, control_id: str | None, dry_run: bool) -> str:
     sent = "dry run, not sent" if dry_run else f"epoch {epoch}, control {control_id}"
-    _, parameter, current, target = knob(verdict)
-    return (f"{query_id}: {verdict.action} {parameter} {current or '?'} → {target} "
-            f"({sent}): {verdict.reason}")
+    return (f"{query_id}: {verdict.action} {change.parameter} {change.current or '?'} → "
+            f"{change.target} ({sent}): {verdict.reason}")
 
 
 def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None) -> str:
@@ -57,13 +51,13 @@ def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None
             f"{num(model.batch_overhead_s)} s/batch, {model.knob} {model.parallelism} — {said}")
 
 
-def decision_record(query_id: str, verdict: Scale | Promote, *, decision_id: str, now_ms: int,
-                    control_id: str | None, dry_run: bool) -> Decision:
-    _, parameter, current, target = knob(verdict)
+def decision_record(query_id: str, verdict: Scale | Promote, change: Change, *,
+                    decision_id: str, now_ms: int, control_id: str | None,
+                    dry_run: bool) -> Decision:
     return Decision(
         decision_id=decision_id, query_id=query_id, decided_at_ms=now_ms,
-        action=verdict.action, parameter=parameter, current_value=current,
-        target_value=target, reason=verdict.reason, figures=dict(verdict.figures),
+        action=verdict.action, parameter=change.parameter, current_value=change.current,
+        target_value=change.target, reason=verdict.reason, figures=dict(verdict.figures),
         control_id=control_id, dry_run=dry_run,
     )
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from controller.core.model import QueryModel
-from controller.core.results import ACTIVE_INSTANCE, Promote, Scale
+from controller.core.results import ACTIVE_INSTANCE, EXECUTORS, STATE_PARTITIONS, Promote, Scale
 from controller.core.state import ControlState, InFlight, issued, next_epoch, settled
 from controller.explain import report
 from controller.loop.ports import ControlSink, DecisionLog, DeliveryError, Fenced
@@ -36,21 +36,22 @@ class Actuator:
         """Send the verdict's tuple and record the decision; the state with it in flight (or
         cooling down, in a dry run or when the send failed)."""
         cooldown_s = self._settings.policy.cooldown_s
+        change = change_of(verdict)
         if self._settings.dry_run:
             # Repeated once per cooldown instead of every cycle.
-            log.info("%s", report.decision_line(query_id, verdict, epoch=None, control_id=None,
-                                                dry_run=True))
-            self.write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
-                                              now_ms=now_ms, control_id=None, dry_run=True))
+            log.info("%s", report.decision_line(query_id, verdict, change, epoch=None,
+                                                control_id=None, dry_run=True))
+            self.write(report.decision_record(query_id, verdict, change,
+                                              decision_id=self._new_id(), now_ms=now_ms,
+                                              control_id=None, dry_run=True))
             return settled(state, now_ms, cooldown_s)
         epoch = next_epoch(state, epoch_seen)
-        operator, parameter, _, value = report.knob(verdict)
         control = ControlTuple(
-            control_id=self._new_id(), query_id=query_id, operator_id=operator,
-            parameter=parameter, value=value, epoch=epoch, issuer=self._settings.issuer,
-            reason=verdict.reason, issued_at_ms=now_ms,
+            control_id=self._new_id(), query_id=query_id, operator_id=operator_of(verdict),
+            parameter=change.parameter, value=change.target, epoch=epoch,
+            issuer=self._settings.issuer, reason=verdict.reason, issued_at_ms=now_ms,
         )
-        log.info("%s", report.decision_line(query_id, verdict, epoch=epoch,
+        log.info("%s", report.decision_line(query_id, verdict, change, epoch=epoch,
                                             control_id=control.control_id, dry_run=False))
         try:
             self._control.send(control)
@@ -60,9 +61,9 @@ class Actuator:
             log.error("%s: could not send control %s, retrying after the cooldown: %s",
                       query_id, control.control_id, exc)
             return settled(state, now_ms, cooldown_s)
-        self.write(report.decision_record(query_id, verdict, decision_id=self._new_id(),
-                                          now_ms=now_ms, control_id=control.control_id,
-                                          dry_run=False))
+        self.write(report.decision_record(query_id, verdict, change,
+                                          decision_id=self._new_id(), now_ms=now_ms,
+                                          control_id=control.control_id, dry_run=False))
         return issued(state, in_flight(control, verdict, model, now_ms))
 
     def outcome(self, query_id: str, flight: InFlight, action: str, reason: str,
@@ -81,6 +82,25 @@ class Actuator:
         except DeliveryError as exc:
             log.error("%s: could not write decision %s to the log: %s", decision.query_id,
                       decision.decision_id, exc)
+
+
+OPERATORS = {STATE_PARTITIONS: "state", EXECUTORS: "cluster"}
+"""The operator a scaling tuple addresses, for readers of the control topic (the job goes by
+the parameter); the input parallelism's is the source."""
+
+
+def change_of(verdict: Scale | Promote) -> report.Change:
+    """What the verdict's tuple sets: a failover the active instance, a scaling its knob."""
+    if isinstance(verdict, Promote):
+        return report.Change(ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id)
+    return report.Change(verdict.parameter, str(verdict.current), str(verdict.target))
+
+
+def operator_of(verdict: Scale | Promote) -> str:
+    """The tuple's operator id: the query for a failover, else the stage the knob sizes."""
+    if isinstance(verdict, Promote):
+        return "query"
+    return OPERATORS.get(verdict.parameter, "source")
 
 
 def in_flight(control: ControlTuple, verdict: Scale | Promote, model: QueryModel | None,

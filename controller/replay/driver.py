@@ -185,9 +185,10 @@ class _Replay:
         for decision in decisions:
             self.events.append(self._decision_event(decision, now_ms))
             self.last_action[decision.query_id] = decision.action
-        for query_id, verdict in self.loop.verdicts.items():
-            if not isinstance(verdict, Scale) and verdict.action != self.last_action.get(
-                    query_id):
+        for query_id, query in self.loop.queries.items():
+            verdict = query.verdict
+            if (verdict is not None and not isinstance(verdict, Scale)
+                    and verdict.action != self.last_action.get(query_id)):
                 self.last_action[query_id] = verdict.action
                 self.events.append(ReplayEvent(
                     self._at_s(now_ms), query_id, "verdict", verdict.action, verdict.reason,

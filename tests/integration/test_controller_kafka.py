@@ -167,7 +167,7 @@ def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:
             kafka_harness.publish("metrics", codec_for(TaskMetrics).encode(sample))
         def decided() -> bool:
             loop.run(max_cycles=1)
-            return "q1" in loop.states and loop.states["q1"].in_flight is not None
+            return "q1" in loop.queries and loop.queries["q1"].state.in_flight is not None
 
         until(decided, 30, "a decision", 0)
         [raw] = kafka_harness.read("control", 1)
@@ -176,9 +176,9 @@ def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:
         assert auth.verify(control, CONTROL_KEY.encode()) is auth.Verdict.VALID
         kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
             control.control_id, "q1", "i1", 4, Outcome.APPLIED, "ok", 900, T0_MS)))
-        until(lambda: (loop.run(max_cycles=1), loop.states["q1"].in_flight is None)[1], 30,
+        until(lambda: (loop.run(max_cycles=1), loop.queries["q1"].state.in_flight is None)[1], 30,
               "the ack to reach the loop", 0)
-        assert loop.states["q1"].cooldown_until_ms > time.time() * 1000
+        assert loop.queries["q1"].state.cooldown_until_ms > time.time() * 1000
 
 
 def test_the_cli_serves_metrics_and_stops_cleanly_on_sigterm(kafka_harness: KafkaHarness) -> None:

@@ -108,7 +108,7 @@ def test_a_silent_active_fails_over_to_the_live_standby_once() -> None:
     assert (promotion.parameter, promotion.value, promotion.operator_id) == (
         "active_instance", "s1", "query")
     assert promotion.epoch == 1 and "promoting standby s1" in promotion.reason
-    flight = h.loop.states["q1"].in_flight  # waiting for the promoted instance's ack
+    flight = h.loop.queries["q1"].state.in_flight  # waiting for the promoted instance's ack
     assert flight is not None and (flight.instance, flight.control_id) == (
         "s1", promotion.control_id)
     [decision] = [d for d in h.bus.written_decisions() if d.action == "failover"]
@@ -125,11 +125,12 @@ def test_only_the_promoted_instance_answers_a_promotion() -> None:
     h.bus.publish_ack(Ack(promotion.control_id, "q1", "a", 1, Outcome.APPLIED,
                           "a stepped down", 0, now))
     h.loop.run(max_cycles=1)
-    assert h.loop.states["q1"].in_flight is not None  # the former active's ack settles nothing
+    # The former active's ack settles nothing.
+    assert h.loop.queries["q1"].state.in_flight is not None
     h.bus.publish_ack(Ack(promotion.control_id, "q1", "s1", 1, Outcome.APPLIED,
                           "promoted s1", 7_000, now))
     h.loop.run(max_cycles=1)
-    state = h.loop.states["q1"]
+    state = h.loop.queries["q1"].state
     assert state.in_flight is None and state.cooldown_until_ms > now
     actions = [d.action for d in h.bus.written_decisions()]
     assert actions[-2:] == ["ack_applied", "start_standby"], actions
@@ -137,7 +138,7 @@ def test_only_the_promoted_instance_answers_a_promotion() -> None:
     promoted = Job(rates=[(0, 300)], per_unit=210, parallelism=2, instance_id="s1", epoch=1)
     start_s = (h.clock.now_ms() - T0_MS) / 1000
     h.feed(simulate(promoted, 30, start_s=start_s, first_batch=40), cycles=3)
-    assert h.loop.verdicts["q1"].action not in ("lost", "failover")
+    assert h.loop.queries["q1"].verdict.action not in ("lost", "failover")
     assert len(h.bus.sent_controls()) == 1
 
 
@@ -168,16 +169,17 @@ def test_a_restarted_controller_waits_for_the_promotion_in_flight() -> None:
     assert flight is not None and (flight.instance, flight.epoch) == ("s1", 1)
     new = Harness(PATIENT)
     new.clock.ms = restart_ms
-    new.loop.states.update(recovered.states)
+    for query_id, state in recovered.states.items():
+        new.loop.queries.of(query_id).state = state
     # It hears the old active's last batches (its group's committed offset) and the standby.
     new.bus.publish_metrics(*simulate(STEADY, 30))
     keep_standbys_alive(new, 20, standbys=())  # s1 is busy promoting (an empty poll is 1 s more)
-    assert new.loop.states["q1"].in_flight == flight
+    assert new.loop.queries["q1"].state.in_flight == flight
     assert new.bus.sent_controls() == []  # no second promotion while the first is in flight
     new.bus.publish_ack(Ack(promotion.control_id, "q1", "s1", 1, Outcome.APPLIED, "promoted",
                             9_000, new.clock.now_ms()))
     new.loop.run(max_cycles=1)
-    assert new.loop.states["q1"].in_flight is None
+    assert new.loop.queries["q1"].state.in_flight is None
     assert new.bus.sent_controls() == []
     # It never heard s1 as a standby after the restart, yet s1 was one: ask for a new one.
     assert [d.action for d in new.bus.written_decisions()][-2:] == ["ack_applied",
@@ -191,7 +193,7 @@ def test_a_just_started_controller_counts_silence_only_from_its_start() -> None:
     h.bus.publish_metrics(*simulate(STEADY, 30))
     h.bus.publish_metrics(beat("s1", h.clock.now_ms()))
     h.loop.run(max_cycles=1)
-    assert h.loop.verdicts["q1"].action != "lost" and h.bus.sent_controls() == []
+    assert h.loop.queries["q1"].verdict.action != "lost" and h.bus.sent_controls() == []
     keep_standbys_alive(h, 30)
     assert [t.value for t in h.bus.sent_controls()] == ["s1"]
 

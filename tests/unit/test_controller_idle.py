@@ -8,7 +8,7 @@ import pytest
 
 from controller.core.arrival import ArrivalEstimate
 from controller.core.fit import BatchCost
-from controller.core.model import QueryModel, evaluate, idle_cost
+from controller.core.model import QueryModel, Remembered, evaluate, idle_cost
 from controller.core.results import NotReady
 from controller.core.state import ControlState, InFlight, applied, issued, observed, settled
 from controller.settings import ModelSettings, PolicySettings
@@ -62,7 +62,7 @@ def test_an_idle_window_is_sized_only_with_a_remembered_cost() -> None:
     assert idle and all(s.input_rows == 0 for s in idle)
     unknown = evaluate("q1", idle, ModelSettings())
     assert isinstance(unknown, NotReady) and "no batch with input rows" in unknown.reason
-    known = evaluate("q1", idle, ModelSettings(), remembered=COST)
+    known = evaluate("q1", idle, ModelSettings(), remembered=Remembered(cost=COST))
     assert isinstance(known, QueryModel)
     assert (known.arrival_rate, known.rate_per_unit, known.overhead_source) == (
         0.0, 100.0, "remembered")

@@ -80,7 +80,9 @@ def test_only_the_leader_writes_while_the_follower_models_every_query_too() -> N
     cycles(a, b)
     [control] = bus.sent_controls()
     assert int(control.value) > 2 and (a.leading, b.leading) == (True, False)
-    assert "q1" in b.models and b.models["q1"].arrival_rate == a.models["q1"].arrival_rate
+    b_model, a_model = b.queries["q1"].model, a.queries["q1"].model
+    assert b_model is not None and a_model is not None
+    assert b_model.arrival_rate == a_model.arrival_rate
     takeovers = [d for d in bus.written_decisions() if d.action == TAKEOVER]
     assert [d.target_value for d in takeovers] == ["a"]
     assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
@@ -96,7 +98,7 @@ def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -
     cycles(a, b)
     assert (a.leading, b.leading) == (False, True)
     assert bus.sent_controls() == [control]
-    flight = b.states["q1"].in_flight
+    flight = b.queries["q1"].state.in_flight
     assert flight is not None and flight.control_id == control.control_id
     takeover = [d for d in bus.written_decisions() if d.action == TAKEOVER][-1]
     assert takeover.target_value == "b" and "unanswered" in takeover.reason
@@ -104,7 +106,8 @@ def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -
     bus.publish_ack(Ack(control.control_id, "q1", "i1", control.epoch, Outcome.APPLIED,
                         "applied", 900, clock.ms))
     cycles(a, b, count=1)
-    assert b.states["q1"].in_flight is None and b.states["q1"].cooldown_until_ms > clock.ms
+    state = b.queries["q1"].state
+    assert state.in_flight is None and state.cooldown_until_ms > clock.ms
     assert bus.sent_controls() == [control]
 
 
@@ -173,7 +176,9 @@ def test_a_follower_reports_no_decision_of_its_own() -> None:
     cycles(a, b)
     assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
     assert a.ports.observer.actions and b.ports.observer.actions == []
-    assert b.verdicts["q1"].action == a.verdicts["q1"].action  # it reached the same verdict
+    b_verdict, a_verdict = b.queries["q1"].verdict, a.queries["q1"].verdict
+    assert b_verdict is not None and a_verdict is not None
+    assert b_verdict.action == a_verdict.action  # it reached the same verdict
 
 
 def test_prometheus_counts_each_takeover_and_shows_who_leads_since_when() -> None:

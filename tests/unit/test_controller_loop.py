@@ -101,7 +101,7 @@ def test_metrics_from_before_the_change_are_ignored_after_the_ack() -> None:
     h.feed(simulate(OVERLOADED, 30))
     h.ack(Outcome.APPLIED)
     h.feed(simulate(OVERLOADED, 30, start_s=30, first_batch=100))
-    assert h.loop.verdicts["q1"] == NotReady(
+    assert h.loop.queries["q1"].verdict == NotReady(
         "stabilising after a change to epoch 4: only 0 samples, need 4")
 
 
@@ -112,7 +112,7 @@ def test_ack_timeout_is_recorded_and_the_next_epoch_skips_past_it() -> None:
     h.loop.run(max_cycles=1)
     assert ("timeout", "q1") in h.observer.events
     assert h.bus.written_decisions()[-1].action == "ack_timeout"
-    assert h.loop.states["q1"].in_flight is None
+    assert h.loop.queries["q1"].state.in_flight is None
     h.feed(simulate(OVERLOADED, 40, start_s=51, first_batch=100))
     assert [c.epoch for c in h.bus.sent_controls()] == [4, 5]
 
@@ -181,13 +181,13 @@ def test_a_silent_query_is_reported_lost_once_and_never_scaled() -> None:
     h.feed(simulate(steady, 30))
     h.clock.advance(30)
     h.loop.run(max_cycles=3)
-    assert h.loop.verdicts["q1"].action == "lost"
+    assert h.loop.queries["q1"].verdict.action == "lost"
     assert h.observer.lost_now == ["q1"]
     [decision] = [d for d in h.bus.written_decisions() if d.action == "lost"]
     assert decision.reason.startswith("no metrics for ")
     assert h.bus.sent_controls() == []
     h.feed(simulate(steady, 10, start_s=62, first_batch=100))
-    assert h.loop.verdicts["q1"].action != "lost" and h.observer.lost_now == []
+    assert h.loop.queries["q1"].verdict.action != "lost" and h.observer.lost_now == []
 
 
 def test_a_pipeline_gets_all_its_tuples_in_one_cycle() -> None:

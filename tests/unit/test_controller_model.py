@@ -9,6 +9,7 @@ import pytest
 
 from controller.core.model import (
     QueryModel,
+    Remembered,
     arrival_rate,
     evaluate,
     rate_per_unit,
@@ -137,7 +138,8 @@ def test_only_a_warm_up_batch_with_rows_is_not_ready() -> None:
 def test_the_batch_cap_is_reported_observed_or_remembered() -> None:
     steady = Job([(0, 300)], 210, 2, max_per_batch=4000)
     assert modelled(simulate(steady, 20)).batch_cap_source == "unbounded"
-    remembered = evaluate("q1", tuple(simulate(steady, 20)), SETTINGS, remembered_batch_cap=4000)
+    remembered = evaluate("q1", tuple(simulate(steady, 20)), SETTINGS,
+                          remembered=Remembered(batch_cap=4000))
     assert isinstance(remembered, QueryModel)
     assert (remembered.batch_cap, remembered.batch_cap_source) == (4000, "remembered")
     reported = modelled(simulate(replace(steady, report_cap=True), 20))

@@ -174,7 +174,7 @@ def test_a_broker_that_stops_answering_is_logged_once_and_the_batches_decide(
             loop.run_once()
     assert len(failures) == offsets.probes == 5
     assert sum("cannot probe" in r.message for r in caplog.records) == 1
-    assert loop.models["q1"].arrival_timed_by == "batches"
+    assert loop.queries["q1"].model.arrival_timed_by == "batches"
 
 
 def plan_at(job: Job, seconds: float) -> tuple[list[TaskMetrics], RunningPlan | None]:

@@ -172,7 +172,7 @@ def test_a_lost_instance_is_reported_within_the_timeout(trigger_s: float, extra:
     reported_at = None
     while reported_at is None and clock.ms < last.batch_end_ms + 3_600_000:
         loop.run_once()
-        if loop.verdicts["q1"].action == "lost":
+        if loop.queries["q1"].verdict.action == "lost":
             reported_at = clock.ms
         clock.advance(1.0 + extra * 0.5)  # the loop's cycle
     assert reported_at is not None

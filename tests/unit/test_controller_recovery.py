@@ -23,7 +23,8 @@ def restarted(h: Harness, now_ms: int) -> Harness:
     fresh.clock.ms = now_ms
     recovered = recover(history_of(h), now_ms, issuer=SETTINGS.issuer, cooldown_s=COOLDOWN_S,
                         ack_timeout_s=ACK_TIMEOUT_S)
-    fresh.loop.states.update(recovered.states)
+    for query_id, state in recovered.states.items():
+        fresh.loop.queries.of(query_id).state = state
     return fresh
 
 
@@ -37,7 +38,7 @@ def test_an_unanswered_tuple_is_still_awaited_after_a_restart_and_not_sent_again
     old, sent_at = first_decision()
     [control] = old.bus.sent_controls()
     new = restarted(old, sent_at + 5_000)
-    flight = new.loop.states["q1"].in_flight
+    flight = new.loop.queries["q1"].state.in_flight
     assert flight is not None and (flight.control_id, flight.epoch) == (control.control_id, 4)
     assert (flight.current, flight.target) == (2, int(control.value))
     new.feed(simulate(OVERLOADED, 40), cycles=3)
@@ -49,7 +50,7 @@ def test_an_ack_given_while_no_controller_ran_starts_the_cooldown_from_the_ack()
     old.clock.ms = sent_at + 4_000
     old.ack(Outcome.APPLIED)
     new = restarted(old, sent_at + 10_000)
-    state = new.loop.states["q1"]
+    state = new.loop.queries["q1"].state
     assert state.in_flight is None
     assert state.cooldown_until_ms == sent_at + 4_000 + int(COOLDOWN_S * 1000)
     assert state.effect_check is not None and state.effect_check.target > 2

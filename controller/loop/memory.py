@@ -1,0 +1,39 @@
+"""What the loop remembers of each query from one cycle to the next: one record per query.
+
+Owns `QueryMemory` — the query's control state (what was sent and when, cooldowns, effect
+checks), its last verdict, its last model and what that model carries into the next one —
+so a stage reads and writes one record instead of six dictionaries kept in step. The
+windows of samples are `core.window`'s, the instance table `core.failover`'s. Neighbours:
+`cycle` (every stage), `leading` (resumes and hands over the control states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.core.model import QueryModel, Remembered
+from controller.core.results import Verdict
+from controller.core.state import ControlState
+
+
+@dataclass
+class QueryMemory:
+    """One query, as the loop left it at the end of the last cycle."""
+
+    state: ControlState = field(default_factory=ControlState)
+    verdict: Verdict | None = None
+    """The last verdict: a non-scaling one is logged and recorded only when its kind
+    changes."""
+    model: QueryModel | None = None
+    """The last model; None while the query is not ready, lost or down."""
+    remembered: Remembered = field(default_factory=Remembered)
+
+
+class Memory(dict[str, QueryMemory]):
+    """Every query's record, made on first use."""
+
+    def of(self, query_id: str) -> QueryMemory:
+        found = self.get(query_id)
+        if found is None:
+            found = self[query_id] = QueryMemory()
+        return found
