@@ -35,7 +35,7 @@ class ControlKeyError(ValueError):
     """The key in the environment is unusable; the message says which variable and why."""
 
 
-class Verdict(StrEnum):
+class Signature(StrEnum):
     """Outcome of `verify`; the values are the job's rejection reasons (Prometheus labels)."""
 
     VALID = "valid"
@@ -68,14 +68,14 @@ def sign(tuple_: ControlTuple, key: bytes) -> ControlTuple:
     return replace(tuple_, auth_tag=tag(tuple_, key))
 
 
-def verify(tuple_: ControlTuple, key: bytes) -> Verdict:
+def verify(tuple_: ControlTuple, key: bytes) -> Signature:
     """VALID only when the tag matches (compared in constant time)."""
     if not tuple_.auth_tag:
-        return Verdict.UNSIGNED
+        return Signature.UNSIGNED
     if len(tuple_.auth_tag) != TAG_BYTES:
-        return Verdict.BAD_SIGNATURE
+        return Signature.BAD_SIGNATURE
     ok = hmac.compare_digest(tuple_.auth_tag, tag(tuple_, key))
-    return Verdict.VALID if ok else Verdict.BAD_SIGNATURE
+    return Signature.VALID if ok else Signature.BAD_SIGNATURE
 
 
 def key_from_env(env: Mapping[str, str] | None = None) -> bytes | None:

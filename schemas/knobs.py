@@ -4,7 +4,7 @@
 Each name is a runtime parameter a control tuple may set; what a value means, its bounds and
 how a job applies it are the job runtime's (`streaming_jobs.runtime.control.parameters`,
 whose registry a test holds to `ALL`); which one to size is the controller's
-(`controller.core.knobs`).
+(`controller.core.parallelism`).
 """
 
 from __future__ import annotations

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas.knobs import INPUT_PARALLELISM, SCALING, STATE_PARTITIONS
-from streaming_jobs.batch_knobs import SwappableFunction
 from streaming_jobs.errors import UserError
 from streaming_jobs.formats import Avro, InputFormat, Json, KeyValue, OutputFormat
 from streaming_jobs.formats.ddl import DdlError
+from streaming_jobs.per_batch import SwappableFunction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

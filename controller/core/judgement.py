@@ -21,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from controller.core.model import QueryModel
-from controller.core.results import INPUT_PARALLELISM, Lost
+from controller.core.results import Lost
 from controller.core.sizing import capacity
 from controller.core.state import ControlState, Ineffective
 from controller.core.wording import num, pct
 from controller.settings import PolicySettings
 from schemas import TaskMetrics
+from schemas.knobs import INPUT_PARALLELISM
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,13 +18,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from controller.core import knobs, probes
+from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
-from controller.core.results import INPUT_PARALLELISM, NotReady
+from controller.core.results import NotReady
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
 from schemas import SourcePartition, TaskMetrics
+from schemas.knobs import INPUT_PARALLELISM
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class QueryModel:
     knob: str = INPUT_PARALLELISM
     """The parameter that scales the query, as its job names it (`knobs`)."""
     job_max: int = 0
-    """The job's own ceiling for the knob (`knobs.job_max`; 0: none reported)."""
+    """The job's own ceiling for the knob (`parallelism.job_max`; 0: none reported)."""
     executor_cores: int = 0
     """Cores per executor on a cluster; 0 in local mode."""
     max_executors: int = 0
@@ -104,7 +105,7 @@ class QueryModel:
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
-        return knobs.units(self.knob, setting, self.source_partitions, self.task_slots)
+        return parallelism.units(self.knob, setting, self.source_partitions, self.task_slots)
 
     @property
     def capacity(self) -> float:
@@ -204,7 +205,7 @@ def rate_per_unit(samples: tuple[TaskMetrics, ...],
 
 def _units_of(sample: TaskMetrics) -> int:
     partitions = len({(p.topic, p.partition) for p in sample.partitions})
-    return knobs.units(sample.scaling_parameter, knobs.value(sample), partitions,
+    return parallelism.units(sample.scaling_parameter, parallelism.value(sample), partitions,
                        sample.task_slots)
 
 
@@ -278,7 +279,7 @@ def evaluate(
     probes it gives the backlog while a batch runs (`probes.running_backlog`).
     """
     needed = samples_needed(samples, settings)
-    unsizable = knobs.problem(samples[-1]) if samples else None
+    unsizable = parallelism.problem(samples[-1]) if samples else None
     if unsizable is not None:
         return NotReady(unsizable)
     if len(samples) < needed:
@@ -393,7 +394,7 @@ def _build(
         query_id=query_id, samples=len(samples), config_epoch=newest.config_epoch,
         arrival_rate=arrival, throughput=rows * 1000 / elapsed_ms,
         busy_ratio=min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
-        rate_per_unit=cost.per_unit, parallelism=knobs.value(newest), units=units,
+        rate_per_unit=cost.per_unit, parallelism=parallelism.value(newest), units=units,
         source_partitions=partitions, task_slots=newest.task_slots,
         backlog_records=backlog, backlog_trend_records_per_s=trend,
         time_to_drain_s=drain_time_s(backlog, capacity(
@@ -412,7 +413,7 @@ def _build(
         partition_arrival_shares=_shares(partition_arrivals(recent)),
         task_skew=skew, arrival_pending=found.pending_rate,
         arrival_ramp=found.ramp_per_s, knob=newest.scaling_parameter,
-        job_max=knobs.job_max(newest), executor_cores=newest.executor_cores,
+        job_max=parallelism.job_max(newest), executor_cores=newest.executor_cores,
         max_executors=newest.max_executors,
         backlog_seen=RUNNING_BATCH if running is not None else "batches",
     )

@@ -9,7 +9,7 @@ order, passing the extra arrivals an upstream's resizing will send (`inflow`); `
 Sizing (one step, no probing; the equations are in `sizing`): the demand is the arrivals plus
 the backlog spread over the catch-up time, D = λ + inflow + B / catch_up_s, and the target is
 the fewest units whose capacity, per-batch overhead included, meets D at the target
-utilisation; then bounded (`knobs.bounds`). When the task slots cap it and the job runs on
+utilisation; then bounded (`parallelism.bounds`). When the task slots cap it and the job runs on
 a cluster that may grow, the verdict asks for executors first (`knobs`). An upstream's
 inflow is its steady extra plus the part of its catch-up burst that those units cannot take
 as it comes (`sizing.Inflow`). When no number of units can (the overhead eats the batch
@@ -23,7 +23,8 @@ import math
 from collections.abc import Sequence
 
 from controller.core.judgement import ineffective_sentence, skew, skew_note
-from controller.core.knobs import (
+from controller.core.model import BROKER, QueryModel
+from controller.core.parallelism import (
     INEFFECTIVE,
     Bounds,
     ExecutorRequest,
@@ -31,8 +32,7 @@ from controller.core.knobs import (
     executors_wanted,
     running_executors,
 )
-from controller.core.model import BROKER, QueryModel
-from controller.core.results import EXECUTORS, Hold, Recommend, Scale, Verdict
+from controller.core.results import Hold, Recommend, Scale, Verdict
 from controller.core.sizing import (
     NO_INFLOW,
     Inflow,
@@ -44,6 +44,7 @@ from controller.core.sizing import (
 from controller.core.state import ControlState
 from controller.core.wording import load, num, pct, pressure, units, units_of
 from controller.settings import PolicySettings
+from schemas.knobs import EXECUTORS
 
 __all__ = ["backlog_causes", "decide", "is_quiet", "num", "pct"]
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from controller.core.results import ACTIVE_INSTANCE, EXECUTORS
 from controller.core.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM, STATE_PARTITIONS
-
-__all__ = ["ACTIVE_INSTANCE", "EXECUTORS", "INPUT_PARALLELISM", "STATE_PARTITIONS"]
-
 
 @dataclass(frozen=True, slots=True)
 class NotReady:

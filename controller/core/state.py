@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from controller.core.results import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,13 @@ import logging
 from collections.abc import Callable
 
 from controller.core.model import QueryModel
-from controller.core.results import ACTIVE_INSTANCE, EXECUTORS, STATE_PARTITIONS, Promote, Scale
+from controller.core.results import Promote, Scale
 from controller.core.state import ControlState, InFlight, issued, next_epoch, settled
 from controller.explain import report
 from controller.loop.ports import ControlSink, DecisionLog, DeliveryError, Fenced
 from controller.settings import ControllerSettings
 from schemas import ControlTuple, Decision
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, STATE_PARTITIONS
 
 log = logging.getLogger("controller")
 

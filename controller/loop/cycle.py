@@ -22,17 +22,7 @@ from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.outage import down, outage
 from controller.core.policy import backlog_causes, is_quiet
-from controller.core.results import (
-    EXECUTORS,
-    Down,
-    Hold,
-    Lost,
-    NotReady,
-    Promote,
-    Recommend,
-    Scale,
-    Verdict,
-)
+from controller.core.results import Down, Hold, Lost, NotReady, Promote, Recommend, Scale, Verdict
 from controller.core.state import (
     ControlState,
     InFlight,
@@ -62,6 +52,7 @@ from controller.loop.ports import (
 from controller.loop.probing import Prober
 from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
+from schemas.knobs import EXECUTORS
 
 log = logging.getLogger("controller")
 status_log = logging.getLogger("controller.status")

@@ -39,10 +39,10 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
 from streaming_jobs.runtime.control.desired import SharedDesiredState
 from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S
-from streaming_jobs.runtime.control.tuples import ControlLoop
+from streaming_jobs.runtime.control.tuples import TupleListener
 from streaming_jobs.runtime.kafka import (
+    KafkaLogRanges,
     RecordPublisher,
-    TopicOffsets,
     TypedConsumer,
     written_topic_problems,
 )
@@ -87,7 +87,7 @@ class ElasticJob:
             config.bootstrap_servers, f"streamctl-job-{config.instance_id}",
             config.kafka_security), self.prometheus)
         self._executors = executors_for(self.spark, config)
-        self._offsets = TopicOffsets(config.bootstrap_servers, config.kafka_security)
+        self._offsets = KafkaLogRanges(config.bootstrap_servers, config.kafka_security)
         self.inputs = InputSources(config.checkpoint_dir, config.input_source_path,
                                    config.query_id, self._offsets)
         self._shared = SharedDesiredState(config, self.limits, self._publisher.desired_state)
@@ -112,7 +112,7 @@ class ElasticJob:
                 config.query_id).set(int(held)))
         self._stopping = threading.Event()
         self._reported_unread: dict[str, int] = {}
-        loop = ControlLoop(self._consumer, self.owner, self._publisher.ack,
+        loop = TupleListener(self._consumer, self.owner, self._publisher.ack,
                            self.prometheus.control_counter(config.query_id),
                            query_id=config.query_id, instance_id=config.instance_id,
                            key=config.control_key)

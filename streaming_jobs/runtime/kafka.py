@@ -229,7 +229,7 @@ class TypedConsumer(Generic[R]):
         self._consumer.close()
 
 
-class TopicOffsets:
+class KafkaLogRanges:
     """Log start and end offsets of topics, from a consumer that never subscribes."""
 
     def __init__(self, bootstrap_servers: str, security: KafkaSecurity) -> None:

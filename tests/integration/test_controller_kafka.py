@@ -173,7 +173,7 @@ def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:
         [raw] = kafka_harness.read("control", 1)
         control = codec_for(ControlTuple).decode(raw)
         assert control.epoch == 4 and int(control.value) > 2
-        assert auth.verify(control, CONTROL_KEY.encode()) is auth.Verdict.VALID
+        assert auth.verify(control, CONTROL_KEY.encode()) is auth.Signature.VALID
         kafka_harness.publish("acks", codec_for(Ack).encode(Ack(
             control.control_id, "q1", "i1", 4, Outcome.APPLIED, "ok", 900, T0_MS)))
         until(lambda: (loop.run(max_cycles=1), loop.queries["q1"].state.in_flight is None)[1], 30,

@@ -16,7 +16,7 @@ from streaming_jobs.api import Job, Json, Topics
 from streaming_jobs.config import JobConfig, bind
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.control.parameters import DesiredState
-from streaming_jobs.runtime.kafka import TopicOffsets
+from streaming_jobs.runtime.kafka import KafkaLogRanges
 from streaming_jobs.runtime.query.lifecycle import ElasticQuery
 from streaming_jobs.runtime.query.plan import Plan
 from tests.runtime_query_contract import CONTRACT, QueryHarness
@@ -45,7 +45,7 @@ class SparkHarness:
             input_topic=topics["in"], output_topic=topics["out"], dlq_topic=topics["dlq"],
             checkpoint_dir=str(workdir / "checkpoint"), trigger_interval_s=0.5,
             task_slots=SPARK_TASK_SLOTS, metrics_port=0), WORDS)
-        self._offsets = TopicOffsets(bootstrap, config.kafka_security)
+        self._offsets = KafkaLogRanges(bootstrap, config.kafka_security)
         inputs = InputSources(config.checkpoint_dir, config.input_source_path,
                               config.query_id, self._offsets)
         inputs.resume(config.input_topic)

@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from schemas.errors import DecodeError
 from streaming_jobs.api import Job
-from streaming_jobs.batch_knobs import BatchKnobs
+from streaming_jobs.per_batch import BatchValues
 from streaming_jobs.runtime.query.input import InputStep
 
 KAFKA_TIMESTAMP = 1_700_000_000_000
@@ -51,7 +51,7 @@ def input_step(job: Job, dead: MemoryDeadLetters, shed: float = 0.0,
     return InputStep(decoder=job.input.decoder(), dead_letters=dead,
                      columns=tuple(f.name for f in job.input.fields()),
                      arrow_schema=to_arrow_schema(schema, timezone="UTC"),
-                     built_with=BatchKnobs(shed), low_priority=job.low_priority,
+                     built_with=BatchValues(shed), low_priority=job.low_priority,
                      settings=tuple({**job.default_settings(), **(settings or {})}.items()),
                      kafka_metadata=job.kafka_metadata)
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.knobs import bounds
 from controller.core.model import QueryModel
+from controller.core.parallelism import bounds
 from controller.core.policy import decide, target_units
 from controller.core.results import Hold, Recommend, Scale
 from controller.core.sizing import Inflow, required_units

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.judgement import lost_timeout_s
-from controller.core.knobs import bounds, executors_wanted, running_executors
 from controller.core.model import QueryModel
+from controller.core.parallelism import bounds, executors_wanted, running_executors
 from controller.core.policy import decide, target_units
 from controller.core.results import Scale
 from controller.core.sizing import NO_INFLOW, Inflow

@@ -16,10 +16,10 @@ from streaming_jobs.runtime.control.reconfigure import Applied, Refused, Restart
 from streaming_jobs.runtime.control.tuples import (
     UNDECODABLE,
     Change,
-    ControlLoop,
     Reason,
     Reassert,
     Reject,
+    TupleListener,
     evaluate,
 )
 
@@ -195,7 +195,7 @@ def run_loop(items: list[ControlTuple | DecodeError | None], job: FakeJob,
 
     source = source or ListSource([])
     source.items = list(items)
-    loop = ControlLoop(source, job, acks.append, count, query_id="q", instance_id="i", key=KEY)
+    loop = TupleListener(source, job, acks.append, count, query_id="q", instance_id="i", key=KEY)
     for _ in range(len(items)):
         loop.poll_once(0)
     return acks, counts

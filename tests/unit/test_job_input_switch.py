@@ -17,7 +17,7 @@ from streaming_jobs.runtime.checkpoint.input_switch import (
     SwitchRefused,
     cut,
     describe,
-    drain_verdict,
+    drain_state,
     generation_of,
     resume,
     start_offsets,
@@ -35,13 +35,13 @@ def test_drained_once_everything_is_committed_and_the_end_stood_still_for_the_qu
 ) -> None:
     samples = [sample(0.0, {0: 5, 1: 3}, (9, 3)), sample(1.0, {0: 9, 1: 3}, (9, 3)),
                sample(2.5, {0: 9, 1: 3}, (9, 3))]
-    assert drain_verdict(samples[:2], quiet_s=2.0) == NotDrained(backlog=0, arrived=0)
-    assert drain_verdict(samples, quiet_s=2.0) == Drained()
+    assert drain_state(samples[:2], quiet_s=2.0) == NotDrained(backlog=0, arrived=0)
+    assert drain_state(samples, quiet_s=2.0) == Drained()
 
 
 def test_not_drained_while_producers_still_write_the_old_topic() -> None:
     samples = [sample(0.0, {0: 9, 1: 3}, (9, 3)), sample(3.0, {0: 11, 1: 3}, (11, 3))]
-    verdict = drain_verdict(samples, quiet_s=2.0)
+    verdict = drain_state(samples, quiet_s=2.0)
     assert verdict == NotDrained(backlog=0, arrived=2)
     assert describe(verdict, "a", "b", 60.2) == (
         "a is still being written to (2 records in the quiet period, 0 unread after 60 s): "
@@ -50,7 +50,7 @@ def test_not_drained_while_producers_still_write_the_old_topic() -> None:
 
 def test_not_drained_while_records_wait_in_the_old_topic() -> None:
     samples = [sample(0.0, {0: 2}, (9, 3)), sample(5.0, {0: 4}, (9, 3))]
-    verdict = drain_verdict(samples, quiet_s=2.0)
+    verdict = drain_state(samples, quiet_s=2.0)
     assert verdict == NotDrained(backlog=8, arrived=0)  # partition 1 never read: from 0
     assert "8 records not yet in a committed batch" in describe(verdict, "a", "b", 120)
 

@@ -22,16 +22,16 @@ def test_a_signed_tuple_verifies_and_survives_the_wire() -> None:
     signed = auth.sign(TUPLE, KEY)
     assert signed.auth_tag is not None and len(signed.auth_tag) == 32
     decoded = codec_for(ControlTuple).decode(codec_for(ControlTuple).encode(signed))
-    assert auth.verify(decoded, KEY) is auth.Verdict.VALID
+    assert auth.verify(decoded, KEY) is auth.Signature.VALID
 
 
 def test_unsigned_and_wrong_key_are_told_apart() -> None:
-    assert auth.verify(TUPLE, KEY) is auth.Verdict.UNSIGNED
-    assert auth.verify(replace(TUPLE, auth_tag=b""), KEY) is auth.Verdict.UNSIGNED
+    assert auth.verify(TUPLE, KEY) is auth.Signature.UNSIGNED
+    assert auth.verify(replace(TUPLE, auth_tag=b""), KEY) is auth.Signature.UNSIGNED
     other = auth.sign(TUPLE, b"another key of sixteen+ bytes")
-    assert auth.verify(other, KEY) is auth.Verdict.BAD_SIGNATURE
+    assert auth.verify(other, KEY) is auth.Signature.BAD_SIGNATURE
     truncated = replace(auth.sign(TUPLE, KEY), auth_tag=b"\x00" * 5)
-    assert auth.verify(truncated, KEY) is auth.Verdict.BAD_SIGNATURE
+    assert auth.verify(truncated, KEY) is auth.Signature.BAD_SIGNATURE
 
 
 ALTERED = {"control_id": "c-2", "query_id": "q2", "operator_id": "sink",
@@ -42,7 +42,7 @@ ALTERED = {"control_id": "c-2", "query_id": "q2", "operator_id": "sink",
 @pytest.mark.parametrize("name", [f.name for f in fields(ControlTuple) if f.name != "auth_tag"])
 def test_altering_any_field_after_signing_is_detected(name: str) -> None:
     tampered = replace(auth.sign(TUPLE, KEY), **{name: ALTERED[name]})
-    assert auth.verify(tampered, KEY) is auth.Verdict.BAD_SIGNATURE
+    assert auth.verify(tampered, KEY) is auth.Signature.BAD_SIGNATURE
 
 
 def test_short_keys_are_refused() -> None:

@@ -89,7 +89,7 @@ class Txn:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Assessment:
     """The rules that fired on one transaction and the state-derived scoring features."""
 
     rules_fired: tuple[str, ...]
@@ -137,7 +137,7 @@ def with_amount(state: AccountState, amount: float) -> AccountState:
                    amount_m2=state.amount_m2 + delta * (amount - mean))
 
 
-def step(state: AccountState, txn: Txn, rules: FraudRules) -> tuple[AccountState, Verdict]:
+def step(state: AccountState, txn: Txn, rules: FraudRules) -> tuple[AccountState, Assessment]:
     """Fold one transaction into the account's state; the rules see the state before it."""
     recent = window_after(state.recent_ms, txn.event_time_ms, rules)
     fired = tuple(name for name, hit in (
@@ -149,7 +149,7 @@ def step(state: AccountState, txn: Txn, rules: FraudRules) -> tuple[AccountState
     after = replace(with_amount(state, txn.amount), last_country=txn.country,
                     last_event_ms=txn.event_time_ms, recent_ms=recent,
                     max_event_ms=max(state.max_event_ms, txn.event_time_ms))
-    return after, Verdict(fired, after.txn_count, z, len(recent))
+    return after, Assessment(fired, after.txn_count, z, len(recent))
 
 
 def combined_score(model_score: float, rules_fired: tuple[str, ...], rules: FraudRules) -> float:

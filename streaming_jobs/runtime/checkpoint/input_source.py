@@ -5,7 +5,7 @@ the source's generation, where a source new to the checkpoint starts, the retire
 where the job left them), written *before* a restart that switches (so a process that crashes
 right after still completes the switch exactly), reading the sources and offsets a checkpoint
 recorded, the drain wait and the cut. Neighbours: `input_switch` (the decisions), `lifecycle`
-(asks for the input of each start), `kafka.TopicOffsets` (log offsets), `state_partitions`
+(asks for the input of each start), `kafka.KafkaLogRanges` (log offsets), `state_partitions`
 (removes a batch that was planned but never executed).
 """
 
@@ -31,7 +31,7 @@ from streaming_jobs.runtime.checkpoint.input_switch import (
     backlog,
     cut,
     describe,
-    drain_verdict,
+    drain_state,
     generation_of,
     resume,
     start_offsets,
@@ -44,8 +44,8 @@ FORMAT_VERSION = 1
 DRAIN_POLL_S = 0.5
 
 
-class TopicOffsets(Protocol):
-    """The broker's log offsets of a topic (`kafka.TopicOffsets`)."""
+class LogRanges(Protocol):
+    """The broker's log offsets of a topic (`kafka.KafkaLogRanges`)."""
 
     def log_range(self, topic: str) -> LogRange: ...
 
@@ -54,7 +54,7 @@ class InputSources:
     """The input in force for one query and checkpoint; `resume` first."""
 
     def __init__(self, checkpoint_dir: str, record_path: str, query_id: str,
-                 offsets: TopicOffsets) -> None:
+                 offsets: LogRanges) -> None:
         self._checkpoint, self._path, self._query_id = checkpoint_dir, record_path, query_id
         self._offsets = offsets
         self.current = InputSource("", 0)
@@ -84,7 +84,7 @@ class InputSources:
         while True:
             samples.append(DrainSample(time.monotonic(), self._committed(),
                                        self._offsets.log_range(self.current.topic)))
-            verdict = drain_verdict(samples, quiet_s)
+            verdict = drain_state(samples, quiet_s)
             waited_s = time.monotonic() - began
             if not isinstance(verdict, NotDrained):
                 return f"{self.current.topic} drained in {waited_s * 1000:.0f} ms"

@@ -128,7 +128,7 @@ class NotDrained:
     it); 0 before a full quiet period was observed."""
 
 
-def drain_verdict(samples: Sequence[DrainSample], quiet_s: float) -> Drained | NotDrained:
+def drain_state(samples: Sequence[DrainSample], quiet_s: float) -> Drained | NotDrained:
     """Drained when the newest sample has no backlog and the topic's end offsets have not
     moved for `quiet_s` (samples in time order)."""
     latest = samples[-1]

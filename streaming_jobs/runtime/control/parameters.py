@@ -221,7 +221,7 @@ REGISTRY: dict[str, Parameter] = {p.name: p for p in (
 )}
 """Every parameter a control tuple may name. Those read per batch swap at a batch boundary:
 the shed fraction and the function version (the tasks read them from the batch's local
-properties, `streaming_jobs.batch_knobs`), the sink's topic and the executor request (driver
+properties, `streaming_jobs.per_batch`), the sink's topic and the executor request (driver
 side). Those fixed in the plan Spark runs restart the query: the source's `minPartitions`
 (input parallelism) and its `maxOffsetsPerTrigger` (the Kafka source reads both once, when
 the query starts), the number of state partitions (fixed in the checkpoint) and the input

@@ -73,21 +73,21 @@ class Change:
     desired: DesiredState
 
 
-Verdict = Reject | Reassert | Change
+Evaluation = Reject | Reassert | Change
 
 
 def authenticate(tuple_: ControlTuple, key: bytes) -> Reject | None:
     verdict = auth.verify(tuple_, key)
-    if verdict is auth.Verdict.UNSIGNED:
+    if verdict is auth.Signature.UNSIGNED:
         return Reject(Reason.UNSIGNED, "unsigned control tuple (no auth_tag); only the "
                                        "controller, holding the shared key, may reconfigure")
-    if verdict is auth.Verdict.BAD_SIGNATURE:
+    if verdict is auth.Signature.BAD_SIGNATURE:
         return Reject(Reason.BAD_SIGNATURE, "bad authentication tag: not signed with this "
                                             "job's control key, or altered after signing")
     return None
 
 
-def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Verdict:
+def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Evaluation:
     """What to do with an authentic tuple addressed to this query (pure)."""
     name = tuple_.parameter
     parameter = REGISTRY.get(name)
@@ -139,7 +139,7 @@ Count = Callable[[str, str | None], None]
 """count(outcome, rejection reason or None): outcome is an Outcome value or 'undecodable'."""
 
 
-class ControlLoop:
+class TupleListener:
     """Consumes control tuples for `query_id` and publishes one ack per tuple."""
 
     def __init__(self, source: ControlSource, job: Reconfigurable,

@@ -13,7 +13,7 @@ because Spark only merges the metrics of the successful attempt.
 
 Shedding decides by a hash of the record's Kafka position (topic, partition, offset), so a
 replayed batch drops exactly the records it dropped before, in any process. Its fraction is
-the one in force for the batch (`batch_knobs`): a change needs no restart. Neighbours: `plan`
+the one in force for the batch (`per_batch`): a change needs no restart. Neighbours: `plan`
 (composes it with the source and the builder), `kafka.DeadLetterFactory`, `metrics`.
 """
 
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from schemas.errors import DecodeError
-from streaming_jobs.batch_knobs import BatchKnobs, in_force
 from streaming_jobs.formats.base import Decoder
+from streaming_jobs.per_batch import BatchValues, in_force
 from streaming_jobs.runtime.observe.metrics import OBSERVATION
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ class InputStep:
     columns: tuple[str, ...]
     arrow_schema: pa.Schema
     """The decoded columns, then `kafka_*` (if asked for), then the two flags."""
-    built_with: BatchKnobs = field(default_factory=BatchKnobs)
-    """The knobs the plan was built with; a batch's own (`batch_knobs.in_force`) win."""
+    built_with: BatchValues = field(default_factory=BatchValues)
+    """The knobs the plan was built with; a batch's own (`per_batch.in_force`) win."""
     low_priority: LowPriority | None = None
     settings: tuple[tuple[str, Any], ...] = ()
     kafka_metadata: bool = False

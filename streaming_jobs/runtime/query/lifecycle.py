@@ -23,7 +23,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas import knobs
 from schemas.records import CommitMarker, SourcePartition
-from streaming_jobs import batch_knobs
+from streaming_jobs import per_batch
 from streaming_jobs.config import JobConfig
 from streaming_jobs.runtime.checkpoint import state_partitions
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
@@ -315,7 +315,7 @@ class ElasticQuery:
         """What the batch the gate admits runs with: the desired state's per-batch knobs, as
         they are after any swap made while the gate held it."""
         d = self._desired
-        return {batch_knobs.PROPERTY: batch_knobs.BatchKnobs(
+        return {per_batch.PROPERTY: per_batch.BatchValues(
             d.shed_fraction, d.udf_version).encode()}
 
     def _set_running(self, desired: DesiredState) -> None:

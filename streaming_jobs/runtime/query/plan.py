@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from schemas import knobs
-from streaming_jobs.api import STATE_PARTITIONS, Job, JobContext
-from streaming_jobs.batch_knobs import BatchKnobs, SwappableFunction
+from schemas.knobs import STATE_PARTITIONS
+from streaming_jobs.api import Job, JobContext
 from streaming_jobs.config import ConfigError, JobConfig
 from streaming_jobs.formats import types
+from streaming_jobs.per_batch import BatchValues, SwappableFunction
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep
 from streaming_jobs.runtime.query.input import decoded as decode_step
@@ -112,7 +113,7 @@ class Plan:
             columns=tuple(f.name for f in self.job.input.fields()),
             arrow_schema=to_arrow_schema(self._decoded_schema(with_flags=True),
                                          timezone=timezone),
-            built_with=BatchKnobs(config.shed_fraction, config.udf_version),
+            built_with=BatchValues(config.shed_fraction, config.udf_version),
             low_priority=self.job.low_priority,
             settings=config.settings, kafka_metadata=self.job.kafka_metadata)
 

@@ -56,7 +56,7 @@ that runs foreachBatch); it is the same on every restart from that checkpoint.""
 
 BatchProperties = Callable[[], Mapping[str, str]]
 """Spark local properties every job of a batch carries, read when the gate admits it: how
-per-batch settings reach the tasks without a restart (`streaming_jobs.batch_knobs`)."""
+per-batch settings reach the tasks without a restart (`streaming_jobs.per_batch`)."""
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller.core.knobs import bounds, executors_wanted
 from controller.core.model import QueryModel, evaluate
+from controller.core.parallelism import bounds, executors_wanted
 from controller.core.policy import decide
 from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-PROPERTY = "streamctl.batch_knobs"
+PROPERTY = "streamctl.per_batch"
 """The Spark local property carrying the values in force for a batch (JSON)."""
 
 
 @dataclass(frozen=True)
-class BatchKnobs:
+class BatchValues:
     """The values a batch runs with."""
 
     shed_fraction: float = 0.0
@@ -38,13 +38,13 @@ class BatchKnobs:
 
 
 @lru_cache(maxsize=16)
-def decode(text: str) -> BatchKnobs:
+def decode(text: str) -> BatchValues:
     """The values `encode` wrote (cached: a task reads the same text for every record)."""
     fields = json.loads(text)
-    return BatchKnobs(float(fields["shed_fraction"]), str(fields["function_version"]))
+    return BatchValues(float(fields["shed_fraction"]), str(fields["function_version"]))
 
 
-def in_force(built_with: BatchKnobs) -> BatchKnobs:
+def in_force(built_with: BatchValues) -> BatchValues:
     """In a task of a batch: the values the driver set for it; anywhere else `built_with`."""
     from pyspark import TaskContext
 
@@ -60,7 +60,7 @@ class SwappableFunction:
 
     def __init__(self, versions: Mapping[str, Callable[..., Any]], built_with: str) -> None:
         self._versions = dict(versions)
-        self._built_with = BatchKnobs(function_version=built_with)
+        self._built_with = BatchValues(function_version=built_with)
 
     @property
     def version(self) -> str:

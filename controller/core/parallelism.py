@@ -32,9 +32,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controller.core.results import INPUT_PARALLELISM, STATE_PARTITIONS
 from controller.settings import PolicySettings
 from schemas import TaskMetrics
+from schemas.knobs import INPUT_PARALLELISM, STATE_PARTITIONS
 
 if TYPE_CHECKING:
     from controller.core.model import QueryModel

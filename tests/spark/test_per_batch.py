@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from streaming_jobs.api import SwappableFunction
-from streaming_jobs.batch_knobs import PROPERTY, BatchKnobs, in_force
+from streaming_jobs.per_batch import PROPERTY, BatchValues, in_force
 
 pytestmark = [pytest.mark.spark]
 
@@ -30,7 +30,7 @@ def test_a_task_calls_the_version_its_batch_was_given_else_the_one_built_with(
         spark: Any) -> None:
     function = SwappableFunction(VERSIONS, "v1")
     assert _labels(spark, function) == ["one:0/v1", "one:1/v1", "one:2/v1"]
-    spark.sparkContext.setLocalProperty(PROPERTY, BatchKnobs(0.0, "v2").encode())
+    spark.sparkContext.setLocalProperty(PROPERTY, BatchValues(0.0, "v2").encode())
     try:
         assert _labels(spark, function) == ["two:0/v2", "two:1/v2", "two:2/v2"]
     finally:
@@ -39,7 +39,7 @@ def test_a_task_calls_the_version_its_batch_was_given_else_the_one_built_with(
 
 
 def test_a_task_reads_the_shed_fraction_of_its_batch(spark: Any) -> None:
-    built_with = BatchKnobs(0.1, "")
+    built_with = BatchValues(0.1, "")
 
     def fractions(rows: Iterator[Any]) -> Iterator[float]:
         yield in_force(built_with).shed_fraction
@@ -49,7 +49,7 @@ def test_a_task_reads_the_shed_fraction_of_its_batch(spark: Any) -> None:
                    .collect())
 
     assert seen() == {0.1}
-    spark.sparkContext.setLocalProperty(PROPERTY, BatchKnobs(0.4, "").encode())
+    spark.sparkContext.setLocalProperty(PROPERTY, BatchValues(0.4, "").encode())
     try:
         assert seen() == {0.4}
     finally:
