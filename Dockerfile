@@ -22,10 +22,7 @@ COPY pyproject.toml README.md ./
 COPY schemas schemas
 COPY controller controller
 COPY streaming_jobs streaming_jobs
-COPY stack stack
 COPY streamctl streamctl
-COPY security security
-COPY options options
 # pip's own settings as build arguments (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX,
 # PIP_TRUSTED_HOST): unset, pip uses PyPI; the container check points them at a local
 # wheelhouse.
@@ -46,7 +43,7 @@ RUN if [ -n "$MAVEN_MIRROR_URL" ]; then mkdir -p ~/.m2 && printf '%s' \
 ENV STREAMCTL_STATE_DIR=/opt/streamctl/state
 RUN streamctl stack resolve \
  && mkdir -p /opt/jars \
- && python -c "from stack.connector import spark_kafka_jars; import shutil; [shutil.copy(p, '/opt/jars') for p in spark_kafka_jars()]"
+ && python -c "from streamctl.stack.connector import spark_kafka_jars; import shutil; [shutil.copy(p, '/opt/jars') for p in spark_kafka_jars()]"
 
 FROM base
 COPY --from=jars /opt/jars /opt/jars

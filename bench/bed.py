@@ -4,7 +4,7 @@ Owns the broker's start and stop, the benchmark's scratch directory, and the SIG
 SIGTERM'd benchmark unwinds like Ctrl-C, so the jobs, controllers and broker it started (each
 in its own session, out of reach of the terminal's signals) are stopped on the way out; a
 benchmark started in the background ignores SIGINT. Neighbours: every `bench.*` command that
-needs a broker enters `local_broker`; `stack.broker` runs it.
+needs a broker enters `local_broker`; `streamctl.stack.broker` runs it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from stack.broker import LocalBroker
-from stack.defaults import default_state_dir
-from stack.ports import find_free_ports
 from streamctl.processes import sigterm_as_interrupt
+from streamctl.stack.broker import LocalBroker
+from streamctl.stack.defaults import default_state_dir
+from streamctl.stack.ports import find_free_ports
 
 CONTROL_KEY = "bench-control-key-0123456789abcdef"
 """The key every benchmark's jobs and controllers share: a job refuses to start without one."""

@@ -24,10 +24,10 @@ from typing import Any
 
 from bench import record
 from bench.bed import local_broker
-from stack.connector import spark_kafka_jars
-from stack.topics import TopicSpec, ensure_topics
 from streamctl.cards import CardEvents
 from streamctl.loadgen import producer_config
+from streamctl.stack.connector import spark_kafka_jars
+from streamctl.stack.topics import TopicSpec, ensure_topics
 
 
 @dataclass(frozen=True)

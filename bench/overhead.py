@@ -33,8 +33,8 @@ from typing import Any
 from bench import record
 from bench.bed import CONTROL_KEY, local_broker
 from bench.throughput import preload
-from stack.connector import spark_kafka_jars
-from stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.connector import spark_kafka_jars
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.config import JobConfig, bind
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.loading import worker_path

@@ -36,11 +36,11 @@ from bench import record
 from bench.bed import CONTROL_KEY, local_broker, process_env
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, codec_for
 from schemas.auth import sign
-from security.kafka import IDEMPOTENT, client_config
-from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
 from streamctl.profiles import RateProfile
+from streamctl.security.kafka import IDEMPOTENT, client_config
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 
 ACTIONS: tuple[tuple[str, str, str], ...] = (

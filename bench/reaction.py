@@ -49,10 +49,10 @@ from bench import record
 from bench.bed import local_broker, process_env
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from schemas.records import TAKEOVER
-from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 from streamctl.view import QueryView, full_batch_rate
 

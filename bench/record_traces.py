@@ -34,10 +34,10 @@ from bench.bed import local_broker, process_env
 from controller.kafka.traces import read_metrics
 from controller.replay.trace import BadRecord, TraceWriter
 from schemas import TaskMetrics
-from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
 from streamctl.profiles import RateProfile
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"

@@ -33,7 +33,7 @@ from bench import record
 from bench.bed import local_broker
 from bench.overhead import config, start_bare
 from bench.throughput import preload
-from stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.config import JobConfig
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.loading import worker_path

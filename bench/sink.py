@@ -27,7 +27,7 @@ from typing import Any
 from bench import record
 from bench.bed import local_broker
 from schemas import SensorWindowAverage
-from stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.runtime.sink.foreach_batch import AtLeastOnceKafkaSink, transactional_sink
 from streaming_jobs.runtime.sink.gate import BatchGate
@@ -49,7 +49,7 @@ class SinkResult:
 def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
-    from stack.connector import spark_kafka_jars
+    from streamctl.stack.connector import spark_kafka_jars
     from streaming_jobs.runtime.query.session import prepare_environment
 
     prepare_environment()

@@ -27,9 +27,9 @@ from confluent_kafka import Producer
 from bench import record
 from bench.bed import local_broker, process_env
 from schemas import SensorReading, TaskMetrics, codec_for
-from stack.topics import TopicSpec, ensure_topics
 from streamctl.loadgen import producer_config
 from streamctl.processes import start_child
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 
 

@@ -1,7 +1,8 @@
 """The streamctl controller: metrics in, rate model, scaling policy, control tuples out.
 
-Of the project it imports `schemas`, `security` and `options`, never `streaming_jobs`. Layers,
-from the inside out, each importing only layers before it (the package map in
+Of the project it imports `schemas`, `streamctl.security` and `streamctl.options`, never
+`streaming_jobs`. Layers, from the inside out, each importing only layers before it (the package
+map in
 docs/architecture.md, which `tests/unit/test_layering.py` enforces):
 
 - `settings` — the one frozen, documented configuration;

@@ -33,7 +33,7 @@ from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.ports import SystemClock
 from controller.settings import DEFAULT_METRICS_PORT, ControllerSettings
 from schemas import DecodeError
-from security.metrics_http import PortInUse
+from streamctl.security.metrics_http import PortInUse
 
 log = logging.getLogger("controller")
 

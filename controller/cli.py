@@ -1,8 +1,8 @@
 """The `controller run` command, and the one place settings are read from args and env vars.
 
 Owns the mapping from `ControllerSettings` fields to options and environment variables
-(`options`, the loader the job shares). Every field becomes `--<name>` (help text = the field's
-docstring in `settings`), read in this order: the option, its environment variable, the
+(`streamctl.options`, the loader the job shares). Every field becomes `--<name>` (help text = the
+field's docstring in `settings`), read in this order: the option, its environment variable, the
 field's default. The root `streamctl` parser calls
 `add_controller_commands`; `python -m controller run` uses `add_run_command` directly.
 """
@@ -22,10 +22,10 @@ from controller.settings import (
     PolicySettings,
     SettingsError,
 )
-from options import Option, OptionError, add_options, options_of, read
 from schemas import auth
-from security import kafka as kafka_security
-from security import metrics_http
+from streamctl.options import Option, OptionError, add_options, options_of, read
+from streamctl.security import kafka as kafka_security
+from streamctl.security import metrics_http
 
 GROUPS: dict[str | None, type] = {
     None: ControllerSettings, "model": ModelSettings, "policy": PolicySettings,

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 from controller.errors import UserError
-from security.kafka import KafkaSecurity
-from security.metrics_http import EndpointSecurity
+from streamctl.security.kafka import KafkaSecurity
+from streamctl.security.metrics_http import EndpointSecurity
 
 DEFAULT_METRICS_PORT = 9300
 
@@ -311,8 +311,8 @@ class KafkaSettings:
 
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
     """How every client of the controller authenticates to Kafka; only from the
-    STREAMCTL_KAFKA_* variables (`security.kafka`), never from options (a password would show
-    in `ps`)."""
+    STREAMCTL_KAFKA_* variables (`streamctl.security.kafka`), never from options (a password would
+    show in `ps`)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.bootstrap_servers.strip()), "kafka.bootstrap_servers must not be empty")
@@ -370,7 +370,7 @@ class ControllerSettings:
 
     metrics_endpoint: EndpointSecurity = field(default_factory=EndpointSecurity)
     """TLS and basic auth of the Prometheus endpoint; only from the STREAMCTL_METRICS_*
-    variables (`security.metrics_http`), never from options."""
+    variables (`streamctl.security.metrics_http`), never from options."""
 
     issuer: str = "streamctl-controller"
     """Written into every control tuple so a job (and a reader of the log) knows who sent it;

@@ -21,7 +21,7 @@ def _fill_spark_jars_from_stack() -> None:
     if jars_dir:
         jars = sorted(Path(jars_dir).glob("*.jar"))
     else:
-        from stack.connector import spark_kafka_jars
+        from streamctl.stack.connector import spark_kafka_jars
 
         jars = spark_kafka_jars()
     os.environ["STREAMCTL_SPARK_JARS"] = ",".join(str(p) for p in jars)
@@ -37,7 +37,7 @@ def _fill_control_key_from_stack(args: argparse.Namespace) -> None:
 
     if os.environ.get(auth.KEY_ENV) or os.environ.get(auth.KEY_FILE_ENV):
         return
-    from stack.defaults import default_state_dir
+    from streamctl.stack.defaults import default_state_dir
 
     path = (getattr(args, "state_dir", None) or default_state_dir()) / "control.key"
     if args.group == "demo" or getattr(args, "stack_command", None) == "up":
@@ -48,10 +48,10 @@ def _fill_control_key_from_stack(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.cli import add_controller_commands
-    from stack.cli import add_stack_commands
     from streamctl.demo import add_demo_command
     from streamctl.loadgen import add_produce_command
     from streamctl.schema_cli import add_schema_commands
+    from streamctl.stack.cli import add_stack_commands
     from streamctl.watch import add_watch_commands
     from streaming_jobs.cli import add_job_commands
 

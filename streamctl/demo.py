@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Ack, Decision, TaskMetrics
-from stack import defaults
-from stack.topics import TopicSpec
 from streamctl.loadgen import LoadSpec
 from streamctl.narrate import Narrator, Watched
 from streamctl.processes import Child, sigterm_as_interrupt, start_child, stop_all
 from streamctl.profiles import RateProfile
+from streamctl.stack import defaults
+from streamctl.stack.topics import TopicSpec
 from streamctl.tail import Tail
 
 
@@ -118,7 +118,7 @@ def run_demo(settings: DemoSettings) -> int:
 
 
 def _start_broker(settings: DemoSettings, state_dir: Path, cleanup: ExitStack) -> str:
-    from stack.broker import LocalBroker
+    from streamctl.stack.broker import LocalBroker
 
     broker = LocalBroker(state_dir=state_dir, port=settings.port)
     started = time.monotonic()
@@ -133,7 +133,7 @@ def _start_broker(settings: DemoSettings, state_dir: Path, cleanup: ExitStack) -
 
 def _recreate_topics(bootstrap: str, scenario: Scenario) -> None:
     """Fresh topics every run, so a demo never replays an older run's data or decisions."""
-    from stack.topics import delete_topics, ensure_topics
+    from streamctl.stack.topics import delete_topics, ensure_topics
 
     control = [spec for spec in defaults.DEFAULT_TOPICS if spec.name in CONTROL_TOPICS]
     specs = control + scenario.data_topics()

@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, Message, Producer
 
 from schemas import CardTransaction, Codec, SensorReading, codec_for
-from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streamctl.cards import CardEvents, CardLedger
 from streamctl.clicks import ClickEvents, ClickLedger
 from streamctl.clicks import encode as encode_click
 from streamctl.profiles import RateProfile
+from streamctl.security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 
 _TICK_S = 0.02
 

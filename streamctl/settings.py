@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from security import kafka
-from security.kafka import KafkaSecurity
+from streamctl.security import kafka
+from streamctl.security.kafka import KafkaSecurity
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 

@@ -32,7 +32,7 @@ from confluent_kafka import (
 from controller.kafka.clients import KafkaSetupError, watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
-from security.kafka import PLAINTEXT, KafkaSecurity, client_config
+from streamctl.security.kafka import PLAINTEXT, KafkaSecurity, client_config
 
 UNKNOWN_TOPIC_WAIT_S = 5.0
 """How long a topic the metadata does not list yet may take to appear (propagation to every

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException
 
 from schemas.records import Ack, Decision, TaskMetrics
-from stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
 from streamctl.board import Board, ack_line, decision_lines, source_partitions, status_table
 from streamctl.errors import UserFacingError
 from streamctl.settings import add_bootstrap_option, kafka_security
+from streamctl.stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
 from streamctl.tail import Tail
 
 _CLEAR = "\x1b[H\x1b[2J"

@@ -17,7 +17,7 @@ import threading
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from options import add_options
+from streamctl.options import add_options
 from streaming_jobs.config import ENV_ONLY, JobConfig, option_list
 from streaming_jobs.errors import UserError
 

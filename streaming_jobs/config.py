@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from options import Option, OptionError, options_of, read
 from schemas import auth
-from security import kafka as kafka_security
-from security import metrics_http
-from security.kafka import KafkaSecurity
-from security.metrics_http import EndpointSecurity
+from streamctl.options import Option, OptionError, options_of, read
+from streamctl.security import kafka as kafka_security
+from streamctl.security import metrics_http
+from streamctl.security.kafka import KafkaSecurity
+from streamctl.security.metrics_http import EndpointSecurity
 from streaming_jobs.errors import UserError
 
 if TYPE_CHECKING:
@@ -165,10 +165,11 @@ class JobConfig:
     by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
     kafka_security: KafkaSecurity = kafka_security.PLAINTEXT
     """How every Kafka client of the job (Spark's source, the sinks, metrics, acks, control,
-    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables (`security.kafka`)."""
+    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables
+    (`streamctl.security.kafka`)."""
     metrics_endpoint: EndpointSecurity = metrics_http.PLAIN
     """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
-    (`security.metrics_http`)."""
+    (`streamctl.security.metrics_http`)."""
     settings: tuple[tuple[str, Any], ...] = ()
     """The job's own settings in force (name, value), each declared by the job; from
     `--set name=value` or STREAMCTL_<NAME>, else the declared default (`bind`)."""
@@ -312,8 +313,8 @@ def _setting_value(job: Job, name: str, text: str) -> Any:
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     """`$STREAMCTL_STATE_DIR`, else the source checkout's `.streamctl` (git-ignored), else the
     user's state directory; never the current directory, so a job started from elsewhere
-    finds its checkpoint. `stack.defaults.default_state_dir` is the same rule (a test keeps
-    them equal)."""
+    finds its checkpoint. `streamctl.stack.defaults.default_state_dir` is the same rule (a test
+    keeps them equal)."""
     env = os.environ if env is None else env
     if env.get(STATE_DIR_ENV):
         return Path(env[STATE_DIR_ENV]).expanduser().resolve()
@@ -336,8 +337,8 @@ DERIVED = frozenset({"settings"})
 """Fields not read as options of their own: the job's settings come from `--set`."""
 
 OWN_VARIABLES = frozenset({"kafka_security", "metrics_endpoint"})
-"""Fields read from variables of their own (`security.kafka.ENV_NAMES`,
-`security.metrics_http.ENV_NAMES`), not from STREAMCTL_<FIELD>."""
+"""Fields read from variables of their own (`streamctl.security.kafka.ENV_NAMES`,
+`streamctl.security.metrics_http.ENV_NAMES`), not from STREAMCTL_<FIELD>."""
 
 
 def _kafka_security(env: Mapping[str, str]) -> KafkaSecurity:
@@ -372,8 +373,8 @@ def env_var(field_name: str) -> str:
 
 
 def option_list() -> list[Option]:
-    """The job's options (`options`, the loader the controller shares): every field but the
-    secrets and the job's own settings, `--<field>` and STREAMCTL_<FIELD>."""
+    """The job's options (`streamctl.options`, the loader the controller shares): every field but
+    the secrets and the job's own settings, `--<field>` and STREAMCTL_<FIELD>."""
     return options_of(JobConfig, env_var, skip=ENV_ONLY | DERIVED)
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from schemas import auth
 from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome
-from security import kafka as kafka_security
-from security.kafka import PLAINTEXT, KafkaSecurity
+from streamctl.security import kafka as kafka_security
+from streamctl.security.kafka import PLAINTEXT, KafkaSecurity
 
 
 def add_send_command(subparsers: Any) -> argparse.ArgumentParser:

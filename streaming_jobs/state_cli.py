@@ -16,7 +16,7 @@ from typing import Any
 
 from schemas import knobs
 from schemas.records import DesiredStateRecord
-from security import kafka as kafka_security
+from streamctl.security import kafka as kafka_security
 
 
 def add_state_command(subparsers: Any) -> argparse.ArgumentParser:

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from schemas import auth
-from stack.broker import LocalBroker
-from stack.cluster import LocalCluster
-from stack.defaults import default_state_dir
-from stack.ports import find_free_ports, port_in_use
-from stack.topics import TopicSpec, delete_topics, ensure_topics
 from streamctl.processes import interrupt_on_sigterm
+from streamctl.stack.broker import LocalBroker
+from streamctl.stack.cluster import LocalCluster
+from streamctl.stack.defaults import default_state_dir
+from streamctl.stack.ports import find_free_ports, port_in_use
+from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster

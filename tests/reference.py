@@ -17,7 +17,7 @@ import sys
 from dataclasses import MISSING, dataclass
 from typing import Any
 
-import options
+from streamctl import options
 from tests.deploy import deployment as d
 
 DOC = d.ROOT / "docs" / "configuration.md"
@@ -34,7 +34,7 @@ SHARED = {
     "STREAMCTL_JOB": ("job", "required",
                       "The job to run: an installed job's name (`streamctl job list`) or an "
                       "import path `package.module:attribute`."),
-    "STREAMCTL_SPARK_JARS": ("job", "resolved by `stack`",
+    "STREAMCTL_SPARK_JARS": ("job", "resolved by `streamctl.stack`",
                              "Comma-separated jar paths for `spark.jars` (the Spark Kafka "
                              "connector); set by `streamctl` itself when empty."),
     "STREAMCTL_SPARK_JARS_DIR": ("job (image)", "unset",
@@ -113,8 +113,8 @@ def _job_setting_rows() -> dict[str, Row]:
 
 
 def _kafka_security_rows() -> dict[str, Row]:
-    """Read by every process that talks to Kafka (`security.kafka.from_env`)."""
-    from security import kafka
+    """Read by every process that talks to Kafka (`streamctl.security.kafka.from_env`)."""
+    from streamctl.security import kafka
 
     docs = attribute_docs(kafka.KafkaSecurity)
     rows = {name: Row(name, "all", _default(getattr(kafka.PLAINTEXT, field)), docs[field])
@@ -126,7 +126,7 @@ def _kafka_security_rows() -> dict[str, Row]:
 
 def _metrics_endpoint_rows() -> dict[str, Row]:
     """Read by the job and the controller for their Prometheus endpoints."""
-    from security import metrics_http as m
+    from streamctl.security import metrics_http as m
 
     docs = attribute_docs(m.EndpointSecurity)
     rows = {name: Row(name, "job, controller", "unset", docs[field])

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from controller.core.model import QueryModel
 from controller.core.outage import Outage
 from schemas import DecodeError
-from security import metrics_http
-from security.metrics_http import EndpointSecurity
+from streamctl.security import metrics_http
+from streamctl.security.metrics_http import EndpointSecurity
 
 PAUSE_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 """From a swap at a batch boundary (well under a second) to a cold promotion (a minute)."""
@@ -203,7 +203,7 @@ class Endpoint(Protocol):
 def serve(port: int, registry: CollectorRegistry,
           security: EndpointSecurity = metrics_http.PLAIN, *, host: str = "127.0.0.1",
           any_port_if_taken: bool = False) -> Endpoint:
-    """Serve /metrics on `host:port` from a daemon thread, with `security`'s TLS and basic
+    """Serve /metrics on `host:port` from a daemon thread, with `streamctl.security`'s TLS and basic
     auth; `shutdown()` the result to stop it. `metrics_http.PortInUse` when the port is taken,
     unless `any_port_if_taken` (then a free one: `server_port`)."""
     return metrics_http.serve(make_wsgi_app(registry), port, security, host,

@@ -1,7 +1,7 @@
 """Kafka adapters of the controller's ports (the only module here that imports confluent_kafka).
 
 Owns the client configurations (every client gets the Kafka security of `KafkaSettings`,
-`security.kafka`): the metrics consumer (every partition, from the model's window back by
+`streamctl.security.kafka`): the metrics consumer (every partition, from the model's window back by
 default), the ack consumer (assigned at the end of every partition before anything is sent, so
 no ack can slip past it), and one idempotent producer (`acks=all`) shared by the control sink
 and the decision log. Payloads go through `schemas` codecs; bad ones through
@@ -40,8 +40,8 @@ from controller.loop.ports import (
 )
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
-from security.kafka import IDEMPOTENT
-from security.kafka import client_config as kafka_client_config
+from streamctl.security.kafka import IDEMPOTENT
+from streamctl.security.kafka import client_config as kafka_client_config
 
 log = logging.getLogger("controller.kafka")
 
@@ -67,8 +67,8 @@ def _log_client_error(error: KafkaError) -> None:
 
 
 def client_config(settings: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    """What every controller client shares: where Kafka is, how to log in (`security.kafka`),
-    error logging."""
+    """What every controller client shares: where Kafka is, how to log in
+    (`streamctl.security.kafka`), error logging."""
     return kafka_client_config(
         settings.bootstrap_servers, settings.security, **{
         "error_cb": _log_client_error,

@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from controller.kafka.clients import KafkaSetupError
 from controller.replay.trace import BadRecord, TraceEntry
 from schemas import DecodeError, TaskMetrics, codec_for
-from security.kafka import PLAINTEXT, KafkaSecurity, client_config
+from streamctl.security.kafka import PLAINTEXT, KafkaSecurity, client_config
 
 _GRACE_MS = 2_000
 """After `to_ms` on the wall clock, how long records stamped before it may still arrive

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from schemas import knobs
 from schemas.records import ControlTuple, Role
-from security.metrics_http import EndpointSecurityError, MetricsServer, PortInUse
+from streamctl.security.metrics_http import EndpointSecurityError, MetricsServer, PortInUse
 from streaming_jobs.api import Job
 from streaming_jobs.config import DEFAULT_METRICS_PORT, ConfigError, JobConfig, bind
 from streaming_jobs.loading import worker_path

@@ -2,7 +2,7 @@
 
 Owns producer/consumer settings: the idempotent record publisher (metrics, acks), the per-worker
 dead-letter producer used inside Spark tasks, and the control-topic consumer that starts at the
-end of the topic. Every client gets the job's Kafka security (`security.kafka`) through
+end of the topic. Every client gets the job's Kafka security (`streamctl.security.kafka`) through
 `client_config`. Neighbours: `control` (consumes), `lifecycle` (publishes), the job's plan
 (dead letters).
 """
@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
-from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
+from streamctl.security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streaming_jobs.errors import TemporaryError
 from streaming_jobs.runtime.sink.dead_letter import framed, limit_problems
 from streaming_jobs.runtime.sink.transactional import DEFAULT_MAX_RECORD_BYTES

@@ -25,10 +25,10 @@ import pytest
 
 from schemas import TaskMetrics
 from schemas.records import Role
-from stack.defaults import DEFAULT_TOPICS
-from stack.kafka_admin import admin_client
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.profiles import RateProfile
+from streamctl.stack.defaults import DEFAULT_TOPICS
+from streamctl.stack.kafka_admin import admin_client
 from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.containers.conftest import BOOTSTRAP, Compose, Timings, master_state

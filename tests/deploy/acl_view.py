@@ -1,5 +1,5 @@
 """The broker's ACLs as the secured-stack tests compare them: every ALLOW binding as
-(user, resource, name, operation, prefixed), and `stack.acls`' grants in the same form."""
+(user, resource, name, operation, prefixed), and `streamctl.stack.acls`' grants in the same form."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from stack.acls import Grant
+from streamctl.stack.acls import Grant
 
 Binding = tuple[str, str, str, str, bool]
 _ANY: Any = None  # a filter's None matches every name, principal and host (the stubs say str)

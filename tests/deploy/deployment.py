@@ -3,9 +3,10 @@
 Owns reading `docker-compose.yml`, `deploy/prometheus.yml` and the Grafana dashboard, and the
 "truth from the code" they are checked against: the environment variables each process reads
 (from `JobConfig`'s fields, the controller's settings and every `STREAMCTL_*` string constant in
-the sources), the metric names the code defines, the topics in `stack/defaults.py`. Everything is
-computed from the code each time, so the checks follow the code as it grows. Neighbours: the
-tests in this package; `tests.reference` renders docs/configuration.md's tables from here.
+the sources), the metric names the code defines, the topics in `streamctl/stack/defaults.py`.
+Everything is computed from the code each time, so the checks follow the code as it grows.
+Neighbours: the tests in this package; `tests.reference` renders docs/configuration.md's tables
+from here.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ PROJECT_IMAGE = "streamctl:"
 _PROCESS_SOURCES = {
     "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py", "security"),
     "controller": ("controller", "schemas", "stack", "streamctl/cli.py", "security"),
-    "topics": ("stack", "streamctl/cli.py", "security/kafka.py"),
-    "load": ("streamctl", "schemas", "stack", "security/kafka.py"),
+    "topics": ("stack", "streamctl/cli.py", "streamctl/security/kafka.py"),
+    "load": ("streamctl", "schemas", "stack", "streamctl/security/kafka.py"),
 }
 _COMMANDS = {
     ("job", "run"): "job", ("controller", "run"): "controller", ("stack", "topics"): "topics",

@@ -1,6 +1,6 @@
 """docker-compose.cluster.yml (applied over docker-compose.yml), cross-checked with the code: a
 quorum of three brokers that name each other alike, the replication settings the local cluster
-renders (`stack.broker_files`), and every project client pointed at all three.
+renders (`streamctl.stack.broker_files`), and every project client pointed at all three.
 
 Unit tier: no broker, no Docker. The cluster fault tests (tests/faults/test_cluster_faults.py)
 run the same settings on the local cluster.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stack.broker_files import Quorum, render_server_properties
+from streamctl.stack.broker_files import Quorum, render_server_properties
 from tests.deploy import deployment as d
 
 MERGED = d.cluster_compose()

@@ -42,13 +42,13 @@ from controller.kafka.clients import KafkaAckSource, KafkaControlSink, KafkaWrit
 from controller.loop.ports import DeliveryError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Outcome, auth
-from security.kafka import KafkaSecurity, client_config
-from stack import acls, secure
-from stack.broker import LocalBroker
-from stack.defaults import CONTROL_TOPIC, default_state_dir
-from stack.kafka_admin import admin_client
-from stack.ports import find_free_ports
 from streamctl.processes import Child
+from streamctl.security.kafka import KafkaSecurity, client_config
+from streamctl.stack import acls, secure
+from streamctl.stack.broker import LocalBroker
+from streamctl.stack.defaults import CONTROL_TOPIC, default_state_dir
+from streamctl.stack.kafka_admin import admin_client
+from streamctl.stack.ports import find_free_ports
 from tests.deploy import acl_view
 from tests.deploy import deployment as d
 from tests.support.prometheus import api, check_metrics, running, sample

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stack import acls, secure
+from streamctl.stack import acls, secure
 from tests.deploy import deployment as d
 
 MERGED = d.secure_compose()

@@ -144,9 +144,9 @@ def test_kafka_listeners_agree_with_the_clients() -> None:
 
 
 def test_topics_used_by_services_and_code_are_created_by_the_init_service() -> None:
-    """The init service creates `stack/defaults.py` DEFAULT_TOPICS; everything else must be in
-    there: the topics services are told to use and the code's default topics."""
-    from stack.defaults import DEFAULT_TOPICS
+    """The init service creates `streamctl/stack/defaults.py` DEFAULT_TOPICS; everything else must
+    be in there: the topics services are told to use and the code's default topics."""
+    from streamctl.stack.defaults import DEFAULT_TOPICS
 
     assert SERVICES["topics"]["command"][:3] == ["streamctl", "stack", "topics"]
     created = {spec.name for spec in DEFAULT_TOPICS}
@@ -154,7 +154,8 @@ def test_topics_used_by_services_and_code_are_created_by_the_init_service() -> N
                   for k, v in d.environment(s).items() if k.endswith("_TOPIC")}
     missing = {where: topic for where, topic in {**in_compose, **d.topic_fields_in_code()}.items()
                if topic not in created}
-    assert not missing, f"topics used but not in stack/defaults.py DEFAULT_TOPICS: {missing}"
+    assert not missing, (f"topics used but not in streamctl/stack/defaults.py DEFAULT_TOPICS: "
+                         f"{missing}")
 
 
 def test_job_instances_share_the_query_and_checkpoint_but_not_identity() -> None:
@@ -203,7 +204,7 @@ def test_metric_name_extraction() -> None:
 
 def test_the_image_copies_every_package_the_project_installs() -> None:
     """`pip install .` in the image sees only what the Dockerfile copied: a package left out
-    installs nothing and every command fails on its import (seen: `options`)."""
+    installs nothing and every command fails on its import (seen: `streamctl.options`)."""
     pyproject = tomllib.loads((d.ROOT / "pyproject.toml").read_text())
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]
                 ["include"]}

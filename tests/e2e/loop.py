@@ -86,7 +86,7 @@ def sensor_job(query_id: str, checkpoint_dir: Path, *, units: int = 2,
 def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
                      metrics_port: int = 0, *options: str, name: str = "controller") -> Child:
     """A controller instance `name` on the loop's topics, with the tests' cooldown and
-    `options` (its log: `<name>.log`)."""
+    `streamctl.options` (its log: `<name>.log`)."""
     return start_child(name, [
         "controller", "run", "--metrics-port", str(metrics_port), "--instance-id", name,
         "--cooldown-s", str(CONTROLLER_COOLDOWN_S), *options], log_dir,

@@ -30,10 +30,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas import Decision
-from stack.ports import find_free_ports
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
+from streamctl.stack.ports import find_free_ports
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
     SENSOR_WINDOW_MS,

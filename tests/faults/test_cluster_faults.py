@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import pytest
 
 from schemas import Ack, ControlTuple, Outcome
-from stack.cluster import LocalCluster
-from stack.ports import find_free_ports
-from stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.cluster import LocalCluster
+from streamctl.stack.ports import find_free_ports
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.runtime.sink.foreach_batch import transactional_id
 from tests.support import cluster as c
 from tests.support.fault_bed import FRAUD_JOB, TOPIC_KINDS, FaultBed, now_ms, report

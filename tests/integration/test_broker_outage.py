@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas import ControlTuple, codec_for
-from security.kafka import PLAINTEXT, client_config
-from stack.broker import LocalBroker
-from stack.topics import TopicSpec, ensure_topics
+from streamctl.security.kafka import PLAINTEXT, client_config
+from streamctl.stack.broker import LocalBroker
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.kafka import TypedConsumer
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from schemas import SensorReading, codec_for
-from security.kafka import PLAINTEXT, client_config
+from streamctl.security.kafka import PLAINTEXT, client_config
 from streaming_jobs.runtime.kafka import TypedConsumer
 from tests.support.kafka import produce
 from tests.support.waiting import until

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from schemas.codec import DecodeError
 from schemas.records import CommitMarker
-from security.kafka import client_config
+from streamctl.security.kafka import client_config
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, transactional_id

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from schemas import SensorReading, codec_for, single_object
-from stack.defaults import default_state_dir
-from stack.maven import resolve_classpath
+from streamctl.stack.defaults import default_state_dir
+from streamctl.stack.maven import resolve_classpath
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

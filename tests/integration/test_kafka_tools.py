@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from security.kafka import client_config
+from streamctl.security.kafka import client_config
 from tests.support.kafka import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from stack.broker import LocalBroker
-from stack.errors import BrokerConflictError, PortInUseError
-from stack.kafka_admin import admin_client
-from stack.ports import find_free_ports
-from stack.topics import TopicSpec, delete_topics, ensure_topics
+from streamctl.stack.broker import LocalBroker
+from streamctl.stack.errors import BrokerConflictError, PortInUseError
+from streamctl.stack.kafka_admin import admin_client
+from streamctl.stack.ports import find_free_ports
+from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.kafka import produce, read_committed
 
 pytestmark = pytest.mark.integration

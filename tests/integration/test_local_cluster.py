@@ -9,10 +9,10 @@ import sys
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from stack.cluster import LocalCluster
-from stack.defaults import DEFAULT_TOPICS
-from stack.kafka_admin import admin_client
-from stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.cluster import LocalCluster
+from streamctl.stack.defaults import DEFAULT_TOPICS
+from streamctl.stack.kafka_admin import admin_client
+from streamctl.stack.topics import TopicSpec, ensure_topics
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from schemas import SensorReading, codec_for
-from security.kafka import client_config
-from stack.waiting import poll_until
+from streamctl.security.kafka import client_config
+from streamctl.stack.waiting import poll_until
 from streamctl.tail import Tail
 from tests.support.kafka import produce
 from tests.support.waiting import until

@@ -15,7 +15,7 @@ SPARK_TASK_SLOTS = 4
 
 @pytest.fixture(scope="session")
 def spark_kafka_jars() -> tuple[str, ...]:
-    from stack.connector import spark_kafka_jars
+    from streamctl.stack.connector import spark_kafka_jars
 
     return tuple(str(p) for p in spark_kafka_jars())
 

@@ -4,7 +4,7 @@ Partition leaders and in-sync replicas from the cluster's metadata; the transact
 coordinator of a transactional id, computed as the broker computes it (the leader of the
 `__transaction_state` partition its hash picks); preferred-leader elections, so each test
 starts from the layout its topics were created with; kill -9 and a controlled stop of one
-node. Neighbours: `stack.cluster` (the nodes), tests/faults/test_cluster_faults.py.
+node. Neighbours: `streamctl.stack.cluster` (the nodes), tests/faults/test_cluster_faults.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from stack.broker import LocalBroker
-from stack.kafka_admin import admin_client
-from stack.process import is_alive
-from stack.waiting import poll_until
+from streamctl.stack.broker import LocalBroker
+from streamctl.stack.kafka_admin import admin_client
+from streamctl.stack.process import is_alive
+from streamctl.stack.waiting import poll_until
 from tests.support.waiting import until
 
 TRANSACTION_STATE = "__transaction_state"

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
 from schemas.codec import codec_for
 from schemas.errors import DecodeError
 from schemas.records import _Record
-from security.kafka import IDEMPOTENT, client_config
+from streamctl.security.kafka import IDEMPOTENT, client_config
 from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)

@@ -17,8 +17,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from stack.ports import find_free_ports
 from streamctl.processes import Child
+from streamctl.stack.ports import find_free_ports
 from tests.support.waiting import until
 
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from stack.waiting import poll_until
 from streamctl.processes import Child
+from streamctl.stack.waiting import poll_until
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from controller.settings import (
     PolicySettings,
     SettingsError,
 )
-from options import attribute_docs
+from streamctl.options import attribute_docs
 
 
 @pytest.mark.parametrize(("make", "message"), [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stack.defaults import default_state_dir as stack_state_dir
+from streamctl.stack.defaults import default_state_dir as stack_state_dir
 from streaming_jobs.api import Job, Json, Setting, Topics
 from streaming_jobs.config import ConfigError, JobConfig, default_state_dir
 from streaming_jobs.loading import load

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from security import kafka
-from security.kafka import KafkaSecurity, KafkaSecurityError, from_env
+from streamctl.security import kafka
+from streamctl.security.kafka import KafkaSecurity, KafkaSecurityError, from_env
 
 
 @pytest.fixture

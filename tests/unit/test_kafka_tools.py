@@ -1,4 +1,5 @@
-"""`stack.kafka_tools`: the command line of one of Kafka's tools, and its client properties."""
+"""`streamctl.stack.kafka_tools`: the command line of one of Kafka's tools, and its client
+properties."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from security.kafka import PLAINTEXT, KafkaSecurity
-from stack.kafka_tools import TOOLS, UnknownToolError, client_properties, tool_command
+from streamctl.security.kafka import PLAINTEXT, KafkaSecurity
+from streamctl.stack.kafka_tools import TOOLS, UnknownToolError, client_properties, tool_command
 
 JAVA, JARS, LOG4J = Path("/jdk/bin/java"), [Path("/m2/a.jar"), Path("/m2/b.jar")], Path("/l.xml")
 

@@ -13,14 +13,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = {"schemas", "controller", "streaming_jobs", "stack", "streamctl", "security",
-           "options"}
+PROJECT = {"schemas", "controller", "streaming_jobs", "streamctl"}
+"""The installed top-level packages: the project's fixed layout (`controller`, `streaming_jobs`,
+`schemas`) and `streamctl`, under which every other one lives, so that no name of a user's
+own package (an `options.py`, a `security/`) shadows one of ours or is shadowed by it."""
+
+
+def test_the_installed_top_level_packages_are_the_projects_own() -> None:
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {pattern.rstrip("*") for pattern in include} == PROJECT
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"bench", "tests"}
+    assert on_disk == PROJECT
 
 def test_one_builder_makes_every_kafka_clients_configuration() -> None:
-    """`security.kafka.client_config`: nothing else spells where Kafka is."""
-    spelled = [p for p in ALL + modules("stack") + modules("streamctl") + modules("bench")
+    """`streamctl.security.kafka.client_config`: nothing else spells where Kafka is."""
+    spelled = [p for p in sorted({*ALL, *modules("streamctl"), *modules("bench")})
                if "\"bootstrap.servers\"" in (ROOT / p).read_text()]
-    assert spelled == ["security/kafka.py"]
+    assert spelled == ["streamctl/security/kafka.py"]
 
 
 KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
@@ -120,15 +132,15 @@ def test_the_pure_core_imports_no_client_library_and_no_clock(path: str) -> None
 
 
 ALL = (modules("controller") + modules("streaming_jobs") + modules("schemas")
-       + modules("security"))
+       + modules("streamctl/security"))
 
 
 def test_the_packages_are_found() -> None:
     assert "controller/loop/cycle.py" in ALL and "schemas/codec.py" in ALL
-    assert "security/kafka.py" in ALL
+    assert "streamctl/security/kafka.py" in ALL
 
 
-@pytest.mark.parametrize("path", modules("security") + modules("options"))
+@pytest.mark.parametrize("path", modules("streamctl/security") + modules("streamctl/options"))
 def test_the_shared_leaves_import_no_client_library(path: str) -> None:
     assert imported(path) & {"confluent_kafka", "prometheus_client", "pyspark"} == set()
 

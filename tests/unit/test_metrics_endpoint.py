@@ -1,6 +1,6 @@
 """The metrics endpoint's settings and server: HTTPS with basic auth serves the exposition to
 an authorised scrape and refuses others; plain HTTP stays the default. Real sockets and TLS on
-loopback (certificates from `stack.tls`), prometheus_client's own exposition app."""
+loopback (certificates from `streamctl.stack.tls`), prometheus_client's own exposition app."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 
-from security import metrics_http
-from security.metrics_http import EndpointSecurity, EndpointSecurityError, from_env
-from stack import tls
-from stack.ports import find_free_ports
+from streamctl.security import metrics_http
+from streamctl.security.metrics_http import EndpointSecurity, EndpointSecurityError, from_env
+from streamctl.stack import tls
+from streamctl.stack.ports import find_free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from security.kafka import IDEMPOTENT
 from streamctl.loadgen import producer_config
+from streamctl.security.kafka import IDEMPOTENT
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("controller", "streaming_jobs", "streamctl", "stack", "security", "bench")

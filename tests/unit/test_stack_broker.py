@@ -13,12 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from stack.broker import ClusterNode, LocalBroker
-from stack.broker_files import Quorum, Replication, new_cluster_id, render_server_properties
-from stack.cluster import LocalCluster, cluster_ports
-from stack.errors import BrokerExitedError, BrokerFormatError, JavaMissingError, StackError
-from stack.ports import find_free_ports, port_in_use
-from stack.waiting import poll_until
+from streamctl.stack.broker import ClusterNode, LocalBroker
+from streamctl.stack.broker_files import (
+    Quorum,
+    Replication,
+    new_cluster_id,
+    render_server_properties,
+)
+from streamctl.stack.cluster import LocalCluster, cluster_ports
+from streamctl.stack.errors import (
+    BrokerExitedError,
+    BrokerFormatError,
+    JavaMissingError,
+    StackError,
+)
+from streamctl.stack.ports import find_free_ports, port_in_use
+from streamctl.stack.waiting import poll_until
 
 FAKE_JAVA = """#!/bin/sh
 case "$*" in

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stack.cli import add_stack_commands
-from stack.defaults import (
+from streamctl.stack.cli import add_stack_commands
+from streamctl.stack.defaults import (
     DEFAULT_TOPICS,
     INPUT_TOPIC,
     LEASE_TOPIC,
@@ -56,7 +56,7 @@ def test_default_topics_are_unique_input_has_two_partitions_and_the_lease_one() 
 
 
 def test_topics_also_creates_the_topics_a_job_declares() -> None:
-    from stack.cli import job_topics
+    from streamctl.stack.cli import job_topics
 
     specs = {s.name: s.partitions for s in job_topics(["click-sessions", "click-alerts"], 3)}
     assert specs == {"clicks-enriched": 3, "clicks-sessionized": 3, "click-alerts": 3,

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stack.connector import (
+from streamctl.stack.connector import (
     PINNED,
     ConnectorCandidate,
     artifact_name,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stack.errors import JavaMissingError, JavaTooOldError
-from stack.jvm import parse_java_major, require_java
+from streamctl.stack.errors import JavaMissingError, JavaTooOldError
+from streamctl.stack.jvm import parse_java_major, require_java
 
 
 def fake_java(directory: Path, version_line: str) -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stack.errors import MavenMissingError, MavenResolutionError
-from stack.maven import (
+from streamctl.stack.errors import MavenMissingError, MavenResolutionError
+from streamctl.stack.maven import (
     BROKER_POM,
     POM_DIR,
     cache_file,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from stack.process import is_alive, proc_entry_alive
+from streamctl.stack.process import is_alive, proc_entry_alive
 
 MARKER = "/state/kafka/server.properties"
 RUNNING = "16571 (java) R 12329 16571 16571 0 -1 4194304 2 0 0 0 0 0 0 0 20 0 1 0 394523\n"

@@ -2,7 +2,7 @@
 
 Owns metric names and the mapping from a `TaskMetrics` record to them; serving is
 prometheus_client's exposition app on the configured port (0 = off), over HTTP or HTTPS and
-optionally behind basic auth (`security.metrics_http`). Neighbours: `job` records into it.
+optionally behind basic auth (`streamctl.security.metrics_http`). Neighbours: `job` records into it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import CounterMetricFamily
 
 from schemas.records import TaskMetrics
-from security import metrics_http
-from security.metrics_http import EndpointSecurity, MetricsServer
+from streamctl.security import metrics_http
+from streamctl.security.metrics_http import EndpointSecurity, MetricsServer
 from streaming_jobs.runtime.observe.metrics import backlog_records
 
 _QUERY = ("query",)
@@ -142,7 +142,7 @@ class JobPrometheus:
 
     def serve(self, host: str, port: int, security: EndpointSecurity = metrics_http.PLAIN, *,
               any_port_if_taken: bool = False) -> MetricsServer | None:
-        """Expose the registry on `host:port` with `security`'s TLS and basic auth; port 0
+        """Expose the registry on `host:port` with `streamctl.security`'s TLS and basic auth; port 0
         means no endpoint (None). `metrics_http.PortInUse` when the port is taken, unless
         `any_port_if_taken` (then a free port: `server_port`)."""
         if not port:

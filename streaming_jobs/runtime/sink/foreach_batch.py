@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from schemas.records import CommitMarker
-from security.kafka import PLAINTEXT, KafkaSecurity
+from streamctl.security.kafka import PLAINTEXT, KafkaSecurity
 from streaming_jobs.formats.base import OutputFormat
 from streaming_jobs.runtime.sink.dead_letter import Rejected
 from streaming_jobs.runtime.sink.gate import BatchGate

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from schemas.records import CommitMarker
-from security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
+from streamctl.security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streaming_jobs.runtime.sink.dead_letter import (
     LetterSpec,
     Outgoing,
@@ -414,7 +414,8 @@ def _aborted(producer: Producer, settings: TransactionalSettings) -> bool:
 def ensure_marker_topic(client: Mapping[str, Any], topic: str, timeout_s: float) -> None:
     """Create the compacted marker topic when it does not exist (brokers here never
     auto-create topics, and a job should not need a separate set-up step for it). With ACLs
-    the job may not create topics: the topic-init service creates it (`stack.defaults`)."""
+    the job may not create topics: the topic-init service creates it
+    (`streamctl.stack.defaults`)."""
     admin = AdminClient(dict(client))
     if topic in admin.list_topics(timeout=timeout_s).topics:
         return

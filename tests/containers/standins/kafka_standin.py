@@ -19,9 +19,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from stack.broker_files import java_command
-from stack.jvm import require_java
-from stack.maven import BROKER_POM, resolve_classpath
+from streamctl.stack.broker_files import java_command
+from streamctl.stack.jvm import require_java
+from streamctl.stack.maven import BROKER_POM, resolve_classpath
 
 TEMPLATES = Path(__file__).resolve().parent
 CONFIG_DIR = Path("/opt/kafka/config")
