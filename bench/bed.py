@@ -18,7 +18,7 @@ from pathlib import Path
 from streamctl.processes import sigterm_as_interrupt
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.defaults import default_state_dir
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 
 CONTROL_KEY = "bench-control-key-0123456789abcdef"
 """The key every benchmark's jobs and controllers share: a job refuses to start without one."""

@@ -22,7 +22,7 @@ from streamctl.processes import interrupt_on_sigterm
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.cluster import LocalCluster
 from streamctl.stack.defaults import default_state_dir
-from streamctl.stack.ports import find_free_ports, port_in_use
+from streamctl.stack.tcp import find_free_ports, port_in_use
 from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader

@@ -45,9 +45,9 @@ from streamctl.stack.errors import (
 from streamctl.stack.jvm import require_java
 from streamctl.stack.kafka_admin import admin_client, broker_ids
 from streamctl.stack.maven import BROKER_POM, resolve_classpath
-from streamctl.stack.ports import HOST, check_ports_free
 from streamctl.stack.process import PidRecord, is_alive, tail, terminate
 from streamctl.stack.secure import ADMIN, MECHANISM, USERS, SecureFiles, write_secure_files
+from streamctl.stack.tcp import HOST, check_ports_free
 from streamctl.stack.waiting import Deadline
 
 _FORMAT_TIMEOUT_S = 120.0

@@ -36,7 +36,6 @@ from streamctl.stack.jvm import require_java
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.kafka_tools import TOOLS, client_properties, tool_command
 from streamctl.stack.maven import BROKER_POM, TOOLS_POM, resolve_classpath
-from streamctl.stack.ports import HOST
 from streamctl.stack.secure import (
     ADMIN,
     CONTROLLER,
@@ -46,6 +45,7 @@ from streamctl.stack.secure import (
     SecureFiles,
     write_compose_secrets,
 )
+from streamctl.stack.tcp import HOST
 from streamctl.stack.topics import TopicSpec, ensure_topics
 
 Handler = Callable[[argparse.Namespace], int]

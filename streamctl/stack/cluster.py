@@ -23,8 +23,8 @@ from streamctl.stack.broker_files import Quorum, new_cluster_id
 from streamctl.stack.defaults import DEFAULT_PORT, default_state_dir
 from streamctl.stack.errors import BrokerConflictError, BrokerNotReadyError, StackError
 from streamctl.stack.kafka_admin import admin_client, broker_ids
-from streamctl.stack.ports import HOST
 from streamctl.stack.process import tail
+from streamctl.stack.tcp import HOST
 from streamctl.stack.waiting import Deadline, poll_until
 
 CLUSTER_DIR = "kafka-cluster"

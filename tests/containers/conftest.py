@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from schemas import auth
-from streamctl.stack.ports import port_in_use
+from streamctl.stack.tcp import port_in_use
 from tests.containers.engine import Engine, compose_binary, engine
 from tests.containers.images import ROOT, build_all
 from tests.support.prometheus import scrape

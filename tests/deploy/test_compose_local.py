@@ -30,7 +30,7 @@ from schemas.auth import ensure_key_file
 from streamctl.processes import Child
 from streamctl.stack.defaults import DEFAULT_TOPICS
 from streamctl.stack.kafka_admin import admin_client
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from tests.deploy import deployment as d
 from tests.support.prometheus import api, check_config, check_metrics, running, sample, scrape
 from tests.support.spark_cluster import LocalSparkCluster

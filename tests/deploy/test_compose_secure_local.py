@@ -48,7 +48,7 @@ from streamctl.stack import acls, secure
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.defaults import CONTROL_TOPIC, default_state_dir
 from streamctl.stack.kafka_admin import admin_client
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from tests.deploy import acl_view
 from tests.deploy import deployment as d
 from tests.support.prometheus import api, check_metrics, running, sample

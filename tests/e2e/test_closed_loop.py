@@ -33,7 +33,7 @@ from schemas import Decision
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
     SENSOR_WINDOW_MS,

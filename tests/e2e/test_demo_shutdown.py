@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streamctl.stack.ports import find_free_ports, port_in_use
+from streamctl.stack.tcp import find_free_ports, port_in_use
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

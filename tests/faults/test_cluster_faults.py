@@ -25,7 +25,7 @@ import pytest
 
 from schemas import Ack, ControlTuple, Outcome
 from streamctl.stack.cluster import LocalCluster
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.runtime.sink.foreach_batch import transactional_id
 from tests.support import cluster as c

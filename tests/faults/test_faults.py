@@ -13,7 +13,7 @@ import pytest
 from schemas import Ack, Decision, SensorReading, codec_for
 from streamctl.cli import main as status_main
 from streamctl.stack.broker import LocalBroker
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec, ensure_topics
 from tests.support.fault_bed import HEARTBEAT, TOPIC_KINDS, FaultBed, now_ms, report
 from tests.support.kafka import (

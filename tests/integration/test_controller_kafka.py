@@ -36,7 +36,7 @@ from controller.loop.ports import (
 )
 from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth, codec_for
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from tests.controller_port_contract import CONTRACT, PortHarness
 from tests.support.kafka import produce, read_committed_once_there
 from tests.support.prometheus import scrape

@@ -13,7 +13,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.errors import BrokerConflictError, PortInUseError
 from streamctl.stack.kafka_admin import admin_client
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.kafka import produce, read_committed
 

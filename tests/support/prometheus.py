@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamctl.processes import Child
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from tests.support.waiting import until
 
 

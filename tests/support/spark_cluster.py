@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamctl.processes import Child
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 from tests.deploy import deployment as d
 from tests.support.prometheus import sample, scrape
 from tests.support.waiting import until

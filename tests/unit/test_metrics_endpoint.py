@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 from streamctl.security import metrics_http
 from streamctl.security.metrics_http import EndpointSecurity, EndpointSecurityError, from_env
 from streamctl.stack import tls
-from streamctl.stack.ports import find_free_ports
+from streamctl.stack.tcp import find_free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -27,7 +27,7 @@ from streamctl.stack.errors import (
     JavaMissingError,
     StackError,
 )
-from streamctl.stack.ports import find_free_ports, port_in_use
+from streamctl.stack.tcp import find_free_ports, port_in_use
 from streamctl.stack.waiting import poll_until
 
 FAKE_JAVA = """#!/bin/sh
