@@ -10,11 +10,14 @@ needs a broker enters `local_broker`; `streamctl.stack.broker` runs it.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import Producer
+
+from streamctl.loadgen import producer_config
 from streamctl.processes import sigterm_as_interrupt
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.defaults import default_state_dir
@@ -47,3 +50,18 @@ def local_broker(prefix: str = "streamctl-bench-") -> Iterator[Bed]:
         with LocalBroker(Path(tmp) / "state", port=port, controller_port=controller_port,
                          maven_dir=default_state_dir() / "maven") as broker:
             yield Bed(broker.bootstrap_servers, Path(tmp))
+
+
+def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[str, bytes]]) -> None:
+    """Each (key, value) to `topic`, all delivered before it returns (a full producer queue
+    waits for deliveries)."""
+    producer = Producer(producer_config(bootstrap))
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"could not deliver the preload to {topic}")

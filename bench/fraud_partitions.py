@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import record
-from bench.bed import local_broker
+from bench.bed import local_broker, produce_all
 from streamctl.cards import CardEvents
-from streamctl.loadgen import producer_config
 from streamctl.stack.connector import spark_kafka_jars
 from streamctl.stack.topics import TopicSpec, ensure_topics
+from streaming_jobs.config import changed, grouped
 
 
 @dataclass(frozen=True)
@@ -40,19 +40,14 @@ class RunResult:
 
 
 def preload(bootstrap: str, topic: str, records: int, accounts: int) -> None:
+    """`records` card transactions of `accounts` accounts, ten milliseconds apart."""
     import random
-
-    from confluent_kafka import Producer
 
     from schemas import CardTransaction, codec_for
 
-    producer, codec = Producer(producer_config(bootstrap)), codec_for(CardTransaction)
-    events, rng = CardEvents(accounts), random.Random(0)
-    for i in range(records):
-        txn = events.make(rng, 1_700_000_000_000 + i * 10)
-        producer.produce(topic, key=txn.account_id, value=codec.encode(txn))
-        producer.poll(0)
-    assert producer.flush(30) == 0
+    codec, events, rng = codec_for(CardTransaction), CardEvents(accounts), random.Random(0)
+    transactions = (events.make(rng, 1_700_000_000_000 + i * 10) for i in range(records))
+    produce_all(bootstrap, topic, ((t.account_id, codec.encode(t)) for t in transactions))
 
 
 def _drain(batch: Any, _batch_id: int) -> None:
@@ -67,10 +62,11 @@ def run_once(spark: Any, config: Any, partitions: int) -> float:
 
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     plan = Plan(fraud_job)
-    df = plan.build(spark, config, DeadLetterFactory(config.bootstrap_servers, config.dlq_topic))
+    df = plan.build(spark, config, config.initial_state(),
+                 DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
     query = (df.writeStream.outputMode(plan.output_mode)
              .foreachBatch(_drain)
-             .option("checkpointLocation", config.checkpoint_dir)
+             .option("checkpointLocation", config.storage.checkpoint_dir)
              .trigger(availableNow=True).start())
     assert query.awaitTermination(600), "the run did not finish in 10 minutes"
     busy = [p.durationMs["triggerExecution"] for p in query.recentProgress if p.numInputRows]
@@ -90,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = record.load_average()
     from pyspark.sql import SparkSession
 
-    from streaming_jobs.config import JobConfig, bind
+    from streaming_jobs.config import bind
     from streaming_jobs.jobs.fraud.job import job as fraud_job
     from streaming_jobs.runtime.checkpoint.state_repartition import repartition_state
     from streaming_jobs.runtime.query.session import STATE_STORE_SETTINGS, prepare_environment
@@ -108,24 +104,24 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             results, first_cp = [], ""
-            base = bind(JobConfig(bootstrap_servers=bootstrap,
+            base = bind(grouped(dict(bootstrap_servers=bootstrap,
                                   job=fraud_job.name,
                                   max_offsets_per_trigger=max(1, args.records // args.batches),
                                   input_parallelism=4, metrics_port=0,
                                   settings=(("enrichment_cost_ms", args.cost_ms),
-                                            ("watermark_s", 60))), fraud_job)
+                                            ("watermark_s", 60)))), fraud_job)
             for n in [0, *args.partitions]:  # 0: the warm-up
                 topic = f"bench-cards-{n}"
                 records = args.records if n else 200
                 ensure_topics(bootstrap, [TopicSpec(topic, partitions=4)], 30.0)
                 preload(bootstrap, topic, records, args.accounts)
-                config = replace(base, input_topic=topic, dlq_topic=f"{topic}.dlq",
+                config = changed(base, input_topic=topic, dlq_topic=f"{topic}.dlq",
                                  checkpoint_dir=f"{tmp}/cp-{n}")
                 batch_s = run_once(spark, config, n or args.partitions[0])
                 if not n:
                     continue
-                first_cp = first_cp or config.checkpoint_dir
-                per_batch = base.max_offsets_per_trigger
+                first_cp = first_cp or config.storage.checkpoint_dir
+                per_batch = base.knobs.max_offsets_per_trigger
                 results.append(RunResult(n, per_batch, round(batch_s, 2),
                                          round(per_batch / batch_s, 1)))
                 print(f"state partitions {n:3d}: {per_batch} per batch, median {batch_s:6.2f} s "

@@ -35,7 +35,7 @@ from bench.bed import CONTROL_KEY, local_broker
 from bench.throughput import preload
 from streamctl.stack.connector import spark_kafka_jars
 from streamctl.stack.topics import TopicSpec, ensure_topics
-from streaming_jobs.config import JobConfig, bind
+from streaming_jobs.config import JobConfig, bind, grouped
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.kafka import DeadLetterFactory
@@ -70,7 +70,7 @@ def config(bootstrap: str, input_topic: str, tag: str, workdir: Path,
     ensure_topics(bootstrap, [TopicSpec(names["out"], 2), *(
         TopicSpec(names[k]) for k in ("dlq", "metrics", "control", "acks")),
         TopicSpec(names["state"], config={"cleanup.policy": "compact"})])
-    return bind(JobConfig(
+    return bind(grouped(dict(
         bootstrap_servers=bootstrap, job=sensor_job.name, query_id=f"bench-overhead-{tag}",
         input_topic=input_topic, output_topic=names["out"], dlq_topic=names["dlq"],
         metrics_topic=names["metrics"], control_topic=names["control"],
@@ -78,19 +78,20 @@ def config(bootstrap: str, input_topic: str, tag: str, workdir: Path,
         checkpoint_dir=str(workdir / tag), input_parallelism=2, task_slots=TASK_SLOTS,
         max_offsets_per_trigger=BATCH_CAP, trigger_interval_s=TRIGGER_S, metrics_port=0,
         spark_jars=",".join(str(p) for p in spark_kafka_jars()), control_key=CONTROL_KEY.encode(),
-        settings=(("enrichment_cost_ms", cost_ms),)), sensor_job)
+        settings=(("enrichment_cost_ms", cost_ms),))), sensor_job)
 
 
 def start_bare(spark: Any, cfg: JobConfig) -> tuple[Any, Any, Any]:
     """The sensor job's plan through the transactional sink behind an open gate, nothing
     else: the running query, its sink (to close) and the frame it was built from."""
     plan = Plan(sensor_job)
-    sink = transactional_sink(BatchGate(), cfg.bootstrap_servers, cfg.query_id,
-                              cfg.output_topic, sensor_job.output)
-    frame = plan.build(spark, cfg, DeadLetterFactory(cfg.bootstrap_servers, cfg.dlq_topic))
-    query = (frame.writeStream.queryName(cfg.query_id).outputMode(plan.output_mode)
-             .foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
-             .trigger(processingTime=f"{int(cfg.trigger_interval_s * 1000)} milliseconds")
+    sink = transactional_sink(BatchGate(), cfg.bootstrap_servers, cfg.identity.query_id,
+                              cfg.topics.output_topic, sensor_job.output)
+    frame = plan.build(spark, cfg, cfg.initial_state(),
+                    DeadLetterFactory(cfg.bootstrap_servers, cfg.topics.dlq_topic))
+    query = (frame.writeStream.queryName(cfg.identity.query_id).outputMode(plan.output_mode)
+             .foreachBatch(sink).option("checkpointLocation", cfg.storage.checkpoint_dir)
+             .trigger(processingTime=f"{int(cfg.timing.trigger_interval_s * 1000)} milliseconds")
              .start())
     return query, sink, frame
 
@@ -110,7 +111,7 @@ def run_runtime(spark: Any, cfg: JobConfig, records: int) -> Run:
     job = ElasticJob(sensor_job, cfg, spark=spark)
     job.start()
     try:
-        return measure("runtime", lambda: _active(spark, cfg.query_id), records)
+        return measure("runtime", lambda: _active(spark, cfg.identity.query_id), records)
     finally:
         job.stop()
 

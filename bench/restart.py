@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import record
@@ -34,7 +34,7 @@ from bench.bed import local_broker
 from bench.overhead import config, start_bare
 from bench.throughput import preload
 from streamctl.stack.topics import TopicSpec, ensure_topics
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import JobConfig, changed
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.query import worker_pool
@@ -63,7 +63,7 @@ class Restart:
 
 def run(bootstrap: str, topic: str, workdir: Any, scenario: str, n: int) -> Restart:
     parallelism, warm = SCENARIOS[scenario]
-    cfg = replace(config(bootstrap, topic, f"{scenario}-{n}", workdir, COST_MS),
+    cfg = changed(config(bootstrap, topic, f"{scenario}-{n}", workdir, COST_MS),
                   task_slots=TASK_SLOTS, trigger_interval_s=1.0,
                   max_offsets_per_trigger=BATCH_CAP)
     spark = build_session(cfg, worker_path(sensor_job))
@@ -76,7 +76,7 @@ def run(bootstrap: str, topic: str, workdir: Any, scenario: str, n: int) -> Rest
         query.stop()
         sink.close()
         started = time.monotonic()
-        query, sink, _ = _start(spark, replace(cfg, input_parallelism=parallelism))
+        query, sink, _ = _start(spark, changed(cfg, input_parallelism=parallelism))
         try:
             _await_batches(query, 1)
             first_commit_s = time.monotonic() - started

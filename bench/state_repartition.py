@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import record
@@ -33,7 +33,7 @@ from bench.throughput import produce_readings
 from schemas import SensorReading
 from streamctl.stack.connector import spark_kafka_jars
 from streamctl.stack.topics import TopicSpec, ensure_topics
-from streaming_jobs.config import JobConfig, bind
+from streaming_jobs.config import JobConfig, bind, changed, grouped
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.checkpoint.state_repartition import repartition_state
@@ -72,11 +72,11 @@ def run(spark: Any, config: JobConfig, partitions: int) -> tuple[float, list[Any
     nothing: seconds from `start()` to its first commit, and its progress."""
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     plan = Plan(sensor_job)
-    frame = plan.build(spark, config, DeadLetterFactory(config.bootstrap_servers,
-                                                        config.dlq_topic))
+    frame = plan.build(spark, config, config.initial_state(),
+                    DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
     started = time.monotonic()
     query = (frame.writeStream.outputMode(plan.output_mode).foreachBatch(_drain)
-             .option("checkpointLocation", config.checkpoint_dir)
+             .option("checkpointLocation", config.storage.checkpoint_dir)
              .trigger(availableNow=True).start())
     first_commit = None
     deadline = started + RUN_TIMEOUT_S
@@ -119,23 +119,23 @@ def main(argv: list[str] | None = None) -> int:
         began = time.monotonic()
         preload(bed.bootstrap_servers, topic, args.keys)
         print(f"preloaded {args.keys} readings in {time.monotonic() - began:.0f} s", flush=True)
-        config = bind(JobConfig(
+        config = bind(grouped(dict(
             bootstrap_servers=bed.bootstrap_servers, job=sensor_job.name, input_topic=topic,
             dlq_topic=f"{topic}.dlq", checkpoint_dir=str(bed.workdir / "built"),
             input_parallelism=2, state_partitions=FROM_PARTITIONS, task_slots=4,
             max_offsets_per_trigger=min(BUILD_BATCH, max(1, args.keys // 4)), metrics_port=0,
             spark_jars=",".join(str(p) for p in spark_kafka_jars()),
             settings=(("enrichment_cost_ms", 0.0), ("window_s", ONE_WINDOW_S),
-                      ("watermark_s", ONE_WINDOW_S))), sensor_job)
+                      ("watermark_s", ONE_WINDOW_S)))), sensor_job)
         spark = build_session(config, worker_path(sensor_job))
         try:
             began = time.monotonic()
             _, built = run(spark, config, FROM_PARTITIONS)
             build_s, keys = time.monotonic() - began, state_rows(built)
             print(f"built {keys} state rows in {build_s:.0f} s", flush=True)
-            kept = replace(config, checkpoint_dir=str(bed.workdir / "kept"))
-            shutil.copytree(config.checkpoint_dir, kept.checkpoint_dir)
-            moved = repartition_state(spark, config.checkpoint_dir, args.to)
+            kept = changed(config, checkpoint_dir=str(bed.workdir / "kept"))
+            shutil.copytree(config.storage.checkpoint_dir, kept.storage.checkpoint_dir)
+            moved = repartition_state(spark, config.storage.checkpoint_dir, args.to)
             print(f"repartitioned {FROM_PARTITIONS} → {args.to} in {moved.duration_ms} ms",
                   flush=True)
             preload(bed.bootstrap_servers, topic, APPENDED, first=args.keys)

@@ -22,12 +22,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from bench import record
-from bench.bed import local_broker, process_env
+from bench.bed import local_broker, process_env, produce_all
 from schemas import SensorReading, TaskMetrics, codec_for
-from streamctl.loadgen import producer_config
 from streamctl.processes import start_child
 from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
@@ -53,18 +50,8 @@ def preload(bootstrap: str, topic: str, records: int) -> None:
 
 def produce_readings(bootstrap: str, topic: str, readings: Iterable[SensorReading]) -> None:
     """Each reading to `topic`, keyed by its sensor, all delivered before it returns."""
-    producer = Producer(producer_config(bootstrap))
     codec = codec_for(SensorReading)
-    for reading in readings:
-        sensor, value = reading.sensor_id, codec.encode(reading)
-        while True:
-            try:
-                producer.produce(topic, key=sensor, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(60) != 0:
-        raise RuntimeError("could not deliver the preload")
+    produce_all(bootstrap, topic, ((r.sensor_id, codec.encode(r)) for r in readings))
 
 
 def run_one(bootstrap: str, parallelism: int, records: int, cost_ms: float,

@@ -24,8 +24,7 @@ from controller.settings import (
 )
 from schemas import auth
 from streamctl.options import Option, OptionError, add_options, options_of, read
-from streamctl.security import kafka as kafka_security
-from streamctl.security import metrics_http
+from streamctl.security import TransportSecurity, TransportSecurityError
 
 GROUPS: dict[str | None, type] = {
     None: ControllerSettings, "model": ModelSettings, "policy": PolicySettings,
@@ -69,26 +68,20 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Contr
         raise SettingsError(str(exc)) from None
     if "control_key" not in values["kafka"] and environ.get(auth.KEY_FILE_ENV):
         values["kafka"]["control_key"] = _key_from_file(environ)
-    values["kafka"]["security"] = _kafka_security(environ)
-    values[None]["metrics_endpoint"] = _metrics_endpoint(environ)
+    transport = _transport_security(environ)
+    values["kafka"]["security"] = transport.kafka
+    values[None]["metrics_endpoint"] = transport.metrics_endpoint
     return ControllerSettings(
         model=ModelSettings(**values["model"]), policy=PolicySettings(**values["policy"]),
         kafka=KafkaSettings(**values["kafka"]), **values[None],
     )
 
 
-def _kafka_security(environ: Mapping[str, str]) -> kafka_security.KafkaSecurity:
+def _transport_security(environ: Mapping[str, str]) -> TransportSecurity:
     try:
-        return kafka_security.from_env(environ)
-    except kafka_security.KafkaSecurityError as exc:
-        raise SettingsError(f"Kafka security: {exc}") from exc
-
-
-def _metrics_endpoint(environ: Mapping[str, str]) -> metrics_http.EndpointSecurity:
-    try:
-        return metrics_http.from_env(environ)
-    except metrics_http.EndpointSecurityError as exc:
-        raise SettingsError(f"metrics endpoint: {exc}") from exc
+        return TransportSecurity.from_env(environ)
+    except TransportSecurityError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _key_from_file(environ: Mapping[str, str]) -> str:
@@ -223,7 +216,7 @@ def record_command(args: argparse.Namespace) -> int:
     from controller.replay.trace import TraceWriter
 
     try:
-        security = _kafka_security(os.environ)
+        security = _transport_security(os.environ).kafka
     except SettingsError as exc:
         print(f"controller record: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from controller.errors import UserError
+from schemas import topics
 from streamctl.security.kafka import KafkaSecurity
 from streamctl.security.metrics_http import EndpointSecurity
 
@@ -277,16 +278,16 @@ class KafkaSettings:
     bootstrap_servers: str = "127.0.0.1:9092"
     """Kafka bootstrap list; the local stack's default listener."""
 
-    metrics_topic: str = "streamctl.metrics"
+    metrics_topic: str = topics.METRICS
     """Per-batch `TaskMetrics` published by the jobs."""
 
-    control_topic: str = "streamctl.control"
+    control_topic: str = topics.CONTROL
     """`ControlTuple`s the controller writes and the jobs apply."""
 
-    ack_topic: str = "streamctl.acks"
+    ack_topic: str = topics.ACKS
     """`Ack`s the jobs write back, naming a control id."""
 
-    decisions_topic: str = "streamctl.decisions"
+    decisions_topic: str = topics.DECISIONS
     """Audit log of the controller's `Decision`s."""
 
     group_id: str = "streamctl-controller"
@@ -294,7 +295,7 @@ class KafkaSettings:
     Also the transactional id of the leader's writes (a new leader's takes over the id and
     so fences every earlier leader's) and the prefix of each instance's own consumers."""
 
-    lease_topic: str = "streamctl.controller-lease"
+    lease_topic: str = topics.LEASE
     """One-partition topic that only serves as the lease: the instance of `group_id` it is
     assigned to leads. Nothing is written to it."""
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas.knobs import INPUT_PARALLELISM, SCALING, STATE_PARTITIONS
@@ -282,6 +282,6 @@ def _setting_problems(settings: Sequence[Setting]) -> list[str]:
 
 
 def _reserved() -> frozenset[str]:
-    from streaming_jobs.config import JobConfig  # the runtime's options (no pyspark)
+    from streaming_jobs.config import flat_fields  # the runtime's options (no pyspark)
 
-    return frozenset(f.name for f in fields(JobConfig))
+    return frozenset(f.name for f in flat_fields())

@@ -14,11 +14,10 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from streamctl.options import add_options
-from streaming_jobs.config import ENV_ONLY, JobConfig, option_list
+from streaming_jobs.config import JobConfig, option_list
 from streaming_jobs.errors import UserError
 
 if TYPE_CHECKING:
@@ -85,8 +84,8 @@ def run_command(args: argparse.Namespace) -> int:
     _configure_logging()
     try:
         job = _load(args)
-        options = {f.name: getattr(args, f.name, None) for f in fields(JobConfig)
-                   if f.name not in ENV_ONLY}
+        options = {o.field: getattr(args, o.key, None) for o in option_list()}
+        options["settings"] = getattr(args, "settings", None)
         config = JobConfig.from_sources(job, options)
     except UserError as exc:
         print(f"job run: {exc}", file=sys.stderr)
@@ -109,7 +108,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     code = 1  # unless the run ends as asked (a signal, its max runtime)
     try:
-        code = elastic.run(stop, config.max_runtime_s)
+        code = elastic.run(stop, config.timing.max_runtime_s)
         return code
     finally:
         elastic.stop(on_purpose=code == 0)

@@ -1,11 +1,14 @@
-"""The job runtime's one typed, frozen configuration, read once at start-up (CLI options over
-env vars over the job's declaration over defaults).
+"""The job runtime's one typed, frozen configuration, in groups, read once at start-up (CLI
+options over env vars over the job's declaration over defaults).
 
-Owns the runtime's option names, their environment variables, defaults and validation, and
-`bind`, which fills in what the job's declaration (`api.Job`) supplies: its query id and
-topics, its function version, its own settings (`--set name=value`, `STREAMCTL_<NAME>`) and
-where its checkpoint lives (`<state dir>/checkpoints/<job>/<query>`). Neighbours: `cli` builds
-argparse options from the fields; everything else receives a `JobConfig`.
+Owns the runtime's settings in groups (`Identity`, `JobTopics`, `Storage`, `SparkSettings`,
+`InitialKnobs`, `Bounds`, `Timing`, `Endpoint`; a room of the runtime takes the groups it
+needs), their option names and environment variables (the fields' flat names, unique across
+the groups: `--input-topic`, STREAMCTL_INPUT_TOPIC), defaults and validation, and `bind`,
+which fills in what the job's declaration (`api.Job`) supplies: its query id and topics, its
+function version, its own settings (`--set name=value`, `STREAMCTL_<NAME>`) and where its
+checkpoint lives (`<state dir>/checkpoints/<job>/<query>`). Neighbours: `cli` builds argparse
+options from the fields; the runtime receives a `JobConfig`.
 """
 
 from __future__ import annotations
@@ -14,17 +17,20 @@ import os
 import re
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schemas import auth
+from schemas import auth, topics
+from schemas.knobs import UDF_VERSION
 from streamctl.options import Option, OptionError, options_of, read
+from streamctl.security import TransportSecurity, TransportSecurityError, metrics_http
 from streamctl.security import kafka as kafka_security
-from streamctl.security import metrics_http
 from streamctl.security.kafka import KafkaSecurity
 from streamctl.security.metrics_http import EndpointSecurity
 from streaming_jobs.errors import UserError
+from streaming_jobs.runtime.desired.parameters import REGISTRY, BadValue, Limits, start_problems
+from streaming_jobs.runtime.desired.state import DesiredState
 
 if TYPE_CHECKING:
     from streaming_jobs.api import Job
@@ -38,184 +44,68 @@ class ConfigError(UserError):
 
 
 @dataclass(frozen=True)
-class JobConfig:
-    """Everything the bundled job and its elastic runtime need, validated."""
+class Identity:
+    """Who the running instance is."""
 
-    bootstrap_servers: str
-    """Kafka bootstrap servers (host:port[,host:port]) for data, metrics and control topics."""
     job: str = ""
     """The job to run: an installed job's name (`streamctl job list`) or an import path
     `package.module:attribute`; its declaration supplies the query id, topics and settings
     that the options below do not give."""
+
     query_id: str = ""
     """Stable name of the query; control tuples are addressed to it, metrics keyed by it.
     Default: the job's name."""
+
     instance_id: str = ""
     """This running instance; empty means hostname-pid (filled in by `from_sources`)."""
-    input_topic: str = ""
-    """The job's input topic; default: the one its declaration names."""
-    output_topic: str = ""
-    """The job's output topic; default: the one its declaration names."""
-    dlq_topic: str = ""
-    """Dead-letter topic for input records that fail to decode and output rows the output
-    topic cannot take; default: the job's."""
-    max_record_bytes: int = 1_000_000
-    """The largest record the job writes, in bytes with its framing: an output row (key,
-    value) or a dead letter (payload, headers). It is the producers' message.max.bytes, and
-    may not exceed the output and dead-letter topics' max.message.bytes (checked at start).
-    A row over it, or over its topic's limit, goes to the dead-letter topic; a dead letter
-    over it keeps as much of its payload as fits. Input records may be as large as their
-    topic takes."""
-    metrics_topic: str = "streamctl.metrics"
-    """Topic the job publishes its per-batch TaskMetrics and heartbeats to."""
-    control_topic: str = "streamctl.control"
-    """Topic of the controller's control tuples."""
-    ack_topic: str = "streamctl.acks"
-    """Topic the job answers each control tuple on."""
-    state_dir: str = ""
-    """Where the job keeps its checkpoint (and the files beside it): STREAMCTL_STATE_DIR, else
-    the source checkout's .streamctl, else ~/.local/state/streamctl — never the directory the
-    job happens to be started from."""
-    checkpoint_dir: str = ""
-    """Spark checkpoint location; empty means <state_dir>/checkpoints/<job>/<query_id>."""
-    input_parallelism: int = 2
-    """Initial Kafka source minPartitions (Spark tasks reading the input per batch)."""
-    max_offsets_per_trigger: int = 4000
-    """Cap on records per batch: keeps backlog visible as latest - end and quiesce short."""
-    trigger_interval_s: float = 2.0
-    """Micro-batch trigger interval in seconds."""
-    state_partitions: int = 4
-    """Initial partitions of the stateful operator (spark.sql.shuffle.partitions)."""
-    task_slots: int = 16
-    """Spark runs local[task_slots] (local mode); also the upper bound for input_parallelism
-    there. On a cluster the executors' cores are the task slots."""
-    metrics_port: int = DEFAULT_METRICS_PORT
-    """Prometheus endpoint port; 0 turns it off. When the default, 9301, is taken (another
-    job on this host), the job serves on a free port instead and says which (its log, its
-    metrics records' metrics_address, `streamctl status`); any other port must be free, or
-    the job refuses to start, before Spark."""
-    metrics_host: str = "127.0.0.1"
-    """Address the Prometheus endpoint listens on: this host only by default; 0.0.0.0 for
-    every interface (compose sets it, so Prometheus can scrape the job's container)."""
-    spark_jars: str = ""
-    """Comma-separated jar paths for spark.jars (the Spark Kafka connector)."""
-    max_runtime_s: float = 0.0
-    """Stop cleanly after this many seconds; 0 runs until SIGTERM / Ctrl-C."""
-    state_topic: str = "streamctl.state"
-    """Compacted topic where the job publishes its desired state (keyed by query id)."""
-    max_offsets_per_trigger_limit: int = 100_000
-    """Highest batch cap a control tuple may set (throttle upper bound)."""
-    max_state_partitions: int = 64
-    """Highest state partition count a control tuple may set."""
-    max_executors: int = 64
-    """Highest executor count a control tuple may request on a cluster manager."""
-    shed_fraction: float = 0.0
-    """Initial fraction of low-priority input records dropped (load shedding)."""
-    max_shed_fraction: float = 0.5
-    """Highest shed fraction a control tuple may set; never all of the input."""
-    input_drain_quiet_s: float = 5.0
-    """An input switch waits until the old topic's end offsets have not moved for this long
-    (and the job has read all of it): longer than two trigger intervals plus a producer's
-    linger and retries, so a producer still writing the old topic is noticed and the switch
-    refused instead of its later records being skipped."""
-    input_drain_timeout_s: float = 120.0
-    """Longest wait for the old topic to drain before an input switch is refused; the job
-    keeps running on it meanwhile (the same bound as a quiesce)."""
-    on_data_loss: str = "stop"
-    """What the job does when records it had not read were deleted from its input
-    (retention, or delete-records): `stop` reports the loss (its log, Prometheus, its metrics
-    records, hence `streamctl status` and the decision log) and halts, the process up and
-    reading nothing, until it is restarted with `skip`; `skip` reports it the same way and
-    goes on from the earliest records still there."""
-    udf_version: str = ""
-    """Initial version of the job's swappable function; empty: the job's default."""
-    spark_master: str = ""
-    """Spark master URL: empty runs the job in local mode, local[task_slots], inside its own
-    process; spark://host:port[,host:port] submits it to a Spark standalone cluster, whose
-    executors then run its tasks and the `executors` control tuple resizes it."""
-    spark_driver_host: str = ""
-    """Address the executors reach this driver at (spark.driver.host), e.g. the job's service
-    name in compose; empty: Spark's default (SPARK_LOCAL_IP, which the job sets to 127.0.0.1
-    when unset, so a cluster on this machine works without it)."""
-    executor_cores: int = 1
-    """Cores per executor on a cluster (spark.executor.cores). One, so that several executors
-    fit on a worker and each executor the controller asks for adds one task slot."""
-    executor_memory_mb: int = 1024
-    """Heap per executor on a cluster (spark.executor.memory); the bundled jobs keep little
-    state per executor, and two executors fit a 2 GiB worker."""
-    executors: int = 0
-    """Executors to request at start on a cluster; 0: what the cluster manager grants (on
-    standalone every free core, up to max_executors x executor_cores)."""
+
     role: str = "active"
     """How this instance starts: `active` runs the query; `standby` builds its SparkSession,
     runs no query, heartbeats and waits to be promoted by the controller. Instances of one
     query share its checkpoint directory. After a failover the instance named in the desired
     state beside the checkpoint is the active one, whatever this option says."""
-    heartbeat_interval_s: float = 5.0
-    """Seconds between heartbeats of an instance that runs no batch (a standby, or an idle
-    active: Spark's idle progress events are set to this interval). They carry the figures of
-    an idle query (no arrivals, no backlog); liveness comes from the beats."""
-    beat_interval_s: float = 1.0
-    """Seconds between an active instance's liveness beats, sent whatever its batches do
-    (which batch runs, since when, to which offsets); the controller takes a few missed beats
-    as the instance lost (`lost_after_beats`), so a standby takes over within seconds. 0
-    sends none: the controller then judges liveness by batches and idle heartbeats alone."""
-    control_key: bytes = field(default=b"", repr=False, compare=False)
-    """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
-    by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
-    kafka_security: KafkaSecurity = kafka_security.PLAINTEXT
-    """How every Kafka client of the job (Spark's source, the sinks, metrics, acks, control,
-    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables
-    (`streamctl.security.kafka`)."""
-    metrics_endpoint: EndpointSecurity = metrics_http.PLAIN
-    """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
-    (`streamctl.security.metrics_http`)."""
-    settings: tuple[tuple[str, Any], ...] = ()
-    """The job's own settings in force (name, value), each declared by the job; from
-    `--set name=value` or STREAMCTL_<NAME>, else the declared default (`bind`)."""
 
-    def __post_init__(self) -> None:
-        for problem in _problems(self):
-            raise ConfigError(problem)
 
-    @property
-    def local(self) -> bool:
-        """Whether Spark runs in local mode, inside the job's process."""
-        return not self.spark_master
 
-    @property
-    def master(self) -> str:
-        """The Spark master URL the session is built with."""
-        return self.spark_master or f"local[{self.task_slots}]"
+@dataclass(frozen=True)
+class JobTopics:
+    """The topics the job reads and writes."""
 
-    @property
-    def max_task_slots(self) -> int:
-        """Most tasks the job can run at once, which bounds input_parallelism: local[N]'s N, or
-        on a cluster every executor it may request times its cores."""
-        return self.task_slots if self.local else self.max_executors * self.executor_cores
+    input_topic: str = ""
+    """The job's input topic; default: the one its declaration names."""
 
-    @property
-    def spark_kafka_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka source and sink: the brokers and how to log in to them."""
-        return {"kafka.bootstrap.servers": self.bootstrap_servers,
-                **self.kafka_security.spark_options()}
+    output_topic: str = ""
+    """The job's output topic; default: the one its declaration names."""
 
-    @property
-    def metrics_address(self) -> str:
-        """Where Prometheus reaches the job (host:port, this host's name when it listens on
-        every interface); empty when it serves no endpoint."""
-        if not self.metrics_port:
-            return ""
-        wildcard = self.metrics_host in ("0.0.0.0", "::")
-        return f"{socket.gethostname() if wildcard else self.metrics_host}:{self.metrics_port}"
+    dlq_topic: str = ""
+    """Dead-letter topic for input records that fail to decode and output rows the output
+    topic cannot take; default: the job's."""
 
-    @property
-    def jar_list(self) -> tuple[str, ...]:
-        return tuple(j.strip() for j in self.spark_jars.split(",") if j.strip())
+    metrics_topic: str = topics.METRICS
+    """Topic the job publishes its per-batch TaskMetrics and heartbeats to."""
 
-    @property
-    def settings_map(self) -> dict[str, Any]:
-        return dict(self.settings)
+    control_topic: str = topics.CONTROL
+    """Topic of the controller's control tuples."""
+
+    ack_topic: str = topics.ACKS
+    """Topic the job answers each control tuple on."""
+
+    state_topic: str = topics.STATE
+    """Compacted topic where the job publishes its desired state (keyed by query id)."""
+
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where the job keeps its checkpoint and the files beside it."""
+
+    state_dir: str = ""
+    """Where the job keeps its checkpoint (and the files beside it): STREAMCTL_STATE_DIR, else
+    the source checkout's .streamctl, else ~/.local/state/streamctl — never the directory the
+    job happens to be started from."""
+
+    checkpoint_dir: str = ""
+    """Spark checkpoint location; empty means <state_dir>/checkpoints/<job>/<query_id>."""
 
     @property
     def desired_state_path(self) -> str:
@@ -228,6 +118,241 @@ class JobConfig:
         """Where the input source (topic, source generation, retired topics) is recorded,
         beside the checkpoint (see `runtime.checkpoint.input_source`)."""
         return self.checkpoint_dir.rstrip("/") + ".input-source.json"
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Where Spark runs the job, and with what."""
+
+    spark_master: str = ""
+    """Spark master URL: empty runs the job in local mode, local[task_slots], inside its own
+    process; spark://host:port[,host:port] submits it to a Spark standalone cluster, whose
+    executors then run its tasks and the `executors` control tuple resizes it."""
+
+    spark_driver_host: str = ""
+    """Address the executors reach this driver at (spark.driver.host), e.g. the job's service
+    name in compose; empty: Spark's default (SPARK_LOCAL_IP, which the job sets to 127.0.0.1
+    when unset, so a cluster on this machine works without it)."""
+
+    task_slots: int = 16
+    """Spark runs local[task_slots] (local mode); also the upper bound for input_parallelism
+    there. On a cluster the executors' cores are the task slots."""
+
+    executor_cores: int = 1
+    """Cores per executor on a cluster (spark.executor.cores). One, so that several executors
+    fit on a worker and each executor the controller asks for adds one task slot."""
+
+    executor_memory_mb: int = 1024
+    """Heap per executor on a cluster (spark.executor.memory); the bundled jobs keep little
+    state per executor, and two executors fit a 2 GiB worker."""
+
+    spark_jars: str = ""
+    """Comma-separated jar paths for spark.jars (the Spark Kafka connector)."""
+
+    @property
+    def local(self) -> bool:
+        """Whether Spark runs in local mode, inside the job's process."""
+        return not self.spark_master
+
+    @property
+    def master(self) -> str:
+        """The Spark master URL the session is built with."""
+        return self.spark_master or f"local[{self.task_slots}]"
+
+    @property
+    def jar_list(self) -> tuple[str, ...]:
+        return tuple(j.strip() for j in self.spark_jars.split(",") if j.strip())
+
+@dataclass(frozen=True)
+class InitialKnobs:
+    """The knobs' values at the first start (a control tuple changes them later; the desired
+    state beside the checkpoint keeps them across restarts)."""
+
+    input_parallelism: int = 2
+    """Initial Kafka source minPartitions (Spark tasks reading the input per batch)."""
+
+    state_partitions: int = 4
+    """Initial partitions of the stateful operator (spark.sql.shuffle.partitions)."""
+
+    max_offsets_per_trigger: int = 4000
+    """Cap on records per batch: keeps backlog visible as latest - end and quiesce short."""
+
+    shed_fraction: float = 0.0
+    """Initial fraction of low-priority input records dropped (load shedding)."""
+
+    udf_version: str = ""
+    """Initial version of the job's swappable function; empty: the job's default."""
+
+    executors: int = 0
+    """Executors to request at start on a cluster; 0: what the cluster manager grants (on
+    standalone every free core, up to max_executors x executor_cores)."""
+
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What bounds a knob's value and a record's size."""
+
+    max_offsets_per_trigger_limit: int = 100_000
+    """Highest batch cap a control tuple may set (throttle upper bound)."""
+
+    max_state_partitions: int = 64
+    """Highest state partition count a control tuple may set."""
+
+    max_executors: int = 64
+    """Highest executor count a control tuple may request on a cluster manager."""
+
+    max_shed_fraction: float = 0.5
+    """Highest shed fraction a control tuple may set; never all of the input."""
+
+    max_record_bytes: int = 1_000_000
+    """The largest record the job writes, in bytes with its framing: an output row (key,
+    value) or a dead letter (payload, headers). It is the producers' message.max.bytes, and
+    may not exceed the output and dead-letter topics' max.message.bytes (checked at start).
+    A row over it, or over its topic's limit, goes to the dead-letter topic; a dead letter
+    over it keeps as much of its payload as fits. Input records may be as large as their
+    topic takes."""
+
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The job's clocks: batches, heartbeats, beats, its run, an input switch's drain."""
+
+    trigger_interval_s: float = 2.0
+    """Micro-batch trigger interval in seconds."""
+
+    heartbeat_interval_s: float = 5.0
+    """Seconds between heartbeats of an instance that runs no batch (a standby, or an idle
+    active: Spark's idle progress events are set to this interval). They carry the figures of
+    an idle query (no arrivals, no backlog); liveness comes from the beats."""
+
+    beat_interval_s: float = 1.0
+    """Seconds between an active instance's liveness beats, sent whatever its batches do
+    (which batch runs, since when, to which offsets); the controller takes a few missed beats
+    as the instance lost (`lost_after_beats`), so a standby takes over within seconds. 0
+    sends none: the controller then judges liveness by batches and idle heartbeats alone."""
+
+    max_runtime_s: float = 0.0
+    """Stop cleanly after this many seconds; 0 runs until SIGTERM / Ctrl-C."""
+
+    input_drain_quiet_s: float = 5.0
+    """An input switch waits until the old topic's end offsets have not moved for this long
+    (and the job has read all of it): longer than two trigger intervals plus a producer's
+    linger and retries, so a producer still writing the old topic is noticed and the switch
+    refused instead of its later records being skipped."""
+
+    input_drain_timeout_s: float = 120.0
+    """Longest wait for the old topic to drain before an input switch is refused; the job
+    keeps running on it meanwhile (the same bound as a quiesce)."""
+
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The Prometheus endpoint."""
+
+    metrics_port: int = DEFAULT_METRICS_PORT
+    """Prometheus endpoint port; 0 turns it off. When the default, 9301, is taken (another
+    job on this host), the job serves on a free port instead and says which (its log, its
+    metrics records' metrics_address, `streamctl status`); any other port must be free, or
+    the job refuses to start, before Spark."""
+
+    metrics_host: str = "127.0.0.1"
+    """Address the Prometheus endpoint listens on: this host only by default; 0.0.0.0 for
+    every interface (compose sets it, so Prometheus can scrape the job's container)."""
+
+    security: EndpointSecurity = metrics_http.PLAIN
+    """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
+    (`streamctl.security.metrics_http`)."""
+
+    @property
+    def address(self) -> str:
+        """Where Prometheus reaches the job (host:port, this host's name when it listens on
+        every interface); empty when it serves no endpoint."""
+        if not self.metrics_port:
+            return ""
+        wildcard = self.metrics_host in ("0.0.0.0", "::")
+        return f"{socket.gethostname() if wildcard else self.metrics_host}:{self.metrics_port}"
+
+GROUPS: dict[str, type] = {
+    "identity": Identity, "topics": JobTopics, "storage": Storage, "spark": SparkSettings,
+    "knobs": InitialKnobs, "bounds": Bounds, "timing": Timing, "endpoint": Endpoint,
+}
+"""`JobConfig`'s groups by attribute name. Each room of the runtime takes the groups it needs;
+the options and variables keep the fields' flat names (`--input-topic`,
+STREAMCTL_INPUT_TOPIC), unique across the groups."""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything a job's elastic runtime needs, in groups, validated."""
+
+    bootstrap_servers: str
+    """Kafka bootstrap servers (host:port[,host:port]) for data, metrics and control topics."""
+    identity: Identity = field(default_factory=Identity)
+    topics: JobTopics = field(default_factory=JobTopics)
+    storage: Storage = field(default_factory=Storage)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    knobs: InitialKnobs = field(default_factory=InitialKnobs)
+    bounds: Bounds = field(default_factory=Bounds)
+    timing: Timing = field(default_factory=Timing)
+    endpoint: Endpoint = field(default_factory=Endpoint)
+    on_data_loss: str = "stop"
+    """What the job does when records it had not read were deleted from its input
+    (retention, or delete-records): `stop` reports the loss (its log, Prometheus, its metrics
+    records, hence `streamctl status` and the decision log) and halts, the process up and
+    reading nothing, until it is restarted with `skip`; `skip` reports it the same way and
+    goes on from the earliest records still there."""
+    control_key: bytes = field(default=b"", repr=False, compare=False)
+    """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
+    by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
+    kafka_security: KafkaSecurity = kafka_security.PLAINTEXT
+    """How every Kafka client of the job (Spark's source, the sinks, metrics, acks, control,
+    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables
+    (`streamctl.security.kafka`)."""
+    settings: tuple[tuple[str, Any], ...] = ()
+    """The job's own settings in force (name, value), each declared by the job; from
+    `--set name=value` or STREAMCTL_<NAME>, else the declared default (`bind`)."""
+
+    def __post_init__(self) -> None:
+        for problem in _problems(self):
+            raise ConfigError(problem)
+
+    @property
+    def max_task_slots(self) -> int:
+        """Most tasks the job can run at once, which bounds input_parallelism: local[N]'s N, or
+        on a cluster every executor it may request times its cores."""
+        s = self.spark
+        return s.task_slots if s.local else self.bounds.max_executors * s.executor_cores
+
+    @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source and sink: the brokers and how to log in to them."""
+        return {"kafka.bootstrap.servers": self.bootstrap_servers,
+                **self.kafka_security.spark_options()}
+
+    @property
+    def settings_map(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+    def initial_state(self) -> DesiredState:
+        """The desired state before any control tuple: the knobs' starting values, epoch 0."""
+        k, t = self.knobs, self.topics
+        return DesiredState(epoch=0, input_parallelism=k.input_parallelism,
+                            state_partitions=k.state_partitions,
+                            max_offsets_per_trigger=k.max_offsets_per_trigger,
+                            shed_fraction=k.shed_fraction, udf_version=k.udf_version,
+                            input_topic=t.input_topic, output_topic=t.output_topic,
+                            executors=k.executors)
+
+    def limits(self) -> Limits:
+        """What bounds a knob's value by these settings alone (the runtime adds what the job
+        and its checkpoint rule out, and the master Spark reports)."""
+        b = self.bounds
+        return Limits(task_slots=self.max_task_slots, max_state_partitions=b.max_state_partitions,
+                      max_offsets_per_trigger=b.max_offsets_per_trigger_limit,
+                      max_shed_fraction=b.max_shed_fraction, udf_versions=(),
+                      max_executors=b.max_executors, master=self.spark.master)
 
     @classmethod
     def from_sources(
@@ -249,31 +374,74 @@ class JobConfig:
         values.setdefault("state_dir", str(default_state_dir(env)))
         values["settings"] = tuple(job_settings(job, options.get("settings") or (), env).items())
         values["control_key"] = _control_key(env)
-        values["kafka_security"] = _kafka_security(env)
-        values["metrics_endpoint"] = _metrics_endpoint(env)
-        return bind(cls(**values), job)
+        try:
+            transport = TransportSecurity.from_env(env)
+        except TransportSecurityError as exc:
+            raise ConfigError(str(exc)) from None
+        values["kafka_security"], values["security"] = transport.kafka, transport.metrics_endpoint
+        return bind(grouped(values), job)
+
+
+def grouped(values: Mapping[str, Any]) -> JobConfig:
+    """A `JobConfig` from flat field names (`input_topic=…`), each put in its group."""
+    top, groups = _by_group(values)
+    return JobConfig(**top, **{name: GROUPS[name](**fields_) for name, fields_ in groups.items()})
+
+
+def changed(config: JobConfig, **values: Any) -> JobConfig:
+    """`config` with fields of any group changed by their flat names."""
+    top, groups = _by_group(values)
+    return replace(config, **top, **{name: replace(getattr(config, name), **fields_)
+                                     for name, fields_ in groups.items()})
+
+
+def value_of(config: JobConfig, name: str) -> Any:
+    """A field's value by its flat (option) name."""
+    group = GROUP_OF.get(name)
+    return getattr(config if group is None else getattr(config, group), name)
+
+
+def _by_group(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    top: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        group = GROUP_OF.get(name)
+        if group is None:
+            top[name] = value
+        else:
+            groups.setdefault(group, {})[name] = value
+    return top, groups
+
+
+GROUP_OF = {f.name: group for group, cls in GROUPS.items() for f in fields(cls)}
+"""Each grouped field's group (every top-level field is absent)."""
 
 
 def bind(config: JobConfig, job: Job) -> JobConfig:
     """`config` with what `job` declares filled in where the options left it empty, checked
     against the declaration; `ConfigError` naming the job when they disagree."""
-    query_id = config.query_id or job.name
-    state_dir = Path(config.state_dir or default_state_dir()).expanduser().resolve()
-    checkpoint = config.checkpoint_dir or str(state_dir / "checkpoints" / job.name / query_id)
-    bound = replace(
-        config, job=config.job or job.name, query_id=query_id, state_dir=str(state_dir),
-        input_topic=config.input_topic or job.topics.input,
-        output_topic=config.output_topic or job.topics.output,
-        dlq_topic=config.dlq_topic or job.topics.resolved_dead_letters(),
-        checkpoint_dir=checkpoint, udf_version=config.udf_version or job.function_version,
-        settings=tuple(job_settings(job, (), {}, dict(config.settings)).items()))
-    if job.functions and bound.udf_version not in job.functions:
-        raise ConfigError(f"udf_version {bound.udf_version!r} is not a version of job "
-                          f"{job.name!r}: {', '.join(job.functions)}")
-    if not job.functions and bound.udf_version:
-        raise ConfigError(f"udf_version {bound.udf_version!r}: job {job.name!r} declares no "
+    ident, topics, knobs = config.identity, config.topics, config.knobs
+    query_id = ident.query_id or job.name
+    state_dir = Path(config.storage.state_dir or default_state_dir()).expanduser().resolve()
+    checkpoint = (config.storage.checkpoint_dir
+                  or str(state_dir / "checkpoints" / job.name / query_id))
+    udf_version = knobs.udf_version or job.function_version
+    if job.functions:
+        limits = replace(config.limits(), udf_versions=tuple(job.functions))
+        try:
+            REGISTRY[UDF_VERSION].parse(udf_version, limits)
+        except BadValue as exc:
+            raise ConfigError(f"udf_version {udf_version!r} of job {job.name!r}: {exc}") from None
+    if not job.functions and udf_version:
+        raise ConfigError(f"udf_version {udf_version!r}: job {job.name!r} declares no "
                           "function versions")
-    return bound
+    return changed(
+        config, job=ident.job or job.name, query_id=query_id, state_dir=str(state_dir),
+        input_topic=topics.input_topic or job.topics.input,
+        output_topic=topics.output_topic or job.topics.output,
+        dlq_topic=topics.dlq_topic or job.topics.resolved_dead_letters(),
+        checkpoint_dir=checkpoint, udf_version=udf_version,
+        settings=tuple(job_settings(job, (), {}, dict(config.settings)).items()))
 
 
 def job_settings(job: Job, assignments: Sequence[str], env: Mapping[str, str],
@@ -330,29 +498,15 @@ ROLES = ("active", "standby")
 ON_DATA_LOSS = ("stop", "skip")
 """Values of `JobConfig.on_data_loss` (`runtime.checkpoint.retention`)."""
 
-ENV_ONLY = frozenset({"control_key", "kafka_security", "metrics_endpoint"})
+ENV_ONLY = frozenset({"control_key", "kafka_security", "security"})
 """Fields read only from the environment (secrets), never from options."""
 
 DERIVED = frozenset({"settings"})
 """Fields not read as options of their own: the job's settings come from `--set`."""
 
-OWN_VARIABLES = frozenset({"kafka_security", "metrics_endpoint"})
+OWN_VARIABLES = frozenset({"kafka_security", "security"})
 """Fields read from variables of their own (`streamctl.security.kafka.ENV_NAMES`,
 `streamctl.security.metrics_http.ENV_NAMES`), not from STREAMCTL_<FIELD>."""
-
-
-def _kafka_security(env: Mapping[str, str]) -> KafkaSecurity:
-    try:
-        return kafka_security.from_env(env)
-    except kafka_security.KafkaSecurityError as exc:
-        raise ConfigError(f"Kafka security: {exc}") from None
-
-
-def _metrics_endpoint(env: Mapping[str, str]) -> EndpointSecurity:
-    try:
-        return metrics_http.from_env(env)
-    except metrics_http.EndpointSecurityError as exc:
-        raise ConfigError(f"metrics endpoint: {exc}") from None
 
 
 def _control_key(env: Mapping[str, str]) -> bytes:
@@ -373,64 +527,61 @@ def env_var(field_name: str) -> str:
 
 
 def option_list() -> list[Option]:
-    """The job's options (`streamctl.options`, the loader the controller shares): every field but
-    the secrets and the job's own settings, `--<field>` and STREAMCTL_<FIELD>."""
-    return options_of(JobConfig, env_var, skip=ENV_ONLY | DERIVED)
+    """The job's options (`streamctl.options`, the loader the controller shares): every field
+    of `JobConfig` and of its groups but the secrets and the job's own settings,
+    `--<field>` and STREAMCTL_<FIELD>."""
+    return [o for cls in (JobConfig, *GROUPS.values())
+            for o in options_of(cls, env_var, skip=ENV_ONLY | DERIVED)]
+
+
+def flat_fields() -> list[Field[Any]]:
+    """Every setting's field, the groups' included, by the name its option carries."""
+    return [f for f in fields(JobConfig) if f.name not in GROUPS] + [
+        f for cls in GROUPS.values() for f in fields(cls)]
 
 
 def _problems(c: JobConfig) -> list[str]:
-    positive = {
-        "input_parallelism": c.input_parallelism, "max_offsets_per_trigger":
-        c.max_offsets_per_trigger, "trigger_interval_s": c.trigger_interval_s,
-        "state_partitions": c.state_partitions, "task_slots": c.task_slots,
-    }
-    problems = [f"{k} must be > 0, got {v}" for k, v in positive.items() if v <= 0]
-    if c.max_record_bytes < MIN_RECORD_BYTES:
+    b, t, s = c.bounds, c.timing, c.spark
+    positive = {"trigger_interval_s": t.trigger_interval_s, "task_slots": s.task_slots,
+                "max_offsets_per_trigger_limit": b.max_offsets_per_trigger_limit,
+                "max_state_partitions": b.max_state_partitions,
+                "max_executors": b.max_executors, "executor_cores": s.executor_cores,
+                "heartbeat_interval_s": t.heartbeat_interval_s}
+    problems = [f"{name} must be > 0, got {v}" for name, v in positive.items() if v <= 0]
+    problems += _knob_problems(c) + _cluster_problems(c)
+    if b.max_record_bytes < MIN_RECORD_BYTES:
         problems.append(f"max_record_bytes must be at least {MIN_RECORD_BYTES} (room for a "
-                        f"dead letter's headers), got {c.max_record_bytes}")
-    if c.max_offsets_per_trigger > c.max_offsets_per_trigger_limit:
-        problems.append(f"max_offsets_per_trigger {c.max_offsets_per_trigger} exceeds "
-                        f"max_offsets_per_trigger_limit {c.max_offsets_per_trigger_limit}")
-    if c.state_partitions > c.max_state_partitions:
-        problems.append(f"state_partitions {c.state_partitions} exceeds max_state_partitions "
-                        f"{c.max_state_partitions}")
-    limits = {"max_offsets_per_trigger_limit": c.max_offsets_per_trigger_limit,
-              "max_state_partitions": c.max_state_partitions, "max_executors": c.max_executors,
-              "executor_cores": c.executor_cores}
-    problems += [f"{k} must be > 0, got {v}" for k, v in limits.items() if v <= 0]
-    if c.input_parallelism > c.max_task_slots:
-        bound = ("task_slots" if c.local
-                 else "max_executors x executor_cores on a cluster")
-        problems.append(f"input_parallelism {c.input_parallelism} exceeds {bound} "
-                        f"{c.max_task_slots}")
-    problems += _cluster_problems(c)
-    if not 0 <= c.max_shed_fraction < 1:
-        problems.append(f"max_shed_fraction must be in [0, 1), got {c.max_shed_fraction}")
-    if not 0 <= c.shed_fraction <= c.max_shed_fraction:
-        problems.append(f"shed_fraction must be in [0, max_shed_fraction="
-                        f"{c.max_shed_fraction}], got {c.shed_fraction}")
-    if c.input_drain_quiet_s <= 0 or c.input_drain_timeout_s < c.input_drain_quiet_s:
+                        f"dead letter's headers), got {b.max_record_bytes}")
+    if not 0 <= b.max_shed_fraction < 1:
+        problems.append(f"max_shed_fraction must be in [0, 1), got {b.max_shed_fraction}")
+    if t.input_drain_quiet_s <= 0 or t.input_drain_timeout_s < t.input_drain_quiet_s:
         problems.append(f"input_drain_quiet_s must be > 0 and at most input_drain_timeout_s, "
-                        f"got {c.input_drain_quiet_s} and {c.input_drain_timeout_s}")
+                        f"got {t.input_drain_quiet_s} and {t.input_drain_timeout_s}")
     if c.on_data_loss not in ON_DATA_LOSS:
         problems.append(f"on_data_loss must be one of {', '.join(ON_DATA_LOSS)}, got "
                         f"{c.on_data_loss!r}")
-    if c.role not in ROLES:
-        problems.append(f"role must be one of {', '.join(ROLES)}, got {c.role!r}")
-    if c.heartbeat_interval_s <= 0:
-        problems.append(f"heartbeat_interval_s must be > 0, got {c.heartbeat_interval_s}")
-    if c.beat_interval_s < 0:
-        problems.append(f"beat_interval_s must be >= 0 (0: no beats), got {c.beat_interval_s}")
-    if c.max_runtime_s < 0:
-        problems.append(f"max_runtime_s must be >= 0, got {c.max_runtime_s}")
-    if not 0 <= c.metrics_port <= 65535:
-        problems.append(f"metrics_port must be 0 (off) or a TCP port, got {c.metrics_port}")
-    topics = ("metrics_topic", "control_topic", "ack_topic", "state_topic", "bootstrap_servers",
-              "metrics_host")
-    problems += [f"{t} must not be empty" for t in topics if not getattr(c, t).strip()]
-    if c.input_topic and c.input_topic == c.output_topic:
-        problems.append(f"input_topic and output_topic are both {c.input_topic!r}")
+    if c.identity.role not in ROLES:
+        problems.append(f"role must be one of {', '.join(ROLES)}, got {c.identity.role!r}")
+    if t.beat_interval_s < 0:
+        problems.append(f"beat_interval_s must be >= 0 (0: no beats), got {t.beat_interval_s}")
+    if t.max_runtime_s < 0:
+        problems.append(f"max_runtime_s must be >= 0, got {t.max_runtime_s}")
+    if not 0 <= c.endpoint.metrics_port <= 65535:
+        problems.append(f"metrics_port must be 0 (off) or a TCP port, got "
+                        f"{c.endpoint.metrics_port}")
+    named = {"metrics_topic": c.topics.metrics_topic, "control_topic": c.topics.control_topic,
+             "ack_topic": c.topics.ack_topic, "state_topic": c.topics.state_topic,
+             "bootstrap_servers": c.bootstrap_servers, "metrics_host": c.endpoint.metrics_host}
+    problems += [f"{name} must not be empty" for name, v in named.items() if not v.strip()]
+    if c.topics.input_topic and c.topics.input_topic == c.topics.output_topic:
+        problems.append(f"input_topic and output_topic are both {c.topics.input_topic!r}")
     return problems
+
+
+def _knob_problems(c: JobConfig) -> list[str]:
+    """The knobs' starting values, checked by the registry as a control tuple's would be (the
+    function version waits for the job's declaration, `bind`)."""
+    return start_problems(c.initial_state(), c.limits(), frozenset({UDF_VERSION}))
 
 
 MIN_RECORD_BYTES = 4096
@@ -442,19 +593,14 @@ MIN_EXECUTOR_MEMORY_MB = 450
 
 
 def _cluster_problems(c: JobConfig) -> list[str]:
+    s = c.spark
     problems = []
-    if c.spark_master and not _STANDALONE_MASTER.fullmatch(c.spark_master):
+    if s.spark_master and not _STANDALONE_MASTER.fullmatch(s.spark_master):
         problems.append(
             f"spark_master must be empty (local mode, local[task_slots]) or a Spark standalone "
-            f"master spark://host:port[,host:port], got {c.spark_master!r}; for local mode set "
+            f"master spark://host:port[,host:port], got {s.spark_master!r}; for local mode set "
             "task_slots instead, and Kubernetes or YARN need settings this job does not have")
-    if c.executor_memory_mb < MIN_EXECUTOR_MEMORY_MB:
+    if s.executor_memory_mb < MIN_EXECUTOR_MEMORY_MB:
         problems.append(f"executor_memory_mb must be >= {MIN_EXECUTOR_MEMORY_MB} (Spark's "
-                        f"minimum), got {c.executor_memory_mb}")
-    if c.executors and c.local:
-        problems.append(f"executors {c.executors} needs a cluster (spark_master); local mode "
-                        "runs local[task_slots] in the job's process")
-    if not 0 <= c.executors <= c.max_executors:
-        problems.append(f"executors must be in [0, max_executors={c.max_executors}], "
-                        f"got {c.executors}")
+                        f"minimum), got {s.executor_memory_mb}")
     return problems

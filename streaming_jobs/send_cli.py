@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from schemas import auth
+from schemas import auth, topics
 from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome
 from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import PLAINTEXT, KafkaSecurity
@@ -39,9 +39,9 @@ def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
                         help="default: the epoch of the job's desired state + 1")
     parser.add_argument("--reason", default="operator", help="recorded with the tuple")
     for option, env, default in (("bootstrap-servers", "BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-                                 ("control-topic", "CONTROL_TOPIC", "streamctl.control"),
-                                 ("ack-topic", "ACK_TOPIC", "streamctl.acks"),
-                                 ("state-topic", "STATE_TOPIC", "streamctl.state")):
+                                 ("control-topic", "CONTROL_TOPIC", topics.CONTROL),
+                                 ("ack-topic", "ACK_TOPIC", topics.ACKS),
+                                 ("state-topic", "STATE_TOPIC", topics.STATE)):
         parser.add_argument(f"--{option}", default=os.environ.get(f"STREAMCTL_{env}", default),
                             help=f"env STREAMCTL_{env} (default {default})")
     parser.add_argument("--timeout-s", type=float, default=300.0,
@@ -81,8 +81,8 @@ def send_command(args: argparse.Namespace) -> int:
 
 def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, *,
          epoch: int | None = None, reason: str = "operator",
-         control_topic: str = "streamctl.control", ack_topic: str = "streamctl.acks",
-         state_topic: str = "streamctl.state", timeout_s: float = 300.0,
+         control_topic: str = topics.CONTROL, ack_topic: str = topics.ACKS,
+         state_topic: str = topics.STATE, timeout_s: float = 300.0,
          security: KafkaSecurity = PLAINTEXT) -> Ack:
     """Send the signed tuple and return the job's ack; `LookupError` without an epoch to
     follow, `TimeoutError` without an ack in time."""

@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas import knobs
+from schemas import knobs, topics
 from schemas.records import DesiredStateRecord
 from streamctl.security import kafka as kafka_security
 
@@ -42,7 +42,7 @@ def state_command(args: argparse.Namespace) -> int:
 
     bootstrap = (args.bootstrap_servers or os.environ.get("STREAMCTL_BOOTSTRAP_SERVERS")
                  or "127.0.0.1:9092")
-    topic = args.state_topic or os.environ.get("STREAMCTL_STATE_TOPIC") or "streamctl.state"
+    topic = args.state_topic or os.environ.get("STREAMCTL_STATE_TOPIC") or topics.STATE
     try:
         security = kafka_security.from_env()
     except kafka_security.KafkaSecurityError as exc:

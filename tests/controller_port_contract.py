@@ -1,6 +1,6 @@
 """The contract every implementation of the controller's ports keeps, written once.
 
-`tests/unit/test_controller_ports.py` runs it against `controller.loop.fakes`,
+`tests/unit/controller/loop/test_ports.py` runs it against `controller.loop.fakes`,
 `tests/integration/test_controller_kafka.py` against `controller.kafka.clients`. A `PortHarness`
 gives the ports under test plus the job's side of the topics (raw publish and read).
 """

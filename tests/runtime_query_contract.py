@@ -1,6 +1,6 @@
 """The contract of `streaming_jobs.runtime.ports.QueryControl`, written once.
 
-`tests/unit/test_job_query_port.py` runs it against `runtime.fakes.FakeQuery`,
+`tests/unit/streaming_jobs/runtime/test_query_port.py` runs it against `runtime.fakes.FakeQuery`,
 `tests/spark/test_query_port.py` against `runtime.lifecycle.ElasticQuery` on real Spark and the
 real broker. A `QueryHarness` gives the query under test, a desired state to start it with, and
 `feed`, which makes its running run commit a batch with output (records produced to its input,
@@ -9,13 +9,13 @@ or the fake told to commit).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from streaming_jobs.runtime.control.parameters import DesiredState
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.ports import Commit, QueryControl
+from tests.support.waiting import until
 
 
 class QueryHarness(Protocol):
@@ -75,10 +75,8 @@ def warming_for_more_tasks_keeps_the_run_committing_and_says_what_it_did(
     assert h.query.warm_workers(h.desired) is None  # no more tasks: nothing to warm
     assert h.query.is_active() and h.query.desired == h.desired  # the same run, unchanged
     h.feed()
-    deadline = time.monotonic() + h.timeout_s
-    while (latest := h.query.last_commit) is None or latest.batch_id <= before.batch_id:
-        assert time.monotonic() < deadline, "the run committed nothing after the warming"
-        time.sleep(0.1)
+    latest = until(lambda: (c := h.query.last_commit) and c.batch_id > before.batch_id and c,
+                   h.timeout_s, "a commit after the warming")
     assert latest.run_id == run
 
 

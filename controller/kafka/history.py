@@ -14,10 +14,16 @@ import time
 import uuid
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from controller.core.recovery import History
-from controller.kafka.clients import KafkaSetupError, client_config, offsets_since, watermarks
+from controller.kafka.clients import (
+    KafkaSetupError,
+    client_config,
+    offsets_since,
+    partitions_of,
+    watermarks,
+)
 from controller.loop.ports import OnDecodeError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, DecodeError, codec_for
@@ -59,16 +65,8 @@ def read_until_end(settings: KafkaSettings, topic: str, record_type: type[R],
 
 def _positions(consumer: Consumer, topic: str, since_ms: int | None,
                timeout_s: float) -> tuple[dict[int, int], dict[int, int]]:
-    try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    except KafkaException as exc:
-        raise KafkaSetupError(f"cannot reach Kafka to read topic {topic!r}: {exc}") from exc
-    if metadata is None or metadata.error is not None or not metadata.partitions:
-        raise KafkaSetupError(f"topic {topic!r} does not exist; create it first "
-                              "(`streamctl stack topics` creates the default topics)")
-    partitions = sorted(metadata.partitions)
     ends, starts = {}, {}
-    for p in partitions:
+    for p in partitions_of(consumer, topic, timeout_s):
         low, high = watermarks(consumer, topic, p, timeout_s)
         ends[p], starts[p] = high, low
     if since_ms is not None:  # nothing stamped since: starts at its end, nothing to read

@@ -21,7 +21,7 @@ from controller.loop.ports import (
     decode_each,
     ignore_decode_error,
 )
-from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for
+from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for, topics
 
 
 @dataclass
@@ -182,10 +182,10 @@ class MemoryBus:
     """The controller's four topics in memory, seen from both ends."""
 
     def __init__(self) -> None:
-        self.metrics = MemoryTopic("streamctl.metrics")
-        self.control = MemoryTopic("streamctl.control")
-        self.acks = MemoryTopic("streamctl.acks")
-        self.decisions = MemoryTopic("streamctl.decisions")
+        self.metrics = MemoryTopic(topics.METRICS)
+        self.control = MemoryTopic(topics.CONTROL)
+        self.acks = MemoryTopic(topics.ACKS)
+        self.decisions = MemoryTopic(topics.DECISIONS)
 
     def publish_metrics(self, *records: TaskMetrics) -> None:
         for record in records:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from schemas import topics
 from streamctl.stack.topics import TopicSpec
 
 STATE_DIR_ENV = "STREAMCTL_STATE_DIR"
@@ -19,23 +20,23 @@ BOOTSTRAP_ENV = "STREAMCTL_BOOTSTRAP_SERVERS"
 DEFAULT_PORT = 9092
 """The Kafka listener; the KRaft controller listener defaults to the next port up."""
 
-METRICS_TOPIC = "streamctl.metrics"
-CONTROL_TOPIC = "streamctl.control"
-ACKS_TOPIC = "streamctl.acks"
-DECISIONS_TOPIC = "streamctl.decisions"
-LEASE_TOPIC = "streamctl.controller-lease"
+METRICS_TOPIC = topics.METRICS
+CONTROL_TOPIC = topics.CONTROL
+ACKS_TOPIC = topics.ACKS
+DECISIONS_TOPIC = topics.DECISIONS
+LEASE_TOPIC = topics.LEASE
 INPUT_TOPIC = "sensor-readings"
 OUTPUT_TOPIC = "sensor-averages"
 DEAD_LETTER_TOPIC = "sensor-readings.dlq"
-STATE_TOPIC = "streamctl.state"
-SINK_MARKERS_TOPIC = "streamctl.sink-markers"
+STATE_TOPIC = topics.STATE
+SINK_MARKERS_TOPIC = topics.SINK_MARKERS
 FRAUD_INPUT_TOPIC = "card-transactions"
 FRAUD_OUTPUT_TOPIC = "scored-transactions"
 FRAUD_DEAD_LETTER_TOPIC = "card-transactions.dlq"
 
 QUERY_IDS = ("sensor-averages", "fraud-detection")
-"""The bundled jobs' default query ids (`streaming_jobs.plans`; a unit test keeps them equal):
-the secured stack grants each one its transactional sink id."""
+"""The bundled jobs' default query ids (their names, `streaming_jobs.jobs`; a unit test keeps
+them equal): the secured stack grants each one its transactional sink id."""
 
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(METRICS_TOPIC, partitions=1),

@@ -1,7 +1,7 @@
 """A quiet confluent-kafka AdminClient and the one metadata probe the stack needs.
 
 Owns how the stack talks to a broker for administration: librdkafka's own console logging is
-routed into the `streamctl.stack.rdkafka` Python logger (silent by default) so polling a broker
+routed into the `stack.rdkafka` Python logger (silent by default) so polling a broker
 that is not up yet does not spam stderr. Neighbours: `broker` (readiness) and `topics`.
 """
 

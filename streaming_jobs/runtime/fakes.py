@@ -14,7 +14,7 @@ from dataclasses import replace
 from schemas.records import CommitMarker
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
 from streaming_jobs.runtime.checkpoint.retention import InputDeleted
-from streaming_jobs.runtime.control.parameters import DesiredState
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.observe.metrics import RunContext
 from streaming_jobs.runtime.ports import Commit
 

@@ -24,7 +24,7 @@ from schemas import knobs
 from schemas.records import ControlTuple, Role
 from streamctl.security.metrics_http import EndpointSecurityError, MetricsServer, PortInUse
 from streaming_jobs.api import Job
-from streaming_jobs.config import DEFAULT_METRICS_PORT, ConfigError, JobConfig, bind
+from streaming_jobs.config import DEFAULT_METRICS_PORT, ConfigError, JobConfig, bind, changed
 from streaming_jobs.loading import worker_path
 from streaming_jobs.runtime.checkpoint.identity import claim_checkpoint
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
@@ -36,10 +36,11 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
     StateRepartitionError,
     read_state_store_provider,
 )
-from streaming_jobs.runtime.control.desired import SharedDesiredState
-from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S
+from streaming_jobs.runtime.control.shared_state import SharedDesiredState
 from streaming_jobs.runtime.control.tuples import TupleListener
+from streaming_jobs.runtime.desired.parameters import Limits
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.kafka import (
     KafkaLogRanges,
     RecordPublisher,
@@ -73,23 +74,26 @@ class ElasticJob:
                               "it could not tell the controller's control tuples from others'")
         self.config = config = bind(config, job)
         self.plan = Plan(job)
-        claim_checkpoint(config, job)  # refuses another query's checkpoint, before Spark
+        # Refuses another query's checkpoint, before Spark.
+        claim_checkpoint(config.storage.checkpoint_dir, config.identity.query_id, job)
         self._check_written_topics()
         self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
         self._endpoint = self._serve_metrics()
         config = self.config
+        ident = config.identity
         self._owns_spark = spark is None
         started = time.monotonic()
         self.spark = spark if spark is not None else build_session(config, worker_path(job))
         if self._owns_spark:
-            log.info("SparkSession %s up in %.1f s", config.master, time.monotonic() - started)
+            log.info("SparkSession %s up in %.1f s", config.spark.master,
+                     time.monotonic() - started)
         self._publisher = Publisher(config, RecordPublisher(
-            config.bootstrap_servers, f"streamctl-job-{config.instance_id}",
+            config.bootstrap_servers, f"streamctl-job-{config.identity.instance_id}",
             config.kafka_security), self.prometheus)
         self._executors = executors_for(self.spark, config)
         self._offsets = KafkaLogRanges(config.bootstrap_servers, config.kafka_security)
-        self.inputs = InputSources(config.checkpoint_dir, config.input_source_path,
-                                   config.query_id, self._offsets)
+        self.inputs = InputSources(config.storage.checkpoint_dir, config.storage.input_source_path,
+                                   config.identity.query_id, self._offsets)
         self._shared = SharedDesiredState(config, self.limits, self._publisher.desired_state)
         desired = self._resume_input(self._shared.initial())
         self.query = ElasticQuery(self.spark, self.plan, config, self.inputs,
@@ -97,57 +101,58 @@ class ElasticJob:
                                   desired=desired, executors=self._executors,
                                   ownership=self._shared.superseded,
                                   on_input_deleted=self._count_deleted)
+        instance = Instance(config.identity, self.query, initial_role(config.identity, desired))
         self.owner = QueryOwner(
-            self.query, Instance(config, self.query, initial_role(config, desired)),
+            self.query, instance,
             self._shared, self.limits, kafka_retry_s=KAFKA_RETRY_S,
             on_recorded=lambda state: self.prometheus.shed_fraction.labels(
-                config.query_id).set(state.shed_fraction))
-        self.prometheus.watch_sink(config.query_id, self.query.sink)
+                config.identity.query_id).set(state.shed_fraction))
+        self.prometheus.watch_sink(config.identity.query_id, self.query.sink)
         # A group per instance: every instance sees every tuple and filters on query_id.
         self._consumer = TypedConsumer(
-            config.bootstrap_servers, config.control_topic,
-            f"streamctl-job-{config.query_id}-{config.instance_id}", ControlTuple,
+            config.bootstrap_servers, config.topics.control_topic,
+            f"streamctl-job-{config.identity.query_id}-{config.identity.instance_id}", ControlTuple,
             config.kafka_security,
             on_assignment=lambda held: self.prometheus.control_ready.labels(
-                config.query_id).set(int(held)))
+                config.identity.query_id).set(int(held)))
         self._stopping = threading.Event()
         self._reported_unread: dict[str, int] = {}
         loop = TupleListener(self._consumer, self.owner, self._publisher.ack,
-                           self.prometheus.control_counter(config.query_id),
-                           query_id=config.query_id, instance_id=config.instance_id,
-                           key=config.control_key)
+                             self.prometheus.control_counter(ident.query_id),
+                             query_id=ident.query_id, instance_id=ident.instance_id,
+                             key=config.control_key)
         self._threads = (
             threading.Thread(target=loop.run, args=(self._stopping,), name="streamctl-control",
                              daemon=True),
             threading.Thread(target=self._watch_role, name="streamctl-role", daemon=True),
             *([threading.Thread(target=self._send_beats, name="streamctl-beat", daemon=True)]
-              if config.beat_interval_s > 0 else []))
+              if config.timing.beat_interval_s > 0 else []))
 
     def _serve_metrics(self) -> MetricsServer | None:
         """The Prometheus endpoint, up before Spark starts: the default port gives way to a
         free one when another process holds it (a second job on this host), any other port
-        must be free. `config.metrics_port` becomes the port taken."""
-        c = self.config
+        must be free. `config.endpoint.metrics_port` becomes the port taken."""
+        c, wanted = self.config, self.config.endpoint
         try:
-            endpoint = self.prometheus.serve(c.metrics_host, c.metrics_port, c.metrics_endpoint,
-                                             any_port_if_taken=c.metrics_port
+            endpoint = self.prometheus.serve(wanted.metrics_host, wanted.metrics_port,
+                                             wanted.security, any_port_if_taken=wanted.metrics_port
                                              == DEFAULT_METRICS_PORT)
         except PortInUse as exc:
-            raise ConfigError(f"job {c.query_id}: its metrics endpoint cannot listen: {exc} "
-                              "(--metrics-port, STREAMCTL_METRICS_PORT): choose a free port, "
-                              "or 0 for no endpoint") from None
+            raise ConfigError(f"job {c.identity.query_id}: its metrics endpoint cannot listen: "
+                              f"{exc} (--metrics-port, STREAMCTL_METRICS_PORT): choose a free "
+                              "port, or 0 for no endpoint") from None
         except EndpointSecurityError as exc:
             raise ConfigError(f"metrics endpoint: {exc}") from None
         if endpoint is None:
             return None
-        if endpoint.server_port != c.metrics_port:
+        if endpoint.server_port != wanted.metrics_port:
             log.warning("metrics port %d is in use on %s (another job on this host?): serving "
-                        "the metrics on port %d instead", c.metrics_port, c.metrics_host,
-                        endpoint.server_port)
-        self.config = replace(c, metrics_port=endpoint.server_port)
+                        "the metrics on port %d instead", wanted.metrics_port,
+                        wanted.metrics_host, endpoint.server_port)
+        self.config = changed(c, metrics_port=endpoint.server_port)
         log.info("Prometheus metrics at %s://%s/metrics",
-                 "https" if c.metrics_endpoint.tls_cert_file else "http",
-                 self.config.metrics_address)
+                 "https" if wanted.security.tls_cert_file else "http",
+                 self.config.endpoint.address)
         return endpoint
 
     def _check_written_topics(self) -> None:
@@ -155,10 +160,10 @@ class ElasticJob:
         Spark starts (else the first oversized row or dead letter would fail a batch)."""
         c = self.config
         problems = written_topic_problems(
-            c.bootstrap_servers, c.kafka_security, c.max_record_bytes,
-            [("output topic", c.output_topic), ("dead-letter topic", c.dlq_topic)])
+            c.bootstrap_servers, c.kafka_security, c.bounds.max_record_bytes,
+            [("output topic", c.topics.output_topic), ("dead-letter topic", c.topics.dlq_topic)])
         if problems:
-            raise ConfigError(f"job {c.query_id}: " + "; ".join(problems))
+            raise ConfigError(f"job {c.identity.query_id}: " + "; ".join(problems))
 
     @property
     def role(self) -> Role:
@@ -167,14 +172,11 @@ class ElasticJob:
     def limits(self) -> Limits:
         """What bounds a control tuple's value here: the options, the job's declaration, the
         checkpoint (its state store, its input source)."""
-        c = self.config
         input_reason = self.inputs.unsupported()
-        return Limits(task_slots=c.max_task_slots, max_state_partitions=c.max_state_partitions,
-                      max_offsets_per_trigger=c.max_offsets_per_trigger_limit,
-                      max_shed_fraction=c.max_shed_fraction, udf_versions=self.plan.udf_versions,
-                      max_executors=c.max_executors, master=str(self.spark.sparkContext.master),
-                      unsupported=self.plan.unsupported() + self._state_store_unsupported()
-                      + (((knobs.INPUT_TOPIC, input_reason),) if input_reason else ()))
+        return replace(self.config.limits(), udf_versions=self.plan.udf_versions,
+                       master=str(self.spark.sparkContext.master),
+                       unsupported=self.plan.unsupported() + self._state_store_unsupported()
+                       + (((knobs.INPUT_TOPIC, input_reason),) if input_reason else ()))
 
     def _state_store_unsupported(self) -> tuple[tuple[str, str], ...]:
         """Why state partitions cannot change here: a checkpoint whose state store Spark
@@ -183,7 +185,7 @@ class ElasticJob:
         if not self.plan.stateful:
             return ()
         try:
-            provider = read_state_store_provider(self.config.checkpoint_dir)
+            provider = read_state_store_provider(self.config.storage.checkpoint_dir)
         except StateRepartitionError:
             return ()  # no batch yet: the session's store applies
         if provider and provider != ROCKSDB_PROVIDER:
@@ -197,29 +199,30 @@ class ElasticJob:
         try:
             note = self.inputs.resume(desired.input_topic)
         except SwitchRefused as exc:
-            raise ConfigError(f"input of query {c.query_id}: {exc}") from exc
+            raise ConfigError(f"input of query {c.identity.query_id}: {exc}") from exc
         if note is not None:
-            log.warning("query %s: %s", c.query_id, note)
+            log.warning("query %s: %s", c.identity.query_id, note)
         return replace(desired, input_topic=self.inputs.current.topic)
 
     # -- lifecycle --
     def start(self) -> None:
-        self._publisher.check_state_topic(self._consumer.topic_exists(self.config.state_topic))
+        self._publisher.check_state_topic(
+            self._consumer.topic_exists(self.config.topics.state_topic))
         self.owner.start()
         for thread in self._threads:
             thread.start()
-        d, c = self.query.desired, self.config
+        d, c, ident = self.query.desired, self.config, self.config.identity
         if self.owner.role is Role.STANDBY:
             threading.Thread(target=self._warm_up, name="streamctl-warm-up", daemon=True).start()
             log.info("job %s (instance %s) is a standby: SparkSession on %s up, no query, "
                      "heartbeat every %g s; it starts the query from %s when promoted",
-                     c.query_id, c.instance_id, c.master, c.heartbeat_interval_s,
-                     c.checkpoint_dir)
+                     ident.query_id, ident.instance_id, c.spark.master,
+                     c.timing.heartbeat_interval_s, c.storage.checkpoint_dir)
             return
         if self.query.halted() is not None:
             log.error("job %s (instance %s) is up and halted, running no query: its input was "
                       "deleted before it was read (above); restart it with --on-data-loss skip "
-                      "to go on", c.query_id, c.instance_id)
+                      "to go on", ident.query_id, ident.instance_id)
             return
         knob = self.plan.scaling_parameter
         sized = (f"{knob} {getattr(d, knob)}" if knob == knobs.INPUT_PARALLELISM
@@ -227,8 +230,8 @@ class ElasticJob:
                       f"{d.input_parallelism}")
         log.info("job %s (instance %s) started at epoch %d on %s: input %s → output %s, "
                  "%s, max_offsets_per_trigger %d, shed_fraction %g, udf %s, task slots %d",
-                 c.query_id, c.instance_id, d.epoch, c.master, d.input_topic, d.output_topic,
-                 sized, d.max_offsets_per_trigger, d.shed_fraction, d.udf_version,
+                 ident.query_id, ident.instance_id, d.epoch, c.spark.master, d.input_topic,
+                 d.output_topic, sized, d.max_offsets_per_trigger, d.shed_fraction, d.udf_version,
                  self.query.task_slots())
 
     def wait_control_ready(self, timeout_s: float) -> bool:
@@ -250,7 +253,7 @@ class ElasticJob:
             self._release_surplus_executors()
             step = self.owner.next_step()
             if step is not None and step.step is Step.EXIT:
-                log.error("query %s is not running: %s", self.config.query_id, step.reason)
+                log.error("query %s is not running: %s", self.config.identity.query_id, step.reason)
                 return 1
             if step is not None and not stop.wait(step.delay_s):
                 self.owner.take(step)
@@ -267,7 +270,7 @@ class ElasticJob:
         switches back, so they are logged and exported, not left silent."""
         unread = self.inputs.unread_retired()
         for topic in self.inputs.current.retired:
-            self.prometheus.unread_retired.labels(self.config.query_id, topic).set(
+            self.prometheus.unread_retired.labels(self.config.identity.query_id, topic).set(
                 unread.get(topic, 0))
         for topic, count in unread.items():
             if self._reported_unread.get(topic) == count:
@@ -286,31 +289,33 @@ class ElasticJob:
 
     def _count_deleted(self, found: list[Deleted]) -> None:
         for lost in found:
-            self.prometheus.input_lost.labels(self.config.query_id, lost.topic).inc(lost.records)
+            self.prometheus.input_lost.labels(self.config.identity.query_id,
+                                              lost.topic).inc(lost.records)
 
     def _watch_role(self) -> None:
         """The role thread: `standby.Instance.watch`, through the owner, every heartbeat
         interval; a halted active's heartbeat, which no query sends for it."""
-        while not self._stopping.wait(self.config.heartbeat_interval_s):
+        while not self._stopping.wait(self.config.timing.heartbeat_interval_s):
             try:
                 beat = self.owner.watch()
                 if beat is not None:
                     self._publisher.metrics(beat)
                 halted = self.query.halted()
-                self.prometheus.halted.labels(self.config.query_id).set(int(halted is not None))
+                self.prometheus.halted.labels(self.config.identity.query_id).set(
+                    int(halted is not None))
                 if halted is not None and self.owner.role is Role.ACTIVE:
                     query = self.query
                     self._publisher.halted(query.context(query.desired), int(time.time() * 1000),
                                            query.resume_offsets())
             except Exception:  # e.g. an unreadable shared file: say so, keep watching
-                log.exception("role check of %s failed", self.config.instance_id)
+                log.exception("role check of %s failed", self.config.identity.instance_id)
 
     def _send_beats(self) -> None:
         """The beat thread: while this instance is active, a liveness beat every
         `beat_interval_s` with the batch its query runs. It takes no lock, so a long batch
         or a reconfiguration in progress does not hold it back: only a process that is gone
         or frozen stops beating."""
-        interval_s = self.config.beat_interval_s
+        interval_s = self.config.timing.beat_interval_s
         last = time.monotonic()
         while not self._stopping.wait(interval_s):
             now = time.monotonic()
@@ -323,9 +328,9 @@ class ElasticJob:
             try:
                 query = self.query
                 self._publisher.beat(query.context(query.desired), int(time.time() * 1000),
-                                     running_batch(self.config.checkpoint_dir))
+                                     running_batch(self.config.storage.checkpoint_dir))
             except Exception:  # e.g. Spark's JVM gone at shutdown: say so, keep beating
-                log.exception("liveness beat of %s failed", self.config.instance_id)
+                log.exception("liveness beat of %s failed", self.config.identity.instance_id)
 
     def stop(self, on_purpose: bool = True) -> None:
         """Quiesce and stop the query, say so when `on_purpose` (its last metrics record: the
@@ -354,4 +359,4 @@ class ElasticJob:
         self._publisher.close()
         if self._endpoint is not None:
             self._endpoint.shutdown()
-        log.info("job %s stopped", self.config.query_id)
+        log.info("job %s stopped", self.config.identity.query_id)

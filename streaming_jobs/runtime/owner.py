@@ -7,7 +7,7 @@ release executors a cluster granted beyond the request) and the shutdown. They a
 object, which runs one change at a time under its lock and drives the query only through the
 `ports.QueryControl` port, with its collaborators: `reconfigure.Reconfigurer` (the
 quiesce → apply → resume protocol), `standby.Instance` (the role), `supervise.Supervisor`
-(what to do with a query that stopped) and `desired.SharedDesiredState` (the shared file).
+(what to do with a query that stopped) and `shared_state.SharedDesiredState` (the shared file).
 After every applied change it records the state in force (an active instance only).
 Neighbours: `job` (wiring, threads, publishing), `control` (calls it as a `Reconfigurable`).
 """
@@ -21,9 +21,10 @@ from dataclasses import replace
 
 from schemas.records import ControlTuple, Role, TaskMetrics
 from streaming_jobs.runtime.checkpoint.retention import InputDeleted
-from streaming_jobs.runtime.control.desired import SharedDesiredState, StaleWrite
-from streaming_jobs.runtime.control.parameters import DesiredState, Limits
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S, Applied, Reconfigurer
+from streaming_jobs.runtime.control.shared_state import SharedDesiredState, StaleWrite
+from streaming_jobs.runtime.desired.parameters import Limits
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.ports import QueryControl
 from streaming_jobs.runtime.roles.standby import Instance
 from streaming_jobs.runtime.roles.supervise import Next, Supervisor

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.records import CommitMarker
-from streaming_jobs.runtime.control.parameters import DesiredState
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.observe.metrics import RunContext
 
 

@@ -51,7 +51,7 @@ class Publisher:
         dead = dead_letters(progress)
         if dead:
             log.warning("batch %d: %d undecodable records sent to %s", metrics.batch_id, dead,
-                        self._config.dlq_topic)
+                        self._config.topics.dlq_topic)
         self._last_metrics = metrics
         self.metrics(metrics)
         self._prometheus.record_batch(metrics, dead, written.dead_letters)
@@ -82,21 +82,22 @@ class Publisher:
                           planned_partitions(running)))
 
     def metrics(self, record: TaskMetrics) -> None:
-        self._producer.publish(self._config.metrics_topic, record.query_id, record)
+        self._producer.publish(self._config.topics.metrics_topic, record.query_id, record)
 
     def check_state_topic(self, exists: bool) -> None:
         self._state_topic_exists = exists
         if not exists:
             log.warning("state topic %s does not exist: the desired state is persisted to %s "
                         "but not published (`streamctl stack up` creates the topic)",
-                        self._config.state_topic, self._config.desired_state_path)
+                        self._config.topics.state_topic, self._config.storage.desired_state_path)
 
     def desired_state(self, record: DesiredStateRecord) -> None:
         if self._state_topic_exists:
-            self._producer.publish(self._config.state_topic, self._config.query_id, record)
+            self._producer.publish(self._config.topics.state_topic, self._config.identity.query_id,
+                                   record)
 
     def ack(self, ack: Ack) -> None:
-        self._producer.publish(self._config.ack_topic, ack.query_id, ack)
+        self._producer.publish(self._config.topics.ack_topic, ack.query_id, ack)
 
     def close(self) -> None:
         undelivered = self._producer.close()

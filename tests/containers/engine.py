@@ -13,12 +13,13 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from tests.support.waiting import until
 
 CACHE = Path(os.environ.get("STREAMCTL_CONTAINER_CACHE",
                             Path.home() / ".cache" / "streamctl" / "containers"))
@@ -100,11 +101,12 @@ def engine() -> Iterator[Engine]:
          "--pidfile", str(run_dir / "dockerd.pid")],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not _answers(env):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise EngineError(f"dockerd did not start; its log: {root / 'dockerd.log'}")
-            time.sleep(0.5)
+        def answering() -> bool:
+            if proc.poll() is not None:
+                raise EngineError(f"dockerd exited; its log: {root / 'dockerd.log'}")
+            return _answers(env)
+
+        until(answering, 60, f"dockerd to answer (its log: {root / 'dockerd.log'})", 0.5)
         yield Engine(env, _gateway(env))
     finally:
         proc.terminate()

@@ -32,7 +32,8 @@ from streamctl.stack.kafka_admin import admin_client
 from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.containers.conftest import BOOTSTRAP, Compose, Timings, master_state
-from tests.e2e.loop import LoopWatch, capacity
+from tests.e2e.loop import capacity
+from tests.support.bed import Watch
 from tests.support.prometheus import api
 from tests.support.waiting import until
 
@@ -52,14 +53,14 @@ def ledger() -> Ledger:
 
 
 @pytest.fixture(scope="module")
-def watch(compose_stack: Compose) -> Iterator[LoopWatch]:
-    w = LoopWatch(BOOTSTRAP, TOPICS, QUERY, [])
+def watch(compose_stack: Compose) -> Iterator[Watch]:
+    w = Watch(BOOTSTRAP, TOPICS, QUERY, [])
     yield w
     w.close()
 
 
 @pytest.fixture(scope="module")
-def measured(compose_stack: Compose, watch: LoopWatch, ledger: Ledger) -> float:
+def measured(compose_stack: Compose, watch: Watch, ledger: Ledger) -> float:
     """The job's records/s at its starting size: a burst of four full batches."""
     burst = LoadSpec(BOOTSTRAP, INPUT, RateProfile("constant", 8000), 4 * BATCH_CAP / 8000,
                      start_seq=10**9)
@@ -118,7 +119,7 @@ def test_prometheus_scrapes_every_target_up(compose_stack: Compose) -> None:
 
 
 def test_a_load_step_is_met_by_the_controller_scaling_the_job_on_the_cluster(
-        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float,
+        compose_stack: Compose, watch: Watch, ledger: Ledger, measured: float,
         timings: Timings) -> None:
     steady_s, after_s = 10.0, 50.0
     profile = RateProfile("step", 0.4 * measured, 3 * measured, start_s=steady_s)
@@ -141,7 +142,7 @@ def test_a_load_step_is_met_by_the_controller_scaling_the_job_on_the_cluster(
 
 
 def test_compose_restart_of_the_job_keeps_the_query_going(
-        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float) -> None:
+        compose_stack: Compose, watch: Watch, ledger: Ledger, measured: float) -> None:
     """After `docker compose restart job` batches are committed again and the backlog drains:
     by the restarted job from its checkpoint, or, when the restart kept it silent beyond the
     controller's failover timeout (25 s), by the standby it promoted."""
@@ -154,7 +155,7 @@ def test_compose_restart_of_the_job_keeps_the_query_going(
 
 
 def test_a_crashed_active_is_failed_over_and_restarted_by_compose_as_the_standby(
-        compose_stack: Compose, watch: LoopWatch, ledger: Ledger, measured: float,
+        compose_stack: Compose, watch: Watch, ledger: Ledger, measured: float,
         timings: Timings) -> None:
     """The active job's process is killed (SIGKILL from the host: a crash, which compose's
     `restart: on-failure` answers, where `docker kill` would count as a stop asked for): the
@@ -214,7 +215,7 @@ def _await_standby_heartbeat(other_than: str) -> str:
         tail.close()
 
 
-def _last_active(watch: LoopWatch) -> TaskMetrics:
+def _last_active(watch: Watch) -> TaskMetrics:
     """The newest batch an active instance committed (the view keeps no standby heartbeat)."""
     return watch.view.samples[-1]
 

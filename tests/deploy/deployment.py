@@ -151,9 +151,9 @@ def env_constants(*sources: str) -> set[str]:
 def job_env_vars() -> dict[str, Any]:
     """`STREAMCTL_<FIELD>` of every `JobConfig` field read from a variable of that name, with
     the field's default."""
-    from streaming_jobs.config import DERIVED, OWN_VARIABLES, JobConfig, env_var
+    from streaming_jobs.config import DERIVED, OWN_VARIABLES, env_var, flat_fields
 
-    return {env_var(f.name): f.default for f in fields(JobConfig)
+    return {env_var(f.name): f.default for f in flat_fields()
             if f.name not in OWN_VARIABLES | DERIVED}
 
 
@@ -179,11 +179,11 @@ def env_read_by(kind: str) -> set[str]:
 def topic_fields_in_code() -> dict[str, str]:
     """Every topic the code uses by default: `*_topic` fields of the job and controller config."""
     from controller.settings import KafkaSettings
-    from streaming_jobs.config import JobConfig
+    from streaming_jobs.config import flat_fields
     from streaming_jobs.loading import load
     from tests.reference import BUNDLED_JOBS
 
-    used = {f"JobConfig.{f.name}": str(f.default) for f in fields(JobConfig)
+    used = {f"JobConfig.{f.name}": str(f.default) for f in flat_fields()
             if f.name.endswith("_topic") and f.default}
     for job in map(load, BUNDLED_JOBS):  # the defaults of the job options without one
         used |= {f"{job.name}.topics.input": job.topics.input,

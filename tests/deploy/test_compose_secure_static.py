@@ -78,12 +78,12 @@ def test_compose_environment_builds_a_secured_configuration(name: str, secrets_d
         from streaming_jobs.loading import load
 
         config = JobConfig.from_sources(load(env["STREAMCTL_JOB"]), env=env)
-        kafka, endpoint = config.kafka_security, config.metrics_endpoint
+        kafka, endpoint = config.kafka_security, config.endpoint.security
     else:
         from controller.cli import settings_from
 
         config = settings_from(Namespace(), env)
-        kafka, endpoint = config.kafka.security, config.metrics_endpoint
+        kafka, endpoint = config.kafka.security, config.endpoint.security
     assert kafka == files.client(PRINCIPAL[d.process_kind(SERVICES[name]) or ""])
     assert endpoint.scheme == "https"
     assert endpoint.basic_auth_password == files.metrics_password.read_text().strip()

@@ -1,5 +1,5 @@
-"""What the closed-loop tests share: the job and controller processes on their own topics, a
-watch over the metrics, decisions and acks the loop writes, and the capacity a job showed.
+"""What the closed-loop tests share: the job and controller processes on the one process bed
+(`tests.support.bed`: its environment and its watch), and the capacity a job showed.
 
 Each test starts its own jobs (their options are the test's subject) with `run_loop` (one job)
 or `run_jobs` (a pipeline); the controller is the same for all, with a shorter cooldown than
@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from schemas import Ack, Decision, Outcome, TaskMetrics
-from schemas.records import TAKEOVER
+from schemas import TaskMetrics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
-from streamctl.tail import Tail
-from streamctl.view import QueryView, full_batch_rate
-from tests.support.control import controllers_env
-from tests.support.waiting import until
+from streamctl.view import full_batch_rate
+from tests.support.bed import Watch, bed_env
 
 CONTROLLER_COOLDOWN_S = 20
 BATCHES_AT_NEW_SIZE = 3
@@ -56,7 +52,7 @@ def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[st
     try:
         for name, args in jobs.items():
             children.append(start_child(name, ["job", "run", *endpoint, *args],
-                                        log_dir, _env(bootstrap, topics)))
+                                        log_dir, bed_env(bootstrap, topics)))
         if with_controller:
             children.append(start_controller(bootstrap, topics, log_dir,
                                              controller_metrics_port))
@@ -90,7 +86,7 @@ def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
     return start_child(name, [
         "controller", "run", "--metrics-port", str(metrics_port), "--instance-id", name,
         "--cooldown-s", str(CONTROLLER_COOLDOWN_S), *options], log_dir,
-        _env(bootstrap, topics))
+        bed_env(bootstrap, topics))
 
 
 def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
@@ -100,7 +96,7 @@ def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:
     return rate
 
 
-def sensor_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger) -> float:
+def sensor_capacity(bootstrap: str, topic: str, watch: Watch, ledger: Ledger) -> float:
     """The sensor job's records/s at its parallelism now: a burst of three batches' worth
     (sequence numbers apart from any load's), worked through before the controller starts.
     The job's first batch is left out (`full_batch_rate`); whatever share of the burst it
@@ -113,88 +109,12 @@ def sensor_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: Ledger
     return capacity(watch.view.samples, SENSOR_BATCH_CAP)
 
 
-def _env(bootstrap: str, topics: dict[str, str]) -> dict[str, str]:
-    return {
-        "STREAMCTL_BOOTSTRAP_SERVERS": bootstrap,
-        "STREAMCTL_METRICS_TOPIC": topics["metrics"], "STREAMCTL_CONTROL_TOPIC": topics["control"],
-        "STREAMCTL_ACK_TOPIC": topics["acks"], "STREAMCTL_DECISIONS_TOPIC": topics["decisions"],
-        **controllers_env(topics["lease"]),
-    }
+def until_batches_at_new_size(watch: Watch, at_new_size: Callable[[TaskMetrics], bool]) -> None:
+    """Until the (first) query committed BATCHES_AT_NEW_SIZE batches that `at_new_size` picks:
+    the new size carrying the load, which the test keeps on meanwhile. An idle query's
+    heartbeat (no batch id) is no batch."""
+    def enough() -> bool:
+        return sum(1 for m in watch.view.samples
+                   if m.batch_id >= 0 and at_new_size(m)) >= BATCHES_AT_NEW_SIZE
 
-
-
-@dataclass
-class LoopWatch:
-    """Reads the loop's metrics (of `query_id`, or of each query of a pipeline), decisions and
-    acks from the beginning, and fails at once, with its log, when one of `children` died."""
-
-    bootstrap: str
-    topics: dict[str, str]
-    query_id: str | Sequence[str]
-    children: list[Child]
-    views: dict[str, QueryView] = field(init=False)
-    decisions: list[Decision] = field(default_factory=list)
-    acks: list[Ack] = field(default_factory=list)
-    tail: Tail = field(init=False)
-
-    def __post_init__(self) -> None:
-        ids = [self.query_id] if isinstance(self.query_id, str) else list(self.query_id)
-        self.views = {q: QueryView(q) for q in ids}
-        t = self.topics
-        self.tail = Tail(self.bootstrap, {t["metrics"]: TaskMetrics, t["acks"]: Ack,
-                                          t["decisions"]: Decision}, from_beginning=True)
-
-    @property
-    def view(self) -> QueryView:
-        """The (first) watched query's view."""
-        return next(iter(self.views.values()))
-
-    def consume(self) -> None:
-        for _topic, record in self.tail.poll(0.2):
-            if isinstance(record, TaskMetrics) and record.query_id in self.views:
-                self.views[record.query_id].add(record)
-            elif isinstance(record, Decision):
-                self.decisions.append(record)
-            elif isinstance(record, Ack):
-                self.acks.append(record)
-        for child in self.children:
-            assert child.alive(), f"{child.name} died:\n{child.log_tail()}"
-
-    def until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-        """Consume until `predicate()` holds; fail after `timeout_s` naming `what`."""
-        def ready() -> bool:
-            self.consume()
-            return predicate()
-
-        until(ready, timeout_s, what, 0)
-
-    def sent(self) -> list[Decision]:
-        """The decisions that sent a control tuple (the controller also logs how each ended,
-        as `ack_…` decisions under the same control id)."""
-        return [d for d in self.decisions if d.control_id and not d.action.startswith("ack_")]
-
-    def takeovers(self) -> list[Decision]:
-        """The controller instances' takeovers, oldest first."""
-        return [d for d in self.decisions if d.action == TAKEOVER]
-
-    def applied(self) -> list[Ack]:
-        return [a for a in self.acks if a.outcome is Outcome.APPLIED]
-
-    def until_batches_at_new_size(self, at_new_size: Callable[[TaskMetrics], bool]) -> None:
-        """Until the (first) query committed BATCHES_AT_NEW_SIZE batches that `at_new_size`
-        picks: the new size carrying the load, which the test keeps on meanwhile. An idle
-        query's heartbeat (no batch id) is no batch."""
-        def enough() -> bool:
-            return sum(1 for m in self.view.samples
-                       if m.batch_id >= 0 and at_new_size(m)) >= BATCHES_AT_NEW_SIZE
-
-        self.until(enough, 60, f"{BATCHES_AT_NEW_SIZE} batches at the new size under the load")
-
-    def lag_records(self, query_id: str | None = None, topic: str | None = None) -> int:
-        """Records of the query's input topic no committed batch has read yet (default: the
-        first query and the loop's input topic)."""
-        view = self.views[query_id] if query_id else self.view
-        return view.lag_records(self.tail.log_end_total(topic or self.topics["input"]))
-
-    def close(self) -> None:
-        self.tail.close()
+    watch.until(enough, 60, f"{BATCHES_AT_NEW_SIZE} batches at the new size under the load")

@@ -37,12 +37,13 @@ from streamctl.stack.tcp import find_free_ports
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
     SENSOR_WINDOW_MS,
-    LoopWatch,
     run_loop,
     sensor_capacity,
     sensor_job,
     start_controller,
+    until_batches_at_new_size,
 )
+from tests.support.bed import Watch
 from tests.support.prometheus import scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -74,7 +75,7 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
     bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
-    watch = LoopWatch(bootstrap_servers, t, QUERY, job)
+    watch = Watch(bootstrap_servers, t, QUERY, job)
     ledger = Ledger(SENSOR_WINDOW_MS)
     measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
     ceiling = start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2")
@@ -102,7 +103,7 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
         lifted = time.monotonic()
         watch.until(lambda: bool(watch.applied()), 180, "an applied control tuple")
         applied_after_s = time.monotonic() - lifted
-        watch.until_batches_at_new_size(lambda m: m.input_parallelism > 2)
+        until_batches_at_new_size(watch, lambda m: m.input_parallelism > 2)
     finally:
         stop_load.set()
         load.join(60)
@@ -138,7 +139,7 @@ def _assert_throttle_advice(throttle: Decision, measured: float) -> None:
     assert 0.5 < f["capacity_at_max"] / measured < 2, (f["capacity_at_max"], measured)
 
 
-def _assert_prometheus_has_the_pauses_and_the_reason(watch: LoopWatch, port: int) -> None:
+def _assert_prometheus_has_the_pauses_and_the_reason(watch: Watch, port: int) -> None:
     """Grafana's pauses panel and decision annotations: the controller's histogram holds
     exactly the applied acks' pauses, and the query's last decision is one series whose
     reason is a sentence."""

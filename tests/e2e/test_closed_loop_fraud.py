@@ -34,7 +34,14 @@ from streamctl.loadgen import LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_transaction_scored_once
-from tests.e2e.loop import CALIBRATION_BATCHES, LoopWatch, capacity, run_loop, start_controller
+from tests.e2e.loop import (
+    CALIBRATION_BATCHES,
+    capacity,
+    run_loop,
+    start_controller,
+    until_batches_at_new_size,
+)
+from tests.support.bed import Watch
 from tests.support.kafka import produce_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -66,7 +73,7 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
     bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
-    watch = LoopWatch(bootstrap_servers, t, QUERY, job)
+    watch = Watch(bootstrap_servers, t, QUERY, job)
     ledger = CardLedger()
     measured = _measure_capacity(bootstrap_servers, t["input"], watch, ledger)
     first = watch.view.samples[-1]
@@ -95,7 +102,7 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
         watch.until(lambda: len(watch.takeovers()) == 2, 60, "controller-2 to take over")
         watch.until(lambda: bool(watch.applied()), STEADY_S + 90, "an applied control tuple")
         first_applied_after_step_s = time.monotonic() - step_at
-        watch.until_batches_at_new_size(lambda m: m.state_partitions > 2)
+        until_batches_at_new_size(watch, lambda m: m.state_partitions > 2)
     finally:
         stop_load.set()
         load.join(60)
@@ -133,7 +140,7 @@ def test_a_load_step_is_met_with_state_partitions_through_a_controller_takeover_
     watch.close()
 
 
-def _measure_capacity(bootstrap: str, topic: str, watch: LoopWatch, ledger: CardLedger) -> float:
+def _measure_capacity(bootstrap: str, topic: str, watch: Watch, ledger: CardLedger) -> float:
     """Three batches' worth of transactions for calibration accounts (apart from the load's),
     worked through at 2 state partitions: records/s per full batch after the first. Each is
     in the ledger."""

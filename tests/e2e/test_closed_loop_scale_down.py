@@ -25,12 +25,13 @@ from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
 from tests.e2e.loop import (
     SENSOR_WINDOW_MS,
-    LoopWatch,
     run_loop,
     sensor_capacity,
     sensor_job,
     start_controller,
+    until_batches_at_new_size,
 )
+from tests.support.bed import Watch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -58,7 +59,7 @@ def test_a_fallen_load_is_met_with_a_scale_down_no_scale_up_and_nothing_lost(
         bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child],
         tmp_path: Path) -> None:
     t = loop_topics
-    watch = LoopWatch(bootstrap_servers, t, QUERY, job)
+    watch = Watch(bootstrap_servers, t, QUERY, job)
     ledger = Ledger(SENSOR_WINDOW_MS)
     measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
     job.append(start_controller(bootstrap_servers, t, tmp_path, 0,
@@ -74,7 +75,7 @@ def test_a_fallen_load_is_met_with_a_scale_down_no_scale_up_and_nothing_lost(
         watch.until(lambda: bool(watch.applied()), 240, "an applied control tuple")
         [down] = watch.sent()
         assert down.action == "scale_down", watch.decisions
-        watch.until_batches_at_new_size(lambda m: m.input_parallelism < START_UNITS)
+        until_batches_at_new_size(watch, lambda m: m.input_parallelism < START_UNITS)
     finally:
         stop.set()
         load.join(60)

@@ -32,7 +32,8 @@ from streamctl.loadgen import LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from streaming_jobs.api import Avro
-from tests.e2e.loop import LoopWatch, capacity, run_jobs, start_controller
+from tests.e2e.loop import capacity, run_jobs, start_controller
+from tests.support.bed import Watch
 from tests.support.kafka import NewTopics, produce, read_committed
 from tests.support.prometheus import sample, scrape
 
@@ -112,7 +113,7 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
         tmp_path: Path) -> None:
     t = topics
     inputs = {ENRICH: t["clicks"], SESSIONS: t["enriched"], ALERTS: t["sessionized"]}
-    watch = LoopWatch(bootstrap_servers, t, (ENRICH, SESSIONS, ALERTS), pipeline)
+    watch = Watch(bootstrap_servers, t, (ENRICH, SESSIONS, ALERTS), pipeline)
     ledger = ClickLedger()
     garbage(bootstrap_servers, t["clicks"], t["enriched"])
 
@@ -207,7 +208,7 @@ def _assert_dead_letters(bootstrap: str, t: dict[str, str]) -> None:
         t["enriched"], SESSIONS)
 
 
-def _assert_side_by_side_endpoints(watch: LoopWatch) -> None:
+def _assert_side_by_side_endpoints(watch: Watch) -> None:
     """Three jobs on one host, each started without `--metrics-port` as the guide runs them:
     each serves its metrics on a port of its own (the first on 9301 unless another process
     had it, the others on free ones), says where in its metrics records, and counts there

@@ -4,7 +4,6 @@ the committed output (read_committed) holds every produced record exactly once."
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from tests.support.kafka import (
     set_topic_config,
 )
 from tests.support.prometheus import sample, scrape
-from tests.support.waiting import until
+from tests.support.waiting import holds, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
 
@@ -195,10 +194,8 @@ def test_input_deleted_before_it_was_read_halts_the_job_once_and_skip_goes_on(
     until(lambda: scraped(controller_port, "streamctl_down_queries", state="stopped") == 1, 60,
           "the controller to report the job stopped", 0.5)
     # Lost would follow 2.5 beat intervals of silence (2.5 s): not in three times that.
-    deadline = time.monotonic() + 7.5
-    while time.monotonic() < deadline:
-        assert scraped(controller_port, "streamctl_lost_queries") == 0
-        time.sleep(0.5)
+    holds(lambda: scraped(controller_port, "streamctl_lost_queries") == 0, 7.5,
+          "the stopped job is not taken for lost")
 
     readings = [codec_for(SensorReading).encode(SensorReading(f"s{i % 4}", now_ms(), 1.0, i))
                 for i in range(40)]
@@ -219,9 +216,7 @@ def test_input_deleted_before_it_was_read_halts_the_job_once_and_skip_goes_on(
     status = "\n".join(status_lines(bed, capsys))
     assert "halted: query faults: 40 records of its input were deleted" in status
     assert "input lost to retention: 40 records" in status
-    for _ in range(5):  # a few heartbeats later: still up, never restarted
-        bed.assert_alive()
-        time.sleep(1)
+    holds(bed.processes_alive, 5, "every process up a few heartbeats later", 1)
     log = halted.log_path.read_text(errors="replace")
     assert log.count("records of its input were deleted") == 1, "found and reported once"
     assert "restarting the query" not in log
@@ -269,10 +264,8 @@ def test_broker_stop_and_restart_under_two_controllers(restartable_broker: Local
                        for name, port in ports.items())
 
         until(lambda: leaders() == 1, 60, "exactly one controller leading again", 0.5)
-        for _ in range(5):  # and it stays that way
-            assert leaders() == 1
-            bed.assert_alive()
-            time.sleep(1)
+        holds(lambda: leaders() == 1 and bed.processes_alive(), 5,
+              "exactly one controller leading, every process up", 1)
         bed.finish_and_check()
         bed.assert_alive()
         assert read_committed(bootstrap, names["control"]) == []

@@ -41,7 +41,7 @@ from tests.controller_port_contract import CONTRACT, PortHarness
 from tests.support.kafka import produce, read_committed_once_there
 from tests.support.prometheus import scrape
 from tests.support.waiting import until
-from tests.unit.controller_traces import T0_MS, Job, end_ms, simulate
+from tests.unit.controller.traces import T0_MS, Job, end_ms, simulate
 
 pytestmark = pytest.mark.integration
 

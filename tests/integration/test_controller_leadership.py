@@ -23,8 +23,8 @@ from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
 from tests.support import netns
 from tests.support.kafka import decoded_or_none, read_committed
-from tests.support.waiting import until
-from tests.unit.controller_traces import Job, end_ms, simulate
+from tests.support.waiting import holds, until
+from tests.unit.controller.traces import Job, end_ms, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -76,9 +76,7 @@ def test_one_instance_holds_the_lease_and_another_gets_it_when_it_leaves(
     try:
         until(lambda: a.held() or b.held(), 30, "one instance to hold the lease", 0.1)
         holder, other = (a, b) if a.held() else (b, a)
-        for _ in range(10):  # and only one, for a while
-            assert not other.held()
-            time.sleep(0.1)
+        holds(lambda: not other.held(), 1, "only one instance holds the lease", 0.1)
         holder.close()  # leaves the group
         until(other.held, 30, "the other instance to get the lease", 0.1)
     finally:

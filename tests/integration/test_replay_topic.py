@@ -20,7 +20,7 @@ from controller.replay.trace import read_trace
 from schemas import TaskMetrics, codec_for
 from streamctl.cli import main
 from tests.support.kafka import produce
-from tests.unit.controller_traces import Job, simulate
+from tests.unit.controller.traces import Job, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ from schemas import codec_for
 from schemas.records import Outcome, _Record
 from streamctl.cli import main
 from tests.support.kafka import produce
-from tests.unit.test_streamctl_board import ack, decision, metrics
+from tests.unit.streamctl.test_board import ack, decision, metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

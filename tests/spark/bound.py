@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from streaming_jobs.api import Job
-from streaming_jobs.config import JobConfig, bind, option_list
+from streaming_jobs.config import JobConfig, bind, grouped, option_list, value_of
 
 
 def bound_config(job: Job, **fields: Any) -> JobConfig:
     settings = {name: fields.pop(name) for name in list(fields)
                 if name in job.default_settings()}
-    return bind(JobConfig(job=job.name, settings=tuple(settings.items()), **fields), job)
+    return bind(grouped(dict(job=job.name, settings=tuple(settings.items()), **fields)), job)
 
 
 def run_command(config: JobConfig) -> list[str]:
@@ -21,7 +21,7 @@ def run_command(config: JobConfig) -> list[str]:
     setting); the control key goes in the environment (`STREAMCTL_CONTROL_KEY`)."""
     args = ["job", "run"]
     for option in option_list():
-        value = getattr(config, option.field)
+        value = value_of(config, option.field)
         if value == option.default:
             continue
         args += [option.flag] if option.type is bool else [option.flag, str(value)]

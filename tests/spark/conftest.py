@@ -7,8 +7,12 @@ quick; jobs under test get `task_slots=4` to match.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SPARK_TASK_SLOTS = 4
 
@@ -21,7 +25,7 @@ def spark_kafka_jars() -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_kafka_jars: tuple[str, ...], bootstrap_servers: str) -> Iterator[object]:
+def spark(spark_kafka_jars: tuple[str, ...], bootstrap_servers: str) -> Iterator[SparkSession]:
     """The session's local Spark. Set up after the broker, so stopped before it: its Python
     workers keep the dead-letter producers of the tests' jobs, which would otherwise retry a
     broker that is gone until the process exits."""

@@ -24,6 +24,6 @@ def consumed(messages: list) -> int:
 
 def counter(job: object, name: str, **labels: str) -> float:
     registry = job.prometheus.registry  # type: ignore[attr-defined]
-    value = registry.get_sample_value(name, {"query": job.config.query_id,  # type: ignore[attr-defined]
+    value = registry.get_sample_value(name, {"query": job.config.identity.query_id,  # type: ignore[attr-defined]
                                              **labels})
     return value or 0.0

@@ -36,7 +36,7 @@ def txn(account: int, seq: int, *, amount: float = 20.0, country: str = "DE",
 
 
 def produce_txns(config: JobConfig, txns: Iterable[CardTransaction]) -> None:
-    produce_records(config.bootstrap_servers, config.input_topic,
+    produce_records(config.bootstrap_servers, config.topics.input_topic,
                     ((t.account_id, t) for t in txns))
 
 
@@ -78,9 +78,10 @@ def run_available_now(spark: Any, config: JobConfig, timeout_s: float = 240.0,
         if on_batch is not None:
             on_batch(batch_id)
 
-    df = plan.build(spark, config, DeadLetterFactory(config.bootstrap_servers, config.dlq_topic))
-    query = (df.writeStream.queryName(config.query_id).outputMode(plan.output_mode)
-             .foreachBatch(sink).option("checkpointLocation", config.checkpoint_dir)
+    df = plan.build(spark, config, config.initial_state(),
+                 DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
+    query = (df.writeStream.queryName(config.identity.query_id).outputMode(plan.output_mode)
+             .foreachBatch(sink).option("checkpointLocation", config.storage.checkpoint_dir)
              .trigger(availableNow=True).start())
     finished = query.awaitTermination(timeout_s)
     if not finished:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,11 +26,12 @@ from schemas.records import (
     SensorReading,
     SensorWindowAverage,
 )
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import JobConfig, changed
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, consumed, counter, metrics_of
+from tests.spark.in_process import in_process
 from tests.support.control import ack_for, publish, send_and_await, signed
 from tests.support.kafka import (
     NewTopics,
@@ -41,6 +42,11 @@ from tests.support.kafka import (
     produce_records,
 )
 from tests.support.waiting import until
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streaming_jobs.runtime.job import ElasticJob
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -71,9 +77,9 @@ def job_config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) ->
 
 
 @pytest.fixture
-def running_job(spark: object, job_config: JobConfig) -> Iterator[object]:
+def running_job(spark: SparkSession, job_config: JobConfig) -> Iterator[ElasticJob]:
 
-    with _started(spark, job_config) as job:
+    with in_process(spark, sensor_job, job_config) as job:
         yield job
 
 
@@ -83,7 +89,7 @@ def produce_slowly(config: JobConfig, seqs: range, stop: threading.Event) -> Non
         if stop.is_set():
             return
         chunk = range(chunk_start, min(chunk_start + 100, seqs.stop))
-        produce_records(config.bootstrap_servers, config.input_topic,
+        produce_records(config.bootstrap_servers, config.topics.input_topic,
                         ((reading(s).sensor_id, reading(s)) for s in chunk))
         stop.wait(0.05)
 
@@ -92,7 +98,7 @@ def produce_slowly(config: JobConfig, seqs: range, stop: threading.Event) -> Non
 def second_half_arriving(config: JobConfig, metrics: TopicReader) -> Iterator[None]:
     """The first half is in and a batch read it; the second half arrives while the block
     runs (and is all sent when it ends)."""
-    produce_records(config.bootstrap_servers, config.input_topic,
+    produce_records(config.bootstrap_servers, config.topics.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
     metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
     stop = threading.Event()
@@ -110,9 +116,10 @@ def test_live_rescale_loses_and_duplicates_nothing(
         running_job: object, job_config: JobConfig,
         topic_reader: Callable[[str], TopicReader]) -> None:
     cfg = job_config
-    metrics, acks, output, dlq = map(topic_reader, (cfg.metrics_topic, cfg.ack_topic,
-                                                    cfg.output_topic, cfg.dlq_topic))
-    produce(cfg.bootstrap_servers, cfg.input_topic, [(b"x", b"garbage"), (b"y", b"\xc3\x01bad")])
+    metrics, acks, output, dlq = map(topic_reader, (cfg.topics.metrics_topic, cfg.topics.ack_topic,
+                                                    cfg.topics.output_topic, cfg.topics.dlq_topic))
+    produce(cfg.bootstrap_servers, cfg.topics.input_topic, [(b"x", b"garbage"), (b"y",
+                                                                                 b"\xc3\x01bad")])
     with second_half_arriving(cfg, metrics):
         applied = _send(cfg, "input_parallelism", "4", epoch=1)
     assert applied.outcome is Outcome.APPLIED, applied.detail
@@ -129,7 +136,7 @@ def test_live_rescale_loses_and_duplicates_nothing(
 
     _assert_exactly_once(cfg, output)
     letters = dlq.until(lambda ms: len(ms) >= 2, 30)
-    assert {dict(m.headers())["source_topic"] for m in letters} == {cfg.input_topic.encode()}
+    assert {dict(m.headers())["source_topic"] for m in letters} == {cfg.topics.input_topic.encode()}
 
 
 def test_batch_refused_by_the_gate_is_replayed(
@@ -141,13 +148,13 @@ def test_batch_refused_by_the_gate_is_replayed(
 
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
-    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
-    produce_records(cfg.bootstrap_servers, cfg.input_topic,
+    metrics, output = topic_reader(cfg.topics.metrics_topic), topic_reader(cfg.topics.output_topic)
+    produce_records(cfg.bootstrap_servers, cfg.topics.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF)))
     metrics.until(lambda ms: any(metrics_of(m).input_rows > 0 for m in ms), 120)
 
     job.query.gate.close()
-    produce_records(cfg.bootstrap_servers, cfg.input_topic,
+    produce_records(cfg.bootstrap_servers, cfg.topics.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(FIRST_HALF, TOTAL)))
     until(lambda: not job.query.is_active(), 120, "a batch at the closed gate")
     assert job.query.failure() is None  # terminated by the gate: not a failure
@@ -161,7 +168,7 @@ def test_batch_refused_by_the_gate_is_replayed(
 
 def _assert_exactly_once(cfg: JobConfig, output: TopicReader) -> None:
     """Flush the last windows with a far-future sentinel, then compare every window."""
-    _assert_exactly_once_up_to(cfg, output, TOTAL, cfg.input_topic)
+    _assert_exactly_once_up_to(cfg, output, TOTAL, cfg.topics.input_topic)
 
 
 def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
@@ -171,7 +178,7 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
 
     assert isinstance(job, ElasticJob)
     before = job.owner.desired
-    q = cfg.query_id
+    q = cfg.identity.query_id
     bad = {
         signed(q, "input_parallelism", "3", 2, b"someone-else's-key!"):
             "bad_signature: bad authentication tag",
@@ -183,13 +190,13 @@ def _assert_rejections(job: object, cfg: JobConfig, acks: TopicReader) -> None:
         signed(q, "executors", "3", 3, KEY): "this job runs local[4]",
         signed(q, "state_partitions", "8", 3, KEY): "unsupported: cannot change "
             "state_partitions: its checkpoint uses HDFSBackedStateStoreProvider",
-        signed(q, "input_topic", cfg.output_topic, 3, KEY):
-            f"precondition: cannot switch the input to {cfg.output_topic}: "
-            f"{cfg.output_topic} is the job's own output topic",
+        signed(q, "input_topic", cfg.topics.output_topic, 3, KEY):
+            f"precondition: cannot switch the input to {cfg.topics.output_topic}: "
+            f"{cfg.topics.output_topic} is the job's own output topic",
     }
-    produce(cfg.bootstrap_servers, cfg.control_topic, [(q.encode(), b"\xc3\x01garbage")])
+    produce(cfg.bootstrap_servers, cfg.topics.control_topic, [(q.encode(), b"\xc3\x01garbage")])
     for tuple_ in bad:
-        publish(cfg.bootstrap_servers, cfg.control_topic, tuple_)
+        publish(cfg.bootstrap_servers, cfg.topics.control_topic, tuple_)
     for tuple_, expected_detail in bad.items():
         ack = ack_for(acks, tuple_.control_id)
         assert ack.outcome is Outcome.REJECTED
@@ -219,15 +226,16 @@ def _expected_windows(produced: int) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 def test_state_partitions_up_and_down_keep_every_window(
-        spark: object, job_config: JobConfig,
+        spark: SparkSession, job_config: JobConfig,
         topic_reader: Callable[[str], TopicReader]) -> None:
     """2→4→1 state partitions while records arrive: Spark's offline repartition between the
     quiesce and the restart; every window is still emitted once with every record."""
     from tests.spark.fraud_io import stateful_session
 
     cfg = job_config
-    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
-    with stateful_session(spark, partitions=cfg.state_partitions), _started(spark, cfg):
+    metrics, output = topic_reader(cfg.topics.metrics_topic), topic_reader(cfg.topics.output_topic)
+    with (stateful_session(spark, partitions=cfg.knobs.state_partitions),
+          in_process(spark, sensor_job, cfg)):
         with second_half_arriving(cfg, metrics):
             for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
                 ack = _send(cfg, "state_partitions", str(new), epoch)
@@ -241,15 +249,15 @@ def test_state_partitions_up_and_down_keep_every_window(
 
 
 def test_input_switch_drains_the_old_topic_and_reads_every_record_once(
-        spark: object, job_config: JobConfig, new_topic: Callable[..., str],
+        spark: SparkSession, job_config: JobConfig, new_topic: Callable[..., str],
         topic_reader: Callable[[str], TopicReader]) -> None:
     """A → B (4 partitions) under load: refused while producers still write A; applied once
     they moved; records written to A afterwards are reported, and switching back reads them.
     Every window is emitted once with every record."""
-    cfg = replace(job_config, input_drain_quiet_s=1.0, input_drain_timeout_s=8.0)
-    a, b = cfg.input_topic, new_topic(partitions=4)
-    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
-    with _started(spark, cfg) as job:
+    cfg = changed(job_config, input_drain_quiet_s=1.0, input_drain_timeout_s=8.0)
+    a, b = cfg.topics.input_topic, new_topic(partitions=4)
+    metrics, output = topic_reader(cfg.topics.metrics_topic), topic_reader(cfg.topics.output_topic)
+    with in_process(spark, sensor_job, cfg) as job:
         produced = _switch_under_load(cfg, job, metrics, b)
         _switch_back_for_the_stragglers(cfg, job, metrics, produced)
         _assert_exactly_once_up_to(cfg, output, produced + 3, a)
@@ -266,7 +274,7 @@ def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -
     were produced in all."""
     from streaming_jobs.send_cli import send
 
-    a = cfg.input_topic
+    a = cfg.topics.input_topic
     load = SteadyLoad(cfg.bootstrap_servers, a, lambda s: (reading(s).sensor_id, reading(s)),
                       per_tick=10)
     try:
@@ -280,9 +288,9 @@ def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -
         on_a = len(load.acked)
         metrics.until(lambda ms: consumed(ms) >= on_a, 180)  # the backlog on A, read
         # As an operator would: `streamctl job send` (next epoch from the state topic).
-        switched = send(cfg.bootstrap_servers, cfg.query_id, "input_topic", b, KEY,
-                        control_topic=cfg.control_topic, ack_topic=cfg.ack_topic,
-                        state_topic=cfg.state_topic, timeout_s=180)
+        switched = send(cfg.bootstrap_servers, cfg.identity.query_id, "input_topic", b, KEY,
+                        control_topic=cfg.topics.control_topic, ack_topic=cfg.topics.ack_topic,
+                        state_topic=cfg.topics.state_topic, timeout_s=180)
         assert switched.epoch == 1
     finally:
         produced = len(load.stop())
@@ -296,7 +304,7 @@ def _switch_under_load(cfg: JobConfig, job: Any, metrics: TopicReader, b: str) -
 def _switch_back_for_the_stragglers(cfg: JobConfig, job: Any, metrics: TopicReader,
                                     produced: int) -> None:
     """Records written to the retired A are reported; switching back to A reads them."""
-    a = cfg.input_topic
+    a = cfg.topics.input_topic
     stragglers = range(produced, produced + 3)  # a producer that did not move
     produce_records(cfg.bootstrap_servers, a, ((reading(s).sensor_id, reading(s))
                                                for s in stragglers))
@@ -309,24 +317,11 @@ def _switch_back_for_the_stragglers(cfg: JobConfig, job: Any, metrics: TopicRead
     assert job.check_retired_inputs() == {}
 
 
-@contextmanager
-def _started(spark: object, cfg: JobConfig) -> Iterator[Any]:
-    """A started job whose control consumer is ready; stopped when the block ends."""
-    from streaming_jobs.runtime.job import ElasticJob
-
-    job = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    job.start()
-    try:
-        assert job.wait_control_ready(30), "control consumer never got its partition"
-        yield job
-    finally:
-        job.stop()
-
-
 def _send(cfg: JobConfig, parameter: str, value: str, epoch: int) -> Ack:
     """A signed tuple, as `job send` sends it; the job's ack."""
-    return send_and_await(cfg.bootstrap_servers, cfg.query_id, parameter, value, epoch, KEY,
-                          control_topic=cfg.control_topic, ack_topic=cfg.ack_topic)
+    return send_and_await(cfg.bootstrap_servers, cfg.identity.query_id, parameter, value, epoch,
+                          KEY,
+                          control_topic=cfg.topics.control_topic, ack_topic=cfg.topics.ack_topic)
 
 
 def _assert_exactly_once_up_to(cfg: JobConfig, output: TopicReader, produced: int,
@@ -363,7 +358,7 @@ def test_a_function_version_that_fails_is_rolled_back_and_loses_nothing(
 
     job, cfg = running_job, job_config
     assert isinstance(job, ElasticJob)
-    metrics, output = topic_reader(cfg.metrics_topic), topic_reader(cfg.output_topic)
+    metrics, output = topic_reader(cfg.topics.metrics_topic), topic_reader(cfg.topics.output_topic)
     with second_half_arriving(cfg, metrics):
         failed = _send(cfg, "udf_version", "broken", epoch=1)
     assert failed.outcome is Outcome.FAILED, failed.detail

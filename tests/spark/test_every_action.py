@@ -20,18 +20,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from schemas.records import Ack, DesiredStateRecord, Outcome, ScoredTransaction, TaskMetrics
 from streamctl.processes import Child, start_child
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import JobConfig, changed
 from streaming_jobs.runtime.kafka import read_latest
 from tests.spark.bound import run_command
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import KEY, consumed, counter, metrics_of
 from tests.spark.fraud_io import card_load, fraud_config, fraud_job, stateful_session, txn
+from tests.spark.in_process import in_process
 from tests.support.control import send_and_await
 from tests.support.kafka import (
     NewTopics,
@@ -44,6 +45,10 @@ from tests.support.kafka import (
     read_committed_once_there,
 )
 from tests.support.waiting import until
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(330)]
 
@@ -70,38 +75,33 @@ def config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> Job
 
 
 def test_every_action_in_order_loses_duplicates_and_resets_nothing_then_a_new_process_resumes(
-        spark: object, config: JobConfig, new_topics: NewTopics, tmp_path: Path) -> None:
-    from streaming_jobs.runtime.job import ElasticJob
-
+        spark: SparkSession, config: JobConfig, new_topics: NewTopics, tmp_path: Path) -> None:
     topics = new_topics(out2=2, in2=4)
-    metrics = TopicReader(config.bootstrap_servers, config.metrics_topic)
+    metrics = TopicReader(config.bootstrap_servers, config.topics.metrics_topic)
     try:
-        with stateful_session(spark, partitions=config.state_partitions):
-            job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
-            job.start()
-            try:
-                assert job.wait_control_ready(30)
-                acked, acks = _apply_each_action_under_load(
-                    config, metrics, topics, lambda: job.query.run_id)
-                seen = metrics.until(lambda ms: consumed(ms) >= len(acked), 180)
-            finally:
-                job.stop()
+        with (stateful_session(spark, partitions=config.knobs.state_partitions),
+              in_process(spark, fraud_job, config) as job):
+            acked, acks = _apply_each_action_under_load(
+                config, metrics, topics, lambda: job.query.run_id)
+            seen = metrics.until(lambda ms: consumed(ms) >= len(acked), 180)
     finally:
         metrics.close()
     batches = {m.batch_id: m for m in map(metrics_of, seen) if m.batch_id >= 0}
-    _assert_metrics_follow_each_action(batches, config.input_topic, topics["in2"])
+    _assert_metrics_follow_each_action(batches, config.topics.input_topic, topics["in2"])
     shed = sum(m.rows_shed for m in batches.values())
     assert shed > 0 and sum(m.rows_dropped_by_watermark for m in batches.values()) == 0
     assert counter(job, "streamctl_job_rows_shed_total") == shed
     scored = decoded(read_committed_once_there(
-        config.bootstrap_servers, [config.output_topic, topics["out2"]], len(acked) - shed, 120),
+        config.bootstrap_servers, [config.topics.output_topic,
+                                   topics["out2"]], len(acked) - shed, 120),
         ScoredTransaction)
     _assert_every_transaction_once_but_the_shed(scored, acked, shed)
     _assert_counts_continue_per_account(scored)
     print("pauses (ms):", {f"{p}={v}": a.pause_ms for (p, v), a in zip(ACTIONS, acks,
                                                                       strict=True)})
 
-    state = read_latest(config.bootstrap_servers, config.state_topic, config.query_id,
+    state = read_latest(config.bootstrap_servers, config.topics.state_topic,
+                        config.identity.query_id,
                         DesiredStateRecord)
     assert state is not None and (state.epoch, state.control_id) == (len(ACTIONS),
                                                                      acks[-1].control_id)
@@ -113,7 +113,7 @@ def _apply_each_action_under_load(config: JobConfig, metrics: TopicReader,
                                   ) -> tuple[dict[str, Any], list[Ack]]:
     """Card transactions arrive throughout; each action is applied in turn. The transactions
     the broker acknowledged, and each action's ack."""
-    load = card_load(config.bootstrap_servers, config.input_topic)
+    load = card_load(config.bootstrap_servers, config.topics.input_topic)
     try:
         _wait_batches(metrics, epoch=0)
         acks = [_apply(config, metrics, load, epoch, parameter, topics.get(value, value), run_id)
@@ -134,8 +134,10 @@ def _apply(config: JobConfig, metrics: TopicReader, load: SteadyLoad, epoch: int
     run_before = run_id()
     if parameter == "input_topic":
         load.move_to(value)  # the contract of a switch: producers move first
-    ack = send_and_await(config.bootstrap_servers, config.query_id, parameter, value, epoch,
-                         KEY, control_topic=config.control_topic, ack_topic=config.ack_topic)
+    ack = send_and_await(config.bootstrap_servers, config.identity.query_id, parameter, value,
+                         epoch,
+                         KEY, control_topic=config.topics.control_topic,
+                         ack_topic=config.topics.ack_topic)
     assert ack.outcome is Outcome.APPLIED, f"{parameter}={value}: {ack.detail}"
     assert ack.detail.startswith(f"{parameter} ") and "→" in ack.detail, ack.detail
     if parameter in READ_PER_BATCH:
@@ -151,7 +153,7 @@ def _assert_a_new_process_resumes_every_change(config: JobConfig, topics: dict[s
                                                workdir: Path) -> None:
     """A real `job run` process, same query and checkpoint: its batches run at the last
     epoch's settings, reading the second input and writing the second output with v2."""
-    resumed = replace(config, instance_id="resumed")
+    resumed = changed(config, instance_id="resumed")
     child = start_child("resumed", run_command(resumed), workdir,
                         {"STREAMCTL_CONTROL_KEY": KEY.decode()})
     now_ms = int(time.time() * 1000)  # past the watermark the load's event times set
@@ -161,7 +163,7 @@ def _assert_a_new_process_resumes_every_change(config: JobConfig, topics: dict[s
         rows = until(lambda: _scored_for(config, topics["out2"], "acct-900", child), 180,
                      "the new process's output")
         first = next(m for m in decoded(read_committed(config.bootstrap_servers,
-                                                       config.metrics_topic), TaskMetrics)
+                                                       config.topics.metrics_topic), TaskMetrics)
                      if m.instance_id == "resumed" and m.input_rows)
     finally:
         child.stop(30)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,8 +19,12 @@ from streaming_jobs.runtime.job import ElasticJob
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink
 from tests.spark.bound import bound_config
 from tests.spark.conftest import SPARK_TASK_SLOTS
+from tests.spark.in_process import in_process
 from tests.support.kafka import NewTopics, job_topics, produce_records, read_committed
 from tests.support.waiting import until
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -81,42 +86,39 @@ def job_config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) ->
 def committed_windows(cfg: JobConfig) -> list[SensorWindowAverage]:
     codec = codec_for(SensorWindowAverage)
     windows = (codec.decode(m.value()) for m in read_committed(cfg.bootstrap_servers,
-                                                               cfg.output_topic))
+                                                               cfg.topics.output_topic))
     return [w for w in windows if w.sensor_id != SENTINEL]
 
 
 def test_a_batch_replayed_after_its_transaction_committed_is_not_written_twice(
-        spark: object, job_config: JobConfig) -> None:
+        spark: SparkSession, job_config: JobConfig) -> None:
     cfg = job_config
-    produce_records(cfg.bootstrap_servers, cfg.input_topic,
+    produce_records(cfg.bootstrap_servers, cfg.topics.input_topic,
                     ((reading(s).sensor_id, reading(s)) for s in range(TOTAL)))
-    crashing = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    assert isinstance(crashing.query.sink, TransactionalKafkaSink)
-    crash = CrashAfterCommit(crashing.query.sink)
-    crashing.query.sink = crash  # type: ignore[assignment]
-    crashing.start()
-    try:
+    crashes: list[CrashAfterCommit] = []
+
+    def crash_after_the_first_commit(job: ElasticJob) -> None:
+        assert isinstance(job.query.sink, TransactionalKafkaSink)
+        crashes.append(CrashAfterCommit(job.query.sink))
+        job.query.sink = crashes[0]  # type: ignore[assignment]
+
+    with in_process(spark, sensor_job, cfg, control_ready=False,
+                    before_start=crash_after_the_first_commit) as crashing:
         until(lambda: not crashing.query.is_active(), 180, "the simulated crash")
         assert "simulated crash" in (crashing.query.failure() or "")
-    finally:
-        crashing.stop()
-    assert crash.crashed_batch is not None
+    assert crashes[0].crashed_batch is not None
     before_restart = committed_windows(cfg)
     assert before_restart, "the crashed batch's transaction should be visible"
 
-    restarted = ElasticJob(sensor_job, cfg, spark=spark)  # type: ignore[arg-type]
-    restarted.start()
-    try:
+    with in_process(spark, sensor_job, cfg, control_ready=False) as restarted:
         sentinel = SensorReading(SENTINEL, T0_MS + 3_600_000, 0.0, -1)  # closes every window
-        produce_records(cfg.bootstrap_servers, cfg.input_topic, [(SENTINEL, sentinel)])
+        produce_records(cfg.bootstrap_servers, cfg.topics.input_topic, [(SENTINEL, sentinel)])
         expected = expected_windows()
         until(lambda: len(committed_windows(cfg)) >= len(expected), 240,
                    "every window in the output")
         sink = restarted.query.sink
         assert isinstance(sink, TransactionalKafkaSink)
         assert sink.skipped_replays() == 1  # the replay of the crashed batch, found by marker
-    finally:
-        restarted.stop()
 
     windows = committed_windows(cfg)
     keys = Counter((w.sensor_id, w.window_start_ms) for w in windows)

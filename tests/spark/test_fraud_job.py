@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.accounting import assert_every_transaction_scored_once
 from tests.spark.conftest import SPARK_TASK_SLOTS
 from tests.spark.control_io import counter
 from tests.spark.fraud_io import fraud_config, fraud_job, produce_txns, stateful_session, txn
+from tests.spark.in_process import in_process
 from tests.support.kafka import (
     NewTopics,
     decoded,
@@ -30,6 +32,11 @@ from tests.support.kafka import (
     read_committed_once_there,
 )
 from tests.support.waiting import until
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streaming_jobs.runtime.job import ElasticJob
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -70,28 +77,22 @@ def config(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> Job
 
 
 @pytest.fixture
-def running_job(spark: object, config: JobConfig) -> Iterator[object]:
-    from streaming_jobs.runtime.job import ElasticJob
-
-    with stateful_session(spark, partitions=3):
-        job = ElasticJob(fraud_job, config, spark=spark)  # type: ignore[arg-type]
-        job.start()
-        try:
-            yield job
-        finally:
-            job.stop()
+def running_job(spark: SparkSession, config: JobConfig) -> Iterator[ElasticJob]:
+    with (stateful_session(spark, partitions=3),
+          in_process(spark, fraud_job, config, control_ready=False) as job):
+        yield job
 
 
 def test_every_transaction_is_scored_once_through_the_sink_with_its_rules(
         running_job: object, config: JobConfig) -> None:
     ledger = CardLedger()
-    produce(config.bootstrap_servers, config.input_topic, [(b"x", GARBAGE[0]),
+    produce(config.bootstrap_servers, config.topics.input_topic, [(b"x", GARBAGE[0]),
                                                            (b"y", GARBAGE[1])])
     rules_input = workload()
     produce_txns(config, rules_input)  # acknowledged on return
     for t in rules_input:
         ledger.record(t)
-    spec = LoadSpec(config.bootstrap_servers, config.input_topic,
+    spec = LoadSpec(config.bootstrap_servers, config.topics.input_topic,
                     RateProfile("constant", 300.0), duration_s=4.0, event_type="card",
                     accounts=15, hot_key_share=0.3)
     loaded = run_load(spec, CardLedger())
@@ -100,24 +101,27 @@ def test_every_transaction_is_scored_once_through_the_sink_with_its_rules(
         ledger.counts[account] += count
     ledger.acked += loaded.acked
 
-    assert_every_transaction_scored_once(config.bootstrap_servers, config.output_topic, ledger,
+    assert_every_transaction_scored_once(config.bootstrap_servers, config.topics.output_topic,
+                                         ledger,
                                          timeout_s=240)
-    scored = decoded(read_committed(config.bootstrap_servers, config.output_topic),
+    scored = decoded(read_committed(config.bootstrap_servers, config.topics.output_topic),
                      ScoredTransaction)
     _assert_rules_fired_where_asked(
         {r.txn_id: r for r in scored if r.txn_id in {t.txn_id for t in rules_input}})
     assert {r.scorer_version for r in scored} == {"v1"}
 
-    letters = read_committed_once_there(config.bootstrap_servers, config.dlq_topic, 2, 30)
+    letters = read_committed_once_there(config.bootstrap_servers, config.topics.dlq_topic, 2, 30)
     assert sorted(m.value() for m in letters) == sorted(GARBAGE)
-    assert {dict(m.headers())["source_topic"] for m in letters} == {config.input_topic.encode()}
+    sources = {dict(m.headers())["source_topic"] for m in letters}
+    assert sources == {config.topics.input_topic.encode()}
     dead_letters = "streamctl_job_dead_letter_records_total"
     until(lambda: counter(running_job, dead_letters) >= 2, 30, "both dead letters counted")
     assert counter(running_job, dead_letters) == 2
-    metrics = decoded(read_committed_once_there(config.bootstrap_servers, config.metrics_topic,
+    metrics = decoded(read_committed_once_there(config.bootstrap_servers,
+                                                config.topics.metrics_topic,
                                                 1, 30), TaskMetrics)
-    assert {m.query_id for m in metrics} == {config.query_id}
-    assert {m.source_topics for m in metrics} == {(config.input_topic,)}
+    assert {m.query_id for m in metrics} == {config.identity.query_id}
+    assert {m.source_topics for m in metrics} == {(config.topics.input_topic,)}
 
 
 def _assert_rules_fired_where_asked(by_id: dict[str, ScoredTransaction]) -> None:

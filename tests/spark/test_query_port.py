@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from streaming_jobs.api import Job, Json, Topics
-from streaming_jobs.config import JobConfig, bind
+from streaming_jobs.config import bind, grouped
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
-from streaming_jobs.runtime.control.parameters import DesiredState
 from streaming_jobs.runtime.kafka import KafkaLogRanges
 from streaming_jobs.runtime.query.lifecycle import ElasticQuery
 from streaming_jobs.runtime.query.plan import Plan
@@ -40,16 +39,16 @@ class SparkHarness:
     def __init__(self, spark: Any, bootstrap: str, topics: dict[str, str], workdir: Path) -> None:
         self._bootstrap, self._input = bootstrap, topics["in"]
         self.other_output_topic = topics["out2"]
-        config = bind(JobConfig(
+        config = bind(grouped(dict(
             bootstrap_servers=bootstrap, job="words", query_id=f"port-{uuid.uuid4().hex[:8]}",
             input_topic=topics["in"], output_topic=topics["out"], dlq_topic=topics["dlq"],
             checkpoint_dir=str(workdir / "checkpoint"), trigger_interval_s=0.5,
-            task_slots=SPARK_TASK_SLOTS, metrics_port=0), WORDS)
+            task_slots=SPARK_TASK_SLOTS, metrics_port=0)), WORDS)
         self._offsets = KafkaLogRanges(bootstrap, config.kafka_security)
-        inputs = InputSources(config.checkpoint_dir, config.input_source_path,
-                              config.query_id, self._offsets)
-        inputs.resume(config.input_topic)
-        self.desired = DesiredState.from_config(config)
+        inputs = InputSources(config.storage.checkpoint_dir, config.storage.input_source_path,
+                              config.identity.query_id, self._offsets)
+        inputs.resume(config.topics.input_topic)
+        self.desired = config.initial_state()
         self.query = ElasticQuery(spark, Plan(WORDS), config, inputs, lambda *_: None,
                                   desired=self.desired)
         self._fed = 0

@@ -58,7 +58,7 @@ def state_partitions_used(query: object) -> set[int]:
 
 def test_repartition_up_and_down_keeps_every_account_count(
         spark: object, config: JobConfig, tmp_path: Path) -> None:
-    cp = config.checkpoint_dir
+    cp = config.storage.checkpoint_dir
     output = []
     with stateful_session(spark, partitions=4):
         produce_txns(config, phase(0))
@@ -96,7 +96,7 @@ def test_repartition_up_and_down_keeps_every_account_count(
 
 def test_refuses_when_the_last_batch_did_not_commit_or_the_query_runs(
         spark: object, config: JobConfig, tmp_path: Path) -> None:
-    cp = config.checkpoint_dir
+    cp = config.storage.checkpoint_dir
     with stateful_session(spark, partitions=4):
         produce_txns(config, phase(0))
         run_available_now(spark, config)
@@ -121,7 +121,7 @@ def test_refuses_when_the_last_batch_did_not_commit_or_the_query_runs(
 
         running = _start_processing_time(spark, config)
         try:
-            with pytest.raises(QueryStillRunning, match=config.query_id):
+            with pytest.raises(QueryStillRunning, match=config.identity.query_id):
                 repartition_state(spark, cp, 8)
         finally:
             running.stop()
@@ -134,9 +134,9 @@ def _start_processing_time(spark: object, config: JobConfig) -> object:
     from tests.spark.fraud_io import fraud_job
 
     plan = Plan(fraud_job)
-    df = plan.build(spark, config,  # type: ignore[arg-type]
-                    DeadLetterFactory(config.bootstrap_servers, config.dlq_topic))
-    return (df.writeStream.queryName(config.query_id).outputMode(plan.output_mode)
+    df = plan.build(spark, config, config.initial_state(),  # type: ignore[arg-type]
+                    DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
+    return (df.writeStream.queryName(config.identity.query_id).outputMode(plan.output_mode)
             .foreachBatch(lambda batch_df, batch_id: None)
-            .option("checkpointLocation", config.checkpoint_dir)
+            .option("checkpointLocation", config.storage.checkpoint_dir)
             .trigger(processingTime="10 seconds").start())

@@ -30,7 +30,8 @@ from tests.accounting import (
     assert_transactions_scored_once,
     flush_last_windows,
 )
-from tests.support.control import controllers_env, publish, send_and_await, signed
+from tests.support.bed import Watch, assert_running, bed_env
+from tests.support.control import publish, send_and_await, signed
 from tests.support.kafka import NewTopics, decoded_or_none, read_committed
 from tests.support.waiting import until
 
@@ -68,8 +69,7 @@ class FaultBed:
     """The load's acknowledged transactions when the job is `FRAUD_JOB`."""
     _stop_load: threading.Event = field(default_factory=threading.Event)
     _load: threading.Thread | None = None
-    _tail: Tail | None = None
-    commits: list[TaskMetrics] = field(default_factory=list)
+    _watch: Watch | None = None
 
     @classmethod
     def create(cls, bootstrap: str, new_topics: NewTopics, workdir: Path) -> FaultBed:
@@ -78,11 +78,7 @@ class FaultBed:
 
     @property
     def env(self) -> dict[str, str]:
-        t = self.topics
-        return {"STREAMCTL_BOOTSTRAP_SERVERS": self.bootstrap,
-                "STREAMCTL_METRICS_TOPIC": t["metrics"], "STREAMCTL_CONTROL_TOPIC": t["control"],
-                "STREAMCTL_ACK_TOPIC": t["acks"], "STREAMCTL_DECISIONS_TOPIC": t["decisions"],
-                "STREAMCTL_CONTROL_KEY": CONTROL_KEY, **controllers_env(t["lease"])}
+        return bed_env(self.bootstrap, self.topics, CONTROL_KEY)
 
     def start_job(self, name: str = "job", *extra: str) -> Child:
         t = self.topics
@@ -127,15 +123,21 @@ class FaultBed:
         failed = self.ledger.failed + self.cards.failed
         assert failed == 0, f"{failed} records were not acknowledged"
 
+    @property
+    def watch(self) -> Watch:
+        """The bed's watch over its query's metrics, decisions and acks (opened on first use)."""
+        if self._watch is None:
+            self._watch = Watch(self.bootstrap, self.topics, self.query_id, self.children)
+        return self._watch
+
     def follow_commits(self) -> None:
-        """Collect the metrics of committed batches (with rows) as they arrive."""
-        if self._tail is None:
-            self._tail = Tail(self.bootstrap, {self.topics["metrics"]: TaskMetrics},
-                              from_beginning=True)
-        for _topic, m in self._tail.poll(0.3):
-            assert isinstance(m, TaskMetrics)
-            if m.batch_id >= 0 and m.input_rows > 0:
-                self.commits.append(m)
+        """Read what arrived; fail if a process the test did not stop has died."""
+        self.watch.consume(0.3)
+
+    @property
+    def commits(self) -> list[TaskMetrics]:
+        """The committed batches with rows seen so far, of any instance."""
+        return self.watch.commits()
 
     def committed_after(self, at_ms: int, instance: str | None = None) -> TaskMetrics | None:
         return next((m for m in self.commits if m.batch_start_ms > at_ms
@@ -145,7 +147,6 @@ class FaultBed:
                           instance: str | None = None) -> TaskMetrics:
         def seen() -> bool:
             self.follow_commits()
-            self.assert_alive()
             return self.committed_after(at_ms, instance) is not None
         try:
             until(seen, timeout_s, what)
@@ -223,9 +224,12 @@ class FaultBed:
             for child in self.children if child.name.startswith("job"))
 
     def assert_alive(self, *names: str) -> None:
-        for child in self.children:
-            if (not names or child.name in names) and child.process.returncode is None:
-                assert child.alive(), f"{child.name} died:\n{child.log_tail()}"
+        assert_running([c for c in self.children if not names or c.name in names])
+
+    def processes_alive(self) -> bool:
+        """True, or a failure naming the process that died, with its log (for `holds`)."""
+        self.assert_alive()
+        return True
 
     def finish_and_check(self) -> None:
         """Stop the load, let the job close every window, check the output exactly."""
@@ -245,8 +249,8 @@ class FaultBed:
     def close(self) -> None:
         self._stop_load.set()
         stop_all(self.children)
-        if self._tail is not None:
-            self._tail.close()
+        if self._watch is not None:
+            self._watch.close()
 
 
 def now_ms() -> int:

@@ -35,3 +35,16 @@ def until(condition: Callable[[], T | None], timeout_s: float, what: str,
         logs = "".join(f"\n--- {c.name}\n{c.log_tail(15)}" for c in alive)
         raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{logs}")
     return found
+
+
+def holds(condition: Callable[[], object], for_s: float, what: str,
+          interval_s: float = 0.5) -> None:
+    """Check that `condition` stays truthy for `for_s` seconds (something that must not
+    happen within a bound the test derives from a setting); fail naming `what` the moment it
+    does not."""
+    end = time.monotonic() + for_s
+    while True:
+        assert condition(), f"no longer true: {what}"
+        if time.monotonic() >= end:
+            return
+        time.sleep(min(interval_s, max(0.0, end - time.monotonic())))

@@ -7,7 +7,7 @@ identity differs would misread it — another query's offsets, state of another 
 stops with a `CheckpointMismatch` saying what differs and what to do, before Spark starts. A
 checkpoint from before identities were recorded is adopted (its identity written) unless what
 it holds contradicts the job (state in it, and a job that keeps none). Neighbours: `job`
-(claims the checkpoint at start-up), `config` (where the checkpoint is).
+(claims the checkpoint at start-up, where the options put it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from streaming_jobs.api import Job
-from streaming_jobs.config import ConfigError, JobConfig
+from streaming_jobs.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class CheckpointMismatch(ConfigError):
 
 
 @dataclass(frozen=True)
-class Identity:
+class CheckpointIdentity:
     query_id: str
     job: str
     stateful: bool
@@ -38,41 +38,43 @@ class Identity:
     output_mode: str
 
     @classmethod
-    def of(cls, config: JobConfig, job: Job) -> Identity:
-        return cls(config.query_id, job.name, job.stateful, job.state_version, job.output_mode)
+    def of(cls, query_id: str, job: Job) -> CheckpointIdentity:
+        return cls(query_id, job.name, job.stateful, job.state_version, job.output_mode)
 
 
 def identity_path(checkpoint_dir: str) -> Path:
     return Path(checkpoint_dir.rstrip("/") + ".job.json")
 
 
-def claim_checkpoint(config: JobConfig, job: Job) -> Identity:
-    """Check the checkpoint is this job's (or new, or from before identities) and record it."""
-    mine = Identity.of(config, job)
-    path = identity_path(config.checkpoint_dir)
+def claim_checkpoint(checkpoint_dir: str, query_id: str, job: Job) -> CheckpointIdentity:
+    """Check the checkpoint is query `query_id`'s of `job` (or new, or from before identities)
+    and record it."""
+    mine = CheckpointIdentity.of(query_id, job)
+    path = identity_path(checkpoint_dir)
     recorded = _read(path)
     if recorded is not None:
         problem = mismatch(recorded, mine)
         if problem:
             raise CheckpointMismatch(
-                f"the checkpoint {config.checkpoint_dir} {problem}; start with another "
+                f"the checkpoint {checkpoint_dir} {problem}; start with another "
                 f"--checkpoint-dir (or --query-id, which names a new one), or delete the "
                 f"checkpoint and {path.name} to start afresh")
         return mine
-    checkpoint = Path(config.checkpoint_dir)
+    checkpoint = Path(checkpoint_dir)
     if (checkpoint / "state").is_dir() and not job.stateful:
         raise CheckpointMismatch(
-            f"the checkpoint {config.checkpoint_dir} holds state, but job {job.name!r} keeps "
+            f"the checkpoint {checkpoint_dir} holds state, but job {job.name!r} "
+            "keeps "
             "none: it was written by another plan; start with another --checkpoint-dir")
     if (checkpoint / "metadata").is_file():
         log.warning("checkpoint %s has no identity yet (written before %s existed): adopting "
-                    "it for query %s of job %s", config.checkpoint_dir, path.name,
+                    "it for query %s of job %s", checkpoint_dir, path.name,
                     mine.query_id, mine.job)
     _write(path, mine)
     return mine
 
 
-def mismatch(recorded: Identity, mine: Identity) -> str | None:
+def mismatch(recorded: CheckpointIdentity, mine: CheckpointIdentity) -> str | None:
     """What makes `recorded`'s checkpoint not `mine`, in words (None: it is mine)."""
     if recorded.query_id != mine.query_id:
         return (f"belongs to query {recorded.query_id!r} (job {recorded.job!r}), not "
@@ -92,10 +94,10 @@ def mismatch(recorded: Identity, mine: Identity) -> str | None:
     return None
 
 
-def _read(path: Path) -> Identity | None:
+def _read(path: Path) -> CheckpointIdentity | None:
     try:
         data = json.loads(path.read_text())
-        return Identity(**{k: data[k] for k in Identity.__dataclass_fields__})
+        return CheckpointIdentity(**{k: data[k] for k in CheckpointIdentity.__dataclass_fields__})
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -103,7 +105,7 @@ def _read(path: Path) -> Identity | None:
                                  "checkpoint belongs to: restore it or remove it") from exc
 
 
-def _write(path: Path, identity: Identity) -> None:
+def _write(path: Path, identity: CheckpointIdentity) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as out:

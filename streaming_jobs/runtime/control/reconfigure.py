@@ -19,12 +19,8 @@ from dataclasses import dataclass
 from streaming_jobs.errors import ChangeFailed, RequestRefused
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
 from streaming_jobs.runtime.checkpoint.retention import InputDeleted
-from streaming_jobs.runtime.control.parameters import (
-    READ_BY_TASKS,
-    Apply,
-    DesiredState,
-    apply_path,
-)
+from streaming_jobs.runtime.desired.parameters import READ_BY_TASKS, Apply, apply_path
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.ports import Commit, QueryControl
 
 log = logging.getLogger(__name__)

@@ -22,16 +22,15 @@ from typing import Protocol
 from schemas import auth
 from schemas.codec import DecodeError
 from schemas.records import Ack, ControlTuple, Outcome
-from streaming_jobs.runtime.control.parameters import (
+from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
+from streaming_jobs.runtime.desired.parameters import (
     REGISTRY,
     TOPIC_PARAMETERS,
     BadValue,
-    DesiredState,
     Limits,
-    render,
     with_value,
 )
-from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
+from streaming_jobs.runtime.desired.state import DesiredState, render
 
 log = logging.getLogger(__name__)
 

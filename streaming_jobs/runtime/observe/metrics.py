@@ -42,7 +42,7 @@ class RunContext:
     max_offsets_per_trigger: int = 0
     """The source's per-batch record cap (0: unbounded); the controller sizes with it."""
     scaling_parameter: str = knobs.INPUT_PARALLELISM
-    """The knob the plan's capacity grows with (`plans.JobPlan.scaling_parameter`)."""
+    """The knob the plan's capacity grows with (`runtime.query.plan.Plan.scaling_parameter`)."""
     max_state_partitions: int = 0
     """The highest state_partitions a control tuple may set."""
     executor_cores: int = 0

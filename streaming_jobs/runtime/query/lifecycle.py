@@ -30,7 +30,7 @@ from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.checkpoint.retention import Deleted, InputDeleted, sentence
 from streaming_jobs.runtime.checkpoint.state_repartition import StateRepartitionError
-from streaming_jobs.runtime.control.parameters import DesiredState, is_request
+from streaming_jobs.runtime.desired.state import DesiredState, is_request
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.observe.metrics import RunContext, timestamp_ms
 from streaming_jobs.runtime.ports import Commit
@@ -85,15 +85,16 @@ class ElasticQuery:
         self._plan = plan
         self._executors = executors
         self.inputs = inputs
-        self._desired = desired or DesiredState.from_config(config)
+        self._desired = desired or config.initial_state()
         owns = ownership
         self.gate = BatchGate(None if owns is None else lambda: owns(self._desired.epoch))
-        self.sink = transactional_sink(self.gate, config.bootstrap_servers, config.query_id,
+        self.sink = transactional_sink(self.gate, config.bootstrap_servers,
+                                       config.identity.query_id,
                                        self._desired.output_topic, plan.job.output,
                                        security=config.kafka_security,
                                        batch_properties=self._batch_properties,
-                                       dead_letter_topic=config.dlq_topic,
-                                       max_record_bytes=config.max_record_bytes)
+                                       dead_letter_topic=config.topics.dlq_topic,
+                                       max_record_bytes=config.bounds.max_record_bytes)
         self._contexts: dict[str, RunContext] = {}
         self._on_input_deleted = on_input_deleted
         self._lost: dict[tuple[str, int], Deleted] = {}
@@ -134,9 +135,9 @@ class ElasticQuery:
         state_note = None
         if self._plan.stateful:
             state_note = state_partitions.align(
-                self._spark, self._config.checkpoint_dir, desired.state_partitions,
+                self._spark, self._config.storage.checkpoint_dir, desired.state_partitions,
                 last_admitted=self.gate.last_admitted, seen_commit=seen_commit,
-                max_partitions=self._config.max_state_partitions)
+                max_partitions=self._config.bounds.max_state_partitions)
         source, input_note = self.inputs.for_start(
             desired.input_topic, desired.output_topic, last_admitted=self.gate.last_admitted,
             seen_commit=seen_commit)
@@ -145,12 +146,12 @@ class ElasticQuery:
         self._desired = desired
         self.sink.retarget(desired.output_topic)
         with source_evolution(self._spark, source.name is not None):
-            df = self._plan.build(self._spark, effective_config(self._config, desired),
+            df = self._plan.build(self._spark, self._config, desired,
                                   DeadLetterFactory(self._config.bootstrap_servers,
-                                                    self._config.dlq_topic,
+                                                    self._config.topics.dlq_topic,
                                                     self._config.kafka_security,
-                                                    self._config.query_id,
-                                                    self._config.max_record_bytes), source)
+                                                    self._config.identity.query_id,
+                                                    self._config.bounds.max_record_bytes), source)
             self._python_steps = worker_pool.python_steps(df)
             self.gate.open()
             self._query = self._write(df)
@@ -166,7 +167,7 @@ class ElasticQuery:
         if not found:
             self._halted = None
             return source
-        text = sentence(self._config.query_id, found, self._config.on_data_loss)
+        text = sentence(self._config.identity.query_id, found, self._config.on_data_loss)
         new = [d for d in found if self._lost.get((d.topic, d.partition)) != d]
         if new:
             log.error("%s", text)
@@ -195,7 +196,7 @@ class ElasticQuery:
         try:
             return self.start(desired)
         except StateRepartitionError as exc:
-            kept = state_partitions.current(self._config.checkpoint_dir)
+            kept = state_partitions.current(self._config.storage.checkpoint_dir)
             log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
                       kept)
             return self.start(replace(desired, state_partitions=kept
@@ -218,22 +219,21 @@ class ElasticQuery:
 
     def warm_up(self) -> str:
         """Run the plan with the desired state in force once, into nothing (`warm_up`)."""
-        return warm_up.run_once(self._spark, self._plan, self._config.query_id,
-                                effective_config(self._config, self._desired))
+        return warm_up.run_once(self._spark, self._plan, self._config, self._desired)
 
     def _write(self, df: DataFrame) -> StreamingQuery:
         c = self._config
-        return (df.writeStream.queryName(c.query_id).outputMode(self._plan.output_mode)
-                .foreachBatch(self.sink).option("checkpointLocation", c.checkpoint_dir)
-                .trigger(processingTime=f"{int(c.trigger_interval_s * 1000)} milliseconds")
+        return (df.writeStream.queryName(c.identity.query_id).outputMode(self._plan.output_mode)
+                .foreachBatch(self.sink).option("checkpointLocation", c.storage.checkpoint_dir)
+                .trigger(processingTime=f"{int(c.timing.trigger_interval_s * 1000)} milliseconds")
                 .start())
 
     def drain_input(self, topic: str) -> str:
         """Keep running until the input topic is drained, before a switch to `topic`; raises
         `SwitchRefused` (nothing changed) when it is not within the configured time."""
         return self.inputs.drain(topic, self._desired.output_topic,
-                                 self._config.input_drain_quiet_s,
-                                 self._config.input_drain_timeout_s)
+                                 self._config.timing.input_drain_quiet_s,
+                                 self._config.timing.input_drain_timeout_s)
 
     def take_ownership(self) -> CommitMarker | None:
         """Fence every other instance's sink now (a promotion); the last committed marker."""
@@ -288,7 +288,7 @@ class ElasticQuery:
         if self._executors is not None and is_request(knobs.EXECUTORS, desired.executors):
             self._executors.request_total(desired.executors)
             log.info("requested %d executors for query %s", desired.executors,
-                     self._config.query_id)
+                     self._config.identity.query_id)
 
     def release_surplus_executors(self, timeout_s: float, keep: int | None = None) -> int:
         """Kill executors registered beyond the desired count (or `keep`), at a batch
@@ -334,7 +334,7 @@ class ElasticQuery:
         failure = self.failure()
         if failure is not None:
             log.error("query %s had failed before it was stopped: %s",
-                      self._config.query_id, failure)
+                      self._config.identity.query_id, failure)
         return drained
 
     def failure(self) -> str | None:
@@ -371,24 +371,26 @@ class ElasticQuery:
 
     def task_slots(self) -> int:
         """Tasks the cluster runs at once: local[N]'s N, else the executors' cores."""
-        return self._executors.task_slots() if self._executors else self._config.task_slots
+        return self._executors.task_slots() if self._executors else self._config.spark.task_slots
 
     def context(self, desired: DesiredState) -> RunContext:
         """What the metrics of a run with `desired` are labelled with."""
         c = self._config
         return RunContext(
-            query_id=c.query_id, instance_id=c.instance_id, config_epoch=desired.epoch,
+            query_id=c.identity.query_id, instance_id=c.identity.instance_id,
+            config_epoch=desired.epoch,
             input_parallelism=desired.input_parallelism,
             state_partitions=desired.state_partitions, task_slots=self.task_slots(),
-            trigger_interval_ms=int(c.trigger_interval_s * 1000),
+            trigger_interval_ms=int(c.timing.trigger_interval_s * 1000),
             source_topics=(desired.input_topic,), sink_topics=(desired.output_topic,),
             max_offsets_per_trigger=desired.max_offsets_per_trigger,
             scaling_parameter=self._plan.scaling_parameter,
-            max_state_partitions=c.max_state_partitions if self._plan.stateful else 0,
+            max_state_partitions=c.bounds.max_state_partitions if self._plan.stateful else 0,
             # Executors can be requested only from a cluster manager (parameters.REGISTRY).
-            executor_cores=c.executor_cores if self._executors else 0,
-            max_executors=c.max_executors if self._executors else 0,
-            beat_interval_ms=int(c.beat_interval_s * 1000), metrics_address=c.metrics_address,
+            executor_cores=c.spark.executor_cores if self._executors else 0,
+            max_executors=c.bounds.max_executors if self._executors else 0,
+            beat_interval_ms=int(c.timing.beat_interval_s * 1000),
+            metrics_address=c.endpoint.address,
             halted=self._halted or "", lost_ranges=tuple(
                 SourcePartition(d.topic, d.partition, d.next_offset, d.log_start, d.log_end)
                 for _key, d in sorted(self._lost.items())))
@@ -404,7 +406,7 @@ class ElasticQuery:
             self._on_idle(self._live(context), timestamp_ms(timestamp))
 
     def _progress(self, progress: StreamingQueryProgress) -> None:
-        if progress.name != self._config.query_id:
+        if progress.name != self._config.identity.query_id:
             return
         run_id = str(progress.runId)
         start_ms = timestamp_ms(progress.timestamp)
@@ -422,11 +424,3 @@ class ElasticQuery:
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
-
-def effective_config(config: JobConfig, desired: DesiredState) -> JobConfig:
-    """The start-up config with the desired state's values: what the plan is built from."""
-    return replace(config, input_parallelism=desired.input_parallelism,
-                   state_partitions=desired.state_partitions,
-                   max_offsets_per_trigger=desired.max_offsets_per_trigger,
-                   shed_fraction=desired.shed_fraction, udf_version=desired.udf_version,
-                   input_topic=desired.input_topic, output_topic=desired.output_topic)

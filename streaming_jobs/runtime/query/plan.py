@@ -10,16 +10,17 @@ Neighbours: `lifecycle` (builds a plan for every run), `warm_up`, `sink` (the en
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from schemas import knobs
 from schemas.knobs import STATE_PARTITIONS
 from streaming_jobs.api import Job, JobContext
-from streaming_jobs.config import ConfigError, JobConfig
+from streaming_jobs.config import ConfigError, JobConfig, changed
 from streaming_jobs.formats import types
 from streaming_jobs.per_batch import BatchValues, SwappableFunction
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep
 from streaming_jobs.runtime.query.input import decoded as decode_step
 from streaming_jobs.runtime.query.source import read_kafka
@@ -60,27 +61,27 @@ class Plan:
     def udf_versions(self) -> tuple[str, ...]:
         return tuple(self.job.functions)
 
-    def context(self, config: JobConfig) -> JobContext:
-        """What the builder learns of the run `config` (the values in force) describes."""
-        version = config.udf_version
+    def context(self, config: JobConfig, desired: DesiredState) -> JobContext:
+        """What the builder learns of the run: the knobs in force (`desired`), its settings."""
+        version = desired.udf_version
         return JobContext(
-            query_id=config.query_id, input_parallelism=config.input_parallelism,
-            state_partitions=config.state_partitions,
-            max_offsets_per_trigger=config.max_offsets_per_trigger,
+            query_id=config.identity.query_id, input_parallelism=desired.input_parallelism,
+            state_partitions=desired.state_partitions,
+            max_offsets_per_trigger=desired.max_offsets_per_trigger,
             function_version=version,
             function=SwappableFunction(self.job.functions, version) if self.job.functions
             else None,
             settings=config.settings_map)
 
-    def build(self, spark: SparkSession, config: JobConfig,
+    def build(self, spark: SparkSession, config: JobConfig, desired: DesiredState,
               dead_letters: Callable[[], DeadLetterSink], source: KafkaInput | None = None,
               ) -> DataFrame:
-        """The job's output rows for a run with `config` (the values in force), checked."""
-        raw = read_kafka(spark, config, source)
-        records = decode_step(raw, self._input_step(spark, config, dead_letters),
+        """The job's output rows for a run with the knobs of `desired`, checked."""
+        raw = read_kafka(spark, config.spark_kafka_options, desired, source)
+        records = decode_step(raw, self._input_step(spark, config, desired, dead_letters),
                               self._decoded_schema(with_flags=True))
         try:
-            output = self.job.build(spark, records, self.context(config))
+            output = self.job.build(spark, records, self.context(config, desired))
         except Exception as exc:
             raise PlanError(f"job {self.name!r}: its builder failed: {type(exc).__name__}: "
                             f"{_first_line(exc)}") from exc
@@ -103,7 +104,7 @@ class Plan:
                             f"({', '.join(output.columns) or 'none'}) do not fit its output, "
                             f"{self.job.output.describe()}: " + "; ".join(problems))
 
-    def _input_step(self, spark: SparkSession, config: JobConfig,
+    def _input_step(self, spark: SparkSession, config: JobConfig, desired: DesiredState,
                     dead_letters: Callable[[], DeadLetterSink]) -> InputStep:
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -113,7 +114,7 @@ class Plan:
             columns=tuple(f.name for f in self.job.input.fields()),
             arrow_schema=to_arrow_schema(self._decoded_schema(with_flags=True),
                                          timezone=timezone),
-            built_with=BatchValues(config.shed_fraction, config.udf_version),
+            built_with=BatchValues(desired.shed_fraction, desired.udf_version),
             low_priority=self.job.low_priority,
             settings=config.settings, kafka_metadata=self.job.kafka_metadata)
 
@@ -148,9 +149,9 @@ def check_plan(job: Job, config: JobConfig) -> str:
     from streaming_jobs.runtime.query.input import DiscardDeadLetters
     from streaming_jobs.runtime.query.session import build_session
 
-    spark = build_session(replace(config, task_slots=2), worker_path(job))
+    spark = build_session(changed(config, task_slots=2), worker_path(job))
     try:
-        output = Plan(job).build(spark, config, DiscardDeadLetters())
+        output = Plan(job).build(spark, config, config.initial_state(), DiscardDeadLetters())
         columns = ", ".join(f"{f.name} {f.dataType.simpleString()}"
                             for f in output.schema.fields)
     finally:

@@ -114,20 +114,20 @@ def cluster_settings(config: JobConfig) -> dict[str, str]:
     server. The project's Python packages do not: the executors' interpreter must have them
     installed (the compose workers run the project image; on this machine the venv does).
     """
-    if config.local:
+    if config.spark.local:
         return {}
     settings = {
-        "spark.executor.cores": str(config.executor_cores),
-        "spark.executor.memory": f"{config.executor_memory_mb}m",
+        "spark.executor.cores": str(config.spark.executor_cores),
+        "spark.executor.memory": f"{config.spark.executor_memory_mb}m",
         # The controller's requests are the only ones: Spark's allocation manager would undo
         # them, and Spark refuses to kill executors on request while it runs.
         "spark.dynamicAllocation.enabled": "false",
         # Standalone grants an application every free core up to this: never more than the
         # job may request.
-        "spark.cores.max": str(config.max_executors * config.executor_cores),
+        "spark.cores.max": str(config.bounds.max_executors * config.spark.executor_cores),
     }
-    if config.spark_driver_host:
-        settings["spark.driver.host"] = config.spark_driver_host
+    if config.spark.spark_driver_host:
+        settings["spark.driver.host"] = config.spark.spark_driver_host
     return settings
 SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
 
@@ -154,22 +154,22 @@ def source_evolution(spark: SparkSession, enabled: bool) -> Iterator[None]:
 
 def build_session(config: JobConfig, job_path: str | None = None) -> SparkSession:
     prepare_environment(job_path)
-    builder = (SparkSession.builder.master(config.master)
-               .appName(f"streamctl-{config.query_id}")
+    builder = (SparkSession.builder.master(config.spark.master)
+               .appName(f"streamctl-{config.identity.query_id}")
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", str(config.state_partitions))
+               .config("spark.sql.shuffle.partitions", str(config.knobs.state_partitions))
                # Spark's console progress bar and INFO logs would bury the job's own log lines.
                .config("spark.ui.showConsoleProgress", "false")
                # An idle query's progress events are its heartbeats (`metrics.heartbeat`):
                # at the pace a standby heartbeats, so the controller sees both roles alike.
                .config("spark.sql.streaming.noDataProgressEventInterval",
-                       f"{int(config.heartbeat_interval_s * 1000)}ms")
+                       f"{int(config.timing.heartbeat_interval_s * 1000)}ms")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                # Each Python worker's collection after a task walks only what is new.
                .config("spark.python.daemon.module", PYTHON_DAEMON))
-    if config.jar_list:
-        builder = builder.config("spark.jars", ",".join(config.jar_list))
-    for key, value in {**STATE_STORE_SETTINGS, **checkpoint_settings(config.checkpoint_dir),
+    if config.spark.jar_list:
+        builder = builder.config("spark.jars", ",".join(config.spark.jar_list))
+    for key, value in {**STATE_STORE_SETTINGS, **checkpoint_settings(config.storage.checkpoint_dir),
                        **cluster_settings(config)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -243,4 +243,4 @@ def executors_for(spark: SparkSession, config: JobConfig) -> SparkExecutors | No
     """None in local mode, where there are no executors to request."""
     if str(spark.sparkContext.master).startswith("local"):
         return None
-    return SparkExecutors(spark, config.executor_cores)
+    return SparkExecutors(spark, config.spark.executor_cores)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.query.input import DiscardDeadLetters
 
 if TYPE_CHECKING:
@@ -30,16 +31,17 @@ TIMEOUT_S = 180.0
 """Longest warm-up (a loaded 2-core machine took 50-70 s)."""
 
 
-def run_once(spark: SparkSession, plan: Plan, query_id: str, config: JobConfig,
+def run_once(spark: SparkSession, plan: Plan, config: JobConfig, desired: DesiredState,
              timeout_s: float = TIMEOUT_S) -> str:
-    """Run `plan` with `config` until its first batch is done (or there is no input, or the
-    time is up); returns what it did, for the log."""
+    """Run `plan` with the knobs of `desired` until its first batch is done (or there is no
+    input, or the time is up); returns what it did, for the log."""
+    query_id = config.identity.query_id
     def discard(batch_df: DataFrame, _batch_id: int) -> None:
         plan.job.output.encode(batch_df).toArrow()
 
     scratch = tempfile.mkdtemp(prefix=f"streamctl-warm-up-{query_id}-")
     started = time.monotonic()
-    query = (plan.build(spark, replace(config, max_offsets_per_trigger=RECORDS),
+    query = (plan.build(spark, config, replace(desired, max_offsets_per_trigger=RECORDS),
                         DiscardDeadLetters()).writeStream
              .queryName(f"{query_id}-warm-up").outputMode(plan.output_mode)
              .foreachBatch(discard).option("checkpointLocation", scratch)

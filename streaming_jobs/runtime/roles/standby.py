@@ -35,9 +35,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from schemas.records import ControlTuple, Role, TaskMetrics
-from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.control.parameters import ROLE_PARAMETER, DesiredState
+from streaming_jobs.config import Identity
 from streaming_jobs.runtime.control.reconfigure import Applied, RestartFailed, first_commit
+from streaming_jobs.runtime.desired.parameters import ROLE_PARAMETER
+from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.observe.metrics import heartbeat
 from streaming_jobs.runtime.ports import QueryControl
 
@@ -48,33 +49,36 @@ STEP_DOWN_TIMEOUT_S = 10.0
 transaction is fenced by the new active), so it ends quickly; the stop interrupts it after."""
 
 
-def initial_role(config: JobConfig, desired: DesiredState) -> Role:
+def initial_role(identity: Identity, desired: DesiredState) -> Role:
     """After a failover the instance named beside the checkpoint is active, whatever the
     options say (a restarted former active comes back as a standby); before one, `role`."""
     if desired.active_instance:
-        return Role.ACTIVE if desired.active_instance == config.instance_id else Role.STANDBY
-    return Role.ACTIVE if config.role == "active" else Role.STANDBY
+        named = desired.active_instance == identity.instance_id
+        return Role.ACTIVE if named else Role.STANDBY
+    return Role.ACTIVE if identity.role == "active" else Role.STANDBY
 
 
 class Instance:
     """The role of this process for its query; methods are called under the job's lock."""
 
-    def __init__(self, config: JobConfig, query: QueryControl, role: Role,
+    def __init__(self, identity: Identity, query: QueryControl, role: Role,
                  clock_ms: Callable[[], int] | None = None) -> None:
-        self._config, self._query, self.role = config, query, role
+        self._identity, self._query, self.role = identity, query, role
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
     def answers(self, tuple_: ControlTuple) -> bool:
         """The active answers every tuple of its query; a standby only one that promotes it
         (the active acks the rest, and a standby takes the state in force when promoted)."""
         return self.role is Role.ACTIVE or (tuple_.parameter == ROLE_PARAMETER
-                                            and tuple_.value.strip() == self._config.instance_id)
+                                            and tuple_.value.strip()
+                                            == self._identity.instance_id)
 
     def view(self, shared: DesiredState) -> DesiredState:
         """The desired state as the protocol sees it from here. A standby named in the shared
         file (its promotion failed) runs nothing, so for it nobody is active yet: a tuple
         naming it again is a change, which promotes it, not a re-assertion."""
-        if self.role is Role.STANDBY and shared.active_instance == self._config.instance_id:
+        me = self._identity.instance_id
+        if self.role is Role.STANDBY and shared.active_instance == me:
             return replace(shared, active_instance="")
         return shared
 
@@ -95,7 +99,7 @@ class Instance:
                     persist: Callable[[DesiredState], None]) -> Applied:
         """Apply an `active_instance` change: promote this instance, step it down, or (it is
         active already) take the new epoch."""
-        me = self._config.instance_id
+        me = self._identity.instance_id
         if desired.active_instance != me:
             if self.role is Role.STANDBY:  # it stepped down already (its gate or its look)
                 return Applied(0, f"{me} is a standby; {desired.active_instance} is active at "
@@ -119,7 +123,8 @@ class Instance:
             first = first_commit(self._query, run_id)
         except Exception as exc:
             self._query.quiesce_and_stop(STEP_DOWN_TIMEOUT_S)
-            raise RestartFailed(f"promotion failed ({exc}); {self._config.instance_id} stays "
+            raise RestartFailed(f"promotion failed ({exc}); {self._identity.instance_id} "
+                                "stays "
                                 "a standby") from exc
         self.role = Role.ACTIVE
         done_ms = first.end_ms if first else self._clock_ms()
@@ -128,7 +133,7 @@ class Instance:
         last = (f"batch {marker.batch_id} last committed" if marker is not None
                 else "nothing committed before")
         return Applied(pause_ms=max(0, done_ms - began_ms), detail=(
-            f"promoted {self._config.instance_id} to active at epoch {desired.epoch}: "
+            f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "
             f"former active fenced in {fenced_ms - began_ms} ms ({last}), query started from "
             f"the shared checkpoint, {resumed}; in force: {_settings(desired)}"))
 
@@ -136,11 +141,11 @@ class Instance:
         """Stop the query without starting another batch and become a standby."""
         began_ms = self._clock_ms()
         log.warning("%s steps down: %s; stopping the query, writing nothing more",
-                    self._config.instance_id, reason)
+                    self._identity.instance_id, reason)
         self._query.quiesce_and_stop(STEP_DOWN_TIMEOUT_S)
         self.role = Role.STANDBY
         stopped_ms = self._clock_ms() - began_ms
-        return Applied(pause_ms=0, detail=f"{self._config.instance_id} stepped down in "
+        return Applied(pause_ms=0, detail=f"{self._identity.instance_id} stepped down in "
                                           f"{stopped_ms} ms: {reason}")
 
 

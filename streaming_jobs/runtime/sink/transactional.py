@@ -18,12 +18,13 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from schemas import topics
 from schemas.codec import codec_for
 from schemas.records import CommitMarker
 from streaming_jobs.errors import Fenced, TemporaryError, UserError
 from streaming_jobs.runtime.sink.dead_letter import Rejected
 
-DEFAULT_MARKER_TOPIC = "streamctl.sink-markers"
+DEFAULT_MARKER_TOPIC = topics.SINK_MARKERS
 """Compacted, keyed by query id; shared by every query of a cluster (see `read_last_marker`)."""
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 """The largest record a job writes by default: librdkafka's own `message.max.bytes`, under

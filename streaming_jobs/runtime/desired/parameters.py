@@ -1,0 +1,235 @@
+"""The registry of parameters a control tuple may set: the one place a knob's value is checked.
+
+Owns, per parameter: how its value text is parsed and bounded (`Limits`, from `JobConfig` and
+what the runtime knows), whether it can be changed in this deployment at all, and whether
+applying it needs a restart of the query or only a swap at a batch boundary. The options'
+starting values pass the same checks (`start_problems`) as a tuple's value. Pure: no Spark,
+Kafka or clock. Readers: the job's settings (`config`, before Spark starts), the control
+protocol (`runtime.control`: tuples, the shared state, the reconfiguration path).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from schemas import knobs
+from streaming_jobs.errors import RequestRefused
+from streaming_jobs.runtime.desired.state import DesiredState, Value, is_request, render
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds a parameter's value in this job, as of the tuple being evaluated."""
+
+    task_slots: int
+    max_state_partitions: int
+    max_offsets_per_trigger: int
+    max_shed_fraction: float
+    udf_versions: tuple[str, ...]
+    max_executors: int
+    master: str
+    """Spark master URL ('local[16]', 'spark://host:7077', ...)."""
+    existing_topics: frozenset[str] = frozenset()
+    """Topics known to exist; the control loop fills it for topic parameters."""
+    unsupported: tuple[tuple[str, str], ...] = ()
+    """(parameter, reason) for parameters the job or its checkpoint rules out (a stateless
+    job's state partitions, a job without function versions, a checkpoint from before named
+    sources)."""
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+    @property
+    def task_slots_bound(self) -> str:
+        """What sets `task_slots`, in the words of the options."""
+        return "task_slots" if self.local else "max_executors x executor_cores on a cluster"
+
+
+class Apply(Enum):
+    """How a change takes effect at the batch boundary."""
+
+    RESTART = "restart"
+    """Quiesce, stop, restart the query from its checkpoint with the new plan."""
+    SWAP = "swap"
+    """Hold new batches at the gate, swap a setting the running query reads per batch."""
+    ROLE = "role"
+    """Promote this instance (start the query from the shared checkpoint) or step it down
+    (stop the query, become a standby): `standby`."""
+
+
+class BadValue(RequestRefused, ValueError):
+    """The value text cannot be parsed or is out of bounds; the message says what is allowed."""
+
+
+Parser = Callable[[str, Limits], Value]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    parse: Parser
+    apply: Apply
+    availability: Callable[[Limits], str | None] = lambda _limits: None
+    """Why this parameter cannot be changed in this deployment, or None."""
+
+    def unavailable(self, limits: Limits) -> str | None:
+        """Why it cannot be changed here: the deployment (`availability`) or the job and its
+        checkpoint (`Limits.unsupported`); None when it can."""
+        return self.availability(limits) or dict(limits.unsupported).get(self.name)
+
+
+def _int_in(low: Callable[[Limits], int], high: Callable[[Limits], int],
+            bound: Callable[[Limits], str]) -> Parser:
+    def parse(text: str, limits: Limits) -> int:
+        lo, hi = low(limits), high(limits)
+        text = text.strip()
+        if not re.fullmatch(r"[+-]?\d+", text) or not lo <= int(text) <= hi:
+            raise BadValue(f"expected an integer in [{lo}, {hi}] ({bound(limits)})")
+        return int(text)
+    return parse
+
+
+def _named(bound: str) -> Callable[[Limits], str]:
+    return lambda _limits: bound
+
+
+def _fraction(text: str, limits: Limits) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= limits.max_shed_fraction:  # False for NaN
+        raise BadValue(f"expected a number in [0, {limits.max_shed_fraction:g}] "
+                       "(max_shed_fraction)")
+    return value
+
+
+def _udf(text: str, limits: Limits) -> str:
+    if text.strip() not in limits.udf_versions:
+        raise BadValue(f"expected a registered version: {', '.join(limits.udf_versions)}")
+    return text.strip()
+
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topic(text: str, limits: Limits) -> str:
+    name = text.strip()
+    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise BadValue("expected a Kafka topic name (1-249 of [A-Za-z0-9._-])")
+    if name not in limits.existing_topics:
+        raise BadValue(f"topic {name!r} does not exist; create it first")
+    return name
+
+
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+
+
+def _instance(text: str, _limits: Limits) -> str:
+    name = text.strip()
+    if not _INSTANCE_ID.fullmatch(name):
+        raise BadValue("expected an instance id (1-200 of [A-Za-z0-9._:@-])")
+    return name
+
+
+def _cluster_only(limits: Limits) -> str | None:
+    if limits.local:
+        return (f"executors can only be changed on a cluster manager; this job runs "
+                f"{limits.master}")
+    return None
+
+
+def _one(_limits: Limits) -> int:
+    return 1
+
+
+REGISTRY: dict[str, Parameter] = {p.name: p for p in (
+    Parameter(knobs.INPUT_PARALLELISM,
+              _int_in(_one, lambda lim: lim.task_slots, lambda lim: lim.task_slots_bound),
+              Apply.RESTART),
+    Parameter(knobs.MAX_OFFSETS_PER_TRIGGER,
+              _int_in(_one, lambda lim: lim.max_offsets_per_trigger,
+                      _named("max_offsets_per_trigger_limit")), Apply.RESTART),
+    Parameter(knobs.SHED_FRACTION, _fraction, Apply.SWAP),
+    Parameter(knobs.UDF_VERSION, _udf, Apply.SWAP),
+    Parameter(knobs.OUTPUT_TOPIC, _topic, Apply.SWAP),
+    Parameter(knobs.EXECUTORS,
+              _int_in(_one, lambda lim: lim.max_executors, _named("max_executors")),
+              Apply.SWAP, _cluster_only),
+    Parameter(knobs.STATE_PARTITIONS,
+              _int_in(_one, lambda lim: lim.max_state_partitions,
+                      _named("max_state_partitions")),
+              Apply.RESTART),
+    Parameter(knobs.INPUT_TOPIC, _topic, Apply.RESTART),
+    Parameter(knobs.ACTIVE_INSTANCE, _instance, Apply.ROLE),
+)}
+"""Every parameter a control tuple may name. Those read per batch swap at a batch boundary:
+the shed fraction and the function version (the tasks read them from the batch's local
+properties, `streaming_jobs.per_batch`), the sink's topic and the executor request (driver
+side). Those fixed in the plan Spark runs restart the query: the source's `minPartitions`
+(input parallelism) and its `maxOffsetsPerTrigger` (the Kafka source reads both once, when
+the query starts), the number of state partitions (fixed in the checkpoint) and the input
+topic (the source's subscription). Which instance runs the query is one value per query
+(every instance reads the same tuple), so a failover is desired state like the rest:
+idempotent, re-assertable, and stale below the epoch in force."""
+
+READ_BY_TASKS = frozenset({knobs.SHED_FRACTION, knobs.UDF_VERSION})
+"""Swapped values the Spark tasks run (the job's code: its function, its `low_priority`):
+whether they work is only known once a batch has run with them."""
+
+ROLE_PARAMETER = knobs.ACTIVE_INSTANCE
+
+TOPIC_PARAMETERS = knobs.TOPICS
+
+
+UNCHECKED_AT_START = TOPIC_PARAMETERS | {ROLE_PARAMETER}
+"""Parameters whose starting value is not checked: the topics' existence shows when they are
+used, and nobody is named active before a failover (values that request nothing,
+`is_request`, are not checked either)."""
+
+
+def start_problems(state: DesiredState, limits: Limits,
+                   unknown: frozenset[str] = frozenset()) -> list[str]:
+    """What is wrong with the starting values in `state`, each checked as a control tuple's
+    would be: out of bounds, or set where this deployment cannot change it. Parameters the job
+    or its checkpoint rule out keep their value unread; `unknown` are not known yet (a
+    function version before the job is loaded)."""
+    problems = []
+    for name, parameter in REGISTRY.items():
+        value = state.value(name)
+        if (name in UNCHECKED_AT_START | unknown or not is_request(name, value)
+                or name in dict(limits.unsupported)):
+            continue
+        reason = parameter.availability(limits)
+        try:
+            if reason is None:
+                parameter.parse(render(value), limits)
+        except BadValue as exc:
+            reason = str(exc)
+        if reason is not None:
+            problems.append(f"{name}={render(value)}: {reason}")
+    return problems
+
+
+def apply_path(old: DesiredState, new: DesiredState) -> Apply:
+    """ROLE if the active instance changes, else RESTART if any changed parameter needs it,
+    else SWAP."""
+    paths = {REGISTRY[n].apply for n in old.changed(new)}
+    for path in (Apply.ROLE, Apply.RESTART):
+        if path in paths:
+            return path
+    return Apply.SWAP
+
+
+def with_value(state: DesiredState, name: str, value: Value,
+               epoch: int | None = None) -> DesiredState:
+    """`state` with one parameter set (and the epoch, when given)."""
+    changes: dict[str, Value] = {name: value}
+    if epoch is not None:
+        changes["epoch"] = epoch
+    return replace(state, **changes)  # type: ignore[arg-type]  # registry parsers type values

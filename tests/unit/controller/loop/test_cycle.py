@@ -1,0 +1,218 @@
+"""The loop end to end on in-memory ports: send, wait for the ack, cool down, record."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from controller.core.model import QueryModel
+from controller.core.results import NotReady
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryMetricsSource,
+)
+from controller.loop.ports import NullObserver
+from controller.settings import ControllerSettings, PolicySettings
+from schemas import Ack, DecodeError, Outcome, TaskMetrics
+from tests.unit.controller.traces import Job, end_ms, simulate
+
+# 800/s into 2 units of 210/s, capped at 500 records a batch: backlogged, epoch 3 in force.
+OVERLOADED = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
+SETTINGS = ControllerSettings(policy=PolicySettings(cooldown_s=30), ack_timeout_s=20)
+
+
+class Recorder(NullObserver):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ...]] = []
+
+    def acked(self, query_id: str, outcome: str, pause_ms: int) -> None:
+        self.events.append(("ack", query_id, outcome))
+
+    def ack_timed_out(self, query_id: str) -> None:
+        self.events.append(("timeout", query_id))
+
+    def modelled(self, model: QueryModel, desired: int | None) -> None:
+        self.events.append(("modelled", model.query_id, str(desired)))
+
+
+class Harness:
+    def __init__(self, settings: ControllerSettings = SETTINGS) -> None:
+        self.bus, self.clock, self.observer = MemoryBus(), FakeClock(), Recorder()
+        self.decode_errors: list[DecodeError] = []
+        ports = Ports(
+            metrics=MemoryMetricsSource(self.bus.metrics, on_decode_error=self.decode_errors.append,
+                                        clock=self.clock),
+            control=MemoryControlSink(self.bus.control), acks=MemoryAckSource(self.bus.acks),
+            decisions=MemoryDecisionLog(self.bus.decisions), clock=self.clock,
+            observer=self.observer)
+        ids = iter(f"id-{n}" for n in range(1000))
+        self.loop = ControlLoop(settings, ports, new_id=lambda: next(ids))
+
+    def feed(self, trace: list[TaskMetrics], cycles: int = 1) -> None:
+        self.bus.publish_metrics(*trace)
+        self.clock.ms = end_ms(trace)
+        self.loop.run(max_cycles=cycles)
+
+    def ack(self, outcome: Outcome, epoch: int = 4) -> None:
+        control = self.bus.sent_controls()[-1]
+        self.bus.publish_ack(Ack(control.control_id, control.query_id, "i1", epoch, outcome,
+                                 "done", 1500, self.clock.now_ms()))
+
+
+def test_backlog_sends_one_tuple_then_waits_for_the_ack_and_cools_down() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    [control] = h.bus.sent_controls()
+    assert (control.query_id, control.operator_id, control.parameter) == (
+        "q1", "source", "input_parallelism")
+    assert int(control.value) > 2 and control.epoch == 4
+    assert control.issuer == "streamctl-controller" and "backlog" in control.reason
+    [decision] = h.bus.written_decisions()
+    assert (decision.action, decision.control_id, decision.dry_run) == (
+        "scale_up", control.control_id, False)
+    assert decision.target_value == control.value and decision.figures["arrival_rate"] > 700
+
+    h.feed(simulate(OVERLOADED, 10, start_s=30, first_batch=100), cycles=3)
+    assert len(h.bus.sent_controls()) == 1  # in flight: no second tuple
+
+    h.ack(Outcome.APPLIED)
+    h.loop.run(max_cycles=1)
+    assert ("ack", "q1", "APPLIED") in h.observer.events
+    assert h.bus.written_decisions()[-1].action == "ack_applied"
+
+    resized = replace(OVERLOADED, epoch=4, rates=[(0, 3000)])
+    h.feed(simulate(resized, 20, start_s=45, first_batch=200), cycles=3)
+    assert len(h.bus.sent_controls()) == 1  # cooling down
+
+    h.feed(simulate(resized, 30, start_s=65, first_batch=300))
+    second = h.bus.sent_controls()[-1]
+    assert len(h.bus.sent_controls()) == 2 and second.epoch == 5
+
+
+def test_metrics_from_before_the_change_are_ignored_after_the_ack() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    h.ack(Outcome.APPLIED)
+    h.feed(simulate(OVERLOADED, 30, start_s=30, first_batch=100))
+    assert h.loop.queries["q1"].verdict == NotReady(
+        "stabilising after a change to epoch 4: only 0 samples, need 4")
+
+
+def test_ack_timeout_is_recorded_and_the_next_epoch_skips_past_it() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    h.clock.advance(21)
+    h.loop.run(max_cycles=1)
+    assert ("timeout", "q1") in h.observer.events
+    assert h.bus.written_decisions()[-1].action == "ack_timeout"
+    assert h.loop.queries["q1"].state.in_flight is None
+    h.feed(simulate(OVERLOADED, 40, start_s=51, first_batch=100))
+    assert [c.epoch for c in h.bus.sent_controls()] == [4, 5]
+
+
+def test_a_rejected_value_is_recorded_and_not_retried_at_once() -> None:
+    h = Harness()
+    h.feed(simulate(OVERLOADED, 30))
+    h.ack(Outcome.REJECTED)
+    h.feed(simulate(OVERLOADED, 10, start_s=30, first_batch=100), cycles=3)
+    assert len(h.bus.sent_controls()) == 1
+    assert h.bus.written_decisions()[-1].action == "ack_rejected"
+
+
+def test_dry_run_sends_nothing_but_logs_and_records(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(replace(SETTINGS, dry_run=True))
+    with caplog.at_level(logging.INFO, logger="controller"):
+        h.feed(simulate(OVERLOADED, 30), cycles=3)
+    assert h.bus.sent_controls() == []
+    [decision] = h.bus.written_decisions()
+    assert decision.dry_run and decision.control_id is None and decision.action == "scale_up"
+    assert any("dry run, not sent" in r.getMessage() for r in caplog.records)
+
+
+def test_garbage_is_counted_and_skipped() -> None:
+    h = Harness()
+    h.bus.metrics.append(b"not avro")
+    h.feed(simulate(OVERLOADED, 30))
+    [error] = h.decode_errors
+    assert (error.topic, error.offset) == ("streamctl.metrics", 0)
+    assert len(h.bus.sent_controls()) == 1
+
+
+def test_a_run_is_bounded_by_timeout_on_the_injected_clock() -> None:
+    h = Harness(replace(SETTINGS, poll_timeout_s=1.0))
+    assert h.loop.run(timeout_s=5) == 5
+    h.loop.stop()
+    assert h.loop.run(max_cycles=10) == 0
+
+
+def test_status_lines_report_the_figures(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness()
+    with caplog.at_level(logging.INFO, logger="controller.status"):
+        h.feed(simulate(OVERLOADED, 30))
+    [line] = [r.getMessage() for r in caplog.records if r.name == "controller.status"]
+    assert line.startswith("q1: λ 8") and "capacity 4" in line and "parallelism 2" in line
+
+
+class LostRecorder(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost_now: list[str] = []
+        self.recommended_actions: list[str] = []
+
+    def lost(self, query_ids: list[str]) -> None:
+        self.lost_now = query_ids
+
+    def recommended(self, action: str) -> None:
+        self.recommended_actions.append(action)
+
+
+def test_a_silent_query_is_reported_lost_once_and_never_scaled() -> None:
+    h = Harness()
+    h.observer = LostRecorder()
+    h.loop.ports.observer = h.observer
+    steady = Job(rates=[(0, 300)], per_unit=210, parallelism=2)
+    h.feed(simulate(steady, 30))
+    h.clock.advance(30)
+    h.loop.run(max_cycles=3)
+    assert h.loop.queries["q1"].verdict.action == "lost"
+    assert h.observer.lost_now == ["q1"]
+    [decision] = [d for d in h.bus.written_decisions() if d.action == "lost"]
+    assert decision.reason.startswith("no metrics for ")
+    assert h.bus.sent_controls() == []
+    h.feed(simulate(steady, 10, start_s=62, first_batch=100))
+    assert h.loop.queries["q1"].verdict.action != "lost" and h.observer.lost_now == []
+
+
+def test_a_pipeline_gets_all_its_tuples_in_one_cycle() -> None:
+    """b is the bottleneck; c sees only what b lets through but is sized for what b will
+    send once resized, in the same cycle."""
+    h = Harness()
+    b = Job(rates=[(0, 600)], per_unit=100, parallelism=2, max_per_batch=500, query_id="b",
+            source_topic="a-out", sink_topic="b-out")
+    c = Job(rates=[(0, 200)], per_unit=200, parallelism=2, max_per_batch=500, query_id="c",
+            source_topic="b-out", sink_topic="out")
+    trace = sorted(simulate(b, 30) + simulate(c, 30), key=lambda s: s.batch_end_ms)
+    h.feed(trace)
+    sent = {control.query_id: int(control.value) for control in h.bus.sent_controls()}
+    assert set(sent) == {"b", "c"} and sent["c"] > 2
+    assert "b will send" in h.bus.sent_controls()[-1].reason
+
+
+def test_a_recommendation_is_recorded_once_and_counted() -> None:
+    h = Harness()
+    h.observer = LostRecorder()
+    h.loop.ports.observer = h.observer
+    full = replace(OVERLOADED, rates=[(0, 5000)], parallelism=16, task_slots=16, partitions=2)
+    h.feed(simulate(full, 30), cycles=3)
+    assert h.bus.sent_controls() == []
+    [advice] = [d for d in h.bus.written_decisions() if d.action == "throttle"]
+    assert advice.parameter == "producer_rate" and float(advice.target_value) > 0
+    assert "throttle the producers to" in advice.reason
+    assert h.observer.recommended_actions == ["throttle"]

@@ -1,0 +1,193 @@
+"""Several controller instances on one bus: only the leader writes, a new leader resumes what
+the last one left in flight, and a deposed leader that still believes it leads is fenced.
+In memory (`MemoryLeadership`); the Kafka lease and fencing are tested on the real broker in
+tests/integration/test_controller_leadership.py."""
+
+from __future__ import annotations
+
+from controller.core.recovery import following, resumed
+from controller.core.state import ControlState, Ineffective
+from controller.explain.prom import ControllerMetrics, new_registry
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryLeadership,
+    MemoryLease,
+    MemoryMetricsSource,
+)
+from controller.loop.ports import NullObserver
+from controller.settings import ControllerSettings
+from schemas import Ack, ControlTuple, Outcome, codec_for
+from schemas.records import TAKEOVER
+from tests.unit.controller.core.test_failover import beat
+from tests.unit.controller.traces import Job, end_ms, simulate
+
+OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
+
+
+class Decided(NullObserver):
+    """Remembers the decisions an instance reports (to Prometheus, in production)."""
+
+    def __init__(self) -> None:
+        self.actions: list[str] = []
+
+    def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
+        self.actions.append(action)
+
+
+def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) -> ControlLoop:
+    leadership = MemoryLeadership(lease, name, bus)
+    return ControlLoop(ControllerSettings(instance_id=name), Ports(
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control,
+                                                                            leadership.guard),
+        acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions,
+                                                                    leadership.guard),
+        clock=clock, leadership=leadership, observer=Decided()))
+
+
+def pair(holder: str | None = "a") -> tuple[MemoryBus, FakeClock, MemoryLease, ControlLoop,
+                                            ControlLoop]:
+    """Instances a and b on one bus, `holder` holding the lease."""
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(holder=holder)
+    return bus, clock, lease, instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+
+
+def load(bus: MemoryBus, clock: FakeClock, job: Job = OVERLOAD) -> None:
+    """30 s of `job`'s metrics on the bus, the clock at their end."""
+    trace = simulate(job, 30)
+    bus.publish_metrics(*trace)
+    clock.ms = end_ms(trace)
+
+
+def cycles(*loops: ControlLoop, count: int = 3) -> None:
+    for _ in range(count):
+        for loop in loops:
+            loop.run_once()
+
+
+def leadership_of(loop: ControlLoop) -> MemoryLeadership:
+    assert isinstance(loop.ports.leadership, MemoryLeadership)
+    return loop.ports.leadership
+
+
+def test_only_the_leader_writes_while_the_follower_models_every_query_too() -> None:
+    bus, clock, _, a, b = pair()
+    load(bus, clock)
+    cycles(a, b)
+    [control] = bus.sent_controls()
+    assert int(control.value) > 2 and (a.leading, b.leading) == (True, False)
+    b_model, a_model = b.queries["q1"].model, a.queries["q1"].model
+    assert b_model is not None and a_model is not None
+    assert b_model.arrival_rate == a_model.arrival_rate
+    takeovers = [d for d in bus.written_decisions() if d.action == TAKEOVER]
+    assert [d.target_value for d in takeovers] == ["a"]
+    assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
+    assert "scale_up" in a.ports.observer.actions and b.ports.observer.actions == []
+
+
+def test_a_new_leader_resumes_the_tuple_in_flight_instead_of_sending_another() -> None:
+    bus, clock, lease, a, b = pair()
+    load(bus, clock)
+    cycles(a, b)
+    [control] = bus.sent_controls()
+    lease.holder = "b"  # a's session ended: the group gave the lease to b
+    cycles(a, b)
+    assert (a.leading, b.leading) == (False, True)
+    assert bus.sent_controls() == [control]
+    flight = b.queries["q1"].state.in_flight
+    assert flight is not None and flight.control_id == control.control_id
+    takeover = [d for d in bus.written_decisions() if d.action == TAKEOVER][-1]
+    assert takeover.target_value == "b" and "unanswered" in takeover.reason
+
+    bus.publish_ack(Ack(control.control_id, "q1", "i1", control.epoch, Outcome.APPLIED,
+                        "applied", 900, clock.ms))
+    cycles(a, b, count=1)
+    state = b.queries["q1"].state
+    assert state.in_flight is None and state.cooldown_until_ms > clock.ms
+    assert bus.sent_controls() == [control]
+
+
+def test_a_frozen_leader_that_wakes_believing_it_leads_is_fenced_and_steps_down() -> None:
+    bus, clock, lease, a, b = pair()
+    cycles(a, b, count=1)
+    assert a.leading
+    leadership_of(a).believes = True  # frozen while b took over; wakes up unaware
+    lease.holder = "b"
+    cycles(b, count=1)
+    load(bus, clock)
+    cycles(a, count=1)  # decides the overload first and tries to send
+    assert not a.leading and leadership_of(a).releases == 1
+    assert bus.sent_controls() == []
+    cycles(b)
+    [control] = bus.sent_controls()
+    assert control.epoch == OVERLOAD.epoch + 1
+    assert [d.action for d in bus.written_decisions()].count("scale_up") == 1
+
+
+def test_a_new_leader_keeps_the_quiet_it_watched_unless_an_action_came_after() -> None:
+    watched = ControlState(quiet_since_ms=1_000, ineffective=Ineffective(4, 8, 1.0, 4.0, 9))
+    assert resumed(watched, None) == watched
+    later = resumed(watched, ControlState(last_epoch_issued=5, settled_at_ms=2_000))
+    assert later.quiet_since_ms is None and later.last_epoch_issued == 5
+    assert later.ineffective == watched.ineffective
+    earlier = resumed(watched, ControlState(last_epoch_issued=5, settled_at_ms=500))
+    assert earlier.quiet_since_ms == 1_000
+
+
+def test_a_deposed_leader_forgets_what_it_did_but_not_what_it_saw() -> None:
+    did = ControlState(last_epoch_issued=7, cooldown_until_ms=9, quiet_since_ms=3)
+    assert following(did) == ControlState(quiet_since_ms=3)
+
+
+def test_a_new_leader_restates_the_standby_advice_given_while_it_followed() -> None:
+    bus, clock, lease, a, b = pair()
+    bus.publish_metrics(beat("s1", clock.ms))
+    cycles(a, b, count=1)
+    lease.holder = None  # a is gone (its session ended) and b is not elected yet
+    clock.advance(60)  # s1 falls silent meanwhile: the query has no standby left
+    cycles(a, b, count=1)
+    assert not any(d.action == "start_standby" for d in bus.written_decisions())
+    lease.holder = "b"
+    cycles(b, count=1)
+    [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
+    assert advice.query_id == "q1" and "it had 1" in advice.reason
+
+
+def test_a_new_leader_asks_for_a_standby_after_a_promotion_answered_before_it_led() -> None:
+    bus, clock, _, _, b = pair(holder="b")
+    promotion = ControlTuple("c-1", "q1", "query", "active_instance", "s1", 1,
+                             "streamctl-controller", "q1 lost", clock.ms - 5_000)
+    bus.control.append(codec_for(ControlTuple).encode(promotion))
+    bus.publish_ack(Ack("c-1", "q1", "s1", 1, Outcome.APPLIED, "promoted", 900, clock.ms))
+    cycles(b, count=1)
+    [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
+    assert advice.query_id == "q1" and "it had 1" in advice.reason
+    cycles(b)
+    assert [d.action for d in bus.written_decisions()].count("start_standby") == 1
+
+
+def test_a_follower_reports_no_decision_of_its_own() -> None:
+    bus, clock, _, a, b = pair()
+    load(bus, clock, Job(rates=[(0, 200)], per_unit=210, parallelism=2))  # within capacity
+    cycles(a, b)
+    assert isinstance(a.ports.observer, Decided) and isinstance(b.ports.observer, Decided)
+    assert a.ports.observer.actions and b.ports.observer.actions == []
+    b_verdict, a_verdict = b.queries["q1"].verdict, a.queries["q1"].verdict
+    assert b_verdict is not None and a_verdict is not None
+    assert b_verdict.action == a_verdict.action  # it reached the same verdict
+
+
+def test_prometheus_counts_each_takeover_and_shows_who_leads_since_when() -> None:
+    metrics = ControllerMetrics(new_registry())
+    for leading, at_ms in ((False, 1_000), (True, 2_000), (False, 3_000), (True, 4_000)):
+        metrics.leadership("c1", leading, at_ms)
+    value = metrics.registry.get_sample_value
+    assert value("streamctl_controller_takeovers_total", {"instance": "c1"}) == 2
+    assert value("streamctl_controller_leader", {"instance": "c1"}) == 1
+    assert value("streamctl_controller_leader_since_timestamp_seconds", {"instance": "c1"}) == 4
+    metrics.leadership("c2", False, 1_000)  # a follower from the start: a series at 0
+    assert value("streamctl_controller_takeovers_total", {"instance": "c2"}) == 0

@@ -1,0 +1,164 @@
+"""An instance's role: which one it starts in, what a standby answers, the order of a
+promotion (record → fence → start), a step-down, and what an active does when its query stops
+by itself (`supervise`), against an in-memory query (no Spark, no Kafka)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from schemas.records import ControlTuple, Role
+from streaming_jobs.config import JobConfig
+from streaming_jobs.loading import load
+from streaming_jobs.runtime.control.reconfigure import RestartFailed
+from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.fakes import FakeQuery
+from streaming_jobs.runtime.ports import Commit
+from streaming_jobs.runtime.roles.standby import Instance, initial_role
+from streaming_jobs.runtime.roles.supervise import RestartBudget, Step, classify
+
+KEY = {"STREAMCTL_CONTROL_KEY": "k" * 32}
+SHARED = DesiredState(epoch=3, input_parallelism=4, state_partitions=4,
+                      max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v2",
+                      input_topic="in", output_topic="out", executors=0)
+PROMOTION = replace(SHARED, epoch=4, active_instance="b")
+
+
+def config(instance: str, role: str = "active") -> JobConfig:
+    return JobConfig.from_sources(load("sensor-averages"),
+                                  {"bootstrap_servers": "k:9092", "instance_id": instance,
+                                   "role": role}, env=KEY)
+
+
+@pytest.mark.parametrize(("named", "option", "role"), [
+    ("", "active", Role.ACTIVE), ("", "standby", Role.STANDBY),   # no failover yet: the option
+    ("a", "standby", Role.ACTIVE),                                # named: it runs the query
+    ("b", "active", Role.STANDBY),                                # a former active restarted
+])
+def test_after_a_failover_the_named_instance_is_active_whatever_the_option(
+        named: str, option: str, role: Role) -> None:
+    named_in_force = replace(SHARED, active_instance=named)
+    assert initial_role(config("a", option).identity, named_in_force) is role
+
+
+def fake(*, active: bool = False, fail_start: str | None = None) -> FakeQuery:
+    """Its first batch commits 5 s after the start (the clock reads 1 000 000)."""
+    return FakeQuery(SHARED, active=active, fail_start=fail_start,
+                     first_commit=Commit("", 7, start_ms=1_003_000, end_ms=1_005_000))
+
+
+def instance(query: FakeQuery, me: str = "b", role: Role = Role.STANDBY) -> Instance:
+    return Instance(config(me).identity, query, role, clock_ms=lambda: 1_000_000)
+
+
+def promotion(value: str = "b", parameter: str = "active_instance") -> ControlTuple:
+    return ControlTuple("c-4", "q", "query", parameter, value, 4, "controller", "", 0)
+
+
+def test_a_standby_answers_its_own_promotion_only() -> None:
+    standby = instance(fake())
+    assert standby.answers(promotion("b"))
+    assert not standby.answers(promotion("c")) and not standby.answers(
+        promotion("8", "input_parallelism"))
+    assert instance(fake(), role=Role.ACTIVE).answers(promotion("8", "input_parallelism"))
+
+
+def test_a_standby_named_but_not_running_sees_nobody_active() -> None:
+    """Its promotion failed after the record was written: naming it again must promote it."""
+    named = replace(SHARED, active_instance="b")
+    assert instance(fake()).view(named).active_instance == ""
+    assert instance(fake(), role=Role.ACTIVE).view(named) == named
+    assert instance(fake(), me="c").view(named) == named
+
+
+def test_a_promotion_records_then_fences_then_starts_and_reports_its_time() -> None:
+    query = fake()
+    standby = instance(query)
+    applied = standby.change_role(PROMOTION, lambda d: query.log.append(f"record {d.epoch}"))
+    assert query.log == ["record 4", "fence", "start epoch 4"]
+    assert standby.role is Role.ACTIVE
+    assert applied.pause_ms == 5_000  # the tuple (clock 1 000 000) to the first commit's end
+    assert applied.detail.startswith("promoted b to active at epoch 4: former active fenced")
+    assert "first commit 5000 ms after (batch 7)" in applied.detail
+
+
+def test_a_failed_promotion_leaves_a_standby() -> None:
+    query = fake(fail_start="checkpoint unreadable")
+    standby = instance(query)
+    with pytest.raises(RestartFailed, match=r"promotion failed .*checkpoint unreadable.*b stays "
+                                             r"a standby"):
+        standby.change_role(PROMOTION, lambda d: None)
+    assert standby.role is Role.STANDBY and query.log[-1] == "stop"
+
+
+def test_an_active_named_again_keeps_running_and_one_not_named_steps_down() -> None:
+    query = fake(active=True)
+    active = instance(query, role=Role.ACTIVE)
+    kept = active.change_role(PROMOTION, lambda d: None)
+    assert query.log == [] and query.desired == PROMOTION and "already active" in kept.detail
+    other = instance(query, me="a", role=Role.ACTIVE)
+    gone = other.change_role(PROMOTION, lambda d: None)
+    assert query.log == ["stop"] and other.role is Role.STANDBY
+    assert gone.detail.startswith("a stepped down in 0 ms: b is made active at epoch 4")
+
+
+def test_an_active_superseded_while_it_was_frozen_steps_down_on_its_next_look() -> None:
+    query = fake(active=True)
+    active = instance(query, me="a", role=Role.ACTIVE)
+    assert active.watch(lambda: SHARED, lambda: None) is None and active.role is Role.ACTIVE
+    active.watch(lambda: SHARED, lambda: "instance b was made active at epoch 4")
+    assert active.role is Role.STANDBY and query.log == ["stop"]
+    beat = active.watch(lambda: PROMOTION, lambda: None)
+    assert beat is not None and (beat.role, beat.instance_id, beat.config_epoch) == (
+        Role.STANDBY, "a", 4)
+
+
+@pytest.mark.parametrize(("failure", "superseded", "step"), [
+    (None, "instance b was made active at epoch 4", Step.STEP_DOWN),
+    ("SinkFenced: another instance ...", "instance b was made active", Step.STEP_DOWN),
+    ("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs "
+     "detected for 12.", None, Step.RESTART),
+    ("Multiple streaming queries are concurrently using file:/c/offsets", None, Step.RESTART),
+    ("SinkUnavailable: commit_transaction (...): Local: Timed out", None, Step.RESTART),
+    ("DeadLettersUndelivered: 3 dead letters undelivered to in.dlq", None, Step.RESTART),
+    ("SinkFenced: another instance with a higher epoch owns this sink", None, Step.EXIT),
+    # A setup Kafka refuses is not Kafka away: no restart helps until an operator acts.
+    ("SinkRefused: Kafka refuses the sink's setup; commit_transaction: TOPIC_AUTHORIZATION_"
+     "FAILED", None, Step.EXIT),
+    ("java.lang.OutOfMemoryError", None, Step.EXIT),
+    (None, None, Step.EXIT),  # stopped after a failed reconfiguration
+])
+def test_a_query_that_stopped_by_itself(failure: str | None, superseded: str | None,
+                                        step: Step) -> None:
+    found = classify(failure, superseded, kafka_retry_s=10)
+    assert found.step is step
+    kafka_away = failure is not None and failure.startswith(("SinkUnavailable",
+                                                             "DeadLettersUndelivered"))
+    assert found.delay_s == (10 if kafka_away else 0)
+
+
+def test_a_kafka_timeout_in_a_spark_stack_trace_is_named_by_its_own_line() -> None:
+    trace = ("An exception was raised by the Python Proxy. Return Message: Traceback\n"
+             "  File sink.py, line 95\n"
+             "Caused by: org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms "
+             "expired before the position for partition in-1 could be determined\n")
+    found = classify(trace, None, kafka_retry_s=10)
+    assert found.step is Step.RESTART and found.reason.startswith(
+        "Kafka unavailable (Caused by: org.apache.kafka.common.errors.TimeoutException")
+
+
+def test_restarts_are_bounded_per_window() -> None:
+    budget = RestartBudget(restarts=2, window_s=60)
+    assert budget.take(0) and budget.take(10) and not budget.take(20)
+    assert budget.take(61)  # the first restart left the window
+
+
+def test_a_tuple_naming_another_instance_leaves_a_standby_as_it_is() -> None:
+    """The former active stepped down on its own (gate, or its look at the shared file) before
+    its control thread got to the promotion tuple: nothing more to do, and no restart."""
+    query = fake()
+    already = instance(query, me="a", role=Role.STANDBY)
+    applied = already.change_role(PROMOTION, lambda d: None)
+    assert query.log == [] and already.role is Role.STANDBY
+    assert applied.detail == "a is a standby; b is active at epoch 4"
