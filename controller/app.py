@@ -75,7 +75,8 @@ def kafka_controller(settings: ControllerSettings,
         leadership = KafkaLeadership(settings, writer, on_error)
         stack.callback(leadership.close)
         ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic,
-                                                                kafka.control_key),
+                                                                kafka.control_key,
+                                                                kafka.decisions_topic),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
                       clock=SystemClock(), observer=metrics,
                       offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None,

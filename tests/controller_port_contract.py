@@ -114,13 +114,15 @@ def control_tuples_and_decisions_reach_their_topics(h: PortHarness) -> None:
                            "because", T)
     decision = Decision("d-1", "q1", T, "scale_up", "input_parallelism", "2", "6", "because",
                         {"arrival_rate": 800.0}, "c-1")
-    h.control_sink().send(control)
-    h.decision_log().write(decision)
+    outcome = Decision("d-2", "q1", T + 1, "applied", "input_parallelism", "", "6", "acked",
+                       {}, "c-1")
+    h.control_sink().send(control, decision)  # the tuple and the decision that issued it
+    h.decision_log().write(outcome)
     [raw_control] = h.read("control", 1)
-    [raw_decision] = h.read("decisions", 1)
+    raw_decisions = h.read("decisions", 2)
     # The Kafka sink signs what it sends (see test_controller_kafka); the rest is unchanged.
     assert replace(codec_for(ControlTuple).decode(raw_control), auth_tag=None) == control
-    assert codec_for(Decision).decode(raw_decision) == decision
+    assert [codec_for(Decision).decode(r) for r in raw_decisions] == [decision, outcome]
 
 
 def end_offsets_count_what_was_written_and_leave_out_what_does_not_exist(

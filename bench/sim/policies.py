@@ -42,7 +42,7 @@ class Ours:
     def __init__(self, settings: ControllerSettings | None = None) -> None:
         self.bus, self.clock = MemoryBus(), FakeClock()
         ports = Ports(metrics=MemoryMetricsSource(self.bus.metrics),
-                      control=MemoryControlSink(self.bus.control),
+                      control=MemoryControlSink(self.bus.control, decisions=self.bus.decisions),
                       acks=MemoryAckSource(self.bus.acks),
                       decisions=MemoryDecisionLog(self.bus.decisions), clock=self.clock)
         ids = itertools.count()

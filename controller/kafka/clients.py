@@ -296,22 +296,26 @@ class KafkaWriter:
                                  f"{self._settings.group_id!r}: {exc.args[0].str()}") from exc
         self._producer = producer
 
-    def write(self, topic: str, key: str, value: bytes) -> None:
+    def write(self, *records: tuple[str, str, bytes]) -> None:
+        """Write (topic, key, value) records in one transaction: all of them or none."""
         producer = self._producer
         if producer is None:
             raise Fenced("this instance does not lead: it has no transactional producer")
+        topics = ", ".join(sorted({topic for topic, _, _ in records}))
         outcome: list[KafkaError | None] = []
         try:
             producer.begin_transaction()
-            producer.produce(topic, key=key.encode(), value=value,
-                             on_delivery=lambda err, _msg: outcome.append(err))
+            for topic, key, value in records:
+                producer.produce(topic, key=key.encode(), value=value,
+                                 on_delivery=lambda err, _msg: outcome.append(err))
             # Control tuples are rare and must be durable before we wait for their ack, so
             # each write is its own transaction instead of a batch.
             producer.commit_transaction(self._timeout_s)
         except (KafkaException, BufferError) as exc:
-            raise self._failed(topic, exc) from exc
-        if outcome and outcome[0] is not None:
-            raise DeliveryError(f"delivery to {topic} failed: {outcome[0]}")
+            raise self._failed(topics, exc) from exc
+        failed = [err for err in outcome if err is not None]
+        if failed:
+            raise DeliveryError(f"delivery to {topics} failed: {failed[0]}")
 
     def _failed(self, topic: str, exc: Exception) -> DeliveryError:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
@@ -334,20 +338,30 @@ class KafkaWriter:
 class KafkaControlSink:
     """`ControlSink` keyed by query id and parameter: the control topic is compacted, so the
     last tuple per knob (the desired state) survives for a restarted controller or job. The
-    topic has one partition, so all tuples keep their order whatever the key."""
+    topic has one partition, so all tuples keep their order whatever the key. A tuple's decision
+    record goes to `decisions_topic` in the tuple's own transaction."""
 
-    def __init__(self, writer: KafkaWriter, topic: str, key: str) -> None:
+    def __init__(self, writer: KafkaWriter, topic: str, key: str,
+                 decisions_topic: str | None = None) -> None:
         self._writer = writer
         self._topic = topic
         self._key = key.encode()
+        self._decisions_topic = decisions_topic
 
-    def send(self, control: ControlTuple) -> None:
+    def send(self, control: ControlTuple, decision: Decision | None = None) -> None:
         """Signs every tuple: only holders of the key can reconfigure a job."""
         if not self._key:
             raise DeliveryError(NO_KEY)
         signed = auth.sign(control, self._key)
-        self._writer.write(self._topic, f"{control.query_id}/{control.parameter}",
-                           codec_for(ControlTuple).encode(signed))
+        records = [(self._topic, f"{control.query_id}/{control.parameter}",
+                    codec_for(ControlTuple).encode(signed))]
+        if decision is not None:
+            if self._decisions_topic is None:
+                raise ValueError("a decision record to send with a control tuple, and no "
+                                 "decisions topic given to KafkaControlSink")
+            records.append((self._decisions_topic, decision.query_id,
+                            codec_for(Decision).encode(decision)))
+        self._writer.write(*records)
 
 
 class KafkaDecisionLog:
@@ -358,4 +372,4 @@ class KafkaDecisionLog:
         self._topic = topic
 
     def write(self, decision: Decision) -> None:
-        self._writer.write(self._topic, decision.query_id, codec_for(Decision).encode(decision))
+        self._writer.write((self._topic, decision.query_id, codec_for(Decision).encode(decision)))

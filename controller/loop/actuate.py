@@ -54,17 +54,17 @@ class Actuator:
         )
         log.info("%s", report.decision_line(query_id, verdict, change, epoch=epoch,
                                             control_id=control.control_id, dry_run=False))
+        decision = report.decision_record(query_id, verdict, change, decision_id=self._new_id(),
+                                          now_ms=now_ms, control_id=control.control_id,
+                                          dry_run=False)
         try:
-            self._control.send(control)
+            self._control.send(control, decision)
         except Fenced:
             raise  # not ours to retry: the loop steps down
         except DeliveryError as exc:
             log.error("%s: could not send control %s, retrying after the cooldown: %s",
                       query_id, control.control_id, exc)
             return settled(state, now_ms, cooldown_s)
-        self.write(report.decision_record(query_id, verdict, change,
-                                          decision_id=self._new_id(), now_ms=now_ms,
-                                          control_id=control.control_id, dry_run=False))
         return issued(state, in_flight(control, verdict, model, now_ms))
 
     def outcome(self, query_id: str, flight: InFlight, action: str, reason: str,

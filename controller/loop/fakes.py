@@ -81,13 +81,18 @@ def _unguarded() -> None:
 class MemoryControlSink:
     """`guard` raises `Fenced` when the writer may no longer write (`MemoryLeadership`)."""
 
-    def __init__(self, topic: MemoryTopic, guard: Callable[[], None] = _unguarded) -> None:
+    def __init__(self, topic: MemoryTopic, guard: Callable[[], None] = _unguarded,
+                 decisions: MemoryTopic | None = None) -> None:
         self._topic = topic
         self._guard = guard
+        self._decisions = decisions
 
-    def send(self, control: ControlTuple) -> None:
+    def send(self, control: ControlTuple, decision: Decision | None = None) -> None:
         self._guard()
         self._topic.append(codec_for(ControlTuple).encode(control))
+        if decision is not None:
+            assert self._decisions is not None, "a decision to send and no decisions topic"
+            self._decisions.append(codec_for(Decision).encode(decision))
 
 
 class MemoryDecisionLog:

@@ -60,8 +60,10 @@ class OffsetProbe(Protocol):
 
 
 class ControlSink(Protocol):
-    def send(self, control: ControlTuple) -> None:
-        """Write one control tuple durably (returns once the broker has it)."""
+    def send(self, control: ControlTuple, decision: Decision | None = None) -> None:
+        """Write one control tuple durably (returns once the broker has it), with the decision
+        record that issued it when given: both or neither, so a controller killed between them
+        cannot leave a tuple on the control topic that the audit log does not explain."""
         ...
 
 

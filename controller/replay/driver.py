@@ -121,7 +121,8 @@ class _Replay:
         ids = itertools.count(1)
         self.loop = ControlLoop(settings, Ports(
             metrics=MemoryMetricsSource(self.bus.metrics),
-            control=MemoryControlSink(self.bus.control), acks=MemoryAckSource(self.bus.acks),
+            control=MemoryControlSink(self.bus.control, decisions=self.bus.decisions),
+            acks=MemoryAckSource(self.bus.acks),
             decisions=MemoryDecisionLog(self.bus.decisions), clock=self.clock,
         ), new_id=lambda: f"replay-{next(ids)}")
         self.events: list[ReplayEvent] = []

@@ -39,10 +39,12 @@ PROJECT_IMAGE = "streamctl:"
 
 # Which packages each kind of project process imports (and so which env constants it may read).
 _PROCESS_SOURCES = {
-    "job": ("streaming_jobs", "schemas", "stack", "streamctl/cli.py", "security"),
-    "controller": ("controller", "schemas", "stack", "streamctl/cli.py", "security"),
-    "topics": ("stack", "streamctl/cli.py", "streamctl/security/kafka.py"),
-    "load": ("streamctl", "schemas", "stack", "streamctl/security/kafka.py"),
+    "job": ("streaming_jobs", "schemas", "streamctl/stack", "streamctl/cli.py",
+            "streamctl/security"),
+    "controller": ("controller", "schemas", "streamctl/stack", "streamctl/cli.py",
+                   "streamctl/security"),
+    "topics": ("streamctl/stack", "streamctl/cli.py", "streamctl/security/kafka.py"),
+    "load": ("streamctl", "schemas", "streamctl/security/kafka.py"),
 }
 _COMMANDS = {
     ("job", "run"): "job", ("controller", "run"): "controller", ("stack", "topics"): "topics",
@@ -140,6 +142,8 @@ def env_constants(*sources: str) -> set[str]:
     found: set[str] = set()
     for source in sources:
         path = ROOT / source
+        if not path.exists():  # a moved package must not quietly read as "reads nothing"
+            raise FileNotFoundError(f"no source {source} under {ROOT}")
         for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
             for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) \

@@ -83,7 +83,7 @@ def test_compose_environment_builds_a_secured_configuration(name: str, secrets_d
         from controller.cli import settings_from
 
         config = settings_from(Namespace(), env)
-        kafka, endpoint = config.kafka.security, config.endpoint.security
+        kafka, endpoint = config.kafka.security, config.metrics_endpoint
     assert kafka == files.client(PRINCIPAL[d.process_kind(SERVICES[name]) or ""])
     assert endpoint.scheme == "https"
     assert endpoint.basic_auth_password == files.metrics_password.read_text().strip()

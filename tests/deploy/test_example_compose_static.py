@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from streaming_jobs.config import JobConfig, env_var
+from streaming_jobs.config import env_var, flat_fields
 from streaming_jobs.loading import installed, load
 from tests.deploy import deployment as d
 
@@ -32,7 +32,7 @@ def test_each_job_service_names_an_installed_job_and_only_variables_it_reads(nam
     env = d.environment(JOBS[name])
     job = load(env["STREAMCTL_JOB"])
     assert env["STREAMCTL_JOB"] in installed() and job.name == name
-    read = ({env_var(f.name) for f in JobConfig.__dataclass_fields__.values()}
+    read = ({env_var(f.name) for f in flat_fields()}
             | {env_var(s.name) for s in job.settings}
             | d.env_constants(*d._PROCESS_SOURCES["job"]))
     assert set(env) <= read, set(env) - read

@@ -77,7 +77,8 @@ class KafkaHarness:
         return source
 
     def control_sink(self) -> ControlSink:
-        return KafkaControlSink(self._writer, self.settings.control_topic, CONTROL_KEY)
+        return KafkaControlSink(self._writer, self.settings.control_topic, CONTROL_KEY,
+                                self.settings.decisions_topic)
 
     def decision_log(self) -> DecisionLog:
         return KafkaDecisionLog(self._writer, self.settings.decisions_topic)

@@ -164,7 +164,7 @@ def memory_loop(bus: MemoryBus, clock: FakeClock, settings: ControllerSettings |
     `polls_wait`, a poll for metrics that finds none advances `clock` by its timeout."""
     return ControlLoop(settings or ControllerSettings(), Ports(
         metrics=MemoryMetricsSource(bus.metrics, clock=clock if polls_wait else None),
-        control=MemoryControlSink(bus.control),
+        control=MemoryControlSink(bus.control, decisions=bus.decisions),
         acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
         clock=clock, observer=observer or NullObserver(), offsets=offsets))
 

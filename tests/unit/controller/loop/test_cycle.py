@@ -49,7 +49,8 @@ class Harness:
         ports = Ports(
             metrics=MemoryMetricsSource(self.bus.metrics, on_decode_error=self.decode_errors.append,
                                         clock=self.clock),
-            control=MemoryControlSink(self.bus.control), acks=MemoryAckSource(self.bus.acks),
+            control=MemoryControlSink(self.bus.control, decisions=self.bus.decisions),
+            acks=MemoryAckSource(self.bus.acks),
             decisions=MemoryDecisionLog(self.bus.decisions), clock=self.clock,
             observer=self.observer)
         ids = iter(f"id-{n}" for n in range(1000))

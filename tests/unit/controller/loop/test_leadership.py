@@ -42,8 +42,8 @@ class Decided(NullObserver):
 def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) -> ControlLoop:
     leadership = MemoryLeadership(lease, name, bus)
     return ControlLoop(ControllerSettings(instance_id=name), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(bus.control,
-                                                                            leadership.guard),
+        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(
+            bus.control, leadership.guard, decisions=bus.decisions),
         acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions,
                                                                     leadership.guard),
         clock=clock, leadership=leadership, observer=Decided()))

@@ -41,7 +41,7 @@ class MemoryHarness:
         return MemoryAckSource(self.bus.acks, on_error)
 
     def control_sink(self) -> ControlSink:
-        return MemoryControlSink(self.bus.control)
+        return MemoryControlSink(self.bus.control, decisions=self.bus.decisions)
 
     def decision_log(self) -> DecisionLog:
         return MemoryDecisionLog(self.bus.decisions)
