@@ -357,6 +357,14 @@ class ControllerSettings:
     the sooner a step is confirmed and the less of a burst's end can pass for its level. 0
     probes nothing, and the model learns only from the batches."""
 
+    max_input_delay_s: float = 10.0
+    """Longest the controller may be behind its metrics topic and still judge (how long ago
+    the newest record it has read was published, while newer ones wait unread). Its own delay
+    is taken out of every liveness judgement below it; above it, it judges nothing (no query
+    is taken for lost, hung or due a change on a view that old), says so in the decision log,
+    its log and `streamctl_controller_judging`, reads until it has caught up, and decides
+    again."""
+
     status_interval_s: float = 5.0
     """Seconds between per-query status lines on stdout."""
 
@@ -396,6 +404,7 @@ class ControllerSettings:
         _check(0 <= self.poll_timeout_s <= 60, "poll_timeout_s must be in [0, 60]")
         _check(0 <= self.probe_interval_s <= 60, "probe_interval_s must be in [0, 60]")
         _positive("status_interval_s", self.status_interval_s)
+        _positive("max_input_delay_s", self.max_input_delay_s)
         _check(0 <= self.metrics_port <= 65535,
                f"metrics_port must be in [0, 65535], got {self.metrics_port}")
         _check(bool(self.issuer.strip()), "issuer must not be empty")

@@ -101,6 +101,15 @@ def metrics_are_returned_as_soon_as_one_arrives_not_at_the_timeout(h: PortHarnes
     assert time.monotonic() - asked < 30.0, "the poll waited for its timeout"
 
 
+def a_source_that_read_everything_is_not_behind(h: PortHarness) -> None:
+    """However old the records it read, a source with nothing unread is 0 ms behind: the
+    controller holds its judgement only while newer records wait."""
+    source = h.metrics_source(lambda e: None)
+    h.publish("metrics", codec_for(TaskMetrics).encode(sample(1)))
+    assert polled(source.poll, 1, h.timeout_s) == [sample(1)]
+    assert source.behind_ms(T + 3_600_000) == 0
+
+
 def acks_written_after_the_source_exists_are_seen(h: PortHarness) -> None:
     h.publish("acks", codec_for(Ack).encode(ack("before")))
     source = h.ack_source(lambda e: None)
@@ -152,6 +161,7 @@ CONTRACT = [
     end_offsets_count_what_was_written_and_leave_out_what_does_not_exist,
     metrics_are_decoded_in_order_and_garbage_is_reported,
     metrics_are_returned_as_soon_as_one_arrives_not_at_the_timeout,
+    a_source_that_read_everything_is_not_behind,
     acks_written_after_the_source_exists_are_seen,
     control_tuples_and_decisions_reach_their_topics,
 ]

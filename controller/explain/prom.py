@@ -103,6 +103,17 @@ class ControllerMetrics:
                                  "Times this instance took the lead (its first election "
                                  "included): Grafana's takeover annotations.", ["instance"],
                                  registry=registry)
+        self.input_delay = Gauge(
+            "streamctl_controller_input_delay_seconds",
+            "How far behind its metrics topic this instance reads: how long ago the newest "
+            "record it read was published, while newer ones wait (0: caught up).",
+            registry=registry)
+        self.judging = Gauge(
+            "streamctl_controller_judging",
+            "1 while this instance is near enough its metrics to judge the queries, 0 while "
+            "it is more than max_input_delay_s behind and judges none (alert on it).",
+            registry=registry)
+        self.judging.set(1)
         self.recommendations = Counter("streamctl_recommendations",
                                        "Advice the controller cannot carry out itself (throttle, "
                                        "raise_batch_cap, start_standby), each time it is first "
@@ -111,6 +122,10 @@ class ControllerMetrics:
 
     def metrics_received(self, count: int) -> None:
         self.metrics_records.inc(count)
+
+    def behind(self, seconds: float, judging: bool) -> None:
+        self.input_delay.set(seconds)
+        self.judging.set(1 if judging else 0)
 
     def modelled(self, model: QueryModel, desired: int | None) -> None:
         q = model.query_id

@@ -87,6 +87,16 @@ def advice_record(query_id: str, verdict: Recommend | Hold | Lost | Down, *, dec
     )
 
 
+def controller_record(action: str, reason: str, instance_id: str, *, decision_id: str,
+                      now_ms: int, behind_s: float) -> Decision:
+    """A change in the controller itself, not in a query: it stopped judging
+    (`not_judging`, too far behind its metrics) or judges again (`judging`)."""
+    return Decision(
+        decision_id=decision_id, query_id="", decided_at_ms=now_ms, action=action,
+        parameter="controller", current_value="", target_value=instance_id, reason=reason,
+        figures={"behind_s": behind_s}, control_id=None, dry_run=False)
+
+
 def takeover_record(instance_id: str, *, decision_id: str, now_ms: int,
                     resumed: tuple[str, ...]) -> Decision:
     """The first record a new leader writes: who leads from now on, and what it resumed."""

@@ -112,11 +112,14 @@ class KafkaMetricsSource:
             "enable.auto.commit": False,
         })
         try:
-            self._consumer.assign(_metrics_starts(self._consumer, settings, read_back_s,
-                                                  setup_timeout_s))
+            self._assigned = _metrics_starts(self._consumer, settings, read_back_s,
+                                             setup_timeout_s)
+            self._consumer.assign(self._assigned)
         except BaseException:
             self._consumer.close()
             raise
+        self._read = {tp.partition: (tp.offset, 0) for tp in self._assigned}
+        """Per partition: the offset after the newest record read, and its timestamp."""
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
         """What arrived, as soon as anything did (at most `timeout_s`): `consume` with a
@@ -125,7 +128,22 @@ class KafkaMetricsSource:
         messages = self._consumer.consume(num_messages=1, timeout=timeout_s)
         if messages:
             messages += self._consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
+        for message in messages:
+            if message.error() is None:
+                self._read[message.partition() or 0] = ((message.offset() or 0) + 1,
+                                                        message.timestamp()[1])
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
+
+    def behind_ms(self, now_ms: int) -> int:
+        """From the high watermarks the consumer's fetches last brought (no request): the age
+        of the newest record read on each partition with records still unread there."""
+        behind = 0
+        for tp in self._assigned:
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            after, stamp_ms = self._read[tp.partition]
+            if high >= 0 and after >= 0 and after < high and stamp_ms > 0:
+                behind = max(behind, now_ms - stamp_ms)
+        return behind
 
     def close(self) -> None:
         self._consumer.close()

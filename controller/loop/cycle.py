@@ -35,6 +35,7 @@ from controller.core.topology import plan
 from controller.core.window import QueryWindow, Windows
 from controller.explain import report
 from controller.loop.actuate import Actuator
+from controller.loop.behind import Behind
 from controller.loop.leading import Lead
 from controller.loop.memory import Memory, QueryMemory
 from controller.loop.ports import (
@@ -92,6 +93,7 @@ class ControlLoop:
         self._lead = Lead(settings.instance_id, ports.leadership, ports.observer,
                           self._actuator, new_id)
         self._watching_since_ms: int | None = None
+        self._behind = Behind(settings.max_input_delay_s)
         self._next_status_ms = 0
         self._stopping = False
 
@@ -132,11 +134,12 @@ class ControlLoop:
                 self.settle(now_ms)
             else:
                 self.ports.acks.poll(0.0)  # the leader's business; history has them
-            verdicts = self.decide_all(now_ms)
-            if self.leading:
-                for window in self._windows:
-                    self.act(window, verdicts[window.query_id], now_ms)
-            self.count_standbys(now_ms)
+            if self._judging(now_ms):
+                verdicts = self.decide_all(now_ms)
+                if self.leading:
+                    for window in self._windows:
+                        self.act(window, verdicts[window.query_id], now_ms)
+                self.count_standbys(now_ms)
         except Fenced as exc:
             self._lead.step_down(now_ms, f"a newer leader fenced this one's writes ({exc})",
                                  self.queries)
@@ -145,14 +148,32 @@ class ControlLoop:
     # -- collect ---------------------------------------------------------------------------
 
     def collect(self) -> None:
+        """Read what arrived, as of the controller's horizon: what it read was published
+        before it (`Behind`)."""
         samples = self.ports.metrics.poll(self._prober.poll_timeout_s())
         self.ports.observer.metrics_received(len(samples))
-        heard_at_ms = self.ports.clock.now_ms()
+        now_ms = self.ports.clock.now_ms()
+        self._behind.read(self.ports.metrics.behind_ms(now_ms))
+        self.ports.observer.behind(self._behind.ms / 1000, self._behind.judging)
+        heard_at_ms = self._behind.horizon(now_ms)
         for sample in samples:
             self.standbys.add(sample)
             if self._windows.add(sample, heard_at_ms) is None:
                 log.warning("ignoring metrics of query %s: already tracking %d queries",
                             sample.query_id, self.settings.model.max_queries)
+
+    def _judging(self, now_ms: int) -> bool:
+        """Whether the controller is near enough its metrics to judge; it says so when that
+        changes (its log, and the decision log when it leads)."""
+        change = self._behind.change()
+        if change is not None:
+            (log.info if self._behind.judging else log.warning)("%s", change)
+            if self.leading:
+                self._actuator.write(report.controller_record(
+                    "judging" if self._behind.judging else "not_judging", change,
+                    self.settings.instance_id, decision_id=self._new_id(), now_ms=now_ms,
+                    behind_s=self._behind.ms / 1000))
+        return self._behind.judging
 
     # -- settle: acks and timeouts ------------------------------------------------------------
 
@@ -238,9 +259,10 @@ class ControlLoop:
         query_id = window.query_id
         query = self.queries.of(query_id)
         gone = self._gone(window, query.state, now_ms)
+        horizon_ms = self._behind.horizon(now_ms)
         found: QueryModel | NotReady | Lost | Down | Promote = (
-            failover.decide(gone, self.standbys.live(query_id, now_ms), window.last_instance,
-                            now_ms) if gone is not None else
+            failover.decide(gone, self.standbys.live(query_id, horizon_ms),
+                            window.last_instance, now_ms) if gone is not None else
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      probed=self._prober.fresh(now_ms), remembered=query.remembered,
                      beat=window.beat))
@@ -266,14 +288,16 @@ class ControlLoop:
     def _gone(self, window: QueryWindow, state: ControlState, now_ms: int) -> Lost | Down | None:
         """Down by the job's own word, else lost by its silence (neither while a tuple is in
         flight: a restart is silent, the ack timeout covers it); with what the broker holds
-        for it in the reason, and exported in place of the model's figures."""
+        for it in the reason, and exported in place of the model's figures. Silence counts up
+        to the controller's horizon, not its clock: its own delay is not the query's."""
         newest = window.last_sample
         gone: Lost | Down | None = (None if state.in_flight is not None
                                     else down(newest, window.beat))
         gone = gone or liveness(window.last_seen_ms,
                                 newest.trigger_interval_ms / 1000 if newest else 0.0,
-                                newest.busy_ms / 1000 if newest else 0.0, state, now_ms,
-                                self.settings.policy, self._watching_since_ms or 0,
+                                newest.busy_ms / 1000 if newest else 0.0, state,
+                                self._behind.horizon(now_ms), self.settings.policy,
+                                self._watching_since_ms or 0,
                                 beat=window.beat, beat_heard_ms=window.beat_heard_ms,
                                 last_batch=newest)
         if gone is None:
@@ -320,7 +344,8 @@ class ControlLoop:
 
     def count_standbys(self, now_ms: int) -> None:
         """Export each query's live standbys; ask for a new one when the last is gone."""
-        for query_id, (before, now) in self.standbys.recount(now_ms).items():
+        for query_id, (before, now) in self.standbys.recount(
+                self._behind.horizon(now_ms)).items():
             self.ports.observer.standbys(query_id, now)
             advice = failover.standby_advice(query_id, before, now)
             if advice is not None and self.leading:

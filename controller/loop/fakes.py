@@ -41,22 +41,34 @@ class MemoryTopic:
 
 class MemoryMetricsSource:
     """With a `clock`, an empty poll advances it by `timeout_s`, as a real wait would, so a
-    loop bounded by `timeout_s` ends on a fake clock too."""
+    loop bounded by `timeout_s` ends on a fake clock too. `max_records` caps what one poll
+    returns (the Kafka source's batch), so a test can hold a reader behind its topic; a
+    record's publication time is its `batch_end_ms`, as the jobs stamp it."""
 
     def __init__(self, topic: MemoryTopic, *, from_beginning: bool = False,
                  on_decode_error: OnDecodeError = ignore_decode_error,
-                 clock: FakeClock | None = None) -> None:
+                 clock: FakeClock | None = None, max_records: int | None = None) -> None:
         self._topic = topic
         self._position = 0 if from_beginning else len(topic.payloads)
         self._on_error = on_decode_error
         self._clock = clock
+        self._max_records = max_records
+        self._newest_read_ms: int | None = None
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
-        messages = self._topic.read(self._position)
+        messages = self._topic.read(self._position)[:self._max_records]
         self._position += len(messages)
         if not messages and self._clock is not None:
             self._clock.advance(timeout_s)
-        return decode_each(codec_for(TaskMetrics), messages, self._on_error)
+        records = decode_each(codec_for(TaskMetrics), messages, self._on_error)
+        if records:
+            self._newest_read_ms = records[-1].batch_end_ms
+        return records
+
+    def behind_ms(self, now_ms: int) -> int:
+        if self._position >= len(self._topic.payloads) or self._newest_read_ms is None:
+            return 0
+        return max(0, now_ms - self._newest_read_ms)
 
 
 class MemoryAckSource:

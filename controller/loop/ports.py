@@ -39,6 +39,11 @@ class Fenced(DeliveryError):
 
 
 class MetricsSource(Protocol):
+    def behind_ms(self, now_ms: int) -> int:
+        """How far behind the metrics topic the reader is at `now_ms`: 0 when it has read all
+        that was published, else how long ago the newest record it read was published."""
+        ...
+
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
         """Metrics that arrived, waiting at most `timeout_s` for the first; never raises on a
         bad payload (it goes to the source's decode-error handler)."""
@@ -102,6 +107,7 @@ class LoopObserver(Protocol):
     """What the loop reports as it goes (Prometheus in production, nothing in tests)."""
 
     def metrics_received(self, count: int) -> None: ...
+    def behind(self, seconds: float, judging: bool) -> None: ...
     def modelled(self, model: QueryModel, desired: int | None) -> None: ...
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None: ...
     def acked(self, query_id: str, outcome: str, pause_ms: int) -> None: ...
@@ -133,6 +139,9 @@ class LoopObserver(Protocol):
 
 
 class NullObserver:
+    def behind(self, seconds: float, judging: bool) -> None:
+        pass
+
     def metrics_received(self, count: int) -> None:
         pass
 

@@ -376,7 +376,8 @@ def local_prometheus_config(mapping: LocalMapping, running: set[str],
             kept = {k: _local_files(mapping, v) for k, v in job.items()
                     if not k.endswith("_sd_configs")}
             jobs.append({**kept, "static_configs": [{"targets": targets}]})
-    return {**config, "scrape_configs": jobs}
+    rules = [str(path.parent / f) for f in config.get("rule_files", [])]  # it moves elsewhere
+    return {**config, "scrape_configs": jobs, "rule_files": rules}
 
 
 def _local_files(mapping: LocalMapping, value: Any) -> Any:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import base64
 import re
+import subprocess
 import tomllib
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from schemas.auth import ensure_key_file
 from tests.deploy import deployment as d
+from tests.support.prometheus import tool
 
 SERVICES = d.services()
 PROJECT = {name: s for name, s in SERVICES.items() if d.is_project_service(s)}
@@ -210,3 +213,64 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
                 ["include"]}
     copied = set(re.findall(r"^COPY (\S+) \1$", (d.ROOT / "Dockerfile").read_text(), re.M))
     assert packages <= copied, f"the Dockerfile does not copy {sorted(packages - copied)}"
+
+
+def test_prometheus_loads_the_alert_rules_and_they_name_exported_metrics() -> None:
+    rules = d.ROOT / "deploy" / "alerts.yml"
+    for config in (d.PROMETHEUS_FILE, d.SECURE_PROMETHEUS_FILE):
+        assert (config.parent / "alerts.yml") in [config.parent / f for f in
+                                                  d.load_yaml(config)["rule_files"]]
+    assert "./deploy/alerts.yml:/etc/prometheus/alerts.yml:ro" in SERVICES["prometheus"]["volumes"]
+    check = subprocess.run([tool("promtool"), "check", "rules", str(rules)],
+                           capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+    exported = d.exported_metric_names()
+    for group in d.load_yaml(rules)["groups"]:
+        for rule in group["rules"]:
+            names = d.metric_names(rule["expr"])
+            assert names and names <= exported, f"{rule['alert']}: {names - exported} not exported"
+
+
+def test_the_alerts_fire_on_a_controller_too_far_behind_and_on_a_lost_query(
+        tmp_path: Path) -> None:
+    """promtool's rule tests on synthetic series: which alert fires when, by the rules' `for`,
+    and what its annotations then read."""
+    rules = {r["alert"]: r for g in d.load_yaml(d.ROOT / "deploy" / "alerts.yml")["groups"]
+             for r in g["rules"]}
+
+    def annotations(alert: str, instance: str, value: str = "") -> dict[str, str]:
+        return {k: v.replace("{{ $labels.instance }}", instance).replace("{{ $value }}", value)
+                for k, v in rules[alert]["annotations"].items()}
+
+    cases = {
+        "rule_files": [str(d.ROOT / "deploy" / "alerts.yml")],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [
+                {"series": 'streamctl_controller_judging{instance="c1"}', "values": "1 1 0x8"},
+                {"series": 'streamctl_lost_queries{instance="c1"}', "values": "0x3 2x8"},
+                {"series": 'streamctl_controller_leader{instance="c1"}', "values": "1x11"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "30s", "alertname": "StreamctlControllerNotJudging",
+                 "exp_alerts": []},  # not judging for 0 s: pending, not firing
+                {"eval_time": "75s", "alertname": "StreamctlControllerNotJudging",
+                 "exp_alerts": [{"exp_labels": {"severity": "critical", "instance": "c1"},
+                                 "exp_annotations": annotations("StreamctlControllerNotJudging",
+                                                                "c1")}]},
+                {"eval_time": "75s", "alertname": "StreamctlQueryLost", "exp_alerts": []},
+                {"eval_time": "2m", "alertname": "StreamctlQueryLost",
+                 "exp_alerts": [{"exp_labels": {"severity": "critical", "instance": "c1"},
+                                 "exp_annotations": annotations("StreamctlQueryLost", "c1",
+                                                                "2")}]},
+                {"eval_time": "2m", "alertname": "StreamctlNoControllerLeads",
+                 "exp_alerts": []},
+            ],
+        }],
+    }
+    test_file = tmp_path / "alerts_test.yml"
+    test_file.write_text(yaml.safe_dump(cases))
+    check = subprocess.run([tool("promtool"), "test", "rules", str(test_file)],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -217,3 +217,53 @@ def test_a_recommendation_is_recorded_once_and_counted() -> None:
     assert advice.parameter == "producer_rate" and float(advice.target_value) > 0
     assert "throttle the producers to" in advice.reason
     assert h.observer.recommended_actions == ["throttle"]
+
+
+class BehindRecorder(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ever_lost: set[str] = set()
+        self.judging: list[bool] = []
+
+    def lost(self, query_ids: list[str]) -> None:
+        self.ever_lost.update(query_ids)
+
+    def behind(self, seconds: float, judging: bool) -> None:
+        self.judging.append(judging)
+
+
+def test_a_controller_held_behind_its_metrics_judges_no_query_lost_and_says_so() -> None:
+    """Six healthy queries batch every second; the controller reads one record per cycle,
+    two cycles a second, so it falls further behind each second. Its delay stays out of
+    every liveness judgement; past max_input_delay_s it judges nothing (and says so), and
+    once it may read freely it catches up and judges again."""
+    bus, clock, observer = MemoryBus(), FakeClock(), BehindRecorder()
+    source = MemoryMetricsSource(bus.metrics, clock=clock, max_records=1)
+    ports = Ports(metrics=source, control=MemoryControlSink(bus.control),
+                  acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+                  clock=clock, observer=observer)
+    loop = ControlLoop(replace(SETTINGS, poll_timeout_s=0.0), ports)
+    healthy = [Job(rates=[(0, 100)], per_unit=210, parallelism=2, query_id=f"q{n}")
+               for n in range(6)]
+    batches = sorted((m for job in healthy for m in simulate(job, 120)),
+                     key=lambda m: m.batch_end_ms)
+
+    def run_until(seconds: float) -> None:
+        while clock.ms < end_ms(batches[:1]) + int(seconds * 1000):
+            due = [m for m in batches if clock.ms - 500 < m.batch_end_ms <= clock.ms]
+            bus.publish_metrics(*due)
+            loop.run_once()
+            clock.advance(0.5)
+
+    run_until(60)  # read at a third of the rate published: ~40 s behind by now
+    assert observer.ever_lost == set() and False in observer.judging
+    assert not bus.sent_controls()
+    [stopped] = [d for d in bus.written_decisions() if d.action == "not_judging"]
+    assert "behind its metrics" in stopped.reason and stopped.figures["behind_s"] > 10
+
+    source._max_records = None  # it may read freely: it catches up
+    run_until(120)
+    assert observer.judging[-1] is True and observer.ever_lost == set()
+    assert [d.action for d in bus.written_decisions()
+            if d.action in ("judging", "not_judging")] == ["not_judging", "judging"]
+    assert all(("modelled", f"q{n}", "2") in observer.events for n in range(6))
