@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from controller.core.memo import Memo
 from controller.settings import ModelSettings
 from schemas import SourcePartition, TaskMetrics
 
@@ -77,23 +78,27 @@ def known_offsets(sample: TaskMetrics) -> dict[PartitionKey, SourcePartition]:
     return {(p.topic, p.partition): p for p in sample.partitions if p.latest_offset >= 0}
 
 
-def intervals(samples: Sequence[TaskMetrics]) -> list[Interval]:
+def intervals(samples: Sequence[TaskMetrics], memo: Memo | None = None) -> list[Interval]:
     """Growth of Σ latest offset between consecutive samples, timed by their batch starts
     (when the source read the latest offsets: Spark plans a batch against them).
 
     Only partitions known in both samples of a pair count, and only pairs with such partitions
     make an interval, so a heartbeat without offsets or a partition that appears later does
-    not fake a burst. A shrinking offset (topic recreated) counts as no growth.
+    not fake a burst. A shrinking offset (topic recreated) counts as no growth. `memo` keeps
+    each pair's interval while both samples stay in the window.
     """
-    found = []
-    for before, after in pairwise(samples):
-        old, new = known_offsets(before), known_offsets(after)
-        common = old.keys() & new.keys()
-        if after.batch_start_ms <= before.batch_start_ms or not common:
-            continue
-        grown = sum(max(0, new[k].latest_offset - old[k].latest_offset) for k in common)
-        found.append(Interval(before.batch_start_ms, after.batch_start_ms, grown))
-    return found
+    memo = memo or Memo()
+    found = (memo.apply(_interval, before, after) for before, after in pairwise(samples))
+    return [i for i in found if i is not None]
+
+
+def _interval(before: TaskMetrics, after: TaskMetrics) -> Interval | None:
+    old, new = known_offsets(before), known_offsets(after)
+    common = old.keys() & new.keys()
+    if after.batch_start_ms <= before.batch_start_ms or not common:
+        return None
+    grown = sum(max(0, new[k].latest_offset - old[k].latest_offset) for k in common)
+    return Interval(before.batch_start_ms, after.batch_start_ms, grown)
 
 
 def level(segment: Sequence[Interval], span_s: float) -> float:

@@ -21,6 +21,7 @@ from itertools import pairwise
 from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
+from controller.core.memo import Memo
 from controller.core.results import NotReady
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
@@ -169,11 +170,13 @@ def _key(sample: TaskMetrics) -> SampleKey:
             sample.batch_end_ms if sample.batch_id < 0 else 0)
 
 
-def rate_points(samples: tuple[TaskMetrics, ...],
-                warm_up: Collection[SampleKey] = ()) -> list[BatchPoint]:
+def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
+                memo: Memo | None = None) -> list[BatchPoint]:
     """The batches μ and c are estimated from: with rows and busy time, not a warm-up; each
     with the units that actually worked in parallel (`batch_concurrency`)."""
-    return [BatchPoint(s.input_rows, batch_concurrency(s), s.busy_ms / 1000) for s in samples
+    memo = memo or Memo()
+    return [BatchPoint(s.input_rows, memo.apply(batch_concurrency, s), s.busy_ms / 1000)
+            for s in samples
             if s.input_rows > 0 and s.busy_ms > 0 and _key(s) not in warm_up]
 
 
@@ -218,7 +221,7 @@ def lag_records(sample: TaskMetrics) -> int:
     )
 
 
-def backlog_records(sample: TaskMetrics, arrival: float) -> float:
+def backlog_records(sample: TaskMetrics, arrival: float, memo: Memo | None = None) -> float:
     """B after `sample`: its lag plus what arrived while it overran its trigger interval.
 
     The batch planned against `latest_offset` at its start, so records that arrived during its
@@ -229,7 +232,8 @@ def backlog_records(sample: TaskMetrics, arrival: float) -> float:
     the batch ended are ignored: small when batches run back to back (the backlogged case).
     """
     overrun_s = max(0, sample.busy_ms - sample.trigger_interval_ms) / 1000
-    return lag_records(sample) + arrival * overrun_s
+    lag = memo.apply(lag_records, sample) if memo is not None else lag_records(sample)
+    return lag + arrival * overrun_s
 
 
 def slope_per_s(points: list[tuple[float, float]]) -> float:
@@ -269,6 +273,7 @@ def evaluate(
     query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings, *,
     warm_up: Collection[SampleKey] = (), probed: Sequence[probes.EndOffsets] = (),
     remembered: Remembered = Remembered(), beat: TaskMetrics | None = None,
+    memo: Memo | None = None,
 ) -> QueryModel | NotReady:
     """The model of one query from its window, or why there is none yet.
 
@@ -276,8 +281,18 @@ def evaluate(
     μ and c. `probed`: recent end-offset probes of the broker (`probes`), which time arrivals
     between batches; without them the batches' latest offsets do. `remembered`: what the
     query's last model left (`Remembered`). `beat`: the query's newest liveness beat; with the
-    probes it gives the backlog while a batch runs (`probes.running_backlog`).
+    probes it gives the backlog while a batch runs (`probes.running_backlog`). `memo`: the
+    query's `memo.Memo`, so what the window's records gave last cycle is not derived again
+    (the same model with or without it).
     """
+    with (memo or Memo()).evaluation() as kept:
+        return _evaluate(query_id, samples, settings, warm_up, probed, remembered, beat, kept)
+
+
+def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSettings,
+              warm_up: Collection[SampleKey], probed: Sequence[probes.EndOffsets],
+              remembered: Remembered, beat: TaskMetrics | None,
+              memo: Memo) -> QueryModel | NotReady:
     needed = samples_needed(samples, settings)
     unsizable = parallelism.problem(samples[-1]) if samples else None
     if unsizable is not None:
@@ -288,11 +303,11 @@ def evaluate(
     if elapsed_ms <= 0:
         return NotReady("the window's batches span no time")
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
-    from_probes = probes.intervals(probed, set(known_offsets(samples[-1])))
-    arrival = estimate(arrival_intervals(intervals(samples), from_probes), settings)
+    from_probes = probes.intervals(probed, set(known_offsets(samples[-1])), memo)
+    arrival = estimate(arrival_intervals(intervals(samples, memo), from_probes), settings)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
-    points = rate_points(samples, warm_up)
+    points = rate_points(samples, warm_up, memo)
     cost = fit_batch_cost(points, settings, remembered.overhead_s)
     if not any(s.input_rows > 0 for s in samples):
         cost = idle_cost(arrival, remembered.cost)
@@ -301,12 +316,12 @@ def evaluate(
     if cost is None:
         return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
                         "processing rate unknown")
-    cap = batch_cap(samples, remembered.batch_cap)
+    cap = batch_cap(samples, remembered.batch_cap, memo)
     plan = probes.running_plan(beat, samples)
     running = (None if plan is None else probes.running_backlog(
         probed, plan, arrival.rate, samples[-1].trigger_interval_ms / 1000))
     found = replace(_build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points),
-                           cap, running),
+                           cap, running, memo),
                     cost_measured_by_running_batch=running_batch_measures_cost(
                         cost, points, plan, settings))
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
@@ -375,19 +390,21 @@ def _build(
     query_id: str, samples: tuple[TaskMetrics, ...], recent: tuple[TaskMetrics, ...],
     elapsed_ms: int, found: ArrivalEstimate, cost: BatchCost, rate_samples: int,
     cap_found: tuple[int, str], running: probes.RunningBacklog | None = None,
+    memo: Memo | None = None,
 ) -> QueryModel:
+    memo = memo or Memo()
     arrival = found.rate
     newest = samples[-1]
     partitions = len({(p.topic, p.partition) for p in newest.partitions})
     units = _units_of(newest)
-    points = [(s.batch_start_ms / 1000, backlog_records(s, arrival)) for s in recent]
+    points = [(s.batch_start_ms / 1000, backlog_records(s, arrival, memo)) for s in recent]
     if running is not None:  # seconds newer than the newest batch's own figure
         points.append((running.at_ms / 1000, running.records))
     backlog = points[-1][1]
     trend = slope_per_s(points)
     cap, cap_source = cap_found
     worked = [s for s in samples if s.input_rows > 0]
-    skew = units / batch_concurrency(worked[-1]) if worked else 1.0
+    skew = units / memo.apply(batch_concurrency, worked[-1]) if worked else 1.0
     rows = sum(s.input_rows for s in samples)
     recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
     return QueryModel(
@@ -410,7 +427,7 @@ def _build(
         partition_lag_shares=_shares(
             {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
              if p.latest_offset >= 0 and p.end_offset >= 0}),
-        partition_arrival_shares=_shares(partition_arrivals(recent)),
+        partition_arrival_shares=_shares(partition_arrivals(recent, memo)),
         task_skew=skew, arrival_pending=found.pending_rate,
         arrival_ramp=found.ramp_per_s, knob=newest.scaling_parameter,
         job_max=parallelism.job_max(newest), executor_cores=newest.executor_cores,
@@ -419,7 +436,8 @@ def _build(
     )
 
 
-def batch_cap(samples: tuple[TaskMetrics, ...], remembered: int = 0) -> tuple[int, str]:
+def batch_cap(samples: tuple[TaskMetrics, ...], remembered: int = 0,
+              memo: Memo | None = None) -> tuple[int, str]:
     """N and where it came from. Without a reported cap, a batch that left records behind
     was cut by the cap, so the largest such batch is N (Spark prorates the cap over the
     partitions and rounds down, so it may read a record or two short). Without one in the
@@ -428,22 +446,28 @@ def batch_cap(samples: tuple[TaskMetrics, ...], remembered: int = 0) -> tuple[in
     reported = samples[-1].max_offsets_per_trigger
     if reported > 0:
         return reported, "reported"
-    cut = [s.input_rows for s in samples if s.input_rows > 0 and lag_records(s) > 0]
+    memo = memo or Memo()
+    cut = [s.input_rows for s in samples if s.input_rows > 0 and memo.apply(lag_records, s) > 0]
     if cut:
         return max(cut), "observed"
     return (remembered, "remembered") if remembered > 0 else (0, "unbounded")
 
 
-def partition_arrivals(samples: tuple[TaskMetrics, ...]) -> dict[str, int]:
+def partition_arrivals(samples: tuple[TaskMetrics, ...],
+                       memo: Memo | None = None) -> dict[str, int]:
     """Records that arrived per partition between consecutive samples (as `arrival_rate`)."""
+    memo = memo or Memo()
     grown: dict[str, int] = {}
     for before, after in pairwise(samples):
-        old, new = known_offsets(before), known_offsets(after)
-        for key in old.keys() & new.keys():
-            name = _name(new[key])
-            grown[name] = grown.get(name, 0) + max(
-                0, new[key].latest_offset - old[key].latest_offset)
+        for name, records in memo.apply(_partition_growth, before, after):
+            grown[name] = grown.get(name, 0) + records
     return grown
+
+
+def _partition_growth(before: TaskMetrics, after: TaskMetrics) -> tuple[tuple[str, int], ...]:
+    old, new = known_offsets(before), known_offsets(after)
+    return tuple((_name(new[key]), max(0, new[key].latest_offset - old[key].latest_offset))
+                 for key in old.keys() & new.keys())
 
 
 def _name(partition: SourcePartition) -> str:

@@ -25,10 +25,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from types import MappingProxyType
 
 from controller.core.arrival import Interval, PartitionKey
+from controller.core.memo import Memo
 from schemas import TaskMetrics
 
 
@@ -76,19 +78,27 @@ def wanted(samples: Iterable[TaskMetrics]) -> set[PartitionKey]:
     return {(p.topic, p.partition) for s in samples for p in s.partitions}
 
 
-def covering(probes: Sequence[EndOffsets], keys: Collection[PartitionKey]) -> list[EndOffsets]:
+def covering(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
+             memo: Memo | None = None) -> list[EndOffsets]:
     """The probes that answered for every one of `keys` (none when `keys` is empty)."""
-    return [p for p in probes if keys and p.covers(keys)]
+    if not keys:
+        return []
+    memo, asked = memo or Memo(), frozenset(keys)
+    return [p for p in probes if memo.of(("covers", asked), (p,), partial(p.covers, asked))]
 
 
-def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey]) -> list[Interval]:
+def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
+              memo: Memo | None = None) -> list[Interval]:
     """Growth of Σ end offset over `keys` between consecutive probes that cover them all. A
-    shrinking offset (topic recreated) counts as no growth, as for the batches."""
-    found = []
-    for before, after in pairwise(covering(probes, keys)):
-        grown = sum(max(0, after.offsets[k] - before.offsets[k]) for k in keys)
-        found.append(Interval(before.at_ms, after.at_ms, grown))
-    return found
+    shrinking offset (topic recreated) counts as no growth, as for the batches. `memo` keeps
+    what each probe and pair gave while they stay in the log."""
+    memo, asked = memo or Memo(), frozenset(keys)
+
+    def grown(before: EndOffsets, after: EndOffsets) -> Interval:
+        return Interval(before.at_ms, after.at_ms,
+                        sum(max(0, after.offsets[k] - before.offsets[k]) for k in asked))
+    return [memo.of(("grown", asked), (before, after), partial(grown, before, after))
+            for before, after in pairwise(covering(probes, asked, memo))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,7 +265,7 @@ class ControlLoop:
                             window.last_instance, now_ms) if gone is not None else
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      probed=self._prober.fresh(now_ms), remembered=query.remembered,
-                     beat=window.beat))
+                     beat=window.beat, memo=query.derived))
         if not isinstance(found, QueryModel):
             if isinstance(found, NotReady) and window.changed:
                 found = NotReady(f"stabilising after a change to epoch {window.epoch}: "

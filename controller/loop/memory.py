@@ -1,7 +1,8 @@
 """What the loop remembers of each query from one cycle to the next: one record per query.
 
 Owns `QueryMemory` — the query's control state (what was sent and when, cooldowns, effect
-checks), its last verdict, its last model and what that model carries into the next one —
+checks), its last verdict, its last model, what that model carries into the next one and what it
+derived from the window's records —
 so a stage reads and writes one record instead of six dictionaries kept in step. The
 windows of samples are `core.window`'s, the instance table `core.failover`'s. Neighbours:
 `cycle` (every stage), `leading` (resumes and hands over the control states).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controller.core.memo import Memo
 from controller.core.model import QueryModel, Remembered
 from controller.core.results import Verdict
 from controller.core.state import ControlState
@@ -27,6 +29,8 @@ class QueryMemory:
     model: QueryModel | None = None
     """The last model; None while the query is not ready, lost or down."""
     remembered: Remembered = field(default_factory=Remembered)
+    derived: Memo = field(default_factory=Memo)
+    """What the model derived from the records still in the window (`core.memo`)."""
 
 
 class Memory(dict[str, QueryMemory]):

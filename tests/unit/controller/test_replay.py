@@ -12,6 +12,8 @@ to remove from the list as soon as the policy gets it right.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from functools import cache
@@ -37,9 +39,6 @@ def _expected() -> list[tuple[str, dict[str, Any]]]:
 @cache
 def replayed(trace: str, args: tuple[str, ...] = ()) -> dict[str, Any]:
     """The `--json` output of `streamctl controller replay` on a committed trace."""
-    import contextlib
-    import io
-
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["controller", "replay", "--trace", str(TRACES / trace), "--json", *args])
@@ -102,3 +101,18 @@ def test_step_down_waits_the_default_stabilisation_period() -> None:
     events = replayed("step_down.jsonl")["events"]
     verify(events, {"id": "default_stabilisation", "action": "scale_down", "count": [0, 0],
                     "include_counterfactual": True, "why": "120 s > 90 s of low load"})
+
+
+@pytest.mark.parametrize("trace", sorted(p.name for p in TRACES.glob("*.jsonl")))
+def test_the_memo_of_derived_figures_changes_no_decision(
+        trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every trace replayed with each query's `Memo` and with one that recomputes everything:
+    the same events, figures included."""
+    from controller.core.memo import Memo
+
+    kept = replayed(trace)
+    monkeypatch.setattr(Memo, "of", lambda self, what, records, compute: compute())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["controller", "replay", "--trace", str(TRACES / trace), "--json"]) == 0
+    assert json.loads(out.getvalue()) == kept
