@@ -1,8 +1,9 @@
 """Where a benchmark's results go: `bench/results/<name>.json`, stamped with when, on what and
 by which command they were measured, so the tables `bench.report` renders from them say so.
 
-Owns the stamp (`measured_at`, `command`, `machine`: architecture, cores, memory, Python, the
-1-minute load average before and after) and the file. Neighbours: every `bench.*` command
+Owns the stamp (`measured_at`, `command`, `commit`: the code measured, `+dirty` when it had
+uncommitted changes; `machine`: architecture, cores, memory, Python, the 1-minute load average
+before and after) and the file. Neighbours: every `bench.*` command
 writes through `write`; `bench.report` reads the files back.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +37,20 @@ def stamp(name: str, argv: list[str] | None = None) -> dict[str, str]:
     process's arguments), figures are measured now."""
     command = " ".join([f"python -m bench.{name}", *(sys.argv[1:] if argv is None else argv)])
     return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": command}
+            "command": command, "commit": commit()}
+
+
+def commit() -> str:
+    """The checked-out commit, `+dirty` when tracked files differ from it; empty outside git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=RESULTS_DIR.parent.parent, text=True,
+                              capture_output=True, timeout=30).stdout.strip()
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{head}+dirty" if head and dirty else head
 
 
 def write(name: str, payload: dict[str, Any], load_before: float,

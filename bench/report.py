@@ -1,7 +1,8 @@
 """`python -m bench.report`: the measured figures of `bench/results/*.json` as tables.
 
 Prints the tables (`--write` also puts them between the markers of `docs/benchmarks.md`;
-`--check` exits 1 when that file is not what the results render to, which a test runs).
+`--check` exits 1 when that file is not what the results render to, which a test runs;
+`--stale` lists the results older than the code they measure, `bench.freshness`).
 Every table says when, on what machine and by which command its figures were measured, as the
 result file records it (`bench.record`); figures are only ever written here, never by hand,
 so a rerun of a benchmark and one `--write` bring the documentation up to date.
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import freshness
 from bench.record import RESULTS_DIR
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -36,6 +38,8 @@ def stamp(result: Result) -> str:
         where = f"{machine or 'a machine not recorded'} (cores, memory and load not recorded)"
     when = result.get("measured_at")
     how = f"by `{result['command']}`" if "command" in result else "by a command not recorded"
+    if result.get("commit"):
+        how += f" at commit `{result['commit']}`"
     if when is None:
         return (f"Measured on {where}, {how}; the date was not recorded (the file predates "
                 "`bench.record`): rerun it to stamp it.")
@@ -178,6 +182,19 @@ def restart(result: Result) -> list[str]:
           "—" if r["warm_s"] is None else f"{r['warm_s']:.1f}"] for r in result["summary"]])
 
 
+def fleet(result: Result) -> list[str]:
+    rows = [[f"{r['queries']} × {r['partitions']}", f"{r['cpu_ms_per_cycle_p50']:.1f}",
+             f"{r['cpu_ms_per_cycle_p99']:.1f}", f"{r['cpu_ms_per_query_per_cycle']:.3f}",
+             f"{r['cycle_share']:.0%}", f"{r['memory_kib_per_query']:.0f}",
+             str(r["metrics_bytes_per_query_per_s"])] for r in result["rows"]]
+    return [*_table(["queries × partitions", "CPU ms per cycle (p50)", "p99",
+                     "CPU ms per query per cycle", "share of the 0.5 s cycle",
+                     "memory KiB per query", "metrics bytes per query per s"], rows), "",
+            f"One instance keeps about {result['sustainable_queries_8_partitions']} queries of 8 "
+            "partitions within half its cycle (the other half is the broker's and the poll's): "
+            "the default `--max-queries`."]
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("reaction", "Reaction to a step, a spike, a ramp and a fallen load", reaction,
      "The real sensor job (2 units, 1 s trigger, 5 ms per record) and the real controller on "
@@ -239,6 +256,12 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
     ("sink", "The exactly-once sink's cost", sink,
      "Spark's own Kafka writer (at-least-once) and the transactional sink on the same cached "
      "batches, alternating batch by batch; the first batch of each is warm-up."),
+    ("fleet", "What one controller instance costs per query", fleet,
+     "The production control cycle (collect → settle → decide → act, with its Prometheus "
+     "observer) over in-memory ports and a fake clock stepped by the default 0.5 s cycle, for "
+     "N steady queries of P partitions publishing one batch a second; CPU by the process's own "
+     "clock around each cycle, memory by tracemalloc from an empty controller to one with a "
+     "full window of every query. Broker round trips are not in it."),
     ("overhead", "The runtime's instrumentation overhead", overhead,
      "The same plan on the same preloaded readings in one SparkSession, alternating: bare "
      "(the plan into the transactional sink, nothing else) and under the runtime as `job "
@@ -274,7 +297,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"update {DOC.name}")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 when {DOC.name} is not what the results render to")
+    parser.add_argument("--stale", action="store_true",
+                        help="list the results older than the code they measure; exit 1 when "
+                             "there are any")
     args = parser.parse_args(argv)
+    if args.stale:
+        found = freshness.stale()
+        for s in found:
+            print(f"stale: {s.name}: {s.why}")
+        return 1 if found else 0
     rendered = render()
     expected = document(DOC.read_text(), rendered)
     if args.check:

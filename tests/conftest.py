@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from schemas import auth
 from streamctl.processes import interrupt_on_sigterm
@@ -27,6 +28,11 @@ from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
+
+# Property tests check what holds, not how fast: Hypothesis's default 200 ms deadline per
+# example failed them on a busy machine. Durations are the benchmarks' business.
+hypothesis_settings.register_profile("streamctl", deadline=None)
+hypothesis_settings.load_profile("streamctl")
 
 pytest_plugins = ("tests.support.parallel",)  # three tests at a time under ./dev test
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -77,14 +76,14 @@ def test_missing_java_is_reported_before_anything_else(tmp_path: Path) -> None:
     assert not (tmp_path / "state" / "kafka").exists()
 
 
-def test_a_broker_that_exits_early_is_reported_with_its_log(tmp_path: Path) -> None:
+@pytest.mark.timeout(120)  # the budget: start's own deadline is an hour
+def test_a_broker_that_exits_early_is_reported_with_its_log_without_waiting_for_the_deadline(
+        tmp_path: Path) -> None:
     broker = broker_with_fake_java(tmp_path)
     broker.layout.data_dir.mkdir(parents=True)
     (broker.layout.data_dir / "meta.properties").write_text("cluster.id=x\n")  # formatted
-    started = time.monotonic()
     with pytest.raises(BrokerExitedError, match=r"exit code 3(.|\n)*simulated broker crash"):
-        broker.start(timeout_s=20.0)
-    assert time.monotonic() - started < 10.0  # noticed by polling, not by the deadline
+        broker.start(timeout_s=3600.0)
     assert not broker.layout.pid_file.exists()
 
 
@@ -112,10 +111,10 @@ def test_port_check_sees_a_listener_and_free_ports_differ() -> None:
         assert port_in_use(first)
 
 
-def test_poll_until_is_bounded_and_returns_the_first_value() -> None:
-    started = time.monotonic()
-    assert poll_until(lambda: None, timeout_s=0.3, interval_s=0.05) is None
-    assert 0.3 <= time.monotonic() - started < 2.0
+def test_poll_until_gives_up_with_none_after_asking_again_and_returns_the_first_value() -> None:
+    asked: list[int] = []
+    assert poll_until(lambda: asked.append(1), timeout_s=0.3, interval_s=0.05) is None
+    assert len(asked) >= 2  # it polled, and gave up (the test's budget says it did)
     calls = iter([None, None, "ready"])
     assert poll_until(lambda: next(calls), timeout_s=5.0, interval_s=0.01) == "ready"
 

@@ -1,0 +1,205 @@
+"""What one controller instance costs per query: the real cycle over a synthetic fleet.
+
+`python -m bench.fleet` drives the production `controller.loop.cycle.ControlLoop` (collect →
+settle → decide → act, with its Prometheus observer) over the in-memory ports and a fake clock,
+for N queries of P input partitions each: every query publishes one batch a second (a 1 s
+trigger) at a steady load it keeps up with, and the broker's end offsets answer every probe.
+The clock steps by the default cycle (0.5 s), so each step is one cycle at the default cadence
+and the figures are the controller's own work, whatever the machine does around it:
+
+- CPU per cycle (the process's CPU clock around `run_once`, median and p99 over the measured
+  cycles), per query, and as a share of the 0.5 s cycle;
+- memory per query (the growth of the heap, by `tracemalloc`, from an empty controller to one
+  with a full window of every query);
+- bytes per query per second of the metrics topic (the Avro records the jobs publish).
+
+What it leaves out: the broker round trips (`bench.fleet` reads no socket) and the Kafka
+client's decoding cost outside `poll`'s decode. Owns the synthetic fleet and the figures;
+`bench.report` renders them into docs/benchmarks.md. Neighbours: `controller.loop.fakes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+import tracemalloc
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from bench import record
+from controller.explain.prom import ControllerMetrics
+from controller.loop.cycle import ControlLoop, Ports
+from controller.loop.fakes import (
+    FakeClock,
+    MemoryAckSource,
+    MemoryBus,
+    MemoryControlSink,
+    MemoryDecisionLog,
+    MemoryEndOffsets,
+    MemoryMetricsSource,
+)
+from controller.settings import ControllerSettings, ModelSettings
+from schemas import Role, SourcePartition, TaskMetrics, codec_for
+
+CYCLE_S = 0.5
+"""The default poll timeout and probe interval: one cycle at the default cadence."""
+TRIGGER_MS = 1000
+RATE_PER_PARTITION = 50
+"""Records a second on each partition: light, so every query keeps up and holds."""
+BUSY_SHARE = 0.5
+"""Of each trigger interval the batch is busy: within the policy's band, no decision due."""
+
+
+@dataclass(frozen=True)
+class Fleet:
+    queries: int
+    partitions: int
+
+
+class SyntheticFleet:
+    """N steady queries; `publish(now_ms)` writes every batch that ended by `now_ms` and sets
+    the end offsets the broker would report."""
+
+    def __init__(self, fleet: Fleet, bus: MemoryBus, offsets: MemoryEndOffsets,
+                 start_ms: int) -> None:
+        self._fleet, self._bus, self._offsets = fleet, bus, offsets
+        self._next_end_ms = start_ms + TRIGGER_MS
+        self._batch = 0
+        self.bytes_published = 0
+
+    def publish(self, now_ms: int) -> None:
+        while self._next_end_ms <= now_ms:
+            self._publish_batch(self._next_end_ms)
+            self._next_end_ms += TRIGGER_MS
+            self._batch += 1
+
+    def _publish_batch(self, end_ms: int) -> None:
+        codec = codec_for(TaskMetrics)
+        per_batch = RATE_PER_PARTITION * TRIGGER_MS // 1000
+        start, end = self._batch * per_batch, (self._batch + 1) * per_batch
+        for q in range(self._fleet.queries):
+            topic = f"in-{q}"
+            partitions = tuple(SourcePartition(topic, p, start, end, end)
+                               for p in range(self._fleet.partitions))
+            rows = per_batch * self._fleet.partitions
+            sample = TaskMetrics(
+                query_id=f"q{q}", instance_id=f"q{q}-1", role=Role.ACTIVE, config_epoch=0,
+                batch_id=self._batch, batch_start_ms=end_ms - TRIGGER_MS, batch_end_ms=end_ms,
+                trigger_interval_ms=TRIGGER_MS, input_rows=rows, output_rows=rows,
+                busy_ms=int(TRIGGER_MS * BUSY_SHARE), partitions=partitions,
+                input_parallelism=4, state_partitions=4, task_slots=16,
+                source_topics=(topic,), sink_topics=(f"out-{q}",))
+            payload = codec.encode(sample)
+            self.bytes_published += len(payload)
+            self._bus.metrics.append(payload)
+            for p in range(self._fleet.partitions):
+                self._offsets.ends[(topic, p)] = end
+
+
+@dataclass(frozen=True)
+class FleetFigures:
+    queries: int
+    partitions: int
+    cycles: int
+    cpu_ms_per_cycle_p50: float
+    cpu_ms_per_cycle_p99: float
+    cpu_ms_per_query_per_cycle: float
+    cycle_share: float
+    """CPU per cycle over the 0.5 s cycle: above 1, one instance cannot keep up."""
+    memory_kib_per_query: float
+    metrics_bytes_per_query_per_s: float
+    decisions: int
+    """Decision records written: a steady fleet within its band should need none."""
+
+
+def measure(fleet: Fleet, warm_s: float, measured_s: float) -> FleetFigures:
+    """Fill every query's window for `warm_s`, then time `measured_s` of cycles."""
+    settings = ControllerSettings(model=ModelSettings(max_queries=fleet.queries))
+    bus, clock = MemoryBus(), FakeClock()
+    offsets = MemoryEndOffsets()
+    gc.collect()
+    tracemalloc.start()
+    heap_before = tracemalloc.get_traced_memory()[0]
+    ports = Ports(metrics=MemoryMetricsSource(bus.metrics, clock=clock),
+                  control=MemoryControlSink(bus.control, decisions=bus.decisions),
+                  acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
+                  clock=clock, observer=ControllerMetrics(CollectorRegistry()), offsets=offsets)
+    loop = ControlLoop(settings, ports)
+    source = SyntheticFleet(fleet, bus, offsets, clock.now_ms())
+    for _ in range(int(warm_s / CYCLE_S)):
+        clock.advance(CYCLE_S)
+        source.publish(clock.now_ms())
+        loop.run_once()
+    bus.metrics.payloads.clear()  # what the jobs wrote is the broker's memory, not ours
+    gc.collect()
+    heap_warm = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    published_before = source.bytes_published
+    cpu_ms: list[float] = []
+    for _ in range(int(measured_s / CYCLE_S)):
+        clock.advance(CYCLE_S)
+        source.publish(clock.now_ms())
+        started = time.process_time()
+        loop.run_once()
+        cpu_ms.append((time.process_time() - started) * 1000)
+    p50 = statistics.median(cpu_ms)
+    return FleetFigures(
+        queries=fleet.queries, partitions=fleet.partitions, cycles=len(cpu_ms),
+        cpu_ms_per_cycle_p50=round(p50, 2),
+        cpu_ms_per_cycle_p99=round(statistics.quantiles(cpu_ms, n=100)[98], 2),
+        cpu_ms_per_query_per_cycle=round(p50 / fleet.queries, 3),
+        cycle_share=round(p50 / (CYCLE_S * 1000), 3),
+        memory_kib_per_query=round((heap_warm - heap_before) / 1024 / fleet.queries, 1),
+        metrics_bytes_per_query_per_s=round(
+            (source.bytes_published - published_before) / fleet.queries / measured_s),
+        decisions=len(bus.written_decisions()))
+
+
+def sustainable_queries(rows: Sequence[FleetFigures], partitions: int) -> int:
+    """The most queries of `partitions` partitions one instance kept within half its cycle
+    (the other half is the broker's and the poll's), by linear extrapolation of the largest
+    measured fleet's cost per query."""
+    measured = [r for r in rows if r.partitions == partitions]
+    largest = max(measured, key=lambda r: r.queries)
+    return int((CYCLE_S * 1000 / 2) / largest.cpu_ms_per_query_per_cycle)
+
+
+FLEETS = [Fleet(10, 8), Fleet(100, 8), Fleet(1000, 8), Fleet(10, 128), Fleet(10, 1024)]
+QUICK = [Fleet(10, 8), Fleet(100, 8), Fleet(10, 128)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer and smaller fleets")
+    parser.add_argument("--warm-s", type=float, default=60.0,
+                        help="simulated seconds that fill the window before measuring")
+    parser.add_argument("--measured-s", type=float, default=30.0,
+                        help="simulated seconds of cycles timed")
+    args = parser.parse_args(argv)
+    load_before = record.load_average()
+    rows = []
+    for fleet in (QUICK if args.quick else FLEETS):
+        figures = measure(fleet, args.warm_s, args.measured_s)
+        rows.append(figures)
+        print(f"{fleet.queries:>5} × {fleet.partitions:<5} {figures.cpu_ms_per_cycle_p50:9.2f} ms"
+              f"/cycle ({figures.cycle_share:.0%} of the cycle), "
+              f"{figures.cpu_ms_per_query_per_cycle:.3f} ms/query, "
+              f"{figures.memory_kib_per_query:.0f} KiB/query, "
+              f"{figures.metrics_bytes_per_query_per_s} B/query/s, "
+              f"{figures.decisions} decisions", flush=True)
+    payload: dict[str, Any] = {
+        "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS,
+        "rows": [asdict(r) for r in rows],
+        "sustainable_queries_8_partitions": sustainable_queries(rows, 8),
+    }
+    record.write("fleet", payload, load_before, None if argv is None else list(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
