@@ -187,6 +187,9 @@ class TypedConsumer(Generic[R]):
             position = self._next.get((tp.topic, tp.partition))
             if position is None:
                 _, position = consumer.get_watermark_offsets(tp, timeout=10.0)
+                # Where it starts is where it was, even before it returned a message: a
+                # rejoin before the first tuple arrived must not pin "latest" past it.
+                self._next[(tp.topic, tp.partition)] = position
             tp.offset = position
         consumer.assign(partitions)
         if partitions:
