@@ -41,11 +41,13 @@ class Memo:
     def of(self, what: Hashable, records: tuple[object, ...], compute: Callable[[], T]) -> T:
         """`compute()`'s value for `records` (one or two) under `what`, computed once while
         they stay in the window."""
+        # Keyed by identity alone: the entry holds its records, and while an object lives no
+        # other one has its id, so a hit is always for these very records.
         key = (what, *map(id, records))
         entry = self._used.get(key)
         if entry is None:
             entry = self._kept.get(key)
-            if entry is None or not _same(entry[0], records):
+            if entry is None:
                 entry = (records, compute())
             self._used[key] = entry
         return entry[1]
@@ -53,8 +55,3 @@ class Memo:
     def apply(self, function: Callable[..., T], *records: object) -> T:
         """`function(*records)`, computed once while the records stay in the window."""
         return self.of(function, records, lambda: function(*records))
-
-
-def _same(kept: tuple[object, ...], records: tuple[object, ...]) -> bool:
-    """The very records (not equal ones: identity is the key, and cheap)."""
-    return all(a is b for a, b in zip(kept, records, strict=True))
