@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import freshness
+from controller.settings import ModelSettings
 from bench.record import RESULTS_DIR
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -191,8 +192,8 @@ def fleet(result: Result) -> list[str]:
                      "CPU ms per query per cycle", "share of the 0.5 s cycle",
                      "memory KiB per query", "metrics bytes per query per s"], rows), "",
             f"One instance keeps about {result['sustainable_queries_8_partitions']} queries of 8 "
-            "partitions within half its cycle (the other half is the broker's and the poll's): "
-            "the default `--max-queries`."]
+            "partitions within half its cycle (the other half is the broker's and the poll's); "
+            f"`--max-queries` defaults to {ModelSettings().max_queries}."]
 
 
 SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (

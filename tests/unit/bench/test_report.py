@@ -55,3 +55,12 @@ def test_a_reaction_run_of_some_scenarios_replaces_their_rows_and_keeps_the_othe
     assert [r["scenario"] for r in runs] == ["ramp", "step", "spike"] and runs[0]["new"]
     other_cap = {**previous, "batch_cap": reaction.BATCH_CAP + 1}
     assert [r["scenario"] for r in reaction.kept_beside([fresh], [], other_cap)[0]] == ["ramp"]
+
+
+def test_the_default_query_limit_is_what_the_fleet_benchmark_measured_one_instance_sustains(
+        ) -> None:
+    from controller.settings import ModelSettings
+
+    fleet = json.loads((record.RESULTS_DIR / "fleet.json").read_text())
+    assert ModelSettings().max_queries <= fleet["sustainable_queries_8_partitions"], \
+        "lower model.max_queries, or make the cycle cheaper and rerun python -m bench.fleet"
