@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import freshness
-from controller.settings import ModelSettings
 from bench.record import RESULTS_DIR
+from controller.settings import ModelSettings
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench-report:begin (generated: python -m bench.report --write) -->"
