@@ -33,7 +33,8 @@ from tests.support.fault_bed import FRAUD_JOB, TOPIC_KINDS, FaultBed, now_ms, re
 from tests.support.prometheus import sample, scrape
 from tests.support.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+# The first test pays for the three-node bed (over two minutes under the full suite's load).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 QUERY = "cluster-faults"
 RATE = 100.0
