@@ -220,14 +220,30 @@ def restartable_broker(_restartable_broker: LocalBroker) -> LocalBroker:
 
 
 @pytest.fixture
-def bed(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path) -> Iterator[FaultBed]:
+def bed(bootstrap_servers: str, new_topics: NewTopics, tmp_path: Path,
+        request: pytest.FixtureRequest) -> Iterator[FaultBed]:
     """One fault bed per test (uuid topics, its own checkpoint); every process it started is
-    stopped afterwards, whatever happened."""
+    stopped afterwards, whatever happened. A test that failed, its time budget included,
+    prints its processes' last lines."""
     made = FaultBed.create(bootstrap_servers, new_topics, tmp_path)
     try:
         yield made
     finally:
+        if request.node.stash.get(CALL_FAILED, False):
+            print(made.process_logs())
         made.close()
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+"""Set on a test item whose call phase failed (for fixtures that explain a failure)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = True
 
 
 @pytest.fixture(scope="session")

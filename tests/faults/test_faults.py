@@ -25,7 +25,7 @@ from tests.support.kafka import (
 from tests.support.prometheus import sample, scrape
 from tests.support.waiting import holds, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 def warm(bed: FaultBed) -> None:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(330)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
 
 ACTIONS = (  # (parameter, value; a name is a topic of the test), applied at epochs 1, 2, …
     ("input_parallelism", "4"), ("input_parallelism", "2"),

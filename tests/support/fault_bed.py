@@ -11,6 +11,7 @@ print.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -150,8 +151,8 @@ class FaultBed:
             return self.committed_after(at_ms, instance) is not None
         try:
             until(seen, timeout_s, what)
-        except AssertionError as exc:  # why no batch committed is in the jobs' own lines
-            raise AssertionError(f"{exc}{self.job_logs()}") from None
+        except AssertionError as exc:  # why no batch committed is in the processes' own lines
+            raise AssertionError(f"{exc}{self.process_logs()}") from None
         found = self.committed_after(at_ms, instance)
         assert found is not None
         return found
@@ -213,15 +214,20 @@ class FaultBed:
         return [r for r in decoded_or_none(read_committed(self.bootstrap, self.topics[kind]),
                                            record_type) if r is not None]
 
-    def job_logs(self, lines: int = 40) -> str:
-        """The newest lines of each job's log, without the Kafka clients' reconnection noise
-        (during a broker fault it fills the tail)."""
+    def process_logs(self, lines: int = 40) -> str:
+        """The newest lines of each job's and controller's log, without the Kafka clients'
+        reconnection noise (during a broker fault it fills the tail) or a Java stack trace's
+        frames (its exception line stays), and the machine's load average: a wait that timed
+        out on a loaded machine says so."""
         noise = ("NetworkClient", "|FAIL|", "|REQTMOUT|", "ProcessingTimeExecutor")
-        return "".join(
+        def kept(line: str) -> bool:
+            return not line.startswith("\tat ") and not any(n in line for n in noise)
+        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        return f"\nload average (1, 5, 15 min): {load}" + "".join(
             f"\n--- {child.name} ({child.log_path})\n" + "\n".join(
                 [line for line in child.log_path.read_text(errors="replace").splitlines()
-                 if not any(n in line for n in noise)][-lines:])
-            for child in self.children if child.name.startswith("job"))
+                 if kept(line)][-lines:])
+            for child in self.children if child.name.startswith(("job", "controller")))
 
     def assert_alive(self, *names: str) -> None:
         assert_running([c for c in self.children if not names or c.name in names])
