@@ -44,8 +44,8 @@ IDLE_BUSY_MS = 5
 class JobSpec:
     """One job's parameters. Defaults are the bundled job measured on a 2-core laptop
     (`bench.throughput` on 2026-11-22: 339, 602, 1063 records/s at 2, 4, 8 with 4 000-record
-    batches fit μ ≈ 200/s per unit plus ≈ 1.5 s per batch; docs/simulation.md says what the
-    results file holds since)."""
+    batches fit μ ≈ 200/s per unit plus ≈ 1.5 s per batch; `bench/results/throughput.json`
+    holds later runs, which these defaults do not follow)."""
 
     query_id: str
     source_topic: str

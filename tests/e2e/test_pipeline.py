@@ -132,7 +132,7 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
     # measurement, not load to answer. Read back, its full batches fit the middle job's model
     # closely, round one sizes it (2 -> 5 or 6) on the arrival seen 4-5 s after the step
     # (220-300/s whatever the step), and the last job's foreseen inflow sits at the edge of
-    # its band: it was sized a cycle later in three runs of six (docs/testing.md).
+    # its band: it was sized a cycle later in three runs of six.
     pipeline.append(start_controller(bootstrap_servers, t, tmp_path, 0,  # stopped by the fixture
                                      "--metrics-offset-reset", "latest"))
 

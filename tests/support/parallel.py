@@ -2,7 +2,7 @@
 
 `./dev test` runs the suite on three xdist workers (`-n 3 --dist loadscope`): the shared units
 wait on sessions, timeouts and brokers as much as they compute, and two at a time left the
-machine 80 % busy there (92 % with three; `docs/testing.md`). This plugin decides what goes
+machine 80 % busy there (92 % with three). This plugin decides what goes
 together, in which order, and what may run beside what:
 
 - `ALONE`: modules whose tests step their load relative to a capacity they measured first. A

@@ -20,12 +20,12 @@ imports re-executes the daemon without them, before it has forked anything).
 **Cheap collection.** A reused worker calls `gc.collect()` after each task (`pyspark.daemon`):
 a full collection, which walks every object the worker holds. With pyarrow, pandas and the
 job's modules imported that is some 80 000 objects, 28 ms a task on an idle core, and it was
-38 % of the workers' CPU in a profile of a job at 150 records/s (`docs/restarts.md`,
-"Between tasks"). Freezing what survives that collection (`gc.freeze`: the imported modules
-and the worker's other long-lived objects) leaves each later collection only what the last
-task allocated and kept; the daemon freezes what it imported before it forks. What freezing
-costs: an object that outlived a task and later becomes part of a reference cycle is never
-freed (objects freed by their reference count still are).
+38 % of the workers' CPU in a py-spy profile of a job at 150 records/s (`docs/restarts.md`,
+"Between tasks", says what this daemon does about it). Freezing what survives that collection
+(`gc.freeze`: the imported modules and the worker's other long-lived objects) leaves each
+later collection only what the last task allocated and kept; the daemon freezes what it
+imported before it forks. What freezing costs: an object that outlived a task and later becomes
+part of a reference cycle is never freed (objects freed by their reference count still are).
 
 Neighbours: `session` (names this module in the Spark settings), `worker_pool` (forks the
 workers of a larger restart ahead of it). Spark starts it as `python -m`, on every machine

@@ -99,7 +99,7 @@ def checkpoint_settings(checkpoint_dir: str) -> dict[str, str]:
     Spark's default goes through Hadoop's `FileContext`, whose rename asks for each file's
     link status first; without Hadoop's native library (pip's PySpark has none) that runs
     a `readlink` process per path, two per rename. A job at one batch a second started some
-    17 such processes a second (Java Flight Recorder, `docs/restarts.md`). Other file systems
+    17 such processes a second (Java Flight Recorder). Other file systems
     (HDFS, object stores) keep Spark's default, which is what makes a rename atomic there.
     """
     scheme = urlparse(checkpoint_dir).scheme

@@ -4,10 +4,10 @@ Spark runs every Python task in a worker process forked from its Python daemon, 
 concurrently running task, and keeps it for the next task (`spark.python.worker.reuse`,
 idle ones for about a minute). A restart from 2 to 16 tasks therefore forks 14 workers in its
 first batch, and each imports the job's modules (pyarrow, the job's package) before it reads a
-record: on a 2-core machine that was 5-6 s of a 14 s first batch (`bench.restart`,
-`docs/restarts.md`). `warm` does that work while the old query still runs: one short Spark job
-of `tasks` tasks that overlap, each importing the modules, so the pool holds that many warm
-workers when the restarted query asks for them.
+record: on a 2-core machine that was 5-6 s of a 14 s first batch (`bench.restart`; its latest
+figures are in `docs/benchmarks.md`). `warm` does that work while the old query still runs:
+one short Spark job of `tasks` tasks that overlap, each importing the modules, so the pool
+holds that many warm workers when the restarted query asks for them.
 
 Why not import the modules in the daemon itself (`spark.python.daemon.module`), so every fork
 is born warm: pyarrow starts threads when imported, and a fork of a process with threads may
