@@ -64,7 +64,7 @@ class Compose:
 
 @dataclass
 class Timings:
-    """What the check measured, printed at the end (docs/deploy.md quotes a run)."""
+    """What the check measured, printed at the end."""
 
     figures: dict[str, float]
 
