@@ -1,10 +1,10 @@
 """Whether each result under `bench/results/` still measures the code as it is.
 
-Owns `MEASURES` (each benchmark → the packages and modules its figures depend on) and the
-verdict: a result is stale when a commit that touched that code is not in the history of the
-commit it was measured at (`commit` in the result, `bench.record`), or when it names no commit
-or was measured on uncommitted changes. `python -m bench.report --stale` prints the list and
-exits 1 when it is not empty. Neighbours: `bench.report` (the command), git (the history).
+Owns the verdict: a result is stale when a commit that touched the code it measures
+(`bench.catalog`) is not in the history of the commit it was measured at (`commit` in the
+result, `bench.record`), or when it names no commit or was measured on uncommitted changes.
+`python -m bench.report --stale` prints the list and exits 1 when it is not empty.
+Neighbours: `bench.report` (the command), git (the history).
 """
 
 from __future__ import annotations
@@ -15,29 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.catalog import BENCHMARKS
 from bench.record import RESULTS_DIR
 
 ROOT = RESULTS_DIR.parent.parent
 
-_CONTROLLER = ("controller", "schemas")
-_RUNTIME = ("streaming_jobs/runtime", "streaming_jobs/api.py", "streaming_jobs/config.py",
-            "schemas")
-
-MEASURES: Mapping[str, tuple[str, ...]] = {
-    "fleet": (*_CONTROLLER, "bench/fleet.py"),
-    "sim": (*_CONTROLLER, "bench/sim"),
-    "reaction": (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/reaction.py"),
-    "failover": (*_CONTROLLER, *_RUNTIME, "bench/failover.py"),
-    "pauses": (*_RUNTIME, "bench/pauses.py"),
-    "restart": (*_RUNTIME, "bench/restart.py"),
-    "throughput": (*_RUNTIME, "streaming_jobs/jobs", "bench/throughput.py", "bench/bed.py"),
-    "fraud_partitions": (*_RUNTIME, "streaming_jobs/jobs", "bench/fraud_partitions.py",
-                         "bench/bed.py"),
-    "state_repartition": (*_RUNTIME, "bench/state_repartition.py"),
-    "sink": ("streaming_jobs/runtime/sink", "bench/sink.py"),
-    "overhead": (*_RUNTIME, "bench/overhead.py"),
-}
-"""What each benchmark's figures depend on (paths from the repository's root)."""
+MEASURES: Mapping[str, tuple[str, ...]] = {b.name: b.measures for b in BENCHMARKS}
+"""What each benchmark's figures depend on (`bench.catalog`)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import freshness
+from bench.catalog import BENCHMARKS
 from bench.record import RESULTS_DIR
 from controller.settings import ModelSettings
 
@@ -171,6 +172,14 @@ def failover(result: Result) -> list[str]:
         row("… its first batch, to the commit", [r["first_batch_s"] for r in cold], "")])
 
 
+def takeover(result: Result) -> list[str]:
+    runs = result["kill_to_takeover_s"]
+    return _table(["figure", "runs", "median s", "min–max s", "lease session s"], [[
+        "kill -9 of the leading controller → a follower leads", str(len(runs)),
+        f"{result['median_s']:.1f}", f"{min(runs):.1f}–{max(runs):.1f}",
+        f"{result['lease_session_s']:g}"]])
+
+
 def restart(result: Result) -> list[str]:
     what = {"same": "same parallelism (2 → 2)", "cold": "2 → 16, cold workers",
             "warm": "2 → 16, workers warmed first"}
@@ -222,6 +231,13 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "(checkpoint, input, plan) and its first batch, cold (Python workers, Kafka consumers, "
      "state store, generated code), to its commit. The load generator, the broker and the "
      "controller share the machine's 2 cores with it."),
+    ("takeover", "Controller takeover after kill -9 of the leader", takeover,
+     "Two `controller run` processes with their defaults on a local broker; each run waits "
+     "until the follower has joined the controllers' group, kills the leader with SIGKILL and "
+     "times the follower's takeover record from its own stamp: the broker ends the dead "
+     "member's lease session, the lease partition moves, and the new leader fences the old "
+     "one's writes and reads back what was in flight. The killed instance comes back as the "
+     "next follower."),
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
      "runs from the later of the last commit before the change and the change's start to the "
@@ -274,9 +290,18 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
 )
 
 
+def commands() -> list[str]:
+    """Each benchmark's command at the settings its table quotes (`python -m bench all`)."""
+    titles = {name: title for name, title, *_ in SECTIONS}
+    titles["sim"] = "The policy against three baselines, simulated ([simulation.md](simulation.md))"
+    return ["## Commands", "", *_table(["benchmark", "command"], [
+        [titles[b.name], f"`{' '.join(b.command())}`"]
+        for b in BENCHMARKS])]
+
+
 def render(results_dir: Path = RESULTS_DIR) -> str:
-    """Every section whose result file exists, in order."""
-    lines: list[str] = []
+    """The commands, then every section whose result file exists, in order."""
+    lines: list[str] = [*commands(), ""]
     for name, title, table, method in SECTIONS:
         path = results_dir / f"{name}.json"
         if not path.is_file():

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench import record
+from bench.report import stamp
 from bench.sim import scenarios
 from bench.sim.baselines import Backpressure, Threshold
 from bench.sim.measures import Figures, figures
@@ -20,10 +22,8 @@ from bench.sim.policies import Ours, Policy, Static
 from bench.sim.run import Scenario, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "bench" / "results" / "sim.json"
 DOC = ROOT / "docs" / "simulation.md"
 BEGIN, END = "<!-- sim:begin -->", "<!-- sim:end -->"
-COMMAND = ".venv/bin/python -m bench.sim"
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "ours": Ours, "static": Static, "threshold": Threshold, "backpressure": Backpressure,
@@ -58,14 +58,15 @@ def tables(results: Sequence[Figures]) -> str:
                        for name in names)
 
 
-def write(results: Sequence[Figures], text: str) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"command": COMMAND,
-                                   "runs": [f.as_dict() for f in results]}, indent=2) + "\n")
+def write(results: Sequence[Figures], text: str, load_before: float) -> None:
+    """The figures to `bench/results/sim.json`, stamped as every benchmark's are, and the
+    tables with that stamp between the markers in `docs/simulation.md`."""
+    path = record.write("sim", {"runs": [f.as_dict() for f in results]}, load_before, argv=[])
     doc = DOC.read_text()
     head, rest = doc.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n\nReproduce with `{COMMAND}`.\n\n{text}\n\n{END}{tail}")
+    measured = stamp(json.loads(path.read_text()))
+    DOC.write_text(f"{head}{BEGIN}\n\n{measured}\n\n{text}\n\n{END}{tail}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,11 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The controller logs every decision; the tables are the output here.
     logging.getLogger("controller").setLevel(logging.ERROR)
+    load_before = record.load_average()
     results = run_all(scenarios.all_scenarios())
     text = tables(results)
     print(text)
     if not args.no_write:
-        write(results, text)
+        write(results, text, load_before)
     return 0
 
 

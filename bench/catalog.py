@@ -1,0 +1,59 @@
+"""Every benchmark: its command at the settings the docs quote, a smaller smoke setting, and
+the code its figures depend on.
+
+Owns `BENCHMARKS`. Neighbours: `bench.__main__` (`python -m bench all` runs them),
+`bench.freshness` (a result is stale once the code it measures changed), `bench.report`
+(renders the commands beside the tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_CONTROLLER = ("controller", "schemas")
+_RUNTIME = ("streaming_jobs/runtime", "streaming_jobs/api.py", "streaming_jobs/config.py",
+            "schemas")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    """`python -m bench.<name>` writes `bench/results/<name>.json`."""
+    full: tuple[str, ...]
+    """Arguments at the settings the docs quote."""
+    quick: tuple[str, ...]
+    """Arguments for a smaller run that still goes through every path."""
+    measures: tuple[str, ...]
+    """The code its figures depend on (paths from the repository's root)."""
+
+    def command(self, quick: bool = False) -> tuple[str, ...]:
+        return ("python", "-m", f"bench.{self.name}", *(self.quick if quick else self.full))
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("sim", (), (), (*_CONTROLLER, "bench/sim")),
+    Benchmark("fleet", (), ("--quick",), (*_CONTROLLER, "bench/fleet.py")),
+    Benchmark("takeover", ("--runs", "5"), ("--runs", "2"),
+              (*_CONTROLLER, "bench/takeover.py", "bench/reaction.py")),
+    Benchmark("sink", ("--rows", "100", "2000", "20000", "--batches", "12"),
+              ("--rows", "100", "2000", "--batches", "4"),
+              ("streaming_jobs/runtime/sink", "bench/sink.py")),
+    Benchmark("restart", ("--runs", "3"), ("--runs", "1"), (*_RUNTIME, "bench/restart.py")),
+    Benchmark("throughput", ("--parallelism", "2", "4", "8", "16"),
+              ("--parallelism", "2", "8", "--records", "8000"),
+              (*_RUNTIME, "streaming_jobs/jobs", "bench/throughput.py", "bench/bed.py")),
+    Benchmark("fraud_partitions",
+              ("--partitions", "2", "4", "8", "--records", "4000", "--cost-ms", "10"),
+              ("--partitions", "2", "8", "--records", "2000", "--cost-ms", "10"),
+              (*_RUNTIME, "streaming_jobs/jobs", "bench/fraud_partitions.py", "bench/bed.py")),
+    Benchmark("state_repartition", ("--keys", "1000000", "--to", "8"),
+              ("--keys", "100000", "--to", "8"), (*_RUNTIME, "bench/state_repartition.py")),
+    Benchmark("overhead", ("--records", "48000", "--runs", "4"),
+              ("--records", "12000", "--runs", "2"), (*_RUNTIME, "bench/overhead.py")),
+    Benchmark("pauses", ("--runs", "3"), ("--runs", "1"), (*_RUNTIME, "bench/pauses.py")),
+    Benchmark("failover", ("--runs", "3"), ("--runs", "1"),
+              (*_CONTROLLER, *_RUNTIME, "bench/failover.py")),
+    Benchmark("reaction", ("--runs", "5"), ("--runs", "1"),
+              (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/reaction.py")),
+)
+"""In order of cost, cheapest first: a broken environment fails early."""
