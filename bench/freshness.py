@@ -40,18 +40,29 @@ def last_change(paths: Sequence[str], root: Path = ROOT) -> str:
     return _git("log", "-1", "--format=%H", "--", *paths, root=root).stdout.strip()
 
 
-def verdict(name: str, measured: str, root: Path = ROOT) -> Stale | None:
-    """Why the result of `name` measured at commit `measured` is stale, or None."""
+def verdict(name: str, measured: str, root: Path = ROOT,
+            uncommitted: Sequence[str] | None = None) -> Stale | None:
+    """Why the result of `name` measured at commit `measured` is stale, or None. A result
+    measured with uncommitted changes (`+dirty`) counts as measured at its commit when the
+    changed files it names (`uncommitted`) are none of the code it measures."""
     if not measured:
         return Stale(name, "names no commit: measured before results recorded one")
     if measured.endswith("+dirty"):
-        return Stale(name, f"measured on uncommitted changes over {measured}")
+        touched = [p for p in (uncommitted or ["(not recorded)"]) if _under(p, MEASURES[name])]
+        if uncommitted is None or touched:
+            return Stale(name, f"measured on uncommitted changes over {measured}"
+                               f"{': ' + ', '.join(touched) if uncommitted else ''}")
+        measured = measured.removesuffix("+dirty")
     changed = last_change(MEASURES[name], root)
     if changed and _git("merge-base", "--is-ancestor", changed, measured,
                         root=root).returncode != 0:
         return Stale(name, f"measured at {measured}; {changed[:12]} changed "
                            f"{', '.join(MEASURES[name])} since")
     return None
+
+
+def _under(path: str, measured: Sequence[str]) -> bool:
+    return any(path == m or path.startswith(f"{m.rstrip('/')}/") for m in measured)
 
 
 def stale(results_dir: Path = RESULTS_DIR, root: Path = ROOT) -> list[Stale]:
@@ -63,7 +74,8 @@ def stale(results_dir: Path = RESULTS_DIR, root: Path = ROOT) -> list[Stale]:
         if not path.is_file():
             found.append(Stale(name, f"no result: run `python -m bench.{name}`"))
             continue
-        why = verdict(name, str(json.loads(path.read_text()).get("commit", "")), root)
+        result = json.loads(path.read_text())
+        why = verdict(name, str(result.get("commit", "")), root, result.get("uncommitted"))
         if why is not None:
             found.append(why)
     return found

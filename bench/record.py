@@ -2,8 +2,8 @@
 by which command they were measured, so the tables `bench.report` renders from them say so.
 
 Owns the stamp (`measured_at`, `command`, `commit`: the code measured, `+dirty` when it had
-uncommitted changes; `machine`: architecture, cores, memory, Python, the 1-minute load average
-before and after) and the file. Neighbours: every `bench.*` command
+uncommitted changes, named in `uncommitted`; `machine`: architecture, cores, memory, Python,
+the 1-minute load average before and after) and the file. Neighbours: every `bench.*` command
 writes through `write`; `bench.report` reads the files back.
 """
 
@@ -32,25 +32,35 @@ def machine(load_before: float) -> dict[str, Any]:
             "load_average_1m_after": load_average()}
 
 
-def stamp(name: str, argv: list[str] | None = None) -> dict[str, str]:
+def stamp(name: str, argv: list[str] | None = None) -> dict[str, Any]:
     """When, and by which command (`python -m bench.<name>` and `argv`, default this
     process's arguments), figures are measured now."""
     command = " ".join([f"python -m bench.{name}", *(sys.argv[1:] if argv is None else argv)])
     return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": command, "commit": commit()}
+            "command": command, "commit": commit(), "uncommitted": uncommitted()}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=RESULTS_DIR.parent.parent, text=True,
+                          capture_output=True, timeout=30).stdout.strip()
 
 
 def commit() -> str:
     """The checked-out commit, `+dirty` when tracked files differ from it; empty outside git."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=RESULTS_DIR.parent.parent, text=True,
-                              capture_output=True, timeout=30).stdout.strip()
     try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        head = _git("rev-parse", "--short=12", "HEAD")
     except (OSError, subprocess.SubprocessError):
         return ""
-    return f"{head}+dirty" if head and dirty else head
+    return f"{head}+dirty" if head and uncommitted() else head
+
+
+def uncommitted() -> list[str]:
+    """The tracked files that differ from the checked-out commit (paths from the root)."""
+    try:
+        return sorted(line[3:] for line in _git(
+            "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip())
+    except (OSError, subprocess.SubprocessError):
+        return []
 
 
 def write(name: str, payload: dict[str, Any], load_before: float,

@@ -80,10 +80,11 @@ def test_garbage_and_records_too_large_to_write_are_counted_and_no_process_resta
     """50 undecodable records on each topic a process reads, an undecodable input record of
     1.5 MB and a valid reading whose window row is 1.1 MB (over the job's 1 MB record limit):
     each process counts every one of them and carries on, its query never restarted, and
-    nothing is lost. The input's go to the dead-letter topic, each with its position and the
-    reason (the large one cut to the limit, with its size); the oversized row goes there in
-    its batch's transaction while every other window is committed once; the controller
-    counts the metrics topic's garbage; the job counts the control topic's and acks none."""
+    nothing is lost. The input's go to the dead-letter topic, each with its position (the
+    input record there is the one it carries) and the reason (the large one cut to the limit,
+    with its size); the oversized row goes there in its batch's transaction while every other
+    window is committed once; the controller counts the metrics topic's garbage; the job
+    counts the control topic's and acks none."""
     job_port, controller_port = find_free_ports(2)
     set_topic_config(bed.bootstrap, bed.topics["input"], **{"max.message.bytes": "3000000"})
     job = bed.start_job("job-1", "--metrics-port", str(job_port))
@@ -118,9 +119,14 @@ def test_garbage_and_records_too_large_to_write_are_counted_and_no_process_resta
     cut, cut_headers = cuts[0]
     assert {m.value() for m, _h in cuts} == {cut.value()} == {huge_garbage[:len(cut.value())]}
     assert {m.value() for m, _h in undecodable} == {*garbage["input"], cut.value()}
-    for _m, h in undecodable:
+    # Each names where it came from: the input record at that position is the one it carries.
+    inputs = {(m.partition(), m.offset()): m.value()
+              for m in read_committed(bed.bootstrap, bed.topics["input"])}
+    for m, h in undecodable:
         assert h["source_topic"] == bed.topics["input"] and h["query_id"] == "faults"
         assert h["error"].startswith("not Avro single-object encoded: it starts with de ad")
+        assert inputs[(int(h["source_partition"]), int(h["source_offset"]))].startswith(
+            m.value()), h
     assert cut_headers["truncated"] == f"kept the first {len(cut.value())} of 1500002 bytes"
     assert 900_000 < len(cut.value()) < 1_000_000
     [(row, row_headers)] = [(m, h) for m, h in zip(letters, headers, strict=True)

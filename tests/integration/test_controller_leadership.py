@@ -106,10 +106,11 @@ def controllers(kafka_harness: KafkaHarness,  # noqa: F811
            "STREAMCTL_CONTROL_KEY": k.control_key}
     children: list[Child] = []
 
-    def start(name: str, prefix: Sequence[str] = ()) -> Child:
+    def start(name: str, prefix: Sequence[str] = (),
+              session_s: float = LEASE_SESSION_S) -> Child:
         child = start_child(name, ["controller", "run", "--metrics-port", "0",
                                    "--instance-id", name,
-                                   "--lease-session-s", str(LEASE_SESSION_S)], tmp_path, env,
+                                   "--lease-session-s", str(session_s)], tmp_path, env,
                             prefix=prefix)
         children.append(child)
         return child
@@ -156,6 +157,24 @@ def test_a_killed_leader_is_replaced_by_the_follower_and_the_new_one_acts(
     until(lambda: bool(controls(kafka_harness)), 60, "the new leader's scale-up", 0.5)
     print(f"\n[leadership] kill -9 of the leader -> the follower leads after {takeover_s:.1f} s "
           f"(session {LEASE_SESSION_S:.0f} s)")
+
+
+LONG_SESSION_S = 40.0
+"""A session a lease held to its end would make the follower wait out (the broker allows up
+to 60 s)."""
+
+
+def test_a_leader_stopped_with_sigterm_leaves_the_lease_to_the_follower_before_its_session_ends(
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
+    """A clean stop leaves the controllers' group: the follower leads within half the session
+    that a leader which just went silent would hold the lease for."""
+    first = controllers("c1", session_s=LONG_SESSION_S)
+    assert wait_takeover(kafka_harness, 1, 60).target_value == "c1"
+    second = controllers("c2", session_s=LONG_SESSION_S)
+    until(lambda: "controller instance c2 starting" in second.log_tail(50), 30,
+          "the second instance to start", 0.2)
+    assert first.stop() == 0
+    assert wait_takeover(kafka_harness, 2, LONG_SESSION_S / 2).target_value == "c2"
 
 
 def test_a_frozen_leader_is_deposed_and_gets_nothing_applied_when_it_wakes(

@@ -25,6 +25,13 @@ CLOCK_TIME = re.compile(
     r"|(?<![\w:.])\d:[0-5]\d(?= ?(?:UTC|am|pm)\b)")                  # 9:30 UTC
 """A time of day: two-digit hours anywhere, one-digit ones after "at" or before UTC/am/pm.
 Not a port (`localhost:9092`), a ratio (`1:4`) or an address (`kafka:19092`)."""
+MEASUREMENT = re.compile(
+    r"\b(?:measured|took|takes about|median|on average|about|roughly|around|peaked|observed)\b"
+    r"[^.;:]{0,80}?\d+(?:\.\d+)?\s?(?:ms|s|seconds?|minutes?|min|records/s|rows/s|KiB|MiB|GiB"
+    r"|%|×)(?!\w)", re.IGNORECASE)
+"""A figure typed beside the words that report a measurement ("measured 6.4 s", "took about
+a minute", "median 2.5 ms"). Defaults and settings ("6 s by default", "at 150 records/s")
+are the product's, not measurements, and pass."""
 
 
 def prose(text: str) -> str:
@@ -34,6 +41,16 @@ def prose(text: str) -> str:
 
 def prose_words(page: Path) -> int:
     return len(prose(page.read_text(encoding="utf-8")).split())
+
+
+def reading(text: str) -> str:
+    """`text`'s prose as read: generated blocks, fenced code and code spans left out, lines
+    joined."""
+    return " ".join(INLINE_CODE.sub("", FENCED.sub("", prose(text))).split())
+
+
+def measurements(text: str) -> list[str]:
+    return [m.group(0) for m in MEASUREMENT.finditer(reading(text))]
 
 
 def clock_times(text: str) -> list[str]:
@@ -66,6 +83,20 @@ def test_no_clock_time_appears_outside_generated_blocks_and_code(page: Path) -> 
     found = clock_times(page.read_text(encoding="utf-8"))
     assert not found, (f"{page.name} gives times of day {found}: say what holds, not when a run "
                        "showed it; figures belong in the generated tables")
+
+
+def test_the_measurement_pattern_flags_reported_figures_and_not_defaults() -> None:
+    assert measurements("measured 6.4 s from the kill; the median is 2.5 ms; it took about "
+                        "40 s") == ["measured 6.4 s", "median is 2.5 ms", "took about 40 s"]
+    assert measurements("6 s by default; a load of 150 records/s; the sensor-averages job of "
+                        "1 GiB; `measured 3 s`") == []
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_measured_figure_is_typed_outside_generated_blocks(page: Path) -> None:
+    found = measurements(page.read_text(encoding="utf-8"))
+    assert not found, (f"{page.name} types measured figures {found}: render them from a result "
+                       "under bench/results/ (a generated block) and refer to it")
 
 
 def test_readme_is_at_most_10000_characters() -> None:

@@ -22,7 +22,7 @@ def _commit(root: Path, path: str, text: str) -> str:
     return _git(root, "rev-parse", "HEAD")
 
 
-def test_a_result_goes_stale_when_its_measured_code_changes_and_not_otherwise(
+def test_a_result_goes_stale_when_its_measured_code_changes_or_was_uncommitted_and_not_otherwise(
         tmp_path: Path) -> None:
     _git(tmp_path, "init", "-q")
     measured = _commit(tmp_path, "streaming_jobs/runtime/sink/writer.py", "v1")
@@ -39,6 +39,10 @@ def test_a_result_goes_stale_when_its_measured_code_changes_and_not_otherwise(
     assert "sink" in found and "fleet" not in found
 
     assert freshness.verdict("sink", measured + "+dirty", tmp_path) is not None
+    # Uncommitted changes count only where they touch the measured code.
+    assert freshness.verdict("fleet", measured + "+dirty", tmp_path, ["README.md"]) is None
+    assert freshness.verdict("fleet", measured + "+dirty", tmp_path,
+                             ["controller/core/model.py"]) is not None
     assert freshness.verdict("sink", "", tmp_path) is not None
     (results / "fleet.json").unlink()
     assert "fleet" in {s.name for s in freshness.stale(results, tmp_path)}
