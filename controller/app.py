@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from types import FrameType
+from typing import cast
 
 from controller.errors import UserError
+from controller.explain.page import Timeline
 from controller.explain.prom import ControllerMetrics, Endpoint, new_registry, serve
 from controller.kafka.clients import (
     NO_KEY,
@@ -30,7 +32,7 @@ from controller.kafka.clients import (
 )
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.cycle import ControlLoop, Ports
-from controller.loop.ports import SystemClock
+from controller.loop.ports import LoopObserver, Observers, SystemClock
 from controller.settings import DEFAULT_METRICS_PORT, ControllerSettings
 from schemas import DecodeError
 from streamctl.security.metrics_http import PortInUse
@@ -57,8 +59,8 @@ class DecodeErrorReporter:
 
 
 @contextmanager
-def kafka_controller(settings: ControllerSettings,
-                     metrics: ControllerMetrics) -> Iterator[ControlLoop]:
+def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
+                     timeline: Timeline | None = None) -> Iterator[ControlLoop]:
     """A loop on Kafka, one of any number of instances (it writes only while it leads); every
     client is closed on the way out, whatever happened."""
     kafka = settings.kafka
@@ -78,7 +80,9 @@ def kafka_controller(settings: ControllerSettings,
                                                                 kafka.control_key,
                                                                 kafka.decisions_topic),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
-                      clock=SystemClock(), observer=metrics,
+                      clock=SystemClock(),
+                      observer=metrics if timeline is None else cast(
+                          LoopObserver, Observers(metrics, timeline)),
                       offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None,
                       leadership=leadership)
         yield ControlLoop(settings, ports)
@@ -103,23 +107,26 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
         if handle_signals:
             # Before anything slow: a SIGTERM during start-up must still close what was opened.
             stack.enter_context(_signals_to(stop))
-        if settings.metrics_port:
-            stack.callback(_serve(settings, metrics).shutdown)
-        loop = stack.enter_context(kafka_controller(settings, metrics))
+        timeline = Timeline() if settings.metrics_port else None
+        if timeline is not None:
+            stack.callback(_serve(settings, metrics, timeline).shutdown)
+        loop = stack.enter_context(kafka_controller(settings, metrics, timeline))
         stop.attach(loop)
         cycles = loop.run(max_cycles=max_cycles, timeout_s=timeout_s)
     log.info("controller stopped after %d cycles", cycles)
     return cycles
 
 
-def _serve(settings: ControllerSettings, metrics: ControllerMetrics) -> Endpoint:
-    """The Prometheus endpoint: the default port gives way to a free one when another process
-    holds it (a second instance on this host); any other port must be free."""
+def _serve(settings: ControllerSettings, metrics: ControllerMetrics,
+           timeline: Timeline) -> Endpoint:
+    """The Prometheus endpoint and the live page: the default port gives way to a free one
+    when another process holds it (a second instance on this host); any other port must be
+    free."""
     port = settings.metrics_port
     try:
         endpoint = serve(port, metrics.registry, settings.metrics_endpoint,
                          host=settings.metrics_host,
-                         any_port_if_taken=port == DEFAULT_METRICS_PORT)
+                         any_port_if_taken=port == DEFAULT_METRICS_PORT, timeline=timeline)
     except PortInUse as exc:
         raise UserError(f"the controller's metrics endpoint cannot listen: {exc} "
                         "(--metrics-port, STREAMCTL_CONTROLLER_METRICS_PORT): choose a free "
@@ -128,7 +135,9 @@ def _serve(settings: ControllerSettings, metrics: ControllerMetrics) -> Endpoint
         log.warning("metrics port %d is in use on %s (another controller on this host?): "
                     "serving the metrics on port %d instead", port, settings.metrics_host,
                     endpoint.server_port)
-    log.info("Prometheus metrics on %s:%d", settings.metrics_host, endpoint.server_port)
+    log.info("Prometheus metrics on %s:%d; the live page at %s://%s:%d/ui",
+             settings.metrics_host, endpoint.server_port, settings.metrics_endpoint.scheme,
+             settings.metrics_host, endpoint.server_port)
     return endpoint
 
 

@@ -25,6 +25,7 @@ from streamctl.narrate import Narrator, Watched
 from streamctl.processes import Child, sigterm_as_interrupt, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.stack import defaults
+from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec
 from streamctl.tail import Tail
 
@@ -152,13 +153,16 @@ def _start_children(scenario: Scenario, bootstrap: str, demo_dir: Path) -> list[
                 "--output-topic", job.output_topic, "--dlq-topic", job.dlq_topic,
                 "--checkpoint-dir", str(demo_dir / "checkpoints" / job.name),
                 "--metrics-port", "0", *job.args], logs, env))
-        children.append(start_child("controller", ["controller", "run"], logs, env))
+        (page_port,) = find_free_ports(1)
+        children.append(start_child("controller", ["controller", "run", "--metrics-port",
+                                                   str(page_port)], logs, env))
     except BaseException:
         stop_all(children)
         raise
     jobs = ", ".join(j.name for j in scenario.jobs)
     print(f"{'jobs' if len(scenario.jobs) > 1 else 'job'} {jobs} and the controller started; "
-          f"their logs are in {logs}/")
+          f"their logs are in {logs}/; the controller's live page is at "
+          f"http://127.0.0.1:{page_port}/ui")
     return children
 
 

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 
 from controller.core.model import QueryModel
 from controller.core.outage import Outage
+from controller.explain.page import Timeline, routes
 from schemas import DecodeError
 from streamctl.security import metrics_http
 from streamctl.security.metrics_http import EndpointSecurity
@@ -217,9 +218,11 @@ class Endpoint(Protocol):
 
 def serve(port: int, registry: CollectorRegistry,
           security: EndpointSecurity = metrics_http.PLAIN, *, host: str = "127.0.0.1",
-          any_port_if_taken: bool = False) -> Endpoint:
+          any_port_if_taken: bool = False, timeline: Timeline | None = None) -> Endpoint:
     """Serve /metrics on `host:port` from a daemon thread, with `streamctl.security`'s TLS and basic
-    auth; `shutdown()` the result to stop it. `metrics_http.PortInUse` when the port is taken,
-    unless `any_port_if_taken` (then a free one: `server_port`)."""
-    return metrics_http.serve(make_wsgi_app(registry), port, security, host,
-                              any_port_if_taken=any_port_if_taken)
+    auth, and the live page of `timeline` at /ui; `shutdown()` the result to stop it.
+    `metrics_http.PortInUse` when the port is taken, unless `any_port_if_taken` (then a free
+    one: `server_port`)."""
+    app = make_wsgi_app(registry)
+    return metrics_http.serve(app if timeline is None else routes(timeline, app), port,
+                              security, host, any_port_if_taken=any_port_if_taken)

@@ -179,6 +179,22 @@ class NullObserver:
         pass
 
 
+class Observers:
+    """Several observers as one (Prometheus and the live page): each call goes to every one,
+    in order."""
+
+    def __init__(self, *observers: LoopObserver) -> None:
+        self._observers = observers
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        methods = [getattr(observer, name) for observer in self._observers]
+
+        def each(*args: object) -> None:
+            for method in methods:
+                method(*args)
+        return each
+
+
 class SystemClock:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000

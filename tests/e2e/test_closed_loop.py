@@ -12,8 +12,9 @@ phases on the same job and load:
 2. **The ceiling lifted.** The operator replaces that controller with one without the
    ceiling. The backlog and the load must trigger one control tuple raising the input
    parallelism; the job must apply it and ack, the backlog must drain at the new
-   parallelism with no second tuple, and the controller's Prometheus endpoint must hold the
-   applied pause and the decision's reason.
+   parallelism with no second tuple, the controller's Prometheus endpoint must hold the
+   applied pause and the decision's reason, and its live page, rendered by a real browser,
+   must show the new size and the decision with its reason.
 
 Every produced record must be accounted for exactly once in the job's output (count and sum of
 sequence numbers per sensor and window, one output row per window).
@@ -21,6 +22,7 @@ sequence numbers per sensor and window, one output row per window).
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +46,7 @@ from tests.e2e.loop import (
     until_batches_at_new_size,
 )
 from tests.support.bed import Watch
+from tests.support.browser import rendered
 from tests.support.prometheus import scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -113,6 +116,8 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
     assert int(scale_up.target_value) > 2, watch.decisions
     assert scale_up.control_id == applied[0].control_id and applied[0].pause_ms > 0
     _assert_prometheus_has_the_pauses_and_the_reason(watch, controller_port)
+    _assert_the_live_page_shows_the_decision_and_the_new_size(
+        controller_port, scale_up, tmp_path / "controller-page.png")
 
     # The backlog drains at the new parallelism, with that one tuple.
     watch.until(lambda: watch.view.samples[-1].input_parallelism > 2
@@ -151,6 +156,31 @@ def _assert_prometheus_has_the_pauses_and_the_reason(watch: Watch, port: int) ->
 
     watch.until(exported, 30, "the controller to export every applied pause and its last "
                 "decision with a reason")
+
+
+def _assert_the_live_page_shows_the_decision_and_the_new_size(
+        port: int, scale_up: Decision, screenshot: Path) -> None:
+    """What a person sees on the controller's page in a real browser, read from the rendered
+    DOM (the screenshot stays beside the test's files): the query's card at the size the
+    tuple set, its size chart from 2 to that size, the scale-up marked on the rate chart and
+    listed with its reason, and the arrival and capacity drawn."""
+    dom = rendered(f"http://127.0.0.1:{port}/ui", screenshot)
+    assert f'data-query="{QUERY}"' in dom, dom[:2000]
+    card = dom.split(f'data-query="{QUERY}"', 1)[1].split("</section>", 1)[0]
+    size = scale_up.target_value
+    assert f'<b class="units">{size}</b>' in card, card[:2000]
+    assert f">{size} units</text>" in card
+    assert len(set(_polyline(card, "size")[1::2])) >= 2, "the size chart shows no change"
+    assert f'<line class="mark decision" data-action="{scale_up.action}"' in card
+    assert html.escape(scale_up.reason, quote=False) in card
+    assert len(_polyline(card, "arrival")) >= 4 and len(_polyline(card, "capacity")) >= 4
+    assert screenshot.stat().st_size > 0
+
+
+def _polyline(card: str, cls: str) -> list[float]:
+    """The coordinates of the card's polyline of class `cls` (x, y, x, y, …)."""
+    points = card.split(f'<polyline class="{cls}" points="', 1)[1].split('"', 1)[0]
+    return [float(v) for v in points.replace(",", " ").split()]
 
 
 def _pauses(port: int, query: str) -> tuple[float, float, list[dict[str, str]]]:

@@ -1,0 +1,113 @@
+"""The live page's timeline and routes: what the loop observed, in pipeline order, served."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from controller.core.model import QueryModel
+from controller.explain.page import POINTS, Timeline, pipeline_order, routes
+from controller.loop.ports import LoopObserver, Observers
+
+MODEL = QueryModel(
+    query_id="b", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
+    busy_ratio=0.98, rate_per_unit=200, parallelism=2, units=2, source_partitions=2,
+    task_slots=16, backlog_records=6_000, backlog_trend_records_per_s=300,
+    time_to_drain_s=math.inf, batch_overhead_s=1.5, source_topics=("a-out",),
+    sink_topics=("b-out",))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        self.ms += 500
+        return self.ms
+
+
+def test_each_cycle_adds_a_point_and_decisions_and_acks_are_marked_with_their_reason() -> None:
+    timeline = Timeline(Clock())
+    timeline.modelled(MODEL, 4)
+    timeline.decided("b", "scale_up", "backlog 6 000 records growing", 1_700_000_000_700)
+    timeline.acked("b", "APPLIED", 4_200)
+    timeline.modelled(replace(MODEL, parallelism=4, backlog_records=1_000), None)
+    [query] = timeline.snapshot()["queries"]
+    assert [p[1:] for p in query["points"]] == [[700, 400, 6_000, 2], [700, 400, 1_000, 4]]
+    assert query["units"] == 4 and query["standbys"] == 0 and query["state"] == "running"
+    assert [(m["kind"], m["action"], m["text"]) for m in query["marks"]] == [
+        ("decision", "scale_up", "backlog 6 000 records growing"),
+        ("ack", "APPLIED", "applied, paused 4.2 s")]
+
+
+def test_the_series_is_bounded_and_the_snapshot_is_json() -> None:
+    timeline = Timeline(Clock())
+    for _ in range(POINTS + 10):
+        timeline.modelled(replace(MODEL, arrival_rate=math.nan), None)
+    [query] = json.loads(json.dumps(timeline.snapshot()))["queries"]
+    assert len(query["points"]) == POINTS and query["points"][0][1] == 0.0
+
+
+def test_a_lost_query_reads_lost_until_it_is_no_longer_reported_lost() -> None:
+    timeline = Timeline(Clock())
+    timeline.modelled(MODEL, None)
+    timeline.lost(["b"])
+    assert timeline.snapshot()["queries"][0]["state"] == "lost"
+    timeline.lost([])
+    assert timeline.snapshot()["queries"][0]["state"] == "running"
+
+
+def query(query_id: str, utilisation: float, sources: Iterable[str] = (),
+          sinks: Iterable[str] = ()) -> dict[str, Any]:
+    return {"query_id": query_id, "utilisation": utilisation, "sources": list(sources),
+            "sinks": list(sinks)}
+
+
+def test_pipeline_order_puts_each_writer_before_its_readers_and_the_rest_busiest_first() -> None:
+    ordered = pipeline_order([
+        query("c", 2.0, ["b-out"], ["c-out"]), query("lone", 0.5),
+        query("a", 0.1, ["in"], ["a-out"]), query("b", 0.9, ["a-out"], ["b-out"]),
+        query("busy", 1.5)])
+    assert [q["query_id"] for q in ordered] == ["a", "b", "c", "busy", "lone"]
+    looped = pipeline_order([query("x", 1.0, ["y-out"], ["x-out"]),
+                             query("y", 0.5, ["x-out"], ["y-out"])])
+    assert sorted(q["query_id"] for q in looped) == ["x", "y"]
+
+
+def call(app: Callable[..., Iterable[bytes]], path: str) -> tuple[str, bytes]:
+    status: list[Any] = []
+    body = b"".join(app({"PATH_INFO": path}, lambda s, headers: status.append((s, headers))))
+    return dict(status[0][1])["Content-Type"], body
+
+
+def test_the_page_and_its_data_are_served_and_every_other_path_goes_to_prometheus() -> None:
+    timeline = Timeline(Clock())
+    timeline.modelled(MODEL, None)
+
+    def prometheus(environ: dict[str, Any], start: Callable[..., Any]) -> list[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"metrics"]
+    app = routes(timeline, prometheus)
+    kind, page = call(app, "/ui")
+    assert kind.startswith("text/html") and b"/api/queries" in page and b"http" not in page.split(
+        b"<script>")[1].replace(b"http://www.w3.org/2000/svg", b"")  # nothing fetched elsewhere
+    kind, data = call(app, "/api/queries")
+    assert kind == "application/json" and json.loads(data)["queries"][0]["query_id"] == "b"
+    assert call(app, "/metrics") == ("text/plain", b"metrics")
+
+
+def test_the_timeline_answers_every_call_the_loop_makes_of_its_observer() -> None:
+    calls = [name for name in vars(LoopObserver) if not name.startswith("_")]
+    assert "modelled" in calls
+    assert [name for name in calls if not callable(getattr(Timeline(), name, None))] == []
+
+
+def test_observers_pass_each_call_to_every_observer_in_order() -> None:
+    first, second = Timeline(Clock()), Timeline(Clock())
+    both = Observers(first, second)
+    both.modelled(MODEL, None)
+    both.decided("b", "scale_up", "why", 1)
+    assert [len(t.snapshot()["queries"][0]["marks"]) for t in (first, second)] == [1, 1]
