@@ -48,6 +48,7 @@ from tests.e2e.loop import (
 from tests.support.bed import Watch
 from tests.support.browser import rendered
 from tests.support.prometheus import scrape
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
@@ -116,13 +117,13 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
     assert int(scale_up.target_value) > 2, watch.decisions
     assert scale_up.control_id == applied[0].control_id and applied[0].pause_ms > 0
     _assert_prometheus_has_the_pauses_and_the_reason(watch, controller_port)
-    _assert_the_live_page_shows_the_decision_and_the_new_size(
-        controller_port, scale_up, tmp_path / "controller-page.png")
 
     # The backlog drains at the new parallelism, with that one tuple.
     watch.until(lambda: watch.view.samples[-1].input_parallelism > 2
                 and watch.lag_records() == 0, 180, "the backlog to drain at the new parallelism")
     assert len(watch.sent()) == 1, [(d.action, d.target_value) for d in watch.sent()]
+    _assert_the_live_page_shows_the_decision_and_the_new_size(
+        controller_port, scale_up, tmp_path / "controller-page.png")
 
     flush_last_windows(bootstrap_servers, t["input"])
     assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
@@ -164,11 +165,14 @@ def _assert_the_live_page_shows_the_decision_and_the_new_size(
     DOM (the screenshot stays beside the test's files): the query's card at the size the
     tuple set, its size chart from 2 to that size, the scale-up marked on the rate chart and
     listed with its reason, and the arrival and capacity drawn."""
-    dom = rendered(f"http://127.0.0.1:{port}/ui", screenshot)
-    assert f'data-query="{QUERY}"' in dom, dom[:2000]
-    card = dom.split(f'data-query="{QUERY}"', 1)[1].split("</section>", 1)[0]
     size = scale_up.target_value
-    assert f'<b class="units">{size}</b>' in card, card[:2000]
+    url, seen = f"http://127.0.0.1:{port}/ui", [""]
+
+    def sized() -> bool:  # the model is back once the new size has run a few batches
+        seen[0] = rendered(url, screenshot)
+        return f'<b class="units">{size}</b>' in _card(seen[0])
+    until(sized, 90, f"the page to show {QUERY} at {size} units", 1)
+    card = _card(seen[0])
     assert f">{size} units</text>" in card
     assert len(set(_polyline(card, "size")[1::2])) >= 2, "the size chart shows no change"
     assert f'<line class="mark decision" data-action="{scale_up.action}"' in card
@@ -177,10 +181,15 @@ def _assert_the_live_page_shows_the_decision_and_the_new_size(
     assert screenshot.stat().st_size > 0
 
 
+def _card(dom: str) -> str:
+    assert f'data-query="{QUERY}"' in dom, dom[:2000]
+    return dom.split(f'data-query="{QUERY}"', 1)[1].split("</section>", 1)[0]
+
+
 def _polyline(card: str, cls: str) -> list[float]:
-    """The coordinates of the card's polyline of class `cls` (x, y, x, y, …)."""
-    points = card.split(f'<polyline class="{cls}" points="', 1)[1].split('"', 1)[0]
-    return [float(v) for v in points.replace(",", " ").split()]
+    """The coordinates of the card's polylines of class `cls` (x, y, x, y, …)."""
+    runs = [run.split('"', 1)[0] for run in card.split(f'<polyline class="{cls}" points="')[1:]]
+    return [float(v) for run in runs for v in run.replace(",", " ").split()]
 
 
 def _pauses(port: int, query: str) -> tuple[float, float, list[dict[str, str]]]:

@@ -28,12 +28,13 @@ def chromium() -> str:
 
 def rendered(url: str, screenshot: Path, script_ms: int = 6000, timeout_s: float = 90) -> str:
     """The DOM of `url` once its script ran for `script_ms` of virtual time; the page as
-    drawn is saved to `screenshot` (PNG)."""
+    drawn right after is saved to `screenshot` (PNG)."""
     sandbox = ("--no-sandbox",) if os.geteuid() == 0 else ()
     with tempfile.TemporaryDirectory(prefix="streamctl-chromium-") as profile:
         common = [chromium(), *FLAGS, *sandbox, f"--user-data-dir={profile}",
                   f"--virtual-time-budget={script_ms}"]
+        dom = subprocess.run([*common, "--dump-dom", url], check=True, capture_output=True,
+                             text=True, timeout=timeout_s).stdout
         subprocess.run([*common, f"--screenshot={screenshot}", url], check=True,
                        capture_output=True, timeout=timeout_s)
-        return subprocess.run([*common, "--dump-dom", url], check=True, capture_output=True,
-                              text=True, timeout=timeout_s).stdout
+        return dom
