@@ -1,9 +1,10 @@
 """What one controller instance costs per query: the real cycle over a synthetic fleet.
 
 `python -m bench.fleet` drives the production `controller.loop.cycle.ControlLoop` (collect →
-settle → decide → act, with its Prometheus observer) over the in-memory ports and a fake clock,
-for N queries of P input partitions each: every query publishes one batch a second (a 1 s
-trigger) at a steady load it keeps up with, and the broker's end offsets answer every probe.
+settle → decide → act, with its observers as `controller run` has them: Prometheus and the
+live page's timeline) over the in-memory ports and a fake clock, for N queries of P input
+partitions each: every query publishes one batch a second (a 1 s trigger) at a steady load it
+keeps up with, and the broker's end offsets answer every probe.
 The clock steps by the default cycle (0.5 s), so each step is one cycle at the default cadence
 and the figures are the controller's own work, whatever the machine does around it:
 
@@ -32,6 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench import record
+from controller.explain.page import Timeline
 from controller.explain.prom import ControllerMetrics
 from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.fakes import (
@@ -43,6 +45,7 @@ from controller.loop.fakes import (
     MemoryEndOffsets,
     MemoryMetricsSource,
 )
+from controller.loop.ports import Observers
 from controller.settings import ControllerSettings, ModelSettings
 from schemas import Role, SourcePartition, TaskMetrics, codec_for
 
@@ -164,7 +167,8 @@ def _controller(fleet: Fleet) -> tuple[MemoryBus, ControlLoop, SyntheticFleet, F
     ports = Ports(metrics=MemoryMetricsSource(bus.metrics, clock=clock),
                   control=MemoryControlSink(bus.control, decisions=bus.decisions),
                   acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-                  clock=clock, observer=ControllerMetrics(CollectorRegistry()), offsets=offsets)
+                  clock=clock, offsets=offsets, observer=Observers(
+                      ControllerMetrics(CollectorRegistry()), Timeline(clock.now_ms)))
     return (bus, ControlLoop(settings, ports), SyntheticFleet(fleet, bus, offsets, clock.now_ms()),
             clock)
 

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.catalog import BENCHMARKS
-from bench.record import RESULTS_DIR
-
-ROOT = RESULTS_DIR.parent.parent
+from bench.record import RESULTS_DIR, ROOT
 
 MEASURES: Mapping[str, tuple[str, ...]] = {b.name: b.measures for b in BENCHMARKS}
 """What each benchmark's figures depend on (`bench.catalog`)."""
@@ -48,10 +46,12 @@ def verdict(name: str, measured: str, root: Path = ROOT,
     if not measured:
         return Stale(name, "names no commit: measured before results recorded one")
     if measured.endswith("+dirty"):
-        touched = [p for p in (uncommitted or ["(not recorded)"]) if _under(p, MEASURES[name])]
-        if uncommitted is None or touched:
-            return Stale(name, f"measured on uncommitted changes over {measured}"
-                               f"{': ' + ', '.join(touched) if uncommitted else ''}")
+        if uncommitted is None:
+            return Stale(name, f"measured on uncommitted changes over {measured}")
+        touched = [p for p in uncommitted if _under(p, MEASURES[name])]
+        if touched:
+            return Stale(name, f"measured on uncommitted changes over {measured}: "
+                               f"{', '.join(touched)}")
         measured = measured.removesuffix("+dirty")
     changed = last_change(MEASURES[name], root)
     if changed and _git("merge-base", "--is-ancestor", changed, measured,

@@ -40,9 +40,12 @@ def stamp(name: str, argv: list[str] | None = None) -> dict[str, Any]:
             "command": command, "commit": commit(), "uncommitted": uncommitted()}
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=RESULTS_DIR.parent.parent, text=True,
-                          capture_output=True, timeout=30).stdout.strip()
+ROOT = RESULTS_DIR.parent.parent
+
+
+def _git(*args: str, root: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=root, text=True, capture_output=True,
+                          timeout=30).stdout.strip()
 
 
 def commit() -> str:
@@ -54,11 +57,11 @@ def commit() -> str:
     return f"{head}+dirty" if head and uncommitted() else head
 
 
-def uncommitted() -> list[str]:
-    """The tracked files that differ from the checked-out commit (paths from the root)."""
+def uncommitted(root: Path = ROOT) -> list[str]:
+    """The tracked files that differ from the checked-out commit, staged or not (paths from
+    the root)."""
     try:
-        return sorted(line[3:] for line in _git(
-            "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip())
+        return sorted(_git("diff", "--name-only", "HEAD", root=root).splitlines())
     except (OSError, subprocess.SubprocessError):
         return []
 

@@ -274,8 +274,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "Spark's own Kafka writer (at-least-once) and the transactional sink on the same cached "
      "batches, alternating batch by batch; the first batch of each is warm-up."),
     ("fleet", "What one controller instance costs per query", fleet,
-     "The production control cycle (collect → settle → decide → act, with its Prometheus "
-     "observer) over in-memory ports and a fake clock stepped by the default 0.5 s cycle, for "
+     "The production control cycle (collect → settle → decide → act, with its observers: "
+     "Prometheus and the live page's timeline) over in-memory ports and a fake clock stepped "
+     "by the default 0.5 s cycle, for "
      "N steady queries of P partitions publishing one batch a second; CPU by the process's own "
      "clock around each cycle, memory by tracemalloc from an empty controller to one with a "
      "full window of every query. Broker round trips are not in it."),

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from types import FrameType
-from typing import cast
 
 from controller.errors import UserError
 from controller.explain.page import Timeline
@@ -32,7 +31,7 @@ from controller.kafka.clients import (
 )
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.cycle import ControlLoop, Ports
-from controller.loop.ports import LoopObserver, Observers, SystemClock
+from controller.loop.ports import Observers, SystemClock
 from controller.settings import DEFAULT_METRICS_PORT, ControllerSettings
 from schemas import DecodeError
 from streamctl.security.metrics_http import PortInUse
@@ -81,8 +80,7 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
                                                                 kafka.decisions_topic),
                       acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
                       clock=SystemClock(),
-                      observer=metrics if timeline is None else cast(
-                          LoopObserver, Observers(metrics, timeline)),
+                      observer=metrics if timeline is None else Observers(metrics, timeline),
                       offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None,
                       leadership=leadership)
         yield ControlLoop(settings, ports)

@@ -3,10 +3,11 @@ and the size over the last minutes, each decision and ack marked with its reason
 
 Owns `Timeline` (a loop observer that keeps, per query, a bounded series of the model's
 figures and the newest marks; it keeps nothing else, so the page needs no second database)
-and `routes` (the WSGI app that serves the page at `/ui` and its data at `/api/queries`
-beside the Prometheus endpoint, with the endpoint's TLS and basic auth). The page itself
-(`page.html`) is one file with its script and styles inline: no CDN, nothing fetched but the
-data. Neighbours: `prom` (the same observations as metrics), `controller.app` (serves both).
+and `routes` (the WSGI app that serves the page at `/ui` and its data at `/api/queries`,
+`?filter=…&limit=…` for only what the page draws, beside the Prometheus endpoint with its TLS
+and basic auth). The page itself (`page.html`) is one file with its script and styles inline:
+no CDN, nothing fetched but the data. Neighbours: `prom` (the same observations as metrics),
+`controller.app` (serves both).
 """
 
 from __future__ import annotations
@@ -20,12 +21,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from controller.core.model import QueryModel
 from controller.core.outage import Outage
 
+POINT_MS = 500
+"""One point per query per half second of the clock (cycles run sooner when records arrive):
+a later figure in the same half second replaces it."""
 POINTS = 720
-"""Points kept per query: six minutes at the default half-second cycle."""
+"""Points kept per query: six minutes."""
+SHOWN = 50
+"""Queries `/api/queries` returns unless asked for fewer or more (at most `MAX_SHOWN`): the
+page draws what it asks for, however large the fleet."""
+MAX_SHOWN = 500
 MARKS = 40
 """Decisions and acks kept per query, newest last."""
 
@@ -61,11 +70,15 @@ class Timeline:
         return self._queries.setdefault(query_id, _Query())
 
     def modelled(self, model: QueryModel, desired: int | None) -> None:
+        now = self._clock_ms()
+        point = (now, _finite(model.arrival_rate), _finite(model.capacity),
+                 _finite(model.backlog_records), model.parallelism)
         with self._lock:
             q = self._query(model.query_id)
-            q.points.append((self._clock_ms(), _finite(model.arrival_rate),
-                             _finite(model.capacity), _finite(model.backlog_records),
-                             model.parallelism))
+            if q.points and q.points[-1][0] // POINT_MS == now // POINT_MS:
+                q.points[-1] = point
+            else:
+                q.points.append(point)
             q.knob, q.utilisation, q.desired = model.knob, model.utilisation, desired
             q.sources, q.sinks = model.source_topics, model.sink_topics
             if q.state != "running" and model.samples:
@@ -88,17 +101,18 @@ class Timeline:
             self._query(query_id).marks.append(mark)
 
     def lost(self, query_ids: list[str]) -> None:
-        self._states(query_ids, "lost", "lost")
+        self._states(query_ids, "lost")
 
     def down(self, action: str, query_ids: list[str]) -> None:
-        self._states(query_ids, action, action)
+        self._states(query_ids, action)
 
-    def _states(self, query_ids: list[str], state: str, was: str) -> None:
+    def _states(self, query_ids: list[str], state: str) -> None:
+        """`state` for `query_ids`, every cycle: a query no longer among them runs again."""
         with self._lock:
             for query_id, q in self._queries.items():
                 if query_id in query_ids:
                     q.state = state
-                elif q.state == was:
+                elif q.state == state:
                     q.state = "running"
 
     def standbys(self, query_id: str, count: int) -> None:
@@ -106,7 +120,8 @@ class Timeline:
             self._query(query_id).standbys = count
 
     def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
-        self._leading = leading
+        with self._lock:
+            self._leading = leading
 
     def outage(self, query_id: str, outage: Outage) -> None:
         pass
@@ -123,19 +138,25 @@ class Timeline:
     def probe_failed(self) -> None:
         pass
 
-    def snapshot(self) -> dict[str, Any]:
-        """What `/api/queries` returns: the queries in pipeline order (a query whose output
-        another reads comes before it), the rest busiest first."""
+    def snapshot(self, matching: str = "", limit: int = SHOWN) -> dict[str, Any]:
+        """What `/api/queries` returns: the first `limit` queries whose id contains
+        `matching`, in pipeline order (a query whose output another reads comes before it),
+        the rest busiest first; only those carry their series."""
         with self._lock:
-            queries = [{"query_id": query_id, "state": q.state, "knob": q.knob,
-                        "units": q.points[-1][4] if q.points else None, "desired": q.desired,
-                        "utilisation": _finite(q.utilisation, None), "standbys": q.standbys,
-                        "sources": list(q.sources), "sinks": list(q.sinks),
-                        "points": [list(p) for p in q.points], "marks": list(q.marks)}
-                       for query_id, q in self._queries.items()]
+            summaries = [{"query_id": query_id, "state": q.state, "knob": q.knob,
+                          "units": q.points[-1][4] if q.points else None,
+                          "desired": q.desired, "utilisation": _finite(q.utilisation, None),
+                          "standbys": q.standbys, "sources": list(q.sources),
+                          "sinks": list(q.sinks)}
+                         for query_id, q in self._queries.items()]
+            shown = [s for s in pipeline_order(summaries) if matching in s["query_id"]]
+            total, found, shown = len(summaries), len(shown), shown[:limit]
+            for s in shown:
+                q = self._queries[s["query_id"]]
+                s["points"], s["marks"] = [list(p) for p in q.points], list(q.marks)
             leading = self._leading
-        return {"now_ms": self._clock_ms(), "leading": leading,
-                "queries": pipeline_order(queries)}
+        return {"now_ms": self._clock_ms(), "leading": leading, "total": total,
+                "matching": found, "queries": shown}
 
 
 def pipeline_order(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -174,7 +195,11 @@ def routes(timeline: Timeline, rest: WsgiApp) -> WsgiApp:
         if path in ("/ui", "/ui/"):
             return _reply(start_response, "text/html; charset=utf-8", page)
         if path == "/api/queries":
-            body = json.dumps(timeline.snapshot(), separators=(",", ":")).encode()
+            asked = parse_qs(environ.get("QUERY_STRING", ""))
+            limit = asked.get("limit", [""])[0]
+            snapshot = timeline.snapshot(asked.get("filter", [""])[0], min(
+                int(limit) if limit.isdigit() else SHOWN, MAX_SHOWN))
+            body = json.dumps(snapshot, separators=(",", ":")).encode()
             return _reply(start_response, "application/json", body)
         return rest(environ, start_response)
     return app

@@ -104,7 +104,8 @@ class Clock(Protocol):
 
 
 class LoopObserver(Protocol):
-    """What the loop reports as it goes (Prometheus in production, nothing in tests)."""
+    """What the loop reports as it goes (in production Prometheus and, with an endpoint, the
+    live page; nothing in most tests)."""
 
     def metrics_received(self, count: int) -> None: ...
     def behind(self, seconds: float, judging: bool) -> None: ...
@@ -186,13 +187,57 @@ class Observers:
     def __init__(self, *observers: LoopObserver) -> None:
         self._observers = observers
 
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        methods = [getattr(observer, name) for observer in self._observers]
+    def metrics_received(self, count: int) -> None:
+        for o in self._observers:
+            o.metrics_received(count)
 
-        def each(*args: object) -> None:
-            for method in methods:
-                method(*args)
-        return each
+    def behind(self, seconds: float, judging: bool) -> None:
+        for o in self._observers:
+            o.behind(seconds, judging)
+
+    def modelled(self, model: QueryModel, desired: int | None) -> None:
+        for o in self._observers:
+            o.modelled(model, desired)
+
+    def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
+        for o in self._observers:
+            o.decided(query_id, action, reason, at_ms)
+
+    def acked(self, query_id: str, outcome: str, pause_ms: int) -> None:
+        for o in self._observers:
+            o.acked(query_id, outcome, pause_ms)
+
+    def ack_timed_out(self, query_id: str) -> None:
+        for o in self._observers:
+            o.ack_timed_out(query_id)
+
+    def recommended(self, action: str) -> None:
+        for o in self._observers:
+            o.recommended(action)
+
+    def lost(self, query_ids: list[str]) -> None:
+        for o in self._observers:
+            o.lost(query_ids)
+
+    def down(self, action: str, query_ids: list[str]) -> None:
+        for o in self._observers:
+            o.down(action, query_ids)
+
+    def outage(self, query_id: str, outage: Outage) -> None:
+        for o in self._observers:
+            o.outage(query_id, outage)
+
+    def standbys(self, query_id: str, count: int) -> None:
+        for o in self._observers:
+            o.standbys(query_id, count)
+
+    def probe_failed(self) -> None:
+        for o in self._observers:
+            o.probe_failed()
+
+    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
+        for o in self._observers:
+            o.leadership(instance_id, leading, since_ms)
 
 
 class SystemClock:

@@ -45,8 +45,8 @@ from tests.e2e.loop import (
     start_controller,
     until_batches_at_new_size,
 )
+from tests.support import browser
 from tests.support.bed import Watch
-from tests.support.browser import rendered
 from tests.support.prometheus import scrape
 from tests.support.waiting import until
 
@@ -166,13 +166,13 @@ def _assert_the_live_page_shows_the_decision_and_the_new_size(
     tuple set, its size chart from 2 to that size, the scale-up marked on the rate chart and
     listed with its reason, and the arrival and capacity drawn."""
     size = scale_up.target_value
-    url, seen = f"http://127.0.0.1:{port}/ui", [""]
+    url = f"http://127.0.0.1:{port}/ui"
 
-    def sized() -> bool:  # the model is back once the new size has run a few batches
-        seen[0] = rendered(url, screenshot)
-        return f'<b class="units">{size}</b>' in _card(seen[0])
-    until(sized, 90, f"the page to show {QUERY} at {size} units", 1)
-    card = _card(seen[0])
+    def sized() -> str | None:  # the model is back once the new size has run a few batches
+        card = _card(browser.dom(url))
+        return card if card is not None and f'<b class="units">{size}</b>' in card else None
+    card = until(sized, 90, f"the page to show {QUERY} at {size} units", 1)
+    browser.screenshot(url, screenshot)
     assert f">{size} units</text>" in card
     assert len(set(_polyline(card, "size")[1::2])) >= 2, "the size chart shows no change"
     assert f'<line class="mark decision" data-action="{scale_up.action}"' in card
@@ -181,8 +181,10 @@ def _assert_the_live_page_shows_the_decision_and_the_new_size(
     assert screenshot.stat().st_size > 0
 
 
-def _card(dom: str) -> str:
-    assert f'data-query="{QUERY}"' in dom, dom[:2000]
+def _card(dom: str) -> str | None:
+    """The query's card in the page's DOM, None before the page drew it."""
+    if f'data-query="{QUERY}"' not in dom:
+        return None
     return dom.split(f'data-query="{QUERY}"', 1)[1].split("</section>", 1)[0]
 
 

@@ -1,5 +1,5 @@
 """A page as a person sees it: Debian's Chromium, headless, loads it, runs its script, and
-gives back the rendered DOM and a screenshot.
+gives back the rendered DOM, or a screenshot.
 
 Chromium runs with a fresh profile and without its background traffic (this machine's network
 is closed: its update, sync and lookup requests would fail or wait), and `--no-sandbox` when
@@ -26,15 +26,19 @@ def chromium() -> str:
     return found
 
 
-def rendered(url: str, screenshot: Path, script_ms: int = 6000, timeout_s: float = 90) -> str:
-    """The DOM of `url` once its script ran for `script_ms` of virtual time; the page as
-    drawn right after is saved to `screenshot` (PNG)."""
+def _run(url: str, action: str, script_ms: int, timeout_s: float) -> str:
     sandbox = ("--no-sandbox",) if os.geteuid() == 0 else ()
     with tempfile.TemporaryDirectory(prefix="streamctl-chromium-") as profile:
-        common = [chromium(), *FLAGS, *sandbox, f"--user-data-dir={profile}",
-                  f"--virtual-time-budget={script_ms}"]
-        dom = subprocess.run([*common, "--dump-dom", url], check=True, capture_output=True,
-                             text=True, timeout=timeout_s).stdout
-        subprocess.run([*common, f"--screenshot={screenshot}", url], check=True,
-                       capture_output=True, timeout=timeout_s)
-        return dom
+        return subprocess.run([chromium(), *FLAGS, *sandbox, f"--user-data-dir={profile}",
+                               f"--virtual-time-budget={script_ms}", action, url], check=True,
+                              capture_output=True, text=True, timeout=timeout_s).stdout
+
+
+def dom(url: str, script_ms: int = 6000, timeout_s: float = 90) -> str:
+    """The DOM of `url` once its script ran for `script_ms` of virtual time."""
+    return _run(url, "--dump-dom", script_ms, timeout_s)
+
+
+def screenshot(url: str, path: Path, script_ms: int = 6000, timeout_s: float = 90) -> None:
+    """`url` as drawn once its script ran for `script_ms` of virtual time, to `path` (PNG)."""
+    _run(url, f"--screenshot={path}", script_ms, timeout_s)

@@ -1,19 +1,40 @@
-"""`python -m bench all`: every benchmark of the catalog can run, the commands are the
-catalog's, and a name it does not know is refused."""
+"""`python -m bench all`: every benchmark of the catalog takes the arguments the catalog
+gives it, the commands are the catalog's, and a name it does not know is refused."""
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
+import importlib
+import sys
+from typing import Any
 
 import pytest
 
 from bench import __main__ as bench_all
-from bench.catalog import BENCHMARKS
+from bench.catalog import BENCHMARKS, Benchmark
 
 
-def test_every_benchmark_in_the_catalog_is_a_module_to_run() -> None:
-    missing = [b.name for b in BENCHMARKS if importlib.util.find_spec(f"bench.{b.name}") is None]
-    assert not missing, f"no module bench.<name> for {missing}"
+class Parsed(Exception):
+    """Raised once a benchmark's own parser accepted its arguments: it runs nothing."""
+
+
+@pytest.mark.parametrize("benchmark", BENCHMARKS, ids=lambda b: b.name)
+def test_each_benchmark_accepts_its_full_and_quick_arguments(
+        benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module(f"bench.{benchmark.name}")
+    if not hasattr(module, "main"):  # a package: its __main__
+        module = importlib.import_module(f"bench.{benchmark.name}.__main__")
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self: argparse.ArgumentParser, args: Any = None,
+                        namespace: Any = None) -> Any:
+        parse(self, args, namespace)
+        raise Parsed
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    for args in (benchmark.full, benchmark.quick):
+        monkeypatch.setattr(sys, "argv", [f"bench.{benchmark.name}", *args])
+        with pytest.raises(Parsed):
+            module.main()
 
 
 def test_list_prints_each_command_at_the_settings_asked_for(

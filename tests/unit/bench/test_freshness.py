@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from bench import freshness
+from bench import freshness, record
 
 
 def _git(root: Path, *args: str) -> str:
@@ -55,3 +55,14 @@ def test_every_measured_path_exists_and_every_result_is_named() -> None:
     assert not missing
     results = {p.stem for p in (freshness.ROOT / "bench" / "results").glob("*.json")}
     assert results <= set(freshness.MEASURES)
+
+
+def test_the_uncommitted_files_are_named_whole_staged_or_not(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    _commit(tmp_path, "controller/app.py", "v1")
+    _commit(tmp_path, "README.md", "v1")
+    assert record.uncommitted(tmp_path) == []
+    (tmp_path / "controller/app.py").write_text("v2")  # the first line git would print
+    (tmp_path / "README.md").write_text("v2")
+    _git(tmp_path, "add", "README.md")
+    assert record.uncommitted(tmp_path) == ["README.md", "controller/app.py"]

@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from controller.core.model import QueryModel
-from controller.explain.page import POINTS, Timeline, pipeline_order, routes
-from controller.loop.ports import LoopObserver, Observers
+from controller.explain.page import POINT_MS, POINTS, Timeline, pipeline_order, routes
+from controller.loop.ports import LoopObserver
 
 MODEL = QueryModel(
     query_id="b", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
@@ -21,11 +21,11 @@ MODEL = QueryModel(
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_700_000_000_000
+    def __init__(self, step_ms: int = POINT_MS) -> None:
+        self.ms, self.step_ms = 1_700_000_000_000, step_ms
 
     def __call__(self) -> int:
-        self.ms += 500
+        self.ms += self.step_ms
         return self.ms
 
 
@@ -51,13 +51,43 @@ def test_the_series_is_bounded_and_the_snapshot_is_json() -> None:
     assert len(query["points"]) == POINTS and query["points"][0][1] == 0.0
 
 
-def test_a_lost_query_reads_lost_until_it_is_no_longer_reported_lost() -> None:
+def test_a_query_keeps_one_point_per_half_second_the_newest() -> None:
+    timeline = Timeline(Clock(step_ms=100))
+    for backlog in range(12):  # 1.2 s of cycles
+        timeline.modelled(replace(MODEL, backlog_records=backlog), None)
+    points = timeline.snapshot()["queries"][0]["points"]
+    assert [p[3] for p in points] == [3, 8, 11]  # the newest of each half second
+
+
+def test_a_query_reads_lost_stopped_or_halted_while_reported_so_then_running() -> None:
     timeline = Timeline(Clock())
     timeline.modelled(MODEL, None)
+
+    def state() -> str:
+        return str(timeline.snapshot()["queries"][0]["state"])
     timeline.lost(["b"])
-    assert timeline.snapshot()["queries"][0]["state"] == "lost"
+    assert state() == "lost"
     timeline.lost([])
-    assert timeline.snapshot()["queries"][0]["state"] == "running"
+    assert state() == "running"
+    timeline.down("stopped", ["b"])
+    assert state() == "stopped"
+    timeline.down("halted", ["b"])
+    timeline.down("stopped", [])
+    assert state() == "halted"
+    timeline.down("halted", [])
+    assert state() == "running"
+
+
+def test_the_data_holds_the_series_of_the_matching_queries_only_up_to_the_limit() -> None:
+    timeline = Timeline(Clock())
+    for n in range(5):
+        timeline.modelled(replace(MODEL, query_id=f"q{n}", source_topics=(),
+                                  sink_topics=(), arrival_rate=100 * n), None)
+    timeline.modelled(replace(MODEL, query_id="other"), None)
+    data = timeline.snapshot("q", limit=2)
+    assert (data["total"], data["matching"]) == (6, 5)
+    assert [q["query_id"] for q in data["queries"]] == ["q4", "q3"]  # busiest first
+    assert all(len(q["points"]) == 1 for q in data["queries"])
 
 
 def query(query_id: str, utilisation: float, sources: Iterable[str] = (),
@@ -77,9 +107,11 @@ def test_pipeline_order_puts_each_writer_before_its_readers_and_the_rest_busiest
     assert sorted(q["query_id"] for q in looped) == ["x", "y"]
 
 
-def call(app: Callable[..., Iterable[bytes]], path: str) -> tuple[str, bytes]:
+def call(app: Callable[..., Iterable[bytes]], path: str,
+         query: str = "") -> tuple[str, bytes]:
     status: list[Any] = []
-    body = b"".join(app({"PATH_INFO": path}, lambda s, headers: status.append((s, headers))))
+    body = b"".join(app({"PATH_INFO": path, "QUERY_STRING": query},
+                        lambda s, headers: status.append((s, headers))))
     return dict(status[0][1])["Content-Type"], body
 
 
@@ -96,6 +128,7 @@ def test_the_page_and_its_data_are_served_and_every_other_path_goes_to_prometheu
         b"<script>")[1].replace(b"http://www.w3.org/2000/svg", b"")  # nothing fetched elsewhere
     kind, data = call(app, "/api/queries")
     assert kind == "application/json" and json.loads(data)["queries"][0]["query_id"] == "b"
+    assert json.loads(call(app, "/api/queries", "filter=zzz&limit=5")[1])["queries"] == []
     assert call(app, "/metrics") == ("text/plain", b"metrics")
 
 
@@ -104,10 +137,3 @@ def test_the_timeline_answers_every_call_the_loop_makes_of_its_observer() -> Non
     assert "modelled" in calls
     assert [name for name in calls if not callable(getattr(Timeline(), name, None))] == []
 
-
-def test_observers_pass_each_call_to_every_observer_in_order() -> None:
-    first, second = Timeline(Clock()), Timeline(Clock())
-    both = Observers(first, second)
-    both.modelled(MODEL, None)
-    both.decided("b", "scale_up", "why", 1)
-    assert [len(t.snapshot()["queries"][0]["marks"]) for t in (first, second)] == [1, 1]
