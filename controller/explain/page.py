@@ -153,10 +153,18 @@ class Timeline:
             total, found, shown = len(summaries), len(shown), shown[:limit]
             for s in shown:
                 q = self._queries[s["query_id"]]
-                s["points"], s["marks"] = [list(p) for p in q.points], list(q.marks)
+                s["points"], s["marks"] = [list(p) for p in q.points], _marks_in(q)
             leading = self._leading
         return {"now_ms": self._clock_ms(), "leading": leading, "total": total,
                 "matching": found, "queries": shown}
+
+
+def _marks_in(q: _Query) -> list[dict[str, Any]]:
+    """The marks the chart spans: all of them until the series rolls over, then those since
+    its first point."""
+    if len(q.points) < POINTS:
+        return list(q.marks)
+    return [m for m in q.marks if m["at_ms"] >= q.points[0][0]]
 
 
 def pipeline_order(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -43,12 +43,17 @@ def test_each_cycle_adds_a_point_and_decisions_and_acks_are_marked_with_their_re
         ("ack", "APPLIED", "applied, paused 4.2 s")]
 
 
-def test_the_series_is_bounded_and_the_snapshot_is_json() -> None:
-    timeline = Timeline(Clock())
+def test_the_series_is_bounded_and_so_are_the_marks_it_spans() -> None:
+    clock = Clock()
+    timeline = Timeline(clock)
+    timeline.decided("b", "scale_up", "before the series", clock.ms - 2000)
+    timeline.modelled(MODEL, None)
+    assert len(timeline.snapshot()["queries"][0]["marks"]) == 1  # the first cycle's decision
     for _ in range(POINTS + 10):
         timeline.modelled(replace(MODEL, arrival_rate=math.nan), None)
     [query] = json.loads(json.dumps(timeline.snapshot()))["queries"]
     assert len(query["points"]) == POINTS and query["points"][0][1] == 0.0
+    assert query["marks"] == []  # older than the series once it rolled over
 
 
 def test_a_query_keeps_one_point_per_half_second_the_newest() -> None:
