@@ -132,6 +132,8 @@ class TaskMetrics(_Record):
     stopped: bool = False
     halted: str = ""
     lost_ranges: tuple[SourcePartition, ...] = ()
+    max_delay_ms: int = 0
+    drain_within_ms: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,14 @@ topics and the end offsets, and prints), `view` (per-query rates).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from controller.core.objectives import standings
 from schemas import SourcePartition, TaskMetrics
+from schemas.objectives import Objectives
 from schemas.records import TAKEOVER, Ack, Decision, Outcome
 from streamctl.view import QueryView
 
@@ -232,12 +235,28 @@ def _state_lines(q: QueryStatus, state: str, lag: dict[PartitionKey, int] | None
         out.append(f"{pad}metrics: " + ", ".join(
             f"{address} ({instance})" for instance, address in sorted(q.addresses.items())))
     total = sum(lag.values()) if lag else 0
+    if newest is not None:
+        out += [f"{pad}objective: {line}" for line in _objective_lines(q, newest, state, lag)]
     if lag and len(lag) > 1 and total > 0:
         (topic, partition), most = max(lag.items(), key=lambda item: item[1])
         if most / total > SKEW_SHARE:
             out.append(f"{pad}skew: partition {topic}/{partition} holds "
                        f"{most * 100 / total:.0f}% of the lag across {len(lag)} partitions")
     return out
+
+
+def _objective_lines(q: QueryStatus, newest: TaskMetrics, state: str,
+                     lag: dict[PartitionKey, int] | None) -> list[str]:
+    """Each objective the job states, against its lag and rates as it reported them (unknown
+    while it runs no query or the lag is unknown)."""
+    objectives = Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms)
+    if not objectives.stated:
+        return []
+    known = state == "running" and lag is not None
+    rate = q.view.processed_per_s() if known else 0.0
+    backlog = float(sum(lag.values())) if lag is not None and known else math.inf
+    return [s.describe() for s in standings(objectives, backlog, rate, q.view.arrival_per_s(),
+                                            newest.trigger_interval_ms / 1000)]
 
 
 def _decision_summary(d: Decision | None, now_ms: int) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas.knobs import INPUT_PARALLELISM, SCALING, STATE_PARTITIONS
+from schemas.objectives import NONE, Objectives
 from streaming_jobs.errors import UserError
 from streaming_jobs.formats import Avro, InputFormat, Json, KeyValue, OutputFormat
 from streaming_jobs.formats.ddl import DdlError
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INPUT_PARALLELISM", "SCALING_KNOBS", "STATE_PARTITIONS", "Avro", "Builder", "Job",
-    "JobContext", "JobDefinitionError", "Json", "KeyValue", "Setting", "SwappableFunction",
-    "Topics",
+    "JobContext", "JobDefinitionError", "Json", "KeyValue", "Objectives", "Setting",
+    "SwappableFunction", "Topics",
 ]
 
 SCALING_KNOBS = SCALING
@@ -166,6 +167,12 @@ class Job:
     kafka_metadata: bool = False
     """Add `kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_offset`, `kafka_timestamp`
     columns to the source rows."""
+    objectives: Objectives = NONE
+    """What the job needs, instead of utilisation numbers: `Objectives(max_delay_s=30)` (a
+    record waits at most 30 s before its batch commits), `drain_within_s` (a backlog is gone
+    within that many seconds). The controller sizes for the fewest units that meet them, names
+    the one that drove a decision, and exports whether each is met. `--max-delay-s` and
+    `--drain-within-s` override them at `job run`."""
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -204,6 +211,10 @@ def _problems(job: Job) -> list[str]:
         problems.append(f"output must be a format (Json(…), Avro(…), KeyValue()), got "
                         f"{job.output!r}")
     problems += _topic_problems(job.topics)
+    if not isinstance(job.objectives, Objectives):
+        problems.append(f"objectives must be Objectives(…), got {job.objectives!r}")
+    else:
+        problems += [f"objectives: {p}" for p in job.objectives.problems(0.0)]
     if job.output_mode not in OUTPUT_MODES:
         problems.append(f"output_mode must be one of {', '.join(OUTPUT_MODES)}, got "
                         f"{job.output_mode!r}")

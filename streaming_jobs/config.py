@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas import auth, topics
 from schemas.knobs import UDF_VERSION
+from schemas.objectives import Objectives
 from streamctl.options import Option, OptionError, options_of, read
 from streamctl.security import TransportSecurity, TransportSecurityError, metrics_http
 from streamctl.security import kafka as kafka_security
@@ -277,6 +278,7 @@ class Endpoint:
 GROUPS: dict[str, type] = {
     "identity": Identity, "topics": JobTopics, "storage": Storage, "spark": SparkSettings,
     "knobs": InitialKnobs, "bounds": Bounds, "timing": Timing, "endpoint": Endpoint,
+    "objectives": Objectives,
 }
 """`JobConfig`'s groups by attribute name. Each room of the runtime takes the groups it needs;
 the options and variables keep the fields' flat names (`--input-topic`,
@@ -297,6 +299,7 @@ class JobConfig:
     bounds: Bounds = field(default_factory=Bounds)
     timing: Timing = field(default_factory=Timing)
     endpoint: Endpoint = field(default_factory=Endpoint)
+    objectives: Objectives = field(default_factory=Objectives)
     on_data_loss: str = "stop"
     """What the job does when records it had not read were deleted from its input
     (retention, or delete-records): `stop` reports the loss (its log, Prometheus, its metrics
@@ -441,6 +444,8 @@ def bind(config: JobConfig, job: Job) -> JobConfig:
         output_topic=topics.output_topic or job.topics.output,
         dlq_topic=topics.dlq_topic or job.topics.resolved_dead_letters(),
         checkpoint_dir=checkpoint, udf_version=udf_version,
+        max_delay_s=config.objectives.max_delay_s or job.objectives.max_delay_s,
+        drain_within_s=config.objectives.drain_within_s or job.objectives.drain_within_s,
         settings=tuple(job_settings(job, (), {}, dict(config.settings)).items()))
 
 
@@ -549,6 +554,7 @@ def _problems(c: JobConfig) -> list[str]:
                 "heartbeat_interval_s": t.heartbeat_interval_s}
     problems = [f"{name} must be > 0, got {v}" for name, v in positive.items() if v <= 0]
     problems += _knob_problems(c) + _cluster_problems(c)
+    problems += c.objectives.problems(t.trigger_interval_s)
     if b.max_record_bytes < MIN_RECORD_BYTES:
         problems.append(f"max_record_bytes must be at least {MIN_RECORD_BYTES} (room for a "
                         f"dead letter's headers), got {b.max_record_bytes}")

@@ -22,11 +22,13 @@ from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
+from controller.core.objectives import Standing, standings
 from controller.core.results import NotReady
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
 from schemas import SourcePartition, TaskMetrics
 from schemas.knobs import INPUT_PARALLELISM
+from schemas.objectives import NONE, Objectives
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,8 @@ class QueryModel:
     """Cores per executor on a cluster; 0 in local mode."""
     max_executors: int = 0
     """Most executors the job may request; 0 in local mode."""
+    objectives: Objectives = NONE
+    """What the job states it needs (`objectives`); none by default."""
     arrival_timed_by: str = "batches"
     """'broker' when λ comes from end-offset probes (`probes`), fresh within a second or two;
     'batches' when only from the batches, as old as the newest batch start."""
@@ -139,7 +143,18 @@ class QueryModel:
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
-        } | self._arrival_departures()
+        } | self._arrival_departures() | self._objective_figures()
+
+    def standings(self) -> tuple[Standing, ...]:
+        """Each objective the job states, against the figures now (`objectives`)."""
+        return standings(self.objectives, self.backlog_records, self.capacity,
+                         self.arrival_rate, self.trigger_interval_s)
+
+    def _objective_figures(self) -> dict[str, float]:
+        """The stated bounds and where the query stands, when the job states any."""
+        found = self.standings()
+        return ({s.objective: s.bound_s for s in found}
+                | {s.figure: s.value_s for s in found if s.value_s is not None})
 
     def _arrival_departures(self) -> dict[str, float]:
         """The pending rate (0 too: arrivals that stopped) and the ramp's slope, when there are
@@ -432,6 +447,7 @@ def _build(
         arrival_ramp=found.ramp_per_s, knob=newest.scaling_parameter,
         job_max=parallelism.job_max(newest), executor_cores=newest.executor_cores,
         max_executors=newest.max_executors,
+        objectives=Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms),
         backlog_seen=RUNNING_BATCH if running is not None else "batches",
     )
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.model import BROKER, QueryModel
+from controller.core.objectives import MAX_DELAY, CatchUp, catch_up
 from controller.core.parallelism import (
     INEFFECTIVE,
     Bounds,
@@ -126,6 +128,9 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
             causes.append("growing")
         if model.time_to_drain_s > settings.catch_up_s:
             causes.append("slow_drain")
+    if model.backlog_records > 0 and any(
+            s.objective == MAX_DELAY and s.met is False for s in model.standings()):
+        causes.append("delay")
     return causes
 
 
@@ -150,7 +155,8 @@ def measuring_cost(model: QueryModel, causes: Sequence[str], inflow: Inflow = NO
     the measured cost drains it in half the catch-up time). Not when λ outgrew what the query
     put through (a step needs units however its cost splits), nor on a ramp or a forecast
     inflow. The wait lasts one batch: once that batch reports, μ is no bound any more."""
-    return (model.cost_measured_by_running_batch and set(causes) <= {"overload", "slow_drain"}
+    return (model.cost_measured_by_running_batch
+            and set(causes) <= {"overload", "slow_drain", "delay"}
             and model.arrival_ramp <= 0 and not inflow.any
             and model.recent_throughput >= KEPT_UP_SHARE * model.arrival_rate)
 
@@ -183,6 +189,9 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
     held = gate(state, now_ms)
     if held is not None:
         return Hold(held.reason, model.figures())
+    goal = catch_up(model.objectives, model.trigger_interval_s, settings.catch_up_s)
+    if goal.objective:  # the job's objectives set the drain time this query is sized for
+        settings = replace(settings, catch_up_s=goal.seconds)
     if state.follow_up and now_ms < state.cooldown_until_ms:
         return _follow_up(model, state)
     causes = backlog_causes(model, settings, inflow)
@@ -199,21 +208,27 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
                         "batches too alike to tell their fixed cost from their records; the "
                         "running batch, larger than any measured, tells them apart when it "
                         "reports: decided then", model.figures())
-        return _scale_up(model, state, now_ms, settings, inflow, inflow_from)
+        return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
     return Hold(f"within band: {load(model)}, backlog {num(model.backlog_records)} "
-                f"records{f'; {found.describe()}' if found else ''}", model.figures())
+                f"records{f'; {found.describe()}' if found else ''}{standing_note(model)}",
+                model.figures())
+
+
+def standing_note(model: QueryModel) -> str:
+    """'; delay 4 s of at most 30 s: met' for each objective the job states."""
+    return "".join(f"; {s.describe()}" for s in model.standings())
 
 
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
-              inflow: Inflow, inflow_from: str) -> Verdict:
+              inflow: Inflow, inflow_from: str, goal: CatchUp) -> Verdict:
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(model, settings, inflow)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
-    behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}"
+    behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}{standing_note(model)}"
     request = executors_wanted(model, wanted, settings, state, now_ms)
     if request is not None:
         return _add_executors(model, request, wanted, behind, settings)
@@ -233,7 +248,7 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             return _throttle(model, limits, figures, settings, inflow)
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
                     f"{model.parallelism} run{skew_note(model, settings)}", figures)
-    sizing = _sizing(model, target, wanted, limits, settings, extra)
+    sizing = _sizing(model, target, wanted, limits, settings, extra, goal)
     return Scale(model.knob, model.parallelism, target,
                  f"{behind}; {sizing}{skew_note(model, settings)}", figures)
 
@@ -284,7 +299,8 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
                  f"{units_of(model, wanted)} would do at {pct(settings.target_utilisation)}; "
                  f"stepping down {model.parallelism} → {target} (at most "
-                 f"{pct(settings.max_scale_down_share)} of the units per step)", figures)
+                 f"{pct(settings.max_scale_down_share)} of the units per step)"
+                 f"{standing_note(model)}", figures)
 
 
 def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
@@ -329,18 +345,20 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
 
 
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
-            settings: PolicySettings, inflow: float) -> str:
-    """How the target meets the demand; `inflow` is the upstreams' extra at the target."""
+            settings: PolicySettings, inflow: float, goal: CatchUp) -> str:
+    """How the target meets the demand; `inflow` is the upstreams' extra at the target;
+    `goal` the drain time it is sized for, and the objective that set it."""
     if target == wanted:
         return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
-                f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}")
+                f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}"
+                f"{goal.note()}")
     capacity = model.capacity_at(target)
     arriving = arriving_ahead(model, settings) + inflow
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
     return (f"{units_of(model, wanted)} wanted, {bound}: drains in {num(drain)} s at "
-            f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}")
+            f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
 
 
 def _ramp_note(model: QueryModel, settings: PolicySettings) -> str:

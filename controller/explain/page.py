@@ -1,5 +1,6 @@
 """The controller's live page: per query, what arrives against what it can take, the backlog
-and the size over the last minutes, each decision and ack marked with its reason.
+and the size over the last minutes, each decision and ack marked with its reason, the delay a
+record arriving now meets and whether each objective the job states is met.
 
 Owns `Timeline` (a loop observer that keeps, per query, a bounded series of the model's
 figures and the newest marks; it keeps nothing else, so the page needs no second database)
@@ -24,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from controller.core.model import QueryModel
+from controller.core.objectives import Standing, delay_s
 from controller.core.outage import Outage
 
 POINT_MS = 500
@@ -54,6 +56,8 @@ class _Query:
     state: str = "running"
     sources: tuple[str, ...] = ()
     sinks: tuple[str, ...] = ()
+    delay_s: float | None = None
+    objectives: tuple[Standing, ...] = ()
 
 
 class Timeline:
@@ -81,6 +85,8 @@ class Timeline:
                 q.points.append(point)
             q.knob, q.utilisation, q.desired = model.knob, model.utilisation, desired
             q.sources, q.sinks = model.source_topics, model.sink_topics
+            q.delay_s = delay_s(model.backlog_records, model.capacity, model.trigger_interval_s)
+            q.objectives = model.standings()
             if q.state != "running" and model.samples:
                 q.state = "running"
 
@@ -147,7 +153,8 @@ class Timeline:
                           "units": q.points[-1][4] if q.points else None,
                           "desired": q.desired, "utilisation": _finite(q.utilisation, None),
                           "standbys": q.standbys, "sources": list(q.sources),
-                          "sinks": list(q.sinks)}
+                          "sinks": list(q.sinks), "delay_s": q.delay_s,
+                          "objectives": [_objective(s) for s in q.objectives]}
                          for query_id, q in self._queries.items()]
             shown = [s for s in pipeline_order(summaries) if matching in s["query_id"]]
             total, found, shown = len(summaries), len(shown), shown[:limit]
@@ -157,6 +164,12 @@ class Timeline:
             leading = self._leading
         return {"now_ms": self._clock_ms(), "leading": leading, "total": total,
                 "matching": found, "queries": shown}
+
+
+def _objective(standing: Standing) -> dict[str, Any]:
+    return {"objective": standing.objective, "bound_s": standing.bound_s,
+            "value_s": _finite(standing.value_s, None) if standing.value_s is not None
+            else None, "met": standing.met, "text": standing.describe()}
 
 
 def _marks_in(q: _Query) -> list[dict[str, Any]]:

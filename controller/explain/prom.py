@@ -18,6 +18,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from controller.core.model import QueryModel
+from controller.core.objectives import delay_s
 from controller.core.outage import Outage
 from controller.explain.page import Timeline, routes
 from schemas import DecodeError
@@ -74,6 +75,19 @@ class ControllerMetrics:
                                      registry=registry)
         self.metrics_records = Counter("streamctl_metrics_records",
                                        "Metrics records received.", registry=registry)
+        self.delay = gauge("streamctl_delay_seconds",
+                           "How long a record arriving now waits before its batch commits: the "
+                           "backlog ahead of it at the query's capacity, plus a trigger "
+                           "interval (NaN: no capacity measured yet).")
+        self.objective = Gauge("streamctl_objective_seconds",
+                               "An objective the query's job states (max_delay_s: most delay; "
+                               "drain_within_s: most time a backlog may take to drain); one "
+                               "series per stated objective.", ["query", "objective"],
+                               registry=registry)
+        self.objective_met = Gauge("streamctl_objective_met",
+                                   "1 while the query meets the stated objective, 0 while it "
+                                   "does not, NaN while it cannot be told (no capacity "
+                                   "measured).", ["query", "objective"], registry=registry)
         self.overhead = gauge("streamctl_batch_overhead_seconds",
                               "Fixed cost of every micro-batch, fitted from busy time over "
                               "batch size (0 when it cannot be told apart yet).")
@@ -143,6 +157,12 @@ class ControllerMetrics:
             self.desired.labels(q).set(desired)
         self.overhead.labels(q).set(model.batch_overhead_s)
         self.per_unit.labels(q).set(model.rate_per_unit)
+        self.delay.labels(q).set(_or_nan(delay_s(model.backlog_records, model.capacity,
+                                                 model.trigger_interval_s)))
+        for standing in model.standings():
+            self.objective.labels(q, standing.objective).set(standing.bound_s)
+            self.objective_met.labels(q, standing.objective).set(
+                math.nan if standing.met is None else float(standing.met))
 
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
         self.decisions.labels(query_id, action).inc()

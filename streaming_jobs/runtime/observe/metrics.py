@@ -57,6 +57,10 @@ class RunContext:
     """Why the instance runs no query and waits for its operator; empty while it runs."""
     lost_ranges: tuple[SourcePartition, ...] = ()
     """Input found deleted before it was read, since the instance started."""
+    max_delay_ms: int = 0
+    """The job's stated delay objective; 0: none."""
+    drain_within_ms: int = 0
+    """The job's stated drain objective; 0: none."""
 
 
 def timestamp_ms(iso: str) -> int:

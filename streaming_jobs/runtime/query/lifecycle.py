@@ -391,6 +391,8 @@ class ElasticQuery:
             max_executors=c.bounds.max_executors if self._executors else 0,
             beat_interval_ms=int(c.timing.beat_interval_s * 1000),
             metrics_address=c.endpoint.address,
+            max_delay_ms=round(c.objectives.max_delay_s * 1000),
+            drain_within_ms=round(c.objectives.drain_within_s * 1000),
             halted=self._halted or "", lost_ranges=tuple(
                 SourcePartition(d.topic, d.partition, d.next_offset, d.log_start, d.log_end)
                 for _key, d in sorted(self._lost.items())))

@@ -158,3 +158,23 @@ def test_a_lag_held_by_one_partition_is_named() -> None:
     lines = status_table(board, T0 + 1_000, ends={("in", 0): 1000, ("in", 1): 200})
     assert any(line.strip() == "skew: partition in/0 holds 90% of the lag across 2 partitions"
                for line in lines)
+
+
+def test_each_objective_the_job_states_is_shown_met_or_not_and_unknown_while_it_is_down(
+        ) -> None:
+    board = Board()
+    for i in range(10):  # 100/s put through, 50 behind, 1 s batches: a record waits 1.5 s
+        end = (i + 1) * 100
+        board.add(replace(metrics(i, T0 + i * 1000, 100, end, end + 50), max_delay_ms=5_000,
+                          drain_within_ms=60_000))
+    lines = status_table(board, T0 + 10_000)
+    assert "objective: delay 1.5 s of at most 5 s: met" in [line.strip() for line in lines]
+    assert "objective: backlog drains in 0 s of at most 60 s: met" in [
+        line.strip() for line in lines]
+    behind = status_table(board, T0 + 10_000, ends={("in", 0): 1_600})  # 600 waiting
+    assert "objective: delay 7 s of at most 5 s: NOT met" in [line.strip() for line in behind]
+    down = status_table(board, T0 + 80_000, ends={("in", 0): 68_894})
+    assert "objective: delay ? of at most 5 s: unknown" in [line.strip() for line in down]
+    plain = Board()
+    steady(plain)
+    assert not any("objective" in line for line in status_table(plain, T0 + 10_000))

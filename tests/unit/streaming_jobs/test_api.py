@@ -3,11 +3,21 @@ a missing or ill-shaped builder, an unknown knob, duplicate settings, bad format
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
-from streaming_jobs.api import Avro, Job, JobDefinitionError, Json, KeyValue, Setting, Topics
+from streaming_jobs.api import (
+    Avro,
+    Job,
+    JobDefinitionError,
+    Json,
+    KeyValue,
+    Objectives,
+    Setting,
+    Topics,
+)
 
 SCHEMA = "user_id string not null, page string, ts long"
 
@@ -58,6 +68,9 @@ def test_a_minimal_declaration_takes_the_defaults() -> None:
     ({"input": KeyValue()}, "input must be a format (Json(…), Avro(…)), got KeyValue()"),
     ({"name": "no spaces"}, "the name must be 1-100 of [A-Za-z0-9._-]"),
     ({"state_version": 0}, "state_version must be a positive integer, got 0"),
+    ({"objectives": Objectives(max_delay_s=math.nan)},
+     "objectives: max_delay_s must be a number >= 0 (0: none stated), got nan"),
+    ({"objectives": {"max_delay_s": 30}}, "objectives must be Objectives(…)"),
 ])
 def test_a_wrong_declaration_names_the_job_and_the_problem(changes: dict[str, Any],
                                                            message: str) -> None:

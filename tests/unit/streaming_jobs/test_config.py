@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamctl.stack.defaults import default_state_dir as stack_state_dir
-from streaming_jobs.api import Job, Json, Setting, Topics
+from streaming_jobs.api import Job, Json, Objectives, Setting, Topics
 from streaming_jobs.config import ConfigError, JobConfig, default_state_dir
 from streaming_jobs.loading import load
 
@@ -93,6 +93,19 @@ def test_the_key_comes_only_from_the_environment_and_is_required() -> None:
         from_sources({}, {**env, "STREAMCTL_CONTROL_KEY": "short"})
 
 
+def test_objectives_come_from_the_options_over_the_jobs_declaration() -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_DRAIN_WITHIN_S": "300", **KEY}
+    assert from_sources({}, {**KEY, "STREAMCTL_BOOTSTRAP_SERVERS": "k:9092"}).objectives == \
+        Objectives()
+    stating = Job(name="stating", build=lambda spark, rows, context: rows,
+                  input=Json("k string"), topics=Topics(input="in", output="out"),
+                  objectives=Objectives(max_delay_s=30, drain_within_s=120))
+    config = from_sources({"max_delay_s": 10.0}, env, stating)
+    assert config.objectives == Objectives(max_delay_s=10, drain_within_s=300)
+    assert from_sources({}, {**KEY, "STREAMCTL_BOOTSTRAP_SERVERS": "k:9092"},
+                        stating).objectives == Objectives(max_delay_s=30, drain_within_s=120)
+
+
 def test_options_win_over_env() -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_QUERY_ID": "from-env", **KEY}
     config = from_sources({"query_id": "from-cli", "input_parallelism": None}, env)
@@ -113,6 +126,9 @@ def test_options_win_over_env() -> None:
     ({"bootstrap_servers": "k:1", "shed_fraction": 0.6}, r"shed_fraction=0.6: expected a number in "
                                                           r"\[0, 0.5\] \(max_shed_fraction\)"),
     ({"bootstrap_servers": "k:1", "max_shed_fraction": 1.0}, "max_shed_fraction must be in"),
+    ({"bootstrap_servers": "k:1", "max_delay_s": 3.0},
+     "max_delay_s 3 cannot be met with trigger_interval_s 2"),
+    ({"bootstrap_servers": "k:1", "drain_within_s": -5.0}, "drain_within_s must be a number >= 0"),
     ({"bootstrap_servers": "k:1", "max_offsets_per_trigger": 200_000},
      r"max_offsets_per_trigger=200000: expected an integer in \[1, 100000\] "
      r"\(max_offsets_per_trigger_limit\)"),

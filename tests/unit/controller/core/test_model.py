@@ -18,6 +18,7 @@ from controller.core.model import (
 from controller.core.results import NotReady
 from controller.settings import ModelSettings
 from schemas import SourcePartition
+from schemas.objectives import Objectives
 from tests.unit.controller.traces import T0_MS, Job, simulate
 
 SETTINGS = ModelSettings()
@@ -44,6 +45,18 @@ def test_steady_load_is_measured_within_tolerance() -> None:
     assert m.backlog_records == 0
     assert abs(m.backlog_trend_records_per_s) < 5
     assert math.isfinite(m.time_to_drain_s)
+
+
+def test_the_objectives_a_job_states_are_the_newest_records_and_the_figures_show_them(
+        ) -> None:
+    trace = simulate(Job(rates=[(0, 300)], per_unit=210, parallelism=2), 60)[-40:]
+    assert modelled(trace).objectives == Objectives()
+    assert "max_delay_s" not in modelled(trace).figures()
+    stated = [*trace[:-1], replace(trace[-1], max_delay_ms=30_000, drain_within_ms=90_000)]
+    m = modelled(stated)
+    assert m.objectives == Objectives(max_delay_s=30, drain_within_s=90)
+    assert (m.figures()["max_delay_s"], m.figures()["drain_within_s"]) == (30, 90)
+    assert m.figures()["delay_s"] == pytest.approx(m.trigger_interval_s)  # nothing behind
 
 
 def test_load_step_shows_as_growing_backlog() -> None:

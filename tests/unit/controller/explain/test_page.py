@@ -11,6 +11,7 @@ from typing import Any
 from controller.core.model import QueryModel
 from controller.explain.page import POINT_MS, POINTS, Timeline, pipeline_order, routes
 from controller.loop.ports import LoopObserver
+from schemas.objectives import Objectives
 
 MODEL = QueryModel(
     query_id="b", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
@@ -41,6 +42,20 @@ def test_each_cycle_adds_a_point_and_decisions_and_acks_are_marked_with_their_re
     assert [(m["kind"], m["action"], m["text"]) for m in query["marks"]] == [
         ("decision", "scale_up", "backlog 6 000 records growing"),
         ("ack", "APPLIED", "applied, paused 4.2 s")]
+
+
+def test_each_query_shows_its_delay_and_where_it_stands_against_each_stated_objective() -> None:
+    timeline = Timeline(Clock())
+    timeline.modelled(replace(MODEL, trigger_interval_s=2.0,
+                              objectives=Objectives(max_delay_s=30)), None)
+    timeline.modelled(replace(MODEL, query_id="c", trigger_interval_s=2.0, rate_per_unit=0),
+                      None)
+    by_id = {q["query_id"]: q for q in timeline.snapshot()["queries"]}
+    assert by_id["b"]["delay_s"] == 17  # 6 000 behind at 400/s, plus a 2 s batch
+    assert by_id["b"]["objectives"] == [{
+        "objective": "max_delay_s", "bound_s": 30, "value_s": 17, "met": True,
+        "text": "delay 17 s of at most 30 s: met"}]
+    assert by_id["c"]["delay_s"] is None and by_id["c"]["objectives"] == []
 
 
 def test_the_series_is_bounded_and_so_are_the_marks_it_spans() -> None:

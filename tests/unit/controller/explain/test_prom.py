@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from controller.core.model import QueryModel
 from controller.explain.prom import ControllerMetrics, new_registry
 from schemas import DecodeError
+from schemas.objectives import Objectives
 
 MODEL = QueryModel(
     query_id="q1", samples=10, config_epoch=0, arrival_rate=700, throughput=400,
@@ -61,3 +63,23 @@ def test_figures_and_counters_are_exported() -> None:
     assert value("streamctl_true_processing_rate_per_unit_records_per_second", query="q1") == 200
     assert value("streamctl_recommendations_total", action="throttle") == 1
     assert value("streamctl_lost_queries") == 2
+
+
+def test_the_delay_and_each_stated_objective_are_exported_with_whether_it_is_met() -> None:
+    registry = new_registry()
+    metrics = ControllerMetrics(registry)
+    stating = replace(MODEL, trigger_interval_s=2.0,
+                      objectives=Objectives(max_delay_s=10, drain_within_s=120))
+    metrics.modelled(stating, None)
+    metrics.modelled(replace(MODEL, query_id="q2", trigger_interval_s=2.0), None)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("streamctl_delay_seconds", query="q1") == 17  # 6 000 / 400 + 2
+    assert value("streamctl_objective_seconds", query="q1", objective="max_delay_s") == 10
+    assert value("streamctl_objective_met", query="q1", objective="max_delay_s") == 0
+    assert value("streamctl_objective_seconds", query="q1", objective="drain_within_s") == 120
+    assert value("streamctl_objective_met", query="q1", objective="drain_within_s") == 0  # ∞
+    assert value("streamctl_delay_seconds", query="q2") == 17
+    assert value("streamctl_objective_met", query="q2", objective="max_delay_s") is None

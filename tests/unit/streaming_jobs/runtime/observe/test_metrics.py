@@ -34,7 +34,7 @@ CTX = RunContext(query_id="sensor-averages", instance_id="host-1", config_epoch=
                  input_parallelism=4, state_partitions=2, task_slots=16,
                  trigger_interval_ms=500, source_topics=(TOPIC,), sink_topics=("out",),
                  max_offsets_per_trigger=400, scaling_parameter="state_partitions",
-                 max_state_partitions=32)
+                 max_state_partitions=32, max_delay_ms=30_000, drain_within_ms=120_000)
 
 
 def progress(batch_id: int, **changes: Any) -> StreamingQueryProgress:
@@ -58,6 +58,7 @@ def test_first_batch() -> None:
             m.max_executors) == ("state_partitions", 32, 0, 0)
     assert (m.source_topics, m.sink_topics) == ((TOPIC,), ("out",))
     assert m.max_offsets_per_trigger == 400
+    assert (m.max_delay_ms, m.drain_within_ms) == (30_000, 120_000)
     assert dead_letters(progress(0)) == 1
     assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(m)) == m
 

@@ -1,0 +1,123 @@
+"""Whether a query meets the objectives its job states, and the catch-up time they ask of the
+sizing (pure; the objectives themselves are `schemas.objectives.Objectives`).
+
+A record arriving now waits behind the backlog ahead of it, put through at the query's rate,
+then for its batch to start and commit (up to a trigger interval T):
+
+    delay = B / rate + T
+
+Records of one trigger interval are always waiting for their batch; a backlog beyond them,
+B − λT, is gone in (B − λT) / (rate − λ) seconds (`drain_s`).
+
+Sizing asks for the units that drain the backlog within the catch-up time at the target
+utilisation, so their capacity is at least λ + B / catch_up_s > B / catch_up_s. A stated
+`drain_within_s` replaces the controller's `policy.catch_up_s` (longer asks for fewer units: the
+cheapest size that meets it); a stated `max_delay_s` shortens it to max_delay_s − T, which makes
+B / capacity + T ≤ max_delay_s. Whichever is shortest sets the catch-up time and is named in
+the decision's reason. Neighbours: `policy` (sizes with `catch_up`), `model` (carries the
+query's objectives), `controller.explain` and `streamctl.board` (export `standings`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from controller.core.wording import num
+from schemas.objectives import Objectives
+
+MAX_DELAY = "max_delay_s"
+DRAIN_WITHIN = "drain_within_s"
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """One stated objective against the query's figures now."""
+
+    objective: str
+    """`MAX_DELAY` or `DRAIN_WITHIN`."""
+    bound_s: float
+    value_s: float | None
+    """The delay, or the time the backlog takes to drain; None: unknown (no rate measured)."""
+
+    @property
+    def figure(self) -> str:
+        """The decision log's name of the value: delay_s or drain_s."""
+        return "delay_s" if self.objective == MAX_DELAY else "drain_s"
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.value_s is None else self.value_s <= self.bound_s
+
+    def describe(self) -> str:
+        """'delay 12 s of at most 30 s: met'."""
+        what = "delay" if self.objective == MAX_DELAY else "backlog drains in"
+        value = "?" if self.value_s is None else f"{num(self.value_s)} s"
+        verdict = {True: "met", False: "NOT met", None: "unknown"}[self.met]
+        return f"{what} {value} of at most {num(self.bound_s)} s: {verdict}"
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """The time a backlog is sized to drain in, and the objective that set it."""
+
+    seconds: float
+    objective: str = ""
+    """`MAX_DELAY`, `DRAIN_WITHIN`, or '' for the controller's own `policy.catch_up_s`."""
+    seconds_stated: float = 0.0
+    """The stated bound the seconds derive from (max_delay_s for `MAX_DELAY`)."""
+
+    def note(self) -> str:
+        """', for the 30 s delay objective', or nothing for the controller's own time."""
+        if self.objective == MAX_DELAY:
+            return f", for the job's objective of at most {num(self.seconds_stated)} s delay"
+        if self.objective == DRAIN_WITHIN:
+            return f", for the job's objective of a backlog gone within {num(self.seconds)} s"
+        return ""
+
+
+def delay_s(backlog: float, rate: float, trigger_s: float) -> float | None:
+    """How long a record arriving now waits before its batch commits; None when no rate is
+    known to put the backlog through."""
+    if backlog <= 0:
+        return trigger_s
+    if not (math.isfinite(rate) and rate > 0):
+        return None
+    return backlog / rate + trigger_s
+
+
+def drain_s(backlog: float, rate: float, arrival: float, trigger_s: float) -> float | None:
+    """Seconds until the backlog beyond one trigger interval's arrivals is gone (0: there is
+    none; ∞: arrivals meet the rate); None when no rate is known."""
+    beyond = backlog - arrival * trigger_s
+    if beyond <= 0:
+        return 0.0
+    if not math.isfinite(rate) or rate <= 0:
+        return None
+    return beyond / (rate - arrival) if rate > arrival else math.inf
+
+
+def standings(objectives: Objectives, backlog: float, rate: float, arrival: float,
+              trigger_s: float) -> tuple[Standing, ...]:
+    """Each stated objective against a backlog put through at `rate` while `arrival` comes."""
+    found = []
+    if objectives.max_delay_s > 0:
+        found.append(Standing(MAX_DELAY, objectives.max_delay_s,
+                              delay_s(backlog, rate, trigger_s)))
+    if objectives.drain_within_s > 0:
+        found.append(Standing(DRAIN_WITHIN, objectives.drain_within_s,
+                              drain_s(backlog, rate, arrival, trigger_s)))
+    return tuple(found)
+
+
+def catch_up(objectives: Objectives, trigger_s: float, default_s: float) -> CatchUp:
+    """The shortest of the drain times asked for: the controller's own (`default_s`) unless a
+    drain objective replaces it, and the delay objective's max_delay_s − T."""
+    chosen = (CatchUp(objectives.drain_within_s, DRAIN_WITHIN) if objectives.drain_within_s > 0
+              else CatchUp(default_s))
+    if objectives.max_delay_s > 0:
+        # At least one trigger interval: `Objectives.problems` refuses a bound under 2 T.
+        room = max(objectives.max_delay_s - trigger_s, trigger_s, 1e-3)
+        if room < chosen.seconds:
+            chosen = CatchUp(room, MAX_DELAY, objectives.max_delay_s)
+    return chosen

@@ -1,0 +1,109 @@
+"""The objectives a job states: where a query stands against them, and the drain time they
+ask the sizing for (`controller.core.objectives`), and the decisions they drive (`policy`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from controller.core.objectives import (
+    DRAIN_WITHIN,
+    MAX_DELAY,
+    CatchUp,
+    catch_up,
+    delay_s,
+    drain_s,
+    standings,
+)
+from controller.core.policy import decide
+from controller.core.results import Hold, Scale
+from controller.core.state import ControlState
+from schemas.objectives import Objectives
+from tests.unit.controller.core.test_policy import NOW, POLICY, model
+
+
+def test_a_record_waits_behind_the_backlog_then_for_its_batch() -> None:
+    assert delay_s(backlog=3_000, rate=400, trigger_s=2) == pytest.approx(9.5)
+    assert delay_s(backlog=0, rate=0, trigger_s=2) == 2
+    assert delay_s(backlog=10, rate=0, trigger_s=2) is None  # no rate: unknown, not 0
+
+
+def test_a_backlog_counts_beyond_one_trigger_interval_of_arrivals() -> None:
+    assert drain_s(backlog=500, rate=400, arrival=300, trigger_s=2) == 0  # one batch's worth
+    assert drain_s(backlog=3_600, rate=400, arrival=300, trigger_s=2) == pytest.approx(30)
+    assert drain_s(backlog=3_600, rate=300, arrival=300, trigger_s=2) == math.inf
+    assert drain_s(backlog=3_600, rate=0, arrival=300, trigger_s=2) is None
+
+
+def test_standings_cover_only_what_the_job_states_and_say_whether_each_is_met() -> None:
+    assert standings(Objectives(), 3_000, 400, 300, 2) == ()
+    delay, drain = standings(Objectives(max_delay_s=8, drain_within_s=60), 3_000, 400, 300, 2)
+    assert (delay.objective, delay.met, delay.figure) == (MAX_DELAY, False, "delay_s")
+    assert delay.describe() == "delay 9.5 s of at most 8 s: NOT met"
+    assert (drain.objective, drain.met) == (DRAIN_WITHIN, True)
+    unknown, = standings(Objectives(max_delay_s=8), 3_000, 0, 300, 2)
+    assert unknown.met is None and unknown.describe().endswith(": unknown")
+
+
+def test_the_shortest_drain_time_asked_for_wins_and_is_named() -> None:
+    assert catch_up(Objectives(), 2, 60) == CatchUp(60)
+    assert catch_up(Objectives(drain_within_s=300), 2, 60) == CatchUp(300, DRAIN_WITHIN)
+    assert catch_up(Objectives(max_delay_s=17), 2, 60) == CatchUp(15, MAX_DELAY, 17)
+    assert catch_up(Objectives(max_delay_s=100, drain_within_s=30), 2, 60).objective == \
+        DRAIN_WITHIN
+
+
+def test_objectives_a_job_cannot_meet_are_refused_with_the_reason() -> None:
+    assert Objectives(max_delay_s=3).problems(2.0) == [
+        "max_delay_s 3 cannot be met with trigger_interval_s 2: a record waits up to a "
+        "trigger interval for its batch and the batch takes up to another; state at least "
+        "twice the trigger interval"]
+    assert Objectives(drain_within_s=-1).problems(2.0) == [
+        "drain_within_s must be a number >= 0 (0: none stated), got -1"]
+    assert Objectives(max_delay_s=4, drain_within_s=600).problems(2.0) == []
+
+
+def test_a_delay_objective_sizes_for_more_units_and_the_reason_names_it() -> None:
+    # 700/s at 200/s per unit, 6 000 behind: 60 s of catch-up asks for 5 units (test_policy);
+    # at most 17 s of delay with 2 s batches leaves 15 s: (700 + 400) / 160 → 7 units.
+    stated = model(trigger_interval_s=2.0, objectives=Objectives(max_delay_s=17))
+    verdict = decide(stated, ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale) and verdict.target == 7
+    assert verdict.reason.endswith("7 units of input_parallelism drain it in 15 s at 80% "
+                                   "utilisation, for the job's objective of at most 17 s delay")
+    assert "delay 17 s of at most 17 s: met" in verdict.reason  # 6 000 / 400 + 2
+    assert verdict.figures["max_delay_s"] == 17 and verdict.figures["delay_s"] == 17
+
+
+def test_a_long_drain_objective_is_met_with_fewer_units_than_the_default() -> None:
+    # 30 000 behind: 60 s asks for (700 + 500) / 160 → 8 units, 300 s for 800 / 160 → 5.
+    behind = model(trigger_interval_s=2.0, backlog_records=30_000)
+    assert decide(behind, ControlState(), NOW, POLICY).target == 8  # type: ignore[union-attr]
+    stated = replace(behind, objectives=Objectives(drain_within_s=300))
+    verdict = decide(stated, ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale) and verdict.target == 5
+    assert verdict.reason.endswith("for the job's objective of a backlog gone within 300 s")
+
+
+def test_a_delay_over_the_objective_is_a_backlog_even_while_it_drains() -> None:
+    # 300/s on 2 × 200/s with 3 000 behind and shrinking: drained in 30 s, within the
+    # controller's 60 s, so without an objective it holds; a record now waits 9.5 s.
+    draining = model(trigger_interval_s=2.0, arrival_rate=300, backlog_records=3_000,
+                     backlog_trend_records_per_s=-100, time_to_drain_s=30)
+    assert isinstance(decide(draining, ControlState(), NOW, POLICY), Hold)
+    verdict = decide(replace(draining, objectives=Objectives(max_delay_s=8)), ControlState(),
+                     NOW, POLICY)
+    assert isinstance(verdict, Scale) and verdict.target == 5  # (300 + 3 000 / 6) / 160
+    assert "delay 9.5 s of at most 8 s: NOT met" in verdict.reason
+    assert verdict.reason.endswith("for the job's objective of at most 8 s delay")
+
+
+def test_a_query_within_band_says_where_it_stands_against_its_objectives() -> None:
+    calm = model(trigger_interval_s=2.0, arrival_rate=300, backlog_records=100,
+                 backlog_trend_records_per_s=0, time_to_drain_s=1,
+                 objectives=Objectives(max_delay_s=30))
+    verdict = decide(calm, ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Hold)
+    assert verdict.reason.endswith("; delay 2.25 s of at most 30 s: met")
