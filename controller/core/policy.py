@@ -212,9 +212,19 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
-    return Hold(f"within band: {load(model)}, backlog {num(model.backlog_records)} "
-                f"records{f'; {found.describe()}' if found else ''}{standing_note(model)}",
-                model.figures())
+    return Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
+                f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}"
+                f"{standing_note(model)}", model.figures())
+
+
+def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
+    """Why a query that is not backlogged holds: within its band, or over capacity by the
+    rates alone, which its backlog refutes (small, and growing no faster than noise)."""
+    if model.arrival_rate > model.capacity * settings.high_water_utilisation:
+        return (f"arrivals read over {pct(settings.high_water_utilisation)} of capacity but the "
+                f"backlog refutes it (under {num(settings.backlog_floor_records)} records, "
+                f"{num(model.backlog_trend_records_per_s)}/s)")
+    return "within band"
 
 
 def standing_note(model: QueryModel) -> str:
