@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from controller.core.objectives import standings
 from schemas import SourcePartition, TaskMetrics
 from schemas.objectives import Objectives
-from schemas.records import TAKEOVER, Ack, Decision, Outcome
+from schemas.records import TAKEOVER, Ack, ControlTuple, Decision, Outcome
 from streamctl.view import QueryView
 
 BUSY_WINDOW_MS = 30_000
@@ -32,6 +32,11 @@ reads `silent`: gone or frozen (the controller's default takes 2.5 for a loss)."
 SILENT_AFTER_MS = 10_000
 """One that sends none reads `silent` after this long, or three of its batch intervals if
 longer."""
+SETTLE_MS = 5_000
+"""A control tuple no decision has named this long after it was issued was sent by someone
+else than a controller (`streamctl job send`, an operator's own tool): a controller writes its
+decision in the tuple's transaction, so this only covers the decisions topic being read later
+than the control topic."""
 SKEW_SHARE = 0.7
 """A source partition holding more than this share of the lag is named (as the controller's
 default `policy.skew_partition_share` does in its reasons)."""
@@ -116,6 +121,10 @@ class Board:
     takeovers: list[Decision] = field(default_factory=list)
     """The controller instances' takeovers in the period read, oldest first: the last one
     names the leader."""
+    tuples: dict[str, ControlTuple] = field(default_factory=dict)
+    """Every control tuple read, by control id: the controllers' and everyone else's."""
+    decided: set[str] = field(default_factory=set)
+    """Control ids some decision names."""
 
     def add(self, record: object) -> None:
         if isinstance(record, TaskMetrics):
@@ -131,6 +140,10 @@ class Board:
         elif isinstance(record, Decision):
             self._query(record.query_id).last_decision = record
             self.decisions.append(record)
+            if record.control_id:
+                self.decided.add(record.control_id)
+        elif isinstance(record, ControlTuple):
+            self.tuples[record.control_id] = record
         elif isinstance(record, Ack):
             self._add_ack(record)
 
@@ -143,6 +156,13 @@ class Board:
         status = self._query(ack.query_id)
         if ack.pause_ms > 0:
             status.last_pause_ack = ack
+
+    def other_tuples(self, now_ms: int) -> list[ControlTuple]:
+        """Control tuples no decision names, `SETTLE_MS` after they were issued, oldest first:
+        what someone other than a controller sent."""
+        return sorted((t for t in self.tuples.values() if t.control_id not in self.decided
+                       and now_ms - t.issued_at_ms >= SETTLE_MS),
+                      key=lambda t: t.issued_at_ms)
 
     def ack_for(self, decision: Decision) -> Ack | None:
         return self.acks.get(decision.control_id) if decision.control_id else None
@@ -166,9 +186,10 @@ def status_table(board: Board, now_ms: int, reason_width: int = 100,
     if not board.queries:
         return [*lines, "no query has published metrics in the period read (is a job running?)"]
     lines.append(STATUS_HEADER)
+    others = {t.query_id: t for t in board.other_tuples(now_ms)}  # the newest per query
     for query_id in sorted(board.queries):
         lines += _status_rows(query_id, board.queries[query_id], now_ms, reason_width,
-                              ends or {})
+                              ends or {}, others.get(query_id))
     return lines
 
 
@@ -188,7 +209,9 @@ def leader_line(board: Board, now_ms: int) -> str:
 
 
 def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int,
-                 ends: Mapping[PartitionKey, int]) -> list[str]:
+                 ends: Mapping[PartitionKey, int], other: ControlTuple | None) -> list[str]:
+    """The query's row and the lines below it; `other`: its newest tuple no decision names,
+    shown instead of the last decision when newer."""
     view = q.view
     seen = _age(now_ms - q.last_seen_ms()) if q.instances else "-"
     state = q.state(now_ms)
@@ -197,17 +220,22 @@ def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int,
     rates = (f"{view.arrival_per_s():9.0f} {view.processed_per_s():11.0f}" if current
              else f"{'-':>9} {'-':>11}")
     lag_text = str(sum(lag.values())) if lag is not None else "?"
+    last = q.last_decision
+    shown = other if other is not None and (
+        last is None or other.issued_at_ms > last.decided_at_ms) else None
+    summary = (_tuple_summary(shown, now_ms) if shown is not None
+               else _decision_summary(last, now_ms))
     row = (f"{query_id[:22]:<22} {rates} {lag_text:>8} {view.parallelism():4d} "
-           f"{q.busy_share(now_ms) * 100:4.0f}% {seen:>6} {state:<8}  "
-           f"{_decision_summary(q.last_decision, now_ms)}")
+           f"{q.busy_share(now_ms) * 100:4.0f}% {seen:>6} {state:<8}  {summary}")
     out = [row, *_state_lines(q, state, lag, width)]
     running = view.last_beat
     if running is not None and running.running_batch_id >= 0:
         out.append(f"{'':<22}   running: batch {running.running_batch_id} for "
                    f"{_age(now_ms - running.running_since_ms)} (as of its beat "
                    f"{_age(now_ms - running.batch_end_ms)} ago)")
-    if q.last_decision is not None:
-        out.append(f"{'':<22}   reason: {_clip(q.last_decision.reason, width)}")
+    reason = shown.reason if shown is not None else last.reason if last is not None else ""
+    if reason:
+        out.append(f"{'':<22}   reason: {_clip(reason, width)}")
     if q.last_pause_ack is not None:
         a = q.last_pause_ack
         ago = _age(now_ms - a.acked_at_ms)
@@ -265,6 +293,25 @@ def _decision_summary(d: Decision | None, now_ms: int) -> str:
     dry = " (dry run)" if d.dry_run else ""
     return (f"{d.action} {d.parameter} {d.current_value}→{d.target_value}{dry}, "
             f"{_age(now_ms - d.decided_at_ms)} ago")
+
+
+def _tuple_summary(t: ControlTuple, now_ms: int) -> str:
+    return (f"{t.parameter} → {t.value} sent by {t.issuer}, "
+            f"{_age(now_ms - t.issued_at_ms)} ago")
+
+
+def tuple_lines(t: ControlTuple, ack: Ack | None) -> list[str]:
+    """A control tuple no decision names, as `streamctl decisions` prints it."""
+    when = datetime.fromtimestamp(t.issued_at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    outcome = ("no ack yet" if ack is None
+               else f"{ack.outcome.value.lower()}, pause {ack.pause_ms / 1000:.1f} s")
+    lines = [f"{when}Z  {t.query_id}  {t.parameter} → {t.value} (epoch {t.epoch})  "
+             f"[sent by {t.issuer}, no decision; {outcome}]"]
+    if t.reason:
+        lines.append(f"    {t.reason}")
+    if ack is not None and ack.outcome is not Outcome.APPLIED:
+        lines.append(f"    ack: {ack.detail}")
+    return lines
 
 
 def decision_lines(decision: Decision, ack: Ack | None) -> list[str]:

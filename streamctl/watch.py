@@ -14,11 +14,19 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 
-from schemas.records import Ack, Decision, TaskMetrics
-from streamctl.board import Board, ack_line, decision_lines, source_partitions, status_table
+from schemas.records import Ack, ControlTuple, Decision, TaskMetrics
+from streamctl.board import (
+    SETTLE_MS,
+    Board,
+    ack_line,
+    decision_lines,
+    source_partitions,
+    status_table,
+    tuple_lines,
+)
 from streamctl.errors import UserFacingError
 from streamctl.settings import add_bootstrap_option, kafka_security
-from streamctl.stack.defaults import ACKS_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
+from streamctl.stack.defaults import ACKS_TOPIC, CONTROL_TOPIC, DECISIONS_TOPIC, METRICS_TOPIC
 from streamctl.tail import Tail
 
 _CLEAR = "\x1b[H\x1b[2J"
@@ -41,8 +49,9 @@ def add_watch_commands(groups: argparse._SubParsersAction) -> None:
 
     decisions = groups.add_parser(
         "decisions", help="tail the controller's decision log (with each decision's ack)",
-        description="Print the controller's decisions with their reasons and the jobs' acks; "
-        "with --follow, keep printing new ones.",
+        description="Print the controller's decisions with their reasons and the jobs' acks, "
+        "and every control tuple no decision names (sent by hand or by another tool) with "
+        "its sender; with --follow, keep printing new ones.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     _add_topic_options(decisions)
     decisions.add_argument("--since-s", type=float, default=3600.0,
@@ -61,6 +70,12 @@ def _add_topic_options(p: argparse.ArgumentParser) -> None:
                    help="the controller's decision log")
     p.add_argument("--acks-topic", default=ACKS_TOPIC,
                    help="where the jobs answer each control tuple")
+    p.add_argument("--control-topic", default=CONTROL_TOPIC,
+                   help="the control tuples: a controller's, and any sent by hand")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _open_tail(args: argparse.Namespace, topics: dict[str, type]) -> Tail:
@@ -99,15 +114,15 @@ def _report_garbage(tail: Tail, seen: int) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    tail = _open_tail(args, {args.metrics_topic: TaskMetrics,
-                             args.decisions_topic: Decision, args.acks_topic: Ack})
+    tail = _open_tail(args, {args.metrics_topic: TaskMetrics, args.decisions_topic: Decision,
+                             args.acks_topic: Ack, args.control_topic: ControlTuple})
     board, garbage = Board(), 0
     live = not args.once and sys.stdout.isatty()
     try:
         while True:
             _drain(tail, board)
             garbage = _report_garbage(tail, garbage)
-            table = "\n".join(status_table(board, int(time.time() * 1000),
+            table = "\n".join(status_table(board, _now_ms(),
                                             ends=tail.end_offsets(source_partitions(board))))
             print(f"{_CLEAR}{table}" if live else table, flush=True)
             if not live:
@@ -118,17 +133,19 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _decisions(args: argparse.Namespace) -> int:
-    tail = _open_tail(args, {args.decisions_topic: Decision, args.acks_topic: Ack})
+    tail = _open_tail(args, {args.decisions_topic: Decision, args.acks_topic: Ack,
+                             args.control_topic: ControlTuple})
     log = DecisionPrinter(Board(), args.query)
     garbage = 0
     try:
         _drain(tail, log.board)
-        if log.print_new() == 0 and not args.follow:
-            print(f"no decisions in the last {args.since_s:.0f} s")
+        # Read to the end together: a tuple without its decision by now was sent by hand.
+        if log.print_new(_now_ms() + SETTLE_MS) == 0 and not args.follow:
+            print(f"no decisions or control tuples in the last {args.since_s:.0f} s")
         while args.follow:
             log.board.add_all(r for _, r in tail.poll(timeout_s=1.0))
             garbage = _report_garbage(tail, garbage)
-            log.print_new()
+            log.print_new(_now_ms())
         return 0
     finally:
         tail.close()
@@ -142,10 +159,12 @@ class DecisionPrinter:
                  out: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
         self.board, self._query, self._out = board, query, out
         self._done = 0
+        self._tuples_done: set[str] = set()
         self._awaiting_ack: set[str] = set()
 
-    def print_new(self) -> int:
-        """Prints what is new; returns how many decisions it printed."""
+    def print_new(self, now_ms: int) -> int:
+        """Prints what is new (tuples no decision names once settled by `now_ms`, `board`);
+        returns how many decisions and such tuples it printed."""
         printed = 0
         for decision in self.board.decisions[self._done:]:
             if self._query and decision.query_id != self._query:
@@ -156,6 +175,15 @@ class DecisionPrinter:
             if decision.control_id and ack is None and not decision.dry_run:
                 self._awaiting_ack.add(decision.control_id)
         self._done = len(self.board.decisions)
+        for sent in self.board.other_tuples(now_ms):
+            if sent.control_id in self._tuples_done or self._query not in (None, sent.query_id):
+                continue
+            ack = self.board.acks.get(sent.control_id)
+            self._out("\n".join(tuple_lines(sent, ack)))
+            self._tuples_done.add(sent.control_id)
+            printed += 1
+            if ack is None:
+                self._awaiting_ack.add(sent.control_id)
         for control_id in sorted(self._awaiting_ack & self.board.acks.keys()):
             self._out(ack_line(self.board.acks[control_id]))
             self._awaiting_ack.discard(control_id)

@@ -12,7 +12,7 @@ from schemas import codec_for
 from schemas.records import Outcome, _Record
 from streamctl.cli import main
 from tests.support.kafka import produce
-from tests.unit.streamctl.test_board import ack, decision, metrics
+from tests.unit.streamctl.test_board import ack, decision, metrics, sent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -24,12 +24,14 @@ def produce_at(bootstrap: str, topic: str, records: list[_Record], stamp_ms: int
 
 
 def topics(new_topic: Callable[..., str]) -> dict[str, str]:
-    return {"metrics": new_topic(), "decisions": new_topic(), "acks": new_topic()}
+    return {"metrics": new_topic(), "decisions": new_topic(), "acks": new_topic(),
+            "control": new_topic()}
 
 
 def run(bootstrap: str, t: dict[str, str], *args: str) -> list[str]:
     return ["--bootstrap-servers", bootstrap, "--metrics-topic", t["metrics"],
-            "--decisions-topic", t["decisions"], "--acks-topic", t["acks"], *args]
+            "--decisions-topic", t["decisions"], "--acks-topic", t["acks"],
+            "--control-topic", t["control"], *args]
 
 
 def test_status_prints_each_query_with_its_last_decision_and_pause(
@@ -57,7 +59,7 @@ def test_status_prints_each_query_with_its_last_decision_and_pause(
     assert "last pause: 4.1 s" in out
 
 
-def test_decisions_prints_the_log_with_acks_and_filters_by_query(
+def test_decisions_prints_the_log_with_acks_and_tuples_sent_by_hand_and_filters_by_query(
         bootstrap_servers: str, new_topic: Callable[..., str],
         capsys: pytest.CaptureFixture[str]) -> None:
     t = topics(new_topic)
@@ -69,11 +71,17 @@ def test_decisions_prints_the_log_with_acks_and_filters_by_query(
             [decision("c-1", now - 5_000), decision("c-2", now - 4_000, query="other")])
     produce_at(bootstrap_servers, t["acks"],
             [ack("c-1", Outcome.REJECTED, 0, now - 4_500, detail="stale epoch 1 ≤ 2")])
+    # The controller's tuple beside its decision, and one sent by hand just now.
+    produce_at(bootstrap_servers, t["control"],
+               [sent("c-1", now - 5_000, issuer="streamctl-controller"),
+                sent("h-1", now - 1_000, reason="load test")])
 
     assert main(["decisions", *run(bootstrap_servers, t, "--query", "q")]) == 0
     out = capsys.readouterr().out
     assert out.count("scale_up input_parallelism") == 1
     assert "[rejected, pause 0.0 s]" in out and "ack: stale epoch 1 ≤ 2" in out
+    assert out.count("shed_fraction → 0.3") == 1, out
+    assert "[sent by streamctl job send, no decision; no ack yet]\n    load test" in out
 
 
 def test_an_unreachable_broker_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from schemas import Role, SourcePartition, TaskMetrics
-from schemas.records import TAKEOVER, Ack, Decision, Outcome
-from streamctl.board import Board, decision_lines, status_table
+from schemas.records import TAKEOVER, Ack, ControlTuple, Decision, Outcome
+from streamctl.board import SETTLE_MS, Board, decision_lines, status_table
 from streamctl.watch import DecisionPrinter
 
 T0 = 1_800_000_000_000
@@ -107,12 +107,46 @@ def test_the_follower_prints_each_decision_once_and_a_late_ack_on_its_own_line()
     printer = DecisionPrinter(board, query="q", out=out.append)
     board.add(decision("c-1", T0))
     board.add(decision("c-9", T0, query="other"))
-    assert printer.print_new() == 1
-    assert printer.print_new() == 0
+    assert printer.print_new(T0) == 1
+    assert printer.print_new(T0) == 0
     board.add(ack("c-1", Outcome.APPLIED, 5_281, T0 + 6_000))
-    printer.print_new()
+    printer.print_new(T0 + 6_000)
     assert len(out) == 2
     assert out[1].startswith("    ack for q control c-1: applied, pause 5.3 s")
+
+
+def sent(control_id: str, at_ms: int, query: str = "q", issuer: str = "streamctl job send",
+         reason: str = "") -> ControlTuple:
+    return ControlTuple(control_id, query, "operator", "shed_fraction", "0.3", 4, issuer, reason,
+                        at_ms)
+
+
+def test_a_tuple_no_decision_names_is_printed_once_settled_with_its_sender_and_ack() -> None:
+    board, out = Board(), []
+    printer = DecisionPrinter(board, query="q", out=out.append)
+    board.add_all([decision("c-1", T0), sent("c-1", T0, issuer="streamctl-controller"),
+                   sent("h-1", T0 + 1_000, reason="load test"), sent("h-2", T0, query="other")])
+    assert printer.print_new(T0 + 2_000) == 1  # the decision; the hand tuple may be its own yet
+    assert printer.print_new(T0 + 1_000 + SETTLE_MS) == 1
+    assert out[1].split("\n") == [
+        "2027-01-15 08:00:01Z  q  shed_fraction → 0.3 (epoch 4)  [sent by streamctl job send, "
+        "no decision; no ack yet]", "    load test"]
+    board.add(ack("h-1", Outcome.APPLIED, 400, T0 + 9_000))
+    assert printer.print_new(T0 + 10_000) == 0
+    assert out[2].startswith("    ack for q control h-1: applied, pause 0.4 s")
+
+
+def test_status_shows_a_tuple_sent_by_hand_when_newer_than_the_last_decision() -> None:
+    board = Board()
+    steady(board)
+    board.add_all([decision("c-1", T0), sent("h-1", T0 + 2_000, reason="load test")])
+    lines = status_table(board, T0 + 10_000)
+    row = next(line for line in lines if line.startswith("q "))
+    assert row.endswith("shed_fraction → 0.3 sent by streamctl job send, 8s ago")
+    assert "reason: load test" in [line.strip() for line in lines]
+    board.add(decision("c-2", T0 + 3_000))
+    assert "scale_up input_parallelism 2→6" in next(
+        line for line in status_table(board, T0 + 10_000) if line.startswith("q "))
 
 
 def test_a_job_that_is_down_reads_the_lag_the_broker_holds_and_no_current_rates() -> None:
