@@ -87,8 +87,6 @@ class Timeline:
             q.sources, q.sinks = model.source_topics, model.sink_topics
             q.delay_s = delay_s(model.backlog_records, model.capacity, model.trigger_interval_s)
             q.objectives = model.standings()
-            if q.state != "running" and model.samples:
-                q.state = "running"
 
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
         self._mark(query_id, {"kind": "decision", "at_ms": at_ms, "action": action,
