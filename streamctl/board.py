@@ -13,12 +13,11 @@ topics and the end offsets, and prints), `view` (per-query rates).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from controller.core.objectives import standings
+from controller.core.objectives import delay_s, drain_s, standings
 from schemas import SourcePartition, TaskMetrics
 from schemas.objectives import Objectives
 from schemas.records import TAKEOVER, Ack, ControlTuple, Decision, Outcome
@@ -275,16 +274,18 @@ def _state_lines(q: QueryStatus, state: str, lag: dict[PartitionKey, int] | None
 
 def _objective_lines(q: QueryStatus, newest: TaskMetrics, state: str,
                      lag: dict[PartitionKey, int] | None) -> list[str]:
-    """Each objective the job states, against its lag and rates as it reported them (unknown
-    while it runs no query or the lag is unknown)."""
+    """Each objective the job states, against its lag and the capacity its batches show, as
+    the controller judges them (unknown while it runs no query or the lag is unknown)."""
     objectives = Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms)
     if not objectives.stated:
         return []
-    known = state == "running" and lag is not None
-    rate = q.view.processed_per_s() if known else 0.0
-    backlog = float(sum(lag.values())) if lag is not None and known else math.inf
-    return [s.describe() for s in standings(objectives, backlog, rate, q.view.arrival_per_s(),
-                                            newest.trigger_interval_ms / 1000)]
+    if state != "running" or lag is None:
+        return [s.describe() for s in standings(objectives, None, None)]
+    waiting, capacity = float(sum(lag.values())), q.view.capacity_per_s()
+    trigger_s = newest.trigger_interval_ms / 1000
+    return [s.describe() for s in standings(
+        objectives, delay_s(waiting, capacity, trigger_s),
+        drain_s(waiting, capacity, q.view.arrival_per_s(), trigger_s))]
 
 
 def _decision_summary(d: Decision | None, now_ms: int) -> str:

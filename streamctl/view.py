@@ -67,6 +67,13 @@ class QueryView:
         rows = sum(s.input_rows for s in recent[1:])
         return rows / span_s if span_s > 0 else 0.0
 
+    def capacity_per_s(self) -> float:
+        """Records per second of busy time over the recent batches: what the query gets
+        through running flat out (0 before a batch with rows)."""
+        recent = [s for s in self._recent() if s.input_rows > 0]
+        busy_ms = sum(s.busy_ms for s in recent)
+        return sum(s.input_rows for s in recent) * 1000 / busy_ms if busy_ms > 0 else 0.0
+
     def lag_records(self, log_end_total: int | None = None) -> int:
         """Records in the input topic that no committed batch has processed yet.
 

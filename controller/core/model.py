@@ -22,7 +22,7 @@ from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
-from controller.core.objectives import Standing, standings
+from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
@@ -147,14 +147,21 @@ class QueryModel:
 
     def standings(self) -> tuple[Standing, ...]:
         """Each objective the job states, against the figures now (`objectives`)."""
-        return standings(self.objectives, self.backlog_records, self.capacity,
-                         self.arrival_rate, self.trigger_interval_s)
+        capacity_known = math.isfinite(self.capacity) and self.capacity > 0
+        return standings(self.objectives, self.delay_s,
+                         self.time_to_drain_s if capacity_known else None)
+
+    @property
+    def delay_s(self) -> float | None:
+        """How long a record arriving now waits before its batch commits (`objectives`)."""
+        return delay_s(self.backlog_records, self.capacity, self.trigger_interval_s)
 
     def _objective_figures(self) -> dict[str, float]:
         """The stated bounds and where the query stands, when the job states any."""
         found = self.standings()
+        delay = self.delay_s
         return ({s.objective: s.bound_s for s in found}
-                | {s.figure: s.value_s for s in found if s.value_s is not None})
+                | ({"delay_s": delay} if found and delay is not None else {}))
 
     def _arrival_departures(self) -> dict[str, float]:
         """The pending rate (0 too: arrivals that stopped) and the ramp's slope, when there are

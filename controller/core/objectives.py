@@ -1,13 +1,14 @@
 """Whether a query meets the objectives its job states, and the catch-up time they ask of the
 sizing (pure; the objectives themselves are `schemas.objectives.Objectives`).
 
-A record arriving now waits behind the backlog ahead of it, put through at the query's rate,
-then for its batch to start and commit (up to a trigger interval T):
+A record arriving now waits behind the backlog ahead of it, put through at the query's
+capacity, then for its batch to start and commit (up to a trigger interval T):
 
-    delay = B / rate + T
+    delay = B / capacity + T
 
-Records of one trigger interval are always waiting for their batch; a backlog beyond them,
-B − λT, is gone in (B − λT) / (rate − λ) seconds (`drain_s`).
+A backlog drains in B / (capacity − λ) (the model's `time_to_drain_s`, whose B already leaves
+out what the running batch will read). `streamctl status` counts the broker's lag, which holds
+the arrivals of the running batch too: it leaves out one trigger interval of them (`drain_s`).
 
 Sizing asks for the units that drain the backlog within the catch-up time at the target
 utilisation, so their capacity is at least λ + B / catch_up_s > B / catch_up_s. A stated
@@ -41,11 +42,6 @@ class Standing:
     """The delay, or the time the backlog takes to drain; None: unknown (no rate measured)."""
 
     @property
-    def figure(self) -> str:
-        """The decision log's name of the value: delay_s or drain_s."""
-        return "delay_s" if self.objective == MAX_DELAY else "drain_s"
-
-    @property
     def met(self) -> bool | None:
         return None if self.value_s is None else self.value_s <= self.bound_s
 
@@ -68,7 +64,8 @@ class CatchUp:
     """The stated bound the seconds derive from (max_delay_s for `MAX_DELAY`)."""
 
     def note(self) -> str:
-        """', for the 30 s delay objective', or nothing for the controller's own time."""
+        """", for the job's objective of at most 30 s delay", or nothing for the controller's
+        own time."""
         if self.objective == MAX_DELAY:
             return f", for the job's objective of at most {num(self.seconds_stated)} s delay"
         if self.objective == DRAIN_WITHIN:
@@ -86,10 +83,11 @@ def delay_s(backlog: float, rate: float, trigger_s: float) -> float | None:
     return backlog / rate + trigger_s
 
 
-def drain_s(backlog: float, rate: float, arrival: float, trigger_s: float) -> float | None:
-    """Seconds until the backlog beyond one trigger interval's arrivals is gone (0: there is
-    none; ∞: arrivals meet the rate); None when no rate is known."""
-    beyond = backlog - arrival * trigger_s
+def drain_s(lag: float, rate: float, arrival: float, trigger_s: float) -> float | None:
+    """Seconds until a broker lag beyond one trigger interval's arrivals (what the running
+    batch reads anyway) is gone: 0 when there is none, ∞ when arrivals meet the rate, None
+    when no rate is known."""
+    beyond = lag - arrival * trigger_s
     if beyond <= 0:
         return 0.0
     if not math.isfinite(rate) or rate <= 0:
@@ -97,16 +95,15 @@ def drain_s(backlog: float, rate: float, arrival: float, trigger_s: float) -> fl
     return beyond / (rate - arrival) if rate > arrival else math.inf
 
 
-def standings(objectives: Objectives, backlog: float, rate: float, arrival: float,
-              trigger_s: float) -> tuple[Standing, ...]:
-    """Each stated objective against a backlog put through at `rate` while `arrival` comes."""
+def standings(objectives: Objectives, delay: float | None,
+              drain: float | None) -> tuple[Standing, ...]:
+    """Each stated objective against the query's delay and the time its backlog takes to drain
+    (None: unknown)."""
     found = []
     if objectives.max_delay_s > 0:
-        found.append(Standing(MAX_DELAY, objectives.max_delay_s,
-                              delay_s(backlog, rate, trigger_s)))
+        found.append(Standing(MAX_DELAY, objectives.max_delay_s, delay))
     if objectives.drain_within_s > 0:
-        found.append(Standing(DRAIN_WITHIN, objectives.drain_within_s,
-                              drain_s(backlog, rate, arrival, trigger_s)))
+        found.append(Standing(DRAIN_WITHIN, objectives.drain_within_s, drain))
     return tuple(found)
 
 

@@ -48,7 +48,7 @@ from controller.core.wording import load, num, pct, pressure, units, units_of
 from controller.settings import PolicySettings
 from schemas.knobs import EXECUTORS
 
-__all__ = ["backlog_causes", "decide", "is_quiet", "num", "pct"]
+__all__ = ["backlog_causes", "decide", "for_query", "is_quiet", "num", "pct"]
 
 
 def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
@@ -185,13 +185,19 @@ def gate(state: ControlState, now_ms: int) -> Hold | None:
 def decide(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
            inflow: Inflow = NO_INFLOW, inflow_from: str = "") -> Verdict:
     """The verdict for one query now; `inflow` is what its upstreams' resizing will send
-    beyond what arrives now (`topology`), named by `inflow_from`."""
+    beyond what arrives now (`topology`), named by `inflow_from`. Its reason ends with where
+    the query stands against each objective its job states."""
+    verdict = _decide(model, state, now_ms, settings, inflow, inflow_from)
+    note = standing_note(model)
+    return replace(verdict, reason=verdict.reason + note) if note else verdict
+
+
+def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
+            inflow: Inflow, inflow_from: str) -> Verdict:
     held = gate(state, now_ms)
     if held is not None:
         return Hold(held.reason, model.figures())
-    goal = catch_up(model.objectives, model.trigger_interval_s, settings.catch_up_s)
-    if goal.objective:  # the job's objectives set the drain time this query is sized for
-        settings = replace(settings, catch_up_s=goal.seconds)
+    settings, goal = for_query(model, settings)
     if state.follow_up and now_ms < state.cooldown_until_ms:
         return _follow_up(model, state)
     causes = backlog_causes(model, settings, inflow)
@@ -213,8 +219,8 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
     return Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
-                f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}"
-                f"{standing_note(model)}", model.figures())
+                f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}",
+                model.figures())
 
 
 def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
@@ -222,9 +228,16 @@ def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
     rates alone, which its backlog refutes (small, and growing no faster than noise)."""
     if model.arrival_rate > model.capacity * settings.high_water_utilisation:
         return (f"arrivals read over {pct(settings.high_water_utilisation)} of capacity but the "
-                f"backlog refutes it (under {num(settings.backlog_floor_records)} records, "
+                f"backlog refutes it (at most {num(settings.backlog_floor_records)} records, "
                 f"{num(model.backlog_trend_records_per_s)}/s)")
     return "within band"
+
+
+def for_query(model: QueryModel, settings: PolicySettings) -> tuple[PolicySettings, CatchUp]:
+    """The settings a query is judged by: its job's objectives set the drain time it is
+    sized for (`objectives.catch_up`), which the result names."""
+    goal = catch_up(model.objectives, model.trigger_interval_s, settings.catch_up_s)
+    return (replace(settings, catch_up_s=goal.seconds) if goal.objective else settings), goal
 
 
 def standing_note(model: QueryModel) -> str:
@@ -238,10 +251,10 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     wanted = target_units(model, settings, inflow)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
-    behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}{standing_note(model)}"
+    behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}"
     request = executors_wanted(model, wanted, settings, state, now_ms)
     if request is not None:
-        return _add_executors(model, request, wanted, behind, settings)
+        return _add_executors(model, request, wanted, behind, settings, goal)
     target = min(max(wanted, limits.low), limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, target))
     figures = {**model.figures(), "demand": demand(model, settings, extra), "inflow": extra,
@@ -264,7 +277,7 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
 
 
 def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, behind: str,
-                   settings: PolicySettings) -> Scale:
+                   settings: PolicySettings, goal: CatchUp) -> Scale:
     """More task slots first; the knob follows as soon as they run (`knobs`)."""
     running = running_executors(model)
     figures = {**model.figures(), "required": float(wanted),
@@ -275,7 +288,7 @@ def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, beh
         f"({running} executors × {model.executor_cores} cores): asking for "
         f"{request.executors} executors (the job's max {model.max_executors}) first, then "
         f"{model.knob} {model.parallelism} → {request.then} once they run"
-        f"{skew_note(model, settings)}", figures, then=request.then)
+        f"{skew_note(model, settings)}{goal.note()}", figures, then=request.then)
 
 
 def _follow_up(model: QueryModel, state: ControlState) -> Hold | Scale:
@@ -309,8 +322,7 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
                  f"{units_of(model, wanted)} would do at {pct(settings.target_utilisation)}; "
                  f"stepping down {model.parallelism} → {target} (at most "
-                 f"{pct(settings.max_scale_down_share)} of the units per step)"
-                 f"{standing_note(model)}", figures)
+                 f"{pct(settings.max_scale_down_share)} of the units per step)", figures)
 
 
 def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],

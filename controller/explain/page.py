@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from controller.core.model import QueryModel
-from controller.core.objectives import Standing, delay_s
+from controller.core.objectives import Standing
 from controller.core.outage import Outage
 
 POINT_MS = 500
@@ -85,7 +85,7 @@ class Timeline:
                 q.points.append(point)
             q.knob, q.utilisation, q.desired = model.knob, model.utilisation, desired
             q.sources, q.sinks = model.source_topics, model.sink_topics
-            q.delay_s = delay_s(model.backlog_records, model.capacity, model.trigger_interval_s)
+            q.delay_s = _finite(model.delay_s, None) if model.delay_s is not None else None
             q.objectives = model.standings()
 
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:

@@ -18,7 +18,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from controller.core.model import QueryModel
-from controller.core.objectives import delay_s
+from controller.core.objectives import Standing
 from controller.core.outage import Outage
 from controller.explain.page import Timeline, routes
 from schemas import DecodeError
@@ -33,6 +33,7 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._last_decision: dict[str, tuple[str, str, str]] = {}
+        self._stated: dict[str, set[str]] = {}
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["query"], registry=registry)
@@ -157,11 +158,19 @@ class ControllerMetrics:
             self.desired.labels(q).set(desired)
         self.overhead.labels(q).set(model.batch_overhead_s)
         self.per_unit.labels(q).set(model.rate_per_unit)
-        self.delay.labels(q).set(_or_nan(delay_s(model.backlog_records, model.capacity,
-                                                 model.trigger_interval_s)))
-        for standing in model.standings():
-            self.objective.labels(q, standing.objective).set(standing.bound_s)
-            self.objective_met.labels(q, standing.objective).set(
+        self.delay.labels(q).set(_or_nan(model.delay_s))
+        self._objectives(q, model.standings())
+
+    def _objectives(self, query_id: str, found: tuple[Standing, ...]) -> None:
+        """The stated objectives' series; those of an objective no longer stated go."""
+        stated = {s.objective for s in found}
+        for gone in self._stated.get(query_id, set()) - stated:
+            self.objective.remove(query_id, gone)
+            self.objective_met.remove(query_id, gone)
+        self._stated[query_id] = stated
+        for standing in found:
+            self.objective.labels(query_id, standing.objective).set(standing.bound_s)
+            self.objective_met.labels(query_id, standing.objective).set(
                 math.nan if standing.met is None else float(standing.met))
 
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:

@@ -21,7 +21,7 @@ from controller.core.failover import Standbys
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.outage import down, outage
-from controller.core.policy import backlog_causes, is_quiet
+from controller.core.policy import backlog_causes, for_query, is_quiet
 from controller.core.results import Down, Hold, Lost, NotReady, Promote, Recommend, Scale, Verdict
 from controller.core.state import (
     ControlState,
@@ -278,7 +278,7 @@ class ControlLoop:
             query.model = None
             return found
         query.remembered = query.remembered.after(found)
-        policy = self.settings.policy
+        policy, _ = for_query(found, self.settings.policy)
         state = observed(query.state, is_quiet(found, policy), now_ms)
         query.state = judge_effect(state, found, bool(backlog_causes(found, policy)), now_ms,
                                    policy)

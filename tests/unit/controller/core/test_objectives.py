@@ -30,21 +30,34 @@ def test_a_record_waits_behind_the_backlog_then_for_its_batch() -> None:
     assert delay_s(backlog=10, rate=0, trigger_s=2) is None  # no rate: unknown, not 0
 
 
-def test_a_backlog_counts_beyond_one_trigger_interval_of_arrivals() -> None:
-    assert drain_s(backlog=500, rate=400, arrival=300, trigger_s=2) == 0  # one batch's worth
-    assert drain_s(backlog=3_600, rate=400, arrival=300, trigger_s=2) == pytest.approx(30)
-    assert drain_s(backlog=3_600, rate=300, arrival=300, trigger_s=2) == math.inf
-    assert drain_s(backlog=3_600, rate=0, arrival=300, trigger_s=2) is None
+def test_a_broker_lag_counts_beyond_one_trigger_interval_of_arrivals() -> None:
+    assert drain_s(lag=500, rate=400, arrival=300, trigger_s=2) == 0  # the running batch's
+    assert drain_s(lag=3_600, rate=400, arrival=300, trigger_s=2) == pytest.approx(30)
+    assert drain_s(lag=3_600, rate=300, arrival=300, trigger_s=2) == math.inf
+    assert drain_s(lag=3_600, rate=0, arrival=300, trigger_s=2) is None
 
 
 def test_standings_cover_only_what_the_job_states_and_say_whether_each_is_met() -> None:
-    assert standings(Objectives(), 3_000, 400, 300, 2) == ()
-    delay, drain = standings(Objectives(max_delay_s=8, drain_within_s=60), 3_000, 400, 300, 2)
-    assert (delay.objective, delay.met, delay.figure) == (MAX_DELAY, False, "delay_s")
+    assert standings(Objectives(), 9.5, 30) == ()
+    delay, drain = standings(Objectives(max_delay_s=8, drain_within_s=60), 9.5, 30)
+    assert (delay.objective, delay.met) == (MAX_DELAY, False)
     assert delay.describe() == "delay 9.5 s of at most 8 s: NOT met"
     assert (drain.objective, drain.met) == (DRAIN_WITHIN, True)
-    unknown, = standings(Objectives(max_delay_s=8), 3_000, 0, 300, 2)
+    assert drain.describe() == "backlog drains in 30 s of at most 60 s: met"
+    unknown, = standings(Objectives(max_delay_s=8), None, None)
     assert unknown.met is None and unknown.describe().endswith(": unknown")
+
+
+def test_the_model_judges_the_drain_by_its_own_drain_time() -> None:
+    # 300/s on 2 × 200/s, 3 000 behind: drained in 3 000 / 100 = 30 s, over 25 s.
+    behind = model(trigger_interval_s=2.0, arrival_rate=300, backlog_records=3_000,
+                   backlog_trend_records_per_s=-100, time_to_drain_s=30,
+                   objectives=Objectives(drain_within_s=25))
+    drain, = behind.standings()
+    assert (drain.value_s, drain.met) == (30, False)
+    verdict = decide(behind, ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale)
+    assert "backlog drains in 30 s of at most 25 s: NOT met" in verdict.reason
 
 
 def test_the_shortest_drain_time_asked_for_wins_and_is_named() -> None:
@@ -71,10 +84,11 @@ def test_a_delay_objective_sizes_for_more_units_and_the_reason_names_it() -> Non
     stated = model(trigger_interval_s=2.0, objectives=Objectives(max_delay_s=17))
     verdict = decide(stated, ControlState(), NOW, POLICY)
     assert isinstance(verdict, Scale) and verdict.target == 7
-    assert verdict.reason.endswith("7 units of input_parallelism drain it in 15 s at 80% "
-                                   "utilisation, for the job's objective of at most 17 s delay")
-    assert "delay 17 s of at most 17 s: met" in verdict.reason  # 6 000 / 400 + 2
+    assert verdict.reason.endswith(
+        "7 units of input_parallelism drain it in 15 s at 80% utilisation, for the job's "
+        "objective of at most 17 s delay; delay 17 s of at most 17 s: met")  # 6 000 / 400 + 2
     assert verdict.figures["max_delay_s"] == 17 and verdict.figures["delay_s"] == 17
+    assert "max_delay_s" not in decide(model(), ControlState(), NOW, POLICY).figures
 
 
 def test_a_long_drain_objective_is_met_with_fewer_units_than_the_default() -> None:
@@ -84,7 +98,7 @@ def test_a_long_drain_objective_is_met_with_fewer_units_than_the_default() -> No
     stated = replace(behind, objectives=Objectives(drain_within_s=300))
     verdict = decide(stated, ControlState(), NOW, POLICY)
     assert isinstance(verdict, Scale) and verdict.target == 5
-    assert verdict.reason.endswith("for the job's objective of a backlog gone within 300 s")
+    assert "for the job's objective of a backlog gone within 300 s;" in verdict.reason
 
 
 def test_a_delay_over_the_objective_is_a_backlog_even_while_it_drains() -> None:
@@ -96,8 +110,8 @@ def test_a_delay_over_the_objective_is_a_backlog_even_while_it_drains() -> None:
     verdict = decide(replace(draining, objectives=Objectives(max_delay_s=8)), ControlState(),
                      NOW, POLICY)
     assert isinstance(verdict, Scale) and verdict.target == 5  # (300 + 3 000 / 6) / 160
-    assert "delay 9.5 s of at most 8 s: NOT met" in verdict.reason
-    assert verdict.reason.endswith("for the job's objective of at most 8 s delay")
+    assert verdict.reason.endswith("for the job's objective of at most 8 s delay; delay 9.5 s "
+                                   "of at most 8 s: NOT met")
 
 
 def test_a_query_within_band_says_where_it_stands_against_its_objectives() -> None:

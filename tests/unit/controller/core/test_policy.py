@@ -101,7 +101,7 @@ def test_estimated_overload_refuted_by_a_shrinking_small_backlog_holds() -> None
                     backlog_trend_records_per_s=-20.9, time_to_drain_s=30)
     held = decide(refuted, ControlState(), NOW, POLICY)
     assert isinstance(held, Hold) and held.reason.startswith(
-        "arrivals read over 90% of capacity but the backlog refutes it (under 1 000 records, "
+        "arrivals read over 90% of capacity but the backlog refutes it (at most 1 000 records, "
         "-20.9/s): arrival 150/s exceeds capacity 118/s"), held.reason
     noise = replace(refuted, backlog_trend_records_per_s=5.9)
     assert isinstance(decide(noise, ControlState(), NOW, POLICY), Hold)
