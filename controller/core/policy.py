@@ -225,11 +225,12 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
 
 def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
     """Why a query that is not backlogged holds: within its band, or over capacity by the
-    rates alone, which its backlog refutes (small, and growing no faster than noise)."""
+    rates alone, which its backlog does not confirm (small, and growing no faster than
+    noise)."""
     if model.arrival_rate > model.capacity * settings.high_water_utilisation:
-        return (f"arrivals read over {pct(settings.high_water_utilisation)} of capacity but the "
-                f"backlog refutes it (at most {num(settings.backlog_floor_records)} records, "
-                f"{num(model.backlog_trend_records_per_s)}/s)")
+        return (f"arrivals read over {pct(settings.high_water_utilisation)} of capacity, not "
+                f"confirmed by the backlog (at most {num(settings.backlog_floor_records)} "
+                f"records, changing {num(model.backlog_trend_records_per_s)}/s)")
     return "within band"
 
 

@@ -101,8 +101,8 @@ def test_estimated_overload_refuted_by_a_shrinking_small_backlog_holds() -> None
                     backlog_trend_records_per_s=-20.9, time_to_drain_s=30)
     held = decide(refuted, ControlState(), NOW, POLICY)
     assert isinstance(held, Hold) and held.reason.startswith(
-        "arrivals read over 90% of capacity but the backlog refutes it (at most 1 000 records, "
-        "-20.9/s): arrival 150/s exceeds capacity 118/s"), held.reason
+        "arrivals read over 90% of capacity, not confirmed by the backlog (at most 1 000 "
+        "records, changing -20.9/s): arrival 150/s exceeds capacity 118/s"), held.reason
     noise = replace(refuted, backlog_trend_records_per_s=5.9)
     assert isinstance(decide(noise, ControlState(), NOW, POLICY), Hold)
     growing = replace(refuted, backlog_trend_records_per_s=120)
