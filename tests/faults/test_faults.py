@@ -176,7 +176,7 @@ def status_lines(bed: FaultBed, capsys: pytest.CaptureFixture[str]) -> list[str]
     capsys.readouterr()
     assert status_main(["status", "--once", "--bootstrap-servers", bed.bootstrap,
                         "--metrics-topic", t["metrics"], "--decisions-topic", t["decisions"],
-                        "--acks-topic", t["acks"]]) == 0
+                        "--acks-topic", t["acks"], "--control-topic", t["control"]]) == 0
     return capsys.readouterr().out.splitlines()
 
 
