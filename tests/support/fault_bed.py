@@ -11,6 +11,7 @@ print.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -144,13 +145,23 @@ class FaultBed:
         return next((m for m in self.commits if m.batch_start_ms > at_ms
                      and instance in (None, m.instance_id)), None)
 
+    def slowest_batch_s(self) -> float:
+        """The longest time between two commits seen so far (0 before two): how slow this
+        machine runs the bed's batches right now, under whatever else it is running."""
+        ends = sorted(m.batch_end_ms for m in self.commits)
+        return max((b - a for a, b in itertools.pairwise(ends)), default=0) / 1000
+
     def wait_commit_after(self, at_ms: int, timeout_s: float, what: str,
                           instance: str | None = None) -> TaskMetrics:
+        """Wait for a batch with rows committed after `at_ms` (of `instance`, if given), at
+        most `timeout_s`, or three of the slowest batch intervals seen so far if longer: on a
+        loaded machine a batch (a repartition above all) can take far longer than here idle."""
         def seen() -> bool:
             self.follow_commits()
             return self.committed_after(at_ms, instance) is not None
+        self.follow_commits()
         try:
-            until(seen, timeout_s, what)
+            until(seen, max(timeout_s, 3 * self.slowest_batch_s()), what)
         except AssertionError as exc:  # why no batch committed is in the processes' own lines
             raise AssertionError(f"{exc}{self.process_logs()}") from None
         found = self.committed_after(at_ms, instance)
