@@ -157,11 +157,13 @@ class QueryModel:
         return delay_s(self.backlog_records, self.capacity, self.trigger_interval_s)
 
     def _objective_figures(self) -> dict[str, float]:
-        """The stated bounds and where the query stands, when the job states any."""
-        found = self.standings()
+        """The stated bounds and the delay now, when the job states any (`figures` runs for
+        every query each cycle: without objectives it computes nothing here)."""
+        if not self.objectives.stated:
+            return {}
         delay = self.delay_s
-        return ({s.objective: s.bound_s for s in found}
-                | ({"delay_s": delay} if found and delay is not None else {}))
+        return ({s.objective: s.bound_s for s in self.standings()}
+                | ({"delay_s": delay} if delay is not None else {}))
 
     def _arrival_departures(self) -> dict[str, float]:
         """The pending rate (0 too: arrivals that stopped) and the ramp's slope, when there are

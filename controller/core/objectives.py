@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from controller.core.sizing import drain_time_s
 from controller.core.wording import num
 from schemas.objectives import Objectives
 
@@ -88,11 +89,9 @@ def drain_s(lag: float, rate: float, arrival: float, trigger_s: float) -> float 
     batch reads anyway) is gone: 0 when there is none, ∞ when arrivals meet the rate, None
     when no rate is known."""
     beyond = lag - arrival * trigger_s
-    if beyond <= 0:
-        return 0.0
-    if not math.isfinite(rate) or rate <= 0:
+    if beyond > 0 and not (math.isfinite(rate) and rate > 0):
         return None
-    return beyond / (rate - arrival) if rate > arrival else math.inf
+    return drain_time_s(beyond, rate, arrival)
 
 
 def standings(objectives: Objectives, delay: float | None,

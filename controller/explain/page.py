@@ -85,7 +85,7 @@ class Timeline:
                 q.points.append(point)
             q.knob, q.utilisation, q.desired = model.knob, model.utilisation, desired
             q.sources, q.sinks = model.source_topics, model.sink_topics
-            q.delay_s = _finite(model.delay_s, None) if model.delay_s is not None else None
+            q.delay_s = _finite(model.delay_s, None)
             q.objectives = model.standings()
 
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
@@ -166,8 +166,8 @@ class Timeline:
 
 def _objective(standing: Standing) -> dict[str, Any]:
     return {"objective": standing.objective, "bound_s": standing.bound_s,
-            "value_s": _finite(standing.value_s, None) if standing.value_s is not None
-            else None, "met": standing.met, "text": standing.describe()}
+            "value_s": _finite(standing.value_s, None), "met": standing.met,
+            "text": standing.describe()}
 
 
 def _marks_in(q: _Query) -> list[dict[str, Any]]:
@@ -201,8 +201,9 @@ def pipeline_order(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return placed
 
 
-def _finite(value: float, default: float | None = 0.0) -> Any:
-    return value if math.isfinite(value) else default
+def _finite(value: float | None, default: float | None = 0.0) -> Any:
+    """`value` where JSON can carry it, else `default` (None stays None)."""
+    return value if value is None or math.isfinite(value) else default
 
 
 def routes(timeline: Timeline, rest: WsgiApp) -> WsgiApp:
