@@ -195,6 +195,12 @@ class PolicySettings:
     two windows, so one lull between bursts does not shrink it. A scale-down does not restart
     it: a next step needs only a quiet model at the new size, after the cooldown."""
 
+    shed_at_ceiling: bool = True
+    """At the ceiling (no units, executors or cluster room left), set the shed fraction of a
+    job that marks records low priority, within the job's own `--max-shed-fraction`, and lift
+    it as the load allows (`controller.core.ceiling`). False: only advise it, and never touch a
+    shed fraction set by hand."""
+
     cooldown_s: float = 30.0
     """No new decision for a query this long after its last actuation was answered (or timed
     out), so the window refills with metrics of the new configuration first."""

@@ -134,6 +134,9 @@ class TaskMetrics(_Record):
     lost_ranges: tuple[SourcePartition, ...] = ()
     max_delay_ms: int = 0
     drain_within_ms: int = 0
+    rows_low_priority: int = 0
+    shed_fraction: float = 0.0
+    max_shed_fraction: float = 0.0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

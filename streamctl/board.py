@@ -246,7 +246,7 @@ def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int,
 def _state_lines(q: QueryStatus, state: str, lag: dict[PartitionKey, int] | None,
                  width: int) -> list[str]:
     """What a row does not fit: why a job runs no query, where its metrics are served, the
-    input it lost, a skewed lag."""
+    input it lost, its objectives, the shedding in force, a skewed lag."""
     pad = f"{'':<22}   "
     out = []
     newest = q.newest()
@@ -264,6 +264,9 @@ def _state_lines(q: QueryStatus, state: str, lag: dict[PartitionKey, int] | None
     total = sum(lag.values()) if lag else 0
     if newest is not None:
         out += [f"{pad}objective: {line}" for line in _objective_lines(q, newest, state, lag)]
+    if newest is not None and newest.shed_fraction > 0:
+        out.append(f"{pad}shedding: {newest.shed_fraction * 100:.0f}% of the low-priority "
+                   f"records (the job's bound {newest.max_shed_fraction * 100:.0f}%)")
     if lag and len(lag) > 1 and total > 0:
         (topic, partition), most = max(lag.items(), key=lambda item: item[1])
         if most / total > SKEW_SHARE:

@@ -12,7 +12,7 @@ duplicated one as a larger, and a window written twice as two rows. For the frau
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from schemas import ScoredTransaction, SensorReading, SensorWindowAverage, codec_for
 from streamctl.cards import CardLedger
@@ -33,27 +33,40 @@ def flush_last_windows(bootstrap: str, topic: str, partitions: int = 2) -> None:
         produce(bootstrap, topic, [flush], partition=partition)
 
 
-def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger,
-                                      timeout_s: float = 120.0, *,
-                                      input_topic: str | None = None) -> None:
-    """Every acknowledged record in exactly one output row; no window written twice. With
-    `input_topic`, a failure also says where in the input the missing records are."""
-    rows: dict[tuple[str, int], list[SensorWindowAverage]] = {}
+WindowKey = tuple[str, int]
+"""(sensor id, window start ms)."""
+
+
+def _window_rows(bootstrap: str, topic: str, expected: set[WindowKey],
+                 timeout_s: float) -> dict[WindowKey, list[SensorWindowAverage]]:
+    """The output's rows per window, read until every `expected` window is there; no window
+    may be written twice."""
+    rows: dict[WindowKey, list[SensorWindowAverage]] = {}
     out = Tail(bootstrap, {topic: SensorWindowAverage}, from_beginning=True)
 
     def collect() -> bool:
         for _topic, row in out.poll(0.5, 5000):
             assert isinstance(row, SensorWindowAverage)
             rows.setdefault((row.sensor_id, row.window_start_ms), []).append(row)
-        return set(ledger.counts) <= set(rows)
+        return expected <= set(rows)
 
     try:
         until(collect, timeout_s, "every produced window in the output", 0)
         collect()  # anything still in flight past the last expected window
     finally:
         out.close()
+    assert out.decode_errors == []
     duplicated = {k: v for k, v in rows.items() if len(v) > 1}
     assert not duplicated, f"windows emitted more than once: {list(duplicated)[:5]}"
+    return rows
+
+
+def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger,
+                                      timeout_s: float = 120.0, *,
+                                      input_topic: str | None = None) -> None:
+    """Every acknowledged record in exactly one output row; no window written twice. With
+    `input_topic`, a failure also says where in the input the missing records are."""
+    rows = _window_rows(bootstrap, topic, set(ledger.counts), timeout_s)
     produced = {k: (ledger.counts[k], ledger.seq_sums[k]) for k in ledger.counts}
     emitted = {k: (v[0].count, v[0].seq_sum) for k, v in rows.items() if k[0] != FLUSH_SENSOR}
     missing = {k: (produced[k], emitted.get(k)) for k in produced if emitted.get(k) != produced[k]}
@@ -62,7 +75,31 @@ def assert_every_record_accounted_for(bootstrap: str, topic: str, ledger: Ledger
         f"{len(missing)} windows differ (produced, emitted), e.g. {list(missing.items())[:3]}; "
         f"{len(extra)} windows nobody produced, e.g. {list(extra)[:3]}"
         f"{_where_in_input(bootstrap, input_topic, missing)}")
-    assert out.decode_errors == []
+
+
+def assert_high_priority_exact_and_the_rest_shed(
+        bootstrap: str, topic: str, ledger: Ledger, low_priority: Callable[[str], bool],
+        rows_shed: int, timeout_s: float = 120.0) -> int:
+    """Load shedding's account: every high-priority record in exactly one output row (as
+    `assert_every_record_accounted_for`); of the low-priority sensors, no window written twice
+    or holding more than was produced, and the records emitted plus the `rows_shed` the job
+    reported are what was produced. Returns the low-priority records emitted."""
+    high = {k for k in ledger.counts if not low_priority(k[0])}
+    rows = _window_rows(bootstrap, topic, high, timeout_s)
+    emitted = {k: (v[0].count, v[0].seq_sum) for k, v in rows.items() if k[0] != FLUSH_SENSOR}
+    wrong = {k: ((ledger.counts[k], ledger.seq_sums[k]), emitted.get(k)) for k in high
+             if emitted.get(k) != (ledger.counts[k], ledger.seq_sums[k])}
+    assert not wrong, f"{len(wrong)} high-priority windows differ (produced, emitted), e.g. " \
+                      f"{list(wrong.items())[:3]}"
+    low_emitted = {k: count for k, (count, _sum) in emitted.items() if k not in high}
+    assert all(low_priority(k[0]) and count <= ledger.counts.get(k, 0)
+               for k, count in low_emitted.items()), \
+        f"low-priority windows nobody produced, or with more than produced: {low_emitted}"
+    produced_low = sum(n for k, n in ledger.counts.items() if k not in high)
+    assert sum(low_emitted.values()) + rows_shed == produced_low, (
+        f"low-priority: {sum(low_emitted.values())} emitted + {rows_shed} shed != "
+        f"{produced_low} produced")
+    return sum(low_emitted.values())
 
 
 Differences = Mapping[tuple[str, int], tuple[tuple[int, int], tuple[int, int] | None]]

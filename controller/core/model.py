@@ -24,6 +24,7 @@ from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
+from controller.core.shedding import NO_SHEDDING, Shedding, observed_shedding
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
 from schemas import SourcePartition, TaskMetrics
@@ -107,6 +108,8 @@ class QueryModel:
     cost_measured_by_running_batch: bool = False
     """μ is a lower bound that the batch running now will correct when it reports
     (`running_batch_measures_cost`)."""
+    shedding: Shedding = NO_SHEDDING
+    """What load shedding can do for the query and what it does now (`shedding`)."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -197,11 +200,14 @@ def _key(sample: TaskMetrics) -> SampleKey:
 def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
                 memo: Memo | None = None) -> list[BatchPoint]:
     """The batches μ and c are estimated from: with rows and busy time, not a warm-up; each
-    with the units that actually worked in parallel (`batch_concurrency`)."""
+    with the units that actually worked in parallel (`batch_concurrency`). The rows are those
+    processed: a row load shedding dropped costs next to nothing, and counted it would show
+    capacity for work that is not done."""
     memo = memo or Memo()
-    return [BatchPoint(s.input_rows, memo.apply(batch_concurrency, s), s.busy_ms / 1000)
+    return [BatchPoint(s.input_rows - s.rows_shed, memo.apply(batch_concurrency, s),
+                       s.busy_ms / 1000)
             for s in samples
-            if s.input_rows > 0 and s.busy_ms > 0 and _key(s) not in warm_up]
+            if s.input_rows > s.rows_shed and s.busy_ms > 0 and _key(s) not in warm_up]
 
 
 def batch_concurrency(sample: TaskMetrics) -> float:
@@ -457,6 +463,7 @@ def _build(
         job_max=parallelism.job_max(newest), executor_cores=newest.executor_cores,
         max_executors=newest.max_executors,
         objectives=Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms),
+        shedding=observed_shedding(recent),
         backlog_seen=RUNNING_BATCH if running is not None else "batches",
     )
 

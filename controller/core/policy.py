@@ -14,7 +14,8 @@ a cluster that may grow, the verdict asks for executors first (`knobs`). An upst
 inflow is its steady extra plus the part of its catch-up burst that those units cannot take
 as it comes (`sizing.Inflow`). When no number of units can (the overhead eats the batch
 time) the verdict recommends a bigger batch cap; at the upper bound (the executors at the
-job's maximum too) it recommends throttling the producers or shedding load, with the numbers.
+job's maximum too) it sheds the job's low-priority records, or recommends throttling the
+producers with the numbers (`ceiling`), and lifts shedding before it scales anything down.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from controller.core.ceiling import at_ceiling, lift
 from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.model import BROKER, QueryModel
 from controller.core.objectives import MAX_DELAY, CatchUp, catch_up
@@ -172,7 +174,7 @@ def gate(state: ControlState, now_ms: int) -> Hold | None:
     """No decision while a tuple is in flight or the query is cooling down."""
     flight = state.in_flight
     if flight is not None:
-        what = (f"{flight.parameter} {flight.target}" if flight.scaling
+        what = (f"{flight.parameter} {flight.value}" if flight.scaling
                 else f"promotion of {flight.instance}")
         return Hold(f"waiting for the ack of control {flight.control_id} ({what}, epoch "
                     f"{flight.epoch})")
@@ -215,6 +217,8 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                         "running batch, larger than any measured, tells them apart when it "
                         "reports: decided then", model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
+    if model.shedding.active and settings.shed_at_ceiling:  # lifted before any scale-down
+        return lift(model, settings)
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
@@ -327,22 +331,13 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
 
 
 def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
-              settings: PolicySettings, inflow: Inflow) -> Recommend:
-    """At the upper bound: what the producers may send so the query keeps up at the target
-    utilisation and still drains its backlog within the catch-up time."""
+              settings: PolicySettings, inflow: Inflow) -> Verdict:
+    """At the upper bound: shed, or advise what the producers may send, so the query keeps up
+    at the target utilisation and still drains its backlog within the catch-up time."""
     top = model.capacity_at(model.units_at(limits.high))
     arriving = model.arrival_rate + inflow_rate(model, settings, inflow, top)
-    allowed = max(0.0, settings.target_utilisation * top
-                  - model.backlog_records / settings.catch_up_s)
-    shed = 1 - allowed / arriving if arriving > 0 else 0.0
-    figures = {**figures, "capacity_at_max": top, "throttle_to": allowed, "shed_fraction": shed}
-    return Recommend(
-        "throttle", "producer_rate", allowed,
-        f"at {units(limits.high)} ({limits.high_set_by}) capacity is {num(top)}/s against "
-        f"{num(arriving)}/s arriving and {num(model.backlog_records)} records behind; "
-        f"throttle the producers to {num(allowed)}/s or shed {pct(shed)} of records "
-        f"(keeps {pct(settings.target_utilisation)} utilisation and drains the backlog in "
-        f"{num(settings.catch_up_s)} s){skew_note(model, settings)}", figures)
+    return at_ceiling(model, top, arriving, f"at {units(limits.high)} ({limits.high_set_by})",
+                      figures, settings)
 
 
 def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float],

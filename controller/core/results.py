@@ -1,7 +1,7 @@
 """The typed outcomes of the pure core, shared by `model`, `policy`, `topology` and `loop`.
 
 `NotReady` is a normal result (window not full, stabilising after a change), never an
-exception. `Hold`, `Scale` and `Recommend` are the policy's verdicts, `Lost` the liveness
+exception. `Hold`, `Scale`, `Shed` and `Recommend` are the policy's verdicts, `Lost` the liveness
 check's, `Down` a job's own word that it stopped or halted, `Promote` the failover
 decision's; each carries its reason as one readable sentence with the numbers in it and its
 figures as data, which `loop` writes to the decision log as-is.
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from schemas.knobs import SHED_FRACTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,23 @@ class Scale:
     @property
     def action(self) -> str:
         return "scale_up" if self.target > self.current else "scale_down"
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """Set the share of the records its job marks low priority that a query drops (load
+    shedding, `shedding`) from `current` to `target`: raised at the ceiling, lifted as the
+    load allows."""
+
+    current: float
+    target: float
+    reason: str
+    figures: Mapping[str, float]
+    parameter: str = SHED_FRACTION
+
+    @property
+    def action(self) -> str:
+        return "shed" if self.target > self.current else "lift_shedding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,4 +123,6 @@ class Promote:
     action: str = "failover"
 
 
-Verdict = NotReady | Hold | Scale | Recommend | Lost | Down | Promote
+Actuation = Scale | Shed | Promote
+"""The verdicts the controller carries out with a control tuple."""
+Verdict = NotReady | Hold | Scale | Shed | Recommend | Lost | Down | Promote

@@ -35,11 +35,15 @@ class InFlight:
     """For a failover, the instance promoted: only its ack answers the tuple."""
     then: int = 0
     """For executors, the knob's value that follows once they run (`Scale.then`)."""
+    text: str = ""
+    """The value the tuple carries when it is no count (a shed fraction, '0.25')."""
 
     @property
     def value(self) -> str:
         """The value the tuple carries."""
-        return self.instance if not self.scaling else str(self.target)
+        if not self.scaling:
+            return self.instance
+        return self.text or str(self.target)
 
     @property
     def scaling(self) -> bool:

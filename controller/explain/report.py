@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 from controller.core.model import QueryModel
 from controller.core.results import (
+    Actuation,
     Down,
     Hold,
     Lost,
-    Promote,
     Recommend,
-    Scale,
     Verdict,
 )
 from controller.core.wording import num, pct
@@ -33,7 +32,7 @@ class Change:
     target: str
 
 
-def decision_line(query_id: str, verdict: Scale | Promote, change: Change, *,
+def decision_line(query_id: str, verdict: Actuation, change: Change, *,
                   epoch: int | None, control_id: str | None, dry_run: bool) -> str:
     sent = "dry run, not sent" if dry_run else f"epoch {epoch}, control {control_id}"
     return (f"{query_id}: {verdict.action} {change.parameter} {change.current or '?'} → "
@@ -51,7 +50,7 @@ def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None
             f"{num(model.batch_overhead_s)} s/batch, {model.knob} {model.parallelism} — {said}")
 
 
-def decision_record(query_id: str, verdict: Scale | Promote, change: Change, *,
+def decision_record(query_id: str, verdict: Actuation, change: Change, *,
                     decision_id: str, now_ms: int, control_id: str | None,
                     dry_run: bool) -> Decision:
     return Decision(

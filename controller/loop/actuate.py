@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable
 
 from controller.core.model import QueryModel
-from controller.core.results import Promote, Scale
+from controller.core.results import Actuation, Promote, Shed
 from controller.core.state import ControlState, InFlight, issued, next_epoch, settled
 from controller.explain import report
 from controller.loop.ports import ControlSink, DecisionLog, DeliveryError, Fenced
 from controller.settings import ControllerSettings
 from schemas import ControlTuple, Decision
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, STATE_PARTITIONS
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, SHED_FRACTION, STATE_PARTITIONS
 
 log = logging.getLogger("controller")
 
@@ -32,7 +32,7 @@ class Actuator:
         self._settings, self._control, self._decisions = settings, control, decisions
         self._new_id = new_id
 
-    def act(self, query_id: str, verdict: Scale | Promote, state: ControlState,
+    def act(self, query_id: str, verdict: Actuation, state: ControlState,
             epoch_seen: int, model: QueryModel | None, now_ms: int) -> ControlState:
         """Send the verdict's tuple and record the decision; the state with it in flight (or
         cooling down, in a dry run or when the send failed)."""
@@ -90,27 +90,36 @@ OPERATORS = {STATE_PARTITIONS: "state", EXECUTORS: "cluster"}
 the parameter); the input parallelism's is the source."""
 
 
-def change_of(verdict: Scale | Promote) -> report.Change:
-    """What the verdict's tuple sets: a failover the active instance, a scaling its knob."""
+def change_of(verdict: Actuation) -> report.Change:
+    """What the verdict's tuple sets: a failover the active instance, a scaling its knob, a
+    shedding the fraction."""
     if isinstance(verdict, Promote):
         return report.Change(ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id)
+    if isinstance(verdict, Shed):
+        return report.Change(SHED_FRACTION, f"{verdict.current:g}", f"{verdict.target:g}")
     return report.Change(verdict.parameter, str(verdict.current), str(verdict.target))
 
 
-def operator_of(verdict: Scale | Promote) -> str:
-    """The tuple's operator id: the query for a failover, else the stage the knob sizes."""
+def operator_of(verdict: Actuation) -> str:
+    """The tuple's operator id: the query for a failover, the source for shedding (its
+    decode step drops the records), else the stage the knob sizes."""
     if isinstance(verdict, Promote):
         return "query"
+    if isinstance(verdict, Shed):
+        return "source"
     return OPERATORS.get(verdict.parameter, "source")
 
 
-def in_flight(control: ControlTuple, verdict: Scale | Promote, model: QueryModel | None,
+def in_flight(control: ControlTuple, verdict: Actuation, model: QueryModel | None,
               now_ms: int) -> InFlight:
     """What the ack of `control` is matched against; a scaling keeps the μ and c it was sized
     with, for the check of its effect."""
     if isinstance(verdict, Promote):
         return InFlight(control.control_id, 0, control.epoch, now_ms,
                         parameter=ACTIVE_INSTANCE, instance=verdict.instance_id)
+    if isinstance(verdict, Shed):
+        return InFlight(control.control_id, 0, control.epoch, now_ms, parameter=SHED_FRACTION,
+                        text=control.value)
     return InFlight(control.control_id, verdict.target, control.epoch, now_ms,
                     current=verdict.current, parameter=verdict.parameter, then=verdict.then,
                     rate_per_unit=model.rate_per_unit if model else 0.0,

@@ -17,12 +17,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from controller.core import failover
+from controller.core.ceiling import SHEDDING
 from controller.core.failover import Standbys
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.outage import down, outage
 from controller.core.policy import backlog_causes, for_query, is_quiet
-from controller.core.results import Down, Hold, Lost, NotReady, Promote, Recommend, Scale, Verdict
+from controller.core.results import (
+    Actuation,
+    Down,
+    Hold,
+    Lost,
+    NotReady,
+    Promote,
+    Recommend,
+    Scale,
+    Verdict,
+)
 from controller.core.state import (
     ControlState,
     InFlight,
@@ -309,11 +320,11 @@ class ControlLoop:
 
     def _note(self, query_id: str, verdict: Verdict, now_ms: int) -> None:
         """Log a non-scaling verdict only when its kind changes (the status line repeats it);
-        record advice, "cannot help", lost and down queries in the decision log the same
-        way."""
+        record advice, "cannot help", holds while shedding, lost and down queries in the
+        decision log the same way."""
         query = self.queries.of(query_id)
         previous, query.verdict = query.verdict, verdict
-        if isinstance(verdict, Scale | Promote) or (previous is not None
+        if isinstance(verdict, Actuation) or (previous is not None
                                                     and previous.action == verdict.action):
             return
         if isinstance(previous, Lost | Down):
@@ -324,14 +335,14 @@ class ControlLoop:
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
             self.ports.observer.recommended(verdict.action)
-        if isinstance(verdict, Recommend | Lost | Down) or (isinstance(verdict, Hold)
-                                                            and verdict.action == "cannot_help"):
+        if isinstance(verdict, Recommend | Lost | Down) or (
+                isinstance(verdict, Hold) and verdict.action in ("cannot_help", SHEDDING)):
             self._advice(query_id, verdict, now_ms)
 
     # -- act ------------------------------------------------------------------------------------
 
     def act(self, window: QueryWindow, verdict: Verdict, now_ms: int) -> None:
-        if not isinstance(verdict, Scale | Promote):
+        if not isinstance(verdict, Actuation):
             return
         query_id = window.query_id
         query = self.queries.of(query_id)

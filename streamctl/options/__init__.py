@@ -109,9 +109,9 @@ def add_options(parser: argparse.ArgumentParser | Any, options: Iterable[Option]
     for o in options:
         shown = "required" if o.default is MISSING else f"default {o.default!r}"
         help_text = f"{o.help} [env {o.env}; {shown}]".replace("%", "%%")
-        if o.type is bool:
-            parser.add_argument(o.flag, dest=o.key, action="store_true", default=None,
-                                help=help_text)
+        if o.type is bool:  # --flag / --no-flag: a default of true can be turned off too
+            parser.add_argument(o.flag, dest=o.key, action=argparse.BooleanOptionalAction,
+                                default=None, help=help_text)
         else:
             parser.add_argument(o.flag, dest=o.key, type=o.type, default=None,
                                 metavar=o.field.upper(), help=help_text)

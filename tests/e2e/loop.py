@@ -68,11 +68,18 @@ CALIBRATION_BATCHES = 3
 burst (its warm-up, left out) and at least two full ones."""
 
 
+NOT_SHEDDABLE = ("--max-shed-fraction", "0")
+"""A job whose every record the test accounts for exactly: the controller may not shed it,
+which it would at a ceiling (a loaded machine can bring a job to its task slots)."""
+
+
 def sensor_job(query_id: str, checkpoint_dir: Path, *, units: int = 2,
-               trigger_s: int = 1) -> list[str]:
+               trigger_s: int = 1, sheddable: bool = False) -> list[str]:
     """`job run` options of the sensor job as the closed-loop tests run it: 5 ms per record,
-    batches of at most `SENSOR_BATCH_CAP`, 10 s windows with a 10 s watermark."""
-    return ["--query-id", query_id, "--checkpoint-dir", str(checkpoint_dir),
+    batches of at most `SENSOR_BATCH_CAP`, 10 s windows with a 10 s watermark; not sheddable
+    unless asked."""
+    return [*(() if sheddable else NOT_SHEDDABLE),
+            "--query-id", query_id, "--checkpoint-dir", str(checkpoint_dir),
             "--job", "sensor-averages", "--input-parallelism", str(units),
             "--max-offsets-per-trigger", str(SENSOR_BATCH_CAP),
             "--set", "enrichment_cost_ms=5", "--trigger-interval-s", str(trigger_s),

@@ -6,19 +6,22 @@ phases on the same job and load:
 
 1. **At its ceiling.** The controller may not give the job more than the 2 units it runs
    (`--max-parallelism 2`: the operator's ceiling, as a cluster's size would be). No number
-   of units it may ask for keeps up, so it must not send a tuple; it must say so instead: a
-   `throttle` decision with the rate the producers may send and the share of records to
-   shed, both consistent with the capacity it measured.
+   of units keeps up, and the job marks 40 % of its sensors low priority (`LOW_PRIORITY`), so
+   the controller sheds: one `shed_fraction` tuple, sized and within the job's bound of 50 %,
+   which the job applies at a batch boundary. Even shedding all it may does not make up the
+   load, so the controller then says so: a `throttle` decision with the rate the producers may
+   send, consistent with the capacity it measured and the shedding in force.
 2. **The ceiling lifted.** The operator replaces that controller with one without the
    ceiling. The backlog and the load must trigger one control tuple raising the input
    parallelism; the job must apply it and ack, the backlog must drain at the new
-   parallelism with no second tuple, the controller's Prometheus endpoint must hold the
-   applied pause and the decision's reason, and its live page, rendered by a real browser,
+   parallelism with no second scale-up, the controller's Prometheus endpoint must hold the
+   applied pauses and the decision's reason, and its live page, rendered by a real browser,
    must show the new size and the decision with its reason, and the job's stated delay
-   objective met.
+   objective met. Then the shedding is lifted, step by step, before anything else.
 
-Every produced record must be accounted for exactly once in the job's output (count and sum of
-sequence numbers per sensor and window, one output row per window).
+Every high-priority record must be in the job's output exactly once (count and sum of sequence
+numbers per sensor and window, one output row per window); of the low-priority ones, the
+records in the output plus the rows the job reported shed must be what was produced.
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas import Decision
+from schemas import Ack, Decision
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from streamctl.stack.tcp import find_free_ports
-from tests.accounting import assert_every_record_accounted_for, flush_last_windows
+from tests.accounting import assert_high_priority_exact_and_the_rest_shed, flush_last_windows
 from tests.e2e.loop import (
     SENSOR_WINDOW_MS,
     run_loop,
@@ -52,7 +55,7 @@ from tests.support.bed import Watch
 from tests.support.prometheus import scrape
 from tests.support.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 QUERY = "e2e-sensors"
 LOAD_OVER_CAPACITY = 1.5
@@ -68,6 +71,12 @@ the controller's page and Prometheus, which say it is met once the backlog drain
 SCREENSHOT_TO = "STREAMCTL_PAGE_SCREENSHOT"
 """Where the page's screenshot is kept: `./dev screenshot` sets it to the one the docs show;
 the test's own directory otherwise."""
+LOW_PRIORITY = ("sensor-00", "sensor-01")
+"""The job's low-priority sensors (`--set low_priority_prefixes`): sensor-000 … sensor-019,
+40 % of the load's 50."""
+MAX_SHED_FRACTION = 0.5
+"""The job's bound on shedding (its default `--max-shed-fraction`): a quarter of the load at
+most, less than the load's excess over capacity."""
 LOAD_MAX_S = 240.0
 """A cap on the load: the throttle advice comes within ~20 s, the controller without the
 ceiling takes over and scales within ~15 s more (it reads the metrics of its window back as it
@@ -80,12 +89,14 @@ def job(bootstrap_servers: str, loop_topics: dict[str, str],
         tmp_path: Path) -> Iterator[list[Child]]:
     """The job alone; the test starts the controllers (into this list) once it measured it."""
     with run_loop(bootstrap_servers, loop_topics,
-                  [*sensor_job(QUERY, tmp_path / "checkpoint"), "--max-delay-s",
-                   str(STATED_MAX_DELAY_S)], tmp_path) as children:
+                  [*sensor_job(QUERY, tmp_path / "checkpoint", sheddable=True),
+                   "--set", f"low_priority_prefixes={','.join(LOW_PRIORITY)}",
+                   "--max-shed-fraction", str(MAX_SHED_FRACTION),
+                   "--max-delay-s", str(STATED_MAX_DELAY_S)], tmp_path) as children:
         yield children
 
 
-def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_up_drains_it(
+def test_at_its_ceiling_an_overloaded_job_is_shed_to_its_bound_then_one_scale_up_drains_it_and_shedding_is_lifted(  # noqa: E501
     bootstrap_servers: str, loop_topics: dict[str, str], job: list[Child], tmp_path: Path,
 ) -> None:
     t = loop_topics
@@ -103,10 +114,10 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
     load.start()
     try:
         watch.until(lambda: any(d.action == "throttle" for d in watch.decisions),
-                    90, "a throttle decision")
+                    150, "the shedding, then a throttle decision")
+        [shed] = watch.sent()
         throttle = next(d for d in watch.decisions if d.action == "throttle")
-        _assert_throttle_advice(throttle, measured)
-        assert watch.sent() == [], [(d.action, d.target_value) for d in watch.sent()]
+        _assert_shed_to_the_bound_then_throttle_advice(watch, shed, throttle, measured)
 
         # The operator lifts the ceiling: the next controller takes over with the load on.
         job.remove(ceiling)
@@ -115,7 +126,11 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
         job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port,
                                     name="controller-2"))
         lifted = time.monotonic()
-        watch.until(lambda: bool(watch.applied()), 180, "an applied control tuple")
+        watch.until(lambda: any(d.action == "scale_up" for d in watch.sent()), 180,
+                    "a scale-up")
+        [scale_up] = [d for d in watch.sent() if d.action == "scale_up"]
+        watch.until(lambda: _applied(watch, scale_up) is not None, 120,
+                    "the scale-up applied")
         applied_after_s = time.monotonic() - lifted
         until_batches_at_new_size(watch, lambda m: m.input_parallelism > 2)
     finally:
@@ -123,46 +138,77 @@ def test_at_its_ceiling_an_overloaded_job_gets_a_throttle_advice_then_one_scale_
         load.join(60)
     assert ledger.failed == 0
 
-    [scale_up], applied = watch.sent(), watch.applied()
+    scale_applied = _applied(watch, scale_up)
+    assert scale_applied is not None and scale_applied.pause_ms > 0
     assert int(scale_up.target_value) > 2, watch.decisions
-    assert scale_up.control_id == applied[0].control_id and applied[0].pause_ms > 0
-    _assert_prometheus_has_the_pauses_and_the_reason(watch, controller_port)
+    _assert_prometheus_has_the_pauses_and_the_reason(watch, controller_port, shed)
 
-    # The backlog drains at the new parallelism, with that one tuple.
+    # The backlog drains at the new parallelism, with that one scale-up.
     watch.until(lambda: watch.view.samples[-1].input_parallelism > 2
                 and watch.lag_records() == 0, 180, "the backlog to drain at the new parallelism")
-    assert len(watch.sent()) == 1, [(d.action, d.target_value) for d in watch.sent()]
     _assert_the_live_page_shows_the_decision_and_the_new_size(
         controller_port, scale_up, Path(os.environ.get(SCREENSHOT_TO)
                                         or tmp_path / "controller-page.png"))
+    # The shedding comes off, a step at a time, and nothing else changes meanwhile.
+    watch.until(lambda: watch.view.samples[-1].shed_fraction == 0, 180,
+                "the shedding lifted")
+    actions = [(d.action, d.parameter) for d in watch.sent()]
+    assert actions[:2] == [("shed", "shed_fraction"), ("scale_up", "input_parallelism")]
+    assert set(actions[2:]) == {("lift_shedding", "shed_fraction")}, actions
+    lifts = [float(d.target_value) for d in watch.sent()[2:]]
+    assert lifts == sorted(lifts, reverse=True) and lifts[-1] == 0, lifts
 
     flush_last_windows(bootstrap_servers, t["input"])
-    assert_every_record_accounted_for(bootstrap_servers, t["output"], ledger)
+    shed_rows = sum({m.batch_id: m.rows_shed for m in watch.commits()}.values())
+    assert shed_rows > 0
+    assert_high_priority_exact_and_the_rest_shed(
+        bootstrap_servers, t["output"], ledger, lambda sensor: sensor.startswith(LOW_PRIORITY),
+        shed_rows)
     f = throttle.figures
-    print(f"\ncapacity {measured:.0f}/s at 2 units; load {rate:.0f}/s; at the ceiling: throttle "
-          f"to {f['throttle_to']:.0f}/s or shed {f['shed_fraction']:.0%}; ceiling lifted: "
-          f"applied control tuple {applied_after_s:.1f} s later: 2 -> {scale_up.target_value}, "
-          f"pause {applied[0].pause_ms} ms; decision: {scale_up.reason}")
+    print(f"\ncapacity {measured:.0f}/s at 2 units; load {rate:.0f}/s; at the ceiling: shed "
+          f"{shed.target_value} of the low-priority records, then throttle to "
+          f"{f['throttle_to']:.0f}/s; ceiling lifted: applied control tuple "
+          f"{applied_after_s:.1f} s later: 2 -> {scale_up.target_value}, pause "
+          f"{scale_applied.pause_ms} ms; shedding lifted in {len(lifts)} steps; {shed_rows} "
+          f"rows shed; decision: {scale_up.reason}")
     watch.close()
 
 
-def _assert_throttle_advice(throttle: Decision, measured: float) -> None:
-    """Advice, nothing sent: producers' rate and shed share consistent with the capacity."""
+def _applied(watch: Watch, decision: Decision) -> Ack | None:
+    return next((a for a in watch.applied() if a.control_id == decision.control_id), None)
+
+
+def _assert_shed_to_the_bound_then_throttle_advice(watch: Watch, shed: Decision,
+                                                   throttle: Decision, measured: float) -> None:
+    """Shedding sized in the knob's unit, within the job's bound, applied without a restart;
+    then advice with a producer rate consistent with the capacity and the shedding in force."""
+    assert shed.query_id == QUERY and shed.parameter == "shed_fraction"
+    assert float(shed.target_value) == pytest.approx(MAX_SHED_FRACTION)  # the load needs more
+    assert "of the low-priority records" in shed.reason and "max_parallelism" in shed.reason
+    assert 0.25 < shed.figures["low_priority_share"] < 0.55, shed.figures
+    shed_applied = _applied(watch, shed)
+    assert shed_applied is not None and "without a restart" in shed_applied.detail, \
+        shed_applied
     f = throttle.figures
     assert throttle.query_id == QUERY and throttle.control_id is None
-    assert "throttle the producers to" in throttle.reason and "max_parallelism" in throttle.reason
-    assert 0 <= f["throttle_to"] < f["capacity_at_max"] < f["arrival_rate"], f
-    assert f["shed_fraction"] == pytest.approx(1 - f["throttle_to"] / f["arrival_rate"], abs=0.05)
+    assert f["shed_fraction_in_force"] == pytest.approx(MAX_SHED_FRACTION), f
+    assert "nothing left to shed: throttle the producers to" in throttle.reason
+    assert 0 <= f["throttle_to"] < f["arrival_rate"], f
+    processed = 1 - f["low_priority_share"] * MAX_SHED_FRACTION
+    assert f["throttle_to"] == pytest.approx(f["allowed"] / processed)
     assert 0.5 < f["capacity_at_max"] / measured < 2, (f["capacity_at_max"], measured)
 
 
-def _assert_prometheus_has_the_pauses_and_the_reason(watch: Watch, port: int) -> None:
+def _assert_prometheus_has_the_pauses_and_the_reason(watch: Watch, port: int,
+                                                    before: Decision) -> None:
     """Grafana's pauses panel and decision annotations: the controller's histogram holds
-    exactly the applied acks' pauses, and the query's last decision is one series whose
-    reason is a sentence."""
+    exactly the pauses of the acks it received (not those of the tuple `before`, which the
+    controller before it sent), and the query's last decision is one series whose reason is a
+    sentence."""
     def exported() -> bool:
         count, total_s, decisions = _pauses(port, QUERY)
-        pauses_s = [a.pause_ms / 1000 for a in watch.applied()]
+        pauses_s = [a.pause_ms / 1000 for a in watch.applied()
+                    if a.control_id != before.control_id]
         return (count == len(pauses_s) and total_s == pytest.approx(sum(pauses_s))
                 and len(decisions) == 1 and bool(decisions[0].get("reason")))
 

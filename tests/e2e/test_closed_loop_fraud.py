@@ -36,6 +36,7 @@ from streamctl.profiles import RateProfile
 from tests.accounting import assert_every_transaction_scored_once
 from tests.e2e.loop import (
     CALIBRATION_BATCHES,
+    NOT_SHEDDABLE,
     capacity,
     run_loop,
     start_controller,
@@ -60,7 +61,7 @@ def job(bootstrap_servers: str, loop_topics: dict[str, str],
         tmp_path: Path) -> Iterator[list[Child]]:
     """The job alone; the test starts the controller (into this list) once it measured it."""
     with run_loop(bootstrap_servers, loop_topics, [
-        "--job", "fraud-detection", "--query-id", QUERY,
+        *NOT_SHEDDABLE, "--job", "fraud-detection", "--query-id", QUERY,
         "--checkpoint-dir", str(tmp_path / "checkpoint"), "--state-partitions", "2",
         "--max-state-partitions", str(MAX_STATE_PARTITIONS),
         "--max-offsets-per-trigger", str(BATCH_CAP), "--set", "enrichment_cost_ms=10",

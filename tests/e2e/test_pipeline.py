@@ -32,7 +32,7 @@ from streamctl.loadgen import LoadSpec, run_load
 from streamctl.processes import Child
 from streamctl.profiles import RateProfile
 from streaming_jobs.api import Avro
-from tests.e2e.loop import capacity, run_jobs, start_controller
+from tests.e2e.loop import NOT_SHEDDABLE, capacity, run_jobs, start_controller
 from tests.support.bed import Watch
 from tests.support.kafka import NewTopics, produce, read_committed
 from tests.support.prometheus import sample, scrape
@@ -73,7 +73,8 @@ def job(name: str, source: str, sink: str, topics: dict[str, str], workdir: Path
         *extra: str) -> list[str]:
     return ["--job", name, "--input-topic", topics[source], "--output-topic", topics[sink],
             "--dlq-topic", topics[f"{source}.dlq"], "--checkpoint-dir", str(workdir / name),
-            "--trigger-interval-s", "1", "--max-offsets-per-trigger", str(BATCH_CAP), *extra]
+            "--trigger-interval-s", "1", "--max-offsets-per-trigger", str(BATCH_CAP),
+            *NOT_SHEDDABLE, *extra]
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ class FaultBed:
             "--input-topic", t["input"], "--output-topic", t["output"], "--dlq-topic", t["dlq"],
             "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
             "--set", "enrichment_cost_ms=2", "--trigger-interval-s", "1",
-            "--metrics-port", "0",
+            "--metrics-port", "0", "--max-shed-fraction", "0",  # every record accounted for
             *extra,
         ], self.workdir, self.env)
         self.children.append(child)

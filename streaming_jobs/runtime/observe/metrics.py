@@ -61,6 +61,10 @@ class RunContext:
     """The job's stated delay objective; 0: none."""
     drain_within_ms: int = 0
     """The job's stated drain objective; 0: none."""
+    shed_fraction: float = 0.0
+    """The share of low-priority records shed, in force."""
+    max_shed_fraction: float = 0.0
+    """The highest shed_fraction a tuple may set; 0: the job marks nothing low priority."""
 
 
 def timestamp_ms(iso: str) -> int:
@@ -99,6 +103,11 @@ def rows_shed(progress: StreamingQueryProgress) -> int:
     return _observed(progress, "rows_shed")
 
 
+def rows_low_priority(progress: StreamingQueryProgress) -> int:
+    """Input rows of the batch the job marks low priority, shed or not."""
+    return _observed(progress, "rows_low_priority")
+
+
 def _observed(progress: StreamingQueryProgress, name: str) -> int:
     row = progress.observedMetrics.get(OBSERVATION)
     try:
@@ -126,7 +135,7 @@ def to_task_metrics(
         partitions=source_partitions(progress), state_rows=sum(op.numRowsTotal for op in ops),
         state_bytes=sum(op.memoryUsedBytes for op in ops),
         rows_dropped_by_watermark=sum(op.numRowsDroppedByWatermark for op in ops),
-        rows_shed=rows_shed(progress))
+        rows_shed=rows_shed(progress), rows_low_priority=rows_low_priority(progress))
 
 
 def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,

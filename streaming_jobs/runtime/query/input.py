@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-"""Name of the observed metric carrying `dead_letters` and `rows_shed` per batch."""
+"""Name of the observed metric carrying `dead_letters`, `rows_shed` and `rows_low_priority`
+per batch."""
 KAFKA_COLUMNS = (("kafka_key", "binary"), ("kafka_topic", "string"),
                  ("kafka_partition", "int"), ("kafka_offset", "long"),
                  ("kafka_timestamp", "timestamp"))
@@ -90,7 +91,7 @@ class InputStep:
     dead_letters: Callable[[], DeadLetterSink]
     columns: tuple[str, ...]
     arrow_schema: pa.Schema
-    """The decoded columns, then `kafka_*` (if asked for), then the two flags."""
+    """The decoded columns, then `kafka_*` (if asked for), then the three flags."""
     built_with: BatchValues = field(default_factory=BatchValues)
     """The knobs the plan was built with; a batch's own (`per_batch.in_force`) win."""
     low_priority: LowPriority | None = None
@@ -110,12 +111,14 @@ class InputStep:
                     record = dict(self.decoder(value))
                 except DecodeError as err:
                     sink.send(value, err.at(topic=topic, partition=partition, offset=offset))
-                    row = {**empty, "dead_letter": True, "shed": False}
+                    row = {**empty, "dead_letter": True, "shed": False, "low_priority": False}
                 else:
-                    shed = (self.low_priority is not None and shed_rule.fraction > 0
-                            and shed_rule.sheds(topic, partition, offset)
-                            and bool(self.low_priority(record, settings)))
-                    row = {**empty, **record, "dead_letter": False, "shed": shed}
+                    # Marked whether shed or not: the controller sizes shedding by the share.
+                    low = (self.low_priority is not None
+                           and bool(self.low_priority(record, settings)))
+                    shed = low and shed_rule.sheds(topic, partition, offset)
+                    row = {**empty, **record, "dead_letter": False, "shed": shed,
+                           "low_priority": low}
                 if self.kafka_metadata:
                     row.update(kafka_key=key, kafka_topic=topic, kafka_partition=partition,
                                kafka_offset=offset, kafka_timestamp=timestamp)
@@ -133,6 +136,7 @@ def decoded(raw: DataFrame, step: InputStep, schema: StructType) -> DataFrame:
             .mapInArrow(step, schema)
             .observe(OBSERVATION,
                      F.sum(F.col("dead_letter").cast("long")).alias("dead_letters"),
-                     F.sum(F.col("shed").cast("long")).alias("rows_shed"))
+                     F.sum(F.col("shed").cast("long")).alias("rows_shed"),
+                     F.sum(F.col("low_priority").cast("long")).alias("rows_low_priority"))
             .where(~F.col("dead_letter") & ~F.col("shed"))
-            .drop("dead_letter", "shed"))
+            .drop("dead_letter", "shed", "low_priority"))

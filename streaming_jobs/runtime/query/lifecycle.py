@@ -393,6 +393,8 @@ class ElasticQuery:
             metrics_address=c.endpoint.address,
             max_delay_ms=round(c.objectives.max_delay_s * 1000),
             drain_within_ms=round(c.objectives.drain_within_s * 1000),
+            shed_fraction=desired.shed_fraction,
+            max_shed_fraction=c.bounds.max_shed_fraction if self._plan.sheddable else 0.0,
             halted=self._halted or "", lost_ranges=tuple(
                 SourcePartition(d.topic, d.partition, d.next_offset, d.log_start, d.log_end)
                 for _key, d in sorted(self._lost.items())))

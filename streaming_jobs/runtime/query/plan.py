@@ -50,6 +50,11 @@ class Plan:
         return self.job.stateful
 
     @property
+    def sheddable(self) -> bool:
+        """Whether the job marks records low priority, which load shedding may drop."""
+        return self.job.low_priority is not None
+
+    @property
     def output_mode(self) -> str:
         return self.job.output_mode
 
@@ -126,7 +131,8 @@ class Plan:
             for name, kind in KAFKA_COLUMNS:
                 schema.add(name, _simple(kind))
         if with_flags:
-            schema.add("dead_letter", T.BooleanType()).add("shed", T.BooleanType())
+            (schema.add("dead_letter", T.BooleanType()).add("shed", T.BooleanType())
+             .add("low_priority", T.BooleanType()))
         return schema
 
     def unsupported(self) -> tuple[tuple[str, str], ...]:

@@ -230,3 +230,23 @@ def test_records_of_task_metrics_v5_decode_as_a_running_instance_with_nothing_lo
         "", False, "", ())
     current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
     assert current == metrics
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_records_of_task_metrics_v6_and_v7_decode_as_a_job_that_sheds_nothing(
+        version: int) -> None:
+    """v6 (before the stated objectives) and v7 (before the shedding figures) are shipped in
+    schemas/history; their records read as a job that states no objective (v6) and marks no
+    record low priority, so the controller never sheds it."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath(f"history/task_metrics.{version}.avsc").read_text())
+    assert "rows_low_priority" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8,
+                          rows_shed=3, max_delay_ms=30_000, rows_low_priority=4,
+                          shed_fraction=0.25, max_shed_fraction=0.5)
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert (decoded.rows_low_priority, decoded.shed_fraction, decoded.max_shed_fraction,
+            decoded.rows_shed) == (0, 0.0, 0.0, 3)
+    assert decoded.max_delay_ms == (0 if version == 6 else 30_000)
+    current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
+    assert current == metrics

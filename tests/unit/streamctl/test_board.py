@@ -218,3 +218,16 @@ def test_each_objective_the_job_states_is_shown_met_or_not_and_unknown_while_it_
     plain = Board()
     steady(plain)
     assert objective_lines(status_table(plain, T0 + 10_000)) == []
+
+
+def test_the_shedding_in_force_is_shown_with_the_jobs_bound() -> None:
+    board = Board()
+    steady(board)
+    assert not any("shedding:" in line for line in status_table(board, T0 + 10_000))
+    newest = board.queries["q"].newest()
+    assert newest is not None
+    board.add(replace(newest, batch_id=newest.batch_id + 1, shed_fraction=0.35,
+                      max_shed_fraction=0.5, batch_start_ms=newest.batch_end_ms,
+                      batch_end_ms=newest.batch_end_ms + 800))
+    assert any(line.strip() == "shedding: 35% of the low-priority records (the job's bound 50%)"
+               for line in status_table(board, T0 + 11_000))

@@ -71,11 +71,11 @@ def test_at_the_slots_a_throttle_is_recommended_instead_of_silence() -> None:
     assert isinstance(verdict, Recommend) and verdict.action == "throttle"
     top = verdict.figures["capacity_at_max"]
     assert verdict.value == pytest.approx(0.7 * top)
-    assert f"shed {round(verdict.figures['shed_fraction'] * 100)}% of records" in verdict.reason
     # 40 000 / (1.5 + 40 000 / 3 200) = 2 857/s; at 70 % that is 2 000/s of the 2 600/s.
     assert verdict.reason.startswith(
         "at 16 units (task slots) capacity is 2 857/s against 2 600/s arriving and 0 records "
-        "behind; throttle the producers to 2 000/s or shed 23% of records")
+        "behind; throttle the producers to 2 000/s (keeps 70% utilisation")
+    assert "nothing to shed: the job marks no record low priority" in verdict.reason
 
 
 def test_skew_is_named_with_the_partition_and_its_share() -> None:

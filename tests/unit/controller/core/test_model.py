@@ -16,6 +16,7 @@ from controller.core.model import (
     slope_per_s,
 )
 from controller.core.results import NotReady
+from controller.core.shedding import Shedding
 from controller.settings import ModelSettings
 from schemas import SourcePartition
 from schemas.objectives import Objectives
@@ -57,6 +58,19 @@ def test_the_objectives_a_job_states_are_the_newest_records_and_the_figures_show
     assert m.objectives == Objectives(max_delay_s=30, drain_within_s=90)
     assert (m.figures()["max_delay_s"], m.figures()["drain_within_s"]) == (30, 90)
     assert m.figures()["delay_s"] == pytest.approx(m.trigger_interval_s)  # nothing behind
+
+
+def test_shed_rows_are_not_capacity_and_the_shedding_figures_are_the_jobs(
+        ) -> None:
+    """A shed row is dropped before any work: μ counts the rows processed, so a job that sheds
+    half of what it reads shows the capacity of the work it does, not twice it."""
+    trace = simulate(Job(rates=[(0, 300)], per_unit=210, parallelism=2), 60)[-40:]
+    shedding = [replace(s, rows_shed=s.input_rows // 2, rows_low_priority=s.input_rows,
+                        shed_fraction=0.5, max_shed_fraction=0.8) for s in trace]
+    m = modelled(shedding)
+    assert m.rate_per_unit == pytest.approx(modelled(trace).rate_per_unit / 2, rel=0.03)
+    assert m.shedding == Shedding(low_priority_share=1.0, fraction=0.5, max_fraction=0.8)
+    assert modelled(trace).shedding == Shedding()
 
 
 def test_load_step_shows_as_growing_backlog() -> None:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from controller.core.model import QueryModel
 from controller.core.parallelism import bounds
 from controller.core.policy import decide, target_units
-from controller.core.results import Hold, Recommend, Scale
+from controller.core.results import Hold, Recommend, Scale, Shed
+from controller.core.shedding import Shedding
 from controller.core.sizing import Inflow, required_units
 from controller.core.state import ControlState, InFlight
 from controller.settings import PolicySettings
@@ -136,10 +137,84 @@ def test_backlogged_at_the_ceiling_recommends_throttling_with_the_numbers() -> N
     assert isinstance(verdict, Recommend) and verdict.action == "throttle"
     assert verdict.parameter == "producer_rate"
     assert verdict.value == pytest.approx(0.8 * 3200 - 50_000 / 60)
-    assert verdict.figures["shed_fraction"] == pytest.approx(1 - verdict.value / 4000)
     assert verdict.reason.startswith(
         "at 16 units (task slots) capacity is 3 200/s against 4 000/s arriving and 50 000 "
-        "records behind; throttle the producers to 1 727/s or shed 57% of records")
+        "records behind; throttle the producers to 1 727/s (keeps 80% utilisation and drains "
+        "the backlog in 60 s); nothing to shed: the job marks no record low priority")
+
+
+SHEDDABLE = Shedding(low_priority_share=0.5, fraction=0.0, max_fraction=0.8)
+"""Half the records read are low priority; the job lets at most 80 % of them go."""
+
+
+def test_at_the_ceiling_a_sheddable_query_is_shed_in_one_step_sized_in_the_knobs_unit(
+        ) -> None:
+    # As above, 1 727/s may be processed of 4 000/s: 2 273/s must go, of the 2 000/s of
+    # low-priority records read: more than the bound. 50 000 records behind at half: 20 000.
+    sized = decide(model(parallelism=16, units=16, arrival_rate=4000, backlog_records=20_000,
+                         shedding=SHEDDABLE), ControlState(), NOW, POLICY)
+    # 2 560 − 333 = 2 227/s may be processed; 1 773/s of the 2 000/s low-priority go: 88.7 %,
+    # over the bound, so the bound and the rest said plainly.
+    assert isinstance(sized, Shed) and sized.action == "shed"
+    assert (sized.current, sized.target, sized.parameter) == (0.0, 0.8, "shed_fraction")
+    assert "shedding 80% of the low-priority records (50% of those read) is the job's bound, " \
+           "overloaded by 173/s beyond it: nothing left to shed" in sized.reason
+    enough = decide(model(parallelism=16, units=16, arrival_rate=3000, backlog_records=6_000,
+                          shedding=SHEDDABLE), ControlState(), NOW, POLICY)
+    # 2 560 − 100 = 2 460/s may be processed of 3 000/s: 540/s of 1 500/s low-priority, 36 %,
+    # rounded up to a multiple of 5 %.
+    assert isinstance(enough, Shed) and enough.target == pytest.approx(0.4)
+    assert "shedding 40% of the low-priority records (50% of those read) keeps 80% " \
+           "utilisation and drains the backlog in 60 s" in enough.reason
+
+
+def test_with_shedding_at_the_ceiling_turned_off_it_is_only_advised_in_the_knobs_unit() -> None:
+    advised = decide(model(parallelism=16, units=16, arrival_rate=3000, backlog_records=6_000,
+                           shedding=SHEDDABLE), ControlState(), NOW,
+                     replace(POLICY, shed_at_ceiling=False))
+    assert isinstance(advised, Recommend) and advised.action == "throttle", advised
+    assert "throttle the producers to 2 460/s" in advised.reason
+    assert "or shed 36% of the low-priority records (policy.shed_at_ceiling is off)" \
+        in advised.reason
+
+
+def test_at_the_ceiling_shedding_holds_while_it_suffices_then_advises_a_throttle_at_its_bound(
+        ) -> None:
+    shed = replace(SHEDDABLE, fraction=0.4)
+    held = decide(model(parallelism=16, units=16, arrival_rate=3000, backlog_records=6_000,
+                        shedding=shed), ControlState(), NOW, POLICY)
+    assert isinstance(held, Hold) and held.action == "shedding", held
+    assert "shedding 40% of the low-priority records keeps 80% utilisation" in held.reason
+    at_bound = decide(model(parallelism=16, units=16, arrival_rate=4000, backlog_records=20_000,
+                            shedding=replace(SHEDDABLE, fraction=0.8)), ControlState(), NOW,
+                      POLICY)
+    assert isinstance(at_bound, Recommend) and at_bound.action == "throttle"
+    # 2 227/s may be processed, 60 % of what is read is: read at most 3 711/s.
+    assert at_bound.value == pytest.approx((0.8 * 3200 - 20_000 / 60) / 0.6)
+    assert "the job's bound, overloaded by 173/s beyond it: nothing left to shed: throttle " \
+           "the producers to 3 711/s" in at_bound.reason
+
+
+def test_shedding_is_lifted_step_by_step_before_anything_is_scaled_down() -> None:
+    quiet_since = ControlState(quiet_since_ms=NOW - 3_600_000)
+    shed = replace(SHEDDABLE, fraction=0.8)
+    # Quiet for an hour, but shedding comes off first, by at most 25 % of the low-priority
+    # records a step.
+    calm = quiet(shedding=shed)
+    first = decide(calm, quiet_since, NOW, POLICY)
+    assert isinstance(first, Shed) and first.action == "lift_shedding"
+    assert (first.current, first.target) == (0.8, pytest.approx(0.55))
+    assert "lifting shedding 80% → 55%" in first.reason
+    last = decide(replace(calm, shedding=replace(shed, fraction=0.2)), quiet_since, NOW, POLICY)
+    assert isinstance(last, Shed) and last.target == 0.0
+    assert isinstance(decide(replace(calm, shedding=replace(shed, fraction=0.0)), quiet_since,
+                             NOW, POLICY), Scale)
+    # Still needed at this size (the load only fell a little): held, nothing scaled down.
+    busy = model(arrival_rate=380, throughput=300, backlog_records=0,
+                 backlog_trend_records_per_s=0, shedding=replace(shed, fraction=0.3))
+    held = decide(busy, quiet_since, NOW, POLICY)
+    assert isinstance(held, Hold) and held.action == "shedding", held
+    assert "nothing is scaled down while any is shed" in held.reason
 
 
 def test_no_decision_in_flight_or_in_cooldown() -> None:

@@ -267,3 +267,24 @@ def test_a_controller_held_behind_its_metrics_judges_no_query_lost_and_says_so()
     assert [d.action for d in bus.written_decisions()
             if d.action in ("judging", "not_judging")] == ["not_judging", "judging"]
     assert all(("modelled", f"q{n}", "2") in observer.events for n in range(6))
+
+
+def test_at_the_ceiling_a_sheddable_query_gets_a_shed_fraction_tuple() -> None:
+    """The verdict becomes a tuple setting shed_fraction (a share of the low-priority records,
+    the knob's unit) from the source, a decision naming it, and a wait for its ack."""
+    h = Harness()
+    full = replace(OVERLOADED, rates=[(0, 5000)], parallelism=16, task_slots=16, partitions=2)
+    sheddable = [replace(s, rows_low_priority=s.input_rows, max_shed_fraction=0.9)
+                 for s in simulate(full, 30)]
+    h.feed(sheddable, cycles=3)
+    [control] = h.bus.sent_controls()
+    assert (control.parameter, control.operator_id) == ("shed_fraction", "source")
+    assert 0 < float(control.value) <= 0.9
+    [decision] = [d for d in h.bus.written_decisions() if d.control_id == control.control_id]
+    assert (decision.action, decision.current_value, decision.target_value) == (
+        "shed", "0", control.value)
+    assert "of the low-priority records" in decision.reason
+    h.feed(sheddable[-3:], cycles=2)
+    assert len(h.bus.sent_controls()) == 1  # in flight: no second tuple
+    verdict = h.loop.queries.of("q1").verdict
+    assert verdict is not None and f"(shed_fraction {control.value}, epoch" in verdict.reason

@@ -61,7 +61,7 @@ def card(seq: int, priority: int = 1, amount: float = 10.0) -> CardTransaction:
                            T0 + seq * 1000, "online", priority)
 
 
-def test_decode_flags_dead_letters_and_sheds_only_low_priority() -> None:
+def test_decode_flags_dead_letters_marks_low_priority_and_sheds_only_those() -> None:
     codec = codec_for(CardTransaction)
     payloads = [codec.encode(card(0)), b"junk", *(codec.encode(card(s, priority=0))
                                                   for s in range(1, 4))]
@@ -73,6 +73,10 @@ def test_decode_flags_dead_letters_and_sheds_only_low_priority() -> None:
     assert dead.flushed
     everything = decode(job, payloads, shed=0.999999)
     assert [r["shed"] for r in everything] == [False, False, True, True, True]
+    # Marked whether shed or not (the controller sizes shedding by their share).
+    none_shed = decode(job, payloads, shed=0.0)
+    assert [r["low_priority"] for r in none_shed] == [False, False, True, True, True]
+    assert not any(r["shed"] for r in none_shed)
 
 
 def frame(seqs: range, **kwargs: Any) -> pd.DataFrame:

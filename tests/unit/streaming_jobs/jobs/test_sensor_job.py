@@ -17,7 +17,7 @@ def test_good_records_are_decoded_and_garbage_goes_to_dead_letters() -> None:
     dead = MemoryDeadLetters()
     rows = decode(job, [codec_for(SensorReading).encode(good), b"garbage", None], dead=dead)
     assert rows[0] == {"sensor_id": "s-1", "event_time_ms": 1_700_000_000_000, "value": 21.5,
-                       "seq": 7, "dead_letter": False, "shed": False}
+                       "seq": 7, "dead_letter": False, "shed": False, "low_priority": True}
     assert [r["dead_letter"] for r in rows] == [False, True, True]
     assert [(e.topic, e.partition, e.offset) for _, e in dead.sent] == [("in", 1, 41),
                                                                         ("in", 1, 42)]

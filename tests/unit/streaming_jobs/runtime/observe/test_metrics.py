@@ -109,13 +109,14 @@ def test_an_idle_event_becomes_a_heartbeat_with_no_arrival_and_no_backlog() -> N
     assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(beat)) == beat
 
 
-def test_rows_shed_come_from_the_observed_metric() -> None:
+def test_rows_shed_and_low_priority_come_from_the_observed_metric() -> None:
     event = json.loads(json.dumps(next(e for e in EVENTS if e["batchId"] == 0)))
     observed = event["observedMetrics"]["streamctl_input"]
-    observed["rows_shed"] = 42
+    observed["rows_shed"], observed["rows_low_priority"] = 42, 90
     raw = StreamingQueryProgress.fromJson(event)
     assert rows_shed(raw) == 42
-    assert to_task_metrics(raw, CTX, output_rows=0).rows_shed == 42
+    m = to_task_metrics(raw, CTX, output_rows=0)
+    assert (m.rows_shed, m.rows_low_priority) == (42, 90)
 
 
 def test_the_listener_bridge_rebuilds_a_progress_event_from_the_jvm_json_alone() -> None:
