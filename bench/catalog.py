@@ -53,6 +53,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("pauses", ("--runs", "3"), ("--runs", "1"), (*_RUNTIME, "bench/pauses.py")),
     Benchmark("failover", ("--runs", "3"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "bench/failover.py")),
+    Benchmark("shedding", ("--runs", "1"), ("--runs", "1"),
+              (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/shedding.py",
+               "bench/reaction.py")),
     Benchmark("reaction", ("--runs", "5"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/reaction.py")),
 )

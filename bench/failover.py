@@ -67,7 +67,7 @@ class Instances(Loop):
             "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
             "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
             "--set", "enrichment_cost_ms=2", "--trigger-interval-s", "1",
-            "--metrics-port", "0"], self.workdir, self.env)
+            "--metrics-port", "0", "--max-shed-fraction", "0"], self.workdir, self.env)
         self.children.append(child)
         return child
 

@@ -127,7 +127,7 @@ class Loop:
         self._tail = Tail(bootstrap, {t["metrics"]: TaskMetrics, t["decisions"]: Decision,
                                       t["acks"]: Ack}, from_beginning=True)
 
-    def start_job(self, units: int = 2, trigger_s: float = 1) -> None:
+    def start_job(self, units: int = 2, trigger_s: float = 1, *extra: str) -> None:
         t = self.topics
         self.children.append(start_child("job", [
             "job", "run", "--job", "sensor-averages", "--query-id", self.query_id,
@@ -135,13 +135,15 @@ class Loop:
             "--checkpoint-dir", str(self.workdir / self.query_id),
             "--input-parallelism", str(units),
             "--max-offsets-per-trigger", str(BATCH_CAP), "--set", "enrichment_cost_ms=5",
-            "--trigger-interval-s", f"{trigger_s:g}", "--metrics-port", "0"], self.workdir,
-            self.env))
+            "--trigger-interval-s", f"{trigger_s:g}", "--metrics-port", "0",
+            # Sized, never shed: `extra` (later options win) may allow shedding.
+            "--max-shed-fraction", "0", *extra],
+            self.workdir, self.env))
 
-    def start_controller(self, metrics_from: str = "latest") -> None:
+    def start_controller(self, metrics_from: str = "latest", *extra: str) -> None:
         self.children.append(start_child("controller", [
             "controller", "run", "--metrics-port", "0", "--instance-id", "bench",
-            "--metrics-offset-reset", metrics_from],
+            "--metrics-offset-reset", metrics_from, *extra],
             self.workdir, self.env))
         self.wait(lambda: any(d.action == TAKEOVER for _, d in self.decisions), 60,
                   "the controller to lead")

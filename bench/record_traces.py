@@ -110,6 +110,7 @@ def _start_job(bootstrap: str, s: Scenario, topics: dict[str, str], workdir: Pat
         "--ack-topic", topics["acks"], "--checkpoint-dir", str(workdir / s.name),
         "--input-parallelism", str(s.parallelism), "--set", f"enrichment_cost_ms={COST_MS}",
         "--trigger-interval-s", str(TRIGGER_S), "--metrics-port", "0",
+        "--max-shed-fraction", "0",
     ], workdir, process_env(bootstrap))
 
 

@@ -178,6 +178,18 @@ class Tail:
                 unknown.add(topic)  # its other partitions would wait as long for nothing
         return found
 
+    def ends_now(self) -> dict[tuple[str, int], int]:
+        """The end offset of every partition the tail reads, as the broker answers now."""
+        return self.end_offsets((s.topic, s.partition) for s in self._starts)
+
+    def reached(self, ends: Mapping[tuple[str, int], int]) -> bool:
+        """Whether the tail has read every partition up to `ends` (an earlier `ends_now`):
+        its records, or past them (transaction markers, aborted records)."""
+        positions = self._consumer.position(self._starts)
+        return all(max(p.offset, s.offset, self._next.get((s.topic, s.partition), -1))
+                   >= ends.get((s.topic, s.partition), 0)
+                   for s, p in zip(self._starts, positions, strict=True))
+
     def log_end_total(self, topic: str) -> int:
         """Σ of the partitions' end offsets (high watermarks) of `topic`, read now."""
         return sum(watermarks(self._consumer, topic, p, 5.0)[1] for p in self.partitions(topic))

@@ -97,14 +97,17 @@ def _open_tail(args: argparse.Namespace, topics: dict[str, type]) -> Tail:
         raise UserFacingError(f"{exc}; {hint}") from None
 
 
-def _drain(tail: Tail, board: Board, budget_s: float = 5.0) -> None:
-    """Read until the topics go quiet (or `budget_s`), so the first table is complete."""
+def _drain(tail: Tail, board: Board, budget_s: float = 10.0) -> None:
+    """Read what the topics held when asked (at most `budget_s`), so the table is complete: a
+    first poll that returns nothing, as on a slow or busy broker, is no end (behind an open
+    transaction the end is never reached; the budget ends it)."""
     deadline = time.monotonic() + budget_s
+    ends = tail.ends_now()
     while time.monotonic() < deadline:
         records = tail.poll(timeout_s=0.3, max_records=2000)
-        if not records:
-            return
         board.add_all(r for _, r in records)
+        if not records and tail.reached(ends):
+            return
 
 
 def _report_garbage(tail: Tail, seen: int) -> int:

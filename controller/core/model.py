@@ -121,11 +121,14 @@ class QueryModel:
         back (the per-batch overhead included; `sizing`)."""
         return self.capacity_at(self.units)
 
-    def capacity_at(self, units: int) -> float:
+    def capacity_at(self, units: int, processed: float = 1.0) -> float:
+        """Records/s read at `units` when `processed` of them are processed (the rest shed,
+        at no cost: `shedding`); μ counts processed records, the batch cap records read."""
         # Up to one task per partition a hot partition sets the pace; above, Spark's
         # minPartitions splits the offset ranges and the tasks even out.
         working = units / self.task_skew if units <= self.source_partitions else units
-        return capacity(self.rate_per_unit, working, self.batch_overhead_s, self.batch_cap)
+        return capacity(self.rate_per_unit / processed, working, self.batch_overhead_s,
+                        self.batch_cap)
 
     @property
     def utilisation(self) -> float:
@@ -350,25 +353,29 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
     plan = probes.running_plan(beat, samples)
     running = (None if plan is None else probes.running_backlog(
         probed, plan, arrival.rate, samples[-1].trigger_interval_ms / 1000))
-    found = replace(_build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points),
-                           cap, running, memo),
-                    cost_measured_by_running_batch=running_batch_measures_cost(
-                        cost, points, plan, settings))
+    found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap,
+                   running, memo)
+    shed = found.shedding
+    found = replace(found, cost_measured_by_running_batch=running_batch_measures_cost(
+        cost, points, plan, settings, 1 - shed.low_priority_share * shed.fraction))
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
 
 
 def running_batch_measures_cost(cost: BatchCost, points: Sequence[BatchPoint],
-                                plan: probes.RunningPlan | None, settings: ModelSettings) -> bool:
+                                plan: probes.RunningPlan | None, settings: ModelSettings,
+                                processed: float = 1.0) -> bool:
     """Whether μ is a lower bound that the batch running now will correct: no overhead was
     fitted or remembered, so each batch's fixed cost is charged to its records (`fit` rule 3,
     pessimistic for larger batches), and the running batch holds `overhead_fit_min_spread` ×
     the records per unit of the largest measured one, so the fit separates the two when it
     reports. A job that kept up with small batches drains a burst in large ones, at a rate
-    the small ones cannot show."""
+    the small ones cannot show. `processed`: the share of the plan's records that will be
+    processed, not shed (the points count processed records)."""
     if cost.source != "assumed_zero" or plan is None or plan.rows <= 0 or not points:
         return False
     largest = max(p.per_unit for p in points)
-    return plan.rows / points[-1].units >= settings.overhead_fit_min_spread * largest
+    return (plan.rows * processed / points[-1].units
+            >= settings.overhead_fit_min_spread * largest)
 
 
 def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCost | None:

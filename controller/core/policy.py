@@ -218,7 +218,11 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                         "reports: decided then", model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
     if model.shedding.active and settings.shed_at_ceiling:  # lifted before any scale-down
-        return lift(model, settings)
+        lifted = lift(model, settings)
+        if isinstance(lifted, Hold):  # still needed: units, if the ceiling rose, do it instead
+            grown = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
+            return grown if isinstance(grown, Scale) else lifted
+        return lifted
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
@@ -334,8 +338,8 @@ def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
               settings: PolicySettings, inflow: Inflow) -> Verdict:
     """At the upper bound: shed, or advise what the producers may send, so the query keeps up
     at the target utilisation and still drains its backlog within the catch-up time."""
-    top = model.capacity_at(model.units_at(limits.high))
-    arriving = model.arrival_rate + inflow_rate(model, settings, inflow, top)
+    top = model.units_at(limits.high)
+    arriving = model.arrival_rate + inflow_rate(model, settings, inflow, model.capacity_at(top))
     return at_ceiling(model, top, arriving, f"at {units(limits.high)} ({limits.high_set_by})",
                       figures, settings)
 

@@ -5,35 +5,39 @@ room are left, a query that cannot keep up drops a share of its least valuable r
 rather than fall further behind; the job says which records may go (`Job.low_priority`) and
 the highest share of them that may (its `max_shed_fraction`, f_max). The job reports per
 batch the rows it read, the low-priority ones among them (their share ℓ), the rows shed and
-the fraction f in force; the capacity C is measured on the rows processed, shed rows left
-out (`model.rate_points`).
+the fraction f in force; μ is measured on the rows processed, shed rows left out
+(`model.rate_points`).
 
-With f in force the query processes λ (1 − ℓ f) records/s. To run at the target utilisation
-u and still drain the backlog B within the catch-up time:
+With f in force a unit reads μ / (1 − ℓ f) records/s (a shed record costs next to nothing),
+so the query's capacity in records read, per-batch overhead and batch cap included, is
+`QueryModel.capacity_at(units, 1 − ℓ f)`. The fraction needed is the smallest multiple of
+`SHED_STEP` whose read capacity carries the arrivals and the backlog's drain at the target
+utilisation:
 
-    λ (1 − ℓ f) ≤ u C − B / catch_up_s = allowed   ⇒   f ≥ (λ − allowed) / (ℓ λ)
+    λ + B / catch_up_s ≤ u · C_read(f)
 
-Raised, f goes to what is needed in one step (rounded up to `SHED_STEP`, at most f_max);
-where f_max is not enough the rest is said plainly, with the rate the producers may send.
+Raised, f goes to what is needed in one step (at most f_max); where f_max is not enough the
+rest is said plainly, with the rate the producers may send, u · C_read(f_max) − B / catch_up_s.
 Lowered, it goes by at most `LIFT_STEP` a decision, as soon as the fraction needed at the
-current size is lower, and the policy scales nothing down while any is shed. The fraction
-needed is absolute, from λ and C measured on processed rows, so it does not depend on the f
-in force. Neighbours: `policy` (when), `model` (carries `Shedding`).
+current size is lower by a step (`SHED_STEP` of margin, so a load at a step's edge does not
+raise and lift in turn), and the policy scales nothing down while any is shed.
+Neighbours: `ceiling` (the verdicts), `model` (carries `Shedding`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from schemas import TaskMetrics
 
 SHED_STEP = 0.05
 """Fractions are set in multiples of this: noise in λ does not resend one."""
-LIFT_STEP = 0.25
+LIFT_STEP = 0.5
 """Most a fraction is lowered by in one decision: lifting all at once would let a load that
-fell only a little overload the query again."""
+fell only a little, or a low reading of it, overload the query again; the job's default bound
+(0.5) comes off in one step, the highest in two."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +72,33 @@ def observed_shedding(samples: Sequence[TaskMetrics]) -> Shedding:
                     newest.max_shed_fraction)
 
 
-def fraction_needed(arriving: float, allowed: float, share: float) -> float:
-    """f with λ (1 − ℓ f) = allowed: 0 when the arrivals fit, above 1 (or ∞ without
-    low-priority records) when shedding cannot make them fit."""
-    if arriving <= allowed:
-        return 0.0
-    if share <= 0:
-        return math.inf
-    return (arriving - allowed) / (share * arriving)
+def fraction_for(demand: float, utilisation: float, read_capacity: Callable[[float], float],
+                 bound: float) -> float | None:
+    """The smallest multiple of `SHED_STEP` (or `bound` itself) up to `bound` at which
+    `read_capacity(f)` carries `demand` records read/s at `utilisation`; None when `bound`
+    does not (or the demand is no number)."""
+    if not math.isfinite(demand):
+        return None
+    steps = [k * SHED_STEP for k in range(int(bound / SHED_STEP + 1e-9) + 1)]
+    for fraction in (*steps, bound):
+        if demand <= utilisation * read_capacity(fraction):
+            return round(fraction, 10)
+    return None
 
 
-def next_fraction(shedding: Shedding, needed: float) -> float:
-    """The fraction to set: up to what is needed at once, within the bound; down by at most
-    `LIFT_STEP` a step."""
-    wanted = min(shedding.max_fraction, _round_up(needed))
-    if wanted >= shedding.fraction:
-        return wanted
-    return max(wanted, _round_up(shedding.fraction - LIFT_STEP))
+def raised(shedding: Shedding, needed: float | None) -> float:
+    """The fraction to raise to: what is needed, or the bound when that is not enough."""
+    return shedding.max_fraction if needed is None else needed
+
+
+def lowered(shedding: Shedding, needed: float | None) -> float:
+    """The fraction to lower to (the one in force when it cannot go lower): what is needed
+    with a step of margin, by at most `LIFT_STEP`."""
+    if needed is None:
+        return shedding.fraction
+    kept = needed + SHED_STEP if needed > 0 else 0.0
+    target = max(kept, _round_up(shedding.fraction - LIFT_STEP))
+    return target if target < shedding.fraction - 1e-9 else shedding.fraction
 
 
 def processed_share(shedding: Shedding, fraction: float) -> float:
@@ -95,7 +109,5 @@ def processed_share(shedding: Shedding, fraction: float) -> float:
 def _round_up(fraction: float) -> float:
     if fraction <= 0:
         return 0.0
-    if not math.isfinite(fraction):
-        return 1.0
     # 1e-9: a fraction computed as 0.30000000004 is 0.3, not 0.35.
     return min(1.0, round(math.ceil(fraction / SHED_STEP - 1e-9) * SHED_STEP, 10))

@@ -83,3 +83,22 @@ def test_a_topic_that_does_not_exist_is_named_in_the_error(bootstrap_servers: st
     missing = "no-such-topic-for-the-tail"
     with pytest.raises(RuntimeError, match=f"topic '{missing}' is not available"):
         Tail(bootstrap_servers, {missing: SensorReading}, from_beginning=True)
+
+
+def test_a_tail_has_reached_the_ends_it_was_given_only_once_it_read_up_to_them(
+        bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """What `streamctl status --once` reads before it prints: everything the topics held when
+    asked, not just what the first poll returned."""
+    topic = new_topic()
+    produce(bootstrap_servers, topic, readings(range(5)))
+    tail = Tail(bootstrap_servers, {topic: SensorReading}, from_beginning=True)
+    try:
+        ends = tail.ends_now()
+        assert ends == {(topic, 0): 5}
+        assert not tail.reached(ends)
+        assert read(tail, 5, 30) == [0, 1, 2, 3, 4]
+        assert tail.reached(ends)
+        produce(bootstrap_servers, topic, readings(range(5, 7)))
+        assert tail.reached(ends) and not tail.reached(tail.ends_now())
+    finally:
+        tail.close()

@@ -80,12 +80,18 @@ class Watch:
         assert_running(self.children)
 
     def until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-        """Consume until `predicate()` holds; fail after `timeout_s` naming `what`."""
+        """Consume until `predicate()` holds; fail after `timeout_s` naming `what`, with the
+        newest decisions seen (what the controller thought meanwhile)."""
         def ready() -> bool:
             self.consume()
             return predicate()
 
-        until(ready, timeout_s, what, 0)
+        try:
+            until(ready, timeout_s, what, 0)
+        except AssertionError as exc:
+            said = "\n".join(f"  {d.query_id} {d.action} {d.parameter} {d.current_value}->"
+                             f"{d.target_value}: {d.reason}" for d in self.decisions[-15:])
+            raise AssertionError(f"{exc}\nthe newest decisions:\n{said or '  none'}") from None
 
     def commits(self) -> list[TaskMetrics]:
         """The committed batches with rows, of any instance."""
