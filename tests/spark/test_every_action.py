@@ -160,8 +160,10 @@ def _assert_a_new_process_resumes_every_change(config: JobConfig, topics: dict[s
     late = [replace(txn(900, seq), event_time_ms=now_ms + seq) for seq in range(5)]  # never shed
     try:
         produce_records(config.bootstrap_servers, topics["in2"], ((t.account_id, t) for t in late))
-        rows = until(lambda: _scored_for(config, topics["out2"], "acct-900", child), 180,
-                     "the new process's output")
+        # A new JVM, the query's start and a cold first batch: 1-2 min idle, far more under a
+        # loaded suite (its first batch took 95 s once); a process that died fails at once.
+        rows = until(lambda: _scored_for(config, topics["out2"], "acct-900", child), 330,
+                     "the new process's output", alive=[child])
         first = next(m for m in decoded(read_committed(config.bootstrap_servers,
                                                        config.topics.metrics_topic), TaskMetrics)
                      if m.instance_id == "resumed" and m.input_rows)
