@@ -42,9 +42,10 @@ def at_ceiling(model: QueryModel, units: int, arriving: float, ceiling: str,
              f"{num(settings.catch_up_s)} s")
     needed = (fraction_for(arriving + drain, u, read_capacity, sh.max_fraction)
               if sh.possible else None)
+    throttle_to = max(0.0, u * top - drain)
     if not sh.possible or not settings.shed_at_ceiling:
-        return _throttle(f"{situation}; throttle the producers to {{rate}}/s ({keeps}); "
-                         f"{_why_not_shed(model, needed, settings)}", u * top - drain,
+        return _throttle(f"{situation}; throttle the producers to {num(throttle_to)}/s "
+                         f"({keeps}); {_why_not_shed(model, needed, settings)}", throttle_to,
                          figures, model, settings)
     target = raised(sh, needed)
     figures |= {"target": target}
@@ -60,7 +61,7 @@ def at_ceiling(model: QueryModel, units: int, arriving: float, ceiling: str,
                     f"{keeps}", figures, SHEDDING)
     return _throttle(f"{situation}; shedding {pct(sh.fraction)} of the low-priority records, "
                      f"the job's bound, {_beyond(arriving + drain, u, top)}: throttle the "
-                     "producers to {rate}/s", u * top - drain, figures, model, settings)
+                     f"producers to {num(throttle_to)}/s", throttle_to, figures, model, settings)
 
 
 def lift(model: QueryModel, settings: PolicySettings) -> Shed | Hold:
@@ -88,10 +89,8 @@ def lift(model: QueryModel, settings: PolicySettings) -> Shed | Hold:
 
 def _throttle(reason: str, rate: float, figures: dict[str, float], model: QueryModel,
               settings: PolicySettings) -> Recommend:
-    allowed = max(0.0, rate)
-    return Recommend("throttle", "producer_rate", allowed,
-                     reason.format(rate=num(allowed)) + skew_note(model, settings),
-                     {**figures, "throttle_to": allowed})
+    return Recommend("throttle", "producer_rate", rate, reason + skew_note(model, settings),
+                     {**figures, "throttle_to": rate})
 
 
 def _beyond(demand: float, utilisation: float, read_capacity: float) -> str:

@@ -10,7 +10,7 @@ import pytest
 from schemas import Ack, ControlTuple, Decision, Outcome, Role
 from tests.support.fault_bed import FAST_DETECTION, FaultBed, now_ms, report
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 
 def active_and_standby(bed: FaultBed) -> None:
@@ -19,7 +19,7 @@ def active_and_standby(bed: FaultBed) -> None:
     bed.start_standby("job-2")
     bed.start_controller("controller", *FAST_DETECTION)
     bed.start_load(150)
-    bed.wait_commit_after(now_ms(), 300, "the active's first batches under load")
+    bed.wait_first_batches("the active's first batches under load")
     bed.wait_heartbeat("job-2", Role.STANDBY, now_ms(), 60)
     bed.wait_commit_after(now_ms(), 60, "one more batch")
 

@@ -25,13 +25,13 @@ from tests.support.kafka import (
 from tests.support.prometheus import sample, scrape
 from tests.support.waiting import holds, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 
 def warm(bed: FaultBed) -> None:
     """Job up, load flowing, a few batches committed."""
     bed.start_load(150)
-    bed.wait_commit_after(now_ms(), 180, "the job's first batches under load")
+    bed.wait_first_batches()
     bed.wait_commit_after(now_ms(), 60, "one more batch")
 
 

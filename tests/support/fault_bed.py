@@ -39,6 +39,8 @@ from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)
 WINDOW_MS = 5_000
+FIRST_BATCHES_S = 330.0
+"""The budget for a bed's first committed batch (see `FaultBed.wait_first_batches`)."""
 CONTROL_KEY = "fault-suite-control-key"
 """Shared by the job and the controller of a bed: tuples are signed and checked."""
 TOPIC_KINDS = ("input", "output", "dlq", "metrics", "control", "acks", "decisions", "lease")
@@ -167,6 +169,12 @@ class FaultBed:
         found = self.committed_after(at_ms, instance)
         assert found is not None
         return found
+
+    def wait_first_batches(self, what: str = "the job's first batches under load") -> None:
+        """Wait for the bed's first batches: the job's Spark session, its first (planning,
+        state-initialising) batch and the load's first records, which together took over four
+        minutes on a loaded 16-core CI machine against about one minute here idle."""
+        self.wait_commit_after(now_ms(), FIRST_BATCHES_S, what)
 
     def recovery_s(self, fault_ms: int, timeout_s: float = 150.0) -> float:
         """Seconds from the fault to the end of the first batch with rows started after it."""
