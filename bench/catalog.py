@@ -32,6 +32,8 @@ class Benchmark:
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("sim", (), (), (*_CONTROLLER, "bench/sim")),
+    Benchmark("day", (), ("--days", "2", "--day-s", "14400"),
+              (*_CONTROLLER, "bench/sim", "bench/day")),
     Benchmark("fleet", (), ("--quick",), (*_CONTROLLER, "bench/fleet.py")),
     Benchmark("takeover", ("--runs", "5"), ("--runs", "2"),
               (*_CONTROLLER, "bench/takeover.py", "bench/reaction.py")),

@@ -20,6 +20,7 @@ from controller.settings import (
     KafkaSettings,
     ModelSettings,
     PolicySettings,
+    SeasonSettings,
     SettingsError,
 )
 from schemas import auth
@@ -28,7 +29,7 @@ from streamctl.security import TransportSecurity, TransportSecurityError
 
 GROUPS: dict[str | None, type] = {
     None: ControllerSettings, "model": ModelSettings, "policy": PolicySettings,
-    "kafka": KafkaSettings,
+    "kafka": KafkaSettings, "season": SeasonSettings,
 }
 """Setting groups by attribute name on ControllerSettings (None: its own scalar fields)."""
 
@@ -73,7 +74,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Contr
     values[None]["metrics_endpoint"] = transport.metrics_endpoint
     return ControllerSettings(
         model=ModelSettings(**values["model"]), policy=PolicySettings(**values["policy"]),
-        kafka=KafkaSettings(**values["kafka"]), **values[None],
+        kafka=KafkaSettings(**values["kafka"]), season=SeasonSettings(**values["season"]),
+        **values[None],
     )
 
 

@@ -274,6 +274,48 @@ class PolicySettings:
         _positive("policy.lost_after_min_s", self.lost_after_min_s)
 
 
+@dataclass(frozen=True, slots=True)
+class SeasonSettings:
+    """Whether and how the controller learns a load that repeats and sizes ahead of it
+    (`controller.core.season`)."""
+
+    anticipate: bool = True
+    """Size a query ahead when the peak its repeating load reaches within `season_lead_s`
+    exceeds its capacity, and never scale it down below that peak. A load needs to have
+    repeated for one and a half periods, and to follow its pattern within `season_tolerance`
+    over the last hour; until then, and whenever it departs from it, the controller only
+    reacts."""
+
+    season_bucket_s: float = 300.0
+    """λ is remembered as its mean over buckets this long: the resolution of the pattern."""
+
+    season_min_period_s: float = 3600.0
+    """Shortest period the load may repeat with."""
+
+    season_max_period_s: float = 86400.0
+    """Longest period the load may repeat with; two and a half of it are remembered per
+    query (a day at 5-minute buckets: 720 numbers)."""
+
+    season_lead_s: float = 1800.0
+    """How far ahead the peak is sized for: the time a change takes to pay off (a restart, the
+    backlog it leaves drained) with room to make one step of a rise instead of several."""
+
+    season_tolerance: float = 0.25
+    """How far the last hour may depart from the pattern (mean absolute error over mean rate)
+    before the forecast is set aside."""
+
+    def __post_init__(self) -> None:
+        _positive("season.season_bucket_s", self.season_bucket_s)
+        _check(self.season_bucket_s * 2 <= self.season_min_period_s
+               <= self.season_max_period_s,
+               "need 2 × season_bucket_s <= season_min_period_s <= season_max_period_s, got "
+               f"{self.season_bucket_s}, {self.season_min_period_s}, "
+               f"{self.season_max_period_s}")
+        _check(math.isfinite(self.season_lead_s) and self.season_lead_s >= 0,
+               f"season.season_lead_s must be a number >= 0, got {self.season_lead_s}")
+        _positive("season.season_tolerance", self.season_tolerance)
+
+
 METRICS_STARTS = ("window", "latest", "earliest")
 """Where the metrics consumer may start (`KafkaSettings.metrics_offset_reset`)."""
 
@@ -346,6 +388,9 @@ class ControllerSettings:
 
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     """Broker and topics."""
+
+    season: SeasonSettings = field(default_factory=SeasonSettings)
+    """A load that repeats, and sizing ahead of it."""
 
     ack_timeout_s: float = 90.0
     """How long to wait for the ack of a control tuple. A job applies it at a batch boundary

@@ -77,6 +77,8 @@ class JobSpec:
     0: local mode."""
     max_executors: int = 0
     """The job's --max-executors on a cluster."""
+    max_delay_s: float = 0.0
+    """The delay objective the job states (`--max-delay-s`); 0: none."""
     executor_start_s: float = 8.0
     """How long new executors take to run after a request: 7.8 s (and 19.5 s under more load)
     on the laptop's standalone cluster (docs/deploy.md, 'On a cluster')."""
@@ -338,5 +340,5 @@ class SimJob:
             scaling_parameter=spec.scaling_parameter,
             max_state_partitions=0 if by_source else spec.max_state_partitions,
             executor_cores=spec.executor_cores, max_executors=spec.max_executors,
-            source_topics=(self.source.name,),
+            source_topics=(self.source.name,), max_delay_ms=int(spec.max_delay_s * 1000),
             sink_topics=(self.sink.name,) if self.sink is not None else (spec.sink_topic,))

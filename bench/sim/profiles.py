@@ -8,7 +8,9 @@ cheap, and a seeded noisy profile is reproducible. Neighbours: `model.ExternalTo
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -78,3 +80,52 @@ def noisy(mean: float, relative_sd: float, seconds: int, seed: int,
     rng = random.Random(seed)
     rates = tuple(max(0.0, rng.gauss(mean, mean * relative_sd)) for _ in range(seconds))
     return Profile(f"noisy {mean:g}/s ±{relative_sd:.0%}", rates, change_s)
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """A flash crowd: `factor` × the load for `length_s` from `at_s` (seconds of the run)."""
+
+    at_s: int
+    length_s: int
+    factor: float
+
+
+def smooth_day(phase: float) -> float:
+    """0 at the day's start, 1 half a day later: a cosine, raised to 1.5 so the night is longer
+    and the peak sharper."""
+    return (0.5 - 0.5 * math.cos(2 * math.pi * phase)) ** 1.5
+
+
+def office_day(phase: float) -> float:
+    """Quiet until a third of the day, then up to 80 % within about ten minutes (the office
+    opens), to the peak half a day in, and back down over the last fifth of the day."""
+    opening = _logistic((phase - 1 / 3) * 86_400 / 150)
+    closing = _logistic((0.8 - phase) * 86_400 / 1800)
+    return opening * closing * (0.8 + 0.2 * smooth_day(phase))
+
+
+def _logistic(x: float) -> float:
+    return 1 / (1 + math.exp(-max(-60.0, min(60.0, x))))
+
+
+def day_shaped(night: float, peak: float, days: int, day_s: int, *, prefix_s: int,
+               relative_sd: float, drift_per_day: float, crowd: Crowd | None, seed: int,
+               shape: Callable[[float], float] = smooth_day) -> Profile:
+    """`days` days of `day_s` seconds after `prefix_s` seconds at the night's rate: each day
+    runs from `night` records/s to `peak` by `shape` of the day's phase (0 → 0, 1 at the
+    peak), the whole scaled by 1 + `drift_per_day` per day (a slow growth), with Gaussian
+    noise per second and an optional flash crowd; reproducible from `seed`."""
+    rng = random.Random(seed)
+
+    def rate(second: int) -> float:
+        t = max(0, second - prefix_s)
+        level = ((night + (peak - night) * shape((t % day_s) / day_s))
+                 * (1 + drift_per_day * t / day_s))
+        if crowd is not None and crowd.at_s <= second < crowd.at_s + crowd.length_s:
+            level *= crowd.factor
+        return max(0.0, level * (1 + rng.gauss(0, relative_sd)))
+
+    seconds = prefix_s + days * day_s
+    return Profile(f"{days} days of {night:g}-{peak:g}/s", tuple(rate(s) for s in range(seconds)),
+                   prefix_s)

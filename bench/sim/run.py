@@ -94,7 +94,9 @@ class World:
             job.deliver(control, t_ms)
 
 
-def simulate(scenario: Scenario, policy: Policy) -> Trace:
+def simulate(scenario: Scenario, policy: Policy, keep_metrics: bool = True) -> Trace:
+    """Run `policy` over `scenario`; `keep_metrics` False leaves the jobs' metrics out of the
+    trace (a run of days emits hundreds of thousands)."""
     world = World(scenario)
     trace = Trace(scenario, policy.name)
     for job in world.jobs:
@@ -104,7 +106,8 @@ def simulate(scenario: Scenario, policy: Policy) -> Trace:
     start_ms = scenario.warmup_s * 1000 + tick_ms
     for t_ms in range(start_ms, (scenario.warmup_s + scenario.duration_s) * 1000 + 1, tick_ms):
         metrics, acks = world.advance_to(t_ms)
-        trace.metrics += metrics
+        if keep_metrics:
+            trace.metrics += metrics
         trace.acks += [(t_ms / 1000, a) for a in acks]
         controls = policy.step(metrics, acks, T0_MS + t_ms)
         for control in controls:

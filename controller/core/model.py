@@ -24,6 +24,7 @@ from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
+from controller.core.season import Forecast
 from controller.core.shedding import NO_SHEDDING, Shedding, observed_shedding
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
@@ -110,6 +111,8 @@ class QueryModel:
     (`running_batch_measures_cost`)."""
     shedding: Shedding = NO_SHEDDING
     """What load shedding can do for the query and what it does now (`shedding`)."""
+    forecast: Forecast | None = None
+    """The peak its repeating load reaches ahead (`season`); None: none found, or off."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -149,7 +152,7 @@ class QueryModel:
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
-        } | self._arrival_departures() | self._objective_figures()
+        } | self._arrival_departures() | self._objective_figures() | self._forecast_figures()
 
     def standings(self) -> tuple[Standing, ...]:
         """Each objective the job states, against the figures now (`objectives`)."""
@@ -170,6 +173,12 @@ class QueryModel:
         delay = self.delay_s
         return ({s.objective: s.bound_s for s in self.standings()}
                 | ({"delay_s": delay} if delay is not None else {}))
+
+    def _forecast_figures(self) -> dict[str, float]:
+        f = self.forecast
+        return {} if f is None else {"forecast_peak": f.peak, "forecast_in_s": f.in_s,
+                                     "forecast_period_s": f.period_s,
+                                     "forecast_error": f.error}
 
     def _arrival_departures(self) -> dict[str, float]:
         """The pending rate (0 too: arrivals that stopped) and the ramp's slope, when there are

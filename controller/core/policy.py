@@ -61,8 +61,17 @@ def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> 
 
 
 def arriving_ahead(model: QueryModel, settings: PolicySettings) -> float:
-    """λ, or on a rising ramp where it will be `ramp_horizon_s` from now."""
-    return model.arrival_rate + model.arrival_ramp * settings.ramp_horizon_s
+    """λ, or on a rising ramp where it will be `ramp_horizon_s` from now, or the peak its
+    repeating load reaches within the lead (`season`), whichever is highest."""
+    ramped = model.arrival_rate + model.arrival_ramp * settings.ramp_horizon_s
+    return max(ramped, model.forecast.peak) if model.forecast is not None else ramped
+
+
+def anticipating(model: QueryModel) -> bool:
+    """The repeating load will exceed the current size's capacity within the lead. Not high
+    water: the band's own reaction handles a peak the size still carries, and a forecast
+    that only grazes the band would add a step of its own to every rise."""
+    return model.forecast is not None and model.forecast.peak > model.capacity
 
 
 def inflow_rate(model: QueryModel, settings: PolicySettings, inflow: Inflow,
@@ -223,6 +232,11 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
             grown = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
             return grown if isinstance(grown, Scale) else lifted
         return lifted
+    if anticipating(model):  # sized ahead, not backlogged yet: never a shedding
+        ahead = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
+                          behind=f"not backlogged, but {_forecast(model)}; {load(model)}")
+        if isinstance(ahead, Scale):
+            return ahead
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
@@ -255,12 +269,13 @@ def standing_note(model: QueryModel) -> str:
 
 
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
-              inflow: Inflow, inflow_from: str, goal: CatchUp) -> Verdict:
+              inflow: Inflow, inflow_from: str, goal: CatchUp, behind: str = "") -> Verdict:
+    """Sized for the demand in one step; `behind` says why, when it is not a backlog."""
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(model, settings, inflow)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
-    behind = f"{pressure(model, inflow, inflow_from)}; {load(model)}"
+    behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
     request = executors_wanted(model, wanted, settings, state, now_ms)
     if request is not None:
         return _add_executors(model, request, wanted, behind, settings, goal)
@@ -324,8 +339,10 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
     target = max(wanted, kept, limits.low)
     figures = {**model.figures(), "target": float(target), "required": float(wanted)}
     if target >= model.parallelism:
-        return Hold(f"quiet ({load(model)}) but already at the floor of {limits.low} units",
-                    figures)
+        kept_for = (f"{_forecast(model)}, which needs {units_of(model, wanted)}"
+                    if model.forecast is not None and wanted >= model.parallelism
+                    else f"already at the floor of {limits.low} units")
+        return Hold(f"quiet ({load(model)}) but {kept_for}", figures)
     return Scale(model.knob, model.parallelism, target,
                  f"{load(model)}, below {pct(settings.low_water_utilisation)} for "
                  f"{quiet_s:.0f} s with backlog {num(model.backlog_records)} records; "
@@ -383,7 +400,15 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
             f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
 
 
+def _forecast(model: QueryModel) -> str:
+    return model.forecast.describe() if model.forecast is not None else ""
+
+
 def _ramp_note(model: QueryModel, settings: PolicySettings) -> str:
+    """What rate ahead the size is for, when it is not λ: a ramp's or a repeating load's."""
+    ramped = model.arrival_rate + model.arrival_ramp * settings.ramp_horizon_s
+    if model.forecast is not None and model.forecast.peak > ramped:
+        return f", sized for {num(model.forecast.peak)}/s: {_forecast(model)}"
     if model.arrival_ramp <= 0:
         return ""
     return (f", sized for {num(arriving_ahead(model, settings))}/s: arrivals climb "

@@ -34,6 +34,7 @@ from controller.core.results import (
     Scale,
     Verdict,
 )
+from controller.core.season import Season
 from controller.core.state import (
     ControlState,
     InFlight,
@@ -289,12 +290,25 @@ class ControlLoop:
             query.model = None
             return found
         query.remembered = query.remembered.after(found)
+        found = self._with_forecast(query_id, query, found, now_ms)
         policy, _ = for_query(found, self.settings.policy)
         state = observed(query.state, is_quiet(found, policy), now_ms)
         query.state = judge_effect(state, found, bool(backlog_causes(found, policy)), now_ms,
                                    policy)
         query.model = found
         return found
+
+    def _with_forecast(self, query_id: str, query: QueryMemory, model: QueryModel,
+                       now_ms: int) -> QueryModel:
+        """The model with the peak its repeating load reaches ahead, if it repeats."""
+        season = self.settings.season
+        if not season.anticipate:
+            return model
+        if query.season is None:
+            query.season = Season(query_id, season)
+        query.season.observe(now_ms, model.arrival_rate)
+        forecast = query.season.forecast(season.season_lead_s)
+        return model if forecast is None else replace(model, forecast=forecast)
 
     def _gone(self, window: QueryWindow, state: ControlState, now_ms: int) -> Lost | Down | None:
         """Down by the job's own word, else lost by its silence (neither while a tuple is in

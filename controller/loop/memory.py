@@ -1,8 +1,8 @@
 """What the loop remembers of each query from one cycle to the next: one record per query.
 
 Owns `QueryMemory` — the query's control state (what was sent and when, cooldowns, effect
-checks), its last verdict, its last model, what that model carries into the next one and what it
-derived from the window's records —
+checks), its last verdict, its last model, what that model carries into the next one, what it
+derived from the window's records and its load's repeating pattern —
 so a stage reads and writes one record instead of six dictionaries kept in step. The
 windows of samples are `core.window`'s, the instance table `core.failover`'s. Neighbours:
 `cycle` (every stage), `leading` (resumes and hands over the control states).
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from controller.core.memo import Memo
 from controller.core.model import QueryModel, Remembered
 from controller.core.results import Verdict
+from controller.core.season import Season
 from controller.core.state import ControlState
 
 
@@ -31,6 +32,9 @@ class QueryMemory:
     remembered: Remembered = field(default_factory=Remembered)
     derived: Memo = field(default_factory=Memo)
     """What the model derived from the records still in the window (`core.memo`)."""
+    season: Season | None = None
+    """Its arrival rate over the periods it may repeat with (`core.season`); made on the
+    first model when the controller anticipates."""
 
 
 class Memory(dict[str, QueryMemory]):

@@ -48,5 +48,5 @@ def test_list_prints_each_command_at_the_settings_asked_for(
 
 
 def test_an_unknown_benchmark_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(SystemExit, match="no benchmark named nope; there are sim, fleet"):
+    with pytest.raises(SystemExit, match="no benchmark named nope; there are sim, day, fleet"):
         bench_all.main(["all", "--only", "nope"])

@@ -14,6 +14,7 @@ from controller.core.model import QueryModel
 from controller.core.parallelism import bounds
 from controller.core.policy import decide, target_units
 from controller.core.results import Hold, Recommend, Scale, Shed
+from controller.core.season import Forecast
 from controller.core.shedding import Shedding
 from controller.core.sizing import Inflow, required_units
 from controller.core.state import ControlState, InFlight
@@ -304,3 +305,30 @@ def test_required_units_are_monotone_in_arrival_and_backlog(
     high = target_units(model(arrival_rate=hi_a, backlog_records=hi_b, rate_per_unit=mu),
                         POLICY)
     assert low is not None and high is not None and low <= high
+
+
+def ahead(peak: float, in_s: float = 1200) -> Forecast:
+    return Forecast(peak=peak, in_s=in_s, period_s=86_400, error=0.08)
+
+
+def test_a_repeating_load_that_will_exceed_the_capacity_is_sized_ahead_in_one_step() -> None:
+    # 200/s on 2 units of 200/s, nothing behind; the day's rise reaches 700/s in 20 minutes.
+    calm = model(arrival_rate=200, backlog_records=0, backlog_trend_records_per_s=0,
+                 time_to_drain_s=0)
+    assert isinstance(decide(calm, ControlState(), NOW, POLICY), Hold)
+    carried = decide(replace(calm, forecast=ahead(390)), ControlState(), NOW, POLICY)
+    assert isinstance(carried, Hold)  # a peak the 400/s carry is the band's business
+    verdict = decide(replace(calm, forecast=ahead(700)), ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (2, 5)
+    assert verdict.reason.startswith("not backlogged, but the load that repeats every 24 h "
+                                     "reaches 700/s in 20 min")
+    assert verdict.figures["forecast_peak"] == 700
+
+
+def test_a_quiet_query_is_not_scaled_down_below_the_peak_its_repeating_load_reaches_ahead(
+        ) -> None:
+    stable = ControlState(quiet_since_ms=NOW - 130_000)
+    held = decide(quiet(forecast=ahead(1400)), stable, NOW, POLICY)  # 9 units at 80 %
+    assert isinstance(held, Hold) and "which needs 9 units" in held.reason
+    lower = decide(quiet(forecast=ahead(600)), stable, NOW, POLICY)  # 4 units at 80 %
+    assert isinstance(lower, Scale) and (lower.current, lower.target) == (8, 4)

@@ -1,0 +1,48 @@
+"""The day benchmark's figures (`bench.day.measures`): the oracle's units, and the columns per
+day of a run."""
+
+from __future__ import annotations
+
+from bench.day import __main__ as day
+from bench.day.measures import days_of, oracle_units
+from bench.sim.model import T0_MS
+from bench.sim.policies import Ours, Static
+from bench.sim.run import simulate
+
+
+def test_the_oracle_takes_the_fewest_units_whose_batches_keep_the_objective() -> None:
+    # 1 000/s at 200/s per unit, 1.5 s per batch, 4 000-record batches, 2 partitions:
+    # 6 and 7 units cannot carry it in capped batches (≤ 828 and ≤ 917 per s), 8 can, in
+    # batches of 4 s, so a record waits at most 8 s.
+    assert oracle_units(day.FIRST, 1000, 2, 30) == 8
+    assert oracle_units(day.FIRST, 1000, 2, 7.9) == 9
+    assert oracle_units(day.FIRST, 50, 2, 30) == 2  # a task per partition at least
+    assert oracle_units(day.FIRST, 1e6, 2, 30) == 16  # none does: the most it may have
+
+
+def test_a_run_of_days_is_measured_per_day_and_job_against_the_oracle() -> None:
+    # Two compressed days with both jobs held at 2 units: nothing is reconfigured, the peak
+    # leaves the first behind the objective (and the second starved), and the oracle runs
+    # more units.
+    trace = simulate(day.scenario(days=2, day_s=7200, seed=1), Static(), keep_metrics=False)
+    days = days_of(trace, 7200)
+    assert [[job.query_id for job in jobs] for jobs in days] == [["enrich", "aggregate"]] * 2
+    for jobs in days:
+        for job in jobs:
+            assert job.reconfigurations == job.reversals == 0
+            assert job.unit_s == 2 * 7200 and job.seconds == 7200
+            assert job.oracle_unit_s > job.unit_s  # the peak needs more than 2
+        assert 0 < jobs[0].over_objective_s <= jobs[0].seconds
+
+
+def test_the_controller_scales_up_ahead_of_a_rise_only_once_the_load_has_repeated() -> None:
+    # Three compressed days (2 h each) of the benchmark's load under the real loop.
+    ours = Ours(day.settings(anticipate=True, day_s=7200))
+    trace = simulate(day.scenario(days=3, day_s=7200, seed=1), ours, keep_metrics=False)
+    ahead = [d for d in ours.decisions() if d.action == "scale_up"
+             and d.reason.startswith("not backlogged, but the load that repeats every")]
+    assert ahead, [d.reason for d in ours.decisions() if d.action.startswith("scale")]
+    first_day_ends_ms = T0_MS + (day.WARMUP_S + 7200) * 1000
+    assert all(d.decided_at_ms > first_day_ends_ms for d in ahead)
+    sent = {c.control_id for _, c in trace.controls}
+    assert {d.control_id for d in ahead} <= sent
