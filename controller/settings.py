@@ -102,6 +102,13 @@ class ModelSettings:
     1.5× is what a steady load with ±20 % noise gives over a minute; whether that is enough
     to trust is the slope-error check's call, not this one's."""
 
+    batch_cap_follows_units: bool = True
+    """A query's batch cap (max_offsets_per_trigger) is resized with its units, in the same
+    tuple, keeping the records per unit of a batch the job reports: with a fixed cap, more
+    units make each batch shorter, the per-batch overhead a larger share of it, and the cap,
+    not the units, bounds the catch-up. Only for a job that reports its cap and the limit a
+    tuple may raise it to."""
+
     overhead_fit_max_slope_error: float = 0.25
     """The fit is used only when the standard error of its slope (1/μ) is at most this fraction
     of the slope. Real batch times jitter by ±0.5 s on a laptop; past 25 % the fitted μ could be

@@ -17,6 +17,7 @@ from schemas.records import (
     ScoredTransaction,
     SensorReading,
     SensorWindowAverage,
+    Setting,
     SourcePartition,
     TaskMetrics,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "ScoredTransaction",
     "SensorReading",
     "SensorWindowAverage",
+    "Setting",
     "SourcePartition",
     "TaskMetrics",
     "codec_for",

@@ -137,6 +137,7 @@ class TaskMetrics(_Record):
     rows_low_priority: int = 0
     shed_fraction: float = 0.0
     max_shed_fraction: float = 0.0
+    max_batch_cap: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -150,8 +151,19 @@ class TaskMetrics(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class Setting(_Record):
+    """One knob's new value, set together with a control tuple's own (`ControlTuple.together`)."""
+
+    AVRO_NAME: ClassVar[str] = "io.streamctl.v1.Setting"
+
+    parameter: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
 class ControlTuple(_Record):
-    """Desired state of one knob: <query_id, operator_id, parameter, value> at an epoch."""
+    """Desired state of one knob: <query_id, operator_id, parameter, value> at an epoch, and
+    of any knobs `together` with it, applied in one reconfiguration."""
 
     AVRO_NAME: ClassVar[str] = "io.streamctl.v1.ControlTuple"
     _TIMESTAMP_FIELDS: ClassVar[frozenset[str]] = frozenset({"issued_at_ms"})
@@ -165,7 +177,22 @@ class ControlTuple(_Record):
     issuer: str
     reason: str
     issued_at_ms: int
+    together: tuple[Setting, ...] = ()
     auth_tag: bytes | None = None
+
+    @property
+    def settings(self) -> tuple[Setting, ...]:
+        """Every knob the tuple sets: its own first, then those `together` with it."""
+        return (Setting(self.parameter, self.value), *self.together)
+
+    def describe(self) -> str:
+        """'input_parallelism → 16, max_offsets_per_trigger → 12000'."""
+        return ", ".join(f"{s.parameter} → {s.value}" for s in self.settings)
+
+    @classmethod
+    def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs["together"] = tuple(Setting.from_avro(s) for s in kwargs.get("together", ()))
+        return kwargs
 
 
 @dataclass(frozen=True, slots=True)

@@ -300,7 +300,7 @@ def _decision_summary(d: Decision | None, now_ms: int) -> str:
 
 
 def _tuple_summary(t: ControlTuple, now_ms: int) -> str:
-    return (f"{t.parameter} → {t.value} sent by {t.issuer}, "
+    return (f"{t.describe()} sent by {t.issuer}, "
             f"{_age(now_ms - t.issued_at_ms)} ago")
 
 
@@ -309,7 +309,7 @@ def tuple_lines(t: ControlTuple, ack: Ack | None) -> list[str]:
     when = datetime.fromtimestamp(t.issued_at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
     outcome = ("no ack yet" if ack is None
                else f"{ack.outcome.value.lower()}, pause {ack.pause_ms / 1000:.1f} s")
-    lines = [f"{when}Z  {t.query_id}  {t.parameter} → {t.value} (epoch {t.epoch})  "
+    lines = [f"{when}Z  {t.query_id}  {t.describe()} (epoch {t.epoch})  "
              f"[sent by {t.issuer}, no decision; {outcome}]"]
     if t.reason:
         lines.append(f"    {t.reason}")

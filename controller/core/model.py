@@ -17,6 +17,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
+from typing import Any
 
 from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
@@ -113,6 +114,12 @@ class QueryModel:
     """What load shedding can do for the query and what it does now (`shedding`)."""
     forecast: Forecast | None = None
     """The peak its repeating load reaches ahead (`season`); None: none found, or off."""
+    batch_cap_per_unit: float = 0.0
+    """Records per unit a batch may read when the batch cap follows the units (the controller
+    sets the two together: `ModelSettings.batch_cap_follows_units`); 0: the cap stays as it is,
+    whatever the units."""
+    max_batch_cap: int = 0
+    """The highest batch cap a tuple may set (the job's limit); 0: not reported."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -124,14 +131,24 @@ class QueryModel:
         back (the per-batch overhead included; `sizing`)."""
         return self.capacity_at(self.units)
 
-    def capacity_at(self, units: int, processed: float = 1.0) -> float:
+    def capacity_at(self, units: int, processed: float = 1.0, skewed: bool = True) -> float:
         """Records/s read at `units` when `processed` of them are processed (the rest shed,
-        at no cost: `shedding`); μ counts processed records, the batch cap records read."""
+        at no cost: `shedding`); μ counts processed records, the batch cap records read.
+        `skewed=False`: as if the tasks were even (the sizing's view, `policy`)."""
         # Up to one task per partition a hot partition sets the pace; above, Spark's
         # minPartitions splits the offset ranges and the tasks even out.
-        working = units / self.task_skew if units <= self.source_partitions else units
+        working = (units / self.task_skew if skewed and units <= self.source_partitions
+                   else units)
         return capacity(self.rate_per_unit / processed, working, self.batch_overhead_s,
-                        self.batch_cap)
+                        self.batch_cap_at(units))
+
+    def batch_cap_at(self, units: int) -> int:
+        """N at `units`: the cap in force, or, when it follows the units, the same records per
+        unit (within the job's limit) — so the per-batch overhead keeps its share of a batch
+        and a batch its duration, however many units run."""
+        if self.batch_cap_per_unit <= 0:
+            return self.batch_cap
+        return max(1, min(self.max_batch_cap, round(self.batch_cap_per_unit * units)))
 
     @property
     def utilisation(self) -> float:
@@ -366,8 +383,20 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
                    running, memo)
     shed = found.shedding
     found = replace(found, cost_measured_by_running_batch=running_batch_measures_cost(
-        cost, points, plan, settings, 1 - shed.low_priority_share * shed.fraction))
+        cost, points, plan, settings, 1 - shed.low_priority_share * shed.fraction),
+        **_following_cap(found, samples[-1], settings))
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
+
+
+def _following_cap(model: QueryModel, newest: TaskMetrics,
+                   settings: ModelSettings) -> dict[str, Any]:
+    """`batch_cap_per_unit` and `max_batch_cap` when the cap follows the units: only a cap
+    the job reports, with the limit a tuple may raise it to."""
+    if (not settings.batch_cap_follows_units or model.batch_cap_source != "reported"
+            or newest.max_batch_cap <= 0 or model.units <= 0):
+        return {}
+    return {"batch_cap_per_unit": model.batch_cap / model.units,
+            "max_batch_cap": newest.max_batch_cap}
 
 
 def running_batch_measures_cost(cost: BatchCost, points: Sequence[BatchPoint],

@@ -41,8 +41,8 @@ from controller.core.sizing import (
     NO_INFLOW,
     Inflow,
     batch_cap_needed,
-    capacity,
     drain_time_s,
+    fewest_units,
     required_units,
 )
 from controller.core.state import ControlState
@@ -102,13 +102,16 @@ def target_units(model: QueryModel, settings: PolicySettings,
 
 
 def _units_for(model: QueryModel, settings: PolicySettings, inflow: float) -> int | None:
-    return required_units(demand(model, settings, inflow), model.rate_per_unit,
-                          settings.target_utilisation, model.batch_overhead_s, model.batch_cap)
+    need = demand(model, settings, inflow)
+    if model.batch_cap_per_unit <= 0 or need <= 0:
+        return required_units(need, model.rate_per_unit, settings.target_utilisation,
+                              model.batch_overhead_s, model.batch_cap)
+    return fewest_units(lambda p: need <= settings.target_utilisation * _capacity(model, p))
 
 
 def _capacity(model: QueryModel, units: int) -> float:
-    """Capacity at `units` as `required_units` counts it (skew aside, as the sizing does)."""
-    return capacity(model.rate_per_unit, units, model.batch_overhead_s, model.batch_cap)
+    """Capacity at `units` as the sizing counts it (skew aside)."""
+    return model.capacity_at(units, skewed=False)
 
 
 def backlog_causes(model: QueryModel, settings: PolicySettings,
@@ -198,7 +201,8 @@ def decide(model: QueryModel, state: ControlState, now_ms: int, settings: Policy
     """The verdict for one query now; `inflow` is what its upstreams' resizing will send
     beyond what arrives now (`topology`), named by `inflow_from`. Its reason ends with where
     the query stands against each objective its job states."""
-    verdict = _decide(model, state, now_ms, settings, inflow, inflow_from)
+    verdict = with_batch_cap(model, _decide(model, state, now_ms, settings, inflow,
+                                            inflow_from))
     note = standing_note(model)
     return replace(verdict, reason=verdict.reason + note) if note else verdict
 
@@ -243,6 +247,22 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
     return Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
                 f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}",
                 model.figures())
+
+
+def with_batch_cap(model: QueryModel, verdict: Verdict) -> Verdict:
+    """A resizing of the query's knob with the batch cap that keeps the records per unit of a
+    batch (`QueryModel.batch_cap_at`), when the cap follows the units and would change."""
+    if not isinstance(verdict, Scale) or verdict.parameter != model.knob:
+        return verdict
+    cap = model.batch_cap_at(model.units_at(verdict.target))
+    if model.batch_cap_per_unit <= 0 or cap == model.batch_cap:
+        return verdict
+    kept = ("the job's limit" if cap == model.max_batch_cap
+            else f"{num(model.batch_cap_per_unit)} a unit, as before")
+    return replace(verdict, batch_cap=cap,
+                   figures={**verdict.figures, "batch_cap_target": float(cap)},
+                   reason=f"{verdict.reason}; batches of at most {num(cap)} records "
+                          f"(were {num(model.batch_cap)}): {kept}")
 
 
 def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:

@@ -44,6 +44,9 @@ class Scale:
     figures: Mapping[str, float]
     then: int = 0
     """For an executors request: the knob's value to set as soon as they run (0: none)."""
+    batch_cap: int = 0
+    """The batch cap (max_offsets_per_trigger) set in the same tuple, so the batches keep their
+    records per unit (`QueryModel.batch_cap_at`); 0: left as it is."""
 
     @property
     def action(self) -> str:

@@ -34,6 +34,7 @@ C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _EXACT = 1e-9
@@ -63,6 +64,26 @@ def required_units(demand: float, per_unit: float, target_utilisation: float,
     if room <= 0:
         return None
     return max(1, math.ceil(demand * batch_cap / (per_unit * room) - _EXACT))
+
+
+MOST_UNITS = 1 << 16
+"""Where `fewest_units` stops looking: beyond any cluster a query runs on."""
+
+
+def fewest_units(meets: Callable[[int], bool]) -> int | None:
+    """Smallest p ≥ 1 for which `meets(p)`, which must be monotone (false, then true for every
+    larger p); None when even `MOST_UNITS` does not. For capacities with no closed form (a
+    batch cap that follows the units up to a limit)."""
+    if not meets(MOST_UNITS):
+        return None
+    low, high = 1, MOST_UNITS
+    while low < high:
+        middle = (low + high) // 2
+        if meets(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def batch_cap_needed(demand: float, per_unit: float, units: int, overhead_s: float,

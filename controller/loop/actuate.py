@@ -15,13 +15,19 @@ import logging
 from collections.abc import Callable
 
 from controller.core.model import QueryModel
-from controller.core.results import Actuation, Promote, Shed
+from controller.core.results import Actuation, Promote, Scale, Shed
 from controller.core.state import ControlState, InFlight, issued, next_epoch, settled
 from controller.explain import report
 from controller.loop.ports import ControlSink, DecisionLog, DeliveryError, Fenced
 from controller.settings import ControllerSettings
-from schemas import ControlTuple, Decision
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, SHED_FRACTION, STATE_PARTITIONS
+from schemas import ControlTuple, Decision, Setting
+from schemas.knobs import (
+    ACTIVE_INSTANCE,
+    EXECUTORS,
+    MAX_OFFSETS_PER_TRIGGER,
+    SHED_FRACTION,
+    STATE_PARTITIONS,
+)
 
 log = logging.getLogger("controller")
 
@@ -51,6 +57,7 @@ class Actuator:
             control_id=self._new_id(), query_id=query_id, operator_id=operator_of(verdict),
             parameter=change.parameter, value=change.target, epoch=epoch,
             issuer=self._settings.issuer, reason=verdict.reason, issued_at_ms=now_ms,
+            together=together(verdict),
         )
         log.info("%s", report.decision_line(query_id, verdict, change, epoch=epoch,
                                             control_id=control.control_id, dry_run=False))
@@ -98,6 +105,13 @@ def change_of(verdict: Actuation) -> report.Change:
     if isinstance(verdict, Shed):
         return report.Change(SHED_FRACTION, f"{verdict.current:g}", f"{verdict.target:g}")
     return report.Change(verdict.parameter, str(verdict.current), str(verdict.target))
+
+
+def together(verdict: Actuation) -> tuple[Setting, ...]:
+    """What the tuple sets along with its knob: a scaling's batch cap, when it changes."""
+    if isinstance(verdict, Scale) and verdict.batch_cap > 0:
+        return (Setting(MAX_OFFSETS_PER_TRIGGER, str(verdict.batch_cap)),)
+    return ()
 
 
 def operator_of(verdict: Actuation) -> str:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from schemas import auth
 from schemas.codec import DecodeError
-from schemas.records import Ack, ControlTuple, Outcome
+from schemas.records import Ack, ControlTuple, Outcome, Setting
 from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
 from streaming_jobs.runtime.desired.parameters import (
     REGISTRY,
@@ -30,7 +30,7 @@ from streaming_jobs.runtime.desired.parameters import (
     Limits,
     with_value,
 )
-from streaming_jobs.runtime.desired.state import DesiredState, render
+from streaming_jobs.runtime.desired.state import DesiredState, Value, render
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,34 @@ def authenticate(tuple_: ControlTuple, key: bytes) -> Reject | None:
 
 
 def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Evaluation:
-    """What to do with an authentic tuple addressed to this query (pure)."""
-    name = tuple_.parameter
+    """What to do with an authentic tuple addressed to this query (pure). A tuple that sets
+    knobs `together` is taken whole: one bad setting rejects it all, and nothing changes."""
+    values: dict[str, Value] = {}
+    for setting in tuple_.settings:
+        found = _parse(setting, limits)
+        if isinstance(found, Reject):
+            return found
+        if setting.parameter in values:
+            return Reject(Reason.BAD_VALUE, f"{setting.parameter} is set twice in one tuple")
+        values[setting.parameter] = found
+    differ = [name for name, value in values.items() if value != desired.value(name)]
+    if tuple_.epoch < desired.epoch or (tuple_.epoch == desired.epoch and differ):
+        return Reject(Reason.STALE_EPOCH,
+                      f"stale epoch {tuple_.epoch} ≤ {desired.epoch} in force")
+    if not differ:
+        advanced = ("" if tuple_.epoch == desired.epoch
+                    else f"; epoch advanced to {tuple_.epoch}")
+        in_force = ", ".join(f"{name} {render(value)}" for name, value in values.items())
+        return Reassert(f"{in_force} already in force{advanced}")
+    changed = desired
+    for name in differ:
+        changed = with_value(changed, name, values[name])
+    return Change(replace(changed, epoch=tuple_.epoch))
+
+
+def _parse(setting: Setting, limits: Limits) -> Value | Reject:
+    """One setting's value, checked against the registry and this job's limits."""
+    name = setting.parameter
     parameter = REGISTRY.get(name)
     if parameter is None:
         return Reject(Reason.UNKNOWN_PARAMETER,
@@ -97,18 +123,9 @@ def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Eva
     if unavailable is not None:
         return Reject(Reason.UNSUPPORTED, f"cannot change {name}: {unavailable}")
     try:
-        value = parameter.parse(tuple_.value, limits)
+        return parameter.parse(setting.value, limits)
     except BadValue as exc:
-        return Reject(Reason.BAD_VALUE, f"bad value {tuple_.value!r} for {name}: {exc}")
-    in_force = desired.value(name)
-    if tuple_.epoch < desired.epoch or (tuple_.epoch == desired.epoch and value != in_force):
-        return Reject(Reason.STALE_EPOCH,
-                      f"stale epoch {tuple_.epoch} ≤ {desired.epoch} in force")
-    if value == in_force:
-        advanced = ("" if tuple_.epoch == desired.epoch
-                    else f"; epoch advanced to {tuple_.epoch}")
-        return Reassert(f"{name} {render(value)} already in force{advanced}")
-    return Change(with_value(desired, name, value, tuple_.epoch))
+        return Reject(Reason.BAD_VALUE, f"bad value {setting.value!r} for {name}: {exc}")
 
 
 class Reconfigurable(Protocol):
@@ -160,9 +177,8 @@ class TupleListener:
         if item is None or item.query_id != self._query_id:
             return None
         if not self._job.answers(item):
-            log.info("control %s (%s=%s, epoch %d) is for the active instance; %s is a "
-                     "standby", item.control_id, item.parameter, item.value, item.epoch,
-                     self._instance_id)
+            log.info("control %s (%s, epoch %d) is for the active instance; %s is a "
+                     "standby", item.control_id, item.describe(), item.epoch, self._instance_id)
             return None
         ack, reason = self._handle(item)
         self._count(ack.outcome.value, reason)
@@ -175,8 +191,8 @@ class TupleListener:
     def _handle(self, tuple_: ControlTuple) -> tuple[Ack, str | None]:
         verdict = authenticate(tuple_, self._key) or evaluate(
             tuple_, self._job.desired, self._limits_for(tuple_))
-        log.info("control %s (%s=%s, epoch %d, issuer %s): %s", tuple_.control_id,
-                 tuple_.parameter, tuple_.value, tuple_.epoch, tuple_.issuer, verdict)
+        log.info("control %s (%s, epoch %d, issuer %s): %s", tuple_.control_id,
+                 tuple_.describe(), tuple_.epoch, tuple_.issuer, verdict)
         if isinstance(verdict, Reject):
             detail = f"{verdict.reason.value}: {verdict.detail}"
             return self._ack(tuple_, Outcome.REJECTED, detail), verdict.reason.value
@@ -196,12 +212,11 @@ class TupleListener:
         return self._ack(tuple_, Outcome.APPLIED, applied.detail, applied.pause_ms), None
 
     def _limits_for(self, tuple_: ControlTuple) -> Limits:
-        limits = self._job.limits()
-        if tuple_.parameter in TOPIC_PARAMETERS:
-            topic = tuple_.value.strip()
-            exists = bool(topic) and self._source.topic_exists(topic)
-            limits = replace(limits, existing_topics=frozenset({topic} if exists else ()))
-        return limits
+        """The job's limits, with the topics the tuple names that exist on the broker."""
+        topics = {s.value.strip() for s in tuple_.settings if s.parameter in TOPIC_PARAMETERS}
+        existing = frozenset(t for t in topics if t and self._source.topic_exists(t))
+        return replace(self._job.limits(), existing_topics=existing) if topics else \
+            self._job.limits()
 
     def _ack(self, t: ControlTuple, outcome: Outcome, detail: str, pause_ms: int = 0) -> Ack:
         return Ack(control_id=t.control_id, query_id=t.query_id, instance_id=self._instance_id,

@@ -65,6 +65,8 @@ class RunContext:
     """The share of low-priority records shed, in force."""
     max_shed_fraction: float = 0.0
     """The highest shed_fraction a tuple may set; 0: the job marks nothing low priority."""
+    max_batch_cap: int = 0
+    """The highest max_offsets_per_trigger a tuple may set."""
 
 
 def timestamp_ms(iso: str) -> int:

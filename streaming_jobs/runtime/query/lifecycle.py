@@ -384,6 +384,7 @@ class ElasticQuery:
             trigger_interval_ms=int(c.timing.trigger_interval_s * 1000),
             source_topics=(desired.input_topic,), sink_topics=(desired.output_topic,),
             max_offsets_per_trigger=desired.max_offsets_per_trigger,
+            max_batch_cap=c.bounds.max_offsets_per_trigger_limit,
             scaling_parameter=self._plan.scaling_parameter,
             max_state_partitions=c.bounds.max_state_partitions if self._plan.stateful else 0,
             # Executors can be requested only from a cluster manager (parameters.REGISTRY).

@@ -21,6 +21,7 @@ from schemas import (
     Role,
     SensorReading,
     SensorWindowAverage,
+    Setting,
     SourcePartition,
     TaskMetrics,
     codec_for,
@@ -41,9 +42,10 @@ task_metrics = st.builds(
     longs, st.lists(text, max_size=3).map(tuple), st.lists(text, max_size=3).map(tuple),
     longs,
 )
+settings = st.builds(Setting, text, text)
 control_tuples = st.builds(
     ControlTuple, text, text, text, text, text, longs, text, text, millis,
-    st.none() | st.binary(max_size=32),
+    st.lists(settings, max_size=3).map(tuple), st.none() | st.binary(max_size=32),
 )
 acks = st.builds(Ack, text, text, text, longs, st.sampled_from(Outcome), text, longs, millis)
 decisions = st.builds(
@@ -250,3 +252,26 @@ def test_records_of_task_metrics_v6_and_v7_decode_as_a_job_that_sheds_nothing(
     assert decoded.max_delay_ms == (0 if version == 6 else 30_000)
     current = codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(metrics))
     assert current == metrics
+
+
+def test_records_of_task_metrics_v8_decode_as_a_job_whose_batch_cap_stays_as_it_is() -> None:
+    """v8 (before max_batch_cap) is shipped in schemas/history; its records read as a job that
+    reports no batch cap limit, whose cap the controller therefore never changes."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.8.avsc").read_text())
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, (), 2, 4, 8,
+                          max_offsets_per_trigger=1500, max_batch_cap=100_000)
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert (decoded.max_offsets_per_trigger, decoded.max_batch_cap) == (1500, 0)
+
+
+def test_control_tuples_of_v1_decode_as_setting_one_knob() -> None:
+    """control_tuple v1 (before `together`) is shipped in schemas/history; its tuples read as
+    setting their one knob."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/control_tuple.1.avsc").read_text())
+    sent = ControlTuple("c", "q", "source", "input_parallelism", "4", 3, "controller", "why",
+                        1_700_000_000_000)
+    decoded = codec_for(ControlTuple).decode(Codec(ControlTuple, schema=old_schema).encode(sent))
+    assert decoded == sent
+    assert decoded.settings == (Setting("input_parallelism", "4"),)

@@ -173,6 +173,18 @@ def test_the_batch_cap_is_reported_observed_or_remembered() -> None:
     assert (reported.batch_cap, reported.batch_cap_source) == (4000, "reported")
 
 
+def test_a_reported_cap_with_its_limit_follows_the_units_unless_the_setting_says_not() -> None:
+    steady = replace(Job([(0, 300)], 210, 2, max_per_batch=4000), report_cap=True)
+    trace = simulate(steady, 20)
+    assert modelled(trace).batch_cap_per_unit == 0  # no limit reported: the cap stays
+    limited = [replace(m, max_batch_cap=10_000) for m in trace]
+    follows = modelled(limited)
+    assert (follows.batch_cap_per_unit, follows.max_batch_cap) == (2000, 10_000)
+    assert [follows.batch_cap_at(u) for u in (1, 2, 4, 8)] == [2000, 4000, 8000, 10_000]
+    fixed = modelled(limited, replace(SETTINGS, batch_cap_follows_units=False))
+    assert fixed.batch_cap_per_unit == 0 and fixed.batch_cap_at(8) == 4000
+
+
 def test_partition_shares_name_the_hot_partition() -> None:
     job = Job([(0, 800)], 210, 2, max_per_batch=500, skew=0.8)
     m = modelled(simulate(job, 30)[-10:])

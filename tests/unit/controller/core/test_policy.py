@@ -274,6 +274,34 @@ def test_scale_down_goes_to_the_size_needed_when_that_is_within_the_step() -> No
     assert isinstance(verdict, Scale) and (verdict.current, verdict.target) == (16, needed)
 
 
+def test_a_batch_cap_that_follows_the_units_is_resized_with_them_in_the_same_verdict() -> None:
+    """Batches of 400 records with 0.5 s of overhead each get at most 800/s through however
+    many units run: a fixed cap can only be advised up. Following the units (200 a unit),
+    each unit adds 133/s, and the step is sized in one verdict that sets both."""
+    capped = model(batch_overhead_s=0.5, batch_cap=400, batch_cap_source="reported")
+    assert isinstance(decide(capped, ControlState(), NOW, POLICY), Recommend)
+    follows = replace(capped, batch_cap_per_unit=200.0, max_batch_cap=100_000)
+    verdict = decide(follows, ControlState(), NOW, POLICY)
+    # 800/s at 80 %: 1 000/s of 133.3/s a unit: 8 units, batches of 8 × 200.
+    assert isinstance(verdict, Scale) and (verdict.target, verdict.batch_cap) == (8, 1600)
+    assert verdict.figures["batch_cap_target"] == 1600
+    assert "batches of at most 1 600 records (were 400): 200 a unit, as before" in verdict.reason
+    limited = decide(replace(follows, max_batch_cap=1200), ControlState(), NOW, POLICY)
+    # From 6 units on the cap stays at the job's 1 200: 1 200 / (0.5 + 6 / p) ≥ 1 000 at p = 9.
+    assert isinstance(limited, Scale) and (limited.target, limited.batch_cap) == (9, 1200)
+    assert "(were 400): the job's limit" in limited.reason
+
+
+def test_a_scale_down_takes_the_batch_cap_back_to_the_records_per_unit() -> None:
+    follows = quiet(batch_cap=1600, batch_cap_source="reported", batch_cap_per_unit=200.0,
+                    max_batch_cap=100_000)
+    verdict = decide(follows, ControlState(quiet_since_ms=NOW - 130_000), NOW, POLICY)
+    assert isinstance(verdict, Scale) and (verdict.target, verdict.batch_cap) == (2, 400)
+    fixed = decide(replace(follows, batch_cap_per_unit=0.0), ControlState(
+        quiet_since_ms=NOW - 130_000), NOW, POLICY)
+    assert isinstance(fixed, Scale) and (fixed.target, fixed.batch_cap) == (2, 0)
+
+
 def test_exact_fit_does_not_round_up() -> None:
     assert required_units(320, 200, 0.8) == 2
 

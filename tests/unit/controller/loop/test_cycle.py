@@ -20,7 +20,7 @@ from controller.loop.fakes import (
 )
 from controller.loop.ports import NullObserver
 from controller.settings import ControllerSettings, PolicySettings
-from schemas import Ack, DecodeError, Outcome, TaskMetrics
+from schemas import Ack, DecodeError, Outcome, Setting, TaskMetrics
 from tests.unit.controller.traces import Job, end_ms, simulate
 
 # 800/s into 2 units of 210/s, capped at 500 records a batch: backlogged, epoch 3 in force.
@@ -95,6 +95,20 @@ def test_backlog_sends_one_tuple_then_waits_for_the_ack_and_cools_down() -> None
     h.feed(simulate(resized, 30, start_s=65, first_batch=300))
     second = h.bus.sent_controls()[-1]
     assert len(h.bus.sent_controls()) == 2 and second.epoch == 5
+
+
+def test_a_batch_cap_that_follows_the_units_is_sent_together_with_them_in_one_tuple() -> None:
+    h = Harness()
+    reporting = [replace(m, max_batch_cap=100_000)
+                 for m in simulate(replace(OVERLOADED, report_cap=True), 30)]
+    h.feed(reporting)
+    [control] = h.bus.sent_controls()
+    units = int(control.value)
+    assert control.parameter == "input_parallelism" and units > 2
+    assert control.together == (Setting("max_offsets_per_trigger", str(250 * units)),)
+    [decision] = h.bus.written_decisions()
+    assert decision.figures["batch_cap_target"] == 250 * units
+    assert "batches of at most" in decision.reason
 
 
 def test_metrics_from_before_the_change_are_ignored_after_the_ack() -> None:

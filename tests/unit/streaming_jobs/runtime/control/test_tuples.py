@@ -10,7 +10,7 @@ import pytest
 
 from schemas import auth
 from schemas.codec import DecodeError
-from schemas.records import Ack, ControlTuple, Outcome
+from schemas.records import Ack, ControlTuple, Outcome, Setting
 from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
 from streaming_jobs.runtime.control.tuples import (
     UNDECODABLE,
@@ -131,6 +131,31 @@ def test_unknown_and_unavailable_parameters_say_why() -> None:
                             "cluster manager; this job runs local[16]")
     assert evaluate(tuple_("state_partitions", "8"), IN_FORCE, NOT_YET) == Reject(
         Reason.UNSUPPORTED, "cannot change state_partitions: needs the primitive")
+
+
+def test_knobs_set_together_are_one_change_at_the_tuple_s_epoch() -> None:
+    both = replace(tuple_(value="16"), together=(Setting("max_offsets_per_trigger", "12000"),))
+    assert evaluate(both, IN_FORCE, LOCAL) == changed(input_parallelism=16,
+                                                      max_offsets_per_trigger=12_000)
+    in_force = replace(both, together=(Setting("max_offsets_per_trigger", "4000"),))
+    assert evaluate(in_force, IN_FORCE, LOCAL) == changed(input_parallelism=16)
+
+
+def test_one_bad_setting_rejects_the_whole_tuple() -> None:
+    too_big = replace(tuple_(value="16"), together=(Setting("max_offsets_per_trigger", "1e9"),))
+    verdict = evaluate(too_big, IN_FORCE, LOCAL)
+    assert isinstance(verdict, Reject) and verdict.reason is Reason.BAD_VALUE
+    assert "max_offsets_per_trigger" in verdict.detail
+    twice = replace(tuple_(value="16"), together=(Setting("input_parallelism", "8"),))
+    verdict = evaluate(twice, IN_FORCE, LOCAL)
+    assert isinstance(verdict, Reject) and "set twice" in verdict.detail
+
+
+def test_a_tuple_whose_every_setting_is_in_force_is_a_reassert() -> None:
+    same = replace(tuple_(value="2"), together=(Setting("max_offsets_per_trigger", "4000"),))
+    verdict = evaluate(same, IN_FORCE, LOCAL)
+    assert verdict == Reassert("input_parallelism 2, max_offsets_per_trigger 4000 already in "
+                               "force; epoch advanced to 6")
 
 
 def test_the_knobs_read_per_batch_swap_the_plan_s_own_restart() -> None:
