@@ -1,5 +1,5 @@
 """A load that repeats: each query's arrival rate remembered in buckets, the period it repeats
-with, and the rate it will reach ahead (pure; the loop feeds it λ once per cycle).
+with, and the rate it will reach ahead (no I/O; the loop feeds it λ once per cycle).
 
 Why: a reactive controller meets every morning's rise late — a step at a time, each paid for
 with a restart and a backlog — and every evening's fall after a stabilisation period. A load
@@ -10,12 +10,12 @@ How (Holt-Winters' seasonal index without its smoothing, and DS2's one step sizi
 arrives): λ is averaged per bucket of `bucket_s`; once an hour per query (staggered over the
 fleet) the period is searched among every whole number of buckets between the shortest and
 longest period allowed, as the lag at which the series best correlates with itself
-(Spearman's rank correlation, at a local peak of at least `MIN_CORRELATION`; the shortest lag
-near the best wins, so multiples of the period lose). The forecast for a bucket ahead is the
-least of what the same phase held one and two periods ago — a flash crowd seen once is not
-expected again — times the level: how the last half hour compares with what the pattern said
-of it (a slow drift). While the last hour departs
-from the pattern by more than the tolerance, there is no forecast and the controller reacts.
+(Spearman's rank correlation, at a local peak of at least `MIN_CORRELATION`; the best peak
+wins, unless a peak near its whole fraction scores about as well: a multiple of the period).
+The forecast for a bucket ahead is the least of what the same phase held one and two periods
+ago — a flash crowd seen once is not expected again — times the level: how the last half hour
+compares with what the pattern said of it (a slow drift). While the last hour departs from the
+pattern by more than the tolerance, there is no forecast and the controller reacts.
 
 Work per query is O(1) per cycle (a running mean) and O(buckets × lags) once an hour.
 Neighbours: `loop.cycle` (feeds λ, puts the forecast on the model), `policy` (sizes for it).
@@ -39,6 +39,9 @@ step far lower once the lag reaches a period's length."""
 NEAR_BEST = 0.05
 """A shorter period whose correlation is within this of the best one's is the period (the
 best may be a multiple of it)."""
+
+SMOOTHING = 3
+"""Lags either side a lag's correlation is averaged with before peaks are looked for."""
 
 HALF_PERIOD_DIP = 0.5
 """How much less the series must correlate with itself half a period on than a period on."""
@@ -89,6 +92,9 @@ class Season:
         self.period: int | None = None
         """Buckets per period, when the load repeats."""
         self._search_every = max(1, round(SEARCH_EVERY_S / settings.season_bucket_s))
+        self._next_search: int | None = None
+        """The first bucket at which the next search runs (searched when a bucket at or after
+        it begins, so a silence over it delays the search instead of skipping it)."""
         self._stagger = zlib.crc32(query_id.encode()) % self._search_every
 
     def observe(self, now_ms: int, rate: float) -> None:
@@ -99,29 +105,35 @@ class Season:
             for _ in range(min(bucket - self.current - 1, self.closed.maxlen or 0)):
                 self.closed.append(None)
             self._sum, self._count = 0.0, 0
-            if bucket % self._search_every == self._stagger:
+            if self._next_search is not None and bucket >= self._next_search:
                 self.period = find_period(list(self.closed), self._lags(), self.period)
+                self._next_search = bucket + self._search_every
+        if self.current is None:  # the first search lands on the query's own stagger
+            self._next_search = bucket + (self._stagger - bucket) % self._search_every
         if self.current is None or bucket > self.current:
             self.current = bucket
         self._sum += rate
         self._count += 1
 
-    def forecast(self, lead_s: float) -> Forecast | None:
-        """The peak expected within `lead_s` from the current bucket's start, or None: no
-        period found, or the last hour departs from the pattern."""
+    def forecast(self, now_ms: int, lead_s: float) -> Forecast | None:
+        """The peak expected in the buckets that begin within `lead_s` of `now_ms` (the
+        current one included), or None: no period found, or the last hour departs from the
+        pattern."""
         period, series = self.period, self.closed
-        if period is None or len(series) < period:
+        if period is None or len(series) < period or self.current is None:
             return None
         level, error = fit_level(series, period, self._buckets(LEVEL_BUCKETS_S),
                                  self._buckets(CHECK_S))
         if level is None or error > self.settings.season_tolerance:
             return None
-        ahead = [(k, expected(series, period, k)) for k in range(self._buckets(lead_s) + 1)]
+        last = (now_ms + round(lead_s * 1000)) // self.bucket_ms - self.current
+        ahead = [(k, expected(series, period, k)) for k in range(max(0, last) + 1)]
         known = [(k, v) for k, v in ahead if v is not None]
         if not known:
             return None
         k, peak = max(known, key=lambda kv: kv[1])
-        return Forecast(level * peak, k * self.settings.season_bucket_s,
+        starts_ms = (self.current + k) * self.bucket_ms
+        return Forecast(level * peak, max(0.0, (starts_ms - now_ms) / 1000),
                         period * self.settings.season_bucket_s, error)
 
     def _lags(self) -> range:
@@ -187,19 +199,45 @@ def find_period(series: Sequence[float | None], lags: range,
         return None
     ranked = _ranks(series)  # Spearman's: one flash crowd does not outweigh a day's shape
     # The lags either side of the range are scored too, so that its ends can be peaks.
-    scores = {lag: _correlation(ranked, lag) for lag in range(max(1, lags.start - 1),
-                                                             lags.stop + 1)
-              if 1.5 * lag <= len(series)}
+    raw = {lag: _correlation(ranked, lag)
+           for lag in range(max(1, lags.start - 1 - SMOOTHING), lags.stop + 1 + SMOOTHING)
+           if 1.5 * lag <= len(series)}
+    scores = _smoothed(raw)
     peaks = [lag for lag, score in scores.items() if lag in lags and score is not None
              and score >= MIN_CORRELATION and _local_peak(scores, lag)
              and _dips_halfway(ranked, lag, score)]
     if not peaks:
         return None
-    best = max(scores[lag] or 0.0 for lag in peaks)
-    near = [lag for lag in peaks if (scores[lag] or 0.0) >= best - NEAR_BEST]
-    if current is not None and any(abs(lag - current) <= 2 for lag in near):
+    best = max(peaks, key=lambda lag: scores[lag] or 0.0)
+    if current is not None and abs(best - current) <= 2:
         return current  # the period found before still holds: it does not wander by a bucket
-    return min(near)  # a multiple of the period correlates about as well: the shortest wins
+    return _fraction_of(best, peaks, scores)
+
+
+def _smoothed(raw: dict[int, float | None]) -> dict[int, float | None]:
+    """Each lag's score as the mean over `SMOOTHING` lags either side (None unless all were
+    scored): noise puts bumps on the broad top of a period's correlation, each a local peak
+    a few buckets off the period, and at the longest lag scored an edge looks like a peak."""
+    width = 2 * SMOOTHING + 1
+    smoothed: dict[int, float | None] = {}
+    for lag in raw:
+        near = [raw.get(lag + d) for d in range(-SMOOTHING, SMOOTHING + 1)]
+        known = [v for v in near if v is not None]
+        smoothed[lag] = sum(known) / width if len(known) == width else None
+    return smoothed
+
+
+def _fraction_of(best: int, peaks: Sequence[int], scores: dict[int, float | None]) -> int:
+    """The best peak, or the shortest peak it is a whole multiple of (within a bucket or two
+    per period) that scores within `NEAR_BEST` of it: a load that repeats daily correlates
+    with itself two days on about as well as one day on."""
+    top = scores[best] or 0.0
+    for lag in sorted(peaks):
+        times = round(best / lag)
+        if (lag < best and times >= 2 and abs(best - times * lag) <= 2 * times
+                and (scores[lag] or 0.0) >= top - NEAR_BEST):
+            return lag
+    return best
 
 
 def _dips_halfway(ranked: Sequence[float | None], lag: int, score: float) -> bool:

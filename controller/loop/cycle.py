@@ -307,7 +307,7 @@ class ControlLoop:
         if query.season is None:
             query.season = Season(query_id, season)
         query.season.observe(now_ms, model.arrival_rate)
-        forecast = query.season.forecast(season.season_lead_s)
+        forecast = query.season.forecast(now_ms, season.season_lead_s)
         return model if forecast is None else replace(model, forecast=forecast)
 
     def _gone(self, window: QueryWindow, state: ControlState, now_ms: int) -> Lost | Down | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from controller.core.season import Season, find_period
+from controller.core.season import Forecast, Season, find_period
 from controller.settings import SeasonSettings
 
 HOUR_MS = 3_600_000
@@ -23,11 +23,18 @@ def daily(t_ms: int, noise: random.Random | None = None) -> float:
     return rate * (1 + noise.gauss(0, 0.1)) if noise else rate
 
 
-def fed(until_ms: int, rate=daily, every_ms: int = 10_000, seed: int = 3) -> Season:
-    season, noise = Season("q1", SETTINGS), random.Random(seed)
+def fed(until_ms: int, rate=daily, every_ms: int = 10_000, seed: int = 3,
+        settings: SeasonSettings = SETTINGS) -> Season:
+    """A season fed `rate` every `every_ms` up to (not including) `until_ms`."""
+    season, noise = Season("q1", settings), random.Random(seed)
     for t in range(0, until_ms, every_ms):
         season.observe(t, rate(t, noise))
     return season
+
+
+def ahead(until_ms: int, rate=daily, lead_s: float = 1800) -> Forecast | None:
+    """The forecast right after the last observation of `fed(until_ms, rate)`."""
+    return fed(until_ms, rate).forecast(until_ms - 10_000, lead_s)
 
 
 def test_the_period_of_a_noisy_day_is_found_and_a_steady_load_has_none() -> None:
@@ -52,13 +59,12 @@ def test_a_period_as_long_as_the_longest_allowed_is_found() -> None:
 
 
 def test_before_one_and_a_half_periods_nothing_is_forecast() -> None:
-    assert fed(5 * HOUR_MS).forecast(1800) is None
+    assert ahead(5 * HOUR_MS) is None
 
 
 def test_the_forecast_is_the_peak_of_the_lead_at_the_level_of_the_last_half_hour() -> None:
     # At 9 h the day is at phase 0.25 (300/s), rising to 0.375 (~441/s) in 30 minutes.
-    season = fed(9 * HOUR_MS)
-    forecast = season.forecast(1800)
+    forecast = ahead(9 * HOUR_MS)
     assert forecast is not None and forecast.period_s == 4 * 3600
     low, high = daily(9 * HOUR_MS + 1_500_000), daily(9 * HOUR_MS + 1_800_000)
     assert 0.9 * low <= forecast.peak <= 1.1 * high
@@ -68,7 +74,7 @@ def test_the_forecast_is_the_peak_of_the_lead_at_the_level_of_the_last_half_hour
 def test_a_drift_raises_the_forecast_by_the_level_of_the_last_half_hour() -> None:
     def drifting(t_ms: int, noise: random.Random) -> float:  # 1.5× from 8 h on
         return daily(t_ms, noise) * (1.5 if t_ms >= 8 * HOUR_MS else 1.0)
-    plain, drifted = fed(9 * HOUR_MS).forecast(1800), fed(9 * HOUR_MS, drifting).forecast(1800)
+    plain, drifted = ahead(9 * HOUR_MS), ahead(9 * HOUR_MS, drifting)
     assert plain is not None and drifted is not None
     assert 1.3 <= drifted.peak / plain.peak <= 1.7
 
@@ -78,15 +84,16 @@ def test_a_flash_crowd_seen_once_is_not_expected_again_two_periods_on() -> None:
     def crowd(t_ms: int, noise: random.Random) -> float:
         rush = 1.5 * HOUR_MS <= t_ms < 1.5 * HOUR_MS + 600_000
         return daily(t_ms, noise) * (10 if rush else 1)
-    season = fed(9 * HOUR_MS + 1 * HOUR_MS, crowd)  # 10 h: the crowd's phase is 30 min ahead
-    forecast = season.forecast(1800)
-    assert forecast is not None and forecast.peak < 2 * daily(11 * HOUR_MS)
+    # At 9.25 h the crowd's phase two periods back is 15 minutes ahead, inside the lead; one
+    # period back the same phase held the plain day's ~390/s.
+    forecast = ahead(9 * HOUR_MS + 15 * 60_000, crowd)
+    assert forecast is not None and forecast.peak < 2 * daily(2 * HOUR_MS)
 
 
 def test_a_load_that_departs_from_its_pattern_gets_no_forecast() -> None:
     def shifted(t_ms: int, noise: random.Random) -> float:  # half a day off from 8 h
         return daily(t_ms + (2 * HOUR_MS if t_ms >= 8 * HOUR_MS else 0), noise)
-    assert fed(9 * HOUR_MS, shifted).forecast(1800) is None
+    assert ahead(9 * HOUR_MS, shifted) is None
 
 
 def test_buckets_not_heard_from_are_gaps_not_zeros() -> None:
@@ -94,3 +101,33 @@ def test_buckets_not_heard_from_are_gaps_not_zeros() -> None:
     season.observe(0, 100.0)
     season.observe(3 * 300_000, 100.0)  # two buckets of silence
     assert list(season.closed) == [100.0, None, None]
+
+
+def test_the_forecast_looks_from_now_as_far_as_the_lead_and_no_further() -> None:
+    season = fed(9 * HOUR_MS)
+    now_ms = 9 * HOUR_MS - 10_000  # late in its bucket
+    for lead_s in (0, 600, 1800):
+        forecast = season.forecast(now_ms, lead_s)
+        assert forecast is not None
+        assert 0 <= forecast.in_s <= lead_s  # from now, within the lead
+    assert season.forecast(now_ms, 0).in_s == 0  # the current bucket only
+
+
+def test_a_silence_over_the_hour_s_search_delays_it_instead_of_skipping_it() -> None:
+    # "q1" searches at buckets 10, 22, 34, …: the one at 5 h 50 has too little to go on, and
+    # those at 6 h 50 and 7 h 50 fall in a silence from 6 h 40 to 7 h 55.
+    season, noise = Season("q1", SETTINGS), random.Random(3)
+    for t in range(0, 7 * HOUR_MS + 58 * 60_000, 10_000):
+        if not 6 * HOUR_MS + 40 * 60_000 <= t < 7 * HOUR_MS + 55 * 60_000:
+            season.observe(t, daily(t, noise))
+    assert season.period == PERIOD_BUCKETS  # searched when the silence ended
+
+
+def test_the_period_of_a_noisy_day_at_the_default_buckets_is_found_to_the_bucket() -> None:
+    """A day at 5-minute buckets (288), ±10 % noise, fed every minute for 2.6 days: a
+    correlation that is flat near its top must not pull the period off by an hour."""
+    def day(t_ms: int, noise: random.Random) -> float:
+        phase = (t_ms % (24 * HOUR_MS)) / (24 * HOUR_MS)
+        return (300 - 200 * math.cos(2 * math.pi * phase)) * (1 + noise.gauss(0, 0.1))
+    season = fed(round(2.6 * 24 * HOUR_MS), day, every_ms=60_000, settings=SeasonSettings())
+    assert season.period is not None and abs(season.period - 288) <= 1
