@@ -102,6 +102,13 @@ class ModelSettings:
     1.5× is what a steady load with ±20 % noise gives over a minute; whether that is enough
     to trust is the slope-error check's call, not this one's."""
 
+    scaling_prior_contention: float = 0.0
+    """How much less each added unit is taken to bring before a query has run at two sizes
+    (σ of `controller/core/scaling.py`: μ(p) = μ(1) / (1 + σ (p − 1))); from then on its own
+    sizes set it. Conservative: at 0.02, 16 units bring what about 12 would if each brought as
+    much as the first (0: they would bring 16), so a step asks for more units rather than
+    taking a second step."""
+
     batch_cap_follows_units: bool = True
     """A query's batch cap (max_offsets_per_trigger) is resized with its units, in the same
     tuple, keeping the records per unit of a batch the job reports: with a fixed cap, more
@@ -136,6 +143,9 @@ class ModelSettings:
         _check(math.isfinite(self.level_confirm_s) and self.level_confirm_s >= 0,
                f"model.level_confirm_s must be a number >= 0, got {self.level_confirm_s}")
         _check(self.max_queries >= 1, f"model.max_queries must be >= 1, got {self.max_queries}")
+        _check(0 <= self.scaling_prior_contention <= 1,
+               "model.scaling_prior_contention must be in [0, 1], got "
+               f"{self.scaling_prior_contention}")
         _check(math.isfinite(self.overhead_fit_min_spread) and self.overhead_fit_min_spread > 1,
                f"model.overhead_fit_min_spread must be > 1, got {self.overhead_fit_min_spread}")
         _positive("model.overhead_fit_max_slope_error", self.overhead_fit_max_slope_error)
@@ -160,6 +170,11 @@ class PolicySettings:
     catch_up_s: float = 60.0
     """Time in which the sized parallelism should drain the current backlog, on top of keeping
     up with arrivals. One minute: a visible recovery without buying capacity for a spike."""
+
+    change_prior_s: float = 10.0
+    """How long a resizing is taken to need, from the tuple to its ack, before the query has
+    been resized once (from then on, its last one's): a scale-up sizes for the backlog that
+    builds meanwhile at the old size, not only the backlog of the moment."""
 
     ramp_horizon_s: float = 40.0
     """How far ahead a rising ramp is sized for (`controller.core.arrival.ramp`): where its
@@ -253,6 +268,8 @@ class PolicySettings:
                f"policy.high_water_utilisation, got {self.low_water_utilisation} < "
                f"{self.target_utilisation} <= {self.high_water_utilisation}")
         _positive("policy.catch_up_s", self.catch_up_s)
+        _check(math.isfinite(self.change_prior_s) and self.change_prior_s >= 0,
+               f"policy.change_prior_s must be a number >= 0, got {self.change_prior_s}")
         _check(math.isfinite(self.ramp_horizon_s) and self.ramp_horizon_s >= 0,
                f"policy.ramp_horizon_s must be a number >= 0, got {self.ramp_horizon_s}")
         _check(math.isfinite(self.reconfiguration_pause_s) and self.reconfiguration_pause_s >= 0,
@@ -300,8 +317,8 @@ class SeasonSettings:
     """Shortest period the load may repeat with."""
 
     season_max_period_s: float = 86400.0
-    """Longest period the load may repeat with; two and a half of it are remembered per
-    query (a day at 5-minute buckets: 720 numbers)."""
+    """Longest period the load may repeat with; 2.6 of it are remembered per query (a day at
+    5-minute buckets: 749 numbers)."""
 
     season_lead_s: float = 1800.0
     """How far ahead the peak is sized for: the time a change takes to pay off (a restart, the
@@ -312,7 +329,8 @@ class SeasonSettings:
     before the forecast is set aside."""
 
     def __post_init__(self) -> None:
-        _positive("season.season_bucket_s", self.season_bucket_s)
+        _check(math.isfinite(self.season_bucket_s) and self.season_bucket_s >= 1,
+               f"season.season_bucket_s must be at least 1 s, got {self.season_bucket_s}")
         _check(self.season_bucket_s * 2 <= self.season_min_period_s
                <= self.season_max_period_s,
                "need 2 × season_bucket_s <= season_min_period_s <= season_max_period_s, got "
@@ -320,6 +338,10 @@ class SeasonSettings:
                f"{self.season_max_period_s}")
         _check(math.isfinite(self.season_lead_s) and self.season_lead_s >= 0,
                f"season.season_lead_s must be a number >= 0, got {self.season_lead_s}")
+        _check(self.season_lead_s < self.season_min_period_s,
+               f"season.season_lead_s ({self.season_lead_s}) must be under "
+               f"season.season_min_period_s ({self.season_min_period_s}): the forecast reads "
+               "the same phase a period back, which must have passed")
         _positive("season.season_tolerance", self.season_tolerance)
 
 

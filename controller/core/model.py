@@ -25,6 +25,7 @@ from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
+from controller.core.scaling import LINEAR, Scalability, learned, remember
 from controller.core.season import Forecast
 from controller.core.shedding import NO_SHEDDING, Shedding, observed_shedding
 from controller.core.sizing import capacity, drain_time_s
@@ -120,6 +121,9 @@ class QueryModel:
     whatever the units."""
     max_batch_cap: int = 0
     """The highest batch cap a tuple may set (the job's limit); 0: not reported."""
+    scalability: Scalability = LINEAR
+    """How μ falls as units are added (`scaling`): learned from the sizes the query has run,
+    the prior before it has run at two."""
 
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
@@ -139,7 +143,8 @@ class QueryModel:
         # minPartitions splits the offset ranges and the tasks even out.
         working = (units / self.task_skew if skewed and units <= self.source_partitions
                    else units)
-        return capacity(self.rate_per_unit / processed, working, self.batch_overhead_s,
+        per_unit = self.scalability.per_unit_at(self.rate_per_unit, self.units, units)
+        return capacity(per_unit / processed, working, self.batch_overhead_s,
                         self.batch_cap_at(units))
 
     def batch_cap_at(self, units: int) -> int:
@@ -169,6 +174,8 @@ class QueryModel:
             "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
+            "contention": self.scalability.contention,
+            "contention_sizes": float(self.scalability.sizes),
         } | self._arrival_departures() | self._objective_figures() | self._forecast_figures()
 
     def standings(self) -> tuple[Standing, ...]:
@@ -317,15 +324,23 @@ class Remembered:
     arrives (`idle_cost`)."""
     batch_cap: int = 0
     """The batch cap last reported or observed (`batch_cap`)."""
+    sizes: tuple[tuple[int, float], ...] = ()
+    """μ last measured at each size the query ran (units, records/s per unit), oldest first
+    (`scaling`)."""
 
     def after(self, model: QueryModel) -> Remembered:
-        """What to remember once `model` was found."""
+        """What to remember once `model` was found. μ joins the sizes only when measured apart
+        from the overhead (fitted, or with one fitted before): a lower bound would read as
+        contention."""
+        sizes = self.sizes
+        if model.rate_samples > 0 and model.overhead_source != "assumed_zero":
+            sizes = tuple(remember(dict(sizes), model.units, model.rate_per_unit).items())
         return Remembered(
             model.batch_overhead_s if model.overhead_source == "fit" else self.overhead_s,
             BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source)
             if model.rate_samples > 0 else self.cost,
             model.batch_cap if model.batch_cap_source in ("reported", "observed")
-            else self.batch_cap)
+            else self.batch_cap, sizes)
 
 
 def evaluate(
@@ -384,6 +399,7 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
     shed = found.shedding
     found = replace(found, cost_measured_by_running_batch=running_batch_measures_cost(
         cost, points, plan, settings, 1 - shed.low_priority_share * shed.fraction),
+        scalability=learned(dict(remembered.sizes), settings.scaling_prior_contention),
         **_following_cap(found, samples[-1], settings))
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
 

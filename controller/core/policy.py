@@ -103,7 +103,8 @@ def target_units(model: QueryModel, settings: PolicySettings,
 
 def _units_for(model: QueryModel, settings: PolicySettings, inflow: float) -> int | None:
     need = demand(model, settings, inflow)
-    if model.batch_cap_per_unit <= 0 or need <= 0:
+    linear = model.batch_cap_per_unit <= 0 and model.scalability.contention <= 0
+    if linear or need <= 0:
         return required_units(need, model.rate_per_unit, settings.target_utilisation,
                               model.batch_overhead_s, model.batch_cap)
     return fewest_units(lambda p: need <= settings.target_utilisation * _capacity(model, p))
@@ -290,19 +291,24 @@ def standing_note(model: QueryModel) -> str:
 
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
               inflow: Inflow, inflow_from: str, goal: CatchUp, behind: str = "") -> Verdict:
-    """Sized for the demand in one step; `behind` says why, when it is not a backlog."""
+    """Sized for the demand in one step; `behind` says why, when it is not a backlog. The
+    backlog sized for is the one the new size will find: what waits now and what arrives
+    beyond the capacity while the change is applied."""
+    behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
+    waiting = backlog_during_change(model, state, settings)
+    sized = replace(model, backlog_records=model.backlog_records + waiting)
     limits = bounds(model, settings, state, now_ms)
-    wanted = target_units(model, settings, inflow)
+    wanted = target_units(sized, settings, inflow)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
-    behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
     request = executors_wanted(model, wanted, settings, state, now_ms)
     if request is not None:
         return _add_executors(model, request, wanted, behind, settings, goal)
     target = min(max(wanted, limits.low), limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, target))
-    figures = {**model.figures(), "demand": demand(model, settings, extra), "inflow": extra,
-               "target": float(target), "required": float(wanted)}
+    figures = {**model.figures(), "demand": demand(sized, settings, extra), "inflow": extra,
+               "target": float(target), "required": float(wanted),
+               "backlog_during_change": waiting}
     if inflow.burst_records > 0:
         figures |= {"inflow_steady": inflow.steady, "burst_records": inflow.burst_records,
                     "burst_rate": inflow.burst_rate}
@@ -315,9 +321,22 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             return _throttle(model, limits, figures, settings, inflow)
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
                     f"{model.parallelism} run{skew_note(model, settings)}", figures)
-    sizing = _sizing(model, target, wanted, limits, settings, extra, goal)
+    sizing = _sizing(sized, target, wanted, limits, settings, extra, goal)
+    change = (f" (with the {num(waiting)} records that arrive beyond its capacity while the "
+              f"change is applied, {num(_change_s(state, settings))} s)" if waiting > 0 else "")
     return Scale(model.knob, model.parallelism, target,
-                 f"{behind}; {sizing}{skew_note(model, settings)}", figures)
+                 f"{behind}; {sizing}{change}{skew_note(model, settings)}", figures)
+
+
+def backlog_during_change(model: QueryModel, state: ControlState,
+                          settings: PolicySettings) -> float:
+    """Records that arrive beyond the current capacity while a resizing is applied (the
+    query's last one took `ControlState.change_s`; before any, `change_prior_s`)."""
+    return max(0.0, model.arrival_rate - model.capacity) * _change_s(state, settings)
+
+
+def _change_s(state: ControlState, settings: PolicySettings) -> float:
+    return settings.change_prior_s if state.change_s is None else state.change_s
 
 
 def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, behind: str,

@@ -94,6 +94,10 @@ class ControlState:
     """The knob's value to set next, at once: the executors asked for with it run. It skips
     the cooldown, which waits for metrics of a new configuration, and more executors change
     neither λ nor μ (0: none)."""
+    change_s: float | None = None
+    """How long the query's last applied resizing of its knob took, from the tuple's send to
+    its ack (the job warms up, quiesces, restarts, commits a first batch): what arrives
+    meanwhile beyond the old size's capacity waits too (`policy`). None: none applied yet."""
 
 
 def next_epoch(state: ControlState, epoch_seen: int) -> int:
@@ -128,6 +132,8 @@ def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     after = replace(settled(state, now_ms, cooldown_s), quiet_carried_ms=state.quiet_carried_ms)
     if flight is not None and flight.parameter == EXECUTORS:
         return replace(after, effect_check=None, follow_up=flight.then)
+    if flight is not None and flight.scaling and flight.rate_per_unit > 0:
+        after = replace(after, change_s=(now_ms - flight.issued_at_ms) / 1000)
     if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
         return replace(after, effect_check=None)
     return replace(after, effect_check=EffectCheck(

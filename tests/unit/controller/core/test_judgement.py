@@ -18,7 +18,7 @@ from controller.core.topology import plan, topological_order, upstreams
 from controller.settings import PolicySettings
 
 NOW = 1_700_000_000_000
-POLICY = PolicySettings()
+POLICY = PolicySettings(change_prior_s=0)  # the backlog of the change aside (test_policy)
 
 
 def model(**changes: Any) -> QueryModel:

@@ -17,13 +17,16 @@ from controller.core.results import Hold, Recommend, Scale, Shed
 from controller.core.season import Forecast
 from controller.core.shedding import Shedding
 from controller.core.sizing import Inflow, required_units
-from controller.core.state import ControlState, InFlight
+from controller.core.state import ControlState, InFlight, applied
 from controller.settings import PolicySettings
 
 NOW = 1_700_000_000_000
 POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,
                         low_water_utilisation=0.4, catch_up_s=60, max_parallelism=64,
-                        scale_down_stabilisation_s=120, max_scale_down_share=0.75, cooldown_s=30)
+                        scale_down_stabilisation_s=120, max_scale_down_share=0.75, cooldown_s=30,
+                        change_prior_s=0)
+# change_prior_s=0: the sizing arithmetic below leaves out the backlog that builds while a
+# change is applied, which has tests of its own (test_policy).
 
 
 def model(**changes: Any) -> QueryModel:
@@ -360,3 +363,26 @@ def test_a_quiet_query_is_not_scaled_down_below_the_peak_its_repeating_load_reac
     assert isinstance(held, Hold) and "which needs 9 units" in held.reason
     lower = decide(quiet(forecast=ahead(600)), stable, NOW, POLICY)  # 4 units at 80 %
     assert isinstance(lower, Scale) and (lower.current, lower.target) == (8, 4)
+
+
+def test_a_step_is_sized_for_the_backlog_that_builds_while_the_change_is_applied() -> None:
+    """700/s into 400/s of capacity: 300 more records wait each second until the new size
+    runs. Before any change the prior says how long that is; after one, the query's own."""
+    prior = replace(POLICY, change_prior_s=10)
+    verdict = decide(model(), ControlState(), NOW, prior)
+    # (700 + (6 000 + 3 000) / 60) / 160 = 5.3: 6 units, where the backlog of the moment asks 5.
+    assert isinstance(verdict, Scale) and verdict.target == 6
+    assert verdict.figures["backlog_during_change"] == 3000
+    assert ("with the 3 000 records that arrive beyond its capacity while the change is "
+            "applied, 10 s") in verdict.reason
+    slow = decide(model(), ControlState(change_s=40), NOW, prior)
+    # (700 + (6 000 + 12 000) / 60) / 160 = 6.25: 7.
+    assert isinstance(slow, Scale) and slow.target == 7
+
+
+def test_an_applied_resizing_leaves_how_long_it_took_for_the_next_one() -> None:
+    flight = InFlight("c1", 6, 4, NOW, current=2, rate_per_unit=200)
+    done = applied(replace(ControlState(), in_flight=flight), NOW + 13_500, 30)
+    assert done.change_s == 13.5
+    shed = InFlight("c2", 0, 5, NOW, parameter="shed_fraction", text="0.25")
+    assert applied(replace(done, in_flight=shed), NOW + 2_000, 30).change_s == 13.5

@@ -1,0 +1,71 @@
+"""What more units do: contention learned from the sizes a query ran, the prior before, and
+the size a step is given with it (`controller.core.scaling`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from controller.core.model import QueryModel, Remembered
+from controller.core.policy import decide
+from controller.core.results import Scale
+from controller.core.scaling import LINEAR, MAX_SIZES, Scalability, learned, remember
+from controller.core.state import ControlState
+from tests.unit.controller.core.test_policy import NOW, POLICY, model
+
+MEASURED = {2: 177.0, 4: 162.0, 8: 142.0, 16: 102.0}
+"""Records/s per unit of a job on this 2-core machine at 2, 4, 8 and 16 units."""
+
+
+def amdahl(sigma: float, at_one: float, units: int) -> float:
+    return at_one / (1 + sigma * (units - 1))
+
+
+def test_contention_is_fitted_from_the_sizes_run_and_predicts_the_others() -> None:
+    exact = learned({p: amdahl(0.05, 200, p) for p in (2, 4, 8)}, prior=0.0)
+    assert (exact.contention, exact.sizes) == (pytest.approx(0.05), 3)
+    assert exact.per_unit_at(amdahl(0.05, 200, 2), 2, 16) == pytest.approx(amdahl(0.05, 200, 16))
+    from_measured = learned(MEASURED, prior=0.0)
+    predicted = from_measured.per_unit_at(MEASURED[2], 2, 16)
+    assert 0.8 * MEASURED[16] <= predicted <= 1.2 * MEASURED[16]
+
+
+def test_below_two_sizes_the_prior_holds_and_units_that_help_each_other_count_as_none() -> None:
+    assert learned({}, prior=0.02) == Scalability(0.02, 0)
+    assert learned({4: 150.0}, prior=0.02) == Scalability(0.02, 0)
+    assert learned({2: 100.0, 8: 120.0}, prior=0.02).contention == 0.0
+    assert LINEAR.per_unit_at(100.0, 2, 64) == 100.0
+
+
+def test_the_newest_measurement_of_a_size_replaces_the_older_and_the_oldest_size_goes() -> None:
+    sizes = remember({2: 100.0, 4: 90.0}, 2, 110.0)
+    assert sizes == {4: 90.0, 2: 110.0}
+    many: dict[int, float] = {}
+    for p in range(1, MAX_SIZES + 3):
+        many = remember(many, p, 100.0)
+    assert len(many) == MAX_SIZES and 1 not in many and MAX_SIZES + 2 in many
+
+
+def test_only_a_rate_measured_apart_from_the_overhead_is_remembered_for_its_size() -> None:
+    fitted = model(units=4, rate_samples=20, overhead_source="fit")
+    assert Remembered().after(fitted).sizes == ((4, 200.0),)
+    bound = replace(fitted, overhead_source="assumed_zero")  # a lower bound: no contention
+    assert Remembered().after(bound).sizes == ()
+
+
+def test_a_learned_scalability_curve_sizes_a_step_larger_than_a_linear_model() -> None:
+    """The same step (700/s into 2 units of 200/s, 6 000 behind) on the linear model and on
+    one that learned the job's measured fall of μ with the units."""
+    linear: QueryModel = model()
+    curved = replace(linear, scalability=learned(MEASURED, prior=0.0))
+    plain = decide(linear, ControlState(), NOW, POLICY)
+    fitted = decide(curved, ControlState(), NOW, POLICY)
+    assert isinstance(plain, Scale) and isinstance(fitted, Scale)
+    assert fitted.target > plain.target
+    # The size it chose meets the demand on the curve: 800/s at 80 %.
+    assert curved.capacity_at(fitted.target) * POLICY.target_utilisation >= 800
+    assert curved.capacity_at(fitted.target - 1) * POLICY.target_utilisation < 800
+    assert fitted.figures["contention"] == pytest.approx(curved.scalability.contention)
+    assert not math.isclose(curved.capacity_at(8), linear.capacity_at(8))
