@@ -11,7 +11,8 @@ Owns three pure checks the policy and the loop consult:
   floor (Spark reports an idle query only every ~10 s) → `results.Lost`.
 - `judge_effect`: after an applied scale-up, the capacity measured under the new
   configuration against the predicted one → a remembered `state.Ineffective`, so the policy
-  says "cannot help" instead of repeating it.
+  says "cannot help" instead of repeating it; unless μ fell only as plausible contention
+  makes it fall (`contended`), which the model learns and sizes with instead.
 Neighbours: `policy` (skew wording, the ineffective ceiling), `loop` (calls `liveness` and
 `judge_effect` with the query's `ControlState`).
 """
@@ -22,8 +23,9 @@ from dataclasses import dataclass, replace
 
 from controller.core.model import QueryModel
 from controller.core.results import Lost
+from controller.core.scaling import learned
 from controller.core.sizing import capacity
-from controller.core.state import ControlState, Ineffective
+from controller.core.state import ControlState, EffectCheck, Ineffective
 from controller.core.wording import num, pct
 from controller.settings import PolicySettings
 from schemas import TaskMetrics
@@ -170,9 +172,26 @@ def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_m
     predicted = before_at(check.target) / before_at(check.current) - 1
     if predicted <= 0 or measured >= settings.ineffective_gain_ratio * predicted:
         return state
+    if contended(check, model):
+        return state
     return replace(state, ineffective=Ineffective(
         check.current, check.target, measured, predicted,
         now_ms + int(settings.ineffective_memory_s * 1000)))
+
+
+PLAUSIBLE_CONTENTION = 0.25
+"""The most contention (`scaling`) a shortfall is put down to: at 0.25, 16 units bring what 3.4
+would at the rate of one. Beyond, the added units brought next to nothing: skew, or a limit
+outside the query."""
+
+
+def contended(check: EffectCheck, model: QueryModel) -> bool:
+    """Whether μ at the new size fell as plausible contention would make it fall: each added
+    unit brought less than the model expected, but brought something. The model learns that
+    curve from the two sizes (`Remembered.sizes`) and sizes the next step with it, so the
+    scaling is not remembered as one that cannot help."""
+    sizes = {model.units_at(check.current): check.rate_per_unit, model.units: model.rate_per_unit}
+    return learned(sizes, 0.0).contention <= PLAUSIBLE_CONTENTION
 
 
 def ineffective_sentence(memory: Ineffective, model: QueryModel, now_ms: int,

@@ -103,11 +103,15 @@ def target_units(model: QueryModel, settings: PolicySettings,
 
 def _units_for(model: QueryModel, settings: PolicySettings, inflow: float) -> int | None:
     need = demand(model, settings, inflow)
-    linear = model.batch_cap_per_unit <= 0 and model.scalability.contention <= 0
-    if linear or need <= 0:
+    if linear(model) or need <= 0:
         return required_units(need, model.rate_per_unit, settings.target_utilisation,
                               model.batch_overhead_s, model.batch_cap)
     return fewest_units(lambda p: need <= settings.target_utilisation * _capacity(model, p))
+
+
+def linear(model: QueryModel) -> bool:
+    """Capacity has a closed form in the units: no contention, a batch cap that stays."""
+    return model.batch_cap_per_unit <= 0 and model.scalability.contention <= 0
 
 
 def _capacity(model: QueryModel, units: int) -> float:
@@ -299,6 +303,10 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     sized = replace(model, backlog_records=model.backlog_records + waiting)
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(sized, settings, inflow)
+    # On a contended curve no size may meet the demand, but the most units still do the most.
+    short = wanted is None and not linear(model) and model.parallelism < limits.high
+    if short:
+        wanted = limits.high
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -321,7 +329,7 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             return _throttle(model, limits, figures, settings, inflow)
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
                     f"{model.parallelism} run{skew_note(model, settings)}", figures)
-    sizing = _sizing(sized, target, wanted, limits, settings, extra, goal)
+    sizing = _sizing(sized, target, wanted, limits, settings, extra, goal, short)
     change = (f" (with the {num(waiting)} records that arrive beyond its capacity while the "
               f"change is applied, {num(_change_s(state, settings))} s)" if waiting > 0 else "")
     return Scale(model.knob, model.parallelism, target,
@@ -423,10 +431,11 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
 
 
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
-            settings: PolicySettings, inflow: float, goal: CatchUp) -> str:
+            settings: PolicySettings, inflow: float, goal: CatchUp, short: bool = False) -> str:
     """How the target meets the demand; `inflow` is the upstreams' extra at the target;
-    `goal` the drain time it is sized for, and the objective that set it."""
-    if target == wanted:
+    `goal` the drain time it is sized for, and the objective that set it; `short`: no size
+    meets it, and the target is the most units allowed."""
+    if target == wanted and not short:
         return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}"
                 f"{goal.note()}")
@@ -435,7 +444,10 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
-    return (f"{units_of(model, wanted)} wanted, {bound}: drains in {num(drain)} s at "
+    wants = (f"no size meets it ({model.scalability.describe()}); the most, "
+             f"{units_of(model, target)} ({limits.high_set_by}),"
+             if short else f"{units_of(model, wanted)} wanted, {bound}:")
+    return (f"{wants} drains in {num(drain)} s at "
             f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
 
 

@@ -106,6 +106,17 @@ def test_an_ineffective_scale_up_is_remembered_and_not_repeated() -> None:
     assert isinstance(later, Scale)  # the memory expires
 
 
+def test_a_shortfall_that_contention_explains_is_learned_not_remembered_as_ineffective(
+        ) -> None:
+    """2 → 9 units predicted ~4.5× the capacity; μ fell from 213 to 100/s a unit, so it rose
+    ~2.1×: each unit brought less (contention ~0.12, as this machine measures), but each
+    brought something. The next step is sized on the curve, not refused for 30 minutes."""
+    check = EffectCheck(current=2, target=9, rate_per_unit=213, batch_overhead_s=0.0)
+    after = model(parallelism=9, units=9, rate_per_unit=100)
+    state = judge_effect(ControlState(effect_check=check), after, True, NOW, POLICY)
+    assert state.effect_check is None and state.ineffective is None
+
+
 def test_a_scale_up_that_cleared_the_backlog_is_never_judged_ineffective() -> None:
     check = EffectCheck(4, 12, 200, 1.5)
     weak = model(parallelism=12, units=12, rate_per_unit=50)

@@ -69,3 +69,15 @@ def test_a_learned_scalability_curve_sizes_a_step_larger_than_a_linear_model() -
     assert curved.capacity_at(fitted.target - 1) * POLICY.target_utilisation < 800
     assert fitted.figures["contention"] == pytest.approx(curved.scalability.contention)
     assert not math.isclose(curved.capacity_at(8), linear.capacity_at(8))
+
+
+def test_where_no_size_meets_the_demand_on_the_curve_the_most_units_are_asked_for() -> None:
+    """At contention 0.19 no number of units carries 2 000/s of 213/s-a-unit work at 80 %
+    (the curve levels off near 1 300/s): the step goes to the most the task slots allow,
+    and says so."""
+    contended = model(arrival_rate=2000, units=2, parallelism=2,
+                      rate_per_unit=213, scalability=Scalability(0.19, 2))
+    verdict = decide(contended, ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale) and verdict.target == 16  # the task slots
+    assert "no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes))" \
+        in verdict.reason
