@@ -181,8 +181,11 @@ def measuring_cost(model: QueryModel, causes: Sequence[str], inflow: Inflow = NO
 
 
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
-    """A scale-down candidate: utilisation (overhead included) under low water, no backlog."""
-    return (model.utilisation < settings.low_water_utilisation
+    """A scale-down candidate: utilisation (overhead included) under low water, no backlog;
+    and the peak its repeating load reaches within the lead under low water too, so a size
+    taken ahead of a rise is the band's to keep, not shed while the rise is still to come."""
+    peak = model.forecast.peak if model.forecast is not None else 0.0
+    return (max(model.arrival_rate, peak) < settings.low_water_utilisation * model.capacity
             and model.backlog_records <= settings.backlog_floor_records
             and model.backlog_trend_records_per_s <= settings.backlog_growth_records_per_s)
 

@@ -49,6 +49,13 @@ HALF_PERIOD_DIP = 0.5
 MIN_VARIATION = 0.1
 """Coefficient of variation below which a load counts as steady: nothing to anticipate."""
 
+RELEASE = 1.5
+"""A forecast in use is set aside once the last hour departs from the pattern by this many
+times the tolerance (taken up within the tolerance): a band, not a threshold."""
+
+PHASE_SLACK = 2
+"""Buckets either side whose expectation a bucket may meet (`fit_level`)."""
+
 LEVEL_BUCKETS_S = 1800.0
 """The drift of the level is read over the last half hour of closed buckets."""
 
@@ -96,6 +103,10 @@ class Season:
         """The first bucket at which the next search runs (searched when a bucket at or after
         it begins, so a silence over it delays the search instead of skipping it)."""
         self._stagger = zlib.crc32(query_id.encode()) % self._search_every
+        self._level: float | None = None
+        """How the newest closed buckets compare with the pattern (`fit_level`), refitted as
+        each bucket closes; None while the pattern is set aside."""
+        self._error = math.inf
 
     def observe(self, now_ms: int, rate: float) -> None:
         """λ now; closes the bucket (and the ones not heard from) when a new one begins."""
@@ -108,6 +119,7 @@ class Season:
             if self._next_search is not None and bucket >= self._next_search:
                 self.period = find_period(list(self.closed), self._lags(), self.period)
                 self._next_search = bucket + self._search_every
+            self._refit()
         if self.current is None:  # the first search lands on the query's own stagger
             self._next_search = bucket + (self._stagger - bucket) % self._search_every
         if self.current is None or bucket > self.current:
@@ -119,12 +131,8 @@ class Season:
         """The peak expected in the buckets that begin within `lead_s` of `now_ms` (the
         current one included), or None: no period found, or the last hour departs from the
         pattern."""
-        period, series = self.period, self.closed
-        if period is None or len(series) < period or self.current is None:
-            return None
-        level, error = fit_level(series, period, self._buckets(LEVEL_BUCKETS_S),
-                                 self._buckets(CHECK_S))
-        if level is None or error > self.settings.season_tolerance:
+        period, series, level = self.period, self.closed, self._level
+        if period is None or level is None or self.current is None:
             return None
         last = (now_ms + round(lead_s * 1000)) // self.bucket_ms - self.current
         ahead = [(k, expected(series, period, k)) for k in range(max(0, last) + 1)]
@@ -134,7 +142,20 @@ class Season:
         k, peak = max(known, key=lambda kv: kv[1])
         starts_ms = (self.current + k) * self.bucket_ms
         return Forecast(level * peak, max(0.0, (starts_ms - now_ms) / 1000),
-                        period * self.settings.season_bucket_s, error)
+                        period * self.settings.season_bucket_s, self._error)
+
+    def _refit(self) -> None:
+        """The level and error of the pattern once a bucket closed, and whether it is in use:
+        taken up within `season_tolerance`, set aside only beyond `RELEASE` × it, so an error
+        that hovers at the tolerance does not switch the forecast, and the size, on and off."""
+        period, series = self.period, self.closed
+        if period is None or len(series) < period:
+            self._level, self._error = None, math.inf
+            return
+        level, self._error = fit_level(series, period, self._buckets(LEVEL_BUCKETS_S),
+                                       self._buckets(CHECK_S))
+        allowed = self.settings.season_tolerance * (RELEASE if self._level is not None else 1)
+        self._level = level if level is not None and self._error <= allowed else None
 
     def _lags(self) -> range:
         """From the shortest period to a little past the longest: measured in buckets of a
@@ -172,19 +193,31 @@ def fit_level(series: Sequence[float | None], period: int, level_buckets: int,
               check_buckets: int) -> tuple[float | None, float]:
     """How the newest buckets compare with the pattern: the level (actual over expected over
     the last `level_buckets`, within ½–2×) and the error of the pattern times that level over
-    the last `check_buckets` (mean absolute error over mean actual)."""
-    pairs = [(series[i], expected_at(series, period, i))
+    the last `check_buckets` (mean absolute distance from what it allows over mean actual).
+
+    What the pattern allows of a bucket is a band, the least and most it says of the buckets
+    `PHASE_SLACK` either side: a day's rise that comes ten minutes later than yesterday's is
+    the same day, not a departure (and a period measured a bucket short puts it there)."""
+    bands = [(i, (series[i], _band(series, period, i)))
              for i in range(max(0, len(series) - check_buckets), len(series))]
-    known = [(a, e) for a, e in pairs if a is not None and e is not None]
+    known = [(i, (a, band)) for i, (a, band) in bands if a is not None and band is not None]
     if len(known) < max(2, check_buckets // 2):
         return None, math.inf
-    recent = known[-level_buckets:]
-    said = sum(e for _, e in recent)
+    recent = [(a, expected_at(series, period, i)) for i, (a, _) in known[-level_buckets:]]
+    said = sum(e or 0.0 for _, e in recent)
     level = min(2.0, max(0.5, sum(a for a, _ in recent) / said)) if said > 0 else 1.0
-    actual = sum(a for a, _ in known)
+    actual = sum(a for _, (a, _) in known)
     if actual <= 0:
         return level, 0.0
-    return level, sum(abs(a - level * e) for a, e in known) / actual
+    return level, sum(max(0.0, level * low - a, a - level * high)
+                      for _, (a, (low, high)) in known) / actual
+
+
+def _band(series: Sequence[float | None], period: int,
+          position: int) -> tuple[float, float] | None:
+    said = [v for d in range(-PHASE_SLACK, PHASE_SLACK + 1)
+            if (v := expected_at(series, period, position + d)) is not None]
+    return (min(said), max(said)) if said else None
 
 
 def find_period(series: Sequence[float | None], lags: range,

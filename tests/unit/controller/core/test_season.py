@@ -131,3 +131,26 @@ def test_the_period_of_a_noisy_day_at_the_default_buckets_is_found_to_the_bucket
         return (300 - 200 * math.cos(2 * math.pi * phase)) * (1 + noise.gauss(0, 0.1))
     season = fed(round(2.6 * 24 * HOUR_MS), day, every_ms=60_000, settings=SeasonSettings())
     assert season.period is not None and abs(season.period - 288) <= 1
+
+
+def test_a_forecast_in_use_is_set_aside_only_well_past_the_tolerance() -> None:
+    """The last hour alternating ±N % around the pattern: off by what the pattern's band (a
+    bucket or two of phase) does not allow, about N − 20 %. At ±50 % (over the 25 % tolerance,
+    within 1.5 × it) the forecast in use holds; at ±70 % it is set aside."""
+    def jittered(share: float):
+        def rate(t_ms: int, noise: random.Random) -> float:
+            late = t_ms >= 8 * HOUR_MS and (t_ms // 300_000) % 2
+            swing = (1 + share) if late else (1 - share) if t_ms >= 8 * HOUR_MS else 1.0
+            return daily(t_ms) * swing
+        return rate
+    held = ahead(9 * HOUR_MS, jittered(0.5))
+    assert held is not None and 0.25 < held.error <= 0.375
+    assert ahead(9 * HOUR_MS, jittered(0.7)) is None
+
+
+def test_a_rise_a_few_minutes_later_than_the_pattern_s_is_not_a_departure() -> None:
+    """The same 4-hour day, from 8 h on ten minutes late (two buckets): the pattern holds."""
+    def late(t_ms: int, noise: random.Random) -> float:
+        return daily(t_ms - (600_000 if t_ms >= 8 * HOUR_MS else 0), noise)
+    forecast = ahead(9 * HOUR_MS, late)
+    assert forecast is not None and forecast.error <= 0.1
