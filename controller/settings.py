@@ -230,8 +230,9 @@ class PolicySettings:
     ineffective_gain_ratio: float = 0.5
     """After an applied scale-up that left the query backlogged, the capacity gain measured
     under the new configuration must reach this fraction of the predicted gain, or the scaling
-    is remembered as ineffective (skew, an external limit) and not repeated. Half: the rate
-    estimates are good to ~20 %, so a shortfall of half is not noise."""
+    is remembered as ineffective (skew, an external limit) and not repeated, unless μ fell as
+    contention of at most 0.25 makes it fall (learned instead: `judgement.contended`). Half:
+    the rate estimates are good to ~20 %, so a shortfall of half is not noise."""
 
     ineffective_memory_s: float = 1800.0
     """How long an ineffective scaling is remembered. External limits (a slow sink, a busy

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import fastavro
 
-from schemas.codec import load_schema
+from schemas.codec import load_schema, previous_schemas
 from schemas.records import ControlTuple
 
 KEY_ENV = "STREAMCTL_CONTROL_KEY"
@@ -49,12 +49,18 @@ def canonical(tuple_: ControlTuple) -> bytes:
     Avro's binary encoding of a record is deterministic (fields in schema order, no map), so
     signer and verifier agree byte for byte. A reader that resolves a newer writer schema
     drops fields it does not know and so cannot verify them: it rejects the tuple, which is
-    the safe answer for a field it cannot check.
+    the safe answer for a field it cannot check. A tuple that sets one knob is encoded with
+    the first schema (before `together`), so it signs alike whichever version the controller
+    and the job run: they are upgraded one at a time.
     """
     buffer = io.BytesIO()
-    schema = load_schema(ControlTuple.AVRO_NAME)
+    schema = _FIRST_SCHEMA if not tuple_.together else load_schema(ControlTuple.AVRO_NAME)
     fastavro.schemaless_writer(buffer, schema, replace(tuple_, auth_tag=None).to_avro())
     return buffer.getvalue()
+
+
+_FIRST_SCHEMA = fastavro.parse_schema(previous_schemas(ControlTuple.AVRO_NAME)[0])
+"""ControlTuple as first shipped: one knob a tuple (`canonical`)."""
 
 
 def tag(tuple_: ControlTuple, key: bytes) -> bytes:

@@ -189,9 +189,12 @@ def contended(check: EffectCheck, model: QueryModel) -> bool:
     """Whether μ at the new size fell as plausible contention would make it fall: each added
     unit brought less than the model expected, but brought something. The model learns that
     curve from the two sizes (`Remembered.sizes`) and sizes the next step with it, so the
-    scaling is not remembered as one that cannot help."""
+    scaling is not remembered as one that cannot help. A μ that did not fall (the shortfall is
+    skew, or an overhead that grew) or one that is a lower bound is no evidence of it."""
+    if model.overhead_source == "assumed_zero":
+        return False
     sizes = {model.units_at(check.current): check.rate_per_unit, model.units: model.rate_per_unit}
-    return learned(sizes, 0.0).contention <= PLAUSIBLE_CONTENTION
+    return 0 < learned(sizes, 0.0).contention <= PLAUSIBLE_CONTENTION
 
 
 def ineffective_sentence(memory: Ineffective, model: QueryModel, now_ms: int,

@@ -307,7 +307,8 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(sized, settings, inflow)
     # On a contended curve no size may meet the demand, but the most units still do the most.
-    short = wanted is None and not linear(model) and model.parallelism < limits.high
+    short = (wanted is None and model.scalability.contention > 0
+             and model.parallelism < limits.high)
     if short:
         wanted = limits.high
     if wanted is None:
@@ -316,7 +317,7 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     if request is not None:
         return _add_executors(model, request, wanted, behind, settings, goal)
     target = min(max(wanted, limits.low), limits.high)
-    extra = inflow_rate(model, settings, inflow, _capacity(model, target))
+    extra = inflow_rate(model, settings, inflow, _capacity(model, model.units_at(target)))
     figures = {**model.figures(), "demand": demand(sized, settings, extra), "inflow": extra,
                "target": float(target), "required": float(wanted),
                "backlog_during_change": waiting}
@@ -442,7 +443,7 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
         return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}"
                 f"{goal.note()}")
-    capacity = model.capacity_at(target)
+    capacity = model.capacity_at(model.units_at(target))
     arriving = arriving_ahead(model, settings) + inflow
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted

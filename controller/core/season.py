@@ -203,8 +203,9 @@ def fit_level(series: Sequence[float | None], period: int, level_buckets: int,
     known = [(i, (a, band)) for i, (a, band) in bands if a is not None and band is not None]
     if len(known) < max(2, check_buckets // 2):
         return None, math.inf
-    recent = [(a, expected_at(series, period, i)) for i, (a, _) in known[-level_buckets:]]
-    said = sum(e or 0.0 for _, e in recent)
+    centred = [(a, expected_at(series, period, i)) for i, (a, _) in known[-level_buckets:]]
+    recent = [(a, e) for a, e in centred if e is not None]
+    said = sum(e for _, e in recent)
     level = min(2.0, max(0.5, sum(a for a, _ in recent) / said)) if said > 0 else 1.0
     actual = sum(a for _, (a, _) in known)
     if actual <= 0:

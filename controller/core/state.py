@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM, SCALING
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     after = replace(settled(state, now_ms, cooldown_s), quiet_carried_ms=state.quiet_carried_ms)
     if flight is not None and flight.parameter == EXECUTORS:
         return replace(after, effect_check=None, follow_up=flight.then)
-    if flight is not None and flight.scaling and flight.rate_per_unit > 0:
+    if flight is not None and flight.parameter in SCALING and flight.rate_per_unit > 0:
         after = replace(after, change_s=(now_ms - flight.issued_at_ms) / 1000)
     if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
         return replace(after, effect_check=None)

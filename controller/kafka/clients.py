@@ -355,7 +355,8 @@ class KafkaWriter:
 
 class KafkaControlSink:
     """`ControlSink` keyed by query id and parameter: the control topic is compacted, so the
-    last tuple per knob (the desired state) survives for a restarted controller or job. The
+    last tuple per key survives for a restarted controller (a tuple that sets knobs `together`
+    is keyed by its own; the job's state topic holds every knob's value in force). The
     topic has one partition, so all tuples keep their order whatever the key. A tuple's decision
     record goes to `decisions_topic` in the tuple's own transaction."""
 

@@ -40,8 +40,8 @@ them equal): the secured stack grants each one its transactional sink id."""
 
 DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(METRICS_TOPIC, partitions=1),
-    # Keyed <query>/<parameter> and compacted: the last tuple per knob is the desired state a
-    # restarted controller resumes from. One partition, so a query's tuples keep their order.
+    # Keyed <query>/<parameter> (a tuple's own knob) and compacted: the last tuple per key is
+    # what a restarted controller resumes from. One partition, so a query's tuples keep their order.
     TopicSpec(CONTROL_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
     TopicSpec(ACKS_TOPIC, partitions=1),
     # Each job's desired state, keyed by query id: only the newest per query matters.

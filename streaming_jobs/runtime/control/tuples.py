@@ -25,6 +25,7 @@ from schemas.records import Ack, ControlTuple, Outcome, Setting
 from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
 from streaming_jobs.runtime.desired.parameters import (
     REGISTRY,
+    ROLE_PARAMETER,
     TOPIC_PARAMETERS,
     BadValue,
     Limits,
@@ -90,6 +91,9 @@ def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Eva
     """What to do with an authentic tuple addressed to this query (pure). A tuple that sets
     knobs `together` is taken whole: one bad setting rejects it all, and nothing changes."""
     values: dict[str, Value] = {}
+    if any(s.parameter == ROLE_PARAMETER for s in tuple_.together):
+        return Reject(Reason.BAD_VALUE, f"{ROLE_PARAMETER} cannot be set together with other "
+                                        "knobs: a failover is a tuple of its own")
     for setting in tuple_.settings:
         found = _parse(setting, limits)
         if isinstance(found, Reject):

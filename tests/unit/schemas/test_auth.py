@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import io
+import json
 import stat
 from dataclasses import fields, replace
+from importlib import resources
 from pathlib import Path
 
+import fastavro
 import pytest
 
 from schemas import auth
@@ -73,3 +79,16 @@ def test_a_generated_key_file_is_private_random_and_kept(tmp_path: Path) -> None
     other = auth.ensure_key_file(tmp_path / "other.key")
     assert other.read_bytes() != path.read_bytes()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["control.key", "other.key", "state"]
+
+
+def test_a_one_knob_tuple_signed_before_together_existed_verifies_after_and_back() -> None:
+    """Controller and jobs are upgraded one at a time: a tuple signed over the first schema's
+    body (no `together`) verifies against today's, and the reverse."""
+    body = io.BytesIO()
+    first = fastavro.parse_schema(json.loads(
+        resources.files("schemas").joinpath("history/control_tuple.1.avsc").read_text()))
+    plain = {k: v for k, v in replace(TUPLE, auth_tag=None).to_avro().items() if k != "together"}
+    fastavro.schemaless_writer(body, first, plain)
+    old_tag = hmac.new(KEY, body.getvalue(), hashlib.sha256).digest()
+    assert auth.verify(replace(TUPLE, auth_tag=old_tag), KEY) is auth.Signature.VALID
+    assert auth.sign(TUPLE, KEY).auth_tag == old_tag

@@ -106,15 +106,27 @@ def test_an_ineffective_scale_up_is_remembered_and_not_repeated() -> None:
     assert isinstance(later, Scale)  # the memory expires
 
 
-def test_a_shortfall_that_contention_explains_is_learned_not_remembered_as_ineffective(
-        ) -> None:
+def test_a_shortfall_that_contention_explains_is_not_remembered_as_ineffective() -> None:
     """2 → 9 units predicted ~4.5× the capacity; μ fell from 213 to 100/s a unit, so it rose
     ~2.1×: each unit brought less (contention ~0.12, as this machine measures), but each
     brought something. The next step is sized on the curve, not refused for 30 minutes."""
     check = EffectCheck(current=2, target=9, rate_per_unit=213, batch_overhead_s=0.0)
-    after = model(parallelism=9, units=9, rate_per_unit=100)
+    after = model(parallelism=9, units=9, rate_per_unit=100, overhead_source="fit")
     state = judge_effect(ControlState(effect_check=check), after, True, NOW, POLICY)
     assert state.effect_check is None and state.ineffective is None
+    bound = replace(after, overhead_source="assumed_zero")  # a lower bound: no evidence
+    assert judge_effect(ControlState(effect_check=check), bound, True, NOW,
+                        POLICY).ineffective is not None
+
+
+def test_a_shortfall_with_mu_unchanged_is_no_contention_and_is_remembered_as_ineffective(
+        ) -> None:
+    """μ a unit as before, but each batch now costs 12 s of overhead: capacity barely rose,
+    and no contention explains it (an external limit)."""
+    check = EffectCheck(current=2, target=9, rate_per_unit=213, batch_overhead_s=1.5)
+    limited = model(parallelism=9, units=9, rate_per_unit=213, batch_overhead_s=12.0)
+    state = judge_effect(ControlState(effect_check=check), limited, True, NOW, POLICY)
+    assert state.ineffective is not None
 
 
 def test_a_scale_up_that_cleared_the_backlog_is_never_judged_ineffective() -> None:

@@ -293,6 +293,10 @@ def test_a_batch_cap_that_follows_the_units_is_resized_with_them_in_the_same_ver
     # From 6 units on the cap stays at the job's 1 200: 1 200 / (0.5 + 6 / p) ≥ 1 000 at p = 9.
     assert isinstance(limited, Scale) and (limited.target, limited.batch_cap) == (9, 1200)
     assert "(were 400): the job's limit" in limited.reason
+    # At a limit of 450 no number of units gets 1 000/s through batches of 0.5 s overhead:
+    # the cap is advised, not units that cannot help.
+    bound = decide(replace(follows, max_batch_cap=450), ControlState(), NOW, POLICY)
+    assert isinstance(bound, Recommend)
 
 
 def test_a_scale_down_takes_the_batch_cap_back_to_the_records_per_unit() -> None:

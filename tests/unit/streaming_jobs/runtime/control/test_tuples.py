@@ -142,13 +142,21 @@ def test_knobs_set_together_are_one_change_at_the_tuple_s_epoch() -> None:
 
 
 def test_one_bad_setting_rejects_the_whole_tuple() -> None:
-    too_big = replace(tuple_(value="16"), together=(Setting("max_offsets_per_trigger", "1e9"),))
+    too_big = replace(tuple_(value="16"),
+                      together=(Setting("max_offsets_per_trigger", "1000000000"),))
     verdict = evaluate(too_big, IN_FORCE, LOCAL)
     assert isinstance(verdict, Reject) and verdict.reason is Reason.BAD_VALUE
     assert "max_offsets_per_trigger" in verdict.detail
     twice = replace(tuple_(value="16"), together=(Setting("input_parallelism", "8"),))
     verdict = evaluate(twice, IN_FORCE, LOCAL)
     assert isinstance(verdict, Reject) and "set twice" in verdict.detail
+    failover = replace(tuple_(value="16"), together=(Setting("active_instance", "job-2"),))
+    verdict = evaluate(failover, IN_FORCE, LOCAL)
+    assert isinstance(verdict, Reject) and "a failover is a tuple of its own" in verdict.detail
+    stale = replace(tuple_(value="2", epoch=5),
+                    together=(Setting("max_offsets_per_trigger", "500"),))
+    verdict = evaluate(stale, IN_FORCE, LOCAL)  # the knob in force, its companion not
+    assert isinstance(verdict, Reject) and verdict.reason is Reason.STALE_EPOCH
 
 
 def test_a_tuple_whose_every_setting_is_in_force_is_a_reassert() -> None:
