@@ -384,9 +384,14 @@ def test_a_step_is_sized_for_the_backlog_that_builds_while_the_change_is_applied
     assert isinstance(slow, Scale) and slow.target == 7
 
 
-def test_an_applied_resizing_leaves_how_long_it_took_for_the_next_one() -> None:
+def test_an_applied_resizing_sizes_the_next_step_for_the_backlog_of_its_own_length() -> None:
+    """A resizing acked 13.5 s after its tuple: the next step counts 300/s beyond capacity for
+    that long; a shedding's ack in between leaves it."""
     flight = InFlight("c1", 6, 4, NOW, current=2, rate_per_unit=200)
-    done = applied(replace(ControlState(), in_flight=flight), NOW + 13_500, 30)
-    assert done.change_s == 13.5
+    done = applied(replace(ControlState(), in_flight=flight), NOW + 13_500, 0)
     shed = InFlight("c2", 0, 5, NOW, parameter="shed_fraction", text="0.25")
-    assert applied(replace(done, in_flight=shed), NOW + 2_000, 30).change_s == 13.5
+    after_shed = applied(replace(done, in_flight=shed), NOW + 2_000, 0)
+    for state in (done, after_shed):
+        verdict = decide(model(), state, NOW + 20_000, POLICY)
+        assert isinstance(verdict, Scale)
+        assert verdict.figures["backlog_during_change"] == pytest.approx(300 * 13.5)

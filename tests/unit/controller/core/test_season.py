@@ -104,13 +104,16 @@ def test_buckets_not_heard_from_are_gaps_not_zeros() -> None:
 
 
 def test_the_forecast_looks_from_now_as_far_as_the_lead_and_no_further() -> None:
+    """At 9 h the day rises for the next hour: each longer lead reaches a higher peak, and
+    the peak a lead reaches is below what the next longer one does (no bucket past it)."""
     season = fed(9 * HOUR_MS)
     now_ms = 9 * HOUR_MS - 10_000  # late in its bucket
-    for lead_s in (0, 600, 1800):
+    peaks = []
+    for lead_s in (0, 600, 1800, 2400):
         forecast = season.forecast(now_ms, lead_s)
         assert forecast is not None
-        assert 0 <= forecast.in_s <= lead_s  # from now, within the lead
-    assert season.forecast(now_ms, 0).in_s == 0  # the current bucket only
+        peaks.append(forecast.peak)
+    assert peaks == sorted(peaks) and len(set(peaks)) == len(peaks)
 
 
 def test_a_silence_over_the_hour_s_search_delays_it_instead_of_skipping_it() -> None:
