@@ -226,10 +226,6 @@ def apply_path(old: DesiredState, new: DesiredState) -> Apply:
     return Apply.SWAP
 
 
-def with_value(state: DesiredState, name: str, value: Value,
-               epoch: int | None = None) -> DesiredState:
-    """`state` with one parameter set (and the epoch, when given)."""
-    changes: dict[str, Value] = {name: value}
-    if epoch is not None:
-        changes["epoch"] = epoch
-    return replace(state, **changes)  # type: ignore[arg-type]  # registry parsers type values
+def with_value(state: DesiredState, name: str, value: Value) -> DesiredState:
+    """`state` with one parameter set."""
+    return replace(state, **{name: value})  # type: ignore[arg-type]  # registry parsers type values
