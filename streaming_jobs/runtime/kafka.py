@@ -27,6 +27,10 @@ from streaming_jobs.runtime.sink.transactional import DEFAULT_MAX_RECORD_BYTES
 from streaming_jobs.runtime.sink.transactional_kafka import Fault, record_fault, topic_limits
 
 log = logging.getLogger(__name__)
+
+ASSIGN_PIN_TIMEOUT_S = 60.0
+"""How long an assignment keeps asking for a partition's end offset to start there."""
+ASSIGN_RETRY_S = 0.5
 R = TypeVar("R", bound=_Record)
 
 
@@ -186,11 +190,12 @@ class TypedConsumer(Generic[R]):
         for tp in partitions:
             position = self._next.get((tp.topic, tp.partition))
             if position is None:
-                _, position = consumer.get_watermark_offsets(tp, timeout=10.0)
+                position = _end_offset(consumer, tp)
+            if position is not None:
                 # Where it starts is where it was, even before it returned a message: a
                 # rejoin before the first tuple arrived must not pin "latest" past it.
                 self._next[(tp.topic, tp.partition)] = position
-            tp.offset = position
+                tp.offset = position
         consumer.assign(partitions)
         if partitions:
             self.assigned.set()
@@ -230,6 +235,28 @@ class TypedConsumer(Generic[R]):
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition) -> int | None:
+    """`tp`'s end offset, asked again while the broker answers with a passing error (a
+    partition whose leader is still being elected, a broker coming back). None when it never
+    answers in `ASSIGN_PIN_TIMEOUT_S`: the partition then starts at the group's committed
+    offset, or "latest" as the first fetch finds it. The rebalance callback must not raise: the
+    exception would end the control thread and leave the assignment half made."""
+    timeout_s = ASSIGN_PIN_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10.0)[1])
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                log.warning("control consumer: no end offset of %s[%d] in %.0f s (%s): it "
+                            "starts at the committed offset, or the end when first fetched",
+                            tp.topic, tp.partition, timeout_s, exc)
+                return None
+            log.info("control consumer: end offset of %s[%d] not known yet (%s): asking again",
+                     tp.topic, tp.partition, exc)
+            time.sleep(ASSIGN_RETRY_S)
 
 
 class KafkaLogRanges:
