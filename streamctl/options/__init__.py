@@ -40,6 +40,8 @@ class Option:
     help: str
     dest: str = ""
     """The argparse destination (default: the field's name)."""
+    secret: bool = False
+    """Read from its variable only: an option's value would show in `ps`."""
 
     @property
     def flag(self) -> str:
@@ -89,7 +91,8 @@ def first_sentence(text: str) -> str:
 def options_of(cls: type, env: Callable[[str], str], *, skip: Iterable[str] = (),
                dest_prefix: str = "") -> list[Option]:
     """The scalar fields of `cls` (those with a default of a scalar type, or a required str)
-    as options; `env(field)` names each one's variable."""
+    as options; `env(field)` names each one's variable. A field kept out of its class's repr
+    is a secret, read from its variable only."""
     docs, skipped = attribute_docs(cls), set(skip)
     found = []
     for f in fields(cls):
@@ -100,13 +103,17 @@ def options_of(cls: type, env: Callable[[str], str], *, skip: Iterable[str] = ()
         if default is not MISSING and kind not in SCALARS:
             continue
         found.append(Option(f.name, env(f.name), kind, default, docs.get(f.name, ""),
-                            f"{dest_prefix}{f.name}" if dest_prefix else ""))
+                            f"{dest_prefix}{f.name}" if dest_prefix else "",
+                            secret=not f.repr))
     return found
 
 
 def add_options(parser: argparse.ArgumentParser | Any, options: Iterable[Option]) -> None:
-    """Register each option; its help is the field's docstring, with its variable and default."""
+    """Register each option but the secrets; its help is the field's docstring, with its
+    variable and default."""
     for o in options:
+        if o.secret:
+            continue
         shown = "required" if o.default is MISSING else f"default {o.default!r}"
         help_text = f"{o.help} [env {o.env}; {shown}]".replace("%", "%%")
         if o.type is bool:  # --flag / --no-flag: a default of true can be turned off too

@@ -78,6 +78,16 @@ def test_defaults_then_env_then_options() -> None:
     assert s.kafka.control_topic == "streamctl.control"
 
 
+def test_the_control_key_is_read_from_the_environment_and_refused_as_an_option(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    key = "k" * 32
+    s = settings_from(parse(["controller", "run"]), {"STREAMCTL_CONTROL_KEY": key})
+    assert s.kafka.control_key == key
+    with pytest.raises(SystemExit):
+        parse(["controller", "run", "--control-key", key])
+    assert "unrecognized arguments: --control-key" in capsys.readouterr().err
+
+
 def test_a_bad_env_value_names_the_variable() -> None:
     with pytest.raises(SettingsError, match="STREAMCTL_CONTROLLER_METRICS_PORT='x'"):
         settings_from(parse(["controller", "run"]), {"STREAMCTL_CONTROLLER_METRICS_PORT": "x"})
