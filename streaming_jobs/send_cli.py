@@ -15,10 +15,11 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from schemas import auth, topics
-from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome
+from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome, Setting
 from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import PLAINTEXT, KafkaSecurity
 
@@ -35,6 +36,11 @@ def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--parameter", required=True,
                         help="e.g. input_topic, udf_version, max_offsets_per_trigger")
     parser.add_argument("--value", required=True, help="the new value, as text")
+    parser.add_argument("--together", action="append", default=[], type=_setting,
+                        metavar="PARAMETER=VALUE",
+                        help="another knob set in the same reconfiguration (one pause, one "
+                             "ack, all or nothing); repeat for more, e.g. --together "
+                             "max_offsets_per_trigger=6000")
     parser.add_argument("--epoch", type=int, default=None,
                         help="default: the epoch of the job's desired state + 1")
     parser.add_argument("--reason", default="operator", help="recorded with the tuple")
@@ -68,9 +74,9 @@ def send_command(args: argparse.Namespace) -> int:
         return 2
     try:
         ack = send(args.bootstrap_servers, args.query_id, args.parameter, args.value, key,
-                   epoch=args.epoch, reason=args.reason, control_topic=args.control_topic,
-                   ack_topic=args.ack_topic, state_topic=args.state_topic,
-                   timeout_s=args.timeout_s, security=security)
+                   together=args.together, epoch=args.epoch, reason=args.reason,
+                   control_topic=args.control_topic, ack_topic=args.ack_topic,
+                   state_topic=args.state_topic, timeout_s=args.timeout_s, security=security)
     except (LookupError, TimeoutError) as exc:
         print(f"job send: {exc}", file=sys.stderr)
         return 1
@@ -79,12 +85,20 @@ def send_command(args: argparse.Namespace) -> int:
     return 0 if ack.outcome is Outcome.APPLIED else 1
 
 
+def _setting(text: str) -> Setting:
+    parameter, sep, value = text.partition("=")
+    if not sep or not parameter.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not PARAMETER=VALUE")
+    return Setting(parameter.strip(), value)
+
+
 def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, *,
-         epoch: int | None = None, reason: str = "operator",
+         together: Sequence[Setting] = (), epoch: int | None = None, reason: str = "operator",
          control_topic: str = topics.CONTROL, ack_topic: str = topics.ACKS,
          state_topic: str = topics.STATE, timeout_s: float = 300.0,
          security: KafkaSecurity = PLAINTEXT) -> Ack:
-    """Send the signed tuple and return the job's ack; `LookupError` without an epoch to
+    """Send the signed tuple (`parameter` set to `value`, and each of `together` with it) and
+    return the job's ack; `LookupError` without an epoch to
     follow, `TimeoutError` without an ack in time."""
     from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer, read_latest
 
@@ -97,7 +111,7 @@ def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, 
     tuple_ = auth.sign(ControlTuple(
         control_id=str(uuid.uuid4()), query_id=query_id, operator_id="operator",
         parameter=parameter, value=value, epoch=epoch, issuer="streamctl job send",
-        reason=reason, issued_at_ms=int(time.time() * 1000)), key)
+        reason=reason, together=tuple(together), issued_at_ms=int(time.time() * 1000)), key)
     # Under the controller's default group prefix, which its principal may read (stack.acls).
     acks = TypedConsumer(bootstrap, ack_topic, f"streamctl-controller.send.{uuid.uuid4()}", Ack,
                          security)

@@ -25,6 +25,7 @@ from schemas.records import (
     Outcome,
     SensorReading,
     SensorWindowAverage,
+    Setting,
 )
 from streaming_jobs.config import JobConfig, changed
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
@@ -112,7 +113,7 @@ def second_half_arriving(config: JobConfig, metrics: TopicReader) -> Iterator[No
         stop.set()
 
 
-def test_live_rescale_loses_and_duplicates_nothing(
+def test_live_rescale_with_a_new_batch_cap_loses_and_duplicates_nothing(
         running_job: object, job_config: JobConfig,
         topic_reader: Callable[[str], TopicReader]) -> None:
     cfg = job_config
@@ -121,7 +122,9 @@ def test_live_rescale_loses_and_duplicates_nothing(
     produce(cfg.bootstrap_servers, cfg.topics.input_topic, [(b"x", b"garbage"), (b"y",
                                                                                  b"\xc3\x01bad")])
     with second_half_arriving(cfg, metrics):
-        applied = _send(cfg, "input_parallelism", "4", epoch=1)
+        # As the controller resizes: the batch cap set in the same tuple (`job send --together`).
+        applied = _send(cfg, "input_parallelism", "4", epoch=1,
+                        together=(Setting("max_offsets_per_trigger", "800"),))
     assert applied.outcome is Outcome.APPLIED, applied.detail
     assert applied.pause_ms > 0
     assert "2→4" in applied.detail
@@ -131,8 +134,10 @@ def test_live_rescale_loses_and_duplicates_nothing(
     all_in = TOTAL + 2  # the two garbage records occupy offsets too
     seen = metrics.until(lambda ms: consumed(ms) >= all_in, 180)
     after = [metrics_of(m) for m in seen if metrics_of(m).config_epoch == 1]
-    assert after and all(m.input_parallelism == 4 for m in after)
-    assert all(m.input_parallelism == 2 for m in map(metrics_of, seen) if m.config_epoch == 0)
+    assert after and all((m.input_parallelism, m.max_offsets_per_trigger) == (4, 800)
+                         for m in after)
+    assert all((m.input_parallelism, m.max_offsets_per_trigger) == (2, 400)
+               for m in map(metrics_of, seen) if m.config_epoch == 0)
 
     _assert_exactly_once(cfg, output)
     letters = dlq.until(lambda ms: len(ms) >= 2, 30)
@@ -317,11 +322,12 @@ def _switch_back_for_the_stragglers(cfg: JobConfig, job: Any, metrics: TopicRead
     assert job.check_retired_inputs() == {}
 
 
-def _send(cfg: JobConfig, parameter: str, value: str, epoch: int) -> Ack:
+def _send(cfg: JobConfig, parameter: str, value: str, epoch: int,
+          together: tuple[Setting, ...] = ()) -> Ack:
     """A signed tuple, as `job send` sends it; the job's ack."""
     return send_and_await(cfg.bootstrap_servers, cfg.identity.query_id, parameter, value, epoch,
-                          KEY,
-                          control_topic=cfg.topics.control_topic, ack_topic=cfg.topics.ack_topic)
+                          KEY, together=together, control_topic=cfg.topics.control_topic,
+                          ack_topic=cfg.topics.ack_topic)
 
 
 def _assert_exactly_once_up_to(cfg: JobConfig, output: TopicReader, produced: int,
