@@ -327,6 +327,8 @@ class Remembered:
     sizes: tuple[tuple[int, float], ...] = ()
     """μ last measured at each size the query ran (units, records/s per unit), oldest first
     (`scaling`)."""
+    batch_cap_per_unit: float = 0.0
+    """The records per unit the batch cap last followed (`_following_cap`); 0: none."""
 
     def after(self, model: QueryModel) -> Remembered:
         """What to remember once `model` was found. μ joins the sizes only when measured apart
@@ -340,7 +342,7 @@ class Remembered:
             BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source)
             if model.rate_samples > 0 else self.cost,
             model.batch_cap if model.batch_cap_source in ("reported", "observed")
-            else self.batch_cap, sizes)
+            else self.batch_cap, sizes, model.batch_cap_per_unit or self.batch_cap_per_unit)
 
 
 def evaluate(
@@ -400,18 +402,25 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
     found = replace(found, cost_measured_by_running_batch=running_batch_measures_cost(
         cost, points, plan, settings, 1 - shed.low_priority_share * shed.fraction),
         scalability=learned(dict(remembered.sizes), settings.scaling_prior_contention),
-        **_following_cap(found, samples[-1], settings))
+        **_following_cap(found, samples[-1], settings, remembered.batch_cap_per_unit))
     return replace(found, arrival_timed_by=BROKER) if from_probes else found
 
 
-def _following_cap(model: QueryModel, newest: TaskMetrics,
-                   settings: ModelSettings) -> dict[str, Any]:
+def _following_cap(model: QueryModel, newest: TaskMetrics, settings: ModelSettings,
+                   per_unit_before: float) -> dict[str, Any]:
     """`batch_cap_per_unit` and `max_batch_cap` when the cap follows the units: only a cap
-    the job reports, with the limit a tuple may raise it to."""
+    the job reports, with the limit a tuple may raise it to.
+
+    The records per unit are the cap's over the units, unless the cap in force is what the
+    previous ratio gives at these units: then that ratio holds. A cap clipped at the job's
+    limit (or rounded) must not lower the ratio for every later size."""
     if (not settings.batch_cap_follows_units or model.batch_cap_source != "reported"
             or newest.max_batch_cap <= 0 or model.units <= 0):
         return {}
-    return {"batch_cap_per_unit": model.batch_cap / model.units,
+    following = replace(model, batch_cap_per_unit=per_unit_before,
+                        max_batch_cap=newest.max_batch_cap)
+    kept = per_unit_before > 0 and following.batch_cap_at(model.units) == model.batch_cap
+    return {"batch_cap_per_unit": per_unit_before if kept else model.batch_cap / model.units,
             "max_batch_cap": newest.max_batch_cap}
 
 

@@ -185,6 +185,21 @@ def test_a_reported_cap_with_its_limit_follows_the_units_unless_the_setting_says
     assert fixed.batch_cap_per_unit == 0 and fixed.batch_cap_at(8) == 4000
 
 
+def test_a_cap_clipped_at_the_jobs_limit_keeps_the_records_per_unit_it_followed() -> None:
+    # 8 units at 2 000 records a unit would be 16 000: the job's limit clipped it to 10 000.
+    clipped = [replace(m, max_batch_cap=10_000) for m in simulate(
+        replace(Job([(0, 300)], 210, 8, max_per_batch=10_000), report_cap=True), 20)]
+    after = evaluate("q1", tuple(clipped), SETTINGS,
+                     remembered=Remembered(batch_cap_per_unit=2000.0))
+    assert isinstance(after, QueryModel)
+    assert after.batch_cap_per_unit == 2000 and after.batch_cap_at(2) == 4000
+    assert Remembered().after(after).batch_cap_per_unit == 2000
+    # A cap set by hand, not what the ratio gives at these units, is the new ratio.
+    by_hand = evaluate("q1", tuple(clipped), SETTINGS,
+                       remembered=Remembered(batch_cap_per_unit=500.0))
+    assert isinstance(by_hand, QueryModel) and by_hand.batch_cap_per_unit == 1250
+
+
 def test_partition_shares_name_the_hot_partition() -> None:
     job = Job([(0, 800)], 210, 2, max_per_batch=500, skew=0.8)
     m = modelled(simulate(job, 30)[-10:])
