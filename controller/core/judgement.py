@@ -164,9 +164,12 @@ def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_m
     state = replace(state, effect_check=None)
     if not backlogged:
         return state
-    def before_at(parallelism: int) -> float:  # the old μ and c, today's batch cap
+    def before_at(parallelism: int) -> float:
+        # The old μ and c, with the batch cap the model gives that size: today's, or the
+        # size's own when the cap follows the units (then the resizing changed it too).
         units = model.units_at(parallelism)
-        return capacity(check.rate_per_unit, units, check.batch_overhead_s, model.batch_cap)
+        return capacity(check.rate_per_unit, units, check.batch_overhead_s,
+                        model.batch_cap_at(units))
 
     measured = model.capacity / before_at(check.current) - 1
     predicted = before_at(check.target) / before_at(check.current) - 1

@@ -54,7 +54,8 @@ class InFlight:
 class EffectCheck:
     """An applied scale-up whose effect on capacity is still to be measured. It keeps μ and c
     rather than capacities: the batch cap may only become known after the change (the first
-    batch cut by it), and before/predicted/measured must be compared under the same cap."""
+    batch cut by it), and before/predicted/measured must be compared under the cap the model
+    gives each size (`QueryModel.batch_cap_at`)."""
 
     current: int
     target: int

@@ -129,6 +129,22 @@ def test_a_shortfall_with_mu_unchanged_is_no_contention_and_is_remembered_as_ine
     assert state.ineffective is not None
 
 
+def test_a_scale_up_whose_batch_cap_grew_with_it_is_judged_against_the_old_sizes_cap(
+        ) -> None:
+    """4 → 12 units with the cap following them, 1 000 → 3 000 records (250 a unit). The
+    overhead grew from 1.5 to 2.5 s a batch: capacity rose from 364/s to 800/s, 60 % of the
+    predicted gain, which is enough. Under today's cap the old size would have made 571/s and
+    the same rise would read as 44 %: ineffective."""
+    check = EffectCheck(current=4, target=12, rate_per_unit=200, batch_overhead_s=1.5)
+    after = model(parallelism=12, units=12, rate_per_unit=200, batch_overhead_s=2.5,
+                  batch_cap=3000, batch_cap_per_unit=250.0, max_batch_cap=100_000)
+    assert judge_effect(ControlState(effect_check=check), after, True, NOW,
+                        POLICY).ineffective is None
+    fixed_cap = replace(after, batch_cap_per_unit=0.0)
+    assert judge_effect(ControlState(effect_check=check), fixed_cap, True, NOW,
+                        POLICY).ineffective is not None
+
+
 def test_a_scale_up_that_cleared_the_backlog_is_never_judged_ineffective() -> None:
     check = EffectCheck(4, 12, 200, 1.5)
     weak = model(parallelism=12, units=12, rate_per_unit=50)
