@@ -180,6 +180,18 @@ def measuring_cost(model: QueryModel, causes: Sequence[str], inflow: Inflow = NO
             and model.recent_throughput >= KEPT_UP_SHARE * model.arrival_rate)
 
 
+def unsure_capacity(model: QueryModel, causes: Sequence[str]) -> str | None:
+    """What the query's capacity lacks to bear a resizing on its upstreams' forecast alone
+    (no backlog of its own: `causes` is only 'upstream'); None when it can. μ measured with
+    no per-batch cost told apart is a lower bound: a cheap job's batches, small and alike,
+    put it anywhere from a tenth of its real rate up, and the forecast's extra units would
+    be spent on that gap. Its own backlog, or a fitted cost, is the evidence it waits for."""
+    if list(causes) != ["upstream"] or model.overhead_source != "assumed_zero":
+        return None
+    return (f"{units(model.units)} × {num(model.rate_per_unit)}/s is a lower bound, measured on "
+            "batches too alike to tell their fixed cost from their records")
+
+
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
     """A scale-down candidate: utilisation (overhead included) under low water, no backlog;
     and the peak its repeating load reaches within the lead under low water too, so a size
@@ -237,6 +249,11 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                         "batches too alike to tell their fixed cost from their records; the "
                         "running batch, larger than any measured, tells them apart when it "
                         "reports: decided then", model.figures())
+        unsure = unsure_capacity(model, causes)
+        if unsure is not None:
+            return Hold(f"not backlogged itself ({pressure(model, inflow, inflow_from)}), and "
+                        f"{unsure}: not resized on the forecast alone; waiting for its own "
+                        "backlog or a fitted per-batch cost", model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
     if model.shedding.active and settings.shed_at_ceiling:  # lifted before any scale-down
         lifted = lift(model, settings)

@@ -8,9 +8,10 @@ controller starts), runs a steady load at a third of the smaller, then steps the
 the middle job's capacity and at least STEP_OVER_LAST × the last job's. The last job's check
 costs half the middle job's model call, so at its size it keeps up with all the middle job can
 send now: only the middle job's resizing makes it need more, which the controller must
-foresee. It must size the middle job and the one after it
-in the same round (the last one for what the middle one will pass on), both acks must say
-applied, and a `read_committed` reader must find every click exactly once in the last topic.
+foresee. It must size the middle job and the one after it, the last one for what the middle
+one will pass on only where its own estimate bears it (a per-batch cost told apart from its
+records), else once its own backlog is the evidence; both acks must say applied, and a
+`read_committed` reader must find every click exactly once in the last topic.
 Garbage on the JSON job's and on the Avro job's input goes to their dead-letter topics, with
 the reason in words. The three jobs are started as the guide starts them (no metrics port
 given): each serves its own metrics endpoint.
@@ -109,7 +110,7 @@ def burst(bootstrap: str, topic: str, ledger: ClickLedger, count: int, run: int)
     clicks(bootstrap, topic, ledger, RateProfile("constant", 4000, 4000, 0), count / 4000, run)
 
 
-def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_nothing(
+def test_a_load_step_resizes_the_middle_job_and_the_next_on_evidence_and_loses_nothing(
         bootstrap_servers: str, topics: dict[str, str], pipeline: list[Child],
         tmp_path: Path) -> None:
     t = topics
@@ -147,20 +148,20 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_in_one_round_and_loses_
         watch.until(lambda: bool(watch.sent()), STEADY_S + 150, "a control tuple after the step")
         sent_after_s = time.monotonic() - step_at
         assert sent_after_s > 0, f"a tuple before the step: {_decisions(watch.decisions)}"
-        # A round's tuples are written one after the other: wait for both jobs' first, then
-        # check they came from one round (the first tuple's alone may be all that was read).
-        watch.until(lambda: {d.query_id for d in watch.sent()} >= {SESSIONS, ALERTS}, 150,
+        watch.until(lambda: {d.query_id for d in watch.sent()} >= {SESSIONS, ALERTS}, 240,
                     "a control tuple for the middle job and for the last one")
-        first = watch.sent()[0]
-        round_one = {d.query_id: d for d in watch.sent()
-                     if d.decided_at_ms == first.decided_at_ms}
-        assert set(round_one) == {SESSIONS, ALERTS}, (
-            f"capacity measured {measured}, step to {step_rate:.0f}/s\n"
-            f"{_decisions(watch.decisions)}\n{_status(tmp_path / 'controller.log', ALERTS)}")
-        sessions, alerts = round_one[SESSIONS], round_one[ALERTS]
+        sessions, alerts = (next(d for d in watch.sent() if d.query_id == q)
+                            for q in (SESSIONS, ALERTS))
+        context = (f"capacity measured {measured}, step to {step_rate:.0f}/s\n"
+                   f"{_decisions(watch.decisions)}\n"
+                   f"{_status(tmp_path / 'controller.log', ALERTS)}")
         assert sessions.parameter == "state_partitions" and int(sessions.target_value) > 2
         assert alerts.parameter == "input_parallelism" and int(alerts.target_value) > 2
-        assert alerts.figures.get("inflow", 0.0) > 0, alerts.figures  # what sessions will send
+        # Resized ahead of its own backlog only on a cost told apart (c > 0: fitted, or
+        # remembered from a fit); otherwise its own backlog is the evidence.
+        f = alerts.figures
+        assert (f["batch_overhead_s"] > 0 or f["backlog"] > 1000
+                or f["backlog_trend"] > 50), context
         watch.until(lambda: {a.control_id for a in watch.applied()}
                     >= {sessions.control_id, alerts.control_id}, 240, "both tuples applied")
     finally:

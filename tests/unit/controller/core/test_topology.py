@@ -30,8 +30,8 @@ def model(**changes: Any) -> QueryModel:
         query_id="c", samples=10, config_epoch=0, arrival_rate=100, throughput=100,
         busy_ratio=0.5, rate_per_unit=150, parallelism=2, units=2, source_partitions=2,
         task_slots=16, backlog_records=0, backlog_trend_records_per_s=0, time_to_drain_s=0,
-        batch_overhead_s=1.5, batch_cap=2000, recent_throughput=100, source_topics=("b-out",),
-        sink_topics=("out",))
+        batch_overhead_s=1.5, overhead_source="fit", batch_cap=2000, recent_throughput=100,
+        source_topics=("b-out",), sink_topics=("out",))
     return replace(base, **changes)
 
 

@@ -205,19 +205,40 @@ def test_a_silent_query_is_reported_lost_once_and_never_scaled() -> None:
     assert h.loop.queries["q1"].verdict.action != "lost" and h.observer.lost_now == []
 
 
-def test_a_pipeline_gets_all_its_tuples_in_one_cycle() -> None:
-    """b is the bottleneck; c sees only what b lets through but is sized for what b will
-    send once resized, in the same cycle."""
-    h = Harness()
+def pipeline(c_rates: list[tuple[float, float]]) -> list[TaskMetrics]:
+    """b is the bottleneck (600/s into 2 × 100/s); c, of 2 × 200/s, sees only what b lets
+    through, at `c_rates`."""
     b = Job(rates=[(0, 600)], per_unit=100, parallelism=2, max_per_batch=500, query_id="b",
             source_topic="a-out", sink_topic="b-out")
-    c = Job(rates=[(0, 200)], per_unit=200, parallelism=2, max_per_batch=500, query_id="c",
-            source_topic="b-out", sink_topic="out")
-    trace = sorted(simulate(b, 30) + simulate(c, 30), key=lambda s: s.batch_end_ms)
-    h.feed(trace)
+    c = Job(rates=c_rates, per_unit=200, parallelism=2, max_per_batch=500, overhead_s=0.3,
+            query_id="c", source_topic="b-out", sink_topic="out")
+    return sorted(simulate(b, 30) + simulate(c, 30), key=lambda s: s.batch_end_ms)
+
+
+def test_a_pipeline_gets_all_its_tuples_in_one_cycle() -> None:
+    """c's batches of 60 and then 200 records tell its per-batch cost from its records: it is
+    sized for what b will send once resized, in the same cycle as b."""
+    h = Harness()
+    h.feed(pipeline([(0, 60), (15, 200)]))
     sent = {control.query_id: int(control.value) for control in h.bus.sent_controls()}
     assert set(sent) == {"b", "c"} and sent["c"] > 2
     assert "b will send" in h.bus.sent_controls()[-1].reason
+
+
+def test_a_reader_whose_cost_is_a_lower_bound_waits_for_its_own_backlog() -> None:
+    """c's batches are all alike: its μ is a lower bound, and b's forecast alone resizes
+    nothing of it. Once what b sends backs c up, c is resized for its own backlog."""
+    h = Harness()
+    h.feed(pipeline([(0, 200)]))
+    assert {control.query_id for control in h.bus.sent_controls()} == {"b"}
+    held = h.loop.queries["c"].verdict
+    assert held.action == "hold" and held.reason.endswith(
+        "not resized on the forecast alone; waiting for its own backlog or a fitted per-batch "
+        "cost")
+    h.feed(simulate(Job(rates=[(0, 600)], per_unit=200, parallelism=2, max_per_batch=500,
+                        overhead_s=0.3, query_id="c", source_topic="b-out", sink_topic="out"),
+                    30, start_s=31, first_batch=100), cycles=3)
+    assert [control.query_id for control in h.bus.sent_controls()] == ["b", "c"]
 
 
 def test_a_recommendation_is_recorded_once_and_counted() -> None:
