@@ -109,6 +109,12 @@ class ModelSettings:
     much as the first (0: they would bring 16), so a step asks for more units rather than
     taking a second step."""
 
+    scaling_history_s: float = 86_400.0
+    """How far back a new leader reads the decision log for μ at each size a query ran (the
+    figures of its decisions), so a controller started afresh knows what more units did
+    rather than start again from the prior. The log holds actions and advice only: a day of
+    it is small."""
+
     batch_cap_follows_units: bool = True
     """A query's batch cap (max_offsets_per_trigger) is resized with its units, in the same
     tuple, keeping the records per unit of a batch the job reports: with a fixed cap, more
@@ -146,6 +152,8 @@ class ModelSettings:
         _check(0 <= self.scaling_prior_contention <= 1,
                "model.scaling_prior_contention must be in [0, 1], got "
                f"{self.scaling_prior_contention}")
+        _check(math.isfinite(self.scaling_history_s) and self.scaling_history_s >= 0,
+               f"model.scaling_history_s must be a number >= 0, got {self.scaling_history_s}")
         _check(math.isfinite(self.overhead_fit_min_spread) and self.overhead_fit_min_spread > 1,
                f"model.overhead_fit_min_spread must be > 1, got {self.overhead_fit_min_spread}")
         _positive("model.overhead_fit_max_slope_error", self.overhead_fit_max_slope_error)

@@ -330,6 +330,14 @@ class Remembered:
     batch_cap_per_unit: float = 0.0
     """The records per unit the batch cap last followed (`_following_cap`); 0: none."""
 
+    def with_recorded(self, sizes: tuple[tuple[int, float], ...]) -> Remembered:
+        """These memories over the sizes a decision log recorded (`recovery.recorded_sizes`):
+        what this instance measured itself is newer, and wins."""
+        merged = dict(sizes)
+        for units, rate in self.sizes:
+            merged = remember(merged, units, rate)
+        return replace(self, sizes=tuple(merged.items()))
+
     def after(self, model: QueryModel) -> Remembered:
         """What to remember once `model` was found. μ joins the sizes only when measured apart
         from the overhead (fitted, or with one fitted before): a lower bound would read as

@@ -9,6 +9,8 @@ the metrics windows (the metrics consumer reads the last window back from the to
 memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect)
 and a knob change still to follow applied executors (the query is sized afresh after the
 cooldown, with the slots its metrics then show).
+What more units did (μ at each size a query ran, `scaling`) is rebuilt from the figures of
+its decisions (`recorded_sizes`).
 Neighbours: `kafka.history` reads the topics; `app` seeds the loop with the result.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from controller.core.scaling import remember
 from controller.core.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
 from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS
@@ -38,6 +41,8 @@ class Recovered:
     promoted: dict[str, str] = field(default_factory=dict)
     """Per query, the instance its last tuple promoted, when that promotion was applied (the
     loop then counts its standbys as if it had seen the ack)."""
+    sizes: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    """Per query, μ at each size its decisions recorded, oldest first (`Remembered.sizes`)."""
 
 
 def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
@@ -58,7 +63,21 @@ def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
         if (latest.parameter == ACTIVE_INSTANCE and ack is not None
                 and ack.outcome is Outcome.APPLIED):
             promoted[query_id] = latest.value
-    return Recovered(states, tuple(summary), promoted)
+    return Recovered(states, tuple(summary), promoted, recorded_sizes(history.decisions))
+
+
+def recorded_sizes(decisions: tuple[Decision, ...]) -> dict[str, tuple[tuple[int, float], ...]]:
+    """Per query, μ at each size from its decisions' figures, the newest per size; only μ
+    measured apart from a per-batch cost (c > 0: fitted or remembered), as the live model
+    keeps it (`Remembered.after`)."""
+    found: dict[str, dict[int, float]] = {}
+    for d in sorted(decisions, key=lambda d: d.decided_at_ms):
+        f = d.figures
+        units, rate = int(f.get("units", 0)), f.get("processing_rate_per_unit", 0.0)
+        if (units > 0 and rate > 0 and f.get("rate_samples", 0) > 0
+                and f.get("batch_overhead_s", 0) > 0):
+            found[d.query_id] = remember(found.get(d.query_id, {}), units, rate)
+    return {query_id: tuple(sizes.items()) for query_id, sizes in found.items()}
 
 
 def answer(t: ControlTuple, acks: tuple[Ack, ...]) -> Ack | None:

@@ -78,7 +78,9 @@ class KafkaLeadership:
         span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
                                      cooldown_s=settings.policy.cooldown_s) * 1000)
         try:
-            history = read_history(settings.kafka, now_ms - span_ms, self._on_error)
+            sizes_ms = int(settings.model.scaling_history_s * 1000)
+            history = read_history(settings.kafka, now_ms - span_ms, self._on_error,
+                                   decisions_since_ms=now_ms - sizes_ms)
         except KafkaSetupError as exc:
             raise TemporaryError(f"cannot read what earlier leaders did: {exc}") from exc
         return recover(history, now_ms, issuer=settings.issuer,
