@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
@@ -28,9 +35,11 @@ from streaming_jobs.runtime.sink.transactional_kafka import Fault, record_fault,
 
 log = logging.getLogger(__name__)
 
-ASSIGN_PIN_TIMEOUT_S = 60.0
-"""How long an assignment keeps asking for a partition's end offset to start there."""
+ASSIGN_PIN_TIMEOUT_S = 10.0
+"""How long an assignment (the rebalance callback, inside a poll) keeps asking for its
+partitions' end offsets to start there; the polls after it go on asking (`_pin_unpinned`)."""
 ASSIGN_RETRY_S = 0.5
+"""Pause between two such asks."""
 R = TypeVar("R", bound=_Record)
 
 
@@ -179,6 +188,10 @@ class TypedConsumer(Generic[R]):
         """Set once this consumer first holds a partition."""
         self._next: dict[tuple[str, int], int] = {}
         """Per partition, the offset after the last message returned."""
+        self._unpinned: set[tuple[str, int]] = set()
+        """Partitions first assigned while the broker could not say their end: read from the
+        end as the first fetch finds it, and not held until `_pin_unpinned` pinned them."""
+        self._pin_again_at = 0.0
         self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)
 
@@ -186,25 +199,57 @@ class TypedConsumer(Generic[R]):
         # First assignment: pin "latest" to the high watermark now, so a tuple produced after
         # `assigned` is set is never skipped by a later, lazy offset reset. A later one (the
         # group rejoined, e.g. after a broker restart) resumes where this consumer was:
-        # pinning again would skip the tuples sent meanwhile.
+        # pinning again would skip the tuples sent meanwhile. The callback must not raise:
+        # the exception would end the polling thread and leave the assignment half made.
+        deadline = time.monotonic() + ASSIGN_PIN_TIMEOUT_S
         for tp in partitions:
-            position = self._next.get((tp.topic, tp.partition))
+            key = (tp.topic, tp.partition)
+            position = self._next.get(key)
             if position is None:
-                position = _end_offset(consumer, tp)
-            if position is not None:
+                position = _end_offset(consumer, tp, deadline)
+            if position is None:
+                tp.offset = OFFSET_END  # not the group's committed offset: no old tuples
+                self._unpinned.add(key)
+            else:
                 # Where it starts is where it was, even before it returned a message: a
                 # rejoin before the first tuple arrived must not pin "latest" past it.
-                self._next[(tp.topic, tp.partition)] = position
+                self._next[key] = position
                 tp.offset = position
         consumer.assign(partitions)
-        if partitions:
+        self._report_held(bool(partitions))
+
+    def _report_held(self, has_partitions: bool) -> None:
+        held = has_partitions and not self._unpinned
+        if held:
             self.assigned.set()
-        self._on_assignment(bool(partitions))
+        self._on_assignment(held)
 
     def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self._unpinned.clear()
         self._on_assignment(False)  # the library unassigns them after this returns
 
+    def _pin_unpinned(self, consumer: Consumer) -> None:
+        """Ask again, at most every `ASSIGN_RETRY_S`, for the end of each partition the
+        assignment could not pin, and start there; held once none is left."""
+        if not self._unpinned or time.monotonic() < self._pin_again_at:
+            return
+        self._pin_again_at = time.monotonic() + ASSIGN_RETRY_S
+        for key in sorted(self._unpinned):
+            end = _end_offset(consumer, TopicPartition(*key), deadline=0.0)
+            if end is None:
+                continue
+            try:
+                consumer.seek(TopicPartition(key[0], key[1], end))
+            except KafkaException as exc:
+                log.info("control consumer: cannot start %s[%d] at %d yet (%s)", *key, end, exc)
+                continue
+            self._next[key] = end
+            self._unpinned.discard(key)
+        if not self._unpinned:
+            self._report_held(True)
+
     def poll(self, timeout_s: float) -> R | DecodeError | None:
+        self._pin_unpinned(self._consumer)
         msg = self._consumer.poll(timeout_s)
         if msg is None:
             return None
@@ -215,6 +260,10 @@ class TypedConsumer(Generic[R]):
             return None
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         self._next[(topic, partition)] = offset + 1
+        if (topic, partition) in self._unpinned:  # its position is known now
+            self._unpinned.discard((topic, partition))
+            if not self._unpinned:
+                self._report_held(True)
         return self._decode(msg.value(), topic, partition, offset)
 
     def topic_exists(self, topic: str, timeout_s: float = 5.0) -> bool:
@@ -237,26 +286,24 @@ class TypedConsumer(Generic[R]):
         self._consumer.close()
 
 
-def _end_offset(consumer: Consumer, tp: TopicPartition) -> int | None:
-    """`tp`'s end offset, asked again while the broker answers with a passing error (a
-    partition whose leader is still being elected, a broker coming back). None when it never
-    answers in `ASSIGN_PIN_TIMEOUT_S`: the partition then starts at the group's committed
-    offset, or "latest" as the first fetch finds it. The rebalance callback must not raise: the
-    exception would end the control thread and leave the assignment half made."""
-    timeout_s = ASSIGN_PIN_TIMEOUT_S
-    deadline = time.monotonic() + timeout_s
+def _end_offset(consumer: Consumer, tp: TopicPartition, deadline: float) -> int | None:
+    """`tp`'s end offset, asked again until the `time.monotonic()` `deadline` while the broker
+    cannot say it (a partition whose leader is still being elected, a broker coming back);
+    at least once. None when it never did."""
     while True:
+        remaining = deadline - time.monotonic()
         try:
-            return int(consumer.get_watermark_offsets(tp, timeout=10.0)[1])
-        except KafkaException as exc:
-            if time.monotonic() >= deadline:
-                log.warning("control consumer: no end offset of %s[%d] in %.0f s (%s): it "
-                            "starts at the committed offset, or the end when first fetched",
-                            tp.topic, tp.partition, timeout_s, exc)
-                return None
-            log.info("control consumer: end offset of %s[%d] not known yet (%s): asking again",
-                     tp.topic, tp.partition, exc)
-            time.sleep(ASSIGN_RETRY_S)
+            found = consumer.get_watermark_offsets(tp, timeout=min(5.0, max(1.0, remaining)))
+            problem: object = "no answer"
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: consumer closed
+            found, problem = None, exc
+        if found is not None:
+            return int(found[1])
+        if time.monotonic() + ASSIGN_RETRY_S >= deadline:
+            log.info("control consumer: end offset of %s[%d] not known yet (%s)",
+                     tp.topic, tp.partition, problem)
+            return None
+        time.sleep(ASSIGN_RETRY_S)
 
 
 class KafkaLogRanges:

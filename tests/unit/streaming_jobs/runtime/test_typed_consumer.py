@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
 
 from schemas import ControlTuple
 from streamctl.security.kafka import PLAINTEXT
@@ -22,6 +22,7 @@ class SettlingBroker:
         self.failures, self.end = failures, end
         self.asked = 0
         self.assigned: list[tuple[str, int, int]] = []
+        self.sought: list[tuple[str, int, int]] = []
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
         self.asked += 1
@@ -32,11 +33,19 @@ class SettlingBroker:
     def assign(self, partitions: list[TopicPartition]) -> None:
         self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in partitions]
 
+    def seek(self, tp: TopicPartition) -> None:
+        self.sought.append((tp.topic, tp.partition, tp.offset))
+
 
 @pytest.fixture
-def consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[TypedConsumer[ControlTuple]]:
+def held() -> list[bool]:
+    return []
+
+
+@pytest.fixture
+def consumer(monkeypatch: pytest.MonkeyPatch,
+             held: list[bool]) -> Iterator[TypedConsumer[ControlTuple]]:
     monkeypatch.setattr(kafka, "ASSIGN_RETRY_S", 0.0)
-    held: list[bool] = []
     c = TypedConsumer("127.0.0.1:9", "control", "unit", ControlTuple, PLAINTEXT,
                       on_assignment=held.append)
     try:
@@ -46,20 +55,27 @@ def consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[TypedConsumer[ControlT
 
 
 def test_an_assignment_waits_out_a_partition_without_a_leader_and_starts_at_its_end(
-        consumer: TypedConsumer[ControlTuple]) -> None:
+        consumer: TypedConsumer[ControlTuple], held: list[bool]) -> None:
     broker = SettlingBroker(failures=3)
     consumer._on_assign(broker, [TopicPartition("control", 0)])  # type: ignore[arg-type]
     assert broker.assigned == [("control", 0, 42)]
-    assert consumer.assigned.is_set()
+    assert consumer.assigned.is_set() and held == [True]
 
 
-def test_an_end_offset_never_known_still_assigns_the_partition_without_raising(
-        consumer: TypedConsumer[ControlTuple], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_end_not_known_in_time_is_pinned_by_a_later_poll_and_only_then_held(
+        consumer: TypedConsumer[ControlTuple], held: list[bool],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kafka, "ASSIGN_PIN_TIMEOUT_S", 0.0)
-    broker = SettlingBroker(failures=10**6)
+    broker = SettlingBroker(failures=2, end=42)
     consumer._on_assign(broker, [TopicPartition("control", 0)])  # type: ignore[arg-type]
-    # Left unpinned (the library's "invalid" offset): the group's committed offset or the end.
-    assert broker.assigned == [("control", 0, TopicPartition("control", 0).offset)]
+    # Read from the end as the first fetch finds it, never from the group's committed offset.
+    assert broker.assigned == [("control", 0, OFFSET_END)]
+    assert not consumer.assigned.is_set() and held == [False]
+    consumer._pin_unpinned(broker)  # type: ignore[arg-type]  # the broker still settling
+    assert broker.sought == [] and not consumer.assigned.is_set()
+    consumer._pin_unpinned(broker)  # type: ignore[arg-type]
+    assert broker.sought == [("control", 0, 42)]
+    assert consumer.assigned.is_set() and held == [False, True]
 
 
 def test_a_reassignment_resumes_where_the_consumer_was_without_asking_the_broker(
