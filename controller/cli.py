@@ -1,9 +1,9 @@
 """The `controller run` command, and the one place settings are read from args and env vars.
 
 Owns the mapping from `ControllerSettings` fields to options and environment variables
-(`streamctl.options`, the loader the job shares). Every field becomes `--<name>` (help text = the
-field's docstring in `settings`), read in this order: the option, its environment variable, the
-field's default. The root `streamctl` parser calls
+(`streamctl.options`, the loader the job shares). Every field but a secret becomes `--<name>`
+(help text = the field's docstring in `settings`), read in this order: the option, its
+environment variable, the field's default. The root `streamctl` parser calls
 `add_controller_commands`; `python -m controller run` uses `add_run_command` directly.
 """
 

@@ -152,8 +152,9 @@ class ModelSettings:
         _check(0 <= self.scaling_prior_contention <= 1,
                "model.scaling_prior_contention must be in [0, 1], got "
                f"{self.scaling_prior_contention}")
-        _check(math.isfinite(self.scaling_history_s) and self.scaling_history_s >= 0,
-               f"model.scaling_history_s must be a number >= 0, got {self.scaling_history_s}")
+        _check(0 <= self.scaling_history_s <= 30 * 86_400,
+               "model.scaling_history_s must be in [0, 2592000] (30 days), got "
+               f"{self.scaling_history_s}")
         _check(math.isfinite(self.overhead_fit_min_spread) and self.overhead_fit_min_spread > 1,
                f"model.overhead_fit_min_spread must be > 1, got {self.overhead_fit_min_spread}")
         _positive("model.overhead_fit_max_slope_error", self.overhead_fit_max_slope_error)
@@ -394,8 +395,8 @@ class KafkaSettings:
 
     control_key: str = field(default="", repr=False)
     """Shared secret every control tuple is signed with (HMAC-SHA256); the jobs reject tuples
-    not signed with it. Prefer STREAMCTL_CONTROL_KEY_FILE (e.g. a Docker secret) to the option,
-    which `ps` shows. Required unless dry_run."""
+    not signed with it. Read from its variable (or STREAMCTL_CONTROL_KEY_FILE, e.g. a Docker
+    secret) only: an option would show in `ps`. Required unless dry_run."""
 
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
     """How every client of the controller authenticates to Kafka; only from the

@@ -58,6 +58,12 @@ def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def send_command(args: argparse.Namespace) -> int:
+    named = [args.parameter, *(s.parameter for s in args.together)]
+    twice = sorted({p for p in named if named.count(p) > 1})
+    if twice:  # the job would refuse the tuple; say so before signing and sending it
+        print(f"job send: {', '.join(twice)} set twice (--parameter, --together): a tuple "
+              "sets each knob once", file=sys.stderr)
+        return 2
     try:
         key = auth.key_from_env()
     except auth.ControlKeyError as exc:

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from schemas.records import Setting
-from streaming_jobs.send_cli import add_send_command
+from streaming_jobs.send_cli import add_send_command, send_command
 
 BASE = ["send", "--query-id", "q", "--parameter", "input_parallelism", "--value", "8"]
 
@@ -27,8 +27,15 @@ def test_each_together_is_a_setting_in_the_order_given() -> None:
 
 
 @pytest.mark.parametrize("text", ["max_offsets_per_trigger", "=6000"])
-def test_a_together_without_parameter_and_value_is_refused_by_name(
+def test_a_together_lacking_its_parameter_or_its_equals_sign_is_refused_by_name(
         text: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse([*BASE, "--together", text])
     assert f"{text!r} is not PARAMETER=VALUE" in capsys.readouterr().err
+
+
+def test_a_knob_set_twice_is_refused_before_anything_is_sent(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse([*BASE, "--together", "input_parallelism=4"])
+    assert send_command(args) == 2
+    assert "input_parallelism set twice" in capsys.readouterr().err
