@@ -176,6 +176,7 @@ class QueryModel:
             "max_executors": float(self.max_executors),
             "contention": self.scalability.contention,
             "contention_sizes": float(self.scalability.sizes),
+            "batch_cap_per_unit": self.batch_cap_per_unit,
         } | self._arrival_departures() | self._objective_figures() | self._forecast_figures()
 
     def standings(self) -> tuple[Standing, ...]:
@@ -330,13 +331,16 @@ class Remembered:
     batch_cap_per_unit: float = 0.0
     """The records per unit the batch cap last followed (`_following_cap`); 0: none."""
 
-    def with_recorded(self, sizes: tuple[tuple[int, float], ...]) -> Remembered:
-        """These memories over the sizes a decision log recorded (`recovery.recorded_sizes`):
-        what this instance measured itself is newer, and wins."""
-        merged = dict(sizes)
+    def with_recorded(self, recorded: Remembered) -> Remembered:
+        """These memories over what a decision log recorded (`recovery.recorded_memories`):
+        what this instance measured while it watched is at least as new, and wins."""
+        merged = dict(recorded.sizes)
         for units, rate in self.sizes:
             merged = remember(merged, units, rate)
-        return replace(self, sizes=tuple(merged.items()))
+        return Remembered(
+            self.overhead_s if self.overhead_s is not None else recorded.overhead_s,
+            self.cost or recorded.cost, self.batch_cap or recorded.batch_cap,
+            tuple(merged.items()), self.batch_cap_per_unit or recorded.batch_cap_per_unit)
 
     def after(self, model: QueryModel) -> Remembered:
         """What to remember once `model` was found. μ joins the sizes only when measured apart
@@ -455,7 +459,9 @@ def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCo
     arrivals and still no rows the query is not idle but stuck, and nothing sizes it."""
     if remembered is None or arrival.rate > 0 or arrival.pending_rate:
         return None
-    return BatchCost(remembered.overhead_s, remembered.per_unit, "remembered")
+    # A μ that was a lower bound (no cost told apart) stays one: it is no better remembered.
+    source = remembered.source if remembered.source == "assumed_zero" else "remembered"
+    return BatchCost(remembered.overhead_s, remembered.per_unit, source)
 
 
 def arrival_intervals(from_batches: list[Interval],

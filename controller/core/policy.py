@@ -251,9 +251,10 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                         "reports: decided then", model.figures())
         unsure = unsure_capacity(model, causes)
         if unsure is not None:
-            return Hold(f"not backlogged itself ({pressure(model, inflow, inflow_from)}), and "
-                        f"{unsure}: not resized on the forecast alone; waiting for its own "
-                        "backlog or a fitted per-batch cost", model.figures())
+            return Hold(f"its own backlog does not call for more units "
+                        f"({pressure(model, inflow, inflow_from)}), and {unsure}: not resized "
+                        "on the forecast alone; waiting for its own backlog or a fitted "
+                        "per-batch cost", model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
     if model.shedding.active and settings.shed_at_ceiling:  # lifted before any scale-down
         lifted = lift(model, settings)

@@ -157,10 +157,10 @@ def test_a_load_step_resizes_the_middle_job_and_the_next_on_evidence_and_loses_n
                    f"{_status(tmp_path / 'controller.log', ALERTS)}")
         assert sessions.parameter == "state_partitions" and int(sessions.target_value) > 2
         assert alerts.parameter == "input_parallelism" and int(alerts.target_value) > 2
-        # Resized ahead of its own backlog only on a cost told apart (c > 0: fitted, or
-        # remembered from a fit); otherwise its own backlog is the evidence.
+        # Resized ahead of its own backlog only on a cost told apart (fitted, or remembered
+        # from a fit: c > 0); otherwise its own backlog is the evidence.
         f = alerts.figures
-        assert (f["batch_overhead_s"] > 0 or f["backlog"] > 1000
+        assert (f["overhead_fitted"] == 1 or f["batch_overhead_s"] > 0 or f["backlog"] > 1000
                 or f["backlog_trend"] > 50), context
         watch.until(lambda: {a.control_id for a in watch.applied()}
                     >= {sessions.control_id, alerts.control_id}, 240, "both tuples applied")

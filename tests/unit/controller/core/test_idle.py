@@ -75,6 +75,11 @@ def test_a_query_with_arrivals_and_no_rows_is_stuck_not_idle() -> None:
     assert idle_cost(ArrivalEstimate(0.0, T0_MS), None) is None
 
 
+def test_a_remembered_lower_bound_stays_a_lower_bound() -> None:
+    bound = BatchCost(0.0, 100.0, "assumed_zero")
+    assert idle_cost(ArrivalEstimate(0.0, T0_MS), bound) == bound
+
+
 def test_an_over_provisioned_query_is_sized_down_in_at_most_two_steps() -> None:
     """150/s needs 3 units of 100/s at 70 %; with 0.3 s of overhead in every small batch and
     batches of one size (no fit), μ reads lower, so the model may keep a few more."""

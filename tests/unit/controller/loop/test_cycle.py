@@ -239,6 +239,9 @@ def test_a_reader_whose_cost_is_a_lower_bound_waits_for_its_own_backlog() -> Non
                         overhead_s=0.3, query_id="c", source_topic="b-out", sink_topic="out"),
                     30, start_s=31, first_batch=100), cycles=3)
     assert [control.query_id for control in h.bus.sent_controls()] == ["b", "c"]
+    [resized] = [d for d in h.bus.written_decisions()
+                 if d.query_id == "c" and d.action == "scale_up"]
+    assert resized.figures["backlog"] > SETTINGS.policy.backlog_floor_records
 
 
 def test_a_recommendation_is_recorded_once_and_counted() -> None:
