@@ -9,8 +9,9 @@ the metrics windows (the metrics consumer reads the last window back from the to
 memory of ineffective scale-ups (it is re-learned from the next scale-up's measured effect)
 and a knob change still to follow applied executors (the query is sized afresh after the
 cooldown, with the slots its metrics then show).
-What more units did (μ at each size a query ran, `scaling`) is rebuilt from the figures of
-its decisions (`recorded_sizes`).
+What the model carries between evaluations (`model.Remembered`: μ at each size a query ran, the
+fitted per-batch cost, the batch cap's records per unit) is rebuilt from the figures of its
+decisions over a longer span (`recorded_memories`).
 Neighbours: `kafka.history` reads the topics; `app` seeds the loop with the result.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from controller.core.model import Remembered
 from controller.core.scaling import remember
 from controller.core.state import ControlState, EffectCheck, InFlight
 from schemas import Ack, ControlTuple, Decision, Outcome
@@ -41,8 +43,8 @@ class Recovered:
     promoted: dict[str, str] = field(default_factory=dict)
     """Per query, the instance its last tuple promoted, when that promotion was applied (the
     loop then counts its standbys as if it had seen the ack)."""
-    sizes: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    """Per query, μ at each size its decisions recorded, oldest first (`Remembered.sizes`)."""
+    remembered: dict[str, Remembered] = field(default_factory=dict)
+    """Per query, what its decisions' figures say of its model (`recorded_memories`)."""
 
 
 def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
@@ -63,21 +65,29 @@ def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
         if (latest.parameter == ACTIVE_INSTANCE and ack is not None
                 and ack.outcome is Outcome.APPLIED):
             promoted[query_id] = latest.value
-    return Recovered(states, tuple(summary), promoted, recorded_sizes(history.decisions))
+    return Recovered(states, tuple(summary), promoted)
 
 
-def recorded_sizes(decisions: tuple[Decision, ...]) -> dict[str, tuple[tuple[int, float], ...]]:
-    """Per query, μ at each size from its decisions' figures, the newest per size; only μ
-    measured apart from a per-batch cost (c > 0: fitted or remembered), as the live model
-    keeps it (`Remembered.after`)."""
-    found: dict[str, dict[int, float]] = {}
+def recorded_memories(decisions: tuple[Decision, ...]) -> dict[str, Remembered]:
+    """Per query, from its decisions' figures, oldest first: μ at each size (the newest per
+    size, and only a μ measured apart from a per-batch cost, as `Remembered.after` keeps it),
+    the newest fitted cost and the batch cap's newest records per unit."""
+    found: dict[str, Remembered] = {}
     for d in sorted(decisions, key=lambda d: d.decided_at_ms):
-        f = d.figures
+        f, memory = d.figures, found.get(d.query_id, Remembered())
+        fitted = f.get("overhead_fitted", 0.0) == 1.0
         units, rate = int(f.get("units", 0)), f.get("processing_rate_per_unit", 0.0)
         if (units > 0 and rate > 0 and f.get("rate_samples", 0) > 0
-                and f.get("batch_overhead_s", 0) > 0):
-            found[d.query_id] = remember(found.get(d.query_id, {}), units, rate)
-    return {query_id: tuple(sizes.items()) for query_id, sizes in found.items()}
+                and (fitted or f.get("batch_overhead_s", 0.0) > 0)):
+            memory = replace(memory, sizes=tuple(remember(dict(memory.sizes), units,
+                                                          rate).items()))
+        if fitted:
+            memory = replace(memory, overhead_s=f.get("batch_overhead_s", 0.0))
+        if f.get("batch_cap_per_unit", 0.0) > 0:
+            memory = replace(memory, batch_cap_per_unit=f["batch_cap_per_unit"])
+        if memory != Remembered():
+            found[d.query_id] = memory
+    return found
 
 
 def answer(t: ControlTuple, acks: tuple[Ack, ...]) -> Ack | None:

@@ -33,19 +33,16 @@ R = TypeVar("R", bound=_Record)
 
 
 def read_history(settings: KafkaSettings, since_ms: int, on_decode_error: OnDecodeError,
-                 timeout_s: float = 30.0, decisions_since_ms: int | None = None) -> History:
-    """Every control tuple still on the (compacted) control topic, the acks stamped at or
-    after `since_ms`, and the decisions at or after `decisions_since_ms` (default
-    `since_ms`)."""
+                 timeout_s: float = 30.0) -> History:
+    """Every control tuple still on the (compacted) control topic, and the acks and decisions
+    stamped at or after `since_ms`."""
     return History(
         tuples=tuple(read_until_end(settings, settings.control_topic,
                                     ControlTuple, None, on_decode_error, timeout_s)),
         acks=tuple(read_until_end(settings, settings.ack_topic, Ack,
                                   since_ms, on_decode_error, timeout_s)),
-        decisions=tuple(read_until_end(
-            settings, settings.decisions_topic, Decision,
-            since_ms if decisions_since_ms is None else min(since_ms, decisions_since_ms),
-            on_decode_error, timeout_s)))
+        decisions=tuple(read_until_end(settings, settings.decisions_topic,
+                                       Decision, since_ms, on_decode_error, timeout_s)))
 
 
 def read_until_end(settings: KafkaSettings, topic: str, record_type: type[R],

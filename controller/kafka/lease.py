@@ -13,6 +13,7 @@ earlier leaders did (`kafka.history`, `core.recovery`). Neighbours: `clients` (t
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import (
@@ -23,7 +24,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from controller.core.recovery import Recovered, history_span_s, recover
+from controller.core.model import Remembered
+from controller.core.recovery import Recovered, history_span_s, recorded_memories, recover
 from controller.errors import TemporaryError
 from controller.kafka.clients import (
     KafkaSetupError,
@@ -31,9 +33,10 @@ from controller.kafka.clients import (
     client_config,
     partitions_of,
 )
-from controller.kafka.history import read_history
+from controller.kafka.history import read_history, read_until_end
 from controller.loop.ports import OnDecodeError
 from controller.settings import ControllerSettings
+from schemas import Decision
 
 log = logging.getLogger("controller.lease")
 
@@ -78,14 +81,28 @@ class KafkaLeadership:
         span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
                                      cooldown_s=settings.policy.cooldown_s) * 1000)
         try:
-            sizes_ms = int(settings.model.scaling_history_s * 1000)
-            history = read_history(settings.kafka, now_ms - span_ms, self._on_error,
-                                   decisions_since_ms=now_ms - sizes_ms)
+            history = read_history(settings.kafka, now_ms - span_ms, self._on_error)
         except KafkaSetupError as exc:
             raise TemporaryError(f"cannot read what earlier leaders did: {exc}") from exc
-        return recover(history, now_ms, issuer=settings.issuer,
-                       cooldown_s=settings.policy.cooldown_s,
-                       ack_timeout_s=settings.ack_timeout_s)
+        recovered = recover(history, now_ms, issuer=settings.issuer,
+                            cooldown_s=settings.policy.cooldown_s,
+                            ack_timeout_s=settings.ack_timeout_s)
+        return replace(recovered, remembered=self._recorded(now_ms))
+
+    def _recorded(self, now_ms: int) -> dict[str, Remembered]:
+        """What the decision log's last `scaling_history_s` says of each query's model; a
+        memory the leader can do without, so a log it cannot read is a warning, not a failed
+        take-over."""
+        kafka = self._settings.kafka
+        since_ms = max(0, now_ms - int(self._settings.model.scaling_history_s * 1000))
+        try:
+            decisions = read_until_end(kafka, kafka.decisions_topic, Decision, since_ms,
+                                       self._on_error, timeout_s=30.0)
+        except (KafkaSetupError, KafkaException) as exc:
+            log.warning("cannot read the decision log for what each query's sizes did (%s): "
+                        "learning it afresh", exc)
+            return {}
+        return recorded_memories(tuple(decisions))
 
     def release(self) -> None:
         """Leave the group and join again as a new member: the lease goes to another

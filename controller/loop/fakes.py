@@ -9,9 +9,9 @@ controller sent) for loop tests and offline replays.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from controller.core.recovery import History, Recovered, recover
+from controller.core.recovery import History, Recovered, recorded_memories, recover
 from controller.errors import TemporaryError
 from controller.loop.ports import (
     Fenced,
@@ -148,8 +148,9 @@ class MemoryLeadership:
         self._generation = self._lease.generation
         history = History(tuple(self._bus.sent_controls()), tuple(self._bus.acks_published()),
                           tuple(self._bus.written_decisions()))
-        return recover(history, now_ms, issuer=self._issuer, cooldown_s=self._cooldown_s,
-                       ack_timeout_s=self._ack_timeout_s)
+        recovered = recover(history, now_ms, issuer=self._issuer, cooldown_s=self._cooldown_s,
+                            ack_timeout_s=self._ack_timeout_s)
+        return replace(recovered, remembered=recorded_memories(history.decisions))
 
     def release(self) -> None:
         self.releases += 1

@@ -59,9 +59,9 @@ class Lead:
             query = memory.of(query_id)
             query.state = resumed(query.state, recovered.states.get(query_id))
             query.verdict = None  # what it concluded while following is said anew
-        for query_id, sizes in recovered.sizes.items():
+        for query_id, recorded in recovered.remembered.items():
             query = memory.of(query_id)
-            query.remembered = query.remembered.with_recorded(sizes)
+            query.remembered = query.remembered.with_recorded(recorded)
         for query_id, instance_id in recovered.promoted.items():
             standbys.promoted(query_id, instance_id, now_ms)  # as if it saw the ack
         self.leading = True

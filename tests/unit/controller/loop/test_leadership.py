@@ -193,27 +193,35 @@ def test_prometheus_counts_each_takeover_and_shows_who_leads_since_when() -> Non
     assert value("streamctl_controller_takeovers_total", {"instance": "c2"}) == 0
 
 
-def recorded(units: int, rate: float, at_ms: int, overhead_s: float = 1.0) -> Decision:
-    """A decision an earlier controller wrote about q1 at `units`, μ `rate`."""
+def recorded(units: int, rate: float, at_ms: int, **figures: float) -> Decision:
+    """A decision an earlier controller wrote about q1 at `units`, μ `rate` (c of 1 s unless
+    `figures` say otherwise)."""
     return Decision(f"d-{at_ms}", "q1", at_ms, "scale_up", "input_parallelism", str(units),
                     str(units + 2), "earlier", {"units": float(units),
                                                 "processing_rate_per_unit": rate,
-                                                "rate_samples": 5.0,
-                                                "batch_overhead_s": overhead_s})
+                                                "rate_samples": 5.0, "batch_overhead_s": 1.0}
+                    | figures)
 
 
-def test_a_controller_started_afresh_learns_what_more_units_did_from_the_decision_log() -> None:
+def test_a_controller_started_afresh_learns_its_models_memories_from_the_decision_log() -> None:
     """No instance of the earlier controllers runs: the new leader reads μ at the sizes q1
     ran from their decisions' figures (the newest per size; a μ with no per-batch cost told
-    apart is no measurement of it), and its model takes the curve from them at once."""
+    apart is no measurement of it), the newest fitted cost and the batch cap's records per
+    unit, and its model takes the curve from them at once."""
     bus, clock = MemoryBus(), FakeClock()
-    for d in (recorded(2, 250.0, 1_000), recorded(2, 210.0, 2_000), recorded(6, 150.0, 3_000),
-              recorded(12, 90.0, 4_000, overhead_s=0.0)):
+    for d in (recorded(2, 250.0, 1_000), recorded(2, 210.0, 2_000),
+              recorded(6, 150.0, 3_000, overhead_fitted=1.0, batch_overhead_s=1.2,
+                       batch_cap_per_unit=750.0),
+              recorded(12, 90.0, 4_000, batch_overhead_s=0.0)):
         bus.decisions.append(codec_for(Decision).encode(d))
     fresh = instance("c", MemoryLease(holder="c"), bus, clock)
     load(bus, clock)
     cycles(fresh, count=1)
-    assert fresh.queries["q1"].remembered.sizes == ((2, 210.0), (6, 150.0))
+    memory = fresh.queries["q1"].remembered
+    # μ at 2 units measured live since (with the recorded cost) replaced the recorded one.
+    sizes = dict(memory.sizes)
+    assert set(sizes) == {2, 6} and sizes[6] == 150.0 and sizes[2] != 210.0
+    assert (memory.overhead_s, memory.batch_cap_per_unit) == (1.2, 750.0)
     model = fresh.queries["q1"].model
     assert model is not None and model.scalability.sizes == 2
     assert model.scalability.contention > 0
