@@ -164,15 +164,17 @@ def judge_effect(state: ControlState, model: QueryModel, backlogged: bool, now_m
     state = replace(state, effect_check=None)
     if not backlogged:
         return state
-    def before_at(parallelism: int) -> float:
-        # The old μ and c, with the batch cap the model gives that size: today's, or the
-        # size's own when the cap follows the units (then the resizing changed it too).
+    def before_at(parallelism: int, batch_cap: int = 0) -> float:
+        # The old μ and c, with the cap the old size had, else the one the model gives the
+        # size: today's, or the size's own when the cap follows the units (the resizing
+        # changed it too).
         units = model.units_at(parallelism)
         return capacity(check.rate_per_unit, units, check.batch_overhead_s,
-                        model.batch_cap_at(units))
+                        batch_cap or model.batch_cap_at(units))
 
-    measured = model.capacity / before_at(check.current) - 1
-    predicted = before_at(check.target) / before_at(check.current) - 1
+    before = before_at(check.current, check.batch_cap)
+    measured = model.capacity / before - 1
+    predicted = before_at(check.target) / before - 1
     if predicted <= 0 or measured >= settings.ineffective_gain_ratio * predicted:
         return state
     if contended(check, model):

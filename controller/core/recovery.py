@@ -130,7 +130,8 @@ def _in_flight(t: ControlTuple, decision: Decision | None) -> InFlight:
         issued_at_ms=t.issued_at_ms, parameter=t.parameter,
         current=_int(decision.current_value) if decision is not None else 0,
         rate_per_unit=figures.get("processing_rate_per_unit", 0.0),
-        batch_overhead_s=figures.get("batch_overhead_s", 0.0))
+        batch_overhead_s=figures.get("batch_overhead_s", 0.0),
+        batch_cap=int(figures.get("batch_cap", 0.0)))
 
 
 def _effect_check(ack: Ack, decision: Decision | None) -> EffectCheck | None:
@@ -143,7 +144,8 @@ def _effect_check(ack: Ack, decision: Decision | None) -> EffectCheck | None:
     rate = decision.figures.get("processing_rate_per_unit", 0.0)
     if target <= current or rate <= 0:
         return None
-    return EffectCheck(current, target, rate, decision.figures.get("batch_overhead_s", 0.0))
+    return EffectCheck(current, target, rate, decision.figures.get("batch_overhead_s", 0.0),
+                       int(decision.figures.get("batch_cap", 0.0)))
 
 
 def _int(text: str) -> int:

@@ -28,6 +28,8 @@ class InFlight:
     """μ the decision was sized with (records/s per unit)."""
     batch_overhead_s: float = 0.0
     """c the decision was sized with."""
+    batch_cap: int = 0
+    """N in force when it was sent (0: unbounded or unknown)."""
     parameter: str = INPUT_PARALLELISM
     """What the tuple sets: a scaling (the query's knob, or executors, to `target`) or a
     failover (`instance`)."""
@@ -54,13 +56,16 @@ class InFlight:
 class EffectCheck:
     """An applied scale-up whose effect on capacity is still to be measured. It keeps μ and c
     rather than capacities: the batch cap may only become known after the change (the first
-    batch cut by it), and before/predicted/measured must be compared under the cap the model
-    gives each size (`QueryModel.batch_cap_at`)."""
+    batch cut by it), and before/predicted/measured must be compared under each size's cap:
+    the old size's as it was in force, the new one's as the model gives it
+    (`QueryModel.batch_cap_at`)."""
 
     current: int
     target: int
     rate_per_unit: float
     batch_overhead_s: float
+    batch_cap: int = 0
+    """N in force at `current` (0: unknown; the model's cap at that size is taken)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +143,8 @@ def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
     if flight is None or flight.target <= flight.current or flight.rate_per_unit <= 0:
         return replace(after, effect_check=None)
     return replace(after, effect_check=EffectCheck(
-        flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s))
+        flight.current, flight.target, flight.rate_per_unit, flight.batch_overhead_s,
+        flight.batch_cap))
 
 
 def ack_overdue(state: ControlState, now_ms: int, ack_timeout_s: float) -> bool:

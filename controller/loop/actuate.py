@@ -137,4 +137,5 @@ def in_flight(control: ControlTuple, verdict: Actuation, model: QueryModel | Non
     return InFlight(control.control_id, verdict.target, control.epoch, now_ms,
                     current=verdict.current, parameter=verdict.parameter, then=verdict.then,
                     rate_per_unit=model.rate_per_unit if model else 0.0,
-                    batch_overhead_s=model.batch_overhead_s if model else 0.0)
+                    batch_overhead_s=model.batch_overhead_s if model else 0.0,
+                    batch_cap=model.batch_cap if model else 0)

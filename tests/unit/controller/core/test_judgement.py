@@ -143,6 +143,10 @@ def test_a_scale_up_whose_batch_cap_grew_with_it_is_judged_against_the_old_sizes
     fixed_cap = replace(after, batch_cap_per_unit=0.0)
     assert judge_effect(ControlState(effect_check=check), fixed_cap, True, NOW,
                         POLICY).ineffective is not None
+    # The cap in force when the scale-up was sent, kept with the check, is the old size's.
+    kept = replace(check, batch_cap=1000)
+    assert judge_effect(ControlState(effect_check=kept), fixed_cap, True, NOW,
+                        POLICY).ineffective is None
 
 
 def test_a_scale_up_that_cleared_the_backlog_is_never_judged_ineffective() -> None:
