@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from controller.core.recovery import History, recover
+from controller.core.recovery import History, recorded_memories, recover
 from controller.core.state import ControlState
-from schemas import Outcome
+from schemas import Decision, Outcome
 from tests.unit.controller.loop.test_cycle import OVERLOADED, SETTINGS, Harness
 from tests.unit.controller.traces import simulate
 
@@ -93,3 +93,26 @@ def test_the_summary_says_what_was_resumed() -> None:
                         cooldown_s=COOLDOWN_S, ack_timeout_s=ACK_TIMEOUT_S)
     [line] = recovered.summary
     assert line.startswith("q1: last tuple input_parallelism=") and "unanswered" in line
+
+
+def figures_at(query_id: str, at_ms: int, **figures: float) -> Decision:
+    return Decision(f"d-{at_ms}", query_id, at_ms, "scale_up", "input_parallelism", "2", "4",
+                    "earlier", {"rate_samples": 5.0} | figures)
+
+
+def test_the_decision_logs_figures_give_each_querys_memories_newest_last() -> None:
+    log = (figures_at("q1", 3_000, units=2.0, processing_rate_per_unit=190.0,
+                      batch_overhead_s=0.8, overhead_fitted=1.0, batch_cap_per_unit=700.0),
+           figures_at("q1", 1_000, units=2.0, processing_rate_per_unit=250.0,
+                      batch_overhead_s=1.5, overhead_fitted=1.0, batch_cap_per_unit=500.0),
+           figures_at("q1", 2_000, units=8.0, processing_rate_per_unit=120.0,
+                      batch_overhead_s=1.1),  # c remembered, not fitted: a size, not a cost
+           figures_at("q1", 4_000, units=16.0, processing_rate_per_unit=60.0,
+                      batch_overhead_s=0.0),  # μ a lower bound: no measurement of 16
+           figures_at("q2", 1_000, units=4.0, processing_rate_per_unit=0.0),
+           )
+    memories = recorded_memories(log)
+    assert set(memories) == {"q1"}  # q2's figures hold nothing to remember
+    q1 = memories["q1"]
+    assert q1.sizes == ((8, 120.0), (2, 190.0))  # oldest first, 2 measured again last
+    assert (q1.overhead_s, q1.batch_cap_per_unit) == (0.8, 700.0)
