@@ -225,11 +225,13 @@ def fleet(result: Result) -> list[str]:
 
 def day(result: Result) -> list[str]:
     rows = [[run["shape"], run["policy"], str(d), job["query_id"], str(job["reconfigurations"]),
+             str(job.get("scale_ups_before_backlog", "—")),
              str(job["reversals"]), f"{job['over_oracle']:.0%}",
              f"{job['over_objective_share']:.2%}"]
             for run in result["runs"] for d, jobs in enumerate(run["days"], 1) for job in jobs]
     return _table(["days", "controller", "day", "job", "reconfigurations (≤ 6)",
-                   "reversals within 10 min (0)", "unit-s over the oracle (≤ 15 %)",
+                   "of them scale-ups before a backlog", "reversals within 10 min (0)",
+                   "unit-s over the oracle (≤ 15 %)",
                    f"time over the {result['objective_s']:g} s delay objective (≤ 1 %)"], rows)
 
 

@@ -89,9 +89,10 @@ def run(days: int, day_s: int, seed: int) -> list[dict[str, object]]:
 def table(name: str, per_day: Sequence[Sequence[JobDay]]) -> str:
     """The run's figures as printed while the benchmark runs (`bench.report` renders the
     result's table for the docs)."""
-    lines = [f"{name}: day | job | reconfigurations | reversals ≤ 10 min | unit-s over the "
-             "oracle | time over the objective"]
-    lines += [f"  {d} | {job.query_id} | {job.reconfigurations} | {job.reversals} | "
+    lines = [f"{name}: day | job | reconfigurations | scale-ups before a backlog | reversals ≤ "
+             "10 min | unit-s over the oracle | time over the objective"]
+    lines += [f"  {d} | {job.query_id} | {job.reconfigurations} | "
+              f"{job.scale_ups_before_backlog} | {job.reversals} | "
               f"{job.over_oracle:.0%} | {job.over_objective_share:.2%}"
               for d, jobs in enumerate(per_day, 1) for job in jobs]
     return "\n".join(lines)

@@ -12,6 +12,9 @@ Owns the oracle and the day's columns, so the table, the JSON and the tests agre
 - reconfigurations: control tuples sent to the job that day.
 - reversals: changes of the job's size in the other direction than its previous change, less
   than `REVERSAL_S` after it.
+- scale-ups before a backlog: tuples that raised the job's size, sent while its own backlog
+  was within the policy's noise floor (`PolicySettings.backlog_floor_records`): sized on a
+  forecast (an upstream's, or the repeating load's), not on its own falling behind.
 - time over the objective: seconds in which the job's backlog held more than the objective's
   worth of its nominal arrivals (`run.Scenario.backlog_target`: a record waited longer).
 """
@@ -19,6 +22,7 @@ Owns the oracle and the day's columns, so the table, the JSON and the tests agre
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -26,6 +30,10 @@ from itertools import pairwise
 
 from bench.sim.model import JobSpec
 from bench.sim.run import Scenario, Trace
+from controller.settings import PolicySettings
+from schemas import ControlTuple
+
+BACKLOG_FLOOR = PolicySettings().backlog_floor_records
 
 REVERSAL_S = 600.0
 """A size change undone within ten minutes counts as a reversal."""
@@ -40,6 +48,7 @@ class JobDay:
     reversals: int
     over_objective_s: float
     seconds: float
+    scale_ups_before_backlog: int = 0
 
     @property
     def over_oracle(self) -> float:
@@ -100,7 +109,22 @@ def _job_day(trace: Trace, j: int, day: int, day_s: int, oracle: list[list[int]]
         over_objective_s=sum(tick for i in ticks
                              if trace.backlog[query][i] > scenario.backlog_target(
                                  j, trace.times_s[i])),
-        seconds=len(ticks) * tick)
+        seconds=len(ticks) * tick,
+        scale_ups_before_backlog=sum(1 for t, c in trace.controls
+                                     if c.query_id == query and start < t <= start + day_s
+                                     and _scale_up_before_backlog(trace, t, c)))
+
+
+def _scale_up_before_backlog(trace: Trace, sent_s: float, control: ControlTuple) -> bool:
+    """Whether `control`, sent at `sent_s`, raised its job's size (as the first tick after its
+    ack shows) while the job's backlog was within the noise floor."""
+    query = control.query_id
+    before = bisect_right(trace.times_s, sent_s) - 1
+    acked_s = next((t for t, a in trace.acks if a.control_id == control.control_id), None)
+    if before < 0 or acked_s is None or trace.backlog[query][before] > BACKLOG_FLOOR:
+        return False
+    after = bisect_right(trace.times_s, acked_s)
+    return after < len(trace.times_s) and trace.units[query][after] > trace.units[query][before]
 
 
 def _changes(trace: Trace, query: str) -> Iterator[tuple[float, int]]:

@@ -29,7 +29,7 @@ def test_a_run_of_days_is_measured_per_day_and_job_against_the_oracle() -> None:
     assert [[job.query_id for job in jobs] for jobs in days] == [["enrich", "aggregate"]] * 2
     for jobs in days:
         for job in jobs:
-            assert job.reconfigurations == job.reversals == 0
+            assert job.reconfigurations == job.reversals == job.scale_ups_before_backlog == 0
             assert job.unit_s == 2 * 7200 and job.seconds == 7200
             assert job.oracle_unit_s > job.unit_s  # the peak needs more than 2
         assert 0 < jobs[0].over_objective_s <= jobs[0].seconds
@@ -46,3 +46,8 @@ def test_the_controller_scales_up_ahead_of_a_rise_only_once_the_load_has_repeate
     assert all(d.decided_at_ms > first_day_ends_ms for d in ahead)
     sent = {c.control_id for _, c in trace.controls}
     assert {d.control_id for d in ahead} <= sent
+    # The first job has no upstream: on day 1 only its own backlog resizes it; ahead of the
+    # repeated rise, some scale-up comes before any backlog.
+    days = days_of(trace, 7200)
+    assert days[0][0].scale_ups_before_backlog == 0
+    assert sum(job.scale_ups_before_backlog for jobs in days[1:] for job in jobs) >= 1
