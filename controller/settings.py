@@ -317,14 +317,15 @@ class SeasonSettings:
     """Size a query ahead when the peak its repeating load reaches within `season_lead_s`
     exceeds its capacity, and never scale it down below that peak. A load needs to have
     repeated for one and a half periods, and to follow its pattern within `season_tolerance`
-    over the last hour; until then, and whenever it departs from it, the controller only
-    reacts."""
+    over the last `season_min_period_s`; until then, and whenever it departs from it, the
+    controller only reacts."""
 
     season_bucket_s: float = 300.0
     """λ is remembered as its mean over buckets this long: the resolution of the pattern."""
 
     season_min_period_s: float = 3600.0
-    """Shortest period the load may repeat with."""
+    """Shortest period the load may repeat with; also how often the period is searched for,
+    and the window the pattern is checked against (the level over its last half)."""
 
     season_max_period_s: float = 86400.0
     """Longest period the load may repeat with; 2.6 of it are remembered per query (a day at
@@ -335,8 +336,8 @@ class SeasonSettings:
     backlog it leaves drained) with room to make one step of a rise instead of several."""
 
     season_tolerance: float = 0.25
-    """How far the last hour may depart from the pattern (mean absolute error over mean rate)
-    before the forecast is set aside."""
+    """How far the last `season_min_period_s` may depart from the pattern (mean absolute error
+    over mean rate) before the forecast is set aside."""
 
     def __post_init__(self) -> None:
         _check(math.isfinite(self.season_bucket_s) and self.season_bucket_s >= 1,

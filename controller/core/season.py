@@ -7,17 +7,20 @@ that repeats tells the controller ahead of time what it will need, so it can siz
 time a change takes to pay off, for the peak ahead.
 
 How (Holt-Winters' seasonal index without its smoothing, and DS2's one step sizing of what
-arrives): λ is averaged per bucket of `bucket_s`; once an hour per query (staggered over the
-fleet) the period is searched among every whole number of buckets between the shortest and
-longest period allowed, as the lag at which the series best correlates with itself
-(Spearman's rank correlation, at a local peak of at least `MIN_CORRELATION`; the best peak
-wins, unless a peak near its whole fraction scores about as well: a multiple of the period).
-The forecast for a bucket ahead is the least of what the same phase held one and two periods
-ago — a flash crowd seen once is not expected again — times the level: how the last half hour
-compares with what the pattern said of it (a slow drift). While the last hour departs from the
-pattern by more than the tolerance, there is no forecast and the controller reacts.
+arrives): λ is averaged per bucket of `bucket_s`; once per shortest period allowed (an hour by
+default) per query, staggered over the fleet, the period is searched among every whole number
+of buckets between the shortest and longest period allowed, as the lag at which the series best
+correlates with itself (Spearman's rank correlation, at a local peak of at least
+`MIN_CORRELATION`; the best peak wins, unless a peak near its whole fraction scores about as
+well: a multiple of the period). The forecast for a bucket ahead is the least of what the same
+phase held one and two periods ago — a flash crowd seen once is not expected again — times the
+level: how the last half of the shortest period compares with what the pattern said of it (a
+slow drift). While the last shortest period departs from the pattern by more than the
+tolerance, there is no forecast and the controller reacts. At the defaults, "the shortest
+period" is an hour; a compressed day (a benchmark, a recorded trace) sets it shorter and every
+window shrinks with it.
 
-Work per query is O(1) per cycle (a running mean) and O(buckets × lags) once an hour.
+Work per query is O(1) per cycle (a running mean) and O(buckets × lags) once per period.
 Neighbours: `loop.cycle` (feeds λ, puts the forecast on the model), `policy` (sizes for it).
 """
 
@@ -50,20 +53,14 @@ MIN_VARIATION = 0.1
 """Coefficient of variation below which a load counts as steady: nothing to anticipate."""
 
 RELEASE = 1.5
-"""A forecast in use is set aside once the last hour departs from the pattern by this many
+"""A forecast in use is set aside once the last check window departs from the pattern by this many
 times the tolerance (taken up within the tolerance): a band, not a threshold."""
 
 PHASE_SLACK = 2
 """Buckets either side whose expectation a bucket may meet (`fit_level`)."""
 
-LEVEL_BUCKETS_S = 1800.0
-"""The drift of the level is read over the last half hour of closed buckets."""
-
-CHECK_S = 3600.0
-"""The pattern is checked against the last hour of closed buckets."""
-
-SEARCH_EVERY_S = 3600.0
-"""The period is searched once an hour per query."""
+LEVEL_SHARE = 0.5
+"""The drift of the level is read over this share of the check window's closed buckets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +73,14 @@ class Forecast:
     """seconds from now to the bucket of the peak"""
     period_s: float
     error: float
-    """how far the last hour departed from the pattern (mean absolute error over mean rate)"""
+    """how far the check window departed from the pattern (mean absolute error over mean rate)"""
+    checked_s: float
+    """the check window: the last `season_min_period_s`"""
 
     def describe(self) -> str:
         return (f"the load that repeats every {_duration(self.period_s)} reaches "
-                f"{self.peak:,.0f}/s in {_duration(self.in_s)} (the last hour off the pattern "
-                f"by {self.error:.0%})")
+                f"{self.peak:,.0f}/s in {_duration(self.in_s)} (the last "
+                f"{_duration(self.checked_s)} off the pattern by {self.error:.0%})")
 
 
 class Season:
@@ -98,7 +97,9 @@ class Season:
         self._sum, self._count = 0.0, 0
         self.period: int | None = None
         """Buckets per period, when the load repeats."""
-        self._search_every = max(1, round(SEARCH_EVERY_S / settings.season_bucket_s))
+        self._check = self._buckets(settings.season_min_period_s)
+        """Buckets the pattern is checked against, and between two searches of the period."""
+        self._search_every = self._check
         self._next_search: int | None = None
         """The first bucket at which the next search runs (searched when a bucket at or after
         it begins, so a silence over it delays the search instead of skipping it)."""
@@ -129,8 +130,8 @@ class Season:
 
     def forecast(self, now_ms: int, lead_s: float) -> Forecast | None:
         """The peak expected in the buckets that begin within `lead_s` of `now_ms` (the
-        current one included), or None: no period found, or the last hour departs from the
-        pattern."""
+        current one included), or None: no period found, or the check window departs from
+        the pattern."""
         period, series, level = self.period, self.closed, self._level
         if period is None or level is None or self.current is None:
             return None
@@ -142,7 +143,8 @@ class Season:
         k, peak = max(known, key=lambda kv: kv[1])
         starts_ms = (self.current + k) * self.bucket_ms
         return Forecast(level * peak, max(0.0, (starts_ms - now_ms) / 1000),
-                        period * self.settings.season_bucket_s, self._error)
+                        period * self.settings.season_bucket_s, self._error,
+                        self._check * self.settings.season_bucket_s)
 
     def _refit(self) -> None:
         """The level and error of the pattern once a bucket closed, and whether it is in use:
@@ -152,8 +154,8 @@ class Season:
         if period is None or len(series) < period:
             self._level, self._error = None, math.inf
             return
-        level, self._error = fit_level(series, period, self._buckets(LEVEL_BUCKETS_S),
-                                       self._buckets(CHECK_S))
+        level, self._error = fit_level(series, period,
+                                       max(1, round(LEVEL_SHARE * self._check)), self._check)
         allowed = self.settings.season_tolerance * (RELEASE if self._level is not None else 1)
         self._level = level if level is not None and self._error <= allowed else None
 

@@ -343,7 +343,7 @@ def test_required_units_are_monotone_in_arrival_and_backlog(
 
 
 def ahead(peak: float, in_s: float = 1200) -> Forecast:
-    return Forecast(peak=peak, in_s=in_s, period_s=86_400, error=0.08)
+    return Forecast(peak=peak, in_s=in_s, period_s=86_400, error=0.08, checked_s=3600)
 
 
 def test_a_repeating_load_that_will_exceed_the_capacity_is_sized_ahead_in_one_step() -> None:

@@ -58,6 +58,21 @@ def test_a_period_as_long_as_the_longest_allowed_is_found() -> None:
     assert season.period == PERIOD_BUCKETS
 
 
+def test_a_day_compressed_to_two_minutes_is_found_and_forecast_with_windows_to_match() -> None:
+    # The 4-hour day played 120 times faster, at 5 s buckets: 24 buckets per period.
+    # Its check window is its shortest period (60 s), so a minute of the pattern suffices.
+    fast = SeasonSettings(season_bucket_s=5, season_min_period_s=60, season_max_period_s=150,
+                          season_lead_s=30)
+
+    def compressed(t_ms: int, noise: random.Random) -> float:
+        return daily(t_ms * 120, noise)
+    season = fed(270_000, compressed, every_ms=500, settings=fast)  # 2.25 compressed days
+    assert season.period == 24
+    forecast = season.forecast(269_500, fast.season_lead_s)
+    assert forecast is not None and forecast.period_s == 120
+    assert "the last 1 min off the pattern" in forecast.describe()
+
+
 def test_before_one_and_a_half_periods_nothing_is_forecast() -> None:
     assert ahead(5 * HOUR_MS) is None
 
