@@ -26,7 +26,7 @@ from schemas import CardTransaction, Codec, SensorReading, codec_for
 from streamctl.cards import CardEvents, CardLedger
 from streamctl.clicks import ClickEvents, ClickLedger
 from streamctl.clicks import encode as encode_click
-from streamctl.profiles import RateProfile
+from streamctl.profiles import RateProfile, Rates
 from streamctl.security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 
 _TICK_S = 0.02
@@ -70,7 +70,7 @@ class LoadSpec:
 
     bootstrap_servers: str
     topic: str
-    profile: RateProfile
+    profile: Rates
     duration_s: float
     sensors: int = 50
     hot_key_share: float = 0.0  # share of records that go to sensor 0 (skew); 0 = uniform

@@ -9,6 +9,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Rates(Protocol):
+    """What the load generator plays: a rate at each moment and its integral. `RateProfile`
+    is one; a benchmark may bring its own (`bench.day_real` plays a simulated day)."""
+
+    def rate_at(self, t_s: float) -> float: ...
+
+    def expected_by(self, t_s: float) -> float: ...
 
 
 @dataclass(frozen=True)

@@ -83,17 +83,19 @@ def _interval_s(spec: JobSpec, rate: float, units: int) -> float:
     return capped if spec.max_per_batch / capped > rate else math.inf
 
 
-def days_of(trace: Trace, day_s: int) -> list[list[JobDay]]:
-    """Per day of the run, per job in pipeline order, its figures."""
+def days_of(trace: Trace, day_s: int, reversal_s: float = REVERSAL_S) -> list[list[JobDay]]:
+    """Per day of the run, per job in pipeline order, its figures; a change undone within
+    `reversal_s` is a reversal."""
     scenario = trace.scenario
     objective = scenario.backlog_target_s
     oracle = _oracle(scenario, objective)
     days = round(scenario.duration_s / day_s)
-    return [[_job_day(trace, j, day, day_s, oracle) for j in range(len(scenario.jobs))]
-            for day in range(days)]
+    return [[_job_day(trace, j, day, day_s, oracle, reversal_s)
+             for j in range(len(scenario.jobs))] for day in range(days)]
 
 
-def _job_day(trace: Trace, j: int, day: int, day_s: int, oracle: list[list[int]]) -> JobDay:
+def _job_day(trace: Trace, j: int, day: int, day_s: int, oracle: list[list[int]],
+             reversal_s: float) -> JobDay:
     scenario, tick = trace.scenario, trace.scenario.tick_s
     query = scenario.jobs[j].query_id
     start = scenario.warmup_s + day * day_s
@@ -105,7 +107,7 @@ def _job_day(trace: Trace, j: int, day: int, day_s: int, oracle: list[list[int]]
         reconfigurations=sum(1 for t, c in trace.controls
                              if c.query_id == query and start < t <= start + day_s),
         reversals=sum(1 for (t0, d0), (t1, d1) in pairwise(changes)
-                      if start < t1 <= start + day_s and d0 != d1 and t1 - t0 < REVERSAL_S),
+                      if start < t1 <= start + day_s and d0 != d1 and t1 - t0 < reversal_s),
         over_objective_s=sum(tick for i in ticks
                              if trace.backlog[query][i] > scenario.backlog_target(
                                  j, trace.times_s[i])),

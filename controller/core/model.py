@@ -153,7 +153,7 @@ class QueryModel:
         and a batch its duration, however many units run."""
         if self.batch_cap_per_unit <= 0:
             return self.batch_cap
-        return max(1, min(self.max_batch_cap, round(self.batch_cap_per_unit * units)))
+        return following_cap(self.batch_cap_per_unit, units, self.max_batch_cap)
 
     @property
     def utilisation(self) -> float:
@@ -429,11 +429,15 @@ def _following_cap(model: QueryModel, newest: TaskMetrics, settings: ModelSettin
     if (not settings.batch_cap_follows_units or model.batch_cap_source != "reported"
             or newest.max_batch_cap <= 0 or model.units <= 0):
         return {}
-    following = replace(model, batch_cap_per_unit=per_unit_before,
-                        max_batch_cap=newest.max_batch_cap)
-    kept = per_unit_before > 0 and following.batch_cap_at(model.units) == model.batch_cap
+    kept = (per_unit_before > 0 and following_cap(per_unit_before, model.units,
+                                                  newest.max_batch_cap) == model.batch_cap)
     return {"batch_cap_per_unit": per_unit_before if kept else model.batch_cap / model.units,
             "max_batch_cap": newest.max_batch_cap}
+
+
+def following_cap(per_unit: float, units: int, limit: int) -> int:
+    """The batch cap that keeps `per_unit` records a unit at `units`, within the job's limit."""
+    return max(1, min(limit, round(per_unit * units)))
 
 
 def running_batch_measures_cost(cost: BatchCost, points: Sequence[BatchPoint],
