@@ -58,9 +58,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("shedding", ("--runs", "1"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/shedding.py",
                "bench/reaction.py")),
-    Benchmark("day_real", (), ("--days", "1", "--day-s", "180"),
+    Benchmark("day.real", (), ("--days", "1", "--day-s", "180"),
               (*_CONTROLLER, *_RUNTIME, "examples/clickstream", "bench/sim", "bench/day",
-               "bench/day_real.py")),
+               "bench/bed.py")),
     Benchmark("reaction", ("--runs", "5"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/reaction.py")),
 )

@@ -14,7 +14,7 @@ from typing import Protocol
 
 class Rates(Protocol):
     """What the load generator plays: a rate at each moment and its integral. `RateProfile`
-    is one; a benchmark may bring its own (`bench.day_real` plays a simulated day)."""
+    is one; a benchmark may bring its own (`bench.day.real` plays a simulated day)."""
 
     def rate_at(self, t_s: float) -> float: ...
 

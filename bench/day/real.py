@@ -1,4 +1,4 @@
-"""`python -m bench.day_real`: `bench.day`'s columns on the real jobs and controller, over
+"""`python -m bench.day.real`: `bench.day`'s columns on the real jobs and controller, over
 compressed days.
 
 A local broker; the clickstream example's first two jobs in a pipeline, both stating a 30 s
@@ -18,10 +18,10 @@ job's measured rate per unit and no per-batch cost: a lower bound, as in the sim
 change undone within an eighth of the day counts as a reversal: ten minutes would span most of
 a compressed day, whose load turns every four minutes.
 
-    .venv/bin/python -m bench.day_real                      # 3 days of 8 minutes, ~30 min
-    .venv/bin/python -m bench.day_real --days 1 --day-s 180 # a smoke run
+    .venv/bin/python -m bench.day.real                      # 3 days of 8 minutes, ~30 min
+    .venv/bin/python -m bench.day.real --days 1 --day-s 180 # a smoke run
 
-Writes `bench/results/day_real.json`; `python -m bench.report --write` renders it.
+Writes `bench/results/day.real.json`; `python -m bench.report --write` renders it.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def never_behind(trace: Trace) -> dict[str, bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.day_real", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.day.real", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=int, default=3, help="days (default 3)")
     parser.add_argument("--day-s", type=int, default=480,
@@ -307,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restarts_never_behind = sum(1 for _, c in trace.controls if calm[c.query_id])
     print(f"tuples to a job that never fell behind: {restarts_never_behind} of "
           f"{len(trace.controls)}", flush=True)
-    path = record.write("day_real", {
+    path = record.write("day.real", {
         "days": args.days, "day_s": args.day_s, "seed": args.seed, "objective_s": OBJECTIVE_S,
         "capacities_per_s": dict(zip((s.name for s in STAGES), capacities, strict=True)),
         "peak_over_capacity": PEAK_OVER_CAPACITY, "night_share": NIGHT_SHARE,
