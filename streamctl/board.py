@@ -1,7 +1,8 @@
 """What `streamctl status` and `streamctl decisions` show, folded from streamctl's topics (pure).
 
 Owns the per-query status row (state, rates, lag, parallelism, busy share, last decision, last
-pause, where its metrics are served, input lost to retention) and the text of both commands.
+pause, where its metrics are served, input lost to retention), which rows a fleet's table
+shows and in what order (those that need attention first), and the text of both commands.
 Figures come from the jobs' own metrics through the demo's `QueryView`, not from the
 controller's model, so the table shows what the jobs reported; the decision column shows what
 the controller concluded from them. The lag is the broker's end offsets (read by `watch`) less
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 
 from controller.core.objectives import delay_s, drain_s, standings
 from schemas import SourcePartition, TaskMetrics
@@ -176,20 +178,61 @@ STATUS_HEADER = (f"{'query':<22} {'arrival/s':>9} {'processed/s':>11} {'lag':>8}
                  f"{'par':>4} {'busy':>5} {'seen':>6} {'state':<8}  last decision / last pause")
 
 
+ATTENTION = {"silent": 0, "halted": 1, "running": 2}
+"""States in the order an operator needs them: a query that is down, one waiting for its
+operator, then the running ones (stopped, standby-only and unknown ones last)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which queries the table shows: those whose id matches `query` (a shell-style pattern;
+    None: all), at most `top` of them (0: all), the ones that need attention first."""
+
+    query: str | None = None
+    top: int = 0
+
+    def matches(self, query_id: str) -> bool:
+        return self.query is None or fnmatchcase(query_id, self.query)
+
+
 def status_table(board: Board, now_ms: int, reason_width: int = 100,
-                 ends: Mapping[PartitionKey, int] | None = None) -> list[str]:
+                 ends: Mapping[PartitionKey, int] | None = None,
+                 selection: Selection = Selection()) -> list[str]:
     """The `streamctl status` table: who leads the controllers, then one row per query with
-    its decision and pause lines. `ends`: the source partitions' end offsets at the broker,
-    read now (the true lag)."""
+    its decision and pause lines, in `attention_order`. `ends`: the source partitions' end
+    offsets at the broker, read now (the true lag)."""
     lines = [leader_line(board, now_ms)]
     if not board.queries:
         return [*lines, "no query has published metrics in the period read (is a job running?)"]
+    chosen = [q for q in board.queries if selection.matches(q)]
+    if not chosen:
+        return [*lines, f"no query id matches {selection.query!r} among the "
+                        f"{len(board.queries)} in the period read"]
+    ordered = attention_order(board, chosen, now_ms, ends or {})
+    shown = ordered[:selection.top] if selection.top > 0 else ordered
     lines.append(STATUS_HEADER)
     others = {t.query_id: t for t in board.other_tuples(now_ms)}  # the newest per query
-    for query_id in sorted(board.queries):
+    for query_id in shown:
         lines += _status_rows(query_id, board.queries[query_id], now_ms, reason_width,
                               ends or {}, others.get(query_id))
+    if len(shown) < len(ordered):
+        lines.append(f"… {len(ordered) - len(shown)} more quer"
+                     f"{'y' if len(ordered) - len(shown) == 1 else 'ies'} not shown, each "
+                     "with less to catch up (--top 0 shows all, --query narrows)")
     return lines
+
+
+def attention_order(board: Board, query_ids: Iterable[str], now_ms: int,
+                    ends: Mapping[PartitionKey, int]) -> list[str]:
+    """Down first, then halted, then the running ones with the most lag (the busiest first
+    among equals); the rest after them; by id where nothing else tells them apart."""
+    def key(query_id: str) -> tuple[int, int, float, str]:
+        q = board.queries[query_id]
+        state = q.state(now_ms)
+        lag = q.lag(ends, state == "running")
+        return (ATTENTION.get(state, len(ATTENTION)), -sum((lag or {}).values()),
+                -q.busy_share(now_ms), query_id)
+    return sorted(query_ids, key=key)
 
 
 def source_partitions(board: Board) -> set[PartitionKey]:

@@ -18,6 +18,7 @@ from schemas.records import Ack, ControlTuple, Decision, TaskMetrics
 from streamctl.board import (
     SETTLE_MS,
     Board,
+    Selection,
     ack_line,
     decision_lines,
     source_partitions,
@@ -45,6 +46,11 @@ def add_watch_commands(groups: argparse._SubParsersAction) -> None:
     status.add_argument("--refresh-s", type=float, default=2.0, help="seconds between redraws")
     status.add_argument("--once", action="store_true",
                         help="print one table and exit (the default when stdout is not a terminal)")
+    status.add_argument("--query", help="only query ids that match this shell-style pattern "
+                        "(e.g. 'payments-*'); default: all")
+    status.add_argument("--top", type=_count, default=30,
+                        help="show at most this many queries, those that need attention "
+                        "first: down, halted, then the most lag (0: all)")
     status.set_defaults(handler=_status)
 
     decisions = groups.add_parser(
@@ -56,10 +62,21 @@ def add_watch_commands(groups: argparse._SubParsersAction) -> None:
     _add_topic_options(decisions)
     decisions.add_argument("--since-s", type=float, default=3600.0,
                            help="print decisions of the last this many seconds")
-    decisions.add_argument("--query", help="only this query id")
+    decisions.add_argument("--query", help="only query ids that match this shell-style "
+                           "pattern (an id, or e.g. 'payments-*')")
     decisions.add_argument("-f", "--follow", action="store_true",
                            help="keep printing new decisions until Ctrl-C")
     decisions.set_defaults(handler=_decisions)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def _add_topic_options(p: argparse.ArgumentParser) -> None:
@@ -126,7 +143,8 @@ def _status(args: argparse.Namespace) -> int:
             _drain(tail, board)
             garbage = _report_garbage(tail, garbage)
             table = "\n".join(status_table(board, _now_ms(),
-                                            ends=tail.end_offsets(source_partitions(board))))
+                                            ends=tail.end_offsets(source_partitions(board)),
+                                            selection=Selection(args.query, args.top)))
             print(f"{_CLEAR}{table}" if live else table, flush=True)
             if not live:
                 return 0
@@ -160,7 +178,7 @@ class DecisionPrinter:
 
     def __init__(self, board: Board, query: str | None,
                  out: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
-        self.board, self._query, self._out = board, query, out
+        self.board, self._selection, self._out = board, Selection(query), out
         self._done = 0
         self._tuples_done: set[str] = set()
         self._awaiting_ack: set[str] = set()
@@ -170,7 +188,7 @@ class DecisionPrinter:
         returns how many decisions and such tuples it printed."""
         printed = 0
         for decision in self.board.decisions[self._done:]:
-            if self._query and decision.query_id != self._query:
+            if not self._selection.matches(decision.query_id):
                 continue
             ack = self.board.ack_for(decision)
             self._out("\n".join(decision_lines(decision, ack)))
@@ -179,7 +197,7 @@ class DecisionPrinter:
                 self._awaiting_ack.add(decision.control_id)
         self._done = len(self.board.decisions)
         for sent in self.board.other_tuples(now_ms):
-            if sent.control_id in self._tuples_done or self._query not in (None, sent.query_id):
+            if sent.control_id in self._tuples_done or not self._selection.matches(sent.query_id):
                 continue
             ack = self.board.acks.get(sent.control_id)
             self._out("\n".join(tuple_lines(sent, ack)))

@@ -8,7 +8,7 @@ import pytest
 
 from schemas import Role, SourcePartition, TaskMetrics
 from schemas.records import TAKEOVER, Ack, ControlTuple, Decision, Outcome
-from streamctl.board import SETTLE_MS, Board, decision_lines, status_table
+from streamctl.board import SETTLE_MS, Board, Selection, decision_lines, status_table
 from streamctl.watch import DecisionPrinter
 
 T0 = 1_800_000_000_000
@@ -51,6 +51,46 @@ def test_a_row_per_query_with_rates_lag_and_busy_share() -> None:
     assert "90%" in beta
     assert alpha.split()[7] == "running"
     assert "no decision in the period read" in alpha
+
+
+def rows(lines: list[str]) -> list[str]:
+    """The query ids of a table's rows, in order."""
+    return [line.split()[0] for line in lines[2:] if line[:1].strip() and "more quer" not in line]
+
+
+def test_a_fleet_shows_the_queries_down_first_then_the_most_lag_at_most_top_of_them() -> None:
+    board = Board()
+    for name, lag in (("calm-1", 0), ("calm-2", 0), ("behind", 5000), ("lagging", 900)):
+        for i in range(10):
+            end = (i + 1) * 100
+            board.add(metrics(i, T0 + i * 1000, 100, end, end + lag, 500, name))
+    for i in range(10):  # heard last a minute before the others: down
+        board.add(metrics(i, T0 - 70_000 + i * 1000, 100, (i + 1) * 100, (i + 1) * 100, 500,
+                          "down"))
+    lines = status_table(board, T0 + 10_000, selection=Selection(top=3))
+    assert rows(lines) == ["down", "behind", "lagging"]
+    assert lines[-1].startswith("… 2 more queries not shown")
+    everything = status_table(board, T0 + 10_000, selection=Selection(top=0))
+    assert rows(everything) == ["down", "behind", "lagging", "calm-1", "calm-2"]
+
+
+def test_a_pattern_narrows_the_table_and_one_that_matches_nothing_says_so() -> None:
+    board = Board()
+    for name in ("payments-eu", "payments-us", "search"):
+        steady(board, name)
+    assert rows(status_table(board, T0 + 10_000, selection=Selection("payments-*"))) == [
+        "payments-eu", "payments-us"]
+    missed = status_table(board, T0 + 10_000, selection=Selection("billing-*"))
+    assert missed[-1] == "no query id matches 'billing-*' among the 3 in the period read"
+
+
+def test_the_decision_log_takes_a_pattern_of_query_ids() -> None:
+    board = Board()
+    board.add(decision("c-1", T0, query="payments-eu"))
+    board.add(decision("c-2", T0, query="search"))
+    out: list[str] = []
+    DecisionPrinter(board, query="payments-*", out=out.append).print_new(T0)
+    assert len(out) == 1 and "payments-eu" in out[0]
 
 
 def test_the_busy_share_covers_the_last_30_s_to_now_so_an_idle_query_reads_zero() -> None:
