@@ -254,7 +254,8 @@ def day_real(result: Result) -> list[str]:
             "capacities at 2 units: " + ", ".join(
                 f"{name} {rate:,.0f}/s" for name, rate in result["capacities_per_s"].items())
             + ".", "",
-            *_table(["s from the load's start", "job", "tuple", "its backlog then",
+            *_table(["s from the load's start", "job", "tuple",
+                     "its backlog then (lag less the batches in flight)",
                      "why (the reason's first clause)"], tuples)]
 
 
@@ -323,9 +324,10 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "night, ±10 % noise, 5 % more each day) after a minute at the night's rate; the "
      "controller runs its defaults with the season compressed to the day (buckets of a 96th "
      "of it, periods of half a day to 1.25 days, a 30 s lead). A change undone within an "
-     "eighth of the day is a reversal. The oracle takes each job's measured rate per unit "
-     "with no per-batch cost; it reconfigures for free. The jobs, the controller, the load "
-     "generator and the broker share the 2 cores."),
+     "eighth of the day is a reversal; a backlog is the lag less what arrived in the last "
+     "two trigger intervals (the batches in flight). The oracle takes each job's measured "
+     "rate per unit with no per-batch cost; it reconfigures for free. The jobs, the "
+     "controller, the load generator and the broker share the 2 cores."),
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
      "runs from the later of the last commit before the change and the change's start to the "

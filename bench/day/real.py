@@ -11,9 +11,11 @@ meets it as a backlog). The load is `bench.day`'s smooth day scaled to the first
 C: 1.5 C at the peak (5 units at the policy's 70 %), a quarter of that at night, ±10 % noise
 per second and 5 % more every day, played after a minute at the night's rate.
 
-Once a second the benchmark samples each job's size (from its newest metrics) and backlog (the
+Once a second the benchmark samples each job's size (from its newest metrics) and lag (the
 broker's end offsets against its newest batch), and keeps every control tuple and ack as they
-arrive; `bench.day.measures` turns that into the simulated days' columns. The oracle takes each
+arrive; `bench.day.measures` turns that into the simulated days' columns (the time over the
+objective on the lag; a backlog, for the scale-ups before one and a job that never fell behind,
+is the lag less the batches in flight: `beyond_in_flight`). The oracle takes each
 job's measured rate per unit and no per-batch cost: a lower bound, as in the simulation. A size
 change undone within an eighth of the day counts as a reversal: ten minutes would span most of
 a compressed day, whose load turns every four minutes.
@@ -32,12 +34,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench import record
 from bench.bed import Bed, local_broker, process_env
 from bench.day.__main__ import OBJECTIVE_S, table
-from bench.day.measures import BACKLOG_FLOOR, days_of
+from bench.day.measures import BACKLOG_FLOOR, JobDay, days_of
 from bench.sim import profiles
 from bench.sim.model import JobSpec
 from bench.sim.run import Scenario, Trace
@@ -268,9 +270,21 @@ def _play(watch: Watch, chosen: Scenario) -> Trace:
     return trace
 
 
+def beyond_in_flight(trace: Trace) -> Trace:
+    """`trace` with each sampled lag less what arrived in the last two trigger intervals (the
+    batch running and the one gathering, at the load's nominal rate): the backlog as the
+    controller means it, which a job that keeps up never has. The lag itself, which counts
+    those records too, stays the measure of the time over the objective."""
+    profile = trace.scenario.profile
+    in_flight = [profile.produced(t) - profile.produced(t - 2 * TRIGGER_S) for t in trace.times_s]
+    backlog = {name: [max(0, lag - round(f)) for lag, f in zip(lags, in_flight, strict=True)]
+               for name, lags in trace.backlog.items()}
+    return replace(trace, backlog=backlog)
+
+
 def tuples(trace: Trace, sent: dict[str, Decision]) -> list[dict[str, object]]:
     """Every control tuple of the run: when, to which job, what it changed, the job's
-    backlog then, and why (the controller's reason)."""
+    backlog then (`beyond_in_flight`), and why (the controller's reason)."""
     rows: list[dict[str, object]] = []
     for at_s, control in trace.controls:
         decision = sent.get(control.control_id)
@@ -285,9 +299,20 @@ def tuples(trace: Trace, sent: dict[str, Decision]) -> list[dict[str, object]]:
 
 
 def never_behind(trace: Trace) -> dict[str, bool]:
-    """Per job: whether its backlog stayed within the policy's noise floor all run."""
+    """Per job: whether its backlog (`beyond_in_flight`) stayed within the policy's noise
+    floor all run."""
     return {name: max(backlog, default=0) <= BACKLOG_FLOOR
             for name, backlog in trace.backlog.items()}
+
+
+def measured_days(trace: Trace, day_s: int) -> list[list[JobDay]]:
+    """`days_of`, with the scale-ups before a backlog counted on `beyond_in_flight`."""
+    behind = beyond_in_flight(trace)
+    return [[replace(job, scale_ups_before_backlog=adjusted.scale_ups_before_backlog)
+             for job, adjusted in zip(day, adjusted_day, strict=True)]
+            for day, adjusted_day in zip(days_of(trace, day_s, reversal_s=day_s / 8),
+                                         days_of(behind, day_s, reversal_s=day_s / 8),
+                                         strict=True)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -301,9 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = record.load_average()
     with local_broker("streamctl-day-real-") as bed:
         trace, capacities, sent = run(bed, args.days, args.day_s, args.seed)
-    per_day = days_of(trace, args.day_s, reversal_s=args.day_s / 8)
+    per_day = measured_days(trace, args.day_s)
     print(table("real days, defaults", per_day), flush=True)
-    calm = never_behind(trace)
+    behind = beyond_in_flight(trace)
+    calm = never_behind(behind)
     restarts_never_behind = sum(1 for _, c in trace.controls if calm[c.query_id])
     print(f"tuples to a job that never fell behind: {restarts_never_behind} of "
           f"{len(trace.controls)}", flush=True)
@@ -312,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "capacities_per_s": dict(zip((s.name for s in STAGES), capacities, strict=True)),
         "peak_over_capacity": PEAK_OVER_CAPACITY, "night_share": NIGHT_SHARE,
         "reversal_s": args.day_s / 8, "never_behind": calm,
-        "restarts_never_behind": restarts_never_behind, "tuples": tuples(trace, sent),
+        "restarts_never_behind": restarts_never_behind, "tuples": tuples(behind, sent),
         "days_measured": [[job.as_dict() for job in day] for day in per_day],
     }, load_before, argv=sys.argv[1:] if argv is None else list(argv))
     print(f"wrote {path}")

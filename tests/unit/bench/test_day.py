@@ -51,3 +51,20 @@ def test_the_controller_scales_up_ahead_of_a_rise_only_once_the_load_has_repeate
     days = days_of(trace, 7200)
     assert days[0][0].scale_ups_before_backlog == 0
     assert sum(job.scale_ups_before_backlog for jobs in days[1:] for job in jobs) >= 1
+
+
+def test_a_real_days_backlog_is_its_lag_less_the_batches_in_flight() -> None:
+    # A constant 100/s with 2 s triggers: 400 records are in flight at any time. A job that
+    # keeps up has no backlog and never fell behind; one with 2 000 more has, and did.
+    from bench.day.real import beyond_in_flight, never_behind
+    from bench.sim.profiles import Profile
+    from bench.sim.run import Scenario, Trace
+
+    scenario = Scenario("flat", Profile("flat", (100.0,) * 20, 0), (day.FIRST, day.SECOND),
+                        duration_s=10, warmup_s=10, tick_s=1.0)
+    times = [float(t) for t in range(5, 15)]
+    trace = Trace(scenario, "any", times, units={"enrich": [2] * 10, "aggregate": [2] * 10},
+                  backlog={"enrich": [400] * 10, "aggregate": [400] * 9 + [2400]})
+    behind = beyond_in_flight(trace)
+    assert behind.backlog == {"enrich": [0] * 10, "aggregate": [0] * 9 + [2000]}
+    assert never_behind(behind) == {"enrich": True, "aggregate": False}
