@@ -190,6 +190,25 @@ def shedding(result: Result) -> list[str]:
          for n, r in enumerate(result["runs"])])
 
 
+def demo(result: Result) -> list[str]:
+    def figure(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f}"
+
+    job = result["job"]
+    rows = [[str(n), figure(r["step_to_tuple_s"]), figure(r["step_to_applied_s"]),
+             figure(r["pauses_ms"][0] / 1000 if r["pauses_ms"] else None),
+             figure(r["recovered_s"][job]) if r["fell_behind"][job] else "never behind",
+             "; ".join(f"{t['change']} at {t['at_s']:+.0f} s" for t in r["tuples"]) or "none",
+             str(r["parallelism"][job])]
+            for n, r in enumerate(result["runs"], 1)]
+    m = result["median"]
+    rows.append(["median", figure(m["step_to_tuple_s"]), figure(m["step_to_applied_s"]),
+                 figure(m["pause_s"]), figure(m["step_to_lag_back_s"]),
+                 f"{figure(m['tuples_after_step'])} after the step", ""])
+    return _table(["run", "step → first tuple s", "step → applied s", "pause s",
+                   "step → lag back s", "tuples (s from the step)", "units at the end"], rows)
+
+
 def takeover(result: Result) -> list[str]:
     runs = result["kill_to_takeover_s"]
     return _table(["figure", "runs", "median s", "min–max s", "lease session s"], [[
@@ -285,6 +304,14 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "(checkpoint, input, plan) and its first batch, cold (Python workers, Kafka consumers, "
      "state store, generated code), to its commit. The load generator, the broker and the "
      "controller share the machine's 2 cores with it."),
+    ("demo", "The demo's load step", demo,
+     "`streamctl demo` with its defaults, as `./dev demo` runs it: the local broker, the "
+     "bundled sensor job (2 units, 5 ms per record) and the controller as separate processes, "
+     "150 records/s stepping to 900 records/s 30 s into 150 s of load. Figures from each "
+     "run's own narration ([demo.md](demo.md)): times from the step as the demo saw the "
+     "decision and the ack arrive; \"lag back\" is the first status line (every 3 s) whose "
+     "lag, in seconds of input, is within 1.5 times its level before the step (at least 3 s) "
+     "after it had fallen behind."),
     ("takeover", "Controller takeover after kill -9 of the leader", takeover,
      "Two `controller run` processes with their defaults on a local broker; each run waits "
      "until the follower has joined the controllers' group, kills the leader with SIGKILL and "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from schemas import Ack, Decision, TaskMetrics
 from streamctl.loadgen import LoadSpec
-from streamctl.narrate import Narrator, Watched
+from streamctl.narrate import Narrator, StepFigures, Watched
 from streamctl.processes import Child, sigterm_as_interrupt, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.stack import defaults
@@ -95,7 +95,20 @@ CONTROL_TOPICS = (defaults.METRICS_TOPIC, defaults.CONTROL_TOPIC, defaults.ACKS_
                   defaults.DECISIONS_TOPIC, defaults.STATE_TOPIC, defaults.LEASE_TOPIC)
 
 
+@dataclass(frozen=True)
+class Played:
+    """How a demo run ended, and what it measured (None: it never got to the load)."""
+
+    exit_code: int
+    figures: StepFigures | None
+
+
 def run_demo(settings: DemoSettings) -> int:
+    return play(settings).exit_code
+
+
+def play(settings: DemoSettings) -> Played:
+    """The demo, start to summary, as `streamctl demo` runs it."""
     state_dir = defaults.default_state_dir()
     scenario = pipeline_scenario(settings) if settings.pipeline else sensor_scenario(settings)
     with sigterm_as_interrupt(), ExitStack() as cleanup:
@@ -112,10 +125,12 @@ def run_demo(settings: DemoSettings) -> int:
                               settings.step_at_s)
         load = LoadSpec(bootstrap, scenario.jobs[0].input_topic, profile, settings.duration_s,
                         event_type=scenario.event_type)
-        return Narrator(profile, load, [Watched(j.name, j.input_topic) for j in scenario.jobs],
-                        tail, children, settings.status_every_s,
-                        settings.ready_timeout_s).run()
-    return 1
+        narrator = Narrator(profile, load,
+                            [Watched(j.name, j.input_topic) for j in scenario.jobs], tail,
+                            children, settings.status_every_s, settings.ready_timeout_s)
+        exit_code = narrator.run()
+        return Played(exit_code, narrator.figures() if narrator.load_started else None)
+    return Played(1, None)
 
 
 def _start_broker(settings: DemoSettings, state_dir: Path, cleanup: ExitStack) -> str:

@@ -55,6 +55,33 @@ class Recovery:
                 self.recovered_s = elapsed - step_at
 
 
+@dataclass(frozen=True)
+class Tuple:
+    """A control tuple the controller sent during the demo, seconds from the load step."""
+
+    at_s: float
+    query_id: str
+    change: str
+    """'input_parallelism 2 -> 6'."""
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What a demo run measured of the loop's answer to the load step (times from the step;
+    None: it did not happen). The summary prints them; `bench.demo` records them."""
+
+    step_to_tuple_s: float | None
+    step_to_applied_s: float | None
+    pauses_ms: tuple[int, ...]
+    tuples: tuple[Tuple, ...]
+    recovered_s: dict[str, float | None]
+    """Per job: when its lag was back to its level before the step (None: not yet, or it
+    never fell behind: `fell_behind` tells which)."""
+    fell_behind: dict[str, bool]
+    parallelism: dict[str, int]
+    """Per job, the knob it scales with at the end (0: it never reported)."""
+
+
 @dataclass
 class Narrator:
     """Drives the load and prints what happens, until the duration ends or a child dies."""
@@ -72,6 +99,7 @@ class Narrator:
     first_control_s: float | None = None
     first_applied_s: float | None = None
     pauses_ms: list[int] = field(default_factory=list)
+    tuples: list[Tuple] = field(default_factory=list)
     recovery: dict[str, Recovery] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,8 +182,11 @@ class Narrator:
         if d.action.startswith("ack_") or d.query_id not in self.views:
             return  # the controller logs acks as decisions too; the ack itself is shown
         elapsed = time.monotonic() - self.load_started
-        if d.control_id and self.first_control_s is None and elapsed > self.profile.start_s:
-            self.first_control_s = elapsed - self.profile.start_s
+        if d.control_id:
+            self.tuples.append(Tuple(elapsed - self.profile.start_s, d.query_id,
+                                     f"{d.parameter} {d.current_value} -> {d.target_value}"))
+            if self.first_control_s is None and elapsed > self.profile.start_s:
+                self.first_control_s = elapsed - self.profile.start_s
         who = f" {d.query_id}" if len(self.jobs) > 1 else ""
         if d.current_value and d.target_value:
             line = (f">>> decision at {elapsed:.0f} s:{who} {d.action} {d.parameter} "
@@ -187,6 +218,13 @@ class Narrator:
                       f"{child.log_tail()}")
                 return True
         return False
+
+    def figures(self) -> StepFigures:
+        return StepFigures(
+            self.first_control_s, self.first_applied_s, tuple(self.pauses_ms),
+            tuple(self.tuples), {q: r.recovered_s for q, r in self.recovery.items()},
+            {q: r.behind_since_step for q, r in self.recovery.items()},
+            {q: v.parallelism() for q, v in self.views.items()})
 
     def _summary(self, acked: int, failed: int) -> None:
         print("\nsummary")
