@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from bench import record
+from streamctl.cli import build_parser, prepare
 from streamctl.demo import DemoSettings, play
 from streamctl.narrate import StepFigures
 
@@ -29,6 +30,7 @@ JOB = "sensor-averages"
 
 def measure(runs: int) -> list[StepFigures]:
     """`runs` demos with the defaults; raises when one ends before its load did."""
+    prepare(build_parser().parse_args(["demo"]))  # the control key, as `streamctl demo`
     measured = []
     for n in range(1, runs + 1):
         print(f"--- demo run {n} of {runs}", flush=True)

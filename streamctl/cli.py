@@ -74,12 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def prepare(args: argparse.Namespace) -> None:
+    """The environment a command's processes need from the local stack (the connector's jars,
+    the control key), as `main` sets it before running the command."""
     if args.group == "job" and getattr(args, "job_command", None) in ("run", "check"):
         _fill_spark_jars_from_stack()
     if args.group in ("job", "controller", "demo", "stack"):
         _fill_control_key_from_stack(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prepare(args)
     handler = getattr(args, "handler", None)
     if handler is None:
         build_parser().parse_args([args.group, "--help"])
