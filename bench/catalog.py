@@ -58,6 +58,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("shedding", ("--runs", "1"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "bench/shedding.py",
                "bench/reaction.py")),
+    Benchmark("cluster_faults", ("--runs", "3"), ("--runs", "1"),
+              (*_RUNTIME, "streaming_jobs/jobs", "streamctl/stack", "bench/cluster_faults.py")),
     Benchmark("demo", ("--runs", "3"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "streamctl/demo.py",
                "streamctl/narrate.py", "bench/demo.py")),

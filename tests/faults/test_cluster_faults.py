@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import pytest
 
 from schemas import Ack, ControlTuple, Outcome
+from streamctl.stack import leaders as c
 from streamctl.stack.cluster import LocalCluster
 from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec, ensure_topics
 from streaming_jobs.runtime.sink.foreach_batch import transactional_id
-from tests.support import cluster as c
 from tests.support.fault_bed import FRAUD_JOB, TOPIC_KINDS, FaultBed, now_ms, report
 from tests.support.prometheus import sample, scrape
 from tests.support.waiting import until

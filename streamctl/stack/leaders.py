@@ -1,10 +1,11 @@
-"""Who leads what on a local Kafka cluster, and the faults the cluster tests inject.
+"""Who leads what on a Kafka cluster, and the broker faults a cluster's checks inject.
 
 Partition leaders and in-sync replicas from the cluster's metadata; the transaction
 coordinator of a transactional id, computed as the broker computes it (the leader of the
-`__transaction_state` partition its hash picks); preferred-leader elections, so each test
-starts from the layout its topics were created with; kill -9 and a controlled stop of one
-node. Neighbours: `streamctl.stack.cluster` (the nodes), tests/faults/test_cluster_faults.py.
+`__transaction_state` partition its hash picks); topics created with an explicit replica list
+(so the caller knows which broker leads what); preferred-leader elections, to return to that
+layout after a fault; kill -9 of one node. Neighbours: `cluster` (the nodes), the cluster
+fault tests and `bench.cluster_faults`.
 """
 
 from __future__ import annotations
@@ -20,24 +21,25 @@ from streamctl.stack.broker import LocalBroker
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.process import is_alive
 from streamctl.stack.waiting import poll_until
-from tests.support.waiting import until
 
 TRANSACTION_STATE = "__transaction_state"
 OFFSETS = "__consumer_offsets"
 
 
 def create_pinned(bootstrap: str, topics: Mapping[str, Sequence[Sequence[int]]],
-                  config: Mapping[str, str] | None = None) -> None:
+                  config: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> None:
     """Topics with an explicit replica list per partition: the first replica is the
-    partition's preferred leader, so a test knows which broker leads what."""
+    partition's preferred leader. Returns once every partition has a leader."""
     admin = admin_client(bootstrap)
     futures = admin.create_topics([
         NewTopic(name, len(replicas), replica_assignment=[list(r) for r in replicas],
                  config=dict(config or {}))
-        for name, replicas in topics.items()], request_timeout=30)
+        for name, replicas in topics.items()], request_timeout=timeout_s)
     for future in futures.values():
-        future.result(timeout=30)
-    until(lambda: all(leaders(bootstrap, name) for name in topics), 30, "leaders of new topics")
+        future.result(timeout=timeout_s)
+    if poll_until(lambda: all(leaders(bootstrap, name) for name in topics) or None,
+                  timeout_s, 0.2) is None:
+        raise TimeoutError(f"no leader for every partition of {sorted(topics)} in {timeout_s} s")
 
 
 def metadata_partitions(bootstrap: str, topic: str) -> dict[int, object]:
@@ -68,10 +70,12 @@ def in_sync(bootstrap: str, topics: Iterable[str], replicas: int) -> bool:
 
 def await_in_sync(bootstrap: str, topics: Iterable[str], replicas: int = 3,
                   timeout_s: float = 120.0) -> None:
-    """Until every partition of `topics` and of the internal topics is fully replicated."""
+    """Until every partition of `topics` and of the internal topics is fully replicated;
+    TimeoutError after `timeout_s`."""
     every = [*topics, TRANSACTION_STATE, OFFSETS]
-    until(lambda: in_sync(bootstrap, every, replicas), timeout_s,
-          f"{replicas} in-sync replicas of every partition of {every}", 0.5)
+    if poll_until(lambda: in_sync(bootstrap, every, replicas) or None, timeout_s, 0.5) is None:
+        raise TimeoutError(f"{replicas} in-sync replicas of every partition of {every} not "
+                           f"reached in {timeout_s} s")
 
 
 def elect_preferred(bootstrap: str, topics: Iterable[str]) -> None:
@@ -82,7 +86,7 @@ def elect_preferred(bootstrap: str, topics: Iterable[str]) -> None:
     result = admin.elect_leaders(ElectionType.PREFERRED, partitions).result(timeout=30)
     for partition, error in result.items():
         if error is not None and error.code() != KafkaError.ELECTION_NOT_NEEDED:
-            raise AssertionError(f"preferred election of {partition}: {error}")
+            raise RuntimeError(f"preferred election of {partition}: {error}")
 
 
 def java_string_hash(text: str) -> int:
@@ -99,7 +103,7 @@ def transaction_coordinator(bootstrap: str, transactional_id: str) -> int:
     partition `abs(hash) % partitions` (Kafka's TransactionStateManager.partitionFor)."""
     partitions = metadata_partitions(bootstrap, TRANSACTION_STATE)
     if not partitions:
-        raise AssertionError(f"{TRANSACTION_STATE} does not exist yet: no transaction began")
+        raise RuntimeError(f"{TRANSACTION_STATE} does not exist yet: no transaction began")
     partition = (java_string_hash(transactional_id) & 0x7FFFFFFF) % len(partitions)
     return leaders(bootstrap, TRANSACTION_STATE)[partition]
 
@@ -107,8 +111,10 @@ def transaction_coordinator(bootstrap: str, transactional_id: str) -> int:
 def kill_9(node: LocalBroker) -> None:
     """SIGKILL, as a crash or an OOM killer would: no controlled shutdown, no flush."""
     status = node.status(probe_timeout_s=0.5)
-    assert status.running and status.pid is not None, f"{status.label} is not running"
-    os.kill(status.pid, signal.SIGKILL)
-    gone = poll_until(lambda: True if not is_alive(status.pid) else None, 10.0)
-    assert gone, f"{status.label} (pid {status.pid}) outlived SIGKILL"
+    pid = status.pid
+    if not status.running or pid is None:
+        raise RuntimeError(f"{status.label} is not running")
+    os.kill(pid, signal.SIGKILL)
+    if not poll_until(lambda: True if not is_alive(pid) else None, 10.0):
+        raise RuntimeError(f"{status.label} (pid {pid}) outlived SIGKILL")
     node.stop(timeout_s=1.0)  # it is gone: this only forgets its pid file
