@@ -214,7 +214,8 @@ def demo(result: Result) -> list[str]:
     rows = [[str(n), figure(r["step_to_tuple_s"]), figure(r["step_to_applied_s"]),
              figure(r["pauses_ms"][0] / 1000 if r["pauses_ms"] else None),
              figure(r["recovered_s"][job]) if r["fell_behind"][job] else "never behind",
-             "; ".join(f"{t['change']} at {t['at_s']:+.0f} s" for t in r["tuples"]) or "none",
+             "; ".join(f"{t['change'].replace(' -> ', ' → ')} at {t['at_s']:+.0f} s"
+                       for t in r["tuples"]) or "none",
              str(r["parallelism"][job])]
             for n, r in enumerate(result["runs"], 1)]
     m = result["median"]

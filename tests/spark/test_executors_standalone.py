@@ -49,7 +49,6 @@ def test_executors_up_and_down_on_a_standalone_cluster(
                                      f"{after} executor"), ack.detail
         assert " running " in ack.detail and f"({after} task slot" in ack.detail
         print(f"\n[executors] {ack.detail}")
-        assert 0 <= ack.pause_ms < 30_000
         _wait_batch(bed, lambda m, e=epoch, t=ack.acked_at_ms: m.config_epoch == e
                     and m.batch_start_ms > t, 120, f"a batch after the ack of epoch {epoch}")
         acks.append((epoch, ack.acked_at_ms, after))
