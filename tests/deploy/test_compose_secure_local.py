@@ -340,3 +340,36 @@ def test_prometheus_scrapes_the_secured_endpoints_with_the_secure_config(
         selector = f'streamctl_job_input_rows_total{{query="{QUERY}"}}'
         until(lambda: api(base, "/api/v1/query", query=selector)["data"]["result"], 30.0,
               f"Prometheus to have {selector}", 1.0)
+
+
+def test_the_controller_sizes_an_idle_job_down_by_a_tuple_of_its_own(stack: SecureStack) -> None:
+    """The controller's own decision, signed with its key, written as its principal and
+    applied by the job over SASL_SSL (the test above sends one through the controller's
+    adapters; this one is decided). The load stops, so the job is idle: no arrivals are below
+    low water whatever this machine's speed. The controller is restarted with a scale-down
+    stabilisation of 10 s instead of the default 120 s, so the module does not wait two
+    minutes for it."""
+    for name in ("load", "controller"):
+        child = next(c for c in stack.children if c.name == name)
+        child.stop()
+        stack.children.remove(child)
+    before = sample(stack.metrics("job"), "streamctl_job_input_parallelism", query=QUERY)
+    assert before is not None and before > 1, before  # the test above raised it
+    env = {**stack.mapping.environment(SERVICES["controller"]),
+           "STREAMCTL_CONTROLLER_SCALE_DOWN_STABILISATION_S": "10"}
+    stack.children.append(d.start_service("controller-restarted",
+                                          SERVICES["controller"]["command"], env,
+                                          stack.tmp / "logs"))
+
+    def smaller() -> float | None:
+        now = sample(stack.metrics("job"), "streamctl_job_input_parallelism", query=QUERY)
+        return now if now is not None and now < before else None
+
+    until(smaller, 240.0, "the controller sizing the idle job down", 1.0, alive=stack.children)
+    decided = sample(stack.metrics("controller"), "streamctl_decisions_total",
+                     action="scale_down", query=QUERY)
+    assert decided is not None and decided >= 1, "the scale-down was not the controller's"
+    applied = [s.value for f in _families(stack.metrics("job")) for s in f.samples
+               if s.name == "streamctl_job_control_tuples_total"
+               and s.labels.get("outcome", "").lower() == "applied"]
+    assert applied and applied[0] >= 2, "the job counted no second applied tuple"

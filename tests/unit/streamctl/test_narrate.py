@@ -3,7 +3,12 @@ the load step once it had fallen behind; a job that never fell behind says so.""
 
 from __future__ import annotations
 
-from streamctl.narrate import FLOOR_S, Recovery
+import pytest
+
+from schemas import Ack, Decision, Outcome
+from streamctl.loadgen import LoadSpec
+from streamctl.narrate import FLOOR_S, Narrator, Recovery, Watched
+from streamctl.profiles import RateProfile
 
 
 def test_recovery_is_the_first_time_after_the_step_the_lag_is_back_to_its_level() -> None:
@@ -21,3 +26,36 @@ def test_a_job_that_stays_within_its_floor_never_fell_behind() -> None:
     for elapsed in range(20, 120, 3):
         r.track(elapsed, 30.0, FLOOR_S * 1.9)
     assert not r.behind_since_step and r.recovered_s is None
+
+
+class RecordsTail:
+    """A tail that hands out the given records once (the narrator only polls it here)."""
+
+    def __init__(self, records: list[object]) -> None:
+        self.records = records
+
+    def poll(self, timeout_s: float = 0.2) -> list[tuple[str, object]]:
+        handed, self.records = self.records, []
+        return [("t", r) for r in handed]
+
+
+def test_the_figures_time_the_first_tuple_and_its_ack_from_the_step_and_list_every_tuple(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    step_at = 30.0
+    decided = Decision("d-1", "q", 0, "scale_up", "input_parallelism", "2", "8", "backlog", {},
+                       "c-1", False)
+    advice = Decision("d-2", "q", 0, "throttle", "", "", "", "advice", {}, None, False)
+    acked = Ack("c-1", "q", "i-1", 1, Outcome.APPLIED, "input_parallelism 2→8", 4_500, 0)
+    narrator = Narrator(RateProfile("step", 150, 900, step_at), LoadSpec("b", "in", None, 150),  # type: ignore[arg-type]
+                        [Watched("q", "in")], RecordsTail([decided, advice]), [])  # type: ignore[arg-type]
+    now = [100.0 + step_at + 4]
+    monkeypatch.setattr("streamctl.narrate.time.monotonic", lambda: now[0])
+    narrator.load_started = 100.0
+    narrator._consume()
+    now[0], narrator.tail.records = 100.0 + step_at + 20, [acked]  # type: ignore[attr-defined]
+    narrator._consume()
+    figures = narrator.figures()
+    assert (figures.step_to_tuple_s, figures.step_to_applied_s) == (4.0, 20.0)
+    assert figures.pauses_ms == (4_500,)
+    assert [(t.at_s, t.change) for t in figures.tuples] == [(4.0, "input_parallelism 2 -> 8")]
+    assert figures.fell_behind == {"q": False} and figures.parallelism == {"q": 0}
