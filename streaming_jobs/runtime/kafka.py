@@ -40,6 +40,16 @@ ASSIGN_PIN_TIMEOUT_S = 10.0
 partitions' end offsets to start there; the polls after it go on asking (`_pin_unpinned`)."""
 ASSIGN_RETRY_S = 0.5
 """Pause between two such asks."""
+LOG_RANGE_TIMEOUT_S = 30.0
+"""How long a topic's log start and end offsets are asked for: a broker killed while it led
+a partition is fenced by the quorum within its session timeout (9 s by default), and the
+partition's new leader answers after that."""
+LEADER_AWAY = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER,
+    KafkaError._ALL_BROKERS_DOWN})
+"""What an offsets request answers while a partition's leader is away or being elected
+(librdkafka flags none of them retriable on this call)."""
 R = TypeVar("R", bound=_Record)
 
 
@@ -314,8 +324,10 @@ class KafkaLogRanges:
             "group.id": "streamctl-offsets-unused", "enable.auto.commit": False}))
         self._lock = threading.Lock()  # the control thread and the run loop both ask
 
-    def log_range(self, topic: str, timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
-        """Partition → (log start, log end); `LookupError` when the topic does not exist."""
+    def log_range(self, topic: str,
+                  timeout_s: float = LOG_RANGE_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+        """Partition → (log start, log end); `LookupError` when the topic does not exist or
+        a partition's offsets were not told within `timeout_s`."""
         with self._lock:
             try:
                 return _log_range(self._consumer, topic, timeout_s)
@@ -352,11 +364,28 @@ def _log_range(consumer: Consumer, topic: str,
     metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise LookupError(f"topic {topic!r} does not exist")
-    ranges = {}
-    for p in metadata.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-        ranges[p] = (int(low), int(high))
-    return ranges
+    deadline = time.monotonic() + timeout_s
+    return {p: _watermarks(consumer, TopicPartition(topic, p), deadline)
+            for p in metadata.partitions}
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """(log start, end) of `tp`, asked again until the `time.monotonic()` `deadline` while its
+    leader is away (a broker killed while it led `tp`: the request to it is dropped, and the
+    leadership moves once the quorum fences it); other errors at once."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                tp, timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            away = error.code() in LEADER_AWAY or error.retriable()
+            if not away or time.monotonic() + ASSIGN_RETRY_S >= deadline:
+                raise
+            log.info("offsets of %s[%d] not told yet (%s); asking again", tp.topic,
+                     tp.partition, error.str())
+            time.sleep(ASSIGN_RETRY_S)
 
 
 def _end_offsets(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
