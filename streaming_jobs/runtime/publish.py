@@ -83,6 +83,7 @@ class Publisher:
 
     def metrics(self, record: TaskMetrics) -> None:
         self._producer.publish(self._config.topics.metrics_topic, record.query_id, record)
+        self._prometheus.record_configuration(record)
 
     def check_state_topic(self, exists: bool) -> None:
         self._state_topic_exists = exists

@@ -118,13 +118,19 @@ class JobPrometheus:
         self.output_rows.labels(q).inc(m.output_rows)
         self.batch_duration.labels(q).observe(m.busy_ms / 1000.0)
         self.backlog.labels(q).set(backlog_records(m))
-        self.input_parallelism.labels(q).set(m.input_parallelism)
-        self.task_slots.labels(q).set(m.task_slots)
-        self.config_epoch.labels(q).set(m.config_epoch)
+        self.record_configuration(m)
         self.dead_letters.labels(q).inc(dead_letters)
         self.output_dead_letters.labels(q).inc(output_dead_letters)
         self.late_rows.labels(q).inc(m.rows_dropped_by_watermark)
         self.rows_shed.labels(q).inc(m.rows_shed)
+
+    def record_configuration(self, m: TaskMetrics) -> None:
+        """The configuration in force as `m` says it: a batch's, and a heartbeat's or a beat's
+        too, so a change applied while no batch runs (an idle query) shows at once."""
+        q = m.query_id
+        self.input_parallelism.labels(q).set(m.input_parallelism)
+        self.task_slots.labels(q).set(m.task_slots)
+        self.config_epoch.labels(q).set(m.config_epoch)
 
     def record_control(self, query_id: str, outcome: str, reason: str | None = None) -> None:
         self.control_tuples.labels(query_id, outcome).inc()
