@@ -1,15 +1,16 @@
 """Benchmark: kill -9 of a broker on a three-node cluster under load, by the role it plays.
 
 Starts a local three-node KRaft cluster (`stack up --brokers 3`'s layout: every topic three
-replicas, two in sync), the real fraud-detection job (2 state partitions, 1 s trigger) under a
-constant load of card transactions, and no controller (the benchmark sends the tuples itself,
-signed as the controller signs them). The input is led by node 1 and the control and ack
-topics by node 2, by their replica lists. Each run first returns the cluster to that layout
-with every replica in sync and a batch committed, then kills one broker with SIGKILL:
+replicas, `min.insync.replicas` 2), the real fraud-detection job (2 state partitions, 1 s
+trigger) under a constant load of card transactions, and no controller (the benchmark sends
+the tuples itself, signed as the controller signs them). The input is led by node 1 and the
+control and ack topics by node 2, by their replica lists. Each run first returns the cluster
+to that layout with every replica in sync and a batch committed, then kills one broker with
+SIGKILL:
 
 - input:       the broker leading both input partitions;
 - control:     the broker leading the control and ack topics, with a `state_partitions` tuple
-               written to it and not yet read;
+               written to it the moment before;
 - coordinator: the sink's transaction coordinator, once the job has taken such a tuple (the
                reconfiguration under way).
 
@@ -97,7 +98,11 @@ class ClusterBed:
         self._tail = Tail(self.bootstrap, {self.topics["metrics"]: TaskMetrics,
                                            self.topics["acks"]: Ack}, from_beginning=True)
         self._stop_load = threading.Event()
-        self.job = self._start_job(workdir)
+        try:
+            self.job = self._start_job(workdir)
+        except BaseException:
+            self._tail.close()
+            raise
         self.children: list[Child] = [self.job]
         spec = LoadSpec(self.bootstrap, self.topics["input"],
                         RateProfile("constant", RATE_PER_S, RATE_PER_S), duration_s=4 * 3600,
@@ -199,7 +204,7 @@ def run_fault(bed: ClusterBed, fault: str) -> FaultRun:
         node = leaders.leaders(bed.bootstrap, bed.topics["input"])[0]
     elif fault == "control":
         node = leaders.leaders(bed.bootstrap, bed.topics["control"])[0]
-        control = bed.send_state_partitions()  # committed; neither read nor answered yet
+        control = bed.send_state_partitions()  # written: the kill follows at once
     else:
         node = leaders.transaction_coordinator(bed.bootstrap, transactional_id(QUERY))
         control = bed.send_state_partitions()
@@ -225,16 +230,15 @@ def measure(runs: int) -> list[FaultRun]:
     with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         cluster = LocalCluster(Path(tmp) / "state", 3, free_base_port(),
                                maven_dir=default_state_dir() / "maven")
-        if not cluster.start(timeout_s=180):
-            raise RuntimeError("the three-node cluster did not start")
-        bed = None
+        cluster.start(timeout_s=180)  # StackError when a node does not come up
         try:
             bed = ClusterBed(cluster, Path(tmp))
-            bed.commit_after(now_ms(), FIRST_BATCH_S)
-            return [run_fault(bed, fault) for _ in range(runs) for fault in FAULTS]
-        finally:
-            if bed is not None:
+            try:
+                bed.commit_after(now_ms(), FIRST_BATCH_S)
+                return [run_fault(bed, fault) for _ in range(runs) for fault in FAULTS]
+            finally:
                 bed.close()
+        finally:
             cluster.stop(timeout_s=30)
 
 

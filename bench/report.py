@@ -322,7 +322,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "state store, generated code), to its commit. The load generator, the broker and the "
      "controller share the machine's 2 cores with it."),
     ("cluster_faults", "Broker kill -9 on a three-node cluster", cluster_faults,
-     "A local three-node KRaft cluster (every topic three replicas, two in sync), the real "
+     "A local three-node KRaft cluster (every topic three replicas, `min.insync.replicas` 2), "
+     "the real "
      "fraud-detection job (2 state partitions, 1 s trigger) under 100 card transactions/s, no "
      "controller (the benchmark signs and sends the tuples). Each run returns the cluster to "
      "the topics' layout (input led by node 1, control and acks by node 2, every replica in "
