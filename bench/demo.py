@@ -43,20 +43,23 @@ def measure(runs: int) -> list[StepFigures]:
 
 
 def median(values: Sequence[float | None]) -> float | None:
-    """The median of the runs where it happened (None: in none)."""
+    """The median of the runs where it happened (None: in none); `summary` says in how many."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
 
-def summary(figures: Sequence[StepFigures]) -> dict[str, float | None]:
-    return {
-        "step_to_tuple_s": median([f.step_to_tuple_s for f in figures]),
-        "step_to_applied_s": median([f.step_to_applied_s for f in figures]),
-        "pause_s": median([f.pauses_ms[0] / 1000 if f.pauses_ms else None for f in figures]),
-        "step_to_lag_back_s": median([f.recovered_s[JOB] for f in figures]),
-        "tuples_after_step": median([sum(1 for t in f.tuples if t.at_s > 0)
-                                     for f in figures]),
+def summary(figures: Sequence[StepFigures]) -> dict[str, dict[str, float | int | None]]:
+    """Per figure: its median over the runs where it happened, and in how many it did (a run
+    whose lag never came back, or whose tuple was not applied, is not in the median)."""
+    per_run: dict[str, list[float | None]] = {
+        "step_to_tuple_s": [f.step_to_tuple_s for f in figures],
+        "step_to_applied_s": [f.step_to_applied_s for f in figures],
+        "pause_s": [None if f.pause_ms is None else f.pause_ms / 1000 for f in figures],
+        "step_to_lag_back_s": [f.recovered_s[JOB] for f in figures],
+        "tuples_after_step": [float(sum(1 for t in f.tuples if t.at_s > 0)) for f in figures],
     }
+    return {name: {"median": median(values), "runs": sum(v is not None for v in values)}
+            for name, values in per_run.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,8 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = record.load_average()
     figures = measure(args.runs)
     medians = summary(figures)
-    for name, value in medians.items():
-        print(f"{name}: {'—' if value is None else f'{value:.1f}'}")
+    for name, m in medians.items():
+        value = m["median"]
+        print(f"{name}: {'—' if value is None else f'{value:.1f}'} ({m['runs']} of {len(figures)} "
+              "runs)")
     defaults = DemoSettings()
     record.write("demo", {
         "runs": [asdict(f) for f in figures], "median": medians, "job": JOB,

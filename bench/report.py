@@ -210,19 +210,23 @@ def demo(result: Result) -> list[str]:
     def figure(value: float | None) -> str:
         return "—" if value is None else f"{value:.1f}"
 
-    job = result["job"]
+    job, runs = result["job"], result["runs"]
     rows = [[str(n), figure(r["step_to_tuple_s"]), figure(r["step_to_applied_s"]),
-             figure(r["pauses_ms"][0] / 1000 if r["pauses_ms"] else None),
+             figure(None if r["pause_ms"] is None else r["pause_ms"] / 1000),
              figure(r["recovered_s"][job]) if r["fell_behind"][job] else "never behind",
              "; ".join(f"{t['change'].replace(' -> ', ' → ')} at {t['at_s']:+.0f} s"
                        for t in r["tuples"]) or "none",
              str(r["parallelism"][job])]
-            for n, r in enumerate(result["runs"], 1)]
-    m = result["median"]
-    rows.append(["median", figure(m["step_to_tuple_s"]), figure(m["step_to_applied_s"]),
-                 figure(m["pause_s"]), figure(m["step_to_lag_back_s"]),
-                 f"{figure(m['tuples_after_step'])} after the step", ""])
-    return _table(["run", "step → first tuple s", "step → applied s", "pause s",
+            for n, r in enumerate(runs, 1)]
+
+    def median(name: str) -> str:
+        m = result["median"][name]
+        return figure(m["median"]) + ("" if m["runs"] == len(runs)
+                                      else f" ({m['runs']} of {len(runs)} runs)")
+    rows.append(["median", median("step_to_tuple_s"), median("step_to_applied_s"),
+                 median("pause_s"), median("step_to_lag_back_s"),
+                 f"{median('tuples_after_step')} after the step", ""])
+    return _table(["run", "step → first tuple s", "step → that tuple applied s", "its pause s",
                    "step → lag back s", "tuples (s from the step)", "units at the end"], rows)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from streamctl.loadgen import LoadSpec, new_ledger, run_load
@@ -56,13 +56,18 @@ class Recovery:
 
 
 @dataclass(frozen=True)
-class Tuple:
-    """A control tuple the controller sent during the demo, seconds from the load step."""
+class SentTuple:
+    """A control tuple the controller sent during the demo, and its ack; seconds from the load
+    step."""
 
     at_s: float
     query_id: str
+    control_id: str
     change: str
     """'input_parallelism 2 -> 6'."""
+    applied_s: float | None = None
+    """When its ack said it was applied (None: not yet, or it was not)."""
+    pause_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,13 @@ class StepFigures:
     None: it did not happen). The summary prints them; `bench.demo` records them."""
 
     step_to_tuple_s: float | None
+    """The first tuple sent after the step."""
     step_to_applied_s: float | None
-    pauses_ms: tuple[int, ...]
-    tuples: tuple[Tuple, ...]
+    """That tuple's ack, applied."""
+    pause_ms: int | None
+    """That tuple's pause."""
+    tuples: tuple[SentTuple, ...]
+    """Every tuple of the run, the step's included."""
     recovered_s: dict[str, float | None]
     """Per job: when its lag was back to its level before the step (None: not yet, or it
     never fell behind: `fell_behind` tells which)."""
@@ -96,10 +105,7 @@ class Narrator:
     views: dict[str, QueryView] = field(init=False)
     events: list[str] = field(default_factory=list)
     load_started: float = 0.0
-    first_control_s: float | None = None
-    first_applied_s: float | None = None
-    pauses_ms: list[int] = field(default_factory=list)
-    tuples: list[Tuple] = field(default_factory=list)
+    tuples: list[SentTuple] = field(default_factory=list)
     recovery: dict[str, Recovery] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,7 +125,8 @@ class Narrator:
               f"{p.start_s:.0f} s\n{self._prefix('')}{HEADER}")
         exit_code = 0
         try:
-            self._narrate()
+            if not self._narrate():
+                exit_code = 1
         except KeyboardInterrupt:
             print("\ninterrupted; stopping")
             exit_code = 130  # the shell's convention for "stopped by a signal"
@@ -143,13 +150,14 @@ class Narrator:
               f"the logs in {self.children[0].log_path.parent}")
         return False
 
-    def _narrate(self) -> None:
+    def _narrate(self) -> bool:
+        """Until the load's end (True), or until a child died (False)."""
         next_status = 0.0
         duration = self.load.duration_s
         while (elapsed := time.monotonic() - self.load_started) < duration:
             self._consume()
             if self._dead_child():
-                return
+                return False
             if elapsed >= next_status:
                 for job in self.jobs:
                     lag_end = self.tail.log_end_total(job.input_topic)
@@ -158,6 +166,7 @@ class Narrator:
                                        self.views[job.query_id], lag_end)
                     print(self._prefix(job.query_id) + line, flush=True)
                 next_status = elapsed + self.status_every_s
+        return True
 
     def _track(self, query_id: str, elapsed: float, lag_end: int | None) -> None:
         """Note the lag (in seconds of input) before the step, and when it is back after."""
@@ -183,10 +192,9 @@ class Narrator:
             return  # the controller logs acks as decisions too; the ack itself is shown
         elapsed = time.monotonic() - self.load_started
         if d.control_id:
-            self.tuples.append(Tuple(elapsed - self.profile.start_s, d.query_id,
-                                     f"{d.parameter} {d.current_value} -> {d.target_value}"))
-            if self.first_control_s is None and elapsed > self.profile.start_s:
-                self.first_control_s = elapsed - self.profile.start_s
+            self.tuples.append(SentTuple(
+                elapsed - self.profile.start_s, d.query_id, d.control_id,
+                f"{d.parameter} {d.current_value} -> {d.target_value}"))
         who = f" {d.query_id}" if len(self.jobs) > 1 else ""
         if d.current_value and d.target_value:
             line = (f">>> decision at {elapsed:.0f} s:{who} {d.action} {d.parameter} "
@@ -199,10 +207,9 @@ class Narrator:
         if a.query_id not in self.views:
             return
         if a.outcome is Outcome.APPLIED:
-            self.pauses_ms.append(a.pause_ms)
-            elapsed = time.monotonic() - self.load_started
-            if self.first_applied_s is None and elapsed > self.profile.start_s:
-                self.first_applied_s = elapsed - self.profile.start_s
+            applied_s = time.monotonic() - self.load_started - self.profile.start_s
+            self.tuples = [replace(t, applied_s=applied_s, pause_ms=a.pause_ms)
+                           if t.control_id == a.control_id else t for t in self.tuples]
         who = f" {a.query_id}" if len(self.jobs) > 1 else ""
         self._event(f">>> ack:{who} {a.outcome.value.lower()} (pause {a.pause_ms} ms): "
                     f"{a.detail}")
@@ -220,8 +227,10 @@ class Narrator:
         return False
 
     def figures(self) -> StepFigures:
+        first = next((t for t in self.tuples if t.at_s > 0), None)
         return StepFigures(
-            self.first_control_s, self.first_applied_s, tuple(self.pauses_ms),
+            None if first is None else first.at_s, None if first is None else first.applied_s,
+            None if first is None else first.pause_ms,
             tuple(self.tuples), {q: r.recovered_s for q, r in self.recovery.items()},
             {q: r.behind_since_step for q, r in self.recovery.items()},
             {q: v.parallelism() for q, v in self.views.items()})
@@ -232,12 +241,14 @@ class Narrator:
         print(f"  decisions and acks: {len(self.events)}")
         for event in self.events:
             print(f"    {event}")
-        if self.first_control_s is not None:
-            print(f"  load step -> first control tuple: {self.first_control_s:.1f} s")
-        if self.first_applied_s is not None:
-            print(f"  load step -> first tuple applied: {self.first_applied_s:.1f} s")
-        if self.pauses_ms:
-            print(f"  reconfiguration pause(s): {', '.join(f'{p} ms' for p in self.pauses_ms)}")
+        figures = self.figures()
+        if figures.step_to_tuple_s is not None:
+            print(f"  load step -> first control tuple: {figures.step_to_tuple_s:.1f} s")
+        if figures.step_to_applied_s is not None:
+            print(f"  load step -> that tuple applied: {figures.step_to_applied_s:.1f} s")
+        pauses = [f"{t.pause_ms} ms" for t in self.tuples if t.pause_ms is not None]
+        if pauses:
+            print(f"  reconfiguration pause(s): {', '.join(pauses)}")
         for job in self.jobs:
             self._job_summary(job)
 

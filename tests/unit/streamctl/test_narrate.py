@@ -39,23 +39,33 @@ class RecordsTail:
         return [("t", r) for r in handed]
 
 
-def test_the_figures_time_the_first_tuple_and_its_ack_from_the_step_and_list_every_tuple(
+def test_the_figures_time_the_first_tuple_after_the_step_and_its_own_ack_from_the_step(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuple before the step (and its ack) is listed but timed from neither; the step's
+    tuple is timed to its own ack, whichever ack comes first."""
     step_at = 30.0
-    decided = Decision("d-1", "q", 0, "scale_up", "input_parallelism", "2", "8", "backlog", {},
-                       "c-1", False)
-    advice = Decision("d-2", "q", 0, "throttle", "", "", "", "advice", {}, None, False)
-    acked = Ack("c-1", "q", "i-1", 1, Outcome.APPLIED, "input_parallelism 2→8", 4_500, 0)
+
+    def decided(control_id: str, target: str) -> Decision:
+        return Decision(f"d-{control_id}", "q", 0, "scale_up", "input_parallelism", "2",
+                        target, "backlog", {}, control_id, False)
+
+    def acked(control_id: str, pause_ms: int) -> Ack:
+        return Ack(control_id, "q", "i-1", 1, Outcome.APPLIED, "applied", pause_ms, 0)
+    advice = Decision("d-a", "q", 0, "throttle", "", "", "", "advice", {}, None, False)
     narrator = Narrator(RateProfile("step", 150, 900, step_at), LoadSpec("b", "in", None, 150),  # type: ignore[arg-type]
-                        [Watched("q", "in")], RecordsTail([decided, advice]), [])  # type: ignore[arg-type]
-    now = [100.0 + step_at + 4]
+                        [Watched("q", "in")], RecordsTail([]), [])  # type: ignore[arg-type]
+    now = [0.0]
     monkeypatch.setattr("streamctl.narrate.time.monotonic", lambda: now[0])
     narrator.load_started = 100.0
-    narrator._consume()
-    now[0], narrator.tail.records = 100.0 + step_at + 20, [acked]  # type: ignore[attr-defined]
-    narrator._consume()
+    for at_s, records in ((step_at - 5, [decided("early", "3")]),
+                          (step_at + 4, [decided("step", "8"), advice]),
+                          (step_at + 9, [acked("early", 1_000)]),
+                          (step_at + 20, [acked("step", 4_500)])):
+        now[0], narrator.tail.records = 100.0 + at_s, records  # type: ignore[attr-defined]
+        narrator._consume()
     figures = narrator.figures()
-    assert (figures.step_to_tuple_s, figures.step_to_applied_s) == (4.0, 20.0)
-    assert figures.pauses_ms == (4_500,)
-    assert [(t.at_s, t.change) for t in figures.tuples] == [(4.0, "input_parallelism 2 -> 8")]
+    assert (figures.step_to_tuple_s, figures.step_to_applied_s, figures.pause_ms) == \
+        (4.0, 20.0, 4_500)
+    assert [(t.at_s, t.change, t.applied_s) for t in figures.tuples] == [
+        (-5.0, "input_parallelism 2 -> 3", 9.0), (4.0, "input_parallelism 2 -> 8", 20.0)]
     assert figures.fell_behind == {"q": False} and figures.parallelism == {"q": 0}
