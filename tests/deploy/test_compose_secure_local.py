@@ -355,6 +355,11 @@ def test_the_controller_sizes_an_idle_job_down_by_a_tuple_of_its_own(stack: Secu
         stack.children.remove(child)
     before = sample(stack.metrics("job"), "streamctl_job_input_parallelism", query=QUERY)
     assert before is not None and before > 1, before  # the test above raised it
+
+    def applied() -> float:
+        return sample(stack.metrics("job"), "streamctl_job_control_tuples_total", query=QUERY,
+                      outcome="APPLIED") or 0
+    applied_before = applied()
     env = {**stack.mapping.environment(SERVICES["controller"]),
            "STREAMCTL_CONTROLLER_SCALE_DOWN_STABILISATION_S": "10"}
     stack.children.append(d.start_service("controller-restarted",
@@ -371,6 +376,5 @@ def test_the_controller_sizes_an_idle_job_down_by_a_tuple_of_its_own(stack: Secu
     assert decided is not None and decided >= 1, "the scale-down was not the controller's"
     # The new size shows in the job's next heartbeat; its ack once the restarted query is
     # seen idle, a moment later.
-    until(lambda: (sample(stack.metrics("job"), "streamctl_job_control_tuples_total",
-                          query=QUERY, outcome="APPLIED") or 0) >= 2, 60.0,
+    until(lambda: applied() > applied_before, 60.0,
           "the job counting the controller's tuple applied", 1.0, alive=stack.children)

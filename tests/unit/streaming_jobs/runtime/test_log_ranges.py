@@ -55,3 +55,4 @@ def test_a_leader_away_past_the_deadline_is_raised() -> None:
     broker = LeaderAway(KafkaError._DESTROY_BROKER, failures=10**6)
     with pytest.raises(KafkaException):
         kafka._log_range(broker, "in", 0.05)  # type: ignore[arg-type]
+    assert broker.asked > 1  # it was asked again before the deadline
