@@ -1,5 +1,5 @@
-"""Benchmark: kill -9 of the active instance → the promoted standby's first commit, beside the
-same run's cold restart.
+"""Benchmark: kill -9 of the active instance → the promoted standby's first commit, warm and hot,
+beside the same run's cold restart, and what each kind of standby costs.
 
 Starts a local broker, the real sensor job as an active instance and a warm standby on one
 checkpoint, the real controller (defaults: 1 s beats, lost after 2.5 s without one) and a
@@ -12,7 +12,11 @@ alternate. Then the alternative without a standby, `--runs` times: the standby i
 the active killed, and a new process started at once on the same checkpoint with the killed
 one's instance id (what a supervisor restarting the process does), timed to its first commit
 and split into phases from the restarted process's log: up to its SparkSession, the session,
-the query's start, and the first batch to its commit.
+the query's start, and the first batch to its commit. Last the same query goes hot: the active
+is stopped and started again with `--standby hot` (it takes over the shared checkpoint's state
+through a copy), a hot standby starts beside it, and the failovers are run again. Each kind of
+standby's cost is sampled once it is ready, over `COST_WINDOW_S`: the CPU its process group used
+(cores) and its resident memory, beside the active's.
 
     .venv/bin/python -m bench.failover --runs 5
 
@@ -23,6 +27,7 @@ prints a table and writes `bench/results/failover.json` (`bench.report` renders 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -37,9 +42,13 @@ from schemas import Role, TaskMetrics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child
 from streamctl.profiles import RateProfile
+from streaming_jobs.config import instance_dir
+from streaming_jobs.runtime.checkpoint.instances import committed_ends
 
 TARGET_S = 8.0
 """Issue 12's target for kill -9 → first commit on the promoted standby."""
+COST_WINDOW_S = 30.0
+"""How long a standby's and its active's CPU use is sampled."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,25 @@ class FailoverRun:
     kill_to_decision_s: float
     kill_to_first_commit_s: float
     ack_pause_s: float
+    standby: str = "warm"
+    """What the promoted standby kept ready: `warm` (a session) or `hot` (the state)."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One process group's use over a sample window."""
+
+    cpu_cores: float
+    rss_mib: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A standby's use beside its active's, sampled over the same window."""
+
+    standby: str
+    standby_usage: Usage
+    active_usage: Usage
 
 
 class Instances(Loop):
@@ -59,7 +87,7 @@ class Instances(Loop):
         super().__init__(bootstrap, workdir)
         self.commits: list[TaskMetrics] = []
 
-    def start_instance(self, name: str, role: Role) -> Child:
+    def start_instance(self, name: str, role: Role, standby: str = "warm") -> Child:
         t = self.topics
         child = start_child(name, [
             "job", "run", "--job", "sensor-averages", "--query-id", self.query_id,
@@ -67,7 +95,8 @@ class Instances(Loop):
             "--input-topic", t["in"], "--output-topic", t["out"], "--dlq-topic", t["dlq"],
             "--checkpoint-dir", str(self.workdir / "checkpoint"), "--input-parallelism", "2",
             "--set", "enrichment_cost_ms=2", "--trigger-interval-s", "1",
-            "--metrics-port", "0", "--max-shed-fraction", "0"], self.workdir, self.env)
+            "--metrics-port", "0", "--max-shed-fraction", "0", "--standby", standby],
+            self.workdir, self.env)
         self.children.append(child)
         return child
 
@@ -93,6 +122,19 @@ class Instances(Loop):
         self.wait(lambda: "standby warm-up:" in child.log_path.read_text(errors="replace"),
                   timeout_s, f"{child.name}'s warm-up")
 
+    def hot_standby(self, child: Child, timeout_s: float = 240) -> None:
+        """Until the hot standby's own run committed two batches after its copy."""
+        own = instance_dir(str(self.workdir / "checkpoint"), child.name)
+        copied: list[int] = []
+
+        def trailing() -> bool:
+            found = committed_ends(own)
+            if found is not None and not copied:
+                copied.append(found[0])
+            return found is not None and found[0] >= copied[0] + 2
+
+        self.wait(trailing, timeout_s, f"{child.name}'s run trailing the active")
+
     def drop(self, child: Child) -> None:
         self.children.remove(child)
 
@@ -111,7 +153,36 @@ def kill(loop: Instances, active: Child) -> int:
     return now_ms()
 
 
-def fail_over(loop: Instances, active: Child, standby: Child) -> FailoverRun:
+def group_usage(group: int) -> tuple[float, float]:
+    """CPU seconds used so far and resident MiB of process group `group` (a child and the
+    JVM and Python workers it started), from /proc."""
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    cpu_s = rss = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == group:  # after the name: state, ppid, pgrp, …
+            cpu_s += (int(fields[11]) + int(fields[12])) / ticks
+            rss += int(fields[21]) * page
+    return cpu_s, rss / 2**20
+
+
+def cost(kind: str, standby: Child, active: Child) -> Cost:
+    """Both process groups' CPU (cores) and memory over `COST_WINDOW_S`."""
+    before = {c.name: group_usage(c.process.pid) for c in (standby, active)}
+    time.sleep(COST_WINDOW_S)
+    usage = {}
+    for c in (standby, active):
+        cpu_s, rss_mib = group_usage(c.process.pid)
+        usage[c.name] = Usage(round((cpu_s - before[c.name][0]) / COST_WINDOW_S, 2),
+                              round(rss_mib))
+    return Cost(kind, usage[standby.name], usage[active.name])
+
+
+def fail_over(loop: Instances, active: Child, standby: Child,
+              kind: str = "warm") -> FailoverRun:
     """Times from each record's own stamp (the processes share this machine's clock), not
     from when the benchmark read it."""
     killed_ms = kill(loop, active)
@@ -126,7 +197,7 @@ def fail_over(loop: Instances, active: Child, standby: Child) -> FailoverRun:
                                         and a.instance_id == standby.name), None), 120,
                           "the promotion's ack")
     return FailoverRun(active.name, standby.name, (decided_ms - killed_ms) / 1000,
-                       (first_ms - killed_ms) / 1000, pause_ms / 1000)
+                       (first_ms - killed_ms) / 1000, pause_ms / 1000, kind)
 
 
 @dataclass(frozen=True)
@@ -176,8 +247,28 @@ def cold_restart(loop: Instances, active: Child) -> tuple[Restart, Child]:
     return restart_phases(log, killed_ms, first_ms), restarted
 
 
-def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
-        list[FailoverRun], list[Restart]]:
+@dataclass(frozen=True)
+class Measured:
+    failovers: list[FailoverRun]
+    cold: list[Restart]
+    costs: list[Cost]
+
+
+def failovers(loop: Instances, active: Child, standby: Child, runs: int,
+              kind: str) -> tuple[list[FailoverRun], Child, Child]:
+    """`runs` failovers, the killed instance back each time as the next standby of `kind`;
+    the last active and standby."""
+    ready = loop.hot_standby if kind == "hot" else loop.warm_standby
+    done = []
+    for n in range(runs):
+        done.append(fail_over(loop, active, standby, kind))
+        print(f"  {kind} failover {n + 1}: {done[-1]}", flush=True)
+        active, standby = standby, loop.start_instance(f"{active.name}{n}", Role.STANDBY, kind)
+        ready(standby)
+    return done, active, standby
+
+
+def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> Measured:
     loop = Instances(bootstrap, workdir)
     stop = threading.Event()
     try:
@@ -188,12 +279,8 @@ def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
                         duration_s=24 * 3600)
         threading.Thread(target=run_load, args=(load, Ledger(10_000), stop), daemon=True).start()
         loop.warm_standby(standby)
-        failovers = []
-        for n in range(runs):
-            failovers.append(fail_over(loop, active, standby))
-            print(f"  failover {n + 1}: {failovers[-1]}", flush=True)
-            active, standby = standby, loop.start_instance(f"{active.name}{n}", Role.STANDBY)
-            loop.warm_standby(standby)
+        costs = [cost("warm", standby, active)]
+        warm, active, standby = failovers(loop, active, standby, runs, "warm")
         loop.drop(standby)
         standby.stop(60)
         cold = []
@@ -201,19 +288,30 @@ def measure(bootstrap: str, workdir: Path, runs: int, rate: float) -> tuple[
             restart, active = cold_restart(loop, active)
             cold.append(restart)
             print(f"  cold restart {n + 1}: {restart}", flush=True)
-        return failovers, cold
+        loop.drop(active)
+        active.stop(60)
+        active = loop.start_instance(active.name, Role.ACTIVE, "hot")
+        standby = loop.start_instance("h", Role.STANDBY, "hot")
+        loop.hot_standby(standby)
+        costs.append(cost("hot", standby, active))
+        hot, _active, _standby = failovers(loop, active, standby, runs, "hot")
+        return Measured(warm + hot, cold, costs)
     finally:
         stop.set()
         loop.close()
 
 
-def summary(failovers: list[FailoverRun], cold: list[Restart]) -> dict[str, float]:
+def summary(runs: list[FailoverRun], cold: list[Restart]) -> dict[str, float]:
     def median(values: list[float]) -> float:
         return round(statistics.median(values), 2)
 
-    return {"kill_to_decision_s": median([f.kill_to_decision_s for f in failovers]),
-            "kill_to_first_commit_s": median([f.kill_to_first_commit_s for f in failovers]),
-            "ack_pause_s": median([f.ack_pause_s for f in failovers]),
+    warm = [f for f in runs if f.standby == "warm"]
+    hot = [f for f in runs if f.standby == "hot"]
+    return {"kill_to_decision_s": median([f.kill_to_decision_s for f in warm]),
+            "kill_to_first_commit_s": median([f.kill_to_first_commit_s for f in warm]),
+            "ack_pause_s": median([f.ack_pause_s for f in warm]),
+            "hot_kill_to_first_commit_s": median([f.kill_to_first_commit_s for f in hot]),
+            "hot_ack_pause_s": median([f.ack_pause_s for f in hot]),
             "cold_restart_s": median([r.kill_to_first_commit_s for r in cold]),
             "restart_to_session_s": median([r.to_session_s for r in cold]),
             "restart_session_s": median([r.session_s for r in cold]),
@@ -229,13 +327,17 @@ def main() -> int:
     args = parser.parse_args()
     load_before = record.load_average()
     with local_broker() as bed:
-        failovers, cold = measure(bed.bootstrap_servers, bed.workdir, args.runs, args.rate)
-    medians = summary(failovers, cold)
+        measured = measure(bed.bootstrap_servers, bed.workdir, args.runs, args.rate)
+    runs, cold = measured.failovers, measured.cold
+    medians = summary(runs, cold)
+    warm = [f for f in runs if f.standby == "warm"]
+    hot = [f for f in runs if f.standby == "hot"]
     print(f"\n{'figure':<44} {'median s':>8} {'min-max s':>11}")
-    rows = (("kill -9 → failover decision", [f.kill_to_decision_s for f in failovers]),
-            ("kill -9 → promoted standby's first commit",
-             [f.kill_to_first_commit_s for f in failovers]),
-            ("promotion's pause (its ack)", [f.ack_pause_s for f in failovers]),
+    rows = (("kill -9 → failover decision", [f.kill_to_decision_s for f in runs]),
+            ("kill -9 → promoted warm standby's commit", [f.kill_to_first_commit_s for f in warm]),
+            ("warm promotion's pause (its ack)", [f.ack_pause_s for f in warm]),
+            ("kill -9 → promoted hot standby's commit", [f.kill_to_first_commit_s for f in hot]),
+            ("hot promotion's pause (its ack)", [f.ack_pause_s for f in hot]),
             ("kill -9 → restarted process's first commit",
              [r.kill_to_first_commit_s for r in cold]),
             ("  process start to its SparkSession", [r.to_session_s for r in cold]),
@@ -245,9 +347,13 @@ def main() -> int:
     for name, values in rows:
         print(f"{name:<44} {statistics.median(values):8.1f} "
               f"{min(values):5.1f}-{max(values):<5.1f}")
+    for c in measured.costs:
+        print(f"{c.standby} standby: {c.standby_usage}, its active: {c.active_usage}")
     record.write("failover", {"runs": args.runs, "rate_per_s": args.rate, "target_s": TARGET_S,
-                              "summary": medians, "failovers": [asdict(f) for f in failovers],
-                              "cold_restarts": [asdict(r) for r in cold]}, load_before)
+                              "cost_window_s": COST_WINDOW_S, "summary": medians,
+                              "failovers": [asdict(f) for f in runs],
+                              "cold_restarts": [asdict(r) for r in cold],
+                              "costs": [asdict(c) for c in measured.costs]}, load_before)
     return 0
 
 

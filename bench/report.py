@@ -158,18 +158,35 @@ def failover(result: Result) -> list[str]:
         return [name, str(len(values)), f"{median:.1f}", f"{ordered[0]:.1f}–{ordered[-1]:.1f}",
                 target]
 
-    runs, cold = result["failovers"], result["cold_restarts"]
-    return _table(["figure", "runs", "median s", "min–max s", "target"], [
-        row("kill -9 → failover decision", [r["kill_to_decision_s"] for r in runs], "≤ 3"),
-        row("kill -9 → promoted standby's first commit",
-            [r["kill_to_first_commit_s"] for r in runs], f"≤ {result['target_s']:g}"),
-        row("the promotion's pause (its ack)", [r["ack_pause_s"] for r in runs], ""),
+    cold = result["cold_restarts"]
+    warm = [r for r in result["failovers"] if r.get("standby", "warm") == "warm"]
+    hot = [r for r in result["failovers"] if r.get("standby") == "hot"]
+    rows = [
+        row("kill -9 → failover decision", [r["kill_to_decision_s"] for r in warm + hot], "≤ 3"),
+        row("kill -9 → promoted warm standby's first commit",
+            [r["kill_to_first_commit_s"] for r in warm], f"≤ {result['target_s']:g}"),
+        row("the warm promotion's pause (its ack)", [r["ack_pause_s"] for r in warm], "")]
+    if hot:
+        rows += [row("kill -9 → promoted hot standby's first commit",
+                     [r["kill_to_first_commit_s"] for r in hot], f"≤ {result['target_s']:g}"),
+                 row("the hot promotion's pause (its ack)", [r["ack_pause_s"] for r in hot], "")]
+    rows += [
         row("kill -9 → restarted process's first commit (no standby)",
             [r["kill_to_first_commit_s"] for r in cold], "≤ 20"),
         row("… process start to its SparkSession", [r["to_session_s"] for r in cold], ""),
         row("… the SparkSession", [r["session_s"] for r in cold], ""),
         row("… the query's start (checkpoint, plan)", [r["query_start_s"] for r in cold], ""),
-        row("… its first batch, to the commit", [r["first_batch_s"] for r in cold], "")])
+        row("… its first batch, to the commit", [r["first_batch_s"] for r in cold], "")]
+    table = _table(["figure", "runs", "median s", "min–max s", "target"], rows)
+    costs = result.get("costs", [])
+    if not costs:
+        return table
+    return [*table, "", *_table(
+        ["standby", f"its CPU over {result['cost_window_s']:g} s, cores", "its memory, MiB",
+         "the active's CPU, cores", "the active's memory, MiB"],
+        [[c["standby"], f"{c['standby_usage']['cpu_cores']:.2f}",
+          f"{c['standby_usage']['rss_mib']:.0f}", f"{c['active_usage']['cpu_cores']:.2f}",
+          f"{c['active_usage']['rss_mib']:.0f}"] for c in costs])]
 
 
 def shedding(result: Result) -> list[str]:
@@ -313,7 +330,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "(`--scenarios`) replaces their rows and keeps the others: each row says when it was "
      "measured, the heading when and by which command the newest was."),
     ("failover", "Failover after kill -9 of the active", failover,
-     "The real sensor job as an active instance and a warm standby on one checkpoint, the "
+     "The real sensor job (stateful: windows per sensor) as an active instance and a warm "
+     "standby on one checkpoint, the "
      "real controller with its defaults (beats every 1 s, lost after 2.5 s without one) and "
      "a constant load; each run kills the active with SIGKILL and times, from each record's "
      "own stamp, the controller's failover decision, the promoted instance's first batch "
@@ -323,8 +341,12 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "first batch with rows and split (… rows) from the restarted process's own log: the "
      "process up to its SparkSession, the session (JVM and Spark context), the query's start "
      "(checkpoint, input, plan) and its first batch, cold (Python workers, Kafka consumers, "
-     "state store, generated code), to its commit. The load generator, the broker and the "
-     "controller share the machine's 2 cores with it."),
+     "state store, generated code), to its commit. Then the same query with hot standbys "
+     "(`--standby hot`: the standby runs the query on its own checkpoint into nothing, "
+     "behind the active's commits) and the same failovers. Each kind of standby's CPU (its "
+     "process group's, JVM and Python workers included) and resident memory are sampled once "
+     "it is ready, beside its active's over the same window. The load generator, the broker "
+     "and the controller share the machine's 2 cores with them."),
     ("cluster_faults", "Broker kill -9 on a three-node cluster", cluster_faults,
      "A local three-node KRaft cluster (every topic three replicas, `min.insync.replicas` 2), "
      "the real "

@@ -66,6 +66,13 @@ class Identity:
     query share its checkpoint directory. After a failover the instance named in the desired
     state beside the checkpoint is the active one, whatever this option says."""
 
+    standby: str = "warm"
+    """What a standby keeps ready, the same for every instance of a query. `warm`: a built
+    SparkSession; promoted, it restores the state from the shared checkpoint. `hot`: the
+    query itself, run on the standby's own copy of the checkpoint into nothing, trailing the
+    active's commits, so a promotion finds the state built; every instance then keeps its own
+    checkpoint, `<checkpoint-dir>.instance-<instance id>`. Costs a second run of the job."""
+
 
 
 @dataclass(frozen=True)
@@ -108,11 +115,15 @@ class Storage:
     checkpoint_dir: str = ""
     """Spark checkpoint location; empty means <state_dir>/checkpoints/<job>/<query_id>."""
 
+    query_dir: str = ""
+    """The query's checkpoint location, shared by its instances (set by `bind`): the same as
+    `checkpoint_dir`, which with a hot standby is this instance's own beside it."""
+
     @property
     def desired_state_path(self) -> str:
-        """Where the applied desired state is persisted: beside the checkpoint directory (not
-        inside it, which belongs to Spark)."""
-        return self.checkpoint_dir.rstrip("/") + ".desired-state.json"
+        """Where the applied desired state is persisted: beside the query's checkpoint
+        directory (not inside it, which belongs to Spark), one for all its instances."""
+        return (self.query_dir or self.checkpoint_dir).rstrip("/") + ".desired-state.json"
 
     @property
     def input_source_path(self) -> str:
@@ -426,8 +437,10 @@ def bind(config: JobConfig, job: Job) -> JobConfig:
     ident, topics, knobs = config.identity, config.topics, config.knobs
     query_id = ident.query_id or job.name
     state_dir = Path(config.storage.state_dir or default_state_dir()).expanduser().resolve()
-    checkpoint = (config.storage.checkpoint_dir
-                  or str(state_dir / "checkpoints" / job.name / query_id))
+    query_dir = (config.storage.query_dir or config.storage.checkpoint_dir
+                 or str(state_dir / "checkpoints" / job.name / query_id))
+    checkpoint = (instance_dir(query_dir, ident.instance_id) if ident.standby == "hot"
+                  else query_dir)
     udf_version = knobs.udf_version or job.function_version
     if job.functions:
         limits = replace(config.limits(), udf_versions=tuple(job.functions))
@@ -443,7 +456,7 @@ def bind(config: JobConfig, job: Job) -> JobConfig:
         input_topic=topics.input_topic or job.topics.input,
         output_topic=topics.output_topic or job.topics.output,
         dlq_topic=topics.dlq_topic or job.topics.resolved_dead_letters(),
-        checkpoint_dir=checkpoint, udf_version=udf_version,
+        checkpoint_dir=checkpoint, query_dir=query_dir, udf_version=udf_version,
         max_delay_s=config.objectives.max_delay_s or job.objectives.max_delay_s,
         drain_within_s=config.objectives.drain_within_s or job.objectives.drain_within_s,
         settings=tuple(job_settings(job, (), {}, dict(config.settings)).items()))
@@ -498,16 +511,27 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(state_home) / "streamctl"
 
 
+INSTANCE_INFIX = ".instance-"
+"""`<checkpoint-dir>.instance-<instance id>`: an instance's own checkpoint with a hot standby."""
+
+
+def instance_dir(query_dir: str, instance_id: str) -> str:
+    return f"{query_dir.rstrip('/')}{INSTANCE_INFIX}{instance_id}"
+
+
 ROLES = ("active", "standby")
 """Values of `JobConfig.role`."""
+STANDBYS = ("warm", "hot")
+"""Values of `JobConfig.standby`."""
 ON_DATA_LOSS = ("stop", "skip")
 """Values of `JobConfig.on_data_loss` (`runtime.checkpoint.retention`)."""
 
 ENV_ONLY = frozenset({"control_key", "kafka_security", "security"})
 """Fields read only from the environment (secrets), never from options."""
 
-DERIVED = frozenset({"settings"})
-"""Fields not read as options of their own: the job's settings come from `--set`."""
+DERIVED = frozenset({"settings", "query_dir"})
+"""Fields not read as options of their own: the job's settings come from `--set`, the query's
+checkpoint directory from `bind`."""
 
 OWN_VARIABLES = frozenset({"kafka_security", "security"})
 """Fields read from variables of their own (`streamctl.security.kafka.ENV_NAMES`,
@@ -568,6 +592,9 @@ def _problems(c: JobConfig) -> list[str]:
                         f"{c.on_data_loss!r}")
     if c.identity.role not in ROLES:
         problems.append(f"role must be one of {', '.join(ROLES)}, got {c.identity.role!r}")
+    if c.identity.standby not in STANDBYS:
+        problems.append(f"standby must be one of {', '.join(STANDBYS)}, got "
+                        f"{c.identity.standby!r}")
     if t.beat_interval_s < 0:
         problems.append(f"beat_interval_s must be >= 0 (0: no beats), got {t.beat_interval_s}")
     if t.max_runtime_s < 0:

@@ -26,6 +26,7 @@ from streamctl.security.metrics_http import EndpointSecurityError, MetricsServer
 from streaming_jobs.api import Job
 from streaming_jobs.config import DEFAULT_METRICS_PORT, ConfigError, JobConfig, bind, changed
 from streaming_jobs.loading import worker_path
+from streaming_jobs.runtime.checkpoint import instances
 from streaming_jobs.runtime.checkpoint.identity import claim_checkpoint
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
@@ -53,6 +54,7 @@ from streaming_jobs.runtime.publish import Publisher
 from streaming_jobs.runtime.query.lifecycle import ElasticQuery
 from streaming_jobs.runtime.query.plan import Plan
 from streaming_jobs.runtime.query.session import build_session, executors_for
+from streaming_jobs.runtime.roles.hot import HotState
 from streaming_jobs.runtime.roles.standby import Instance, initial_role
 from streaming_jobs.runtime.roles.supervise import Step
 
@@ -101,7 +103,10 @@ class ElasticJob:
                                   desired=desired, executors=self._executors,
                                   ownership=self._shared.superseded,
                                   on_input_deleted=self._count_deleted)
-        instance = Instance(config.identity, self.query, initial_role(config.identity, desired))
+        self.hot = (HotState(self.spark, self.plan, config, self._offsets, self._active_checkpoint)
+                    if config.identity.standby == "hot" else None)
+        instance = Instance(config.identity, self.query, initial_role(config.identity, desired),
+                            hot=self.hot)
         self.owner = QueryOwner(
             self.query, instance,
             self._shared, self.limits, kafka_retry_s=KAFKA_RETRY_S,
@@ -213,10 +218,14 @@ class ElasticJob:
             thread.start()
         d, c, ident = self.query.desired, self.config, self.config.identity
         if self.owner.role is Role.STANDBY:
-            threading.Thread(target=self._warm_up, name="streamctl-warm-up", daemon=True).start()
-            log.info("job %s (instance %s) is a standby: SparkSession on %s up, no query, "
+            if self.hot is None:
+                threading.Thread(target=self._warm_up, name="streamctl-warm-up",
+                                 daemon=True).start()
+            log.info("job %s (instance %s) is a %s standby: SparkSession on %s up, %s, "
                      "heartbeat every %g s; it starts the query from %s when promoted",
-                     ident.query_id, ident.instance_id, c.spark.master,
+                     ident.query_id, ident.instance_id, c.identity.standby, c.spark.master,
+                     "the query trailing the active's commits into nothing"
+                     if self.hot is not None else "no query",
                      c.timing.heartbeat_interval_s, c.storage.checkpoint_dir)
             return
         if self.query.halted() is not None:
@@ -281,6 +290,13 @@ class ElasticJob:
                       "the input back to %s reads them", count, topic, topic)
         return unread
 
+    def _active_checkpoint(self) -> str | None:
+        """With a hot standby: the checkpoint the active instance writes."""
+        storage, me = self.config.storage, self.config.identity.instance_id
+        named = self._shared.current().active_instance
+        return instances.active_checkpoint(storage.query_dir, storage.checkpoint_dir,
+                                           "" if named == me else named)
+
     def _warm_up(self) -> None:
         try:
             log.info("standby warm-up: %s", self.query.warm_up())
@@ -341,6 +357,8 @@ class ElasticJob:
             if thread.ident is not None:  # a job never started has no threads
                 thread.join(timeout=QUIESCE_TIMEOUT_S + 60)
         try:
+            if self.hot is not None:
+                self.hot.stop()
             self.owner.stop()
             self.query.close()
             if on_purpose:

@@ -1,35 +1,45 @@
-"""Failover on real processes: an active job instance, a standby on the same checkpoint, the
-controller, the real broker and steady load. Each test breaks the active (or the controller),
-prints the time from the fault to the first committed batch after it, and checks the
-committed output (read_committed) holds every produced record exactly once."""
+"""Failover on real processes: an active job instance, a standby, the controller, the real
+broker and steady load. Each test breaks the active (or the controller), prints the time from
+the fault to the first committed batch after it, and checks the committed output
+(read_committed) holds every produced record exactly once. The first runs a stateful job with
+hot standbys (each instance its own checkpoint), the second a warm standby on the shared one."""
 
 from __future__ import annotations
 
 import pytest
 
 from schemas import Ack, ControlTuple, Decision, Outcome, Role
-from tests.support.fault_bed import FAST_DETECTION, FaultBed, now_ms, report
+from streaming_jobs.config import instance_dir
+from streaming_jobs.runtime.checkpoint.instances import committed_ends
+from tests.support.fault_bed import FAST_DETECTION, FRAUD_JOB, FaultBed, now_ms, report
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 
-def active_and_standby(bed: FaultBed) -> None:
+def active_and_standby(bed: FaultBed, *extra: str, rate_per_s: float = 150) -> None:
     """job-1 active, job-2 standby, the controller; load flowing, a few batches committed."""
-    bed.start_job("job-1")
-    bed.start_standby("job-2")
+    bed.start_job("job-1", *extra)
+    bed.start_standby("job-2", *extra)
     bed.start_controller("controller", *FAST_DETECTION)
-    bed.start_load(150)
+    bed.start_load(rate_per_s)
     bed.wait_first_batches("the active's first batches under load")
     bed.wait_heartbeat("job-2", Role.STANDBY, now_ms(), 60)
     bed.wait_commit_after(now_ms(), 60, "one more batch")
 
 
-def test_kill_9_of_the_active_then_of_the_controller_mid_promotion(bed: FaultBed) -> None:
+def test_kill_9_of_the_active_then_of_the_controller_mid_promotion_of_a_hot_standby(
+        bed: FaultBed) -> None:
     """Two faults in one run (the suite's time is bounded): the active dies mid-batch, the
     controller promotes the standby and is itself killed -9 between sending the promotion and
     receiving its ack. The standby completes the promotion on its own; the restarted
-    controller resumes waiting for that ack instead of deciding again."""
-    active_and_standby(bed)
+    controller resumes waiting for that ack instead of deciding again. The job keeps a running
+    count per account and the standby is hot: it had run the query on its own checkpoint,
+    behind the active's commits, and the promotion folds only its trail into that state (no
+    copy); every account's count stays exact."""
+    bed.job_options = FRAUD_JOB
+    active_and_standby(bed, "--standby", "hot", rate_per_s=100)
+    trailing_behind_the_active(bed, "job-2")
     bed.wait_commit_after(now_ms(), 60, "a batch to start the next one after")
     bed.children[0].kill()  # job-1, in a batch: batches take most of each trigger interval
     fault = now_ms()
@@ -46,7 +56,7 @@ def test_kill_9_of_the_active_then_of_the_controller_mid_promotion(bed: FaultBed
     report("kill -9 of the controller between the promotion and its ack",
            (first.batch_end_ms - controller_fault) / 1000)
     bed.wait_commit_after(now_ms(), 60, "a steady batch after the failover", "job-2")
-    bed.finish_and_check()
+    bed.check_scored_so_far()
     # One promotion, at the next epoch, answered by the promoted instance; nothing after it:
     # the restarted controller did not decide again. (A loaded machine may have let a backlog
     # build before the kill, which the controller rightly scaled: that tuple came before.)
@@ -59,6 +69,8 @@ def test_kill_9_of_the_active_then_of_the_controller_mid_promotion(bed: FaultBed
     assert [(a.instance_id, a.epoch, a.outcome) for a in answers] == [
         ("job-2", promotion.epoch, Outcome.APPLIED)], answers
     print(f"[fault] promotion acked: {answers[0].detail} (pause {answers[0].pause_ms} ms)")
+    assert f"hot standby (running on a copy of {bed.workdir / 'checkpoint'}" in answers[0].detail
+    assert "state kept:" in answers[0].detail, answers[0].detail  # folded in, not copied
     decisions = bed.read_all("decisions", Decision)
     [failover] = [d for d in decisions if d.action == "failover"]
     # Seen by the missing liveness beats, mid-batch, not by a batch timeout.
@@ -93,6 +105,22 @@ def test_a_frozen_active_is_failed_over_and_steps_down_when_it_wakes(bed: FaultB
     [failover] = [d for d in bed.read_all("decisions", Decision) if d.action == "failover"]
     assert "active instance job-1: no liveness beat for" in failover.reason, failover.reason
     print(f"[fault] zombie stepped down: {stepped_down(zombie.log_path.read_text())}")
+
+
+def trailing_behind_the_active(bed: FaultBed, name: str) -> None:
+    """Wait until hot standby `name` has committed two batches of its own run after its copy
+    of the active's checkpoint."""
+    own = instance_dir(str(bed.workdir / "checkpoint"), name)
+    copied: list[int] = []
+
+    def trailing() -> bool:
+        bed.assert_alive()
+        found = committed_ends(own)
+        if found is not None and not copied:
+            copied.append(found[0])
+        return found is not None and found[0] >= copied[0] + 2
+
+    until(trailing, 240, f"{name}'s own run committing batches behind the active", 1.0)
 
 
 def stepped_down(log_text: str) -> str:

@@ -25,7 +25,7 @@ from schemas import knobs
 from schemas.records import CommitMarker, SourcePartition
 from streaming_jobs import per_batch
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.checkpoint import state_partitions
+from streaming_jobs.runtime.checkpoint import instances, state_partitions
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.checkpoint.retention import Deleted, InputDeleted, sentence
@@ -132,6 +132,7 @@ class ElasticQuery:
         """
         seen_commit = self.last_commit.batch_id if self.last_commit else None
         self._request_executors(desired)
+        output_note = self._continue_output(desired)
         state_note = None
         if self._plan.stateful:
             state_note = state_partitions.align(
@@ -142,7 +143,7 @@ class ElasticQuery:
             desired.input_topic, desired.output_topic, last_admitted=self.gate.last_admitted,
             seen_commit=seen_commit)
         source = self._check_input_kept(source)
-        self.start_note = ", ".join(n for n in (state_note, input_note) if n) or None
+        self.start_note = ", ".join(n for n in (output_note, state_note, input_note) if n) or None
         self._desired = desired
         self.sink.retarget(desired.output_topic)
         with source_evolution(self._spark, source.name is not None):
@@ -157,6 +158,22 @@ class ElasticQuery:
             self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self.context(desired)
         return str(self._query.runId)
+
+    def _continue_output(self, desired: DesiredState) -> str | None:
+        """With a hot standby each instance has its own checkpoint: one whose output another
+        instance's checkpoint went on writing continues where that output ends first."""
+        storage = self._config.storage
+        if storage.checkpoint_dir == storage.query_dir or not storage.query_dir:
+            return None
+        last = self.sink.last_marker()
+        note = instances.continue_output(
+            storage.checkpoint_dir, storage.query_dir,
+            None if last is None else (last.checkpoint_id, last.batch_id),
+            self.sink.mark_in_output)
+        if note is not None:
+            log.info("query %s: %s", self._config.identity.query_id, note)
+            self.inputs.resume(desired.input_topic)
+        return note
 
     def _check_input_kept(self, source: KafkaInput) -> KafkaInput:
         """The run's source, once the records the checkpoint resumes from are known to be

@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from schemas.records import ControlTuple, Role, TaskMetrics
 from streaming_jobs.config import Identity
@@ -58,13 +59,25 @@ def initial_role(identity: Identity, desired: DesiredState) -> Role:
     return Role.ACTIVE if identity.role == "active" else Role.STANDBY
 
 
+class HotRun(Protocol):
+    """A hot standby's own run of the query (`hot.HotState`)."""
+
+    note: str
+
+    def keep_current(self, active: DesiredState) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Instance:
     """The role of this process for its query; methods are called under the job's lock."""
 
     def __init__(self, identity: Identity, query: QueryControl, role: Role,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None, hot: HotRun | None = None) -> None:
         self._identity, self._query, self.role = identity, query, role
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._hot = hot
+        """A hot standby's run (None: a warm standby)."""
 
     def answers(self, tuple_: ControlTuple) -> bool:
         """The active answers every tuple of its query; a standby only one that promotes it
@@ -88,8 +101,10 @@ class Instance:
         still owns the query (it may have been frozen while another instance was promoted)
         and steps down when it does not."""
         if self.role is Role.STANDBY:
-            return heartbeat(self._query.context(shared()), self._clock_ms(), None,
-                             Role.STANDBY)
+            state = shared()
+            if self._hot is not None:
+                self._hot.keep_current(state)
+            return heartbeat(self._query.context(state), self._clock_ms(), None, Role.STANDBY)
         reason = superseded()
         if reason is not None:
             self.step_down(reason)
@@ -115,6 +130,10 @@ class Instance:
         """Fence the former active, start the query from the shared checkpoint, wait for its
         first commit. Raises RestartFailed (this instance stays a standby) when it fails."""
         began_ms = self._clock_ms()
+        hot = None
+        if self._hot is not None:  # its run must not take another batch from here on
+            hot = self._hot.note
+            self._hot.stop()
         try:
             persist(desired)
             marker = self._query.take_ownership()
@@ -132,10 +151,13 @@ class Instance:
                    if first else f"idle after {done_ms - fenced_ms} ms (no new data)")
         last = (f"batch {marker.batch_id} last committed" if marker is not None
                 else "nothing committed before")
+        started = ("query started from the shared checkpoint" if hot is None else
+                   f"hot standby ({hot}) stopped, query started on its checkpoint ("
+                   f"{self._query.start_note or 'nothing to fold in'})")
         return Applied(pause_ms=max(0, done_ms - began_ms), detail=(
             f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "
-            f"former active fenced in {fenced_ms - began_ms} ms ({last}), query started from "
-            f"the shared checkpoint, {resumed}; in force: {_settings(desired)}"))
+            f"former active fenced in {fenced_ms - began_ms} ms ({last}), {started}, "
+            f"{resumed}; in force: {_settings(desired)}"))
 
     def step_down(self, reason: str) -> Applied:
         """Stop the query without starting another batch and become a standby."""

@@ -103,6 +103,9 @@ class TransactionalKafkaSink:
         self._last: CommitMarker | None = None
         self._fenced: SinkFenced | None = None
         self._skipped = 0
+        self._folded: int | None = None
+        """A batch marked in the output without its rows (`mark_in_output`): its records
+        were written by another instance's checkpoint."""
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._gate.admit(batch_id)  # raises before anything of the batch executes
@@ -174,6 +177,21 @@ class TransactionalKafkaSink:
         self._started = False
         return self._start()
 
+    def last_marker(self) -> CommitMarker | None:
+        """The newest marker committed for the query (read once, fencing older producers)."""
+        return self._start()
+
+    def mark_in_output(self, checkpoint_id: str, batch_id: int) -> None:
+        """Commit a marker, and no rows, saying batch `batch_id` of `checkpoint_id` is in the
+        output: its records were written by another checkpoint of the query, which this one
+        continues (a hot standby's promotion, `checkpoint.instances.continue_from`). The batch
+        then runs as a replay: state advances, nothing is written."""
+        self._start()
+        marker = CommitMarker(self._query_id, checkpoint_id, batch_id, self.topic, 0,
+                              self._clock_ms())
+        self._commit(OutputBatch((), ()), marker)
+        self._folded = batch_id
+
     def _start(self) -> CommitMarker | None:
         if not self._started:
             self._last = self._writer.start(self._query_id)
@@ -202,6 +220,11 @@ class TransactionalKafkaSink:
         return rejected
 
     def _skip(self, batch: OutputBatch, batch_id: int, last: CommitMarker | None) -> None:
+        if batch_id == self._folded:
+            log.info("query %s: batch %d folds %d rows' worth of records another checkpoint "
+                     "already wrote into the state; not writing them again", self._query_id,
+                     batch_id, batch.rows)
+            return
         self._skipped += 1
         committed_rows = last.rows if last is not None else batch.rows
         log.warning("query %s: batch %d is a replay; its %d rows were already committed to "

@@ -56,6 +56,18 @@ def test_the_checkpoint_does_not_depend_on_the_directory_the_job_starts_in(
     assert default_state_dir({"STREAMCTL_STATE_DIR": str(tmp_path)}) == tmp_path
 
 
+def test_with_a_hot_standby_each_instance_has_its_own_checkpoint_and_shares_the_state_file(
+        tmp_path: Path) -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", **KEY}
+    options = {"checkpoint_dir": str(tmp_path / "q"), "instance_id": "b", "standby": "hot"}
+    storage = from_sources(options, env).storage
+    assert (storage.checkpoint_dir, storage.query_dir) == (str(tmp_path / "q.instance-b"),
+                                                           str(tmp_path / "q"))
+    assert storage.desired_state_path == str(tmp_path / "q.desired-state.json")
+    with pytest.raises(ConfigError, match="standby must be one of warm, hot, got 'cold'"):
+        from_sources({**options, "standby": "cold"}, env)
+
+
 def test_job_settings_come_from_set_then_env_then_the_declaration() -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_WINDOW_S": "30", **KEY}
     config = from_sources({"settings": ["enrichment_cost_ms=0.5", "window_s=20"]}, env)

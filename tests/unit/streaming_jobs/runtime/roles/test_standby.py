@@ -83,6 +83,34 @@ def test_a_promotion_records_then_fences_then_starts_and_reports_its_time() -> N
     assert "first commit 5000 ms after (batch 7)" in applied.detail
 
 
+class HotRunLog:
+    """A hot standby's run that writes what it is asked into the query's log."""
+
+    note = "running on a copy"
+
+    def __init__(self, query: FakeQuery) -> None:
+        self._log = query.log
+
+    def keep_current(self, active: DesiredState) -> None:
+        self._log.append(f"keep current with epoch {active.epoch}")
+
+    def stop(self) -> None:
+        self._log.append("hot run stopped")
+
+
+def test_a_hot_standby_keeps_its_run_current_on_each_look_and_stops_it_before_a_promotion(
+        ) -> None:
+    query = fake()
+    standby = Instance(config("b").identity, query, Role.STANDBY, clock_ms=lambda: 1_000_000,
+                       hot=HotRunLog(query))
+    assert standby.watch(lambda: SHARED, lambda: None) is not None  # its heartbeat
+    applied = standby.change_role(PROMOTION, lambda d: query.log.append(f"record {d.epoch}"))
+    assert query.log == ["keep current with epoch 3", "hot run stopped", "record 4", "fence",
+                         "start epoch 4"]
+    assert "hot standby (running on a copy) stopped, query started on its checkpoint" in (
+        applied.detail)
+
+
 def test_a_failed_promotion_leaves_a_standby() -> None:
     query = fake(fail_start="checkpoint unreadable")
     standby = instance(query)

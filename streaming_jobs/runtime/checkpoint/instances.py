@@ -1,0 +1,219 @@
+"""The checkpoints of a query whose instances run with a hot standby: one per instance.
+
+With `standby = hot` every instance of a query keeps its own checkpoint beside the query's
+(`<checkpoint>.instance-<instance id>`): the standby runs the query on its own copy, so no two
+processes ever write one checkpoint, and a former active that was only frozen can write
+nothing into its successor's. What the output holds is said by the sink's commit marker
+(checkpoint id, batch id), and this module answers the questions around it, on files only:
+
+- which checkpoint of the query a marker's id belongs to (`holding`), and where each topic
+  partition stands after a batch of it (`ends`, `committed_ends`);
+- whether a standby's planned batch reads nothing the output does not hold yet (`covered`);
+- a standby's checkpoint started as a copy of the active's at a committed batch, under an id of
+  its own (`copy_committed`);
+- a checkpoint made to continue exactly where the output ends (`continue_from`): its next
+  batch is rewritten to end at the output's offsets, and the sink runs that batch without
+  writing it (its marker says it is in the output already), so the records between the
+  standby's state and the output are folded into the state once and written never again.
+
+Only local checkpoints are read and written, as everywhere in the runtime. Neighbours:
+`roles.hot` (the standby's query), `query.lifecycle` (continues from the output before a
+start), `input_source` (the offset-log entry format).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from streaming_jobs.config import INSTANCE_INFIX, instance_dir
+from streaming_jobs.errors import JobError
+from streaming_jobs.runtime.checkpoint.input_source import entry_sources
+from streaming_jobs.runtime.checkpoint.input_switch import Offsets
+from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
+
+log = logging.getLogger(__name__)
+
+INPUT_RECORD_SUFFIX = ".input-source.json"
+"""The input record beside a checkpoint (`input_source`): copied and moved with it."""
+
+Ends = dict[str, Offsets]
+"""Topic → partition → the offset a batch reads up to (exclusive)."""
+
+
+class NotContinuable(JobError):
+    """The checkpoint cannot continue from the output's offsets (another topic, or it is
+    ahead of them); a copy of the output's checkpoint must replace it."""
+
+
+def query_dirs(query_dir: str) -> list[str]:
+    """The query's checkpoint (written before hot standbys, or by warm ones) and every
+    instance's, those that exist."""
+    base = local_path(query_dir.rstrip("/"))
+    found = [base, *sorted(base.parent.glob(f"{base.name}{INSTANCE_INFIX}*"))]
+    return [str(p) for p in found if (p / "metadata").is_file()]
+
+
+def active_checkpoint(query_dir: str, own: str, named: str) -> str | None:
+    """The checkpoint the active instance writes: the named instance's (the desired state
+    names one after a failover), else, before any, the other one with the newest commit."""
+    if named:
+        found = instance_dir(query_dir, named)
+        return found if found != own and found in query_dirs(query_dir) else None
+    others = [d for d in query_dirs(query_dir) if d != own and committed_ends(d) is not None]
+    return max(others, key=lambda d: (local_path(d) / "commits").stat().st_mtime, default=None)
+
+
+def checkpoint_id(checkpoint_dir: str) -> str | None:
+    """The id Spark keeps in the checkpoint (its `metadata` file): the sink's marker names
+    it; None before the query first started there."""
+    try:
+        text = (local_path(checkpoint_dir) / "metadata").read_text()
+    except FileNotFoundError:
+        return None
+    return str(json.loads(text.splitlines()[0])["id"])
+
+
+def holding(query_dir: str, wanted_id: str) -> str | None:
+    """The checkpoint of the query whose id is `wanted_id` (None: none is)."""
+    return next((d for d in query_dirs(query_dir) if checkpoint_id(d) == wanted_id), None)
+
+
+def ends(checkpoint_dir: str, batch_id: int) -> Ends:
+    """Where batch `batch_id` of the checkpoint reads up to, per topic and partition."""
+    found: Ends = {}
+    for topics in entry_sources(checkpoint_dir, batch_id).values():
+        found.update(topics)
+    return found
+
+
+def committed_ends(checkpoint_dir: str) -> tuple[int, Ends] | None:
+    """The newest committed batch and where it ended (None before the first)."""
+    committed = read_batches(checkpoint_dir).last_committed
+    return None if committed is None else (committed, ends(checkpoint_dir, committed))
+
+
+def covered(wanted: Ends, reached: Ends) -> bool:
+    """Whether every partition of `wanted` is at or behind `reached` (a partition `reached`
+    does not have is not covered: the active has not read it yet)."""
+    return all(offset <= reached.get(topic, {}).get(partition, -1)
+               for topic, offsets in wanted.items() for partition, offset in offsets.items())
+
+
+def copy_committed(source: str, target: str) -> int:
+    """Make `target` a copy of `source` at its newest committed batch, under an id of its own
+    (so a marker never names both); returns that batch. Files the source removes while it
+    is copied (its own maintenance) are skipped: the committed batch's are not removed.
+
+    Raises NotContinuable when the source has no committed batch yet."""
+    found = committed_ends(source)
+    if found is None:
+        raise NotContinuable(f"{source} has no committed batch to copy yet")
+    batch = found[0]
+    src, dst = local_path(source), local_path(target)
+    staging = dst.with_name(f".{dst.name}.copying")  # outside `query_dirs`' pattern
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(src, staging, ignore_dangling_symlinks=True,
+                    copy_function=_copy_if_present)
+    for log_name in ("offsets", "commits"):
+        for entry in (staging / log_name).iterdir():
+            number = entry.name.lstrip(".").split(".")[0]
+            if number.isdigit() and int(number) > batch:
+                entry.unlink(missing_ok=True)
+    (staging / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+    (staging / ".metadata.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old id
+    shutil.rmtree(dst, ignore_errors=True)
+    staging.rename(dst)
+    record = Path(str(src) + INPUT_RECORD_SUFFIX)
+    if record.is_file():
+        shutil.copyfile(record, str(dst) + INPUT_RECORD_SUFFIX)
+    log.info("copied %s at its committed batch %d to %s", source, batch, target)
+    return batch
+
+
+def continue_from(checkpoint_dir: str, output: Ends) -> tuple[int, int]:
+    """Rewrite the checkpoint's next batch to read exactly up to `output`; returns the batch
+    whose marker says the output holds it (the rewritten one, or the newest committed when
+    nothing is missing) and the records that batch folds into the state.
+
+    Raises NotContinuable when the checkpoint has no committed batch, reads another topic,
+    or has committed past `output` somewhere."""
+    found = committed_ends(checkpoint_dir)
+    if found is None:
+        raise NotContinuable(f"{checkpoint_dir} has no committed batch")
+    batch, start = found
+    if set(start) != set(output) or not covered(start, output):
+        raise NotContinuable(f"{checkpoint_dir} stands at {start} after batch {batch}, not "
+                             f"behind the output's {output}")
+    offsets = local_path(checkpoint_dir) / "offsets"
+    for name in (str(batch + 1), f".{batch + 1}.crc"):  # planned, never committed
+        (offsets / name).unlink(missing_ok=True)
+    missing = sum(o - start[t].get(p, 0) for t, parts in output.items() for p, o in parts.items())
+    if missing == 0:
+        return batch, 0
+    _write_entry(offsets, batch, output)
+    return batch + 1, missing
+
+
+def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
+                    mark: Callable[[str, int], None]) -> str | None:
+    """Before an active run on its own checkpoint: make it go on where the output ends, when
+    another checkpoint of the query wrote the output's last batch (a promotion, or a restart
+    that found the output moved on). Its trail is folded in (`continue_from`), or, when it
+    cannot be, the checkpoint is replaced by a copy of the writer's; `mark` then commits the
+    marker saying the output holds the checkpoint's last batch. Returns a note for the ack
+    (None: nothing to do). `written`: the checkpoint id and batch of the sink's last marker.
+    Idempotent: a crash anywhere in it is repaired by the next start."""
+    if written is None or checkpoint_id(own) == written[0]:
+        return None
+    writer_id, last_batch = written
+    writer = holding(query_dir, writer_id)
+    if writer is None:
+        log.warning("the output's last batch was written by checkpoint %s, which is not beside "
+                    "%s: %s goes on as a new checkpoint", writer_id, query_dir, own)
+        return None
+    output = ends(writer, last_batch)
+    try:
+        batch, folded = continue_from(own, output)
+        how = f"state kept: {folded} records after it folded in without output"
+    except NotContinuable as exc:
+        log.info("%s; copying %s", exc, writer)
+        copied = copy_committed(writer, own)
+        batch, folded = continue_from(own, output)
+        how = (f"state copied from {writer} at its batch {copied}, {folded} records after it "
+               "folded in without output")
+    own_id = checkpoint_id(own)
+    assert own_id is not None
+    mark(own_id, batch)
+    return f"continued the output of batch {last_batch} of {writer}: {how}"
+
+
+def _write_entry(offsets: Path, after: int, output: Ends) -> None:
+    """Batch `after + 1`'s entry: the committed one's version and sources with `output`'s
+    offsets, stamped now. Written whole under a temporary name, then renamed."""
+    version, metadata, *sources = (offsets / str(after)).read_text().splitlines()
+    stamp = json.loads(metadata)
+    stamp["batchTimestampMs"] = int(time.time() * 1000)
+    lines = [version, json.dumps(stamp)]
+    for line in sources:
+        name, raw = line.split(":", 1) if version == "v2" else (None, line)
+        if raw.strip() in ("", "-"):
+            lines.append(line)
+            continue
+        topics = {t: {str(p): o for p, o in sorted(output[t].items())} for t in json.loads(raw)}
+        text = json.dumps(topics, separators=(",", ":"))
+        lines.append(f"{name}:{text}" if name is not None else text)
+    temporary = offsets / f".{after + 1}.streamctl.tmp"
+    temporary.write_text("\n".join(lines))
+    temporary.rename(offsets / str(after + 1))
+
+
+def _copy_if_present(src: str, dst: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        shutil.copy2(src, dst)

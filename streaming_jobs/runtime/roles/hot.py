@@ -1,0 +1,166 @@
+"""A hot standby's own run of the query: its state kept current, nothing written.
+
+With `standby = hot` a standby does not wait with an empty session: it runs the job's query on
+its own checkpoint (`checkpoint.instances`), started as a copy of the active's at a committed
+batch, into nothing (Spark's `noop` sink, no dead letters), so that a failover finds the state
+already built instead of restoring it. Its state must never hold a record the output does not:
+before each batch runs, the sink waits until the active has committed past everything the
+batch reads (`instances.covered`), so the standby trails the active by about one batch and a
+promotion folds only that trail into the state, without writing it (`lifecycle` continues the
+checkpoint from the output).
+
+Its results equal the active's only while both run the same plan on the same records: when the
+active's input, state partitions, shed fraction or function version change (the shared
+desired state says so), or the run fails, the standby drops its copy and takes a new one.
+Neighbours: `standby.Instance` (keeps it current on every look, stops it before a promotion),
+`job` (builds it), `query.plan` (the query), `checkpoint.instances` (the files).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streaming_jobs import per_batch
+from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.checkpoint import instances
+from streaming_jobs.runtime.checkpoint.input_source import InputSources, LogRanges
+from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.query.input import DiscardDeadLetters
+from streaming_jobs.runtime.query.plan import Plan
+from streaming_jobs.runtime.query.session import source_evolution
+from streaming_jobs.runtime.sink.gate import QuiesceRequested
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+WAIT_POLL_S = 0.2
+"""How often a held batch looks at the active's commit log."""
+
+
+@dataclass(frozen=True)
+class Follows:
+    """What the standby's results depend on, as the active runs it."""
+
+    input_topic: str
+    state_partitions: int
+    shed_fraction: float
+    udf_version: str
+
+    @classmethod
+    def of(cls, desired: DesiredState) -> Follows:
+        return cls(desired.input_topic, desired.state_partitions, desired.shed_fraction,
+                   desired.udf_version)
+
+
+class TrailingSink:
+    """foreachBatch of the standby's run: wait until the active has committed past the
+    batch, then run it into nothing."""
+
+    def __init__(self, checkpoint_dir: str, active_dir: Callable[[], str | None],
+                 values: per_batch.BatchValues, encode: Callable[[DataFrame], DataFrame]
+                 ) -> None:
+        self._checkpoint, self._active_dir = checkpoint_dir, active_dir
+        self._values, self._encode = values, encode
+        self.stopping = threading.Event()
+        self.last_run: int | None = None
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        wanted = instances.ends(self._checkpoint, batch_id)
+        while not self._reached(wanted):
+            if self.stopping.wait(WAIT_POLL_S):
+                raise QuiesceRequested(batch_id)
+        if self.stopping.is_set():
+            raise QuiesceRequested(batch_id)
+        batch_df.sparkSession.sparkContext.setLocalProperty(per_batch.PROPERTY,
+                                                            self._values.encode())
+        # The whole plan, encoding included (its Python workers stay warm), into nothing.
+        self._encode(batch_df).write.format("noop").mode("overwrite").save()
+        self.last_run = batch_id
+
+    def _reached(self, wanted: instances.Ends) -> bool:
+        active = self._active_dir()
+        found = instances.committed_ends(active) if active else None
+        return found is not None and instances.covered(wanted, found[1])
+
+
+class HotState:
+    """The standby's run; `keep_current` on every look, `stop` before a promotion."""
+
+    def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig, offsets: LogRanges,
+                 active_dir: Callable[[], str | None]) -> None:
+        self._spark, self._plan, self._config = spark, plan, config
+        self._offsets, self._active_dir = offsets, active_dir
+        self._dir = config.storage.checkpoint_dir
+        self._query: StreamingQuery | None = None
+        self._sink: TrailingSink | None = None
+        self._follows: Follows | None = None
+        self.note = "not started"
+        """What the run does now, for the log and the promotion's ack."""
+
+    def keep_current(self, active: DesiredState) -> None:
+        """Run the query as the active runs it: start it, or take a new copy when what it
+        follows changed or the run failed. A failure here only leaves the standby warm."""
+        follows = Follows.of(active)
+        if self._query is not None and self._query.isActive and follows == self._follows:
+            return
+        if self._query is not None:
+            failure = self._query.exception() if not self._query.isActive else None
+            self.stop()
+            why = (f"its run failed ({str(failure).splitlines()[0]})" if failure is not None
+                   else "the active runs another plan")
+            log.warning("hot standby: %s; taking a new copy of the active's checkpoint", why)
+        try:
+            self._start(active, follows)
+        except Exception as exc:  # the standby stays warm; the next look tries again
+            self.note = f"not running: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            log.warning("hot standby %s", self.note)
+
+    def stop(self) -> None:
+        """Stop the run where it is; its checkpoint ends on a committed batch."""
+        query, sink = self._query, self._sink
+        self._query = self._sink = None
+        if sink is not None:
+            sink.stopping.set()
+        if query is not None:
+            query.stop()
+
+    def _start(self, active: DesiredState, follows: Follows) -> None:
+        source_dir = self._active_dir()
+        if source_dir is None:
+            raise instances.NotContinuable("no active checkpoint found beside "
+                                           f"{self._dir}")
+        copied = instances.copy_committed(source_dir, self._dir)
+        inputs = InputSources(self._dir, self._dir + instances.INPUT_RECORD_SUFFIX,
+                              self._config.identity.query_id, self._offsets)
+        try:
+            inputs.resume(active.input_topic)
+        except SwitchRefused as exc:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise instances.NotContinuable(str(exc)) from exc
+        source = inputs.current.kafka_input()
+        encode = self._plan.job.output.encode
+        sink = TrailingSink(self._dir, self._active_dir,
+                            per_batch.BatchValues(active.shed_fraction, active.udf_version),
+                            encode)
+        c = self._config
+        with source_evolution(self._spark, source.name is not None):
+            df = self._plan.build(self._spark, c, active, DiscardDeadLetters(), source)
+            self._query = (df.writeStream.queryName(f"{c.identity.query_id}-hot-standby")
+                           .outputMode(self._plan.output_mode).foreachBatch(sink)
+                           .option("checkpointLocation", self._dir)
+                           .trigger(processingTime=f"{int(c.timing.trigger_interval_s * 1000)} "
+                                                   "milliseconds")
+                           .start())
+        self._sink, self._follows = sink, follows
+        self.note = (f"running on a copy of {source_dir} taken at its batch {copied}, "
+                     "trailing its commits")
+        log.info("hot standby %s", self.note)

@@ -1,0 +1,122 @@
+"""The instances' own checkpoints with a hot standby, on files laid out as Spark writes them:
+which checkpoint a marker names, whether a standby's batch is covered by the active's commits,
+a copy at a committed batch, and a checkpoint made to continue exactly where the output ends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streaming_jobs.config import instance_dir
+from streaming_jobs.runtime.checkpoint.input_source import entry_sources
+from streaming_jobs.runtime.checkpoint.instances import (
+    NotContinuable,
+    active_checkpoint,
+    checkpoint_id,
+    committed_ends,
+    continue_output,
+    copy_committed,
+    covered,
+    holding,
+)
+from streaming_jobs.runtime.checkpoint.state_repartition import read_batches
+
+
+def checkpoint(root: Path, ends: list[dict[int, int]], committed: int, query_id: str,
+               topic: str = "in") -> str:
+    """Batch n reads `topic` up to `ends[n]`; batches up to `committed` committed."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+    (root / ".metadata.crc").write_bytes(b"crc")
+    (root / "state" / "0" / "0").mkdir(parents=True)
+    (root / "state" / "0" / "0" / "1.delta").write_bytes(b"state")
+    for batch, offsets in enumerate(ends):
+        (root / "offsets" / str(batch)).write_text(
+            "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
+            + "\n" + json.dumps({topic: {str(p): o for p, o in offsets.items()}}))
+        (root / "offsets" / f".{batch}.crc").write_bytes(b"crc")
+    for batch in range(committed + 1):
+        (root / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    Path(str(root) + ".input-source.json").write_text('{"topic": "in"}')
+    return str(root)
+
+
+@pytest.mark.parametrize(("wanted", "reached", "expected"), [
+    ({"in": {0: 5, 1: 7}}, {"in": {0: 5, 1: 9}}, True),
+    ({"in": {0: 6, 1: 7}}, {"in": {0: 5, 1: 9}}, False),   # one partition ahead
+    ({"in": {0: 5, 2: 1}}, {"in": {0: 5, 1: 9}}, False),   # a partition not read yet
+    ({"other": {0: 1}}, {"in": {0: 5}}, False),            # another topic
+    ({}, {}, True),
+])
+def test_a_batch_is_covered_only_when_every_partition_is_at_or_behind_the_active(
+        wanted: dict[str, dict[int, int]], reached: dict[str, dict[int, int]],
+        expected: bool) -> None:
+    assert covered(wanted, reached) is expected
+
+
+def test_a_copy_ends_at_the_committed_batch_under_an_id_of_its_own(tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}, {0: 30}], 1, "id-a")
+    standby = instance_dir(query, "b")
+    assert copy_committed(active, standby) == 1
+    assert read_batches(standby).last_planned == read_batches(standby).last_committed == 1
+    assert checkpoint_id(standby) not in (None, "id-a")
+    assert not (Path(standby) / ".metadata.crc").exists()  # Hadoop would refuse the new id
+    assert (Path(standby) / "state" / "0" / "0" / "1.delta").read_bytes() == b"state"
+    assert Path(standby + ".input-source.json").is_file()
+    assert read_batches(active).last_planned == 2  # the source is left as it was
+    assert holding(query, "id-a") == active and holding(query, "id-x") is None
+
+
+def test_a_standby_continues_where_the_output_ends_folding_in_its_trail(
+        tmp_path: Path) -> None:
+    """The standby committed up to 20 and planned a batch to 35; the output holds up to 30:
+    its next batch is rewritten to end at 30 and marked as in the output."""
+    query = str(tmp_path / "q")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}], 1, "id-a")
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}, {0: 20}, {0: 35}], 1, "id-b")
+    marks: list[tuple[str, int]] = []
+    note = continue_output(standby, query, ("id-a", 1), lambda *m: marks.append(m))
+    assert marks == [("id-b", 2)]
+    assert entry_sources(standby, 2) == {None: {"in": {0: 30}}}
+    assert not (Path(standby) / "offsets" / ".2.crc").exists()
+    assert note == (f"continued the output of batch 1 of {active}: state kept: 10 records after "
+                    "it folded in without output")
+    marks.clear()  # its own marker now: nothing more to do
+    assert continue_output(standby, query, ("id-b", 2), lambda *m: marks.append(m)) is None
+    assert marks == []
+
+
+def test_a_checkpoint_ahead_of_the_output_is_replaced_by_a_copy_of_the_writers(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}, {0: 40}], 1, "id-a")
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 50}], 0, "id-b")
+    marks: list[tuple[str, int]] = []
+    note = continue_output(standby, query, ("id-a", 2), lambda *m: marks.append(m))
+    copied_id = checkpoint_id(standby)
+    assert marks == [(copied_id, 2)] and copied_id not in ("id-a", "id-b")
+    assert entry_sources(standby, 2) == {None: {"in": {0: 40}}}
+    assert note is not None and f"state copied from {active} at its batch 1" in note
+
+
+def test_a_checkpoint_with_nothing_committed_cannot_be_copied(tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}], -1, "id-a")
+    assert committed_ends(active) is None
+    with pytest.raises(NotContinuable, match="no committed batch"):
+        copy_committed(active, instance_dir(query, "b"))
+
+
+def test_the_active_checkpoint_is_the_named_instances_else_the_other_with_commits(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    a = checkpoint(Path(instance_dir(query, "a")), [{0: 10}], 0, "id-a")
+    b = instance_dir(query, "b")
+    assert active_checkpoint(query, b, "") == a
+    assert active_checkpoint(query, b, "a") == a
+    assert active_checkpoint(query, a, "") is None        # nobody else has committed
+    assert active_checkpoint(query, b, "c") is None       # named, not started yet
