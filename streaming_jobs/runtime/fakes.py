@@ -168,6 +168,7 @@ class FakeQuery:
         return self._active and self._run not in self._commits
 
     def release_surplus_executors(self, timeout_s: float, keep: int | None = None) -> int:
+        self.log.append(f"release executors beyond {keep}")
         return 0
 
     def stop_by_itself(self, failure: str | None) -> None:

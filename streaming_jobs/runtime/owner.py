@@ -99,13 +99,14 @@ class QueryOwner:
             self._supervisor.take(step)
 
     def release_surplus_executors(self) -> int:
-        """An active query keeps the executors it asked for; a standby keeps
+        """An active query keeps the executors it asked for; a warm standby keeps
         `STANDBY_EXECUTORS` (its warm-up's, and no more of a cluster the active needs: a
-        standalone master grants a new application every free core up to its maximum)."""
+        standalone master grants a new application every free core up to its maximum); a hot
+        one as many as the active asks for, since it runs the same batches."""
         with self._lock:
             if self._instance.role is Role.STANDBY:
-                return self._query.release_surplus_executors(QUIESCE_TIMEOUT_S,
-                                                             keep=STANDBY_EXECUTORS)
+                keep = (self.desired.executors if self._instance.hot else 0) or STANDBY_EXECUTORS
+                return self._query.release_surplus_executors(QUIESCE_TIMEOUT_S, keep=keep)
             if not self._query.is_active():
                 return 0
             return self._query.release_surplus_executors(QUIESCE_TIMEOUT_S)

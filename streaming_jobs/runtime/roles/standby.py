@@ -79,6 +79,11 @@ class Instance:
         self._hot = hot
         """A hot standby's run (None: a warm standby)."""
 
+    @property
+    def hot(self) -> bool:
+        """Whether a standby of this instance runs the query (`hot.HotState`)."""
+        return self._hot is not None
+
     def answers(self, tuple_: ControlTuple) -> bool:
         """The active answers every tuple of its query; a standby only one that promotes it
         (the active acks the rest, and a standby takes the state in force when promoted)."""

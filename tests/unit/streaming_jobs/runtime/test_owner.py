@@ -17,7 +17,7 @@ from streaming_jobs.runtime.desired.parameters import Limits
 from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.fakes import FakeQuery
 from streaming_jobs.runtime.owner import QueryOwner
-from streaming_jobs.runtime.roles.standby import Instance
+from streaming_jobs.runtime.roles.standby import HotRun, Instance
 from streaming_jobs.runtime.roles.supervise import Step
 
 LIMITS = Limits(task_slots=16, max_state_partitions=8, max_offsets_per_trigger=10_000,
@@ -31,15 +31,15 @@ def config(tmp_path: Path, instance: str = "a") -> JobConfig:
 
 
 def owner_of(tmp_path: Path, role: Role = Role.ACTIVE, instance: str = "a",
-             query: FakeQuery | None = None) -> tuple[QueryOwner, FakeQuery, list[DesiredState],
-                                                      list[DesiredStateRecord]]:
+             query: FakeQuery | None = None, hot: HotRun | None = None, limits: Limits = LIMITS,
+             ) -> tuple[QueryOwner, FakeQuery, list[DesiredState], list[DesiredStateRecord]]:
     c = config(tmp_path, instance)
     query = query or FakeQuery(c.initial_state())
     published: list[DesiredStateRecord] = []
     recorded: list[DesiredState] = []
-    shared = SharedDesiredState(c, lambda: LIMITS, published.append)
-    owner = QueryOwner(query, Instance(c.identity, query, role), shared, lambda: LIMITS,
-                       kafka_retry_s=0, on_recorded=recorded.append)
+    shared = SharedDesiredState(c, lambda: limits, published.append)
+    owner = QueryOwner(query, Instance(c.identity, query, role, hot=hot), shared,
+                       lambda: limits, kafka_retry_s=0, on_recorded=recorded.append)
     return owner, query, recorded, published
 
 
@@ -138,3 +138,27 @@ def test_changes_from_several_threads_run_one_at_a_time(tmp_path: Path) -> None:
     for t in threads:
         t.join(10)
     assert Slow.most == 1 and len(query.swapped) == 4
+
+
+class IdleHotRun:
+    note = "running"
+
+    def keep_current(self, active: DesiredState) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_warm_standby_keeps_one_executor_and_a_hot_one_as_many_as_the_active_asks_for(
+        tmp_path: Path) -> None:
+    cluster = replace(LIMITS, master="spark://m:7077")  # executors are a cluster's
+    warm, warm_query, _, _ = owner_of(tmp_path, Role.STANDBY, instance="b", limits=cluster)
+    hot, hot_query, _, _ = owner_of(tmp_path, Role.STANDBY, instance="c", hot=IdleHotRun(),
+                                    limits=cluster)
+    save(str(tmp_path / "checkpoint.desired-state.json"), "q",
+         replace(warm_query.desired, epoch=2, executors=3, active_instance="a"))
+    warm.release_surplus_executors()
+    hot.release_surplus_executors()
+    assert (warm_query.log, hot_query.log) == (["release executors beyond 1"],
+                                               ["release executors beyond 3"])
