@@ -70,7 +70,7 @@ class Identity:
     """What a standby keeps ready, the same for every instance of a query. `warm`: a built
     SparkSession; promoted, it restores the state from the shared checkpoint. `hot`: the
     query itself, run on the standby's own copy of the checkpoint into nothing, trailing the
-    active's commits, so a promotion finds the state built; every instance then keeps its own
+    active's commits, so a promotion finds the state current; every instance then keeps its own
     checkpoint, `<checkpoint-dir>.instance-<instance id>`. Costs a second run of the job."""
 
 

@@ -63,10 +63,11 @@ def query_dirs(query_dir: str) -> list[str]:
 def active_checkpoint(query_dir: str, own: str, named: str) -> str | None:
     """The checkpoint the active instance writes: the named instance's (the desired state
     names one after a failover), else, before any, the other one with the newest commit."""
+    mine, dirs = str(local_path(own)), query_dirs(query_dir)
     if named:
-        found = instance_dir(query_dir, named)
-        return found if found != own and found in query_dirs(query_dir) else None
-    others = [d for d in query_dirs(query_dir) if d != own and committed_ends(d) is not None]
+        found = str(local_path(instance_dir(query_dir, named)))
+        return found if found != mine and found in dirs else None
+    others = [d for d in dirs if d != mine and committed_ends(d) is not None]
     return max(others, key=lambda d: (local_path(d) / "commits").stat().st_mtime, default=None)
 
 

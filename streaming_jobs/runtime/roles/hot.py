@@ -3,11 +3,13 @@
 With `standby = hot` a standby does not wait with an empty session: it runs the job's query on
 its own checkpoint (`checkpoint.instances`), started as a copy of the active's at a committed
 batch, into nothing (Spark's `noop` sink, no dead letters), so that a failover finds the state
-already built instead of restoring it. Its state must never hold a record the output does not:
-before each batch runs, the sink waits until the active has committed past everything the
-batch reads (`instances.covered`), so the standby trails the active by about one batch and a
-promotion folds only that trail into the state, without writing it (`lifecycle` continues the
-checkpoint from the output).
+current on a checkpoint no other process writes, and the session, its Python workers and Kafka
+consumers warm from running the same plan. (The promoted query is a new run, and Spark loads a
+run's state from its checkpoint when it starts: the load is not saved, only made local.)
+Its state must never hold a record the output does not: before each batch runs, the sink waits
+until the active has committed past everything the batch reads (`instances.covered`), so the
+standby trails the active by about one batch and a promotion folds only that trail into the
+state, without writing it (`lifecycle` continues the checkpoint from the output).
 
 Its results equal the active's only while both run the same plan on the same records: when the
 active's input, state partitions, shed fraction or function version change (the shared
@@ -121,8 +123,10 @@ class HotState:
         try:
             self._start(active, follows)
         except Exception as exc:  # the standby stays warm; the next look tries again
-            self.note = f"not running: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-            log.warning("hot standby %s", self.note)
+            note = f"not running: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            if note != self.note:  # once, not on every look while it lasts
+                log.warning("hot standby %s", note)
+            self.note = note
 
     def stop(self) -> None:
         """Stop the run where it is; its checkpoint ends on a committed batch."""

@@ -120,3 +120,12 @@ def test_the_active_checkpoint_is_the_named_instances_else_the_other_with_commit
     assert active_checkpoint(query, b, "a") == a
     assert active_checkpoint(query, a, "") is None        # nobody else has committed
     assert active_checkpoint(query, b, "c") is None       # named, not started yet
+
+
+def test_the_active_checkpoint_is_found_from_a_relative_checkpoint_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    checkpoint(Path("q.instance-a"), [{0: 10}], 0, "id-a")
+    assert active_checkpoint("./q", "./q.instance-b", "a") == "q.instance-a"
+    assert active_checkpoint("./q", "./q.instance-b", "") == "q.instance-a"
+    assert active_checkpoint("./q", "./q.instance-a", "a") is None  # itself
