@@ -129,7 +129,7 @@ class Storage:
     def input_source_path(self) -> str:
         """Where the input source (topic, source generation, retired topics) is recorded,
         beside the checkpoint (see `runtime.checkpoint.input_source`)."""
-        return self.checkpoint_dir.rstrip("/") + ".input-source.json"
+        return self.checkpoint_dir.rstrip("/") + INPUT_RECORD_SUFFIX
 
 @dataclass(frozen=True)
 class SparkSettings:
@@ -511,6 +511,8 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(state_home) / "streamctl"
 
 
+INPUT_RECORD_SUFFIX = ".input-source.json"
+"""The input record beside a checkpoint (`runtime.checkpoint.input_source`)."""
 INSTANCE_INFIX = ".instance-"
 """`<checkpoint-dir>.instance-<instance id>`: an instance's own checkpoint with a hot standby."""
 

@@ -54,7 +54,7 @@ from streaming_jobs.runtime.publish import Publisher
 from streaming_jobs.runtime.query.lifecycle import ElasticQuery
 from streaming_jobs.runtime.query.plan import Plan
 from streaming_jobs.runtime.query.session import build_session, executors_for
-from streaming_jobs.runtime.roles.hot import HotState
+from streaming_jobs.runtime.roles.hot import HotStandbyRun
 from streaming_jobs.runtime.roles.standby import Instance, initial_role
 from streaming_jobs.runtime.roles.supervise import Step
 
@@ -103,7 +103,8 @@ class ElasticJob:
                                   desired=desired, executors=self._executors,
                                   ownership=self._shared.superseded,
                                   on_input_deleted=self._count_deleted)
-        self.hot = (HotState(self.spark, self.plan, config, self._offsets, self._active_checkpoint)
+        self.hot = (HotStandbyRun(self.spark, self.plan, config, self._offsets,
+                                  self._active_checkpoint, self._shared.current)
                     if config.identity.standby == "hot" else None)
         instance = Instance(config.identity, self.query, initial_role(config.identity, desired),
                             hot=self.hot)

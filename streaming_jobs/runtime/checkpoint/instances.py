@@ -6,9 +6,10 @@ processes ever write one checkpoint, and a former active that was only frozen ca
 nothing into its successor's. What the output holds is said by the sink's commit marker
 (checkpoint id, batch id), and this module answers the questions around it, on files only:
 
-- which checkpoint of the query a marker's id belongs to (`holding`), and where each topic
-  partition stands after a batch of it (`ends`, `committed_ends`);
-- whether a standby's planned batch reads nothing the output does not hold yet (`covered`);
+- which checkpoint of the query a marker's id belongs to (`checkpoint_with_id`), and where
+  each topic partition stands after a batch of it (`ends`, `committed_ends`);
+- whether a standby's planned batch reads nothing the output does not hold yet and closes
+  nothing the output has not closed (`behind`);
 - a standby's checkpoint started as a copy of the active's at a committed batch, under an id of
   its own (`copy_committed`);
 - a checkpoint made to continue exactly where the output ends (`continue_from`): its next
@@ -27,12 +28,11 @@ import contextlib
 import json
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from streaming_jobs.config import INSTANCE_INFIX, instance_dir
+from streaming_jobs.config import INPUT_RECORD_SUFFIX, INSTANCE_INFIX, instance_dir
 from streaming_jobs.errors import JobError
 from streaming_jobs.runtime.checkpoint.input_source import entry_sources
 from streaming_jobs.runtime.checkpoint.input_switch import Offsets
@@ -40,8 +40,9 @@ from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read
 
 log = logging.getLogger(__name__)
 
-INPUT_RECORD_SUFFIX = ".input-source.json"
-"""The input record beside a checkpoint (`input_source`): copied and moved with it."""
+
+PREVIOUS_SUFFIX = ".previous"
+"""`<instance checkpoint>.previous`: the one a copy replaced, still found by its id."""
 
 Ends = dict[str, Offsets]
 """Topic → partition → the offset a batch reads up to (exclusive)."""
@@ -81,7 +82,7 @@ def checkpoint_id(checkpoint_dir: str) -> str | None:
     return str(json.loads(text.splitlines()[0])["id"])
 
 
-def holding(query_dir: str, wanted_id: str) -> str | None:
+def checkpoint_with_id(query_dir: str, wanted_id: str) -> str | None:
     """The checkpoint of the query whose id is `wanted_id` (None: none is)."""
     return next((d for d in query_dirs(query_dir) if checkpoint_id(d) == wanted_id), None)
 
@@ -98,6 +99,27 @@ def committed_ends(checkpoint_dir: str) -> tuple[int, Ends] | None:
     """The newest committed batch and where it ended (None before the first)."""
     committed = read_batches(checkpoint_dir).last_committed
     return None if committed is None else (committed, ends(checkpoint_dir, committed))
+
+
+def entry_metadata(checkpoint_dir: str, batch_id: int) -> str:
+    """The metadata line of batch `batch_id`'s offset-log entry (its event-time watermark,
+    its time, the SQL conf it runs with)."""
+    return (local_path(checkpoint_dir) / "offsets" / str(batch_id)).read_text().splitlines()[1]
+
+
+def watermark_ms(checkpoint_dir: str, batch_id: int) -> int:
+    """The event-time watermark batch `batch_id` runs with: the windows it closes, the
+    late records it drops and the state timeouts it fires are decided by it."""
+    return int(json.loads(entry_metadata(checkpoint_dir, batch_id))["batchWatermarkMs"])
+
+
+def behind(checkpoint_dir: str, batch_id: int, active: str) -> bool:
+    """Whether batch `batch_id` of a standby's checkpoint may run: the active has committed
+    every record it reads, and a batch run with at least its watermark (so the standby never
+    closes a window or times out a key before the active's output has)."""
+    found = committed_ends(active)
+    return (found is not None and covered(ends(checkpoint_dir, batch_id), found[1])
+            and watermark_ms(checkpoint_dir, batch_id) <= watermark_ms(active, found[0]))
 
 
 def covered(wanted: Ends, reached: Ends) -> bool:
@@ -123,25 +145,39 @@ def copy_committed(source: str, target: str) -> int:
     shutil.copytree(src, staging, ignore_dangling_symlinks=True,
                     copy_function=_copy_if_present)
     for log_name in ("offsets", "commits"):
-        for entry in (staging / log_name).iterdir():
-            number = entry.name.lstrip(".").split(".")[0]
-            if number.isdigit() and int(number) > batch:
-                entry.unlink(missing_ok=True)
+        _drop_versions_after(staging / log_name, batch)
+    # State version v is written by batch v - 1: later ones were the source's next batches.
+    _drop_versions_after(staging / "state", batch + 1)
     (staging / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
     (staging / ".metadata.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old id
-    shutil.rmtree(dst, ignore_errors=True)
-    staging.rename(dst)
+    _set_aside(dst)
     record = Path(str(src) + INPUT_RECORD_SUFFIX)
     if record.is_file():
         shutil.copyfile(record, str(dst) + INPUT_RECORD_SUFFIX)
+    staging.rename(dst)
     log.info("copied %s at its committed batch %d to %s", source, batch, target)
     return batch
 
 
-def continue_from(checkpoint_dir: str, output: Ends) -> tuple[int, int]:
-    """Rewrite the checkpoint's next batch to read exactly up to `output`; returns the batch
-    whose marker says the output holds it (the rewritten one, or the newest committed when
-    nothing is missing) and the records that batch folds into the state.
+def _set_aside(checkpoint: Path) -> None:
+    """Keep the checkpoint a copy replaces, and its input record, as `<it>.previous` (the one
+    before is deleted): it may be the one the output's last batch came from (a standby that
+    was active a moment ago), which a promotion elsewhere is about to continue."""
+    previous = checkpoint.with_name(checkpoint.name + PREVIOUS_SUFFIX)
+    shutil.rmtree(previous, ignore_errors=True)
+    if checkpoint.exists():
+        checkpoint.rename(previous)
+    record = Path(str(checkpoint) + INPUT_RECORD_SUFFIX)
+    if record.exists():
+        record.rename(str(previous) + INPUT_RECORD_SUFFIX)
+
+
+def continue_from(checkpoint_dir: str, output: Ends, stamp: str) -> tuple[int, int]:
+    """Rewrite the checkpoint's next batch to read exactly up to `output`, with `stamp` (the
+    metadata of the output's last batch: its watermark, so the batch closes the windows and
+    times out the keys the output's writer had, and no others); returns the batch whose
+    marker says the output holds it (the rewritten one, or the newest committed when nothing
+    is missing) and the records that batch folds into the state.
 
     Raises NotContinuable when the checkpoint has no committed batch, reads another topic,
     or has committed past `output` somewhere."""
@@ -153,12 +189,13 @@ def continue_from(checkpoint_dir: str, output: Ends) -> tuple[int, int]:
         raise NotContinuable(f"{checkpoint_dir} stands at {start} after batch {batch}, not "
                              f"behind the output's {output}")
     offsets = local_path(checkpoint_dir) / "offsets"
-    for name in (str(batch + 1), f".{batch + 1}.crc"):  # planned, never committed
-        (offsets / name).unlink(missing_ok=True)
+    _drop_versions_after(offsets, batch)  # planned, never committed
+    _drop_versions_after(local_path(checkpoint_dir) / "state", batch + 1)
     missing = sum(o - start[t].get(p, 0) for t, parts in output.items() for p, o in parts.items())
-    if missing == 0:
+    if missing == 0 and watermark_ms(checkpoint_dir, batch) == json.loads(stamp)[
+            "batchWatermarkMs"]:
         return batch, 0
-    _write_entry(offsets, batch, output)
+    _write_entry(offsets, batch, output, stamp)
     return batch + 1, missing
 
 
@@ -174,19 +211,20 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
     if written is None or checkpoint_id(own) == written[0]:
         return None
     writer_id, last_batch = written
-    writer = holding(query_dir, writer_id)
-    if writer is None:
-        log.warning("the output's last batch was written by checkpoint %s, which is not beside "
-                    "%s: %s goes on as a new checkpoint", writer_id, query_dir, own)
-        return None
-    output = ends(writer, last_batch)
+    writer = checkpoint_with_id(query_dir, writer_id)
+    if writer is None:  # continuing anyway would write its trail again, or lose it
+        raise NotContinuable(
+            f"the output's last batch ({last_batch}) was written by checkpoint {writer_id}, "
+            f"which is not beside {query_dir} any more: {own} cannot continue it exactly. "
+            "Restore that checkpoint, or start the query under a new query id")
+    output, stamp = ends(writer, last_batch), entry_metadata(writer, last_batch)
     try:
-        batch, folded = continue_from(own, output)
+        batch, folded = continue_from(own, output, stamp)
         how = f"state kept: {folded} records after it folded in without output"
     except NotContinuable as exc:
         log.info("%s; copying %s", exc, writer)
         copied = copy_committed(writer, own)
-        batch, folded = continue_from(own, output)
+        batch, folded = continue_from(own, output, stamp)
         how = (f"state copied from {writer} at its batch {copied}, {folded} records after it "
                "folded in without output")
     own_id = checkpoint_id(own)
@@ -195,13 +233,11 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
     return f"continued the output of batch {last_batch} of {writer}: {how}"
 
 
-def _write_entry(offsets: Path, after: int, output: Ends) -> None:
+def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:
     """Batch `after + 1`'s entry: the committed one's version and sources with `output`'s
-    offsets, stamped now. Written whole under a temporary name, then renamed."""
-    version, metadata, *sources = (offsets / str(after)).read_text().splitlines()
-    stamp = json.loads(metadata)
-    stamp["batchTimestampMs"] = int(time.time() * 1000)
-    lines = [version, json.dumps(stamp)]
+    offsets, and `stamp`. Written whole under a temporary name, then renamed."""
+    version, _own_stamp, *sources = (offsets / str(after)).read_text().splitlines()
+    lines = [version, stamp]
     for line in sources:
         name, raw = line.split(":", 1) if version == "v2" else (None, line)
         if raw.strip() in ("", "-"):
@@ -213,6 +249,17 @@ def _write_entry(offsets: Path, after: int, output: Ends) -> None:
     temporary = offsets / f".{after + 1}.streamctl.tmp"
     temporary.write_text("\n".join(lines))
     temporary.rename(offsets / str(after + 1))
+
+
+def _drop_versions_after(directory: Path, last: int) -> None:
+    """Delete the files under `directory` numbered past `last` (`7`, `.7.crc`, `8.delta`,
+    `9.zip`, `9_<uuid>.changelog`, …); SST files, shared between versions, are kept."""
+    if not directory.is_dir():
+        return
+    for path in directory.rglob("*"):
+        number = path.name.lstrip(".").split(".")[0].split("_")[0]
+        if path.is_file() and path.suffix != ".sst" and number.isdigit() and int(number) > last:
+            path.unlink(missing_ok=True)
 
 
 def _copy_if_present(src: str, dst: str) -> None:

@@ -132,7 +132,10 @@ class ElasticQuery:
         """
         seen_commit = self.last_commit.batch_id if self.last_commit else None
         self._request_executors(desired)
+        self.sink.retarget(desired.output_topic)
         output_note = self._continue_output(desired)
+        if output_note is not None:  # another checkpoint: this process saw none of its commits
+            seen_commit = None
         state_note = None
         if self._plan.stateful:
             state_note = state_partitions.align(
@@ -145,7 +148,6 @@ class ElasticQuery:
         source = self._check_input_kept(source)
         self.start_note = ", ".join(n for n in (output_note, state_note, input_note) if n) or None
         self._desired = desired
-        self.sink.retarget(desired.output_topic)
         with source_evolution(self._spark, source.name is not None):
             df = self._plan.build(self._spark, self._config, desired,
                                   DeadLetterFactory(self._config.bootstrap_servers,
@@ -160,11 +162,12 @@ class ElasticQuery:
         return str(self._query.runId)
 
     def _continue_output(self, desired: DesiredState) -> str | None:
-        """With a hot standby each instance has its own checkpoint: one whose output another
-        instance's checkpoint went on writing continues where that output ends first."""
-        storage = self._config.storage
-        if storage.checkpoint_dir == storage.query_dir or not storage.query_dir:
+        """With hot standbys each instance has its own checkpoint: one whose output another
+        instance's checkpoint went on writing continues where that output ends first. The
+        input is read from the checkpoint again: a hot run may have replaced it since."""
+        if self._config.identity.standby != "hot":
             return None
+        storage = self._config.storage
         last = self.sink.last_marker()
         note = instances.continue_output(
             storage.checkpoint_dir, storage.query_dir,
@@ -172,7 +175,8 @@ class ElasticQuery:
             self.sink.mark_in_output)
         if note is not None:
             log.info("query %s: %s", self._config.identity.query_id, note)
-            self.inputs.resume(desired.input_topic)
+        # The topic the checkpoint reads (a switch to `desired`'s comes after, `for_start`).
+        self.inputs.resume(self.inputs.current.topic or desired.input_topic)
         return note
 
     def _check_input_kept(self, source: KafkaInput) -> KafkaInput:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streaming_jobs import per_batch
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import INPUT_RECORD_SUFFIX, JobConfig
 from streaming_jobs.runtime.checkpoint import instances
 from streaming_jobs.runtime.checkpoint.input_source import InputSources, LogRanges
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
@@ -49,7 +49,7 @@ WAIT_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
-class Follows:
+class FollowedSettings:
     """What the standby's results depend on, as the active runs it."""
 
     input_topic: str
@@ -58,72 +58,71 @@ class Follows:
     udf_version: str
 
     @classmethod
-    def of(cls, desired: DesiredState) -> Follows:
+    def of(cls, desired: DesiredState) -> FollowedSettings:
         return cls(desired.input_topic, desired.state_partitions, desired.shed_fraction,
                    desired.udf_version)
 
 
 class TrailingSink:
     """foreachBatch of the standby's run: wait until the active has committed past the
-    batch, then run it into nothing."""
+    batch (`instances.behind`), then run it into nothing. A batch the active's settings no
+    longer match is not run: the run stops, and the next look takes a new copy."""
 
     def __init__(self, checkpoint_dir: str, active_dir: Callable[[], str | None],
-                 values: per_batch.BatchValues, encode: Callable[[DataFrame], DataFrame]
-                 ) -> None:
+                 follows: FollowedSettings, active: Callable[[], DesiredState],
+                 encode: Callable[[DataFrame], DataFrame]) -> None:
         self._checkpoint, self._active_dir = checkpoint_dir, active_dir
-        self._values, self._encode = values, encode
+        self._follows, self._active, self._encode = follows, active, encode
         self.stopping = threading.Event()
-        self.last_run: int | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        wanted = instances.ends(self._checkpoint, batch_id)
-        while not self._reached(wanted):
+        while not self._behind(batch_id):
             if self.stopping.wait(WAIT_POLL_S):
                 raise QuiesceRequested(batch_id)
-        if self.stopping.is_set():
+        if self.stopping.is_set() or FollowedSettings.of(self._active()) != self._follows:
+            self.stopping.set()
             raise QuiesceRequested(batch_id)
-        batch_df.sparkSession.sparkContext.setLocalProperty(per_batch.PROPERTY,
-                                                            self._values.encode())
+        values = per_batch.BatchValues(self._follows.shed_fraction, self._follows.udf_version)
+        batch_df.sparkSession.sparkContext.setLocalProperty(per_batch.PROPERTY, values.encode())
         # The whole plan, encoding included (its Python workers stay warm), into nothing.
         self._encode(batch_df).write.format("noop").mode("overwrite").save()
-        self.last_run = batch_id
 
-    def _reached(self, wanted: instances.Ends) -> bool:
+    def _behind(self, batch_id: int) -> bool:
         active = self._active_dir()
-        found = instances.committed_ends(active) if active else None
-        return found is not None and instances.covered(wanted, found[1])
+        return active is not None and instances.behind(self._checkpoint, batch_id, active)
 
 
-class HotState:
+class HotStandbyRun:
     """The standby's run; `keep_current` on every look, `stop` before a promotion."""
 
     def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig, offsets: LogRanges,
-                 active_dir: Callable[[], str | None]) -> None:
+                 active_dir: Callable[[], str | None],
+                 active: Callable[[], DesiredState]) -> None:
         self._spark, self._plan, self._config = spark, plan, config
-        self._offsets, self._active_dir = offsets, active_dir
+        self._offsets, self._active_dir, self._active = offsets, active_dir, active
         self._dir = config.storage.checkpoint_dir
         self._query: StreamingQuery | None = None
         self._sink: TrailingSink | None = None
-        self._follows: Follows | None = None
+        self._follows: FollowedSettings | None = None
         self.note = "not started"
         """What the run does now, for the log and the promotion's ack."""
 
     def keep_current(self, active: DesiredState) -> None:
         """Run the query as the active runs it: start it, or take a new copy when what it
         follows changed or the run failed. A failure here only leaves the standby warm."""
-        follows = Follows.of(active)
+        follows = FollowedSettings.of(active)
         if self._query is not None and self._query.isActive and follows == self._follows:
             return
         if self._query is not None:
             failure = self._query.exception() if not self._query.isActive else None
             self.stop()
-            why = (f"its run failed ({str(failure).splitlines()[0]})" if failure is not None
-                   else "the active runs another plan")
+            why = (f"its run failed ({_first_line(str(failure))})" if failure is not None
+                   else "the active runs other settings")
             log.warning("hot standby: %s; taking a new copy of the active's checkpoint", why)
         try:
             self._start(active, follows)
         except Exception as exc:  # the standby stays warm; the next look tries again
-            note = f"not running: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            note = f"not running: {type(exc).__name__}: {_first_line(str(exc))}"
             if note != self.note:  # once, not on every look while it lasts
                 log.warning("hot standby %s", note)
             self.note = note
@@ -137,13 +136,13 @@ class HotState:
         if query is not None:
             query.stop()
 
-    def _start(self, active: DesiredState, follows: Follows) -> None:
+    def _start(self, active: DesiredState, follows: FollowedSettings) -> None:
         source_dir = self._active_dir()
         if source_dir is None:
             raise instances.NotContinuable("no active checkpoint found beside "
                                            f"{self._dir}")
         copied = instances.copy_committed(source_dir, self._dir)
-        inputs = InputSources(self._dir, self._dir + instances.INPUT_RECORD_SUFFIX,
+        inputs = InputSources(self._dir, self._dir + INPUT_RECORD_SUFFIX,
                               self._config.identity.query_id, self._offsets)
         try:
             inputs.resume(active.input_topic)
@@ -151,10 +150,8 @@ class HotState:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise instances.NotContinuable(str(exc)) from exc
         source = inputs.current.kafka_input()
-        encode = self._plan.job.output.encode
-        sink = TrailingSink(self._dir, self._active_dir,
-                            per_batch.BatchValues(active.shed_fraction, active.udf_version),
-                            encode)
+        sink = TrailingSink(self._dir, self._active_dir, follows, self._active,
+                            self._plan.job.output.encode)
         c = self._config
         with source_evolution(self._spark, source.name is not None):
             df = self._plan.build(self._spark, c, active, DiscardDeadLetters(), source)
@@ -168,3 +165,7 @@ class HotState:
         self.note = (f"running on a copy of {source_dir} taken at its batch {copied}, "
                      "trailing its commits")
         log.info("hot standby %s", self.note)
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text.strip() else "no message"

@@ -60,7 +60,7 @@ def initial_role(identity: Identity, desired: DesiredState) -> Role:
 
 
 class HotRun(Protocol):
-    """A hot standby's own run of the query (`hot.HotState`)."""
+    """A hot standby's own run of the query (`hot.HotStandbyRun`)."""
 
     note: str
 
@@ -81,7 +81,7 @@ class Instance:
 
     @property
     def hot(self) -> bool:
-        """Whether a standby of this instance runs the query (`hot.HotState`)."""
+        """Whether a standby of this instance runs the query (`hot.HotStandbyRun`)."""
         return self._hot is not None
 
     def answers(self, tuple_: ControlTuple) -> bool:
@@ -107,9 +107,13 @@ class Instance:
         and steps down when it does not."""
         if self.role is Role.STANDBY:
             state = shared()
+            beat = heartbeat(self._query.context(state), self._clock_ms(), None, Role.STANDBY)
             if self._hot is not None:
-                self._hot.keep_current(state)
-            return heartbeat(self._query.context(state), self._clock_ms(), None, Role.STANDBY)
+                try:
+                    self._hot.keep_current(state)
+                except Exception:  # the heartbeat goes out all the same: a live standby
+                    log.exception("hot standby: its run could not be kept current")
+            return beat
         reason = superseded()
         if reason is not None:
             self.step_down(reason)
@@ -135,9 +139,9 @@ class Instance:
         """Fence the former active, start the query from the shared checkpoint, wait for its
         first commit. Raises RestartFailed (this instance stays a standby) when it fails."""
         began_ms = self._clock_ms()
-        hot = None
+        hot_note = None
         if self._hot is not None:  # its run must not take another batch from here on
-            hot = self._hot.note
+            hot_note = self._hot.note
             self._hot.stop()
         try:
             persist(desired)
@@ -156,8 +160,8 @@ class Instance:
                    if first else f"idle after {done_ms - fenced_ms} ms (no new data)")
         last = (f"batch {marker.batch_id} last committed" if marker is not None
                 else "nothing committed before")
-        started = ("query started from the shared checkpoint" if hot is None else
-                   f"hot standby ({hot}) stopped, query started on its checkpoint ("
+        started = ("query started from the shared checkpoint" if hot_note is None else
+                   f"hot standby ({hot_note}) stopped, query started on its checkpoint ("
                    f"{self._query.start_note or 'nothing to fold in'})")
         return Applied(pause_ms=max(0, done_ms - began_ms), detail=(
             f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "

@@ -126,7 +126,8 @@ class TransactionalKafkaSink:
         decision = decide(last, checkpoint_id, batch_id)
         if decision is Replay.SKIP:
             self._skip(batch, batch_id, last)
-            self._output.put(batch_id, Written(batch.rows))
+            # A folded batch's rows were written, and counted, under another checkpoint.
+            self._output.put(batch_id, Written(0 if batch_id == self._folded else batch.rows))
         else:
             marker = CommitMarker(self._query_id, checkpoint_id, batch_id, self.topic,
                                   batch.rows, self._clock_ms())

@@ -14,28 +14,35 @@ from streaming_jobs.runtime.checkpoint.input_source import entry_sources
 from streaming_jobs.runtime.checkpoint.instances import (
     NotContinuable,
     active_checkpoint,
+    behind,
     checkpoint_id,
+    checkpoint_with_id,
     committed_ends,
     continue_output,
     copy_committed,
     covered,
-    holding,
+    watermark_ms,
 )
 from streaming_jobs.runtime.checkpoint.state_repartition import read_batches
 
 
 def checkpoint(root: Path, ends: list[dict[int, int]], committed: int, query_id: str,
-               topic: str = "in") -> str:
-    """Batch n reads `topic` up to `ends[n]`; batches up to `committed` committed."""
+               topic: str = "in", watermarks: list[int] | None = None) -> str:
+    """Batch n reads `topic` up to `ends[n]` with watermark `watermarks[n]` (0); batches up to
+    `committed` committed; state versions 1 and 2 (+ a shared SST file)."""
     (root / "offsets").mkdir(parents=True)
     (root / "commits").mkdir()
     (root / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
     (root / ".metadata.crc").write_bytes(b"crc")
     (root / "state" / "0" / "0").mkdir(parents=True)
-    (root / "state" / "0" / "0" / "1.delta").write_bytes(b"state")
+    for name in ("1.delta", "2.zip", ".2.zip.crc", "SSTs/9-x.sst"):
+        (root / "state" / "0" / "0" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "state" / "0" / "0" / name).write_bytes(b"state")
     for batch, offsets in enumerate(ends):
+        watermark = (watermarks or [0] * len(ends))[batch]
         (root / "offsets" / str(batch)).write_text(
-            "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
+            "v1\n" + json.dumps({"batchWatermarkMs": watermark, "batchTimestampMs": 1,
+                                 "conf": {}})
             + "\n" + json.dumps({topic: {str(p): o for p, o in offsets.items()}}))
         (root / "offsets" / f".{batch}.crc").write_bytes(b"crc")
     for batch in range(committed + 1):
@@ -59,16 +66,20 @@ def test_a_batch_is_covered_only_when_every_partition_is_at_or_behind_the_active
 
 def test_a_copy_ends_at_the_committed_batch_under_an_id_of_its_own(tmp_path: Path) -> None:
     query = str(tmp_path / "q")
-    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}, {0: 30}], 1, "id-a")
-    standby = instance_dir(query, "b")
-    assert copy_committed(active, standby) == 1
-    assert read_batches(standby).last_planned == read_batches(standby).last_committed == 1
-    assert checkpoint_id(standby) not in (None, "id-a")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}, {0: 30}], 0, "id-a")
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 5}], 0, "id-b")
+    assert copy_committed(active, standby) == 0
+    assert read_batches(standby).last_planned == read_batches(standby).last_committed == 0
+    assert checkpoint_id(standby) not in (None, "id-a", "id-b")
     assert not (Path(standby) / ".metadata.crc").exists()  # Hadoop would refuse the new id
-    assert (Path(standby) / "state" / "0" / "0" / "1.delta").read_bytes() == b"state"
+    state = sorted(p.name for p in (Path(standby) / "state" / "0" / "0").rglob("*"))
+    assert state == ["1.delta", "9-x.sst", "SSTs"]  # version 2 came from the source's batch 1
     assert Path(standby + ".input-source.json").is_file()
     assert read_batches(active).last_planned == 2  # the source is left as it was
-    assert holding(query, "id-a") == active and holding(query, "id-x") is None
+    # The checkpoint it replaced is kept aside, found by its id (it may hold the output's end).
+    assert checkpoint_with_id(query, "id-b") == standby + ".previous"
+    assert checkpoint_with_id(query, "id-a") == active
+    assert checkpoint_with_id(query, "id-x") is None
 
 
 def test_a_standby_continues_where_the_output_ends_folding_in_its_trail(
@@ -76,12 +87,15 @@ def test_a_standby_continues_where_the_output_ends_folding_in_its_trail(
     """The standby committed up to 20 and planned a batch to 35; the output holds up to 30:
     its next batch is rewritten to end at 30 and marked as in the output."""
     query = str(tmp_path / "q")
-    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}], 1, "id-a")
-    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}, {0: 20}, {0: 35}], 1, "id-b")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}], 1, "id-a",
+                        watermarks=[0, 700])
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}, {0: 20}, {0: 35}], 1, "id-b",
+                         watermarks=[0, 400, 900])
     marks: list[tuple[str, int]] = []
     note = continue_output(standby, query, ("id-a", 1), lambda *m: marks.append(m))
     assert marks == [("id-b", 2)]
     assert entry_sources(standby, 2) == {None: {"in": {0: 30}}}
+    assert watermark_ms(standby, 2) == 700  # the writer's: it closes what the writer closed
     assert not (Path(standby) / "offsets" / ".2.crc").exists()
     assert note == (f"continued the output of batch 1 of {active}: state kept: 10 records after "
                     "it folded in without output")
@@ -101,6 +115,39 @@ def test_a_checkpoint_ahead_of_the_output_is_replaced_by_a_copy_of_the_writers(
     assert marks == [(copied_id, 2)] and copied_id not in ("id-a", "id-b")
     assert entry_sources(standby, 2) == {None: {"in": {0: 40}}}
     assert note is not None and f"state copied from {active} at its batch 1" in note
+
+
+def test_a_standby_runs_a_batch_once_the_active_committed_its_records_and_its_watermark(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}], 1, "id-a",
+                        watermarks=[0, 500])
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}, {0: 20}, {0: 20}], 0, "id-b",
+                         watermarks=[0, 500, 800])
+    assert behind(standby, 1, active)
+    # Batch 2 reads nothing new but closes windows up to 800, which the active has not yet.
+    assert not behind(standby, 2, active)
+
+
+def test_a_checkpoint_at_the_outputs_offsets_still_takes_the_writers_watermark(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}], 1, "id-a", watermarks=[0, 600])
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}, {0: 20}], 1, "id-b",
+                         watermarks=[0, 300])
+    marks: list[tuple[str, int]] = []
+    continue_output(standby, query, ("id-a", 1), lambda *m: marks.append(m))
+    assert marks == [("id-b", 2)] and entry_sources(standby, 2) == {None: {"in": {0: 20}}}
+    assert watermark_ms(standby, 2) == 600
+
+
+def test_an_output_written_by_a_checkpoint_no_longer_there_is_not_continued(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}], 0, "id-b")
+    with pytest.raises(NotContinuable, match="written by checkpoint id-gone, which is not "
+                                             "beside"):
+        continue_output(standby, query, ("id-gone", 4), lambda *m: None)
 
 
 def test_a_checkpoint_with_nothing_committed_cannot_be_copied(tmp_path: Path) -> None:

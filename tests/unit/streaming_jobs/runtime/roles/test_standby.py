@@ -111,6 +111,19 @@ def test_a_hot_standby_keeps_its_run_current_on_each_look_and_stops_it_before_a_
         applied.detail)
 
 
+class BrokenHotRun(HotRunLog):
+    def keep_current(self, active: DesiredState) -> None:
+        raise RuntimeError("")
+
+
+def test_a_hot_standby_whose_run_cannot_be_kept_current_still_heartbeats() -> None:
+    query = fake()
+    standby = Instance(config("b").identity, query, Role.STANDBY, clock_ms=lambda: 1_000_000,
+                       hot=BrokenHotRun(query))
+    beat = standby.watch(lambda: SHARED, lambda: None)
+    assert beat is not None and beat.role is Role.STANDBY
+
+
 def test_a_failed_promotion_leaves_a_standby() -> None:
     query = fake(fail_start="checkpoint unreadable")
     standby = instance(query)
