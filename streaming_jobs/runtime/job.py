@@ -295,8 +295,9 @@ class ElasticJob:
         """With a hot standby: the checkpoint the active instance writes."""
         storage, me = self.config.storage, self.config.identity.instance_id
         named = self._shared.current().active_instance
-        return instances.active_checkpoint(storage.query_dir, storage.checkpoint_dir,
-                                           "" if named == me else named)
+        if named == me:  # its promotion failed: its checkpoint may hold the output's end
+            return None
+        return instances.active_checkpoint(storage.query_dir, storage.checkpoint_dir, named)
 
     def _warm_up(self) -> None:
         try:

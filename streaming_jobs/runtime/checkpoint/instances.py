@@ -68,7 +68,8 @@ def active_checkpoint(query_dir: str, own: str, named: str) -> str | None:
     if named:
         found = str(local_path(instance_dir(query_dir, named)))
         return found if found != mine and found in dirs else None
-    others = [d for d in dirs if d != mine and committed_ends(d) is not None]
+    others = [d for d in dirs if d != mine and not d.endswith(PREVIOUS_SUFFIX)
+              and committed_ends(d) is not None]
     return max(others, key=lambda d: (local_path(d) / "commits").stat().st_mtime, default=None)
 
 
@@ -150,10 +151,11 @@ def copy_committed(source: str, target: str) -> int:
     _drop_versions_after(staging / "state", batch + 1)
     (staging / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
     (staging / ".metadata.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old id
-    _set_aside(dst)
     record = Path(str(src) + INPUT_RECORD_SUFFIX)
-    if record.is_file():
-        shutil.copyfile(record, str(dst) + INPUT_RECORD_SUFFIX)
+    input_record = record.read_bytes() if record.is_file() else None  # before `src` may move
+    _set_aside(dst)
+    if input_record is not None:
+        Path(str(dst) + INPUT_RECORD_SUFFIX).write_bytes(input_record)
     staging.rename(dst)
     log.info("copied %s at its committed batch %d to %s", source, batch, target)
     return batch
@@ -163,10 +165,12 @@ def _set_aside(checkpoint: Path) -> None:
     """Keep the checkpoint a copy replaces, and its input record, as `<it>.previous` (the one
     before is deleted): it may be the one the output's last batch came from (a standby that
     was active a moment ago), which a promotion elsewhere is about to continue."""
+    if not checkpoint.exists():  # nothing to keep: the one set aside before stays
+        return
     previous = checkpoint.with_name(checkpoint.name + PREVIOUS_SUFFIX)
     shutil.rmtree(previous, ignore_errors=True)
-    if checkpoint.exists():
-        checkpoint.rename(previous)
+    Path(str(previous) + INPUT_RECORD_SUFFIX).unlink(missing_ok=True)
+    checkpoint.rename(previous)
     record = Path(str(checkpoint) + INPUT_RECORD_SUFFIX)
     if record.exists():
         record.rename(str(previous) + INPUT_RECORD_SUFFIX)
@@ -188,6 +192,10 @@ def continue_from(checkpoint_dir: str, output: Ends, stamp: str) -> tuple[int, i
     if set(start) != set(output) or not covered(start, output):
         raise NotContinuable(f"{checkpoint_dir} stands at {start} after batch {batch}, not "
                              f"behind the output's {output}")
+    own_partitions = _state_partitions(entry_metadata(checkpoint_dir, batch))
+    if own_partitions != _state_partitions(stamp):
+        raise NotContinuable(f"{checkpoint_dir} keeps its state in {own_partitions} partitions, "
+                             f"the output's writer in {_state_partitions(stamp)}")
     offsets = local_path(checkpoint_dir) / "offsets"
     _drop_versions_after(offsets, batch)  # planned, never committed
     _drop_versions_after(local_path(checkpoint_dir) / "state", batch + 1)
@@ -234,10 +242,14 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
 
 
 def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:
-    """Batch `after + 1`'s entry: the committed one's version and sources with `output`'s
-    offsets, and `stamp`. Written whole under a temporary name, then renamed."""
-    version, _own_stamp, *sources = (offsets / str(after)).read_text().splitlines()
-    lines = [version, stamp]
+    """Batch `after + 1`'s entry: the committed one's version, conf and sources, with
+    `output`'s offsets and `stamp`'s watermark and time. Written whole under a temporary
+    name, then renamed."""
+    version, own_stamp, *sources = (offsets / str(after)).read_text().splitlines()
+    metadata, writers = json.loads(own_stamp), json.loads(stamp)
+    for key in ("batchWatermarkMs", "batchTimestampMs"):
+        metadata[key] = writers[key]
+    lines = [version, json.dumps(metadata)]
     for line in sources:
         name, raw = line.split(":", 1) if version == "v2" else (None, line)
         if raw.strip() in ("", "-"):
@@ -249,6 +261,12 @@ def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:
     temporary = offsets / f".{after + 1}.streamctl.tmp"
     temporary.write_text("\n".join(lines))
     temporary.rename(offsets / str(after + 1))
+
+
+def _state_partitions(metadata: str) -> str | None:
+    """The state partitions an entry's metadata line fixes (its SQL conf's shuffle
+    partitions; None when it records none)."""
+    return json.loads(metadata).get("conf", {}).get("spark.sql.shuffle.partitions")
 
 
 def _drop_versions_after(directory: Path, last: int) -> None:

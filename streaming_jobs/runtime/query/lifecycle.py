@@ -134,7 +134,7 @@ class ElasticQuery:
         self._request_executors(desired)
         self.sink.retarget(desired.output_topic)
         output_note = self._continue_output(desired)
-        if output_note is not None:  # another checkpoint: this process saw none of its commits
+        if output_note is not None:
             seen_commit = None
         state_note = None
         if self._plan.stateful:
@@ -175,6 +175,11 @@ class ElasticQuery:
             self.sink.mark_in_output)
         if note is not None:
             log.info("query %s: %s", self._config.identity.query_id, note)
+            # Another checkpoint now: the batches this process saw committed or admitted are
+            # not its (they must not let a planned batch, the folded one, be discarded).
+            with self._commits:
+                self.last_commit = None
+            self.gate.last_admitted = None
         # The topic the checkpoint reads (a switch to `desired`'s comes after, `for_start`).
         self.inputs.resume(self.inputs.current.topic or desired.input_topic)
         return note

@@ -116,8 +116,8 @@ class HotStandbyRun:
         if self._query is not None:
             failure = self._query.exception() if not self._query.isActive else None
             self.stop()
-            why = (f"its run failed ({_first_line(str(failure))})" if failure is not None
-                   else "the active runs other settings")
+            why = ("the active runs other settings" if follows != self._follows
+                   else f"its run failed ({_first_line(str(failure))})")
             log.warning("hot standby: %s; taking a new copy of the active's checkpoint", why)
         try:
             self._start(active, follows)

@@ -5,6 +5,7 @@ a copy at a committed batch, and a checkpoint made to continue exactly where the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,15 @@ from streaming_jobs.runtime.checkpoint.instances import (
     continue_output,
     copy_committed,
     covered,
+    entry_metadata,
     watermark_ms,
 )
 from streaming_jobs.runtime.checkpoint.state_repartition import read_batches
 
 
 def checkpoint(root: Path, ends: list[dict[int, int]], committed: int, query_id: str,
-               topic: str = "in", watermarks: list[int] | None = None) -> str:
+               topic: str = "in", watermarks: list[int] | None = None,
+               partitions: int = 2) -> str:
     """Batch n reads `topic` up to `ends[n]` with watermark `watermarks[n]` (0); batches up to
     `committed` committed; state versions 1 and 2 (+ a shared SST file)."""
     (root / "offsets").mkdir(parents=True)
@@ -42,7 +45,7 @@ def checkpoint(root: Path, ends: list[dict[int, int]], committed: int, query_id:
         watermark = (watermarks or [0] * len(ends))[batch]
         (root / "offsets" / str(batch)).write_text(
             "v1\n" + json.dumps({"batchWatermarkMs": watermark, "batchTimestampMs": 1,
-                                 "conf": {}})
+                                 "conf": {"spark.sql.shuffle.partitions": str(partitions)}})
             + "\n" + json.dumps({topic: {str(p): o for p, o in offsets.items()}}))
         (root / "offsets" / f".{batch}.crc").write_bytes(b"crc")
     for batch in range(committed + 1):
@@ -139,6 +142,29 @@ def test_a_checkpoint_at_the_outputs_offsets_still_takes_the_writers_watermark(
     continue_output(standby, query, ("id-a", 1), lambda *m: marks.append(m))
     assert marks == [("id-b", 2)] and entry_sources(standby, 2) == {None: {"in": {0: 20}}}
     assert watermark_ms(standby, 2) == 600
+
+
+def test_a_checkpoint_with_other_state_partitions_than_the_writers_is_replaced_by_a_copy(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}], 1, "id-a", partitions=4)
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}], 0, "id-b", partitions=2)
+    note = continue_output(standby, query, ("id-a", 1), lambda *m: None)
+    assert note is not None and "state copied from" in note
+    assert json.loads(entry_metadata(standby, 1))["conf"] == {
+        "spark.sql.shuffle.partitions": "4"}
+
+
+def test_a_checkpoint_set_aside_is_no_active_and_survives_a_copy_into_nothing(
+        tmp_path: Path) -> None:
+    query = str(tmp_path / "q")
+    active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}], 0, "id-a")
+    standby = checkpoint(Path(instance_dir(query, "b")), [{0: 10}, {0: 30}], 1, "id-b")
+    copy_committed(active, standby)  # id-b set aside, newer commits than the active's
+    assert active_checkpoint(query, instance_dir(query, "c"), "") == active
+    shutil.rmtree(standby)
+    copy_committed(active, standby)  # nothing to set aside: id-b stays
+    assert checkpoint_with_id(query, "id-b") == standby + ".previous"
 
 
 def test_an_output_written_by_a_checkpoint_no_longer_there_is_not_continued(
