@@ -12,7 +12,11 @@ and the figures are the controller's own work, whatever the machine does around 
   cycles), per query, and as a share of the 0.5 s cycle;
 - memory per query (the growth of the heap, by `tracemalloc`, from an empty controller to one
   with a full window of every query, on a separate run of at most 20 of them);
-- bytes per query per second of the metrics topic (the Avro records the jobs publish).
+- bytes per query per second of the metrics topic (the Avro records the jobs publish);
+- one fleet divided among 1, 2 and 4 instances (`SHARDS` shards, `MemoryLeadership`): the
+  busiest instance's CPU per cycle beside one instance's leading it all, in the same run, and
+  the control tuples per query once every query falls behind (1: each decided once, by one
+  instance).
 
 What it leaves out: the broker round trips (`bench.fleet` reads no socket) and the Kafka
 client's decoding cost outside `poll`'s decode. Owns the synthetic fleet and the figures;
@@ -43,6 +47,8 @@ from controller.loop.fakes import (
     MemoryControlSink,
     MemoryDecisionLog,
     MemoryEndOffsets,
+    MemoryLeadership,
+    MemoryLease,
     MemoryMetricsSource,
 )
 from controller.loop.ports import Observers
@@ -74,6 +80,13 @@ class SyntheticFleet:
         self._next_end_ms = start_ms + TRIGGER_MS
         self._batch = 0
         self.bytes_published = 0
+        self._arrived_extra = 0
+        self._behind = False
+
+    def fall_behind(self) -> None:
+        """From now on records arrive at twice the rate every query processes, its batches
+        running back to back: every query needs scaling up."""
+        self._behind = True
 
     def publish(self, now_ms: int) -> None:
         while self._next_end_ms <= now_ms:
@@ -85,23 +98,27 @@ class SyntheticFleet:
         codec = codec_for(TaskMetrics)
         per_batch = RATE_PER_PARTITION * TRIGGER_MS // 1000
         start, end = self._batch * per_batch, (self._batch + 1) * per_batch
+        if self._behind:
+            self._arrived_extra += per_batch
+        latest = end + self._arrived_extra
+        busy_ms = TRIGGER_MS if self._behind else int(TRIGGER_MS * BUSY_SHARE)
         for q in range(self._fleet.queries):
             topic = f"in-{q}"
-            partitions = tuple(SourcePartition(topic, p, start, end, end)
+            partitions = tuple(SourcePartition(topic, p, start, end, latest)
                                for p in range(self._fleet.partitions))
             rows = per_batch * self._fleet.partitions
             sample = TaskMetrics(
                 query_id=f"q{q}", instance_id=f"q{q}-1", role=Role.ACTIVE, config_epoch=0,
                 batch_id=self._batch, batch_start_ms=end_ms - TRIGGER_MS, batch_end_ms=end_ms,
                 trigger_interval_ms=TRIGGER_MS, input_rows=rows, output_rows=rows,
-                busy_ms=int(TRIGGER_MS * BUSY_SHARE), partitions=partitions,
+                busy_ms=busy_ms, partitions=partitions,
                 input_parallelism=4, state_partitions=4, task_slots=16,
                 source_topics=(topic,), sink_topics=(f"out-{q}",))
             payload = codec.encode(sample)
             self.bytes_published += len(payload)
             self._bus.metrics.append(payload)
             for p in range(self._fleet.partitions):
-                self._offsets.ends[(topic, p)] = end
+                self._offsets.ends[(topic, p)] = latest
 
 
 @dataclass(frozen=True)
@@ -126,7 +143,6 @@ def measure(fleet: Fleet, warm_s: float, measured_s: float) -> FleetFigures:
     allocation, so it never runs while CPU is timed)."""
     bus, loop, source, clock = _controller(fleet)
     _cycles(loop, source, clock, warm_s)
-    bus.metrics.payloads.clear()  # what the jobs wrote is the broker's memory, not ours
     published_before = source.bytes_published
     cpu_ms = _cycles(loop, source, clock, measured_s)
     p50 = statistics.median(cpu_ms)
@@ -162,28 +178,97 @@ def memory_per_query_kib(fleet: Fleet, warm_s: float) -> float:
 
 
 def _controller(fleet: Fleet) -> tuple[MemoryBus, ControlLoop, SyntheticFleet, FakeClock]:
-    settings = ControllerSettings(model=ModelSettings(max_queries=fleet.queries))
     bus, clock, offsets = MemoryBus(), FakeClock(), MemoryEndOffsets()
-    ports = Ports(metrics=MemoryMetricsSource(bus.metrics, clock=clock),
-                  control=MemoryControlSink(bus.control, decisions=bus.decisions),
-                  acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-                  clock=clock, offsets=offsets, observer=Observers(
-                      ControllerMetrics(CollectorRegistry()), Timeline(clock.now_ms)))
-    return (bus, ControlLoop(settings, ports), SyntheticFleet(fleet, bus, offsets, clock.now_ms()),
-            clock)
+    [loop] = _instances(fleet, bus, clock, offsets, instances=1, shards=None)
+    return bus, loop, SyntheticFleet(fleet, bus, offsets, clock.now_ms()), clock
+
+
+def _instances(fleet: Fleet, bus: MemoryBus, clock: FakeClock, offsets: MemoryEndOffsets,
+               instances: int, shards: int | None) -> list[ControlLoop]:
+    """`instances` controllers on one bus; with `shards`, dividing them round robin (each
+    instance its own Prometheus and live page, as `controller run` has them)."""
+    lease = MemoryLease(shards=shards or 1)
+    lease.holders = {s: f"c{s % instances}" for s in range(lease.shards)}
+    loops = []
+    for i in range(instances):
+        leadership = (None if shards is None else
+                      MemoryLeadership(lease, f"c{i}", bus, issuer=ControllerSettings().issuer))
+        guard = leadership.guard if leadership is not None else _unguarded
+        settings = ControllerSettings(instance_id=f"c{i}",
+                                      model=ModelSettings(max_queries=fleet.queries))
+        loops.append(ControlLoop(settings, Ports(
+            # No clock on the source: an empty poll must not move the clock every instance
+            # shares (the cycles move it).
+            metrics=MemoryMetricsSource(bus.metrics),
+            control=MemoryControlSink(bus.control, guard, decisions=bus.decisions),
+            acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions, guard),
+            clock=clock, offsets=offsets, leadership=leadership, observer=Observers(
+                ControllerMetrics(CollectorRegistry()), Timeline(clock.now_ms)))))
+    return loops
+
+
+def _unguarded(query_id: str) -> None:
+    pass
 
 
 def _cycles(loop: ControlLoop, source: SyntheticFleet, clock: FakeClock,
             seconds: float) -> list[float]:
     """`seconds` of cycles; the CPU milliseconds of each."""
-    cpu_ms = []
+    return _shared_cycles([loop], source, clock, seconds)[0]
+
+
+def _shared_cycles(loops: Sequence[ControlLoop], source: SyntheticFleet, clock: FakeClock,
+                   seconds: float) -> list[list[float]]:
+    """`seconds` of cycles of every instance in turn; the CPU milliseconds of each cycle,
+    per instance."""
+    cpu_ms: list[list[float]] = [[] for _ in loops]
     for _ in range(int(seconds / CYCLE_S)):
         clock.advance(CYCLE_S)
         source.publish(clock.now_ms())
-        started = time.process_time()
-        loop.run_once()
-        cpu_ms.append((time.process_time() - started) * 1000)
+        for loop, spent in zip(loops, cpu_ms, strict=True):
+            started = time.process_time()
+            loop.run_once()
+            spent.append((time.process_time() - started) * 1000)
     return cpu_ms
+
+
+@dataclass(frozen=True)
+class SharedFigures:
+    """One fleet divided among several instances, beside one instance leading it all."""
+
+    queries: int
+    partitions: int
+    instances: int
+    shards: int
+    cpu_ms_per_cycle_p50: float
+    """Of the busiest instance: its median cycle."""
+    versus_one: float
+    """That over the median cycle of one instance leading every query, in the same run."""
+    tuples_per_query: float
+    """Control tuples sent per query that fell behind (1: every query decided once)."""
+
+
+SHARDS = 8
+
+
+def measure_shared(fleet: Fleet, instances: int, one_ms: float, warm_s: float,
+                   measured_s: float) -> SharedFigures:
+    """`instances` controllers dividing `SHARDS` shards of `fleet`; then every query falls
+    behind, and each must get exactly one tuple, from its shard's leader."""
+    bus, clock, offsets = MemoryBus(), FakeClock(), MemoryEndOffsets()
+    loops = _instances(fleet, bus, clock, offsets, instances, SHARDS)
+    source = SyntheticFleet(fleet, bus, offsets, clock.now_ms())
+    _shared_cycles(loops, source, clock, warm_s)
+    cpu_ms = _shared_cycles(loops, source, clock, measured_s)
+    busiest = max(statistics.median(spent) for spent in cpu_ms)
+    source.fall_behind()
+    _shared_cycles(loops, source, clock, 20.0)
+    sent = [c.query_id for c in bus.sent_controls()]
+    return SharedFigures(
+        queries=fleet.queries, partitions=fleet.partitions, instances=instances,
+        shards=SHARDS, cpu_ms_per_cycle_p50=round(busiest, 2),
+        versus_one=round(busiest / one_ms, 3),
+        tuples_per_query=round(len(sent) / fleet.queries, 3))
 
 
 def sustainable_queries(rows: Sequence[FleetFigures], partitions: int) -> int:
@@ -197,6 +282,9 @@ def sustainable_queries(rows: Sequence[FleetFigures], partitions: int) -> int:
 
 FLEETS = [Fleet(10, 8), Fleet(100, 8), Fleet(300, 8), Fleet(10, 128), Fleet(10, 1024)]
 QUICK = [Fleet(10, 8), Fleet(100, 8), Fleet(10, 128)]
+SHARED, SHARED_QUICK = Fleet(300, 8), Fleet(40, 8)
+"""The fleet divided among 1, 2 and 4 instances."""
+INSTANCES = (1, 2, 4)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,10 +306,20 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{figures.memory_kib_per_query:.0f} KiB/query, "
               f"{figures.metrics_bytes_per_query_per_s} B/query/s, "
               f"{figures.decisions} decisions", flush=True)
+    shared_fleet = SHARED_QUICK if args.quick else SHARED
+    one = measure(shared_fleet, args.warm_s, args.measured_s).cpu_ms_per_cycle_p50
+    shared = []
+    for instances in INSTANCES:
+        divided = measure_shared(shared_fleet, instances, one, args.warm_s, args.measured_s)
+        shared.append(divided)
+        print(f"{shared_fleet.queries} × {shared_fleet.partitions} on {instances} instance(s): "
+              f"busiest {divided.cpu_ms_per_cycle_p50:.2f} ms/cycle, {divided.versus_one:.2f}× "
+              f"one alone, {divided.tuples_per_query:g} tuple(s) per query", flush=True)
     payload: dict[str, Any] = {
         "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS,
         "rows": [asdict(r) for r in rows],
         "sustainable_queries_8_partitions": sustainable_queries(rows, 8),
+        "shared": [asdict(r) for r in shared],
     }
     record.write("fleet", payload, load_before, None if argv is None else list(argv))
     return 0

@@ -277,7 +277,23 @@ def fleet(result: Result) -> list[str]:
                      "memory KiB per query", "metrics bytes per query per s"], rows), "",
             f"One instance keeps about {result['sustainable_queries_8_partitions']} queries of 8 "
             "partitions within half its cycle (the other half is the broker's and the poll's); "
-            f"`--max-queries` defaults to {ModelSettings().max_queries}."]
+            f"`--max-queries` defaults to {ModelSettings().max_queries}.", "",
+            *_shared(result.get("shared", []))]
+
+
+def _shared(rows: list[dict[str, Any]]) -> list[str]:
+    """The fleet divided among instances (`bench.fleet.measure_shared`)."""
+    if not rows:
+        return []
+    first = rows[0]
+    return [f"{first['queries']} queries × {first['partitions']} partitions divided into "
+            f"{first['shards']} shards among instances: the busiest instance's CPU per cycle, "
+            "beside one instance leading every query in the same run, and the control tuples "
+            "per query once every query falls behind:", "",
+            *_table(["instances", "busiest instance's CPU ms per cycle (p50)",
+                     "over one instance alone", "tuples per query"],
+                    [[str(r["instances"]), f"{r['cpu_ms_per_cycle_p50']:.1f}",
+                      f"{r['versus_one']:.2f}", f"{r['tuples_per_query']:g}"] for r in rows])]
 
 
 def day(result: Result) -> list[str]:

@@ -27,7 +27,6 @@ from controller.kafka.clients import (
     KafkaEndOffsets,
     KafkaMetricsSource,
     KafkaSetupError,
-    KafkaWriter,
 )
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.cycle import ControlLoop, Ports
@@ -67,18 +66,17 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
     if not kafka.control_key and not settings.dry_run:  # fail before opening any client
         raise KafkaSetupError(NO_KEY)
     with ExitStack() as stack:
-        writer = KafkaWriter(kafka)
-        stack.callback(writer.close)
         acks = KafkaAckSource(kafka, on_error)
         stack.callback(acks.close)
         source = KafkaMetricsSource(kafka, on_error, settings.model.window_s)
         stack.callback(source.close)
-        leadership = KafkaLeadership(settings, writer, on_error)
+        leadership = KafkaLeadership(settings, on_error)
         stack.callback(leadership.close)
-        ports = Ports(metrics=source, control=KafkaControlSink(writer, kafka.control_topic,
+        writers = leadership.writers
+        ports = Ports(metrics=source, control=KafkaControlSink(writers, kafka.control_topic,
                                                                 kafka.control_key,
                                                                 kafka.decisions_topic),
-                      acks=acks, decisions=KafkaDecisionLog(writer, kafka.decisions_topic),
+                      acks=acks, decisions=KafkaDecisionLog(writers, kafka.decisions_topic),
                       clock=SystemClock(),
                       observer=metrics if timeline is None else Observers(metrics, timeline),
                       offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None,
@@ -96,8 +94,8 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
     metrics = ControllerMetrics(new_registry()) if metrics is None else metrics
     if not settings.instance_id:
         settings = replace(settings, instance_id=f"{socket.gethostname()}-{os.getpid()}")
-    log.info("controller instance %s starting: metrics from %s at %s%s; leads when the "
-             "group %s elects it", settings.instance_id, settings.kafka.metrics_topic,
+    log.info("controller instance %s starting: metrics from %s at %s%s; leads the shards "
+             "the group %s gives it", settings.instance_id, settings.kafka.metrics_topic,
              settings.kafka.bootstrap_servers, " (dry run)" if settings.dry_run else "",
              settings.kafka.group_id)
     stop = _StopRequest()

@@ -380,13 +380,17 @@ class KafkaSettings:
     """Audit log of the controller's `Decision`s."""
 
     group_id: str = "streamctl-controller"
-    """The controller instances' group: they join it on `lease_topic` to elect one leader.
-    Also the transactional id of the leader's writes (a new leader's takes over the id and
-    so fences every earlier leader's) and the prefix of each instance's own consumers."""
+    """The controller instances' group: they join it on `lease_topic` to divide the shards of
+    the queries. Also the transactional id of a shard leader's writes (`<group>.shard-<k>`
+    when there are several; a new leader takes the id over and so fences every earlier one)
+    and the prefix of each instance's own consumers."""
 
     lease_topic: str = topics.LEASE
-    """One-partition topic that only serves as the lease: the instance of `group_id` it is
-    assigned to leads. Nothing is written to it."""
+    """Topic that only serves as the lease, one partition per shard of the queries: the
+    instance of `group_id` a partition is assigned to leads that shard. One partition: one
+    instance leads every query, the others wait to take over; more: the instances divide the
+    queries, so each adds capacity. Every instance reads the count at start; nothing is
+    written to it."""
 
     metrics_offset_reset: str = "window"
     """Where the controller starts reading the metrics topic: 'window' reads back the newest
@@ -488,6 +492,12 @@ class ControllerSettings:
     this deposes it. The broker must allow it (`group.consumer.min.session.timeout.ms`, 45 s
     by default; the local stack and the compose broker allow 2 s)."""
 
+    follow_interval_s: float = 5.0
+    """How often an instance models a query it does not lead (one of another instance's
+    shards): often enough to keep its load's repeating pattern, the memory of its sizes and
+    its status current for a takeover, seldom enough that a follower costs a fraction of a
+    leader. The queries it leads are modelled every cycle."""
+
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""
 
@@ -502,3 +512,4 @@ class ControllerSettings:
         _check(bool(self.issuer.strip()), "issuer must not be empty")
         _check(bool(self.metrics_host.strip()), "metrics_host must not be empty")
         _check(2 <= self.lease_session_s <= 300, "lease_session_s must be in [2, 300]")
+        _positive("follow_interval_s", self.follow_interval_s)

@@ -17,6 +17,7 @@ Neighbours: `kafka.history` reads the topics; `app` seeds the loop with the resu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from controller.core.model import Remembered
@@ -33,6 +34,13 @@ class History:
     tuples: tuple[ControlTuple, ...]
     acks: tuple[Ack, ...]
     decisions: tuple[Decision, ...]
+
+    def of(self, queries: Callable[[str], bool]) -> History:
+        """Only what concerns the queries `queries` accepts (those of the shards taken
+        over)."""
+        return History(tuple(t for t in self.tuples if queries(t.query_id)),
+                       tuple(a for a in self.acks if queries(a.query_id)),
+                       tuple(d for d in self.decisions if queries(d.query_id)))
 
 
 @dataclass(frozen=True)

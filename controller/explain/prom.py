@@ -110,15 +110,21 @@ class ControllerMetrics:
             "that the broker did not answer (the model then learns from the batches alone).",
             registry=registry)
         self.leader = Gauge("streamctl_controller_leader",
-                            "1 while this controller instance leads, 0 while it follows.",
-                            ["instance"], registry=registry)
+                            "1 while this controller instance leads (any shard of the "
+                            "queries), 0 while it follows.", ["instance"], registry=registry)
+        self.shards_led = Gauge("streamctl_controller_shards_led",
+                                "How many shards of the queries this instance leads (the "
+                                "lease topic's partitions; all of them with one instance).",
+                                ["instance"],
+                                registry=registry)
         self.leader_since = Gauge("streamctl_controller_leader_since_timestamp_seconds",
                                   "When this instance last started to lead (Unix time; 0 "
                                   "while it follows).", ["instance"], registry=registry)
         self.takeovers = Counter("streamctl_controller_takeovers",
-                                 "Times this instance took the lead (its first election "
-                                 "included): Grafana's takeover annotations.", ["instance"],
-                                 registry=registry)
+                                 "Times this instance took the lead of one or more shards (its "
+                                 "first election included): Grafana's takeover annotations.",
+                                 ["instance"], registry=registry)
+        self._shards_led: dict[str, int] = {}
         self.input_delay = Gauge(
             "streamctl_controller_input_delay_seconds",
             "How far behind its metrics topic this instance reads: how long ago the newest "
@@ -216,13 +222,17 @@ class ControllerMetrics:
     def probe_failed(self) -> None:
         self.probe_failures.inc()
 
-    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
-        """Called on each change only (and once at start), so each call to lead is one more
-        takeover."""
-        self.leader.labels(instance_id).set(1 if leading else 0)
-        self.leader_since.labels(instance_id).set(since_ms / 1000 if leading else 0)
+    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
+        """Called on each change only (and once at start), so each call with more shards than
+        before is one more takeover."""
+        before = self._shards_led.get(instance_id, 0)
+        self._shards_led[instance_id] = shards
+        self.leader.labels(instance_id).set(1 if shards else 0)
+        self.shards_led.labels(instance_id).set(shards)
+        if not before or not shards:
+            self.leader_since.labels(instance_id).set(since_ms / 1000 if shards else 0)
         takeovers = self.takeovers.labels(instance_id)  # the series exists from the start, at 0
-        if leading:
+        if shards > before:
             takeovers.inc()
 
     def decode_error(self, error: DecodeError) -> None:

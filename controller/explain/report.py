@@ -97,11 +97,14 @@ def controller_record(action: str, reason: str, instance_id: str, *, decision_id
 
 
 def takeover_record(instance_id: str, *, decision_id: str, now_ms: int,
-                    resumed: tuple[str, ...]) -> Decision:
-    """The first record a new leader writes: who leads from now on, and what it resumed."""
+                    resumed: tuple[str, ...], led: str = "all queries",
+                    shards: int = 1) -> Decision:
+    """The first record a new leader of some shards writes: who leads what from now on
+    (`led`, `shards.describe`), and what it resumed."""
     what = "; ".join(resumed) if resumed else "nothing in flight"
     return Decision(
         decision_id=decision_id, query_id="", decided_at_ms=now_ms, action=TAKEOVER,
         parameter="leader", current_value="", target_value=instance_id,
-        reason=f"controller instance {instance_id} leads from now on; resumed: {what}",
-        figures={"resumed_queries": float(len(resumed))}, control_id=None, dry_run=False)
+        reason=f"controller instance {instance_id} leads {led} from now on; resumed: {what}",
+        figures={"resumed_queries": float(len(resumed)), "shards": float(shards)},
+        control_id=None, dry_run=False)

@@ -3,9 +3,9 @@
 Owns the client configurations (every client gets the Kafka security of `KafkaSettings`,
 `streamctl.security.kafka`): the metrics consumer (every partition, from the model's window back by
 default), the ack consumer (assigned at the end of every partition before anything is sent, so
-no ack can slip past it), and one idempotent producer (`acks=all`) shared by the control sink
-and the decision log. Payloads go through `schemas` codecs; bad ones through
-`ports.decode_each`. Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the
+no ack can slip past it), and the transactional producers (`acks=all`, one per shard led)
+shared by the control sink and the decision log. Payloads go through `schemas` codecs; bad
+ones through `ports.decode_each`. Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the
 in-memory twins).
 """
 
@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -29,6 +29,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from controller.core.shards import NO_QUERY, describe, shard_of, transactional_id
 from controller.errors import TemporaryError, UserError
 from controller.loop.ports import (
     DeliveryError,
@@ -285,8 +286,9 @@ class KafkaEndOffsets:
 
 
 class KafkaWriter:
-    """The leader's producer: every write is one transaction under the controllers' shared
-    transactional id, and returns once committed.
+    """A leader's producer: every write is one transaction under a transactional id shared by
+    the controller instances (the group's name, or one shard's: `ShardWriters`), and returns
+    once committed.
 
     `fence` (at each election) initialises the id: the broker then aborts whatever an earlier
     leader left open and refuses that leader's producer from then on, so a deposed leader that
@@ -294,9 +296,11 @@ class KafkaWriter:
     (`Fenced`). The jobs and every reader of those topics read committed.
     """
 
-    def __init__(self, settings: KafkaSettings, delivery_timeout_s: float = 15.0) -> None:
+    def __init__(self, settings: KafkaSettings, delivery_timeout_s: float = 15.0,
+                 transactional_id: str | None = None) -> None:
         self._settings = settings
         self._timeout_s = delivery_timeout_s
+        self._id = transactional_id or settings.group_id
         self._producer: Producer | None = None
 
     def fence(self) -> None:
@@ -304,15 +308,19 @@ class KafkaWriter:
         self.close()
         producer = Producer(client_config(
             self._settings, **IDEMPOTENT, **{
-                "transactional.id": self._settings.group_id,
+                "transactional.id": self._id,
                 "delivery.timeout.ms": int(self._timeout_s * 1000),
                 "transaction.timeout.ms": int(4 * self._timeout_s * 1000)}))
         try:
             producer.init_transactions(self._timeout_s)
         except KafkaException as exc:
             raise TemporaryError(f"cannot take over the transactional id "
-                                 f"{self._settings.group_id!r}: {exc.args[0].str()}") from exc
+                                 f"{self._id!r}: {exc.args[0].str()}") from exc
         self._producer = producer
+
+    def write_for(self, query_id: str, *records: tuple[str, str, bytes]) -> None:
+        """`write`: one writer serves every query."""
+        self.write(*records)
 
     def write(self, *records: tuple[str, str, bytes]) -> None:
         """Write (topic, key, value) records in one transaction: all of them or none."""
@@ -353,6 +361,56 @@ class KafkaWriter:
             self._producer = None
 
 
+class ShardWriters:
+    """One `KafkaWriter` per shard this instance leads, each under its shard's transactional id
+    (`shards.transactional_id`): a query's records go through its shard's writer, the
+    controller's own (`NO_QUERY`) through the lowest shard held. So a new leader of one shard
+    fences that shard's earlier leader and no other, and a write for a shard this instance
+    does not hold is `Fenced`."""
+
+    def __init__(self, settings: KafkaSettings, shards: int,
+                 delivery_timeout_s: float = 15.0) -> None:
+        self._settings, self._shards, self._timeout_s = settings, shards, delivery_timeout_s
+        self._held: dict[int, KafkaWriter] = {}
+
+    def fence(self, shard: int) -> None:
+        """Take the shard's transactional id over (`KafkaWriter.fence`)."""
+        self.drop(shard)
+        writer = KafkaWriter(self._settings, self._timeout_s,
+                             transactional_id(self._settings.group_id, shard, self._shards))
+        writer.fence()
+        self._held[shard] = writer
+
+    def drop(self, shard: int) -> None:
+        """Stop writing for the shard (another instance leads it now)."""
+        writer = self._held.pop(shard, None)
+        if writer is not None:
+            writer.close()
+
+    def write_for(self, query_id: str, *records: tuple[str, str, bytes]) -> None:
+        shard = (min(self._held, default=-1) if query_id == NO_QUERY
+                 else shard_of(query_id, self._shards))
+        writer = self._held.get(shard)
+        if writer is None:
+            raise Fenced(f"this instance does not lead the shard of {query_id or 'the controller'}"
+                         f" ({describe([s for s in (shard,) if s >= 0], self._shards)})")
+        try:
+            writer.write(*records)
+        except Fenced:
+            self._held.pop(shard, None)
+            raise
+
+    def close(self) -> None:
+        for shard in list(self._held):
+            self.drop(shard)
+
+
+class QueryWriter(Protocol):
+    """Writes a query's records in one transaction (`KafkaWriter`, `ShardWriters`)."""
+
+    def write_for(self, query_id: str, *records: tuple[str, str, bytes]) -> None: ...
+
+
 class KafkaControlSink:
     """`ControlSink` keyed by query id and parameter: the control topic is compacted, so the
     last tuple per key survives for a restarted controller (a tuple that sets knobs `together`
@@ -360,7 +418,7 @@ class KafkaControlSink:
     topic has one partition, so all tuples keep their order whatever the key. A tuple's decision
     record goes to `decisions_topic` in the tuple's own transaction."""
 
-    def __init__(self, writer: KafkaWriter, topic: str, key: str,
+    def __init__(self, writer: QueryWriter, topic: str, key: str,
                  decisions_topic: str | None = None) -> None:
         self._writer = writer
         self._topic = topic
@@ -380,15 +438,16 @@ class KafkaControlSink:
                                  "decisions topic given to KafkaControlSink")
             records.append((self._decisions_topic, decision.query_id,
                             codec_for(Decision).encode(decision)))
-        self._writer.write(*records)
+        self._writer.write_for(control.query_id, *records)
 
 
 class KafkaDecisionLog:
     """`DecisionLog` on the decisions topic, keyed by query id."""
 
-    def __init__(self, writer: KafkaWriter, topic: str) -> None:
+    def __init__(self, writer: QueryWriter, topic: str) -> None:
         self._writer = writer
         self._topic = topic
 
     def write(self, decision: Decision) -> None:
-        self._writer.write((self._topic, decision.query_id, codec_for(Decision).encode(decision)))
+        self._writer.write_for(decision.query_id, (self._topic, decision.query_id,
+                                                   codec_for(Decision).encode(decision)))

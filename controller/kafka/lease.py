@@ -1,13 +1,16 @@
-"""Leader election among controller instances, through Kafka itself (the `Leadership` port).
+"""Leadership of the queries' shards among controller instances, through Kafka itself (the
+`Leadership` port).
 
-Every instance joins the controllers' group (`group_id`, the KIP-848 consumer protocol) on a
-one-partition lease topic; the member that partition is assigned to leads. The broker ends a
-member's session when it goes unheard for `lease_session_s` (set as the group's own config at
-start), so a killed or frozen leader's lease passes to a follower. Being assigned is a belief,
-not a guarantee — a frozen leader wakes up still believing — so `take_over` also fences:
-it takes the shared transactional id over (`KafkaWriter.fence`) before reading back what
-earlier leaders did (`kafka.history`, `core.recovery`). Neighbours: `clients` (the writer),
-`app` (wiring), `loop.cycle` (asks `held` every cycle).
+Every instance joins the controllers' group (`group_id`, the KIP-848 consumer protocol) on
+the lease topic, one partition per shard (its partitions, counted at start); the member a partition
+is assigned to leads that shard's queries (`core.shards`). The broker ends a member's session
+when it goes unheard for `lease_session_s` (set as the group's own config at start), so a
+killed or frozen instance's shards pass to the others, and the group spreads the shards over
+the instances there are. Being assigned is a belief, not a guarantee — a frozen leader wakes
+up still believing — so `take_over` also fences: it takes each shard's transactional id over
+(`ShardWriters.fence`) before reading back what earlier leaders did for the shard's queries
+(`kafka.history`, `core.recovery`). Neighbours: `clients` (the writers), `app` (wiring),
+`loop.leading` (asks `held` every cycle).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from confluent_kafka.admin import (
 
 from controller.core.model import Remembered
 from controller.core.recovery import Recovered, history_span_s, recorded_memories, recover
+from controller.core.shards import shard_of
 from controller.errors import TemporaryError
 from controller.kafka.clients import (
     KafkaSetupError,
-    KafkaWriter,
+    ShardWriters,
     client_config,
     partitions_of,
 )
@@ -44,11 +48,15 @@ _MIN_HEARTBEAT_MS = 500
 
 
 class KafkaLeadership:
-    def __init__(self, settings: ControllerSettings, writer: KafkaWriter,
-                 on_decode_error: OnDecodeError, setup_timeout_s: float = 10.0) -> None:
+    """Also owns the writers of the shards it holds (`writers`, which the control sink and
+    the decision log write through): it fences them at a takeover and drops them at a
+    hand-over."""
+
+    def __init__(self, settings: ControllerSettings, on_decode_error: OnDecodeError,
+                 setup_timeout_s: float = 10.0) -> None:
         self._settings = settings
-        self._writer = writer
         self._on_error = on_decode_error
+        self._strays: frozenset[int] = frozenset()
         kafka = settings.kafka
         set_session(settings, setup_timeout_s)
         self._consumer = Consumer({
@@ -59,24 +67,32 @@ class KafkaLeadership:
             "enable.auto.commit": False,
         })
         try:
-            partitions = partitions_of(self._consumer, kafka.lease_topic, setup_timeout_s)
-            if len(partitions) != 1:
-                raise KafkaSetupError(
-                    f"the lease topic {kafka.lease_topic!r} has {len(partitions)} partitions; "
-                    "it must have exactly one, or several instances would lead at once")
+            self.shards = len(partitions_of(self._consumer, kafka.lease_topic, setup_timeout_s))
             self._consumer.subscribe([kafka.lease_topic])
         except BaseException:
             self._consumer.close()
             raise
+        self.writers = self._writers = ShardWriters(kafka, self.shards)
 
-    def held(self) -> bool:
+    def held(self) -> frozenset[int]:
         # Nothing is ever written to the lease topic: the poll only serves the group's
         # callbacks (assigned, revoked, lost), which update the assignment.
         self._consumer.poll(0)
-        return bool(self._consumer.assignment())
+        assigned = frozenset(tp.partition for tp in self._consumer.assignment())
+        strays = frozenset(p for p in assigned if p >= self.shards)
+        if strays and strays != self._strays:
+            # Another count would put queries in other shards than the instances that
+            # started before it: two could lead one query.
+            log.error("the lease topic %r has grown past the %d partitions it had when this "
+                      "instance started (partitions %s assigned to it are not led): stop "
+                      "every instance, then start them all again", self._settings.kafka.lease_topic,
+                      self.shards, sorted(strays))
+        self._strays = strays
+        return assigned - strays
 
-    def take_over(self, now_ms: int) -> Recovered:
-        self._writer.fence()
+    def take_over(self, shards: frozenset[int], now_ms: int) -> Recovered:
+        for shard in sorted(shards):
+            self._writers.fence(shard)
         settings = self._settings
         span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
                                      cooldown_s=settings.policy.cooldown_s) * 1000)
@@ -84,10 +100,13 @@ class KafkaLeadership:
             history = read_history(settings.kafka, now_ms - span_ms, self._on_error)
         except KafkaSetupError as exc:
             raise TemporaryError(f"cannot read what earlier leaders did: {exc}") from exc
-        recovered = recover(history, now_ms, issuer=settings.issuer,
+        ours = history.of(lambda query_id: shard_of(query_id, self.shards) in shards)
+        recovered = recover(ours, now_ms, issuer=settings.issuer,
                             cooldown_s=settings.policy.cooldown_s,
                             ack_timeout_s=settings.ack_timeout_s)
-        return replace(recovered, remembered=self._recorded(now_ms))
+        return replace(recovered, remembered={
+            query_id: remembered for query_id, remembered in self._recorded(now_ms).items()
+            if shard_of(query_id, self.shards) in shards})
 
     def _recorded(self, now_ms: int) -> dict[str, Remembered]:
         """What the decision log's last `scaling_history_s` says of each query's model; a
@@ -104,14 +123,19 @@ class KafkaLeadership:
             return {}
         return recorded_memories(tuple(decisions))
 
+    def give_up(self, shards: frozenset[int]) -> None:
+        for shard in shards:
+            self._writers.drop(shard)
+
     def release(self) -> None:
-        """Leave the group and join again as a new member: the lease goes to another
-        instance if there is one."""
-        self._writer.close()
+        """Leave the group and join again as a new member: the shards go to the other
+        instances if there are any."""
+        self._writers.close()
         self._consumer.unsubscribe()
         self._consumer.subscribe([self._settings.kafka.lease_topic])
 
     def close(self) -> None:
+        self._writers.close()
         self._consumer.close()
 
 

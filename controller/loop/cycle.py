@@ -35,6 +35,7 @@ from controller.core.results import (
     Verdict,
 )
 from controller.core.season import Season
+from controller.core.shards import follow_slot
 from controller.core.state import (
     ControlState,
     InFlight,
@@ -111,7 +112,12 @@ class ControlLoop:
 
     @property
     def leading(self) -> bool:
+        """Whether this instance leads any shard of the queries."""
         return self._lead.leading
+
+    def leads(self, query_id: str) -> bool:
+        """Whether this instance decides the query and writes for it (its shard's leader)."""
+        return self._lead.leads(query_id)
 
     def stop(self) -> None:
         """Ask `run` to return after the current cycle (safe from a signal handler)."""
@@ -131,8 +137,9 @@ class ControlLoop:
         return cycles
 
     def run_once(self) -> None:
-        """One cycle. A follower does everything but write: it models every query, so that
-        it decides at once when it comes to lead."""
+        """One cycle. The queries of the shards this instance leads are modelled, decided
+        and acted on; the others are read and modelled now and then (`follow_interval_s`),
+        so that it decides at once when it comes to lead them."""
         self.collect()
         now_ms = self.ports.clock.now_ms()
         if self._watching_since_ms is None:
@@ -142,15 +149,14 @@ class ControlLoop:
         self._prober.probe(now_ms, (w.last_sample for w in self._windows
                                     if w.last_sample is not None))
         try:
-            if self._lead.this_cycle(now_ms, self.queries, self.standbys):
-                self.settle(now_ms)
-            else:
-                self.ports.acks.poll(0.0)  # the leader's business; history has them
+            self._lead.this_cycle(now_ms, self.queries, self.standbys)
+            self.settle(now_ms)
             if self._judging(now_ms):
                 verdicts = self.decide_all(now_ms)
-                if self.leading:
-                    for window in self._windows:
-                        self.act(window, verdicts[window.query_id], now_ms)
+                for window in self._windows:
+                    verdict = verdicts.get(window.query_id)
+                    if verdict is not None and self.leads(window.query_id):
+                        self.act(window, verdict, now_ms)
                 self.count_standbys(now_ms)
         except Fenced as exc:
             self._lead.step_down(now_ms, f"a newer leader fenced this one's writes ({exc})",
@@ -190,8 +196,11 @@ class ControlLoop:
     # -- settle: acks and timeouts ------------------------------------------------------------
 
     def settle(self, now_ms: int) -> None:
+        """The acks of the queries this instance leads (the others' leaders settle theirs;
+        the history a takeover reads has them), and the tuples whose ack is overdue."""
         for ack in self.ports.acks.poll(0.0):
-            self._on_ack(ack, now_ms)
+            if self.leads(ack.query_id):
+                self._on_ack(ack, now_ms)
         for query_id, query in list(self.queries.items()):
             flight = query.state.in_flight
             if flight is not None and ack_overdue(query.state, now_ms,
@@ -241,28 +250,51 @@ class ControlLoop:
     # -- evaluate and decide ------------------------------------------------------------------
 
     def decide_all(self, now_ms: int) -> dict[str, Verdict]:
-        """Every query's verdict this cycle: lost, down or not ready on its own, the ready
-        ones together (`topology.plan`), so a pipeline is sized in one round."""
+        """The verdict of every query modelled this cycle (those this instance leads, and
+        the others whose turn it is): lost, down or not ready on its own, the ready ones
+        together (`topology.plan`, with the last model of every other query as context), so
+        a pipeline is sized in one round."""
         verdicts: dict[str, Verdict] = {}
         ready: dict[str, QueryModel] = {}
+        context: dict[str, QueryModel] = {}
         for window in self._windows:
+            query_id = window.query_id
+            if not self._due(query_id, now_ms):
+                last = self.queries.of(query_id).model
+                if last is not None:
+                    context[query_id] = last
+                continue
             found = self.evaluate(window, now_ms)
             if isinstance(found, QueryModel):
-                ready[window.query_id] = found
+                ready[query_id] = found
             else:
-                verdicts[window.query_id] = found
-        states = {q: self.queries.of(q).state for q in ready}
-        verdicts |= plan(ready, states, now_ms, self.settings.policy)
+                verdicts[query_id] = found
+        states = {q: self.queries.of(q).state for q in (*ready, *context)}
+        planned = plan(context | ready, states, now_ms, self.settings.policy)
+        verdicts |= {q: planned[q] for q in ready}
         for query_id, model in ready.items():
             self.ports.observer.modelled(model, _desired(model, verdicts[query_id],
                                                          self.queries[query_id].state))
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
-        self.ports.observer.lost(sorted(q for q, v in verdicts.items() if isinstance(v, Lost)))
+        said = {w.query_id: self.queries.of(w.query_id).verdict for w in self._windows}
+        self.ports.observer.lost(sorted(q for q, v in said.items() if isinstance(v, Lost)))
         for action in ("stopped", "halted"):
             self.ports.observer.down(action, sorted(
-                q for q, v in verdicts.items() if isinstance(v, Down) and v.action == action))
+                q for q, v in said.items() if isinstance(v, Down) and v.action == action))
         return verdicts
+
+    def _due(self, query_id: str, now_ms: int) -> bool:
+        """Whether the query is modelled this cycle: every cycle when this instance leads it,
+        once a `follow_interval_s` slot (staggered over the queries) when it follows it."""
+        if self.leads(query_id):
+            return True
+        query = self.queries.of(query_id)
+        slot = follow_slot(query_id, now_ms, int(self.settings.follow_interval_s * 1000))
+        if slot == query.followed_slot:
+            return False
+        query.followed_slot = slot
+        return True
 
     def evaluate(self, window: QueryWindow,
                  now_ms: int) -> QueryModel | NotReady | Lost | Down | Promote:
@@ -344,7 +376,7 @@ class ControlLoop:
         if isinstance(previous, Lost | Down):
             log.info("%s: metrics again after being reported %s", query_id, previous.action)
         log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
-        if not self.leading:
+        if not self.leads(query_id):
             return  # a follower's verdicts are its own business: counted and written by none
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
@@ -373,7 +405,7 @@ class ControlLoop:
                 self._behind.horizon(now_ms)).items():
             self.ports.observer.standbys(query_id, now)
             advice = failover.standby_advice(query_id, before, now)
-            if advice is not None and self.leading:
+            if advice is not None and self.leads(query_id):
                 log.warning("%s: %s: %s", query_id, advice.action, advice.reason)
                 self.ports.observer.recommended(advice.action)
                 self._advice(query_id, advice, now_ms)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 from controller.core.recovery import History, Recovered, recorded_memories, recover
+from controller.core.shards import NO_QUERY, shard_of
 from controller.errors import TemporaryError
 from controller.loop.ports import (
     Fenced,
@@ -86,21 +87,22 @@ class MemoryAckSource:
         return decode_each(codec_for(Ack), messages, self._on_error)
 
 
-def _unguarded() -> None:
+def _unguarded(query_id: str) -> None:
     pass
 
 
 class MemoryControlSink:
-    """`guard` raises `Fenced` when the writer may no longer write (`MemoryLeadership`)."""
+    """`guard` raises `Fenced` when the writer may no longer write for the query
+    (`MemoryLeadership`)."""
 
-    def __init__(self, topic: MemoryTopic, guard: Callable[[], None] = _unguarded,
+    def __init__(self, topic: MemoryTopic, guard: Callable[[str], None] = _unguarded,
                  decisions: MemoryTopic | None = None) -> None:
         self._topic = topic
         self._guard = guard
         self._decisions = decisions
 
     def send(self, control: ControlTuple, decision: Decision | None = None) -> None:
-        self._guard()
+        self._guard(control.query_id)
         self._topic.append(codec_for(ControlTuple).encode(control))
         if decision is not None:
             assert self._decisions is not None, "a decision to send and no decisions topic"
@@ -108,61 +110,87 @@ class MemoryControlSink:
 
 
 class MemoryDecisionLog:
-    def __init__(self, topic: MemoryTopic, guard: Callable[[], None] = _unguarded) -> None:
+    def __init__(self, topic: MemoryTopic, guard: Callable[[str], None] = _unguarded) -> None:
         self._topic = topic
         self._guard = guard
 
     def write(self, decision: Decision) -> None:
-        self._guard()
+        self._guard(decision.query_id)
         self._topic.append(codec_for(Decision).encode(decision))
 
 
-@dataclass
 class MemoryLease:
-    """The lease several `MemoryLeadership`s compete for: a test moves it (`holder`);
-    `generation` counts take-overs, as the transactional id's epoch does on the broker."""
+    """The lease of each shard that several `MemoryLeadership`s compete for: a test moves it
+    (`holders`, or `holder` for every shard at once); `generations` count each shard's
+    take-overs, as its transactional id's epoch does on the broker."""
 
-    holder: str | None = None
-    generation: int = 0
+    def __init__(self, holder: str | None = None, shards: int = 1) -> None:
+        self.shards = shards
+        self.holders: dict[int, str | None] = dict.fromkeys(range(shards), holder)
+        self.generations: dict[int, int] = {}
+
+    @property
+    def holder(self) -> str | None:
+        """The holder of every shard (None when they differ or none has one)."""
+        found = set(self.holders.values())
+        return found.pop() if len(found) == 1 else None
+
+    @holder.setter
+    def holder(self, instance: str | None) -> None:
+        self.holders = dict.fromkeys(range(self.shards), instance)
 
 
 class MemoryLeadership:
     """`Leadership` of `instance` over `lease`, recovering from `bus`. `believes` makes it
     answer `held` with a stale belief (a frozen leader that woke up); its writes through
-    `guard` are refused once another instance took over since its own take-over."""
+    `guard` are refused for a shard another instance took over since its own take-over."""
 
     def __init__(self, lease: MemoryLease, instance: str, bus: MemoryBus, *,
                  issuer: str = "streamctl-controller", cooldown_s: float = 30.0,
                  ack_timeout_s: float = 90.0) -> None:
         self._lease, self.instance, self._bus = lease, instance, bus
         self._issuer, self._cooldown_s, self._ack_timeout_s = issuer, cooldown_s, ack_timeout_s
-        self._generation: int | None = None
-        self.believes: bool | None = None
+        self._generations: dict[int, int] = {}
+        self.believes: frozenset[int] | None = None
         self.releases = 0
+        self.shards = lease.shards
 
-    def held(self) -> bool:
-        return self.believes if self.believes is not None else self._lease.holder == self.instance
+    def held(self) -> frozenset[int]:
+        if self.believes is not None:
+            return self.believes
+        return frozenset(s for s, holder in self._lease.holders.items()
+                         if holder == self.instance)
 
-    def take_over(self, now_ms: int) -> Recovered:
-        self._lease.generation += 1
-        self._generation = self._lease.generation
+    def take_over(self, shards: frozenset[int], now_ms: int) -> Recovered:
+        for shard in shards:
+            generation = self._lease.generations.get(shard, 0) + 1
+            self._lease.generations[shard] = self._generations[shard] = generation
         history = History(tuple(self._bus.sent_controls()), tuple(self._bus.acks_published()),
                           tuple(self._bus.written_decisions()))
-        recovered = recover(history, now_ms, issuer=self._issuer, cooldown_s=self._cooldown_s,
+        ours = history.of(lambda q: shard_of(q, self._lease.shards) in shards)
+        recovered = recover(ours, now_ms, issuer=self._issuer, cooldown_s=self._cooldown_s,
                             ack_timeout_s=self._ack_timeout_s)
-        return replace(recovered, remembered=recorded_memories(history.decisions))
+        return replace(recovered, remembered=recorded_memories(ours.decisions))
+
+    def give_up(self, shards: frozenset[int]) -> None:
+        for shard in shards:
+            self._generations.pop(shard, None)
 
     def release(self) -> None:
         self.releases += 1
-        self._generation = None
+        self._generations.clear()
         self.believes = None
-        if self._lease.holder == self.instance:
-            self._lease.holder = None
+        for shard, holder in self._lease.holders.items():
+            if holder == self.instance:
+                self._lease.holders[shard] = None
 
-    def guard(self) -> None:
-        if self._generation != self._lease.generation:
-            raise Fenced(f"{self.instance} was fenced (generation {self._generation}, "
-                         f"the lease's {self._lease.generation})")
+    def guard(self, query_id: str) -> None:
+        shard = (min(self._generations, default=-1) if query_id == NO_QUERY
+                 else shard_of(query_id, self._lease.shards))
+        mine = self._generations.get(shard)
+        if mine is None or mine != self._lease.generations.get(shard):
+            raise Fenced(f"{self.instance} was fenced on shard {shard} (generation {mine}, "
+                         f"the lease's {self._lease.generations.get(shard)})")
 
 
 class MemoryEndOffsets:

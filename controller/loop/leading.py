@@ -1,11 +1,13 @@
-"""Whether this controller instance leads, and the two moments that change it.
+"""Which shards of the queries this controller instance leads, and the moments that change it.
 
 Owns the lead: asked each cycle of the `ports.Leadership` port (none: this instance leads
-alone, from the start), the takeover when it is elected (fence the earlier leaders, resume
-what they left in flight and recount the standbys they lost, then a `takeover` record) and
-the hand-over when it is not (stop writing at once, keep only what a follower may know).
-Neighbours: `cycle` (asks `this_cycle`, steps down when a write was fenced), `memory` (the
-control states resumed and handed over), `actuate` (writes the takeover record).
+every query alone, from the start), the takeover of shards it is given (fence their earlier
+leaders, resume what they left in flight and recount the standbys they lost, then a
+`takeover` record) and the hand-over of shards taken from it (stop writing for them at once,
+keep only what a follower may know). `leads` says whether a query is this instance's to
+write for (`core.shards`). Neighbours: `cycle` (asks `this_cycle` and `leads`, steps down when
+a write was fenced), `memory` (the control states resumed and handed over), `actuate` (writes
+the takeover record).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 
 from controller.core.failover import Standbys
 from controller.core.recovery import following, resumed
+from controller.core.shards import describe, shard_of
 from controller.errors import TemporaryError
 from controller.explain import report
 from controller.loop.actuate import Actuator
@@ -25,37 +28,52 @@ log = logging.getLogger("controller")
 
 
 class Lead:
-    def __init__(self, instance_id: str, leadership: Leadership | None, observer: LoopObserver,
-                 actuator: Actuator, new_id: Callable[[], str]) -> None:
-        self._instance_id, self._leadership = instance_id, leadership
+    def __init__(self, instance_id: str, leadership: Leadership | None,
+                 observer: LoopObserver, actuator: Actuator, new_id: Callable[[], str]) -> None:
+        shards = 1 if leadership is None else leadership.shards
+        self._instance_id, self._shards, self._leadership = instance_id, shards, leadership
         self._observer, self._actuator, self._new_id = observer, actuator, new_id
-        self.leading = leadership is None
+        self.held: frozenset[int] = (frozenset(range(shards)) if leadership is None
+                                     else frozenset())
+        """The shards this instance leads (has taken over and not lost since)."""
+
+    @property
+    def leading(self) -> bool:
+        """Whether it leads any shard."""
+        return bool(self.held)
+
+    def leads(self, query_id: str) -> bool:
+        """Whether the query is this instance's to decide and write for."""
+        return len(self.held) == self._shards or shard_of(query_id, self._shards) in self.held
 
     def announce(self, now_ms: int) -> None:
-        """Say at start whether this instance leads (once)."""
-        self._observer.leadership(self._instance_id, self.leading, now_ms)
+        """Say at start how many shards this instance leads (once)."""
+        self._observer.leadership(self._instance_id, len(self.held), now_ms)
 
-    def this_cycle(self, now_ms: int, memory: Memory, standbys: Standbys) -> bool:
-        """Whether this instance leads this cycle: elected since the last one, it first
-        takes over."""
+    def this_cycle(self, now_ms: int, memory: Memory, standbys: Standbys) -> None:
+        """Hand over the shards taken from this instance since the last cycle, take over the
+        ones given to it."""
         if self._leadership is None:
-            return True
-        holds = self._leadership.held()
-        if holds and not self.leading:
-            self._take_over(self._leadership, now_ms, memory, standbys)
-        elif self.leading and not holds:
-            self.step_down(now_ms, "the lease passed to another instance", memory)
-        return self.leading
-
-    def _take_over(self, leadership: Leadership, now_ms: int, memory: Memory,
-                   standbys: Standbys) -> None:
-        try:
-            recovered = leadership.take_over(now_ms)
-        except TemporaryError as exc:
-            log.warning("elected leader, but cannot take over yet (%s); trying again next "
-                        "cycle", exc)
             return
-        for query_id in memory.keys() | recovered.states.keys():
+        holds = self._leadership.held()
+        lost = self.held - holds
+        if lost:
+            self._hand_over(lost, now_ms, memory)
+        gained = holds - self.held
+        if gained:
+            self._take_over(self._leadership, gained, now_ms, memory, standbys)
+
+    def _take_over(self, leadership: Leadership, gained: frozenset[int], now_ms: int,
+                   memory: Memory, standbys: Standbys) -> None:
+        try:
+            recovered = leadership.take_over(gained, now_ms)
+        except TemporaryError as exc:
+            log.warning("given %s, but cannot take over yet (%s); trying again next cycle",
+                        describe(gained, self._shards), exc)
+            return
+        self.held |= gained
+        ours = [q for q in memory if shard_of(q, self._shards) in gained]
+        for query_id in {*ours, *recovered.states}:
             query = memory.of(query_id)
             query.state = resumed(query.state, recovered.states.get(query_id))
             query.verdict = None  # what it concluded while following is said anew
@@ -64,22 +82,36 @@ class Lead:
             query.remembered = query.remembered.with_recorded(recorded)
         for query_id, instance_id in recovered.promoted.items():
             standbys.promoted(query_id, instance_id, now_ms)  # as if it saw the ack
-        self.leading = True
         for line in recovered.summary:
             log.info("resuming %s", line)
-        log.info("leading from now on (instance %s)", self._instance_id)
-        self._observer.leadership(self._instance_id, True, now_ms)
+        led = describe(self.held, self._shards)
+        log.info("leading %s from now on (instance %s)", led, self._instance_id)
+        self._observer.leadership(self._instance_id, len(self.held), now_ms)
         self._actuator.write(report.takeover_record(
             self._instance_id, decision_id=self._new_id(), now_ms=now_ms,
-            resumed=recovered.summary))
+            resumed=recovered.summary, led=describe(gained, self._shards), shards=len(gained)))
         standbys.recount_from_last_standbys()
 
+    def _hand_over(self, lost: frozenset[int], now_ms: int, memory: Memory) -> None:
+        """Stop writing for `lost` at once: what this instance did there is the next
+        leader's to resume."""
+        log.warning("no longer leading %s: the lease passed to another instance",
+                    describe(lost, self._shards))
+        self.held -= lost
+        for query_id, query in memory.items():
+            if shard_of(query_id, self._shards) in lost:
+                query.state = following(query.state)
+        self._observer.leadership(self._instance_id, len(self.held), now_ms)
+        if self._leadership is not None:
+            self._leadership.give_up(lost)
+
     def step_down(self, now_ms: int, why: str, memory: Memory) -> None:
-        """Stop writing at once: what this instance did is the next leader's to resume."""
+        """Stop writing for every shard at once and rejoin: what this instance did is the
+        next leaders' to resume."""
         log.warning("no longer leading: %s", why)
-        self.leading = False
+        self.held = frozenset()
         for query in memory.values():
             query.state = following(query.state)
-        self._observer.leadership(self._instance_id, False, now_ms)
+        self._observer.leadership(self._instance_id, 0, now_ms)
         if self._leadership is not None:
             self._leadership.release()

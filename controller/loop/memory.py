@@ -35,6 +35,8 @@ class QueryMemory:
     season: Season | None = None
     """Its arrival rate over the periods it may repeat with (`core.season`); made on the
     first model when the controller anticipates."""
+    followed_slot: int | None = None
+    """While another instance leads it: the `shards.follow_slot` it was last modelled in."""
 
 
 class Memory(dict[str, QueryMemory]):

@@ -79,23 +79,33 @@ class DecisionLog(Protocol):
 
 
 class Leadership(Protocol):
-    """Which of several controller instances leads (`kafka.lease`, `fakes.MemoryLeadership`).
+    """Which shards of the queries this controller instance leads (`kafka.lease`,
+    `fakes.MemoryLeadership`); `core.shards` says which queries a shard holds.
 
-    A follower observes and models like the leader but writes nothing; the loop asks `held`
-    every cycle and calls `take_over` once per election, before its first write."""
+    An instance reads every query's metrics, but models the queries of the shards it leads
+    every cycle, the others now and then, and writes only for its own. The loop asks `held`
+    every cycle, calls `take_over` for the shards it was given, before its first write for
+    them, and `give_up` for the shards taken from it."""
 
-    def held(self) -> bool:
-        """Whether this instance holds the lease now; returns at once."""
+    shards: int
+    """How many shards the queries are divided into (the same for every instance)."""
+
+    def held(self) -> frozenset[int]:
+        """The shards this instance holds the lease of now; returns at once."""
         ...
 
-    def take_over(self, now_ms: int) -> Recovered:
-        """Fence every earlier leader's writes, then read back what they did. Raises
-        `TemporaryError` when either cannot be done now (the loop stays a follower and asks
-        again next cycle)."""
+    def take_over(self, shards: frozenset[int], now_ms: int) -> Recovered:
+        """Fence the writes of every earlier leader of `shards`, then read back what they did
+        for those shards' queries. Raises `TemporaryError` when either cannot be done now (the
+        loop leaves them unled and asks again next cycle)."""
+        ...
+
+    def give_up(self, shards: frozenset[int]) -> None:
+        """Stop writing for `shards` (the group gave them to another instance)."""
         ...
 
     def release(self) -> None:
-        """Give the lease up and rejoin as a follower (after this instance was fenced)."""
+        """Give every shard up and rejoin as a follower (after this instance was fenced)."""
         ...
 
 
@@ -133,9 +143,9 @@ class LoopObserver(Protocol):
     def probe_failed(self) -> None:
         """An end-offset probe of the broker failed."""
         ...
-    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
-        """This instance started or stopped leading (on each change only, and once at
-        start)."""
+    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
+        """The number of shards this instance leads changed (and once at start); 0: it
+        leads none."""
         ...
 
 
@@ -176,7 +186,7 @@ class NullObserver:
     def probe_failed(self) -> None:
         pass
 
-    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
+    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
         pass
 
 
@@ -235,9 +245,9 @@ class Observers:
         for o in self._observers:
             o.probe_failed()
 
-    def leadership(self, instance_id: str, leading: bool, since_ms: int) -> None:
+    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
         for o in self._observers:
-            o.leadership(instance_id, leading, since_ms)
+            o.leadership(instance_id, shards, since_ms)
 
 
 class SystemClock:

@@ -27,6 +27,7 @@ from streamctl.stack.defaults import (
     BOOTSTRAP_ENV,
     DEFAULT_PORT,
     DEFAULT_TOPICS,
+    LEASE_TOPIC,
     STATE_DIR_ENV,
     default_bootstrap_servers,
     default_state_dir,
@@ -46,7 +47,7 @@ from streamctl.stack.secure import (
     write_compose_secrets,
 )
 from streamctl.stack.tcp import HOST
-from streamctl.stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.topics import TopicSpec, ensure_topics, partition_counts
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -101,6 +102,12 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
     topics.add_argument(
         "--partitions", type=int, default=2,
         help="partitions of each --job input and output topic (dead letters get 1)",
+    )
+    topics.add_argument(
+        "--lease-partitions", type=_positive_int, default=1, metavar="N",
+        help="partitions of the controllers' lease topic, when it is created: the shards the "
+             "controller instances divide the queries into (1: one instance leads them all; "
+             "docs/failover.md). An existing topic keeps its partitions",
     )
     topics.add_argument(
         "--replication-factor", type=_positive_int, default=None, metavar="N",
@@ -320,12 +327,15 @@ def _kafka_security() -> KafkaSecurity:
 
 def _topics(args: argparse.Namespace) -> int:
     security = _kafka_security()
+    defaults = [replace(s, partitions=args.lease_partitions) if s.name == LEASE_TOPIC else s
+                for s in DEFAULT_TOPICS]
     specs = [replace(s, replication_factor=args.replication_factor)
-             for s in (*DEFAULT_TOPICS, *job_topics(args.job, args.partitions))]
+             for s in (*defaults, *job_topics(args.job, args.partitions))]
     result = ensure_topics(args.bootstrap_servers, specs, args.timeout, security)
+    found = partition_counts(args.bootstrap_servers, [s.name for s in specs], security)
     for spec in specs:
         state = "created" if spec.name in result.created else "exists"
-        print(f"{spec.name:<24} {spec.partitions} partition(s)  {state}")
+        print(f"{spec.name:<24} {found.get(spec.name, spec.partitions)} partition(s)  {state}")
     if args.secure_dir is not None:
         files = SecureFiles(args.secure_dir)
         admin = admin_client(args.bootstrap_servers, security)

@@ -47,8 +47,9 @@ DEFAULT_TOPICS: tuple[TopicSpec, ...] = (
     # Each job's desired state, keyed by query id: only the newest per query matters.
     TopicSpec(STATE_TOPIC, partitions=1, config={"cleanup.policy": "compact"}),
     TopicSpec(DECISIONS_TOPIC, partitions=1),
-    # The controllers' leader lease: whoever its one partition is assigned to leads. Never
-    # written to; one partition, or two instances would both lead.
+    # The controllers' lease: whoever a partition is assigned to leads that shard of the
+    # queries. Never written to; one partition (one instance leads them all) unless
+    # `stack topics --lease-partitions` asks for more.
     TopicSpec(LEASE_TOPIC, partitions=1),
     # Few partitions on purpose: Spark's minPartitions splits them, so the parallelism knob
     # is visible from 2 upward instead of being pinned by the topic layout.

@@ -66,6 +66,14 @@ def ensure_topics(
     return EnsureResult(tuple(created), tuple(existing))
 
 
+def partition_counts(bootstrap_servers: str, names: Iterable[str],
+                     security: KafkaSecurity = PLAINTEXT,
+                     timeout_s: float = 10.0) -> dict[str, int]:
+    """How many partitions each of the named topics has now (the ones that exist)."""
+    topics = _describe(admin_client(bootstrap_servers, security), Deadline.after(timeout_s))
+    return {name: len(topics[name].partitions) for name in names if name in topics}
+
+
 def _new_topic(spec: TopicSpec, sized: Replication) -> NewTopic:
     replication = sized if spec.replication_factor is None else Replication.of(
         spec.replication_factor)

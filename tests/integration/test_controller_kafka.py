@@ -86,8 +86,8 @@ class KafkaHarness:
     def offset_probe(self) -> OffsetProbe:
         return KafkaEndOffsets(self.settings)
 
-    def publish(self, kind: str, payload: bytes) -> None:
-        produce(self.settings.bootstrap_servers, self._topics[kind], [payload])
+    def publish(self, kind: str, *payloads: bytes) -> None:
+        produce(self.settings.bootstrap_servers, self._topics[kind], list(payloads))
 
     def read(self, kind: str, count: int) -> list[bytes]:
         return [m.value() for m in read_committed_once_there(

@@ -1,11 +1,13 @@
-"""Several controllers on the real broker: the lease (a one-partition topic in the
-controllers' group) elects one, the shared transactional id fences a deposed one, and
-`controller run` processes hand the lead over when the leader is killed or frozen. The "job"
-here is the test publishing a recorded overload to the metrics topic; tests/e2e runs the
-takeover with a real job (test_closed_loop.py)."""
+"""Several controllers on the real broker: the lease (a topic in the controllers' group, one
+partition per shard of the queries) elects one leader per shard, each shard's transactional
+id fences its deposed leader, and `controller run` processes hand the lead over, or divide the
+shards, when an instance is killed or frozen. The "job" here is the test publishing a
+recorded overload to the metrics topic; tests/e2e runs the takeover with a real job
+(test_closed_loop.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from controller.kafka.clients import KafkaSetupError, KafkaWriter
+from controller.kafka.clients import KafkaWriter, ShardWriters
 from controller.kafka.lease import KafkaLeadership
 from controller.loop.ports import Fenced
 from controller.settings import ControllerSettings
@@ -34,14 +36,14 @@ LEASE_SESSION_S = 3.0
 OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
 
 
-def publish_overload(harness: KafkaHarness, seconds: int) -> None:
+def publish_overload(harness: KafkaHarness, seconds: int, query_id: str = "q1") -> None:
     """`seconds` of a job's metrics at 800/s arriving for 420/s of capacity, ending now."""
-    trace = simulate(OVERLOAD, seconds)
+    trace = simulate(replace(OVERLOAD, query_id=query_id, source_topic=f"in-{query_id}",
+                             sink_topic=f"out-{query_id}"), seconds)
     shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows are pruned by the real clock
-    for s in trace:
-        harness.publish("metrics", codec_for(TaskMetrics).encode(
-            replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
-                    batch_end_ms=s.batch_end_ms + shift_ms)))
+    harness.publish("metrics", *(codec_for(TaskMetrics).encode(
+        replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
+                batch_end_ms=s.batch_end_ms + shift_ms)) for s in trace))
 
 
 def test_a_deposed_leaders_writer_is_fenced_once_a_new_leader_took_over(
@@ -68,7 +70,7 @@ def test_a_deposed_leaders_writer_is_fenced_once_a_new_leader_took_over(
 def leadership(harness: KafkaHarness, instance: str) -> KafkaLeadership:
     settings = ControllerSettings(kafka=harness.settings, instance_id=instance,
                                   lease_session_s=LEASE_SESSION_S)
-    return KafkaLeadership(settings, KafkaWriter(harness.settings), lambda e: None)
+    return KafkaLeadership(settings, lambda e: None)
 
 
 def test_one_instance_holds_the_lease_and_another_gets_it_when_it_leaves(
@@ -85,18 +87,51 @@ def test_one_instance_holds_the_lease_and_another_gets_it_when_it_leaves(
             lease.close()
 
 
-def test_a_lease_topic_with_two_partitions_is_refused(
+def test_two_instances_divide_four_shards_and_one_gets_all_when_the_other_leaves(
         kafka_harness: KafkaHarness, new_topic: Callable[..., str]) -> None:  # noqa: F811
-    harness = kafka_harness
-    harness.settings = replace(harness.settings, lease_topic=new_topic(2))
-    with pytest.raises(KafkaSetupError, match="has 2 partitions; it must have exactly one"):
-        leadership(harness, "a")
+    kafka_harness.settings = replace(kafka_harness.settings, lease_topic=new_topic(4))
+    a, b = leadership(kafka_harness, "a"), leadership(kafka_harness, "b")
+    assert a.shards == b.shards == 4
+    everything = frozenset(range(4))
+    try:
+        until(lambda: a.held() | b.held() == everything and a.held() and b.held(), 30,
+              "the four shards divided between both instances", 0.1)
+        holds(lambda: not a.held() & b.held(), 1, "no shard held by both", 0.1)
+        b.close()  # leaves the group
+        until(lambda: a.held() == everything, 30, "a to get b's shards", 0.1)
+    finally:
+        for lease in (a, b):
+            lease.close()
+
+
+def test_a_shard_taken_over_fences_its_old_writer_and_no_other_shard(
+        kafka_harness: KafkaHarness) -> None:  # noqa: F811
+    settings = kafka_harness.settings
+    old, new = ShardWriters(settings, 2), ShardWriters(settings, 2)
+    try:
+        old.fence(0)
+        old.fence(1)
+        new.fence(1)  # the group gave shard 1 to another instance
+        with pytest.raises(Fenced):
+            old.write_for("q4", (settings.decisions_topic, "q4", b"q4 from the zombie"))
+        old.write_for("q1", (settings.decisions_topic, "q1", b"q1 from its leader"))
+        new.write_for("q4", (settings.decisions_topic, "q4", b"q4 from its leader"))
+        with pytest.raises(Fenced):  # a shard it does not hold at all
+            new.write_for("q1", (settings.decisions_topic, "q1", b"q1 from a follower"))
+    finally:
+        old.close()
+        new.close()
+    assert sorted(m.value() for m in read_committed(settings.bootstrap_servers,
+                                                    settings.decisions_topic)) == [
+        b"q1 from its leader", b"q4 from its leader"]
 
 
 @pytest.fixture
-def controllers(kafka_harness: KafkaHarness,  # noqa: F811
+def controllers(kafka_harness: KafkaHarness, new_topic: Callable[..., str],  # noqa: F811
                 tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    """Starts `controller run` instances on the harness's topics; all stopped at the end."""
+    """Starts `controller run` instances on the harness's topics (with `shards`, on a lease
+    topic of that many partitions: the queries divided into that many shards); all stopped
+    at the end."""
     k = kafka_harness.settings
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
            "STREAMCTL_METRICS_TOPIC": k.metrics_topic, "STREAMCTL_ACK_TOPIC": k.ack_topic,
@@ -106,13 +141,17 @@ def controllers(kafka_harness: KafkaHarness,  # noqa: F811
            "STREAMCTL_CONTROLLER_GROUP_ID": k.group_id,
            "STREAMCTL_CONTROL_KEY": k.control_key}
     children: list[Child] = []
+    lease_topics = {1: k.lease_topic}
 
-    def start(name: str, prefix: Sequence[str] = (),
-              session_s: float = LEASE_SESSION_S) -> Child:
+    def start(name: str, prefix: Sequence[str] = (), session_s: float = LEASE_SESSION_S,
+              shards: int = 1) -> Child:
+        if shards not in lease_topics:
+            lease_topics[shards] = new_topic(shards)
+        lease = lease_topics[shards]
         child = start_child(name, ["controller", "run", "--metrics-port", "0",
                                    "--instance-id", name,
-                                   "--lease-session-s", str(session_s)], tmp_path, env,
-                            prefix=prefix)
+                                   "--lease-session-s", str(session_s)], tmp_path,
+                            env | {"STREAMCTL_CONTROLLER_LEASE_TOPIC": lease}, prefix=prefix)
         children.append(child)
         return child
 
@@ -160,6 +199,44 @@ def test_a_killed_leader_is_replaced_by_the_follower_and_the_new_one_acts(
           f"(session {LEASE_SESSION_S:.0f} s)")
 
 
+def shard_leaders(harness: KafkaHarness) -> dict[int, str]:
+    """Each shard's leader by the takeover records (the newest naming a shard wins)."""
+    leaders: dict[int, str] = {}
+    for record in takeovers(harness):
+        found = re.search(r"leads (?:all queries|all (\d+) shards|shards? ([\d, ]+) of \d+)",
+                          record.reason)
+        assert found is not None, record.reason
+        every, listed = found.groups()
+        shards = ([int(s) for s in listed.split(", ")] if listed
+                  else range(int(every) if every else 1))
+        leaders |= dict.fromkeys(shards, record.target_value)
+    return leaders
+
+
+def test_three_instances_share_the_queries_and_a_killed_ones_shards_pass_to_the_others(
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
+    """Six shards among c1, c2 and c3; c1 is killed -9 and its shards pass to the two
+    others; then twelve queries fall behind at once, and each gets exactly one tuple: every
+    query decided once, by one instance, the killed one's included."""
+    names = ("c1", "c2", "c3")
+    children = {name: controllers(name, shards=6) for name in names}
+    until(lambda: set(shard_leaders(kafka_harness).values()) == set(names)
+          and len(shard_leaders(kafka_harness)) == 6, 60,
+          "the six shards divided among the three instances", 0.5)
+    children["c1"].kill()
+    until(lambda: len(shard_leaders(kafka_harness)) == 6
+          and "c1" not in shard_leaders(kafka_harness).values(), 60,
+          "c1's shards to pass to c2 and c3", 0.5)
+    queries = [f"q{i}" for i in range(12)]
+    for query_id in queries:
+        publish_overload(kafka_harness, 30, query_id)
+    until(lambda: {t.query_id for t in controls(kafka_harness)} == set(queries), 60,
+          "a scale-up of every query", 0.5)
+    holds(lambda: len(controls(kafka_harness)) == len(queries), LEASE_SESSION_S,
+          "one tuple per query: none decided by two instances", 0.5)
+    assert all(child.alive() for name, child in children.items() if name != "c1")
+
+
 LONG_SESSION_S = 40.0
 """A session a member that did not leave would stay listed for (the broker allows up to
 60 s)."""
@@ -188,30 +265,38 @@ def test_a_leader_stopped_with_sigterm_leaves_the_group_and_the_follower_takes_o
     assert wait_takeover(kafka_harness, 2, 60).target_value == "c2"
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 def test_a_frozen_leader_is_deposed_and_gets_nothing_applied_when_it_wakes(
-        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
-    first = controllers("c1")
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child],  # noqa: F811
+        shards: int) -> None:
+    """With one shard, or two divided between the instances: c1 is frozen past its session,
+    c2 takes every shard over and scales a query of each; c1 wakes believing it still leads
+    and steps down, and only c2's tuples are on the control topic."""
+    first = controllers("c1", shards=shards)
     wait_takeover(kafka_harness, 1, 60)
-    second = controllers("c2")
+    second = controllers("c2", shards=shards)
     until(lambda: "controller instance c2 starting" in second.log_tail(50), 30,
           "the second instance to start", 0.2)
-    first.pause()  # longer than its session: the group gives the lease to c2
+    first.pause()  # longer than its session: the group gives its shards to c2
+    queries = ["q1", "q4"][:shards]  # shards 0 and 1 of two
     try:
-        taken = wait_takeover(kafka_harness, 2, 30)
-        assert taken.target_value == "c2"
-        publish_overload(kafka_harness, 30)  # both will want to scale q1 up
-        until(lambda: bool(controls(kafka_harness)), 60, "the new leader's scale-up", 0.5)
+        until(lambda: shard_leaders(kafka_harness) == dict.fromkeys(range(shards), "c2"), 30,
+              "c2 to lead every shard", 0.2)
+        for query_id in queries:  # both instances will want to scale them up
+            publish_overload(kafka_harness, 30, query_id)
+        until(lambda: {t.query_id for t in controls(kafka_harness)} == set(queries), 60,
+              "the new leader's scale-ups", 0.5)
     finally:
         first.resume()
     # It logs that after any write it tried, and closes its producer with it: nothing of its
     # can be committed from then on.
     until(lambda: "no longer leading" in first.log_tail(200), 30,
           "the woken zombie to step down", 0.2)
-    [scale_up] = controls(kafka_harness)  # c2's; none of c1's got through
-    assert len(takeovers(kafka_harness)) == 2
+    scale_ups = controls(kafka_harness)  # c2's; none of c1's got through
+    assert sorted(t.query_id for t in scale_ups) == queries
     print(f"\n[leadership] frozen leader woke and stepped down: "
           f"{_line(first, 'no longer leading')}")
-    assert scale_up.issuer == "streamctl-controller" and first.alive()
+    assert all(t.issuer == "streamctl-controller" for t in scale_ups) and first.alive()
 
 
 def _line(child: Child, text: str) -> str:

@@ -1,10 +1,14 @@
 """Several controller instances on one bus: only the leader writes, a new leader resumes what
-the last one left in flight, and a deposed leader that still believes it leads is fenced.
+the last one left in flight, and a deposed leader that still believes it leads is fenced;
+with several shards, each instance does all that for the queries of the shards it leads.
 In memory (`MemoryLeadership`); the Kafka lease and fencing are tested on the real broker in
 tests/integration/test_controller_leadership.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from controller.core.model import QueryModel
 from controller.core.recovery import following, resumed
 from controller.core.state import ControlState, Ineffective
 from controller.explain.prom import ControllerMetrics, new_registry
@@ -115,7 +119,7 @@ def test_a_frozen_leader_that_wakes_believing_it_leads_is_fenced_and_steps_down(
     bus, clock, lease, a, b = pair()
     cycles(a, b, count=1)
     assert a.leading
-    leadership_of(a).believes = True  # frozen while b took over; wakes up unaware
+    leadership_of(a).believes = frozenset({0})  # frozen while b took over; wakes unaware
     lease.holder = "b"
     cycles(b, count=1)
     load(bus, clock)
@@ -181,15 +185,19 @@ def test_a_follower_reports_no_decision_of_its_own() -> None:
     assert b_verdict.action == a_verdict.action  # it reached the same verdict
 
 
-def test_prometheus_counts_each_takeover_and_shows_who_leads_since_when() -> None:
+def test_prometheus_counts_each_takeover_and_shows_who_leads_how_many_shards_since_when(
+) -> None:
     metrics = ControllerMetrics(new_registry())
-    for leading, at_ms in ((False, 1_000), (True, 2_000), (False, 3_000), (True, 4_000)):
-        metrics.leadership("c1", leading, at_ms)
+    for shards, at_ms in ((0, 1_000), (1, 2_000), (0, 3_000), (2, 4_000), (1, 5_000),
+                          (3, 6_000)):
+        metrics.leadership("c1", shards, at_ms)
     value = metrics.registry.get_sample_value
-    assert value("streamctl_controller_takeovers_total", {"instance": "c1"}) == 2
+    assert value("streamctl_controller_takeovers_total", {"instance": "c1"}) == 3
     assert value("streamctl_controller_leader", {"instance": "c1"}) == 1
+    assert value("streamctl_controller_shards_led", {"instance": "c1"}) == 3
+    # leading throughout since 4 s: giving a shard up or taking one more is no new start
     assert value("streamctl_controller_leader_since_timestamp_seconds", {"instance": "c1"}) == 4
-    metrics.leadership("c2", False, 1_000)  # a follower from the start: a series at 0
+    metrics.leadership("c2", 0, 1_000)  # a follower from the start: a series at 0
     assert value("streamctl_controller_takeovers_total", {"instance": "c2"}) == 0
 
 
@@ -227,3 +235,101 @@ def test_a_controller_started_afresh_learns_its_models_memories_from_the_decisio
     assert model is not None and model.overhead_source == "remembered"
     assert model.scalability.sizes == 2
     assert model.scalability.contention > 0
+
+
+# -- shards: the queries shared out among instances ------------------------------------------
+
+SHARD_0, SHARD_1 = ("q1", "q2", "q3"), ("q4", "q5", "q6")
+"""Query ids by their shard of two (`shards.shard_of`)."""
+
+
+def sharded() -> tuple[MemoryBus, FakeClock, MemoryLease, ControlLoop, ControlLoop]:
+    """Instances a and b on one bus, a leading shard 0 and b shard 1 of two."""
+    bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(shards=2)
+    lease.holders = {0: "a", 1: "b"}
+    return bus, clock, lease, instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+
+
+def overload_all(bus: MemoryBus, clock: FakeClock) -> None:
+    """30 s of an overload of every query of both shards, each on topics of its own."""
+    traces = [simulate(replace(OVERLOAD, query_id=q, source_topic=f"in-{q}",
+                               sink_topic=f"out-{q}"), 30) for q in (*SHARD_0, *SHARD_1)]
+    for trace in traces:
+        bus.publish_metrics(*trace)
+    clock.ms = max(end_ms(trace) for trace in traces)
+
+
+def scaled(bus: MemoryBus) -> list[str]:
+    return sorted(c.query_id for c in bus.sent_controls())
+
+
+def test_two_instances_share_the_queries_each_leading_only_its_own_shard() -> None:
+    bus, clock, _, a, b = sharded()
+    overload_all(bus, clock)
+    cycles(a, b)
+    assert scaled(bus) == sorted((*SHARD_0, *SHARD_1))  # one tuple per query, no more
+    for loop, own, other in ((a, SHARD_0, SHARD_1), (b, SHARD_1, SHARD_0)):
+        assert all(loop.leads(q) and loop.queries[q].state.in_flight for q in own)
+        assert not any(loop.leads(q) or loop.queries[q].state.in_flight for q in other)
+    takeovers = sorted((d.target_value, d.reason) for d in bus.written_decisions()
+                       if d.action == TAKEOVER)
+    assert [(who, "shard 0 of 2" in a_reason, "shard 1 of 2" in a_reason)
+            for who, a_reason in takeovers] == [("a", True, False), ("b", False, True)]
+
+
+def test_a_shard_that_passes_to_another_instance_is_resumed_there_not_decided_twice() -> None:
+    bus, clock, lease, a, b = sharded()
+    overload_all(bus, clock)
+    cycles(a, b)
+    sent = bus.sent_controls()
+    lease.holders[1] = "a"  # b's session ended: the group gave its shard to a
+    cycles(a, b)
+    assert bus.sent_controls() == sent  # b's tuples are a's to wait for, not to send again
+    assert all(a.leads(q) and a.queries[q].state.in_flight for q in SHARD_1)
+    assert not b.leading
+
+
+def test_an_instance_that_wakes_believing_it_holds_a_lost_shard_is_fenced_for_it() -> None:
+    bus, clock, lease, a, b = sharded()
+    lease.holder = "a"  # a alone at first: it leads both shards
+    cycles(a, b, count=1)
+    leadership_of(a).believes = frozenset({0, 1})  # frozen while b took shard 1; unaware
+    lease.holders[1] = "b"
+    cycles(b, count=1)
+    overload_all(bus, clock)
+    cycles(b, count=1)
+    cycles(a, count=1)  # decides all six; its writes for shard 1 are refused
+    assert not a.leading and leadership_of(a).releases == 1
+    assert scaled(bus) == sorted((*SHARD_0, *SHARD_1))  # each query once: none of a's twice
+    assert all(b.queries[q].state.in_flight for q in SHARD_1)
+
+
+class Modelled(Decided):
+    """Counts the models an instance makes of each query."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.models: dict[str, int] = {}
+
+    def modelled(self, model: QueryModel, desired: int | None) -> None:
+        self.models[model.query_id] = self.models.get(model.query_id, 0) + 1
+
+
+def test_a_follower_models_a_query_it_does_not_lead_once_per_follow_interval() -> None:
+    bus, clock, _, a, b = sharded()
+    a.ports.observer, b.ports.observer = Modelled(), Modelled()
+    steady = Job(rates=[(0, 200)], per_unit=210, parallelism=2)  # within capacity
+    trace = simulate(steady, 60)
+    clock.ms = trace[0].batch_end_ms
+    published = 0
+    for _ in range(80):  # 40 s of cycles at the default cadence, metrics as they come
+        ready = [s for s in trace[published:] if s.batch_end_ms <= clock.ms]
+        bus.publish_metrics(*ready)
+        published += len(ready)
+        cycles(a, b, count=1)
+        clock.advance(0.5)
+    assert isinstance(a.ports.observer, Modelled) and isinstance(b.ports.observer, Modelled)
+    led, followed = a.ports.observer.models["q1"], b.ports.observer.models["q1"]
+    follow_s = b.settings.follow_interval_s
+    assert 40 / follow_s - 2 <= followed <= 40 / follow_s + 1
+    assert led > 5 * followed

@@ -1,0 +1,48 @@
+"""Which share of the fleet a query belongs to, when several controller instances divide it.
+
+The queries are divided into a fixed number of shards (the lease topic's partitions); each
+shard is led by exactly one instance at a time, fenced on its own,
+so one query's decisions never come from two instances. A query's shard is a stable hash of
+its id: every instance, whatever its start or version, puts a query in the same shard, and a
+query keeps its shard for its whole life (no table to agree on, nothing to move when a query
+appears). Pure; `loop.leading` asks it which queries the shards it holds cover,
+`kafka.lease` which transactional id fences a shard.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+NO_QUERY = ""
+"""The query id of the records about the controller itself (a takeover, its lateness)."""
+
+
+def shard_of(query_id: str, shards: int) -> int:
+    """The query's shard in [0, shards): CRC-32 of its id, the same in every process (Python's
+    own `hash` of a string is salted per process)."""
+    return zlib.crc32(query_id.encode()) % shards
+
+
+def transactional_id(group_id: str, shard: int, shards: int) -> str:
+    """The transactional id whose holder may write for a shard: the group's own name when
+    there is one shard (as before there were shards), else `<group>.shard-<k>`."""
+    return group_id if shards == 1 else f"{group_id}.shard-{shard}"
+
+
+def follow_slot(query_id: str, now_ms: int, interval_ms: int) -> int:
+    """The slot of `interval_ms` that `now_ms` falls in for this query: a query it follows is
+    modelled once per slot, and each query's slots are offset by its hash, so the followed
+    queries' models are spread over the cycles instead of all falling due at once."""
+    return (now_ms + zlib.crc32(query_id.encode()) % interval_ms) // interval_ms
+
+
+def describe(held: Iterable[int], shards: int) -> str:
+    """ "all queries" or "shards 0, 2 of 4", for logs and the decision log."""
+    ordered = sorted(held)
+    if len(ordered) == shards:
+        return "all queries" if shards == 1 else f"all {shards} shards"
+    if not ordered:
+        return "no shard"
+    listed = ", ".join(str(s) for s in ordered)
+    return f"shard{'s' if len(ordered) > 1 else ''} {listed} of {shards}"
