@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 
 from controller.core.objectives import delay_s, drain_s, standings
+from controller.core.shards import describe, leaders
 from schemas import SourcePartition, TaskMetrics
 from schemas.objectives import Objectives
 from schemas.records import TAKEOVER, Ack, ControlTuple, Decision, Outcome
@@ -241,13 +242,26 @@ def source_partitions(board: Board) -> set[PartitionKey]:
 
 
 def leader_line(board: Board, now_ms: int) -> str:
+    """Who leads the controllers: one instance, or each instance's shards of the queries."""
     if not board.takeovers:
         return ("controller: no takeover in the period read (none runs, or one has led since "
                 "before it)")
     last = board.takeovers[-1]
     count = len(board.takeovers)
-    return (f"controller: {last.target_value} leads, since {_age(now_ms - last.decided_at_ms)} "
-            f"ago ({count} takeover{'s' if count != 1 else ''} in the period read)")
+    when = (f"{_age(now_ms - last.decided_at_ms)} ago ({count} takeover"
+            f"{'s' if count != 1 else ''} in the period read)")
+    led, shards = leaders(board.takeovers)
+    if shards == 1:
+        return f"controller: {last.target_value} leads, since {when}"
+    by_instance: dict[str, list[int]] = {}
+    for shard, instance in sorted(led.items()):
+        if shard < shards:
+            by_instance.setdefault(instance, []).append(shard)
+    parts = [f"{instance} {describe(mine, shards)}" for instance, mine in by_instance.items()]
+    unseen = shards - sum(len(mine) for mine in by_instance.values())
+    if unseen:
+        parts.append(f"{unseen} not taken over in the period read")
+    return f"controller: {'; '.join(parts)}; the last takeover {when}"
 
 
 def _status_rows(query_id: str, q: QueryStatus, now_ms: int, width: int,

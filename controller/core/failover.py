@@ -16,7 +16,7 @@ an active that is not named steps down. Neighbours: `loop` (acts on the verdicts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from controller.core.instances import Instances, Seen
@@ -100,8 +100,8 @@ class Standbys:
                 self._had[query_id] = now
         return counts
 
-    def recount_from_last_standbys(self) -> None:
-        """Make the next count compare with each query's last count that was not 0: a new
-        leader then asks for the standbys a query lost while it followed (it wrote nothing
-        then), once."""
-        self._counts.update(self._had)
+    def recount_from_last_standbys(self, queries: Callable[[str], bool]) -> None:
+        """Make the next count of the `queries` a new leader took over compare with each one's
+        last count that was not 0: it then asks for the standbys a query lost while it
+        followed (it wrote nothing then), once."""
+        self._counts.update({q: had for q, had in self._had.items() if queries(q)})

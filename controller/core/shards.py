@@ -14,6 +14,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
+from schemas import Decision
+
 NO_QUERY = ""
 """The query id of the records about the controller itself (a takeover, its lateness)."""
 
@@ -35,6 +37,30 @@ def follow_slot(query_id: str, now_ms: int, interval_ms: int) -> int:
     modelled once per slot, and each query's slots are offset by its hash, so the followed
     queries' models are spread over the cycles instead of all falling due at once."""
     return (now_ms + zlib.crc32(query_id.encode()) % interval_ms) // interval_ms
+
+
+SHARDS_FIGURE = "shards"
+"""A takeover record's figure: how many shards there are."""
+
+
+def taken_figures(gained: Iterable[int], shards: int) -> dict[str, float]:
+    """A takeover record's figures for the shards it took over (`leaders` reads them)."""
+    return {SHARDS_FIGURE: float(shards), **{f"shard_{k}": 1.0 for k in gained}}
+
+
+def leaders(takeovers: Iterable[Decision]) -> tuple[dict[int, str], int]:
+    """Each shard's leader by the takeover records, oldest first (the newest naming a shard
+    wins), and the shard count of the newest; a record from before shards took shard 0 of
+    1."""
+    found: dict[int, str] = {}
+    shards = 1
+    for record in takeovers:
+        figures = record.figures
+        shards = int(figures.get(SHARDS_FIGURE, 1))
+        taken = [int(name.removeprefix("shard_")) for name in figures
+                 if name.startswith("shard_")] or [0]
+        found |= dict.fromkeys(taken, record.target_value)
+    return found, shards
 
 
 def describe(held: Iterable[int], shards: int) -> str:

@@ -41,12 +41,12 @@ decided last, without inflow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from controller.core.model import QueryModel
 from controller.core.policy import decide
-from controller.core.results import Scale, Verdict
+from controller.core.results import Hold, Scale, Verdict
 from controller.core.sizing import NO_INFLOW, Inflow
 from controller.core.state import ControlState
 from controller.settings import PolicySettings
@@ -80,10 +80,18 @@ def topological_order(ups: Mapping[str, list[str]]) -> list[str]:
     return order + sorted(q for q in waiting if q not in order)
 
 
+FOLLOWED = Hold("decided by the instance that leads its shard")
+"""What a query another controller instance decides stands for here (`plan`'s `followed`)."""
+
+
 def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], now_ms: int,
-         settings: PolicySettings) -> dict[str, Verdict]:
+         settings: PolicySettings, followed: Collection[str] = (),
+         context: Collection[str] = ()) -> dict[str, Verdict]:
     """Every ready query's verdict, upstreams first, each downstream sized for what its
-    upstreams will send once they are resized."""
+    upstreams will send once they are resized. The `followed` queries are decided by another
+    instance (`core.shards`): this one knows neither their tuples in flight nor their
+    cooldowns, so their output is projected from their backlog at their size now. The
+    `context` ones (followed, and not modelled this cycle) get no verdict at all."""
     ups = upstreams(models)
     verdicts: dict[str, Verdict] = {}
     sends: dict[str, Output] = {}
@@ -91,8 +99,12 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
         model, state = models[query_id], states.get(query_id, ControlState())
         senders = [u for u in ups[query_id] if u in sends]
         inflow = received(model, [sends[u] for u in senders])
-        verdict = decide(model, state, now_ms, settings, inflow, " and ".join(senders))
-        verdicts[query_id] = verdict
+        verdict: Verdict = FOLLOWED
+        if query_id not in context:
+            verdicts[query_id] = decide(model, state, now_ms, settings, inflow,
+                                        " and ".join(senders))
+        if query_id not in followed:
+            verdict = verdicts[query_id]
         output = projected_output(model, state, verdict, inflow, settings)
         if output is not None and output.extra.any:
             sends[query_id] = output

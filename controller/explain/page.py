@@ -123,9 +123,9 @@ class Timeline:
         with self._lock:
             self._query(query_id).standbys = count
 
-    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
+    def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
         with self._lock:
-            self._leading = shards > 0
+            self._leading = led > 0
 
     def outage(self, query_id: str, outage: Outage) -> None:
         pass

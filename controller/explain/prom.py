@@ -117,9 +117,13 @@ class ControllerMetrics:
                                 "lease topic's partitions; all of them with one instance).",
                                 ["instance"],
                                 registry=registry)
+        self.shards = Gauge("streamctl_controller_shards",
+                            "How many shards the queries are divided into (the lease topic's "
+                            "partitions): alert when the instances lead fewer.", ["instance"],
+                            registry=registry)
         self.leader_since = Gauge("streamctl_controller_leader_since_timestamp_seconds",
-                                  "When this instance last started to lead (Unix time; 0 "
-                                  "while it follows).", ["instance"], registry=registry)
+                                  "When this instance last took the lead of a shard (Unix "
+                                  "time; 0 while it follows).", ["instance"], registry=registry)
         self.takeovers = Counter("streamctl_controller_takeovers",
                                  "Times this instance took the lead of one or more shards (its "
                                  "first election included): Grafana's takeover annotations.",
@@ -222,18 +226,19 @@ class ControllerMetrics:
     def probe_failed(self) -> None:
         self.probe_failures.inc()
 
-    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
-        """Called on each change only (and once at start), so each call with more shards than
-        before is one more takeover."""
+    def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
+        """Called on each change only (and once at start), so each call with more shards led
+        than before is one more takeover."""
         before = self._shards_led.get(instance_id, 0)
-        self._shards_led[instance_id] = shards
-        self.leader.labels(instance_id).set(1 if shards else 0)
-        self.shards_led.labels(instance_id).set(shards)
-        if not before or not shards:
-            self.leader_since.labels(instance_id).set(since_ms / 1000 if shards else 0)
+        self._shards_led[instance_id] = led
+        self.leader.labels(instance_id).set(1 if led else 0)
+        self.shards_led.labels(instance_id).set(led)
+        self.shards.labels(instance_id).set(shards)
         takeovers = self.takeovers.labels(instance_id)  # the series exists from the start, at 0
-        if shards > before:
+        if led > before:
             takeovers.inc()
+        if led > before or not led:
+            self.leader_since.labels(instance_id).set(since_ms / 1000 if led else 0)
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

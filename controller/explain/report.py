@@ -7,6 +7,7 @@ formatting; `loop` does the logging and the writing.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from controller.core.model import QueryModel
@@ -18,6 +19,7 @@ from controller.core.results import (
     Recommend,
     Verdict,
 )
+from controller.core.shards import describe, taken_figures
 from controller.core.wording import num, pct
 from schemas import Decision
 from schemas.records import TAKEOVER
@@ -97,14 +99,15 @@ def controller_record(action: str, reason: str, instance_id: str, *, decision_id
 
 
 def takeover_record(instance_id: str, *, decision_id: str, now_ms: int,
-                    resumed: tuple[str, ...], led: str = "all queries",
+                    resumed: tuple[str, ...], gained: Collection[int] = (0,),
                     shards: int = 1) -> Decision:
-    """The first record a new leader of some shards writes: who leads what from now on
-    (`led`, `shards.describe`), and what it resumed."""
+    """The first record a new leader of some shards writes: who leads which of them from
+    now on (also in its figures, `shards.leaders`), and what it resumed."""
     what = "; ".join(resumed) if resumed else "nothing in flight"
     return Decision(
         decision_id=decision_id, query_id="", decided_at_ms=now_ms, action=TAKEOVER,
         parameter="leader", current_value="", target_value=instance_id,
-        reason=f"controller instance {instance_id} leads {led} from now on; resumed: {what}",
-        figures={"resumed_queries": float(len(resumed)), "shards": float(shards)},
+        reason=f"controller instance {instance_id} leads {describe(gained, shards)} from now "
+               f"on; resumed: {what}",
+        figures={"resumed_queries": float(len(resumed)), **taken_figures(gained, shards)},
         control_id=None, dry_run=False)

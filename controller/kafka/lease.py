@@ -16,6 +16,7 @@ up still believing — so `take_over` also fences: it takes each shard's transac
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 from confluent_kafka import Consumer, KafkaException
@@ -28,7 +29,13 @@ from confluent_kafka.admin import (
 )
 
 from controller.core.model import Remembered
-from controller.core.recovery import Recovered, history_span_s, recorded_memories, recover
+from controller.core.recovery import (
+    History,
+    Recovered,
+    history_span_s,
+    recorded_memories,
+    recover,
+)
 from controller.core.shards import shard_of
 from controller.errors import TemporaryError
 from controller.kafka.clients import (
@@ -45,6 +52,14 @@ from schemas import Decision
 log = logging.getLogger("controller.lease")
 
 _MIN_HEARTBEAT_MS = 500
+_RECOUNT_S = 5.0
+"""How often an instance checks that the lease topic's partitions are still the shards it
+counted at start."""
+
+
+class ShardCountChanged(KafkaSetupError):
+    """The lease topic's partitions changed while this instance ran (`controller run` prints
+    it and exits 1)."""
 
 
 class KafkaLeadership:
@@ -56,7 +71,7 @@ class KafkaLeadership:
                  setup_timeout_s: float = 10.0) -> None:
         self._settings = settings
         self._on_error = on_decode_error
-        self._strays: frozenset[int] = frozenset()
+        self._next_count = time.monotonic() + _RECOUNT_S
         kafka = settings.kafka
         set_session(settings, setup_timeout_s)
         self._consumer = Consumer({
@@ -78,28 +93,43 @@ class KafkaLeadership:
         # Nothing is ever written to the lease topic: the poll only serves the group's
         # callbacks (assigned, revoked, lost), which update the assignment.
         self._consumer.poll(0)
+        self._check_count()
         assigned = frozenset(tp.partition for tp in self._consumer.assignment())
-        strays = frozenset(p for p in assigned if p >= self.shards)
-        if strays and strays != self._strays:
-            # Another count would put queries in other shards than the instances that
-            # started before it: two could lead one query.
-            log.error("the lease topic %r has grown past the %d partitions it had when this "
-                      "instance started (partitions %s assigned to it are not led): stop "
-                      "every instance, then start them all again", self._settings.kafka.lease_topic,
-                      self.shards, sorted(strays))
-        self._strays = strays
-        return assigned - strays
+        return frozenset(p for p in assigned if p < self.shards)
+
+    def _check_count(self) -> None:
+        """Every `_RECOUNT_S`, whether the lease topic still has the partitions this instance
+        counted at start. Another count puts queries in other shards than the instances that
+        started before it, and under other transactional ids: two could lead one query, and
+        neither fence the other. So an instance that sees the count change stops writing and
+        exits, to be started again with the new count."""
+        now = time.monotonic()
+        if now < self._next_count:
+            return
+        self._next_count = now + _RECOUNT_S
+        topic = self._settings.kafka.lease_topic
+        try:
+            found = self._consumer.list_topics(topic, timeout=1.0).topics.get(topic)
+        except KafkaException:
+            return  # the broker away: counted again next time
+        if found is None or found.error is not None or len(found.partitions) == self.shards:
+            return
+        self.release()
+        raise ShardCountChanged(
+            f"the lease topic {topic!r} now has {len(found.partitions)} partitions, "
+            f"{self.shards} when this instance started: every instance must count the same "
+            "shards, or two could lead one query; this one stopped writing and exits (start "
+            "it again to count anew)")
 
     def take_over(self, shards: frozenset[int], now_ms: int) -> Recovered:
-        for shard in sorted(shards):
-            self._writers.fence(shard)
-        settings = self._settings
-        span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
-                                     cooldown_s=settings.policy.cooldown_s) * 1000)
         try:
-            history = read_history(settings.kafka, now_ms - span_ms, self._on_error)
-        except KafkaSetupError as exc:
-            raise TemporaryError(f"cannot read what earlier leaders did: {exc}") from exc
+            for shard in sorted(shards):
+                self._writers.fence(shard)
+            history = self._history(now_ms)
+        except BaseException:
+            self.give_up(shards)  # none is led until all are taken over: no writer stays
+            raise
+        settings = self._settings
         ours = history.of(lambda query_id: shard_of(query_id, self.shards) in shards)
         recovered = recover(ours, now_ms, issuer=settings.issuer,
                             cooldown_s=settings.policy.cooldown_s,
@@ -107,6 +137,15 @@ class KafkaLeadership:
         return replace(recovered, remembered={
             query_id: remembered for query_id, remembered in self._recorded(now_ms).items()
             if shard_of(query_id, self.shards) in shards})
+
+    def _history(self, now_ms: int) -> History:
+        settings = self._settings
+        span_ms = int(history_span_s(ack_timeout_s=settings.ack_timeout_s,
+                                     cooldown_s=settings.policy.cooldown_s) * 1000)
+        try:
+            return read_history(settings.kafka, now_ms - span_ms, self._on_error)
+        except KafkaSetupError as exc:
+            raise TemporaryError(f"cannot read what earlier leaders did: {exc}") from exc
 
     def _recorded(self, now_ms: int) -> dict[str, Remembered]:
         """What the decision log's last `scaling_history_s` says of each query's model; a

@@ -270,8 +270,9 @@ class ControlLoop:
             else:
                 verdicts[query_id] = found
         states = {q: self.queries.of(q).state for q in (*ready, *context)}
-        planned = plan(context | ready, states, now_ms, self.settings.policy)
-        verdicts |= {q: planned[q] for q in ready}
+        verdicts |= plan(context | ready, states, now_ms, self.settings.policy,
+                         followed={q for q in (*ready, *context) if not self.leads(q)},
+                         context=context.keys())
         for query_id, model in ready.items():
             self.ports.observer.modelled(model, _desired(model, verdicts[query_id],
                                                          self.queries[query_id].state))

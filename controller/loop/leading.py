@@ -48,7 +48,7 @@ class Lead:
 
     def announce(self, now_ms: int) -> None:
         """Say at start how many shards this instance leads (once)."""
-        self._observer.leadership(self._instance_id, len(self.held), now_ms)
+        self._observer.leadership(self._instance_id, len(self.held), self._shards, now_ms)
 
     def this_cycle(self, now_ms: int, memory: Memory, standbys: Standbys) -> None:
         """Hand over the shards taken from this instance since the last cycle, take over the
@@ -86,11 +86,11 @@ class Lead:
             log.info("resuming %s", line)
         led = describe(self.held, self._shards)
         log.info("leading %s from now on (instance %s)", led, self._instance_id)
-        self._observer.leadership(self._instance_id, len(self.held), now_ms)
+        self._observer.leadership(self._instance_id, len(self.held), self._shards, now_ms)
         self._actuator.write(report.takeover_record(
             self._instance_id, decision_id=self._new_id(), now_ms=now_ms,
-            resumed=recovered.summary, led=describe(gained, self._shards), shards=len(gained)))
-        standbys.recount_from_last_standbys()
+            resumed=recovered.summary, gained=gained, shards=self._shards))
+        standbys.recount_from_last_standbys(lambda q: shard_of(q, self._shards) in gained)
 
     def _hand_over(self, lost: frozenset[int], now_ms: int, memory: Memory) -> None:
         """Stop writing for `lost` at once: what this instance did there is the next
@@ -101,7 +101,7 @@ class Lead:
         for query_id, query in memory.items():
             if shard_of(query_id, self._shards) in lost:
                 query.state = following(query.state)
-        self._observer.leadership(self._instance_id, len(self.held), now_ms)
+        self._observer.leadership(self._instance_id, len(self.held), self._shards, now_ms)
         if self._leadership is not None:
             self._leadership.give_up(lost)
 
@@ -112,6 +112,6 @@ class Lead:
         self.held = frozenset()
         for query in memory.values():
             query.state = following(query.state)
-        self._observer.leadership(self._instance_id, 0, now_ms)
+        self._observer.leadership(self._instance_id, 0, self._shards, now_ms)
         if self._leadership is not None:
             self._leadership.release()

@@ -143,9 +143,9 @@ class LoopObserver(Protocol):
     def probe_failed(self) -> None:
         """An end-offset probe of the broker failed."""
         ...
-    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
-        """The number of shards this instance leads changed (and once at start); 0: it
-        leads none."""
+    def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
+        """The number of shards this instance leads, of `shards`, changed (and once at
+        start); 0: it leads none."""
         ...
 
 
@@ -186,7 +186,7 @@ class NullObserver:
     def probe_failed(self) -> None:
         pass
 
-    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
+    def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
         pass
 
 
@@ -245,9 +245,9 @@ class Observers:
         for o in self._observers:
             o.probe_failed()
 
-    def leadership(self, instance_id: str, shards: int, since_ms: int) -> None:
+    def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
         for o in self._observers:
-            o.leadership(instance_id, shards, since_ms)
+            o.leadership(instance_id, led, shards, since_ms)
 
 
 class SystemClock:

@@ -231,7 +231,7 @@ def test_prometheus_loads_the_alert_rules_and_they_name_exported_metrics() -> No
             assert names and names <= exported, f"{rule['alert']}: {names - exported} not exported"
 
 
-def test_the_alerts_fire_on_a_controller_too_far_behind_and_on_a_lost_query(
+def test_the_alerts_fire_on_a_controller_too_far_behind_a_lost_query_and_an_unled_shard(
         tmp_path: Path) -> None:
     """promtool's rule tests on synthetic series: which alert fires when, by the rules' `for`,
     and what its annotations then read."""
@@ -251,6 +251,8 @@ def test_the_alerts_fire_on_a_controller_too_far_behind_and_on_a_lost_query(
                 {"series": 'streamctl_controller_judging{instance="c1"}', "values": "1 1 0x8"},
                 {"series": 'streamctl_lost_queries{instance="c1"}', "values": "0x3 2x8"},
                 {"series": 'streamctl_controller_leader{instance="c1"}', "values": "1x11"},
+                {"series": 'streamctl_controller_shards_led{instance="c1"}', "values": "4x3 3x8"},
+                {"series": 'streamctl_controller_shards{instance="c1"}', "values": "4x11"},
             ],
             "alert_rule_test": [
                 {"eval_time": "30s", "alertname": "StreamctlControllerNotJudging",
@@ -266,6 +268,11 @@ def test_the_alerts_fire_on_a_controller_too_far_behind_and_on_a_lost_query(
                                                                 "2")}]},
                 {"eval_time": "2m", "alertname": "StreamctlNoControllerLeads",
                  "exp_alerts": []},
+                {"eval_time": "75s", "alertname": "StreamctlShardUnled", "exp_alerts": []},
+                {"eval_time": "2m", "alertname": "StreamctlShardUnled",
+                 "exp_alerts": [{"exp_labels": {"severity": "critical"},
+                                 "exp_annotations": annotations("StreamctlShardUnled", "",
+                                                                "1")}]},
             ],
         }],
     }

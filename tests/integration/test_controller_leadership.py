@@ -7,17 +7,17 @@ recorded overload to the metrics topic; tests/e2e runs the takeover with a real 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 
+from controller.core.shards import leaders
 from controller.kafka.clients import KafkaWriter, ShardWriters
-from controller.kafka.lease import KafkaLeadership
+from controller.kafka.lease import KafkaLeadership, ShardCountChanged
 from controller.loop.ports import Fenced
 from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Decision, Outcome, TaskMetrics, codec_for
@@ -102,6 +102,26 @@ def test_two_instances_divide_four_shards_and_one_gets_all_when_the_other_leaves
     finally:
         for lease in (a, b):
             lease.close()
+
+
+def test_an_instance_stops_writing_and_exits_when_the_lease_topic_gains_a_partition(
+        kafka_harness: KafkaHarness, new_topic: Callable[..., str]) -> None:  # noqa: F811
+    settings = kafka_harness.settings = replace(kafka_harness.settings,
+                                                lease_topic=new_topic(2))
+    lease = leadership(kafka_harness, "a")
+    try:
+        until(lambda: lease.held() == {0, 1}, 30, "a to hold both shards", 0.1)
+        lease.take_over(frozenset({0, 1}), int(time.time() * 1000))
+        lease.writers.write_for("q1", (settings.decisions_topic, "q1", b"while it leads"))
+        admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+        admin.create_partitions([NewPartitions(settings.lease_topic, 3)])[
+            settings.lease_topic].result(timeout=30)
+        with pytest.raises(ShardCountChanged, match="now has 3 partitions, 2 when"):
+            until(lambda: not lease.held(), 30, "a to see the third partition", 0.2)
+        with pytest.raises(Fenced):
+            lease.writers.write_for("q1", (settings.decisions_topic, "q1", b"after"))
+    finally:
+        lease.close()
 
 
 def test_a_shard_taken_over_fences_its_old_writer_and_no_other_shard(
@@ -201,16 +221,7 @@ def test_a_killed_leader_is_replaced_by_the_follower_and_the_new_one_acts(
 
 def shard_leaders(harness: KafkaHarness) -> dict[int, str]:
     """Each shard's leader by the takeover records (the newest naming a shard wins)."""
-    leaders: dict[int, str] = {}
-    for record in takeovers(harness):
-        found = re.search(r"leads (?:all queries|all (\d+) shards|shards? ([\d, ]+) of \d+)",
-                          record.reason)
-        assert found is not None, record.reason
-        every, listed = found.groups()
-        shards = ([int(s) for s in listed.split(", ")] if listed
-                  else range(int(every) if every else 1))
-        leaders |= dict.fromkeys(shards, record.target_value)
-    return leaders
+    return leaders(takeovers(harness))[0]
 
 
 def test_three_instances_share_the_queries_and_a_killed_ones_shards_pass_to_the_others(
@@ -287,10 +298,12 @@ def test_a_frozen_leader_is_deposed_and_gets_nothing_applied_when_it_wakes(
         until(lambda: {t.query_id for t in controls(kafka_harness)} == set(queries), 60,
               "the new leader's scale-ups", 0.5)
     finally:
+        stepped_down = first.log_tail(400).count("no longer leading")
         first.resume()
-    # It logs that after any write it tried, and closes its producer with it: nothing of its
-    # can be committed from then on.
-    until(lambda: "no longer leading" in first.log_tail(200), 30,
+    # Once awake it learns it leads nothing, or tries a write, is fenced and steps down: it
+    # logs that after any write it tried, and closes its producers with it, so nothing of
+    # its can be committed from then on.
+    until(lambda: first.log_tail(400).count("no longer leading") > stepped_down, 30,
           "the woken zombie to step down", 0.2)
     scale_ups = controls(kafka_harness)  # c2's; none of c1's got through
     assert sorted(t.query_id for t in scale_ups) == queries

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from controller.explain.report import takeover_record
 from schemas import Role, SourcePartition, TaskMetrics
 from schemas.records import TAKEOVER, Ack, ControlTuple, Decision, Outcome
 from streamctl.board import SETTLE_MS, Board, Selection, decision_lines, status_table
@@ -131,6 +132,17 @@ def test_the_first_line_names_the_leading_controller_and_counts_takeovers() -> N
     assert lines[0] == "controller: c-2 leads, since 10s ago (2 takeovers in the period read)"
     assert not any(line.startswith(" ") and "leads from now on" in line for line in lines)
     assert set(board.queries) == {"q"}  # a takeover is no query's decision
+
+
+def test_the_first_line_names_each_instances_shards_when_they_divide_the_queries() -> None:
+    board = Board()
+    for instance, shards, at_ms in (("c-1", (0, 1, 2, 3), T0), ("c-2", (1, 3), T0 + 10_000),
+                                    ("c-1", (3,), T0 + 30_000)):
+        board.add(takeover_record(instance, decision_id=f"t-{at_ms}", now_ms=at_ms,
+                                  resumed=(), gained=shards, shards=4))
+    [line] = status_table(board, now_ms=T0 + 40_000)[:1]
+    assert line == ("controller: c-1 shards 0, 2, 3 of 4; c-2 shard 1 of 4; the last takeover "
+                    "10s ago (3 takeovers in the period read)")
 
 
 def test_decision_lines_say_whether_it_was_sent_and_what_the_job_answered() -> None:

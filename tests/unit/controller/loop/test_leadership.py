@@ -190,14 +190,15 @@ def test_prometheus_counts_each_takeover_and_shows_who_leads_how_many_shards_sin
     metrics = ControllerMetrics(new_registry())
     for shards, at_ms in ((0, 1_000), (1, 2_000), (0, 3_000), (2, 4_000), (1, 5_000),
                           (3, 6_000)):
-        metrics.leadership("c1", shards, at_ms)
+        metrics.leadership("c1", shards, 4, at_ms)
     value = metrics.registry.get_sample_value
     assert value("streamctl_controller_takeovers_total", {"instance": "c1"}) == 3
     assert value("streamctl_controller_leader", {"instance": "c1"}) == 1
     assert value("streamctl_controller_shards_led", {"instance": "c1"}) == 3
-    # leading throughout since 4 s: giving a shard up or taking one more is no new start
-    assert value("streamctl_controller_leader_since_timestamp_seconds", {"instance": "c1"}) == 4
-    metrics.leadership("c2", 0, 1_000)  # a follower from the start: a series at 0
+    assert value("streamctl_controller_shards", {"instance": "c1"}) == 4
+    # the last takeover, of a shard more (giving one up is none)
+    assert value("streamctl_controller_leader_since_timestamp_seconds", {"instance": "c1"}) == 6
+    metrics.leadership("c2", 0, 4, 1_000)  # a follower from the start: a series at 0
     assert value("streamctl_controller_takeovers_total", {"instance": "c2"}) == 0
 
 
@@ -289,7 +290,8 @@ def test_a_shard_that_passes_to_another_instance_is_resumed_there_not_decided_tw
     assert not b.leading
 
 
-def test_an_instance_that_wakes_believing_it_holds_a_lost_shard_is_fenced_for_it() -> None:
+def test_an_instance_that_wakes_believing_it_holds_a_lost_shard_gets_no_tuple_through_for_it(
+) -> None:
     bus, clock, lease, a, b = sharded()
     lease.holder = "a"  # a alone at first: it leads both shards
     cycles(a, b, count=1)
@@ -298,9 +300,11 @@ def test_an_instance_that_wakes_believing_it_holds_a_lost_shard_is_fenced_for_it
     cycles(b, count=1)
     overload_all(bus, clock)
     cycles(b, count=1)
-    cycles(a, count=1)  # decides all six; its writes for shard 1 are refused
-    assert not a.leading and leadership_of(a).releases == 1
-    assert scaled(bus) == sorted((*SHARD_0, *SHARD_1))  # each query once: none of a's twice
+    cycles(a, count=1)  # decides all six; its first write for shard 1 is refused
+    assert not a.leading and leadership_of(a).releases == 1  # fenced: it stepped down
+    sent = scaled(bus)
+    assert [q for q in sent if q in SHARD_1] == list(SHARD_1)  # b's, once each
+    assert len(sent) == len(set(sent))  # none of a's twice
     assert all(b.queries[q].state.in_flight for q in SHARD_1)
 
 
@@ -333,3 +337,16 @@ def test_a_follower_models_a_query_it_does_not_lead_once_per_follow_interval() -
     follow_s = b.settings.follow_interval_s
     assert 40 / follow_s - 2 <= followed <= 40 / follow_s + 1
     assert led > 5 * followed
+
+
+def test_taking_one_more_shard_over_restates_no_advice_for_the_shards_already_led() -> None:
+    bus, clock, lease, a, _ = sharded()
+    lease.holders = {0: "a", 1: None}
+    bus.publish_metrics(beat("s1", clock.ms))  # q1 (shard 0) has a standby
+    cycles(a, count=1)
+    clock.advance(60)  # it falls silent: a, leading shard 0, asks for one
+    cycles(a, count=1)
+    lease.holders[1] = "a"  # then a is given shard 1 too
+    cycles(a, count=2)
+    [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
+    assert advice.query_id == "q1"
