@@ -118,6 +118,19 @@ def test_prometheus_scrapes_every_target_up(compose_stack: Compose) -> None:
     assert ("streamctl-job", "job-standby:9301") in jobs, jobs
 
 
+def test_the_two_controller_instances_divide_the_four_shards_of_the_queries(
+        compose_stack: Compose) -> None:
+    """The topics service made the lease topic with four partitions; each instance leads
+    some of them, and together all four."""
+    def divided() -> list[float] | None:
+        result = api("http://127.0.0.1:9090", "/api/v1/query",
+                     query="streamctl_controller_shards_led")["data"]["result"]
+        led = sorted(float(r["value"][1]) for r in result)
+        return led if len(led) == 2 and led[0] > 0 and sum(led) == 4 else None
+
+    until(divided, 120, "both controller instances leading shards, four in all", 2)
+
+
 def test_a_load_step_is_met_by_the_controller_scaling_the_job_on_the_cluster(
         compose_stack: Compose, watch: Watch, ledger: Ledger, measured: float,
         timings: Timings) -> None:
