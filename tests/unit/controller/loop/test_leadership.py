@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from controller.core.model import QueryModel
 from controller.core.recovery import following, resumed
+from controller.core.shards import follow_slot
 from controller.core.state import ControlState, Ineffective
 from controller.explain.prom import ControllerMetrics, new_registry
 from controller.loop.cycle import ControlLoop, Ports
@@ -309,24 +310,25 @@ def test_an_instance_that_wakes_believing_it_holds_a_lost_shard_gets_no_tuple_th
 
 
 class Modelled(Decided):
-    """Counts the models an instance makes of each query."""
+    """When (on the fake clock) an instance modelled each query."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__()
-        self.models: dict[str, int] = {}
+        self._clock = clock
+        self.models: dict[str, list[int]] = {}
 
     def modelled(self, model: QueryModel, desired: int | None) -> None:
-        self.models[model.query_id] = self.models.get(model.query_id, 0) + 1
+        self.models.setdefault(model.query_id, []).append(self._clock.ms)
 
 
-def test_a_follower_models_a_query_it_does_not_lead_once_per_follow_interval() -> None:
+def test_a_follower_models_a_query_it_does_not_lead_once_per_follow_slot() -> None:
     bus, clock, _, a, b = sharded()
-    a.ports.observer, b.ports.observer = Modelled(), Modelled()
+    a.ports.observer, b.ports.observer = Modelled(clock), Modelled(clock)
     steady = Job(rates=[(0, 200)], per_unit=210, parallelism=2)  # within capacity
     trace = simulate(steady, 60)
     clock.ms = trace[0].batch_end_ms
     published = 0
-    for _ in range(80):  # 40 s of cycles at the default cadence, metrics as they come
+    for _ in range(80):  # cycles at the default cadence, metrics as they come
         ready = [s for s in trace[published:] if s.batch_end_ms <= clock.ms]
         bus.publish_metrics(*ready)
         published += len(ready)
@@ -334,9 +336,13 @@ def test_a_follower_models_a_query_it_does_not_lead_once_per_follow_interval() -
         clock.advance(0.5)
     assert isinstance(a.ports.observer, Modelled) and isinstance(b.ports.observer, Modelled)
     led, followed = a.ports.observer.models["q1"], b.ports.observer.models["q1"]
-    follow_s = b.settings.follow_interval_s
-    assert 40 / follow_s - 2 <= followed <= 40 / follow_s + 1
-    assert led > 5 * followed
+    interval_ms = int(b.settings.follow_interval_s * 1000)
+    slots = [follow_slot("q1", at_ms, interval_ms) for at_ms in followed]
+    # b models q1 once in every slot from its first model on, never twice in one
+    assert slots == list(range(slots[0], slots[0] + len(slots)))
+    assert slots[-1] == follow_slot("q1", led[-1], interval_ms)
+    # a, its leader, models it in every cycle from its first model on
+    assert led == list(range(led[0], led[-1] + 1, 500))
 
 
 def test_taking_one_more_shard_over_restates_no_advice_for_the_shards_already_led() -> None:
