@@ -4,7 +4,8 @@
 settle → decide → act, with its observers as `controller run` has them: Prometheus and the
 live page's timeline) over the in-memory ports and a fake clock, for N queries of P input
 partitions each: every query publishes one batch a second (a 1 s trigger) at a steady load it
-keeps up with, and the broker's end offsets answer every probe.
+keeps up with, and the broker's end offsets, which grow with every record, answer every
+probe.
 The clock steps by the default cycle (0.5 s), so each step is one cycle at the default cadence
 and the figures are the controller's own work, whatever the machine does around it:
 
@@ -77,6 +78,7 @@ class SyntheticFleet:
     def __init__(self, fleet: Fleet, bus: MemoryBus, offsets: MemoryEndOffsets,
                  start_ms: int) -> None:
         self._fleet, self._bus, self._offsets = fleet, bus, offsets
+        self._start_ms = start_ms
         self._next_end_ms = start_ms + TRIGGER_MS
         self._batch = 0
         self.bytes_published = 0
@@ -93,6 +95,12 @@ class SyntheticFleet:
             self._publish_batch(self._next_end_ms)
             self._next_end_ms += TRIGGER_MS
             self._batch += 1
+        # The records arrive steadily, not once a batch: every probe sees them grow.
+        per_batch = RATE_PER_PARTITION * TRIGGER_MS // 1000
+        arrived = int(per_batch * ((now_ms - self._start_ms) / TRIGGER_MS + 1))
+        for q in range(self._fleet.queries):
+            for p in range(self._fleet.partitions):
+                self._offsets.ends[(f"in-{q}", p)] = arrived + self._arrived_extra
 
     def _publish_batch(self, end_ms: int) -> None:
         codec = codec_for(TaskMetrics)
@@ -117,8 +125,6 @@ class SyntheticFleet:
             payload = codec.encode(sample)
             self.bytes_published += len(payload)
             self._bus.metrics.append(payload)
-            for p in range(self._fleet.partitions):
-                self._offsets.ends[(topic, p)] = latest
 
 
 @dataclass(frozen=True)

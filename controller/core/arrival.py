@@ -35,9 +35,10 @@ newest `arrival_window_s`, as before change points.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import pairwise
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from itertools import accumulate
 
 from controller.core.memo import Memo
 from controller.settings import ModelSettings
@@ -53,10 +54,11 @@ class Interval:
     start_ms: int
     end_ms: int
     records: int
+    rate: float = field(init=False, repr=False, compare=False)
+    """Records/s; computed once, as every estimate over the window reads it again."""
 
-    @property
-    def rate(self) -> float:
-        return self.records * 1000 / (self.end_ms - self.start_ms)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate", self.records * 1000 / (self.end_ms - self.start_ms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +89,7 @@ def intervals(samples: Sequence[TaskMetrics], memo: Memo | None = None) -> list[
     not fake a burst. A shrinking offset (topic recreated) counts as no growth. `memo` keeps
     each pair's interval while both samples stay in the window.
     """
-    memo = memo or Memo()
-    found = (memo.apply(_interval, before, after) for before, after in pairwise(samples))
-    return [i for i in found if i is not None]
+    return [i for i in (memo or Memo()).pairs(_interval, samples) if i is not None]
 
 
 def _interval(before: TaskMetrics, after: TaskMetrics) -> Interval | None:
@@ -104,10 +104,41 @@ def _interval(before: TaskMetrics, after: TaskMetrics) -> Interval | None:
 def level(segment: Sequence[Interval], span_s: float) -> float:
     """Growth rate over the segment's intervals that start within `span_s` of its newest end
     (at least the newest interval)."""
-    horizon = segment[-1].end_ms - span_s * 1000
-    recent = [i for i in segment if i.start_ms >= horizon] or [segment[-1]]
-    elapsed = sum(i.end_ms - i.start_ms for i in recent)
-    return sum(i.records for i in recent) * 1000 / elapsed
+    return Level(segment, span_s).rate
+
+
+class Level:
+    """`level` of a segment that grows at its end, kept up to date per interval added: the
+    intervals within `span_s` of the newest end are a suffix (intervals come oldest first), so
+    each interval joins the sums once and leaves them once, and a scan over a window of
+    intervals costs O(window), not O(window²)."""
+
+    def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
+        self.segment: list[Interval] = []
+        self._span_s = span_s
+        self._oldest = 0
+        """Index of the oldest interval within the span."""
+        self._records = self._elapsed_ms = 0
+        for interval in segment:
+            self.append(interval)
+
+    def append(self, interval: Interval) -> None:
+        self.segment.append(interval)
+        self._records += interval.records
+        self._elapsed_ms += interval.end_ms - interval.start_ms
+        horizon = interval.end_ms - self._span_s * 1000
+        segment = self.segment
+        while self._oldest < len(segment) and segment[self._oldest].start_ms < horizon:
+            left = segment[self._oldest]
+            self._records -= left.records
+            self._elapsed_ms -= left.end_ms - left.start_ms
+            self._oldest += 1
+
+    @property
+    def rate(self) -> float:
+        if self._oldest == len(self.segment):
+            return self.segment[-1].rate
+        return self._records * 1000 / self._elapsed_ms
 
 
 def departure(rate: float, level_rate: float, ratio: float) -> int:
@@ -128,12 +159,14 @@ def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstim
                   - settings.arrival_window_s * 1000]
         return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
                                          else found[-BURSTY_AT_LEAST:]), found[0].start_ms)
-    segment: list[Interval] = [found[0]]
+    segment = Level(found[:1], settings.arrival_window_s)
+    before = _MeanRates(found)
     run: list[Interval] = []
     direction = 0
-    for index, interval in enumerate(found[1:], start=1):
-        way = departure(interval.rate, level(segment, settings.arrival_window_s),
-                        settings.level_shift_ratio)
+    ratio = settings.level_shift_ratio
+    for index in range(1, len(found)):
+        interval = found[index]
+        way = departure(interval.rate, segment.rate, ratio)
         if way == 0:
             segment.append(interval)
             run, direction = [], 0  # a candidate shift that did not last: a transient
@@ -141,13 +174,30 @@ def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstim
         if way != direction:
             run, direction = [], way
         run.append(interval)
-        history = found[:index + 1 - len(run)]
-        tail = confirmed_tail(run, history, direction, settings)
+        tail = confirmed_tail(run, partial(before.of_first, index + 1 - len(run)), direction,
+                              settings)
         if tail:
-            segment, run, direction = tail, [], 0
+            segment, run, direction = Level(tail, settings.arrival_window_s), [], 0
     pending = run[-1].rate if run else None
-    return ArrivalEstimate(level(segment, settings.arrival_window_s), segment[0].start_ms,
-                           pending, ramp(found, settings))
+    return ArrivalEstimate(segment.rate, segment.segment[0].start_ms, pending,
+                           ramp(found, settings))
+
+
+class _MeanRates:
+    """`mean_rate` of any prefix of `found`, from running sums made on the first question
+    (a steady load asks none): O(1) each."""
+
+    def __init__(self, found: Sequence[Interval]) -> None:
+        self._found = found
+        self._sums: tuple[list[int], list[int]] | None = None
+
+    def of_first(self, count: int) -> float:
+        if self._sums is None:
+            self._sums = (list(accumulate((i.records for i in self._found), initial=0)),
+                          list(accumulate((i.end_ms - i.start_ms for i in self._found),
+                                          initial=0)))
+        records, elapsed_ms = self._sums
+        return records[count] * 1000 / elapsed_ms[count]
 
 
 RAMP_AT_LEAST = 6
@@ -169,10 +219,41 @@ def ramp(found: Sequence[Interval], settings: ModelSettings) -> float:
     newest_end, window_s = found[-1].end_ms, min(settings.ramp_window_s, settings.window_s)
     recent = [i for i in found if i.start_ms >= newest_end - window_s * 1000]
     shortest_ms = window_s * 500
+    ratio = settings.level_shift_ratio
+    may_rise = _may_rise(recent, ratio)
     fits = [fit for first in range(len(recent) - RAMP_AT_LEAST + 1)
-            if newest_end - recent[first].start_ms >= shortest_ms
-            and (fit := _ramp_fit(recent[first:], settings.level_shift_ratio)) is not None]
+            if newest_end - recent[first].start_ms >= shortest_ms and may_rise[first]
+            and (fit := _ramp_fit(recent[first:], ratio)) is not None]
     return min(fits)[1] if fits else 0.0
+
+
+_ROUNDING = 1e-6
+"""Relative slack of `_may_rise`'s running sums: far above their rounding error, so a span it
+rules out is one `_ramp_fit` would rule out too."""
+
+
+def _may_rise(span: Sequence[Interval], shift_ratio: float) -> list[bool]:
+    """For each start of a newest span of `span`: False when its line cannot rise by
+    `shift_ratio` − 1 of its mean (`_ramp_fit`'s first test), from running sums over the
+    suffixes, O(len(span)); a flat load then costs no fit at all (one fit per start is
+    O(len(span)²))."""
+    found = [False] * len(span)
+    if not span:
+        return found
+    origin = (span[-1].start_ms + span[-1].end_ms) / 2000  # centred: sums of squares stay exact
+    n = sx = sy = sxx = sxy = 0.0
+    for first in range(len(span) - 1, -1, -1):
+        interval = span[first]
+        x, y = (interval.start_ms + interval.end_ms) / 2000 - origin, interval.rate
+        n, sx, sy, sxx, sxy = n + 1, sx + x, sy + y, sxx + x * x, sxy + x * y
+        spread = n * sxx - sx * sx
+        if spread <= 0:
+            found[first] = True
+            continue
+        rise = (n * sxy - sx * sy) / spread * -x
+        needed = (shift_ratio - 1) * sy / n
+        found[first] = rise >= needed - _ROUNDING * (abs(rise) + abs(needed) + 1)
+    return found
 
 
 def _ramp_fit(span: Sequence[Interval], shift_ratio: float) -> tuple[float, float] | None:
@@ -240,9 +321,10 @@ def bursty(found: Sequence[Interval], ratio: float) -> bool:
     return reversals >= BURSTY_REVERSALS
 
 
-def confirmed_tail(run: Sequence[Interval], history: Sequence[Interval], direction: int,
+def confirmed_tail(run: Sequence[Interval], history_rate: Callable[[], float], direction: int,
                    settings: ModelSettings) -> list[Interval]:
     """The new segment when `run` confirms a shift, else [] (module docstring).
+    `history_rate()`: the `mean_rate` of the window's intervals before the run.
 
     Confirmed: at least `level_confirm_intervals` of its newest intervals agree with each
     other (a burst that is ending falls back and disagrees) and have lasted `level_confirm_s`
@@ -258,7 +340,7 @@ def confirmed_tail(run: Sequence[Interval], history: Sequence[Interval], directi
         return []
     if tail[-1].end_ms - tail[0].start_ms >= settings.arrival_window_s * 1000:
         return tail
-    shifted = departure(mean_rate(tail), mean_rate(history), settings.level_shift_ratio)
+    shifted = departure(mean_rate(tail), history_rate(), settings.level_shift_ratio)
     return tail if shifted == direction else []
 
 

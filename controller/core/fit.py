@@ -37,7 +37,7 @@ _MIN_USEFUL_SHARE = 0.1
 class BatchPoint:
     rows: int
     units: float
-    """Units that worked in parallel (`model.batch_concurrency`)."""
+    """Units that worked in parallel (`batches.batch_concurrency`)."""
     busy_s: float
 
     @property

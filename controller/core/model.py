@@ -14,23 +14,23 @@ the job names (`knobs`: input parallelism or state partitions) as far as it can 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
-from itertools import pairwise
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.core import parallelism, probes
-from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals, known_offsets
+from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals
+from controller.core.batches import Batches, SampleKey, lag_records, rate_points, summarise
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
 from controller.core.scaling import LINEAR, Scalability, learned, remember
 from controller.core.season import Forecast
-from controller.core.shedding import NO_SHEDDING, Shedding, observed_shedding
+from controller.core.shedding import NO_SHEDDING, Shedding
 from controller.core.sizing import capacity, drain_time_s
 from controller.settings import ModelSettings
-from schemas import SourcePartition, TaskMetrics
+from schemas import TaskMetrics
 from schemas.knobs import INPUT_PARALLELISM
 from schemas.objectives import NONE, Objectives
 
@@ -85,8 +85,8 @@ class QueryModel:
     """Per source partition its share of the arrivals over the newest `arrival_window_s`."""
     task_skew: float = 1.0
     """How much longer the newest batch took than an even split of its records over its
-    units would (units ÷ `batch_concurrency`); it holds while the input parallelism is at most
-    the partition count (one task per partition) and vanishes above it."""
+    units would (units ÷ `batches.batch_concurrency`); it holds while the input parallelism
+    is at most the partition count (one task per partition) and vanishes above it."""
     arrival_pending: float | None = None
     """The newest arrival interval's rate when it departs from λ unconfirmed (`arrival`)."""
     arrival_ramp: float = 0.0
@@ -125,15 +125,17 @@ class QueryModel:
     """How μ falls as units are added (`scaling`): learned from the sizes the query has run,
     the prior before it has run at two."""
 
+    capacity: float = field(init=False, repr=False, compare=False)
+    """Records/s the query processes with its current units running full batches back to
+    back (the per-batch overhead included; `sizing`): `capacity_at(units)`, computed once,
+    as the policy, the topology and the exports read it many times a cycle."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity", self.capacity_at(self.units))
+
     def units_at(self, setting: int) -> int:
         """Units that run at once with the knob at `setting`."""
         return parallelism.units(self.knob, setting, self.source_partitions, self.task_slots)
-
-    @property
-    def capacity(self) -> float:
-        """Records/s the query processes with its current units running full batches back to
-        back (the per-batch overhead included; `sizing`)."""
-        return self.capacity_at(self.units)
 
     def capacity_at(self, units: int, processed: float = 1.0, skewed: bool = True) -> float:
         """Records/s read at `units` when `processed` of them are processed (the rest shed,
@@ -225,43 +227,6 @@ BROKER = "broker"
 RUNNING_BATCH = "running batch"
 """`QueryModel.backlog_seen` when B is measured beyond the running batch's plan."""
 
-SampleKey = tuple[str, int, int]
-"""(instance, batch id, end time of a heartbeat else 0), as `window.sample_key`."""
-
-
-def _key(sample: TaskMetrics) -> SampleKey:
-    return (sample.instance_id, sample.batch_id,
-            sample.batch_end_ms if sample.batch_id < 0 else 0)
-
-
-def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
-                memo: Memo | None = None) -> list[BatchPoint]:
-    """The batches μ and c are estimated from: with rows and busy time, not a warm-up; each
-    with the units that actually worked in parallel (`batch_concurrency`). The rows are those
-    processed: a row load shedding dropped costs next to nothing, and counted it would show
-    capacity for work that is not done."""
-    memo = memo or Memo()
-    return [BatchPoint(s.input_rows - s.rows_shed, memo.apply(batch_concurrency, s),
-                       s.busy_ms / 1000)
-            for s in samples
-            if s.input_rows > s.rows_shed and s.busy_ms > 0 and _key(s) not in warm_up]
-
-
-def batch_concurrency(sample: TaskMetrics) -> float:
-    """Units that worked in parallel on the batch: its units, but with at most one source task
-    per partition (input parallelism ≤ partitions) the batch ends when its largest
-    partition's task does, so Σ rows / largest partition's rows (a hot partition: ~1). Key
-    skew across state partitions would do the same, but no metric shows it (`knobs`)."""
-    units = _units_of(sample)
-    partitions = len({(p.topic, p.partition) for p in sample.partitions})
-    if sample.scaling_parameter != INPUT_PARALLELISM or sample.input_parallelism > partitions:
-        return float(units)
-    read = [p.end_offset - p.start_offset for p in sample.partitions
-            if p.start_offset >= 0 and p.end_offset >= p.start_offset]
-    largest = max(read, default=0)
-    return min(float(units), sum(read) / largest) if largest > 0 else float(units)
-
-
 def rate_per_unit(samples: tuple[TaskMetrics, ...],
                   settings: ModelSettings | None = None) -> float | None:
     """μ from useful time: Σ rows / Σ units × (busy − c), c fitted when the batches allow.
@@ -273,22 +238,7 @@ def rate_per_unit(samples: tuple[TaskMetrics, ...],
     return cost.per_unit if cost is not None else None
 
 
-def _units_of(sample: TaskMetrics) -> int:
-    partitions = len({(p.topic, p.partition) for p in sample.partitions})
-    return parallelism.units(sample.scaling_parameter, parallelism.value(sample), partitions,
-                       sample.task_slots)
-
-
-def lag_records(sample: TaskMetrics) -> int:
-    """Σ (latest − end): what the batch left behind when it was planned (capped batches)."""
-    return sum(
-        max(0, p.latest_offset - p.end_offset)
-        for p in sample.partitions
-        if p.latest_offset >= 0 and p.end_offset >= 0
-    )
-
-
-def backlog_records(sample: TaskMetrics, arrival: float, memo: Memo | None = None) -> float:
+def backlog_records(sample: TaskMetrics, arrival: float, lag: int | None = None) -> float:
     """B after `sample`: its lag plus what arrived while it overran its trigger interval.
 
     The batch planned against `latest_offset` at its start, so records that arrived during its
@@ -297,10 +247,10 @@ def backlog_records(sample: TaskMetrics, arrival: float, memo: Memo | None = Non
     next trigger), so only arrivals beyond the trigger interval are a backlog: a 2 s trigger
     at 600/s is 1 200 records waiting as a matter of course, not an overload. Arrivals since
     the batch ended are ignored: small when batches run back to back (the backlogged case).
+    `lag`: the sample's `lag_records`, when known.
     """
     overrun_s = max(0, sample.busy_ms - sample.trigger_interval_ms) / 1000
-    lag = memo.apply(lag_records, sample) if memo is not None else lag_records(sample)
-    return lag + arrival * overrun_s
+    return (lag_records(sample) if lag is None else lag) + arrival * overrun_s
 
 
 def slope_per_s(points: list[tuple[float, float]]) -> float:
@@ -387,38 +337,36 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
         return NotReady(unsizable)
     if len(samples) < needed:
         return NotReady(f"only {len(samples)} samples, need {needed}")
-    elapsed_ms = samples[-1].batch_end_ms - samples[0].batch_start_ms
-    if elapsed_ms <= 0:
+    if samples[-1].batch_end_ms - samples[0].batch_start_ms <= 0:
         return NotReady("the window's batches span no time")
-    recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
-    from_probes = probes.intervals(probed, set(known_offsets(samples[-1])), memo)
-    arrival = estimate(arrival_intervals(intervals(samples, memo), from_probes), settings)
+    batches = memo.whole(summarise, samples, frozenset(warm_up), remembered.overhead_s,
+                         remembered.batch_cap, settings)
+    from_probes = probes.intervals(probed, batches.known, memo)
+    arrival = estimate(arrival_intervals(list(batches.intervals), from_probes), settings)
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
-    points = rate_points(samples, warm_up, memo)
-    cost = fit_batch_cost(points, settings, remembered.overhead_s)
-    if not any(s.input_rows > 0 for s in samples):
+    cost = batches.cost
+    if not batches.rows_seen:
         cost = idle_cost(arrival, remembered.cost)
         if cost is None:
             return NotReady("no batch with input rows in the window; processing rate unknown")
     if cost is None:
         return NotReady("only the run's first batch (Spark's warm-up) has rows yet; "
                         "processing rate unknown")
-    cap = batch_cap(samples, remembered.batch_cap, memo)
     plan = probes.running_plan(beat, samples)
     running = (None if plan is None else probes.running_backlog(
         probed, plan, arrival.rate, samples[-1].trigger_interval_ms / 1000))
-    found = _build(query_id, samples, recent, elapsed_ms, arrival, cost, len(points), cap,
-                   running, memo)
-    shed = found.shedding
-    found = replace(found, cost_measured_by_running_batch=running_batch_measures_cost(
-        cost, points, plan, settings, 1 - shed.low_priority_share * shed.fraction),
+    shedding: Shedding = batches.figures["shedding"]
+    return _model(query_id, batches, arrival, cost, running, _following_cap(
+        batches.figures, samples[-1], settings, remembered.batch_cap_per_unit),
+        cost_measured_by_running_batch=running_batch_measures_cost(
+            cost, batches.points, plan, settings,
+            1 - shedding.low_priority_share * shedding.fraction),
         scalability=learned(dict(remembered.sizes), settings.scaling_prior_contention),
-        **_following_cap(found, samples[-1], settings, remembered.batch_cap_per_unit))
-    return replace(found, arrival_timed_by=BROKER) if from_probes else found
+        arrival_timed_by=BROKER if from_probes else "batches")
 
 
-def _following_cap(model: QueryModel, newest: TaskMetrics, settings: ModelSettings,
+def _following_cap(figures: Mapping[str, Any], newest: TaskMetrics, settings: ModelSettings,
                    per_unit_before: float) -> dict[str, Any]:
     """`batch_cap_per_unit` and `max_batch_cap` when the cap follows the units: only a cap
     the job reports, with the limit a tuple may raise it to.
@@ -426,12 +374,13 @@ def _following_cap(model: QueryModel, newest: TaskMetrics, settings: ModelSettin
     The records per unit are the cap's over the units, unless the cap in force is what the
     previous ratio gives at these units: then that ratio holds. A cap clipped at the job's
     limit (or rounded) must not lower the ratio for every later size."""
-    if (not settings.batch_cap_follows_units or model.batch_cap_source != "reported"
-            or newest.max_batch_cap <= 0 or model.units <= 0):
+    units, cap = figures["units"], figures["batch_cap"]
+    if (not settings.batch_cap_follows_units or figures["batch_cap_source"] != "reported"
+            or newest.max_batch_cap <= 0 or units <= 0):
         return {}
-    kept = (per_unit_before > 0 and following_cap(per_unit_before, model.units,
-                                                  newest.max_batch_cap) == model.batch_cap)
-    return {"batch_cap_per_unit": per_unit_before if kept else model.batch_cap / model.units,
+    kept = (per_unit_before > 0
+            and following_cap(per_unit_before, units, newest.max_batch_cap) == cap)
+    return {"batch_cap_per_unit": per_unit_before if kept else cap / units,
             "max_batch_cap": newest.max_batch_cap}
 
 
@@ -495,108 +444,26 @@ def samples_needed(samples: tuple[TaskMetrics, ...], settings: ModelSettings) ->
     return max(MIN_TREND_SAMPLES, min(settings.min_samples, fit))
 
 
-def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
-                at_least: int) -> tuple[TaskMetrics, ...]:
-    """The newest samples that started within `span_s` of the newest one, but at least
-    `at_least` of them (an idle query reports only every ~10 s)."""
-    horizon = samples[-1].batch_start_ms - span_s * 1000
-    inside = sum(1 for s in samples if s.batch_start_ms >= horizon)
-    return samples[-max(inside, at_least):]
-
-
-def _build(
-    query_id: str, samples: tuple[TaskMetrics, ...], recent: tuple[TaskMetrics, ...],
-    elapsed_ms: int, found: ArrivalEstimate, cost: BatchCost, rate_samples: int,
-    cap_found: tuple[int, str], running: probes.RunningBacklog | None = None,
-    memo: Memo | None = None,
-) -> QueryModel:
-    memo = memo or Memo()
-    arrival = found.rate
-    newest = samples[-1]
-    partitions = len({(p.topic, p.partition) for p in newest.partitions})
-    units = _units_of(newest)
-    points = [(s.batch_start_ms / 1000, backlog_records(s, arrival, memo)) for s in recent]
+def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchCost,
+           running: probes.RunningBacklog | None, following: Mapping[str, Any],
+           **given: Any) -> QueryModel:
+    """The model from the batches' summary and what came since (the arrival rate, the probe's
+    backlog while a batch runs), built once."""
+    arrival, figures = found.rate, batches.figures
+    points = [(s.batch_start_ms / 1000, backlog_records(s, arrival, lag))
+              for s, lag in zip(batches.recent, batches.recent_lags, strict=True)]
     if running is not None:  # seconds newer than the newest batch's own figure
         points.append((running.at_ms / 1000, running.records))
     backlog = points[-1][1]
-    trend = slope_per_s(points)
-    cap, cap_source = cap_found
-    worked = [s for s in samples if s.input_rows > 0]
-    skew = units / memo.apply(batch_concurrency, worked[-1]) if worked else 1.0
-    rows = sum(s.input_rows for s in samples)
-    recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
+    units, partitions = figures["units"], figures["source_partitions"]
     return QueryModel(
-        query_id=query_id, samples=len(samples), config_epoch=newest.config_epoch,
-        arrival_rate=arrival, throughput=rows * 1000 / elapsed_ms,
-        busy_ratio=min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
-        rate_per_unit=cost.per_unit, parallelism=parallelism.value(newest), units=units,
-        source_partitions=partitions, task_slots=newest.task_slots,
-        backlog_records=backlog, backlog_trend_records_per_s=trend,
+        query_id=query_id, **figures, **following, **given, arrival_rate=arrival,
+        rate_per_unit=cost.per_unit, backlog_records=backlog,
+        backlog_trend_records_per_s=slope_per_s(points),
         time_to_drain_s=drain_time_s(backlog, capacity(
-            cost.per_unit, units / skew if units <= partitions else units, cost.overhead_s,
-            cap), arrival),
-        batch_overhead_s=cost.overhead_s, overhead_source=cost.source, batch_cap=cap,
-        batch_cap_source=cap_source, rate_samples=rate_samples,
-        recent_throughput=(sum(s.input_rows for s in recent) * 1000 / recent_ms
-                           if recent_ms > 0 else 0.0),
-        selectivity=sum(s.output_rows for s in samples) / rows if rows > 0 else 1.0,
-        trigger_interval_s=newest.trigger_interval_ms / 1000,
-        source_topics=newest.source_topics, sink_topics=newest.sink_topics,
-        partition_lag_shares=_shares(
-            {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
-             if p.latest_offset >= 0 and p.end_offset >= 0}),
-        partition_arrival_shares=_shares(partition_arrivals(recent, memo)),
-        task_skew=skew, arrival_pending=found.pending_rate,
-        arrival_ramp=found.ramp_per_s, knob=newest.scaling_parameter,
-        job_max=parallelism.job_max(newest), executor_cores=newest.executor_cores,
-        max_executors=newest.max_executors,
-        objectives=Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms),
-        shedding=observed_shedding(recent),
-        backlog_seen=RUNNING_BATCH if running is not None else "batches",
-    )
-
-
-def batch_cap(samples: tuple[TaskMetrics, ...], remembered: int = 0,
-              memo: Memo | None = None) -> tuple[int, str]:
-    """N and where it came from. Without a reported cap, a batch that left records behind
-    was cut by the cap, so the largest such batch is N (Spark prorates the cap over the
-    partitions and rounds down, so it may read a record or two short). Without one in the
-    window, the cap last observed for the query (`remembered`) still holds: a job that keeps
-    up never shows its cap, and forgetting it would overstate its capacity."""
-    reported = samples[-1].max_offsets_per_trigger
-    if reported > 0:
-        return reported, "reported"
-    memo = memo or Memo()
-    cut = [s.input_rows for s in samples if s.input_rows > 0 and memo.apply(lag_records, s) > 0]
-    if cut:
-        return max(cut), "observed"
-    return (remembered, "remembered") if remembered > 0 else (0, "unbounded")
-
-
-def partition_arrivals(samples: tuple[TaskMetrics, ...],
-                       memo: Memo | None = None) -> dict[str, int]:
-    """Records that arrived per partition between consecutive samples (as `arrival_rate`)."""
-    memo = memo or Memo()
-    grown: dict[str, int] = {}
-    for before, after in pairwise(samples):
-        for name, records in memo.apply(_partition_growth, before, after):
-            grown[name] = grown.get(name, 0) + records
-    return grown
-
-
-def _partition_growth(before: TaskMetrics, after: TaskMetrics) -> tuple[tuple[str, int], ...]:
-    old, new = known_offsets(before), known_offsets(after)
-    return tuple((_name(new[key]), max(0, new[key].latest_offset - old[key].latest_offset))
-                 for key in old.keys() & new.keys())
-
-
-def _name(partition: SourcePartition) -> str:
-    return f"{partition.topic}/{partition.partition}"
-
-
-def _shares(amounts: dict[str, int]) -> tuple[tuple[str, float], ...]:
-    total = sum(amounts.values())
-    if total <= 0:
-        return ()
-    return tuple(sorted(((k, v / total) for k, v in amounts.items()),
-                        key=lambda kv: (-kv[1], kv[0])))
+            cost.per_unit, units / batches.skew if units <= partitions else units,
+            cost.overhead_s, figures["batch_cap"]), arrival),
+        batch_overhead_s=cost.overhead_s, overhead_source=cost.source,
+        rate_samples=len(batches.points), arrival_pending=found.pending_rate,
+        arrival_ramp=found.ramp_per_s,
+        backlog_seen=RUNNING_BATCH if running is not None else "batches")

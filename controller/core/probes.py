@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from itertools import pairwise
 from types import MappingProxyType
 
 from controller.core.arrival import Interval, PartitionKey
@@ -83,8 +81,9 @@ def covering(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
     """The probes that answered for every one of `keys` (none when `keys` is empty)."""
     if not keys:
         return []
-    memo, asked = memo or Memo(), frozenset(keys)
-    return [p for p in probes if memo.of(("covers", asked), (p,), partial(p.covers, asked))]
+    asked = frozenset(keys)
+    covered = (memo or Memo()).each(lambda p: p.covers(asked), probes, ("covers", asked))
+    return [p for p, covers in zip(probes, covered, strict=True) if covers]
 
 
 def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
@@ -97,8 +96,7 @@ def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
     def grown(before: EndOffsets, after: EndOffsets) -> Interval:
         return Interval(before.at_ms, after.at_ms,
                         sum(max(0, after.offsets[k] - before.offsets[k]) for k in asked))
-    return [memo.of(("grown", asked), (before, after), partial(grown, before, after))
-            for before, after in pairwise(covering(probes, asked, memo))]
+    return memo.pairs(grown, covering(probes, asked, memo), ("grown", asked))
 
 
 @dataclass(frozen=True, slots=True)

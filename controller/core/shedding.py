@@ -6,7 +6,7 @@ rather than fall further behind; the job says which records may go (`Job.low_pri
 the highest share of them that may (its `max_shed_fraction`, f_max). The job reports per
 batch the rows it read, the low-priority ones among them (their share ℓ), the rows shed and
 the fraction f in force; μ is measured on the rows processed, shed rows left out
-(`model.rate_points`).
+(`batches.rate_points`).
 
 With f in force a unit reads μ / (1 − ℓ f) records/s (a shed record costs next to nothing),
 so the query's capacity in records read, per-batch overhead and batch cap included, is

@@ -1,0 +1,208 @@
+"""What a query's window of batches says on its own: no probe, no liveness beat, no arrival rate.
+
+Owns the per-batch figures (`lag_records`, `batch_concurrency`, the rate points μ and c are
+fitted on, the batch cap) and `Batches`, their summary over a window: the figures of the
+`model.QueryModel` that come from the batches alone, and what the model needs of them besides.
+Pure. `model.evaluate` summarises a window through the query's `memo.Memo` (`Memo.whole`), so
+the summary is derived again only when a batch joins or leaves the window — every second or
+two at a 1 s trigger, every minute for an idle query — while the probes, which arrive every
+cycle, are read each cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from controller.core import parallelism
+from controller.core.arrival import Interval, PartitionKey, intervals, known_offsets
+from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
+from controller.core.memo import Memo
+from controller.core.shedding import observed_shedding
+from controller.settings import ModelSettings
+from schemas import SourcePartition, TaskMetrics
+from schemas.knobs import INPUT_PARALLELISM
+from schemas.objectives import Objectives
+
+SampleKey = tuple[str, int, int]
+"""(instance, batch id, end time of a heartbeat else 0), as `window.sample_key`."""
+
+
+def _key(sample: TaskMetrics) -> SampleKey:
+    return (sample.instance_id, sample.batch_id,
+            sample.batch_end_ms if sample.batch_id < 0 else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Batches:
+    """A window of batches, summarised (`summarise`)."""
+
+    recent: tuple[TaskMetrics, ...]
+    """The newest samples within `arrival_window_s` (`newest_span`)."""
+    recent_lags: tuple[int, ...]
+    """`lag_records` of each of `recent`."""
+    intervals: tuple[Interval, ...]
+    """The arrival intervals between consecutive batches (`arrival.intervals`)."""
+    known: frozenset[PartitionKey]
+    """The partitions whose latest offset the newest batch knew: what the probes must cover."""
+    points: tuple[BatchPoint, ...]
+    """What μ and c are fitted on (`rate_points`)."""
+    cost: BatchCost | None
+    """μ and c fitted on `points` (None: no batch with rows)."""
+    rows_seen: bool
+    """Whether any batch in the window read rows."""
+    skew: float
+    """The newest batch with rows: its units over the units that worked in parallel."""
+    figures: Mapping[str, Any]
+    """The `model.QueryModel` fields the batches alone give."""
+
+
+def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
+              remembered_overhead_s: float | None, remembered_cap: int,
+              settings: ModelSettings, *, memo: Memo) -> Batches:
+    """The summary of a window that passed `model.evaluate`'s readiness checks (at least one
+    sample, spanning some time)."""
+    newest = samples[-1]
+    elapsed_ms = newest.batch_end_ms - samples[0].batch_start_ms
+    recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
+    points = rate_points(samples, warm_up, memo)
+    worked = [s for s in samples if s.input_rows > 0][-1:]
+    units = _units_of(newest)
+    skew = units / memo.each(batch_concurrency, worked)[0] if worked else 1.0
+    cap, cap_source = batch_cap(samples, remembered_cap, memo)
+    rows = sum(s.input_rows for s in samples)
+    recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
+    figures = {
+        "samples": len(samples), "config_epoch": newest.config_epoch,
+        "throughput": rows * 1000 / elapsed_ms,
+        "busy_ratio": min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
+        "parallelism": parallelism.value(newest), "units": units,
+        "source_partitions": len({(p.topic, p.partition) for p in newest.partitions}),
+        "task_slots": newest.task_slots, "batch_cap": cap, "batch_cap_source": cap_source,
+        "recent_throughput": (sum(s.input_rows for s in recent) * 1000 / recent_ms
+                              if recent_ms > 0 else 0.0),
+        "selectivity": sum(s.output_rows for s in samples) / rows if rows > 0 else 1.0,
+        "trigger_interval_s": newest.trigger_interval_ms / 1000,
+        "source_topics": newest.source_topics, "sink_topics": newest.sink_topics,
+        "partition_lag_shares": _shares(
+            {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
+             if p.latest_offset >= 0 and p.end_offset >= 0}),
+        "partition_arrival_shares": _shares(partition_arrivals(recent, memo)),
+        "task_skew": skew, "knob": newest.scaling_parameter,
+        "job_max": parallelism.job_max(newest), "executor_cores": newest.executor_cores,
+        "max_executors": newest.max_executors,
+        "objectives": Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms),
+        "shedding": observed_shedding(recent),
+    }
+    return Batches(
+        recent=recent,
+        recent_lags=tuple(memo.each(lag_records, samples)[len(samples) - len(recent):]),
+        intervals=tuple(intervals(samples, memo)), known=frozenset(known_offsets(newest)),
+        points=tuple(points), cost=fit_batch_cost(points, settings, remembered_overhead_s),
+        rows_seen=rows > 0, skew=skew, figures=MappingProxyType(figures))
+
+
+def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
+                memo: Memo | None = None) -> list[BatchPoint]:
+    """The batches μ and c are estimated from: with rows and busy time, not a warm-up; each
+    with the units that actually worked in parallel (`batch_concurrency`). The rows are those
+    processed: a row load shedding dropped costs next to nothing, and counted it would show
+    capacity for work that is not done."""
+    found = (memo or Memo()).each(_rate_point, samples)
+    return [point for s, point in zip(samples, found, strict=True)
+            if point is not None and (not warm_up or _key(s) not in warm_up)]
+
+
+def _rate_point(sample: TaskMetrics) -> BatchPoint | None:
+    if sample.input_rows <= sample.rows_shed or sample.busy_ms <= 0:
+        return None
+    return BatchPoint(sample.input_rows - sample.rows_shed, batch_concurrency(sample),
+                      sample.busy_ms / 1000)
+
+
+def batch_concurrency(sample: TaskMetrics) -> float:
+    """Units that worked in parallel on the batch: its units, but with at most one source task
+    per partition (input parallelism ≤ partitions) the batch ends when its largest
+    partition's task does, so Σ rows / largest partition's rows (a hot partition: ~1). Key
+    skew across state partitions would do the same, but no metric shows it (`knobs`)."""
+    units = _units_of(sample)
+    partitions = len({(p.topic, p.partition) for p in sample.partitions})
+    if sample.scaling_parameter != INPUT_PARALLELISM or sample.input_parallelism > partitions:
+        return float(units)
+    read = [p.end_offset - p.start_offset for p in sample.partitions
+            if p.start_offset >= 0 and p.end_offset >= p.start_offset]
+    largest = max(read, default=0)
+    return min(float(units), sum(read) / largest) if largest > 0 else float(units)
+
+
+def _units_of(sample: TaskMetrics) -> int:
+    partitions = len({(p.topic, p.partition) for p in sample.partitions})
+    return parallelism.units(sample.scaling_parameter, parallelism.value(sample), partitions,
+                             sample.task_slots)
+
+
+def lag_records(sample: TaskMetrics) -> int:
+    """Σ (latest − end): what the batch left behind when it was planned (capped batches)."""
+    return sum(
+        max(0, p.latest_offset - p.end_offset)
+        for p in sample.partitions
+        if p.latest_offset >= 0 and p.end_offset >= 0
+    )
+
+
+def batch_cap(samples: tuple[TaskMetrics, ...], remembered: int = 0,
+              memo: Memo | None = None) -> tuple[int, str]:
+    """N and where it came from. Without a reported cap, a batch that left records behind
+    was cut by the cap, so the largest such batch is N (Spark prorates the cap over the
+    partitions and rounds down, so it may read a record or two short). Without one in the
+    window, the cap last observed for the query (`remembered`) still holds: a job that keeps
+    up never shows its cap, and forgetting it would overstate its capacity."""
+    reported = samples[-1].max_offsets_per_trigger
+    if reported > 0:
+        return reported, "reported"
+    lags = (memo or Memo()).each(lag_records, samples)
+    cut = [s.input_rows for s, lag in zip(samples, lags, strict=True)
+           if s.input_rows > 0 and lag > 0]
+    if cut:
+        return max(cut), "observed"
+    return (remembered, "remembered") if remembered > 0 else (0, "unbounded")
+
+
+def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
+                at_least: int) -> tuple[TaskMetrics, ...]:
+    """The newest samples that started within `span_s` of the newest one, but at least
+    `at_least` of them (an idle query reports only every ~10 s)."""
+    horizon = samples[-1].batch_start_ms - span_s * 1000
+    inside = sum(1 for s in samples if s.batch_start_ms >= horizon)
+    return samples[-max(inside, at_least):]
+
+
+def partition_arrivals(samples: tuple[TaskMetrics, ...],
+                       memo: Memo | None = None) -> dict[str, int]:
+    """Records that arrived per partition between consecutive samples (as
+    `model.arrival_rate`)."""
+    grown: dict[str, int] = {}
+    for pair in (memo or Memo()).pairs(_partition_growth, samples):
+        for name, records in pair:
+            grown[name] = grown.get(name, 0) + records
+    return grown
+
+
+def _partition_growth(before: TaskMetrics, after: TaskMetrics) -> tuple[tuple[str, int], ...]:
+    old, new = known_offsets(before), known_offsets(after)
+    return tuple((_name(new[key]), max(0, new[key].latest_offset - old[key].latest_offset))
+                 for key in old.keys() & new.keys())
+
+
+def _name(partition: SourcePartition) -> str:
+    return f"{partition.topic}/{partition.partition}"
+
+
+def _shares(amounts: dict[str, int]) -> tuple[tuple[str, float], ...]:
+    total = sum(amounts.values())
+    if total <= 0:
+        return ()
+    return tuple(sorted(((k, v / total) for k, v in amounts.items()),
+                        key=lambda kv: (-kv[1], kv[0])))
