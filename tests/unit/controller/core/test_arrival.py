@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.arrival import Interval, estimate, ramp
+from controller.core.arrival import (
+    RAMP_AT_LEAST,
+    Interval,
+    Level,
+    _may_rise,
+    _ramp_fit,
+    estimate,
+    ramp,
+)
 from controller.settings import ModelSettings
 
 SETTINGS = ModelSettings()
@@ -146,3 +154,38 @@ def test_noise_within_the_band_is_averaged_not_followed(noise: list[float],
     estimated = estimate(found, SETTINGS)
     assert estimated is not None
     assert min(seen) <= estimated.rate <= max(seen)
+
+
+@given(st.lists(st.tuples(st.integers(1, 30_000), st.integers(0, 100_000)), min_size=1,
+                max_size=60), st.floats(0.5, 60))
+def test_the_running_level_is_the_level_of_the_segment_as_it_grows(
+        spans: list[tuple[int, int]], span_s: float) -> None:
+    """`Level` keeps `level` up to date per interval added, whatever the intervals' lengths."""
+    segment, start = [], 0
+    for length, records in spans:
+        segment.append(Interval(start, start + length, records))
+        start += length
+    running = Level(segment[:1], span_s)
+    for index in range(1, len(segment)):
+        running.append(segment[index])
+        recent = [i for i in segment[:index + 1] if i.start_ms >= segment[index].end_ms
+                  - span_s * 1000] or [segment[index]]
+        assert running.rate == sum(i.records for i in recent) * 1000 / sum(
+            i.end_ms - i.start_ms for i in recent)
+
+
+@given(st.lists(st.floats(0, 0.01), min_size=RAMP_AT_LEAST, max_size=80),
+       st.floats(1, 1e6), st.floats(-0.2, 0.2), st.sampled_from([200, 500, 1000, 7000]),
+       st.floats(1.01, 2.9))
+def test_a_span_ruled_out_by_the_running_sums_is_no_ramp(
+        noise: list[float], base: float, off_edge: float, every_ms: int, ratio: float) -> None:
+    """The ramp's cheap test never rules out a span the full fit would take: lines that rise
+    by about what a ramp must (`off_edge` of it), with a little noise."""
+    edge = 2 * (ratio - 1) / (3 - ratio)  # the rise over the span, of the first rate
+    climb = edge * (1 + off_edge) / (len(noise) - 1)
+    rates = [base * (1 + climb * k + n) for k, n in enumerate(noise)]
+    span = [Interval(k * every_ms, (k + 1) * every_ms, round(r * every_ms / 1000))
+            for k, r in enumerate(rates)]
+    for first, possible in enumerate(_may_rise(span, ratio)):
+        if not possible and len(span) - first >= RAMP_AT_LEAST:
+            assert _ramp_fit(span[first:], ratio) is None
