@@ -156,8 +156,9 @@ def test_noise_within_the_band_is_averaged_not_followed(noise: list[float],
     assert min(seen) <= estimated.rate <= max(seen)
 
 
-@given(st.lists(st.tuples(st.integers(1, 30_000), st.integers(0, 100_000)), min_size=1,
-                max_size=60), st.floats(0.5, 60))
+@given(st.lists(st.tuples(st.one_of(st.sampled_from([500, 1000]), st.integers(1, 30_000)),
+                          st.integers(0, 100_000)), min_size=1, max_size=60),
+       st.one_of(st.integers(1, 60).map(float), st.floats(0.5, 60)))
 def test_the_running_level_is_the_level_of_the_segment_as_it_grows(
         spans: list[tuple[int, int]], span_s: float) -> None:
     """`Level` keeps `level` up to date per interval added, whatever the intervals' lengths."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -80,4 +81,4 @@ def test_every_value_is_what_the_function_gives_whatever_the_sequence_does(
             sequence = sequence[::-1]
         assert memo.each(f.one, sequence) == [f.one(r) for r in sequence]
         assert memo.pairs(f.two, tuple(sequence)) == [
-            f.two(x, y) for x, y in zip(sequence, sequence[1:], strict=False)]
+            f.two(x, y) for x, y in pairwise(sequence)]
