@@ -66,9 +66,11 @@ class Memo:
         self._used.add(function)
         old, kept = self._kept.get(function, ([], []))
         if kept and kept[0] == given and len(old) == len(records) == _overlap(old, records):
+            self._used |= kept[2]  # what it keeps in this memo lives as long as it does
             return kept[1]
+        used_before = set(self._used)
         found = function(records, *given, memo=self)
-        self._kept[function] = (list(records), [given, found])
+        self._kept[function] = (list(records), [given, found, self._used - used_before])
         return found
 
     def _aligned(self, what: Hashable, records: Sequence[Any], arity: int,

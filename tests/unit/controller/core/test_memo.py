@@ -82,3 +82,16 @@ def test_every_value_is_what_the_function_gives_whatever_the_sequence_does(
         assert memo.each(f.one, sequence) == [f.one(r) for r in sequence]
         assert memo.pairs(f.two, tuple(sequence)) == [
             f.two(x, y) for x, y in pairwise(sequence)]
+
+
+def test_what_a_whole_window_function_keeps_lives_while_its_value_is_reused() -> None:
+    memo, f = Memo(), Counted()
+
+    def total(records: list[Record], *, memo: Memo) -> int:
+        return sum(memo.each(f.one, records))
+
+    records = [Record(n) for n in range(4)]
+    for window in (records[:3], records[:3], records[1:4]):
+        with memo.evaluation():
+            memo.whole(total, window)
+    assert f.calls == 4
