@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from enum import StrEnum
+from itertools import pairwise
 
 from controller.settings import ModelSettings
 from schemas import Role, TaskMetrics
@@ -76,6 +77,8 @@ class QueryWindow:
         """Epochs whose change leaves every sample valid (`carry_to`)."""
         self._started: set[tuple[str, int]] = set()
         self._warm_up: set[tuple[str, int, int]] = set()
+        self._ends_in_order = True
+        """Whether the samples' batch ends rise with their starts, so the oldest end first."""
 
     @property
     def samples(self) -> tuple[TaskMetrics, ...]:
@@ -158,12 +161,26 @@ class QueryWindow:
         a trend, and the query would never be ready to be sized. A query that has stopped
         reporting keeps nothing: its silence is the liveness check's business."""
         horizon = now_ms - self._window_ms
-        if not self._samples or self._samples[0].batch_end_ms >= horizon:
+        samples = self._samples
+        if not samples or samples[0].batch_end_ms >= horizon:
             return
-        inside = [s for s in self._samples if s.batch_end_ms >= horizon]
-        if inside and len(inside) < KEEP_NEWEST:
-            inside = list(self._samples)[-KEEP_NEWEST:]
-        self._replace(inside)
+        if not self._ends_in_order:
+            inside = [s for s in samples if s.batch_end_ms >= horizon]
+            if inside and len(inside) < KEEP_NEWEST:
+                inside = list(samples)[-KEEP_NEWEST:]
+            self._replace(inside)
+            return
+        # Ends in order (the usual case): the samples to drop are the oldest, dropped one by
+        # one rather than the window rebuilt, as every query's window is each cycle.
+        leaving = 1
+        while leaving < len(samples) and samples[leaving].batch_end_ms < horizon:
+            leaving += 1
+        if leaving < len(samples):
+            leaving = min(leaving, max(0, len(samples) - KEEP_NEWEST))
+        for _ in range(leaving):
+            key = sample_key(samples.popleft())
+            self._keys.discard(key)
+            self._warm_up.discard(key)
 
     def _insert(self, sample: TaskMetrics) -> None:
         if self._samples and sample.batch_start_ms < self._samples[-1].batch_start_ms:
@@ -172,6 +189,8 @@ class QueryWindow:
             return
         if len(self._samples) == self._samples.maxlen:
             self._keys.discard(sample_key(self._samples[0]))
+        if self._samples and sample.batch_end_ms < self._samples[-1].batch_end_ms:
+            self._ends_in_order = False
         self._samples.append(sample)
         self._keys.add(sample_key(sample))
 
@@ -180,6 +199,8 @@ class QueryWindow:
         self._samples = deque(samples[-maxlen:] if maxlen else samples, maxlen=maxlen)
         self._keys = {sample_key(s) for s in self._samples}
         self._warm_up &= self._keys
+        self._ends_in_order = all(a.batch_end_ms <= b.batch_end_ms
+                                  for a, b in pairwise(self._samples))
 
 
 class Windows:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from controller.core.window import Admission, QueryWindow, Windows
 from controller.settings import ModelSettings
 from schemas import Role
@@ -97,3 +100,26 @@ def test_windows_track_at_most_max_queries() -> None:
     assert ws.add(TRACE[0]) is Admission.ACCEPTED
     assert ws.add(replace(TRACE[1], query_id="q2")) is None
     assert [w.query_id for w in ws] == ["q1"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(200, 30_000), st.integers(0, 20_000)),
+                max_size=40))
+def test_pruning_keeps_what_ended_within_the_window_or_the_newest_three(
+        steps: list[tuple[int, int, int]]) -> None:
+    """Whatever the batches' lengths (so ends in order or not): after each prune the window
+    holds the samples that ended within it, or the newest three when fewer did, or none."""
+    w, start, batch = window(), T0_MS, 0
+    for added, length, waited in steps:
+        for _ in range(added):
+            w.add(replace(TRACE[0], batch_id=batch, batch_start_ms=start,
+                          batch_end_ms=start + length))
+            start, batch = start + 500, batch + 1
+        now_ms = start + waited
+        before = w.samples
+        w.prune(now_ms)
+        inside = [s for s in before if s.batch_end_ms >= now_ms - 10_000]
+        if before and before[0].batch_end_ms < now_ms - 10_000 and 0 < len(inside) < 3:
+            inside = list(before[-3:])
+        elif before and before[0].batch_end_ms >= now_ms - 10_000:
+            inside = list(before)
+        assert list(w.samples) == inside
