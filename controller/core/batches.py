@@ -63,45 +63,67 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
               remembered_overhead_s: float | None, remembered_cap: int,
               settings: ModelSettings, *, memo: Memo) -> Batches:
     """The summary of a window that passed `model.evaluate`'s readiness checks (at least one
-    sample, spanning some time)."""
+    sample, spanning some time). What the newest batch alone gives, and what the newest
+    `arrival_window_s` gives, are derived again only when a batch joins: an old one leaving
+    the window changes neither (and each can cost O(partitions))."""
     newest = samples[-1]
     elapsed_ms = newest.batch_end_ms - samples[0].batch_start_ms
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
     points = rate_points(samples, warm_up, memo)
     worked = [s for s in samples if s.input_rows > 0][-1:]
-    units = _units_of(newest)
+    of_newest: Mapping[str, Any] = memo.whole(_newest_figures, samples[-1:])
+    units = of_newest["units"]
     skew = units / memo.each(batch_concurrency, worked)[0] if worked else 1.0
     cap, cap_source = batch_cap(samples, remembered_cap, memo)
     rows = sum(s.input_rows for s in samples)
-    recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
     figures = {
-        "samples": len(samples), "config_epoch": newest.config_epoch,
+        **of_newest, **memo.whole(_recent_figures, recent), "samples": len(samples),
         "throughput": rows * 1000 / elapsed_ms,
         "busy_ratio": min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
-        "parallelism": parallelism.value(newest), "units": units,
-        "source_partitions": len({(p.topic, p.partition) for p in newest.partitions}),
-        "task_slots": newest.task_slots, "batch_cap": cap, "batch_cap_source": cap_source,
-        "recent_throughput": (sum(s.input_rows for s in recent) * 1000 / recent_ms
-                              if recent_ms > 0 else 0.0),
+        "batch_cap": cap, "batch_cap_source": cap_source,
         "selectivity": sum(s.output_rows for s in samples) / rows if rows > 0 else 1.0,
-        "trigger_interval_s": newest.trigger_interval_ms / 1000,
-        "source_topics": newest.source_topics, "sink_topics": newest.sink_topics,
-        "partition_lag_shares": _shares(
-            {_name(p): max(0, p.latest_offset - p.end_offset) for p in newest.partitions
-             if p.latest_offset >= 0 and p.end_offset >= 0}),
-        "partition_arrival_shares": _shares(partition_arrivals(recent, memo)),
-        "task_skew": skew, "knob": newest.scaling_parameter,
-        "job_max": parallelism.job_max(newest), "executor_cores": newest.executor_cores,
-        "max_executors": newest.max_executors,
-        "objectives": Objectives.from_ms(newest.max_delay_ms, newest.drain_within_ms),
-        "shedding": observed_shedding(recent),
+        "task_skew": skew,
     }
     return Batches(
         recent=recent,
         recent_lags=tuple(memo.each(lag_records, samples)[len(samples) - len(recent):]),
-        intervals=tuple(intervals(samples, memo)), known=frozenset(known_offsets(newest)),
-        points=tuple(points), cost=fit_batch_cost(points, settings, remembered_overhead_s),
-        rows_seen=rows > 0, skew=skew, figures=MappingProxyType(figures))
+        intervals=tuple(intervals(samples, memo)),
+        known=memo.whole(_known, samples[-1:]), points=tuple(points),
+        cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=rows > 0,
+        skew=skew, figures=MappingProxyType(figures))
+
+
+def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, Any]:
+    """The model's figures the newest batch gives on its own."""
+    [sample] = newest
+    return MappingProxyType({
+        "config_epoch": sample.config_epoch, "parallelism": parallelism.value(sample),
+        "units": _units_of(sample),
+        "source_partitions": len({(p.topic, p.partition) for p in sample.partitions}),
+        "task_slots": sample.task_slots, "trigger_interval_s": sample.trigger_interval_ms / 1000,
+        "source_topics": sample.source_topics, "sink_topics": sample.sink_topics,
+        "partition_lag_shares": _shares(
+            {_name(p): max(0, p.latest_offset - p.end_offset) for p in sample.partitions
+             if p.latest_offset >= 0 and p.end_offset >= 0}),
+        "knob": sample.scaling_parameter, "job_max": parallelism.job_max(sample),
+        "executor_cores": sample.executor_cores, "max_executors": sample.max_executors,
+        "objectives": Objectives.from_ms(sample.max_delay_ms, sample.drain_within_ms),
+    })
+
+
+def _recent_figures(recent: tuple[TaskMetrics, ...], *, memo: Memo) -> Mapping[str, Any]:
+    """The model's figures the newest `arrival_window_s` of batches gives."""
+    recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
+    return MappingProxyType({
+        "recent_throughput": (sum(s.input_rows for s in recent) * 1000 / recent_ms
+                              if recent_ms > 0 else 0.0),
+        "partition_arrival_shares": _shares(partition_arrivals(recent, memo)),
+        "shedding": observed_shedding(recent),
+    })
+
+
+def _known(newest: tuple[TaskMetrics], *, memo: Memo) -> frozenset[PartitionKey]:
+    return frozenset(known_offsets(newest[0]))
 
 
 def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
@@ -183,11 +205,23 @@ def partition_arrivals(samples: tuple[TaskMetrics, ...],
                        memo: Memo | None = None) -> dict[str, int]:
     """Records that arrived per partition between consecutive samples (as
     `model.arrival_rate`)."""
+    memo = memo or Memo()
+    if len(samples) > 1 and all(memo.pairs(_only_grows, samples)):
+        # The same partitions throughout, none shrinking: the pairs' growth telescopes to the
+        # newest latest offsets less the oldest, O(partitions) instead of O(pairs × them).
+        old, new = known_offsets(samples[0]), known_offsets(samples[-1])
+        return {_name(p): p.latest_offset - old[key].latest_offset for key, p in new.items()}
     grown: dict[str, int] = {}
-    for pair in (memo or Memo()).pairs(_partition_growth, samples):
+    for pair in memo.pairs(_partition_growth, samples):
         for name, records in pair:
             grown[name] = grown.get(name, 0) + records
     return grown
+
+
+def _only_grows(before: TaskMetrics, after: TaskMetrics) -> bool:
+    old, new = known_offsets(before), known_offsets(after)
+    return old.keys() == new.keys() and all(
+        new[key].latest_offset >= partition.latest_offset for key, partition in old.items())
 
 
 def _partition_growth(before: TaskMetrics, after: TaskMetrics) -> tuple[tuple[str, int], ...]:
