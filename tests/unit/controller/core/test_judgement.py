@@ -8,6 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.core.judgement import judge_effect, liveness, lost_timeout_s, skew
 from controller.core.model import QueryModel
@@ -221,3 +223,22 @@ def test_a_steady_upstream_projects_nothing_and_cycles_do_not_hang() -> None:
     verdicts = plan({"up": steady, "down": down}, {}, NOW, POLICY)  # a cycle: up ⇄ down
     assert set(verdicts) == {"up", "down"}
     assert all(isinstance(v, Hold) for v in verdicts.values())
+
+
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.sets(st.sampled_from("abcdefgh")),
+                       max_size=8))
+def test_the_topological_order_puts_every_upstream_first_the_smallest_name_first_and_cycles_last(
+        links: dict[str, set[str]]) -> None:
+    """Each query comes after its upstreams; among those free to go next, the smallest name
+    goes; what waits on a cycle comes last in name order."""
+    ups = {q: sorted(u - {q}) for q, u in links.items()}
+    order = topological_order(ups)
+    assert sorted(order) == sorted(ups)
+    placed: list[str] = []
+    for index, query in enumerate(order):
+        free = sorted(q for q in ups if q not in placed and all(u in placed for u in ups[q]))
+        if not free:  # only queries waiting on a cycle (or on one that never comes) are left
+            assert order[index:] == sorted(order[index:])
+            break
+        assert query == free[0]
+        placed.append(query)
