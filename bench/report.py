@@ -466,7 +466,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "The production control cycle (collect → settle → decide → act, with its observers: "
      "Prometheus and the live page's timeline) over in-memory ports and a fake clock stepped "
      "by the default 0.5 s cycle, for "
-     "N steady queries of P partitions publishing one batch a second; CPU by the process's own "
+     "N steady queries of P partitions publishing one batch a second, with end offsets that "
+     "grow with every record, probed every cycle; CPU by the process's own "
      "clock around each cycle, memory by tracemalloc from an empty controller to one with a "
      "full window of every query. Broker round trips are not in it."),
     ("overhead", "The runtime's instrumentation overhead", overhead,

@@ -90,10 +90,11 @@ class ModelSettings:
     """Samples needed before the model reports anything: rates need two, a least-squares
     trend needs three to mean something, one more absorbs a single odd batch."""
 
-    max_queries: int = 80
-    """Queries tracked at once; samples of further queries are dropped (with a warning): what
-    one instance keeps within half its 0.5 s cycle at 8 partitions a query (`bench.fleet`).
-    Bounds CPU, memory and the cardinality of the per-query Prometheus labels."""
+    max_queries: int = 300
+    """Queries tracked at once; samples of further queries are dropped (with a warning):
+    below what one instance keeps within half its 0.5 s cycle at 8 partitions a query
+    (`bench.fleet`). Bounds CPU, memory and the cardinality of the per-query Prometheus
+    labels."""
 
     overhead_fit_min_spread: float = 1.5
     """The per-batch overhead is fitted (busy_s ≈ overhead_s + rows / (μ × units)) only when the
