@@ -3,8 +3,9 @@
 Owns the estimates λ (arrival rate), μ (true processing rate per unit) and the per-batch
 overhead c (via `fit`), the batch cap N, capacity (via `sizing`), backlog B and its trend,
 selectivity and the per-partition shares of lag and arrivals, from the samples of one
-`window.QueryWindow`. Pure: samples in, `QueryModel` or `NotReady` out. `policy` and
-`topology` size the query from a `QueryModel`.
+`window.QueryWindow` (what the batches say on their own: `batches`) and the broker's probes.
+Pure: samples in, `QueryModel` or `NotReady` out. `policy` and `topology` size the query
+from a `QueryModel`.
 
 Conventions: times are the jobs' batch timestamps; rates are records per second; a "unit" is
 one concurrently running task of the stage that holds the job's expensive work, i.e. the knob
