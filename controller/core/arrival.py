@@ -49,7 +49,8 @@ PartitionKey = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """Records that reached the source partitions between two planning times."""
+    """Records that reached the source partitions between two planning times (the end after
+    the start)."""
 
     start_ms: int
     end_ms: int
@@ -101,17 +102,13 @@ def _interval(before: TaskMetrics, after: TaskMetrics) -> Interval | None:
     return Interval(before.batch_start_ms, after.batch_start_ms, grown)
 
 
-def level(segment: Sequence[Interval], span_s: float) -> float:
-    """Growth rate over the segment's intervals that start within `span_s` of its newest end
-    (at least the newest interval)."""
-    return Level(segment, span_s).rate
-
-
 class Level:
-    """`level` of a segment that grows at its end, kept up to date per interval added: the
-    intervals within `span_s` of the newest end are a suffix (intervals come oldest first), so
-    each interval joins the sums once and leaves them once, and a scan over a window of
-    intervals costs O(window), not O(window²)."""
+    """The level of a segment that grows at its end: its growth rate over the intervals that
+    start within `span_s` of its newest end (at least the newest interval), kept up to date
+    per interval added. The intervals come oldest first, their starts and ends rising (as
+    `arrival_intervals` makes them), so those within the span are a suffix: each interval
+    joins the sums once and leaves them once, and a scan over a window of intervals costs
+    O(window), not O(window²)."""
 
     def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
         self.segment: list[Interval] = []

@@ -53,8 +53,6 @@ class Batches:
     """μ and c fitted on `points` (None: no batch with rows)."""
     rows_seen: bool
     """Whether any batch in the window read rows."""
-    skew: float
-    """The newest batch with rows: its units over the units that worked in parallel."""
     figures: Mapping[str, Any]
     """The `model.QueryModel` fields the batches alone give."""
 
@@ -64,8 +62,8 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
               settings: ModelSettings, *, memo: Memo) -> Batches:
     """The summary of a window that passed `model.evaluate`'s readiness checks (at least one
     sample, spanning some time). What the newest batch alone gives, and what the newest
-    `arrival_window_s` gives, are derived again only when a batch joins: an old one leaving
-    the window changes neither (and each can cost O(partitions))."""
+    `arrival_window_s` gives, are derived again only when they change (each can cost
+    O(partitions)): an old batch leaving a window longer than that span changes neither."""
     newest = samples[-1]
     elapsed_ms = newest.batch_end_ms - samples[0].batch_start_ms
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
@@ -89,8 +87,8 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
         recent_lags=tuple(memo.each(lag_records, samples)[len(samples) - len(recent):]),
         intervals=tuple(intervals(samples, memo)),
         known=memo.whole(_known, samples[-1:]), points=tuple(points),
-        cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=rows > 0,
-        skew=skew, figures=MappingProxyType(figures))
+        cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=bool(worked),
+        figures=MappingProxyType(figures))
 
 
 def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, Any]:

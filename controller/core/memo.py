@@ -8,55 +8,70 @@ cost O(window × partitions) per query per cycle, and looking each one up again 
 controller's CPU at a few hundred queries. A window only slides: records leave at the front
 and join at the back. So a sequence is matched against the one seen last time as a whole
 (where the old one's newest part begins in it, then one comparison of the overlap, in C), and
-only the records past the overlap are computed. Anything else (a sample out of order, an epoch
-that empties the window) recomputes the sequence.
+only the records past the overlap are computed. A sequence that does not continue the last
+one (a sample out of order, an epoch that empties the window) is computed again in full.
 
 Each value is computed from frozen records by a pure function, so a kept one equals what the
 function would return again: decisions are the same with or without a memo (the model's tests
 replay traces both ways). The records are kept beside their values, so an identity cannot be
 reused by another record while its entry lives; a sequence not used in a whole evaluation is
-dropped (`evaluation`). Neighbours: `model.evaluate` takes one per query from the loop
-(`controller.loop.memory`).
+dropped (`evaluation`). The values come back as tuples: a caller cannot change what the
+memo keeps. Neighbours: `model.evaluate` takes one per query from the loop
+(`controller.loop.memory`) and hands it to `batches`, `arrival` and `probes`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 R = TypeVar("R")
 T = TypeVar("T")
 
 
+@dataclass(slots=True)
+class _Whole:
+    """What `Memo.whole` keeps of one function: the records and arguments it ran on, its
+    value, and the per-record sequences it kept in the memo meanwhile."""
+
+    records: list[Any]
+    given: tuple[Hashable, ...]
+    value: Any
+    uses: frozenset[Hashable]
+
+
 class Memo:
     def __init__(self) -> None:
-        self._kept: dict[Hashable, tuple[list[Any], list[Any]]] = {}
+        self._sequences: dict[Hashable, tuple[list[Any], tuple[Any, ...]]] = {}
+        """Per (arity, what): the records last seen and their values (`each`, `pairs`)."""
+        self._wholes: dict[Hashable, _Whole] = {}
         self._used: set[Hashable] = set()
 
     @contextmanager
     def evaluation(self) -> Iterator[Memo]:
-        """One evaluation of the query: the sequences it does not use are forgotten after
-        it."""
+        """One evaluation of the query: what it does not use is forgotten after it."""
         self._used = set()
         try:
             yield self
         finally:
-            for what in self._kept.keys() - self._used:
-                del self._kept[what]
+            for kept in (self._sequences, self._wholes):
+                for key in kept.keys() - self._used:
+                    del kept[key]
 
     def each(self, function: Callable[[R], T], records: Sequence[R],
-             what: Hashable = None) -> list[T]:
-        """`[function(r) for r in records]`, each computed once while its record stays
+             what: Hashable = None) -> tuple[T, ...]:
+        """`function(r)` for each of `records`, each computed once while its record stays
         (`what` names the function when it is made per call)."""
-        return self._aligned(function if what is None else what, records, 0,
+        return self._aligned((0, function if what is None else what), records, 0,
                              lambda start: [function(r) for r in records[start:]])
 
     def pairs(self, function: Callable[[R, R], T], records: Sequence[R],
-              what: Hashable = None) -> list[T]:
+              what: Hashable = None) -> tuple[T, ...]:
         """`function(before, after)` for each consecutive pair of `records`, each computed
         once while both stay."""
-        return self._aligned(function if what is None else what, records, 1,
+        return self._aligned((1, function if what is None else what), records, 1,
                              lambda start: [function(records[i], records[i + 1])
                                             for i in range(start, len(records) - 1)])
 
@@ -64,26 +79,28 @@ class Memo:
         """`function(records, *given, memo=self)`, computed again only when `records` or
         `given` changed (it may keep per-record values in this memo too)."""
         self._used.add(function)
-        old, kept = self._kept.get(function, ([], []))
-        if kept and kept[0] == given and len(old) == len(records) == _overlap(old, records):
-            self._used |= kept[2]  # what it keeps in this memo lives as long as it does
-            return kept[1]
+        kept = self._wholes.get(function)
+        if (kept is not None and kept.given == given
+                and len(kept.records) == len(records) == _overlap(kept.records, records)):
+            self._used |= kept.uses  # what it keeps in this memo lives as long as it does
+            return kept.value
         used_before = set(self._used)
-        found = function(records, *given, memo=self)
-        self._kept[function] = (list(records), [given, found, self._used - used_before])
-        return found
+        value = function(records, *given, memo=self)
+        self._wholes[function] = _Whole(list(records), given, value,
+                                        frozenset(self._used - used_before))
+        return value
 
-    def _aligned(self, what: Hashable, records: Sequence[Any], arity: int,
-                 compute_from: Callable[[int], list[T]]) -> list[T]:
+    def _aligned(self, key: Hashable, records: Sequence[Any], arity: int,
+                 compute_from: Callable[[int], list[T]]) -> tuple[T, ...]:
         """The values of `records`' items (`arity` 0) or pairs (1): the kept ones for the
         part of `records` that continues the sequence seen last, `compute_from(i)` for the
         items from index i on."""
-        self._used.add(what)
-        old, values = self._kept.get(what, ([], []))
-        kept = _overlap(old, records)
-        reused = values[len(old) - kept:len(values)] if kept > arity else []
-        found = reused + compute_from(len(reused))
-        self._kept[what] = (list(records), found)
+        self._used.add(key)
+        old, values = self._sequences.get(key, ([], ()))
+        overlap = _overlap(old, records)
+        reused = values[len(old) - overlap:] if overlap > arity else ()
+        found = reused + tuple(compute_from(len(reused)))
+        self._sequences[key] = (list(records), found)
         return found
 
 

@@ -1,9 +1,10 @@
 """The rate model: per query, what arrives, what it can process, and what is left behind.
 
-Owns the estimates λ (arrival rate), μ (true processing rate per unit) and the per-batch
-overhead c (via `fit`), the batch cap N, capacity (via `sizing`), backlog B and its trend,
-selectivity and the per-partition shares of lag and arrivals, from the samples of one
-`window.QueryWindow` (what the batches say on their own: `batches`) and the broker's probes.
+Owns the estimates λ (arrival rate, via `arrival`), μ (true processing rate per unit) and
+the per-batch overhead c (via `fit`), capacity (via `sizing`), backlog B and its trend, from
+the samples of one `window.QueryWindow` and the broker's probes; what the batches say on
+their own (the batch cap N, selectivity, the per-partition shares of lag and arrivals) is
+`batches`'.
 Pure: samples in, `QueryModel` or `NotReady` out. `policy` and `topology` size the query
 from a `QueryModel`.
 
@@ -462,7 +463,7 @@ def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchC
         rate_per_unit=cost.per_unit, backlog_records=backlog,
         backlog_trend_records_per_s=slope_per_s(points),
         time_to_drain_s=drain_time_s(backlog, capacity(
-            cost.per_unit, units / batches.skew if units <= partitions else units,
+            cost.per_unit, units / figures["task_skew"] if units <= partitions else units,
             cost.overhead_s, figures["batch_cap"]), arrival),
         batch_overhead_s=cost.overhead_s, overhead_source=cost.source,
         rate_samples=len(batches.points), arrival_pending=found.pending_rate,

@@ -96,7 +96,7 @@ def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
     def grown(before: EndOffsets, after: EndOffsets) -> Interval:
         return Interval(before.at_ms, after.at_ms,
                         sum(max(0, after.offsets[k] - before.offsets[k]) for k in asked))
-    return memo.pairs(grown, covering(probes, asked, memo), ("grown", asked))
+    return list(memo.pairs(grown, covering(probes, asked, memo), ("grown", asked)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,9 +178,8 @@ class QueryWindow:
         if leaving < len(samples):
             leaving = min(leaving, max(0, len(samples) - KEEP_NEWEST))
         for _ in range(leaving):
-            key = sample_key(samples.popleft())
-            self._keys.discard(key)
-            self._warm_up.discard(key)
+            self._keys.discard(sample_key(samples.popleft()))
+        self._warm_up &= self._keys
 
     def _insert(self, sample: TaskMetrics) -> None:
         if self._samples and sample.batch_start_ms < self._samples[-1].batch_start_ms:

@@ -36,7 +36,7 @@ class ControllerMetrics:
         self._stated: dict[str, set[str]] = {}
         self._modelled: dict[str, tuple[Any, ...]] = {}
         """Each query's modelled series, bound to its label once: `labels` takes a lock and a
-        lookup per call, eleven times per query per cycle."""
+        lookup per call, ten times per query per cycle."""
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["query"], registry=registry)
@@ -162,10 +162,9 @@ class ControllerMetrics:
         if series is None:
             series = self._modelled[q] = tuple(gauge.labels(q) for gauge in (
                 self.arrival, self.capacity, self.throughput, self.backlog, self.utilisation,
-                self.busy, self.current, self.desired, self.overhead, self.per_unit,
-                self.delay))
-        (arrival, capacity, throughput, backlog, utilisation, busy, current, wanted, overhead,
-         per_unit, delay) = series
+                self.busy, self.current, self.overhead, self.per_unit, self.delay))
+        (arrival, capacity, throughput, backlog, utilisation, busy, current, overhead, per_unit,
+         delay) = series
         arrival.set(model.arrival_rate)
         capacity.set(model.capacity)
         throughput.set(model.throughput)
@@ -175,7 +174,7 @@ class ControllerMetrics:
         busy.set(model.busy_ratio)
         current.set(model.parallelism)
         if desired is not None:
-            wanted.set(desired)
+            self.desired.labels(q).set(desired)
         overhead.set(model.batch_overhead_s)
         per_unit.set(model.rate_per_unit)
         delay.set(_or_nan(model.delay_s))

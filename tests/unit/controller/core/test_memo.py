@@ -34,16 +34,16 @@ class Counted:
 def test_a_sliding_sequence_computes_only_the_records_that_joined_it() -> None:
     memo, f = Memo(), Counted()
     records = [Record(n) for n in range(6)]
-    assert memo.each(f.one, records[:4]) == [0, 10, 20, 30]
-    assert memo.each(f.one, records[1:6]) == [10, 20, 30, 40, 50]
+    assert memo.each(f.one, records[:4]) == (0, 10, 20, 30)
+    assert memo.each(f.one, records[1:6]) == (10, 20, 30, 40, 50)
     assert f.calls == 6
 
 
 def test_a_sliding_sequence_computes_only_the_pairs_that_joined_it() -> None:
     memo, f = Memo(), Counted()
     records = [Record(n * n) for n in range(6)]
-    assert memo.pairs(f.two, records[:4]) == [1, 3, 5]
-    assert memo.pairs(f.two, records[2:6]) == [5, 7, 9]
+    assert memo.pairs(f.two, records[:4]) == (1, 3, 5)
+    assert memo.pairs(f.two, records[2:6]) == (5, 7, 9)
     assert f.calls == 5
 
 
@@ -51,7 +51,14 @@ def test_a_record_out_of_order_recomputes_the_sequence_rightly() -> None:
     memo, f = Memo(), Counted()
     a, b, c = Record(1), Record(2), Record(3)
     memo.pairs(f.two, [a, c])
-    assert memo.pairs(f.two, [a, b, c]) == [1, 1]
+    assert memo.pairs(f.two, [a, b, c]) == (1, 1)
+
+
+def test_the_values_of_records_and_of_pairs_are_kept_apart() -> None:
+    memo, f = Memo(), Counted()
+    records = [Record(1), Record(3)]
+    assert memo.each(f.one, records) == (10, 30)
+    assert memo.pairs(f.two, records, what=f.one) == (2,)
 
 
 def test_a_sequence_not_used_in_an_evaluation_is_forgotten() -> None:
@@ -79,9 +86,9 @@ def test_every_value_is_what_the_function_gives_whatever_the_sequence_does(
         made += added
         if reverse:
             sequence = sequence[::-1]
-        assert memo.each(f.one, sequence) == [f.one(r) for r in sequence]
-        assert memo.pairs(f.two, tuple(sequence)) == [
-            f.two(x, y) for x, y in pairwise(sequence)]
+        assert memo.each(f.one, sequence) == tuple(f.one(r) for r in sequence)
+        assert memo.pairs(f.two, tuple(sequence)) == tuple(
+            f.two(x, y) for x, y in pairwise(sequence))
 
 
 def test_what_a_whole_window_function_keeps_lives_while_its_value_is_reused() -> None:
