@@ -199,7 +199,7 @@ def test_input_deleted_before_it_was_read_halts_the_job_once_and_skip_goes_on(
     bed.start_controller("controller", "--metrics-port", str(controller_port), "--dry-run")
     warm(bed)
     bed.stop_load()
-    bed.wait_commit_after(now_ms(), 60, "a batch after the load stopped")
+    bed.wait_read_to_end(60, "the job to read every record the load produced")
     assert job.stop() == 0
     until(lambda: scraped(controller_port, "streamctl_down_queries", state="stopped") == 1, 60,
           "the controller to report the job stopped", 0.5)

@@ -34,7 +34,7 @@ from tests.accounting import (
 )
 from tests.support.bed import Watch, assert_running, bed_env
 from tests.support.control import publish, send_and_await, signed
-from tests.support.kafka import NewTopics, decoded_or_none, read_committed
+from tests.support.kafka import NewTopics, decoded_or_none, end_offsets, read_committed
 from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)
@@ -169,6 +169,26 @@ class FaultBed:
         found = self.committed_after(at_ms, instance)
         assert found is not None
         return found
+
+    def wait_read_to_end(self, timeout_s: float, what: str) -> None:
+        """Wait until the job's committed batches have read every record now in its input (the
+        broker's end offsets): after the load stops, the last records may ride in a batch that
+        began before it stopped, so waiting for a batch started later can wait forever."""
+        topic = self.topics["input"]
+        ends = end_offsets(self.bootstrap, topic)
+
+        def read_to_end() -> bool:
+            self.follow_commits()
+            read: dict[int, int] = {}
+            for m in self.commits:
+                for p in m.partitions:
+                    if p.topic == topic:
+                        read[p.partition] = max(read.get(p.partition, 0), p.end_offset)
+            return all(read.get(partition, 0) >= end for partition, end in ends.items())
+        try:
+            until(read_to_end, max(timeout_s, 3 * self.slowest_batch_s()), what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{self.process_logs()}") from None
 
     def wait_first_batches(self, what: str = "the job's first batches under load") -> None:
         """Wait for the bed's first batches: the job's Spark session, its first (planning,
