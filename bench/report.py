@@ -247,6 +247,20 @@ def demo(result: Result) -> list[str]:
                    "step → lag back s", "tuples (s from the step)", "units at the end"], rows)
 
 
+def containers(result: Result) -> list[str]:
+    rows = [[str(n), f"{r['up_s']:.1f}", f"{r['capacity_per_s']:,.0f}",
+             f"{r['step_to_tuple_s']:.1f}", f"{r['step_to_applied_s']:.1f}", r["applied"],
+             f"{r['crash_to_failover_s']:.1f}", f"{r['crash_to_first_batch_s']:.1f}"]
+            for n, r in enumerate(result["runs"], 1)]
+    m = result["median"]
+    rows.append(["median", f"{m['up_s']:.1f}", "", f"{m['step_to_tuple_s']:.1f}",
+                 f"{m['step_to_applied_s']:.1f}", "", f"{m['crash_to_failover_s']:.1f}",
+                 f"{m['crash_to_first_batch_s']:.1f}"])
+    return _table(["run", "up → job on the cluster s", "capacity C records/s",
+                   "step → first tuple s", "step → that tuple applied s", "its change",
+                   "crash → failover decision s", "crash → promoted standby's batch s"], rows)
+
+
 def takeover(result: Result) -> list[str]:
     runs = result["kill_to_takeover_s"]
     return _table(["figure", "runs", "median s", "min–max s", "lease session s"], [[
@@ -384,6 +398,16 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "decision and the ack arrive; \"lag back\" is the first status line (every 3 s) whose "
      "lag, in seconds of input, is within 1.5 times its level before the step (at least 3 s) "
      "after it had fallen behind."),
+    ("containers", "docker-compose.yml in containers", containers,
+     "Each run brings `docker-compose.yml` up fresh in a Docker engine on this machine, as "
+     "`./dev test-containers` does ([deploy.md](deploy.md#in-containers-dev-test-containers)):"
+     " the project image, with stand-ins for the official images this machine cannot pull; "
+     "the broker, a Spark master and two workers, the sensor job and its warm standby, two "
+     "controller instances and Prometheus. The job's capacity C is measured first (a burst of "
+     "four full batches); then a step from 0.4 C to 3 C, and, under 0.3 C, SIGKILL of the "
+     "active job's process from the host (a crash). Times from the change to each record's "
+     "own stamp (the containers share the machine's clock); \"up\" runs from `compose up` to "
+     "the job's application holding its executors. Everything shares the 2 cores."),
     ("takeover", "Controller takeover after kill -9 of the leader", takeover,
      "Two `controller run` processes with their defaults on a local broker; each run waits "
      "until the follower has joined the controllers' group, kills the leader with SIGKILL and "

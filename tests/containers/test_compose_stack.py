@@ -12,9 +12,6 @@ later record could be counted).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bench.compose.stack import BOOTSTRAP, Compose, master_state
 from schemas import TaskMetrics
 from schemas.records import Role
 from streamctl.loadgen import Ledger, LoadSpec, run_load
@@ -31,7 +29,7 @@ from streamctl.stack.defaults import DEFAULT_TOPICS
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.tail import Tail
 from tests.accounting import assert_every_record_accounted_for, flush_last_windows
-from tests.containers.conftest import BOOTSTRAP, Compose, Timings, master_state
+from tests.containers.conftest import Timings
 from tests.e2e.loop import capacity
 from tests.support.bed import Watch
 from tests.support.prometheus import api
@@ -177,10 +175,10 @@ def test_a_crashed_active_is_failed_over_and_restarted_by_compose_as_the_standby
     instance comes back as the standby."""
     active = _last_active(watch).instance_id
     standby = _await_standby_heartbeat(other_than=active)
-    [container] = compose_stack("ps", "-q", SERVICE_OF[active]).stdout.split()
-    restarts = _restart_count(compose_stack, container)
+    container = compose_stack.container(SERVICE_OF[active])
+    restarts = compose_stack.restart_count(container)
     with _load(ledger, 0.3 * measured, start_seq=3 * 10**9):
-        _crash(compose_stack, container)
+        compose_stack.crash(container)
         killed = time.monotonic()
         watch.until(lambda: _last_active(watch).instance_id == standby, 300,
                     "batches committed by the promoted standby")
@@ -189,26 +187,11 @@ def test_a_crashed_active_is_failed_over_and_restarted_by_compose_as_the_standby
     promotions = [d for d in watch.sent() if d.action == "failover"
                   and d.target_value == standby]
     assert promotions, [(d.action, d.target_value) for d in watch.sent()]
-    until(lambda: _restart_count(compose_stack, container) > restarts, 120,
+    until(lambda: compose_stack.restart_count(container) > restarts, 120,
           "compose to start the crashed container again")
     assert _await_standby_heartbeat(other_than=standby) == active
     timings.figures["crash → the crashed instance back as the standby"] = (
         time.monotonic() - killed)
-
-
-def _restart_count(compose: Compose, container: str) -> int:
-    return int(compose.engine.docker("inspect", "-f", "{{.RestartCount}}", container)
-               .stdout.strip())
-
-
-def _crash(compose: Compose, container: str) -> None:
-    """SIGKILL to the container's main process from the host, as a crash would end it."""
-    pid = int(compose.engine.docker("inspect", "-f", "{{.State.Pid}}", container)
-              .stdout.strip())
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except PermissionError:  # the engine's processes are root's; the tier has sudo then
-        subprocess.run(["sudo", "-n", "kill", "-9", str(pid)], check=True, timeout=30)
 
 
 SERVICE_OF = {"sensor-averages-1": "job", "sensor-averages-2": "job-standby"}

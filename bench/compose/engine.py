@@ -1,4 +1,5 @@
-"""The Docker engine and Compose the container check runs on, started and built by the check.
+"""The Docker engine and Compose the container tier and `bench.containers` run on, started
+and built here.
 
 Owns finding a running engine (`DOCKER_HOST`, else the default socket) or starting Debian's
 `dockerd` on a socket and data root of the check's own, and stopping only what it started;
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tests.support.waiting import until
+from streamctl.stack.waiting import poll_until
 
 CACHE = Path(os.environ.get("STREAMCTL_CONTAINER_CACHE",
                             Path.home() / ".cache" / "streamctl" / "containers"))
@@ -106,7 +107,8 @@ def engine() -> Iterator[Engine]:
                 raise EngineError(f"dockerd exited; its log: {root / 'dockerd.log'}")
             return _answers(env)
 
-        until(answering, 60, f"dockerd to answer (its log: {root / 'dockerd.log'})", 0.5)
+        if poll_until(answering, 60, 0.5) is None:
+            raise EngineError(f"dockerd did not answer in 60 s; its log: {root / 'dockerd.log'}")
         yield Engine(env, _gateway(env))
     finally:
         proc.terminate()

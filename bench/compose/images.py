@@ -1,4 +1,4 @@
-"""The images of the container check, built here with nothing pulled.
+"""The images docker-compose.yml runs here, built with nothing pulled.
 
 Owns the base (a Debian bookworm root file system made with `debootstrap --variant=minbase`
 from the Debian mirror this machine's apt names, imported with `docker import`), the project
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.containers.engine import CACHE, Engine, EngineError
+from bench.compose.engine import CACHE, Engine, EngineError
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "streamctl-base:bookworm"
@@ -136,7 +136,7 @@ def build_all(engine: Engine) -> None:
         engine.docker("build", "-q", *flags, "--target", "jars", "-t", JARS_IMAGE, str(ROOT),
                       timeout_s=1800)
         engine.docker("build", "-q", *flags, "-t", APP_IMAGE, str(ROOT), timeout_s=1800)
-    standins = str(ROOT / "tests/containers/standins/Dockerfile")
+    standins = str(ROOT / "bench/compose/standins/Dockerfile")
     for target, tag in STANDINS.items():
         engine.docker("build", "-q", "-f", standins, "--target", target,
                       "--build-arg", f"JARS_IMAGE={JARS_IMAGE}",
