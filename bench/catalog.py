@@ -35,6 +35,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("day", (), ("--days", "2", "--day-s", "14400"),
               (*_CONTROLLER, "bench/sim", "bench/day")),
     Benchmark("fleet", (), ("--quick",), (*_CONTROLLER, "bench/fleet.py")),
+    Benchmark("fleet_processes", (), ("--quick",), (*_CONTROLLER, "bench/fleet_processes.py")),
     Benchmark("takeover", ("--runs", "5"), ("--runs", "2"),
               (*_CONTROLLER, "bench/takeover.py", "bench/reaction.py")),
     Benchmark("sink", ("--rows", "100", "2000", "20000", "--batches", "12"),

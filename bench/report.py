@@ -295,6 +295,23 @@ def fleet(result: Result) -> list[str]:
             *_shared(result.get("shared", []))]
 
 
+def fleet_processes(result: Result) -> list[str]:
+    def figure(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f}"
+
+    return _table(
+        ["queries × partitions", "instances", "busiest CPU ms per cycle",
+         "per query", "share of a core", "memory KiB per query",
+         "metrics bytes per query per s", f"decided within {result['decide_s']:g} s",
+         "behind → tuple p50 s", "p99 s", "kill -9 → its shards led s"],
+        [[f"{r['queries']} × {r['partitions']}", str(r["instances"]),
+          f"{r['cpu_ms_per_cycle']:.1f}", f"{r['cpu_ms_per_query_per_cycle']:.3f}",
+          f"{r['core_share']:.0%}", f"{r['memory_kib_per_query']:.0f}",
+          str(r["metrics_bytes_per_query_per_s"]), f"{r['decided']} of {r['queries']}",
+          figure(r["tuple_p50_s"]), figure(r["tuple_p99_s"]), figure(r["takeover_s"])]
+         for r in result["rows"]])
+
+
 def _shared(rows: list[dict[str, Any]]) -> list[str]:
     """The fleet divided among instances (`bench.fleet.measure_shared`)."""
     if not rows:
@@ -494,6 +511,20 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "grow with every record, probed every cycle; CPU by the process's own "
      "clock around each cycle, memory by tracemalloc from an empty controller to one with a "
      "full window of every query. Broker round trips are not in it."),
+    ("fleet_processes", "Controller processes under a synthetic fleet", fleet_processes,
+     "`controller run` processes with their defaults (four shards; the query limit raised to "
+     "the fleet's size) on a local broker, driven by N synthetic queries of P partitions that "
+     "this benchmark publishes as jobs would: a batch a second each, all reading one input "
+     "topic of P partitions it produces 400 records/s to, so the end offsets the controllers "
+     "probe agree with the batches. The queries keep up (busy half of each second) for 60 s "
+     "of warm-up and 30 s measured, then all fall behind at once (half of what arrives "
+     "processed) and answer their tuple with an applied ack. CPU from each process's own "
+     "clock (`/proc`), per 0.5 s cycle, of the busiest instance; memory its resident-set "
+     "growth from no query to full windows; \"behind → tuple\" from the publication of a "
+     "query's first batch behind to the tuple's own stamp: the model's confirmation plus "
+     "whatever the controller's own backlog adds. The takeover kills one instance and waits "
+     "for the others to lead its shards. No job runs; the fleet, the producer and the "
+     "controllers share the 2 cores."),
     ("overhead", "The runtime's instrumentation overhead", overhead,
      "The same plan on the same preloaded readings in one SparkSession, alternating: bare "
      "(the plan into the transactional sink, nothing else) and under the runtime as `job "

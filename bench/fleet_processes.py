@@ -1,0 +1,424 @@
+"""Benchmark: `controller run` processes under a synthetic fleet on the real broker, what they
+cost and how fast they answer.
+
+`python -m bench.fleet_processes` starts a local broker and, for each row, 1, 2 or 4
+`controller run` processes with their defaults on fresh topics (four shards; the query limit
+raised to the fleet's size, so that what lies past the default is measured too), and drives
+them with N synthetic queries of P input partitions, published from this process as jobs would
+publish them: a batch a second per query (a 1 s trigger), all reading one input topic of P
+partitions to which this process produces `RATE_PER_S` records/s, so the broker's end offsets
+the controllers probe agree with what the batches report. The queries keep up (busy half of
+each trigger) while the controllers fill their windows and while they are measured; then every
+query falls behind at once (it processes half of what arrives, busy all the time) and answers
+its control tuple with an applied ack, keeping up again at the new size.
+
+Per row:
+- CPU per cycle: each controller process's own CPU time (`/proc`) over the measured span,
+  divided into 0.5 s cycles (the default poll timeout and probe interval); the busiest
+  instance's, per query, and as a share of one core;
+- memory per query: the busiest instance's resident-set growth from leading no query to a full
+  window of every query;
+- metrics bytes per query per second;
+- metrics in → tuple out: from the publication of a query's first batch behind to its tuple's
+  `issued_at_ms` (the processes share the machine's clock), p50 and p99 over the queries that
+  got one within `DECIDE_S`, and how many did: the model's confirmation (a few batches) plus
+  whatever the controller's own backlog adds;
+- with several instances, a takeover: kill -9 of one instance → the last takeover record by
+  which the others lead all of its shards.
+
+What it leaves out: the jobs' own work (no job runs), and a topic per query (one input topic
+serves all, so the broker sampling is one topic's end offsets whatever N; `bench.fleet` times
+the cycle without any broker). The fleet, this process's producer and every controller share
+the machine's 2 cores.
+
+    .venv/bin/python -m bench.fleet_processes
+
+prints a line per row and writes `bench/results/fleet_processes.json` (`bench.report` renders
+it into `docs/benchmarks.md`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from bench import record
+from bench.bed import local_broker, process_env
+from controller.core.shards import leaders
+from schemas import (
+    Ack,
+    ControlTuple,
+    Decision,
+    Outcome,
+    Role,
+    SourcePartition,
+    TaskMetrics,
+    codec_for,
+)
+from schemas.records import TAKEOVER
+from streamctl.loadgen import producer_config
+from streamctl.processes import Child, start_child, stop_all
+from streamctl.stack.topics import TopicSpec, ensure_topics
+from streamctl.tail import Tail
+
+CYCLE_S = 0.5
+"""The default poll timeout and probe interval: one cycle at the default cadence."""
+TRIGGER_MS = 1000
+RATE_PER_S = 400
+"""Records a second into the input topic, spread over its partitions."""
+SHARDS = 4
+DECIDE_S = 90.0
+"""How long the queries behind are given to get their tuples."""
+
+
+@dataclass(frozen=True)
+class Row:
+    queries: int
+    partitions: int
+    instances: int
+
+
+ROWS = (Row(10, 8, 1), Row(100, 8, 1), Row(1000, 8, 1), Row(2000, 8, 1), Row(1000, 8, 2),
+        Row(1000, 8, 4), Row(100, 1024, 1))
+QUICK = (Row(10, 8, 1), Row(100, 8, 2))
+
+
+@dataclass
+class _Query:
+    """What one synthetic query has read and runs at."""
+
+    processed: list[int]
+    parallelism: int = 4
+    epoch: int = 0
+    behind: bool = False
+    behind_since_ms: int | None = None
+    """When its first batch behind was published."""
+    tuple_at_ms: int | None = None
+    """When the controller issued its first tuple after it fell behind."""
+
+
+class SyntheticFleet:
+    """N queries on one input topic: produces to the topic, publishes each query's batch every
+    trigger and answers each control tuple with an applied ack (a thread each)."""
+
+    def __init__(self, bootstrap: str, topics: dict[str, str], row: Row) -> None:
+        self._bootstrap, self._topics, self._row = bootstrap, topics, row
+        self._producer = Producer(producer_config(bootstrap))
+        self._lock = threading.Lock()
+        self._produced = [0] * row.partitions
+        self._planned: list[int] = [0] * row.partitions
+        """The input's end offsets when the batches now running were planned."""
+        self._read_before = self._planned
+        """Where the batches before them ended: a query that keeps up holds this very list."""
+        self._queries = {f"q{i}": _Query(self._read_before) for i in range(row.queries)}
+        self._stop = threading.Event()
+        self._batch = 0
+        self.metrics_bytes = 0
+        self._threads = [threading.Thread(target=self._run, daemon=True),
+                         threading.Thread(target=self._answer, daemon=True)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def fall_behind(self) -> None:
+        with self._lock:
+            for query in self._queries.values():
+                query.behind = True
+
+    def latencies_ms(self) -> list[int]:
+        """Per query that got a tuple after falling behind: first batch behind → the tuple."""
+        with self._lock:
+            return [q.tuple_at_ms - q.behind_since_ms for q in self._queries.values()
+                    if q.tuple_at_ms is not None and q.behind_since_ms is not None]
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+        self._producer.flush(30)
+
+    def _run(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            self._produce(RATE_PER_S * TRIGGER_MS // 1000)
+            self._publish_batches()
+            next_tick += TRIGGER_MS / 1000
+            self._stop.wait(max(0.0, next_tick - time.monotonic()))
+
+    def _produce(self, records: int) -> None:
+        partitions = self._row.partitions
+        for n in range(records):
+            partition = (self._batch * records + n) % partitions
+            self._producer.produce(self._topics["in"], b"x", partition=partition)
+            self._produced[partition] += 1
+        self._producer.flush(30)
+
+    def _publish_batches(self) -> None:
+        """The batch each query planned a trigger ago against the end offsets of then."""
+        now = int(time.time() * 1000)
+        start_ms, planned, topic = now - TRIGGER_MS, self._planned, self._topics["in"]
+        budget = RATE_PER_S * TRIGGER_MS // 1000 // 2
+        encode = codec_for(TaskMetrics).encode
+        # What every query that keeps up read: one tuple, shared (it is the same for all).
+        steady = tuple(SourcePartition(topic, p, self._read_before[p], planned[p], planned[p])
+                       for p in range(self._row.partitions))
+        with self._lock:
+            for query_id, query in self._queries.items():
+                before = query.processed
+                query.processed = (_within(before, planned, budget) if query.behind
+                                   else planned)
+                partitions = steady if before is self._read_before and not query.behind else \
+                    tuple(SourcePartition(topic, p, before[p], query.processed[p], planned[p])
+                          for p in range(self._row.partitions))
+                rows = sum(query.processed) - sum(before)
+                busy_ms = TRIGGER_MS if query.behind else TRIGGER_MS // 2
+                sample = TaskMetrics(
+                    query_id=query_id, instance_id=f"{query_id}-1", role=Role.ACTIVE,
+                    config_epoch=query.epoch, batch_id=self._batch, batch_start_ms=start_ms,
+                    batch_end_ms=start_ms + busy_ms, trigger_interval_ms=TRIGGER_MS,
+                    input_rows=rows, output_rows=rows, busy_ms=busy_ms, partitions=partitions,
+                    input_parallelism=query.parallelism, state_partitions=4, task_slots=16,
+                    source_topics=(topic,), sink_topics=(f"out-{query_id}",))
+                payload = encode(sample)
+                self.metrics_bytes += len(payload)
+                self._producer.produce(self._topics["metrics"], payload, key=query_id.encode())
+                if query.behind and query.behind_since_ms is None:
+                    query.behind_since_ms = now
+        self._producer.flush(30)
+        self._read_before, self._planned = planned, list(self._produced)
+        self._batch += 1
+
+    def _answer(self) -> None:
+        tail = Tail(self._bootstrap, {self._topics["control"]: ControlTuple},
+                    from_beginning=True)
+        encode = codec_for(Ack).encode
+        try:
+            while not self._stop.is_set():
+                for _topic, got in tail.poll(0.5):
+                    if isinstance(got, ControlTuple) and got.query_id in self._queries:
+                        self._producer.produce(self._topics["acks"], encode(self._apply(got)))
+                self._producer.flush(30)
+        finally:
+            tail.close()
+
+    def _apply(self, control: ControlTuple) -> Ack:
+        with self._lock:
+            query = self._queries[control.query_id]
+            for setting in control.settings:
+                if setting.parameter == "input_parallelism":
+                    query.parallelism = int(setting.value)
+            query.epoch = control.epoch
+            if query.behind and query.tuple_at_ms is None:
+                query.tuple_at_ms = control.issued_at_ms
+            query.behind = False
+        return Ack(control_id=control.control_id, query_id=control.query_id,
+                   instance_id=f"{control.query_id}-1", epoch=control.epoch,
+                   outcome=Outcome.APPLIED, detail="synthetic", pause_ms=0,
+                   acked_at_ms=int(time.time() * 1000))
+
+
+def _within(before: list[int], planned: list[int], budget: int) -> list[int]:
+    """Offsets read when at most `budget` records may be, taken partition by partition."""
+    read = list(before)
+    for p, end in enumerate(planned):
+        take = min(end - read[p], budget)
+        read[p] += take
+        budget -= take
+    return read
+
+
+@dataclass(frozen=True)
+class Figures:
+    queries: int
+    partitions: int
+    instances: int
+    cpu_ms_per_cycle: float
+    """The busiest instance's CPU over the measured span, per 0.5 s cycle."""
+    cpu_ms_per_query_per_cycle: float
+    core_share: float
+    """The busiest instance's CPU over the span's wall time: above 1, it cannot keep up."""
+    memory_kib_per_query: float
+    metrics_bytes_per_query_per_s: float
+    decided: int
+    """Queries that got a tuple within `DECIDE_S` of falling behind."""
+    tuple_p50_s: float | None
+    tuple_p99_s: float | None
+    takeover_s: float | None = None
+    """Kill -9 of one instance → the others lead all of its shards (several instances)."""
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class Bed:
+    """Fresh topics, the controllers on them, and their decisions as they arrive."""
+
+    def __init__(self, bootstrap: str, workdir: Path, row: Row) -> None:
+        tag = uuid.uuid4().hex[:8]
+        kinds = ("in", "metrics", "control", "acks", "decisions", "lease")
+        self.topics = {k: f"bench-fleet-{tag}-{k}" for k in kinds}
+        counts = {"in": row.partitions, "lease": SHARDS}
+        ensure_topics(bootstrap, [TopicSpec(name, partitions=counts.get(kind, 1))
+                                  for kind, name in self.topics.items()])
+        t = self.topics
+        self.env = process_env(bootstrap, STREAMCTL_METRICS_TOPIC=t["metrics"],
+                               STREAMCTL_CONTROL_TOPIC=t["control"],
+                               STREAMCTL_ACK_TOPIC=t["acks"],
+                               STREAMCTL_DECISIONS_TOPIC=t["decisions"],
+                               STREAMCTL_CONTROLLER_LEASE_TOPIC=t["lease"],
+                               STREAMCTL_CONTROLLER_GROUP_ID=f"bench-fleet-{tag}")
+        self.workdir, self.row = workdir / tag, row
+        self.controllers: list[Child] = []
+        self.takeovers: list[Decision] = []
+        self._tail = Tail(bootstrap, {t["decisions"]: Decision}, from_beginning=True)
+
+    def start_controllers(self) -> None:
+        for n in range(self.row.instances):
+            self.controllers.append(start_child(f"c{n}", [
+                "controller", "run", "--metrics-port", "0", "--instance-id", f"c{n}",
+                "--max-queries", str(self.row.queries)], self.workdir, self.env))
+        names = {c.name for c in self.controllers}
+        self.wait(lambda: set(self.leaders().values()) == names
+                  and len(self.leaders()) == SHARDS, 120, "the shards divided among all")
+
+    def leaders(self) -> dict[int, str]:
+        return leaders(self.takeovers)[0]
+
+    def poll(self) -> None:
+        for _topic, got in self._tail.poll(0.2):
+            if isinstance(got, Decision) and got.action == TAKEOVER:
+                self.takeovers.append(got)
+
+    def wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        if not self.at_most(done, timeout_s):
+            raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+    def at_most(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Read the decisions until `done()` or `timeout_s` passed; whether it was done. Every
+        controller must stay up meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                return False
+            for child in self.controllers:
+                if not child.alive():
+                    raise RuntimeError(f"{child.name} died:\n{child.log_tail()}")
+            self.poll()
+        return True
+
+    def spend(self, seconds: float) -> None:
+        """Let `seconds` pass, reading the decisions meanwhile."""
+        until = time.monotonic() + seconds
+        self.at_most(lambda: time.monotonic() >= until, seconds + 5)
+
+    def close(self) -> None:
+        stop_all(self.controllers)
+        self._tail.close()
+
+
+def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
+            measured_s: float) -> Figures:
+    bed = Bed(bootstrap, workdir, row)
+    fleet = SyntheticFleet(bootstrap, bed.topics, row)
+    try:
+        bed.start_controllers()
+        pids = [c.process.pid for c in bed.controllers]
+        rss_before = [_rss_kib(pid) for pid in pids]
+        fleet.start()
+        bed.spend(warm_s)
+        cpu_before, bytes_before = [_cpu_s(pid) for pid in pids], fleet.metrics_bytes
+        started = time.monotonic()
+        bed.spend(measured_s)
+        elapsed = time.monotonic() - started
+        busiest_cpu_s = max(_cpu_s(pid) - before for pid, before in zip(pids, cpu_before,
+                                                                          strict=True))
+        rss_growth_kib = max(_rss_kib(pid) - before for pid, before in zip(pids, rss_before,
+                                                                           strict=True))
+        metrics_bytes = fleet.metrics_bytes - bytes_before
+        fleet.fall_behind()
+        bed.at_most(lambda: len(fleet.latencies_ms()) == row.queries, DECIDE_S)
+        latencies = sorted(ms / 1000 for ms in fleet.latencies_ms())
+        takeover = _takeover(bed) if row.instances > 1 else None
+    finally:
+        fleet.close()
+        bed.close()
+    cycles = elapsed / CYCLE_S
+    return Figures(
+        queries=row.queries, partitions=row.partitions, instances=row.instances,
+        cpu_ms_per_cycle=round(busiest_cpu_s * 1000 / cycles, 2),
+        cpu_ms_per_query_per_cycle=round(busiest_cpu_s * 1000 / cycles / row.queries, 3),
+        core_share=round(busiest_cpu_s / elapsed, 3),
+        memory_kib_per_query=round(rss_growth_kib / row.queries, 1),
+        metrics_bytes_per_query_per_s=round(metrics_bytes / elapsed / row.queries),
+        decided=len(latencies), tuple_p50_s=_quantile(latencies, 0.5),
+        tuple_p99_s=_quantile(latencies, 0.99), takeover_s=takeover)
+
+
+def _takeover(bed: Bed) -> float:
+    """Kill -9 of the first instance → the takeover record by which the others lead the last
+    of its shards."""
+    killed = bed.controllers.pop(0)
+    held = [shard for shard, leader in bed.leaders().items() if leader == killed.name]
+    killed.kill()
+    killed_ms = int(time.time() * 1000)
+    bed.wait(lambda: all(bed.leaders().get(shard) != killed.name for shard in held), 120,
+             f"{killed.name}'s shards taken over")
+    return round((max(d.decided_at_ms for d in bed.takeovers) - killed_ms) / 1000, 1)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet_processes",
+                                     description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer and smaller fleets")
+    parser.add_argument("--warm-s", type=float, default=60.0,
+                        help="seconds of batches that fill the windows before measuring")
+    parser.add_argument("--measured-s", type=float, default=30.0,
+                        help="seconds over which the controllers' CPU is measured")
+    args = parser.parse_args(argv)
+    load_before = record.load_average()
+    rows = []
+    with local_broker("streamctl-bench-fleet-") as bed:
+        for row in QUICK if args.quick else ROWS:
+            figures = measure(bed.bootstrap_servers, bed.workdir, row, args.warm_s,
+                              args.measured_s)
+            rows.append(figures)
+            print(f"{row.queries:>5} × {row.partitions:<5} on {row.instances}: "
+                  f"{figures.cpu_ms_per_cycle:8.1f} ms/cycle ({figures.core_share:.0%} of a "
+                  f"core), {figures.memory_kib_per_query:.0f} KiB/query, "
+                  f"{figures.metrics_bytes_per_query_per_s} B/query/s, decided "
+                  f"{figures.decided}/{row.queries}, p50 {figures.tuple_p50_s} s, p99 "
+                  f"{figures.tuple_p99_s} s, takeover {figures.takeover_s} s", flush=True)
+    record.write("fleet_processes", {
+        "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS, "rate_per_s": RATE_PER_S,
+        "shards": SHARDS, "decide_s": DECIDE_S, "warm_s": args.warm_s,
+        "measured_s": args.measured_s, "rows": [asdict(r) for r in rows],
+    }, load_before, None if argv is None else list(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
