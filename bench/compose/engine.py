@@ -102,10 +102,10 @@ def engine() -> Iterator[Engine]:
          "--pidfile", str(run_dir / "dockerd.pid")],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        def answering() -> bool:
+        def answering() -> bool | None:
             if proc.poll() is not None:
                 raise EngineError(f"dockerd exited; its log: {root / 'dockerd.log'}")
-            return _answers(env)
+            return _answers(env) or None
 
         if poll_until(answering, 60, 0.5) is None:
             raise EngineError(f"dockerd did not answer in 60 s; its log: {root / 'dockerd.log'}")
