@@ -109,7 +109,10 @@ class SyntheticFleet:
     """N queries on one input topic: produces to the topic, publishes each query's batch every
     trigger and answers each control tuple with an applied ack (a thread each)."""
 
-    def __init__(self, bootstrap: str, topics: dict[str, str], row: Row) -> None:
+    def __init__(self, bootstrap: str, topics: dict[str, str], row: Row,
+                 parallelism: int = 4) -> None:
+        """`topics`: the input topic (`in`, of `row.partitions` partitions) and the
+        controllers' `metrics`, `control` and `acks` topics."""
         self._bootstrap, self._topics, self._row = bootstrap, topics, row
         self._producer = Producer(producer_config(bootstrap))
         self._lock = threading.Lock()
@@ -118,7 +121,10 @@ class SyntheticFleet:
         """The input's end offsets when the batches now running were planned."""
         self._read_before = self._planned
         """Where the batches before them ended: a query that keeps up holds this very list."""
-        self._queries = {f"q{i}": _Query(self._read_before) for i in range(row.queries)}
+        self._queries = {f"q{i}": _Query(self._read_before, parallelism)
+                         for i in range(row.queries)}
+        self.tuples = 0
+        """Control tuples answered."""
         self._stop = threading.Event()
         self._batch = 0
         self.metrics_bytes = 0
@@ -212,6 +218,7 @@ class SyntheticFleet:
 
     def _apply(self, control: ControlTuple) -> Ack:
         with self._lock:
+            self.tuples += 1
             query = self._queries[control.query_id]
             for setting in control.settings:
                 if setting.parameter == "input_parallelism":
