@@ -424,7 +424,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "four full batches); then a step from 0.4 C to 3 C, and, under 0.3 C, SIGKILL of the "
      "active job's process from the host (a crash). Times from the change to each record's "
      "own stamp (the containers share the machine's clock); \"up\" runs from `compose up` to "
-     "the job's application holding its executors. Everything shares the 2 cores."),
+     "the job's application holding its executors. An `executors` tuple is acked once the "
+     "executors run, or after the job waited 90 s for them when the two workers have no room "
+     "(the request stands). Everything shares the 2 cores."),
     ("takeover", "Controller takeover after kill -9 of the leader", takeover,
      "Two `controller run` processes with their defaults on a local broker; each run waits "
      "until the follower has joined the controllers' group, kills the leader with SIGKILL and "
