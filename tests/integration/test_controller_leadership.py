@@ -36,14 +36,18 @@ LEASE_SESSION_S = 3.0
 OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
 
 
-def publish_overload(harness: KafkaHarness, seconds: int, query_id: str = "q1") -> None:
-    """`seconds` of a job's metrics at 800/s arriving for 420/s of capacity, ending now."""
-    trace = simulate(replace(OVERLOAD, query_id=query_id, source_topic=f"in-{query_id}",
-                             sink_topic=f"out-{query_id}"), seconds)
-    shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows are pruned by the real clock
-    harness.publish("metrics", *(codec_for(TaskMetrics).encode(
-        replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
-                batch_end_ms=s.batch_end_ms + shift_ms)) for s in trace))
+def publish_overload(harness: KafkaHarness, seconds: int, *query_ids: str) -> None:
+    """`seconds` of each query's metrics at 800/s arriving for 420/s of capacity, ending now
+    (default one query, q1), in one batch of records."""
+    records: list[bytes] = []
+    for query_id in query_ids or ("q1",):
+        trace = simulate(replace(OVERLOAD, query_id=query_id, source_topic=f"in-{query_id}",
+                                 sink_topic=f"out-{query_id}"), seconds)
+        shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows pruned by the real clock
+        records += [codec_for(TaskMetrics).encode(
+            replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
+                    batch_end_ms=s.batch_end_ms + shift_ms)) for s in trace]
+    harness.publish("metrics", *records)
 
 
 def test_a_deposed_leaders_writer_is_fenced_once_a_new_leader_took_over(
@@ -243,8 +247,7 @@ def test_three_instances_share_the_queries_and_a_killed_ones_shards_pass_to_the_
           and "c1" not in shard_leaders(kafka_harness).values(), 60,
           "c1's shards to pass to c2 and c3", 0.5)
     queries = [f"q{i}" for i in range(FLEET_QUERIES)]
-    for query_id in queries:
-        publish_overload(kafka_harness, 30, query_id)
+    publish_overload(kafka_harness, 30, *queries)
     until(lambda: {t.query_id for t in controls(kafka_harness)} == set(queries), 60,
           "a scale-up of every query", 0.5)
     holds(lambda: len(controls(kafka_harness)) == len(queries), LEASE_SESSION_S,
