@@ -36,20 +36,16 @@ from dataclasses import asdict, dataclass
 from typing import TypeVar
 
 from bench import record
-from bench.compose.stack import BOOTSTRAP, Compose, up
+from bench.compose.stack import BOOTSTRAP, INPUT, QUERY, SERVICE_OF, Compose, up
 from schemas import Ack, Decision, Outcome, Role, TaskMetrics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from streamctl.view import QueryView, full_batch_rate
 
-QUERY, INPUT = "sensor-averages", "sensor-readings"
-"""docker-compose.yml's query and its input topic."""
 METRICS, DECISIONS, ACKS = "streamctl.metrics", "streamctl.decisions", "streamctl.acks"
 BATCH_CAP = 4000
 """The job's default `max_offsets_per_trigger` (docker-compose.yml sets none)."""
-SERVICE_OF = {"sensor-averages-1": "job", "sensor-averages-2": "job-standby"}
-"""docker-compose.yml's instance ids → their services."""
 STEADY_S, STEP_S = 10.0, 60.0
 """The step's load: 0.4 C for `STEADY_S`, then 3 C for `STEP_S`."""
 T = TypeVar("T")
@@ -67,6 +63,9 @@ class Run:
     step_to_applied_s: float
     applied: str
     """What the first tuple after the step changed."""
+    applied_detail: str
+    """Its ack's note: for `executors`, how many ran and when (or that the cluster had no room
+    within the job's wait)."""
     crash_to_failover_s: float
     crash_to_first_batch_s: float
 
@@ -132,6 +131,9 @@ def load(profile: RateProfile, duration_s: float, start_seq: int,
     thread.start()
     try:
         yield
+    except BaseException:
+        stop.set()  # a failed run waits for no load
+        raise
     finally:
         if not until_done:
             stop.set()
@@ -151,20 +153,22 @@ def capacity(watch: StackWatch) -> float:
     return rate
 
 
-def step(watch: StackWatch, c: float) -> tuple[float, float, str]:
+def step(watch: StackWatch, c: float) -> tuple[float, float, str, str]:
     """0.4 C → 3 C: seconds from the step to the first tuple sent after it and to its applied
-    ack, and what it changed; then the load runs out and the backlog drains."""
+    ack, what it changed and the ack's note; then the load runs out and the backlog drains."""
     step_ms = now_ms() + int(STEADY_S * 1000)
     with load(RateProfile("step", 0.4 * c, 3 * c, start_s=STEADY_S), STEADY_S + STEP_S,
               start_seq=2 * 10**9, until_done=True):
         sent = watch.wait(lambda: watch.sent_after(step_ms), "a control tuple after the step")
-        applied_ms = watch.wait(lambda: next((a.acked_at_ms for a in watch.acks
-                                              if a.control_id == sent.control_id
-                                              and a.outcome is Outcome.APPLIED), None),
-                                f"tuple {sent.control_id} ({sent.action}) applied")
+        ack = watch.wait(lambda: next((a for a in watch.acks
+                                       if a.control_id == sent.control_id), None),
+                         f"the ack of tuple {sent.control_id} ({sent.action})")
+        if ack.outcome is not Outcome.APPLIED:
+            raise RuntimeError(f"tuple {sent.control_id} ({sent.action}) was not applied: "
+                               f"{ack.outcome.value}: {ack.detail}")
     watch.wait(lambda: True if watch.lag() == 0 else None, "the backlog drained after the step")
-    return ((sent.decided_at_ms - step_ms) / 1000, (applied_ms - step_ms) / 1000,
-            f"{sent.parameter} {sent.current_value} → {sent.target_value}")
+    return ((sent.decided_at_ms - step_ms) / 1000, (ack.acked_at_ms - step_ms) / 1000,
+            f"{sent.parameter} {sent.current_value} → {sent.target_value}", ack.detail)
 
 
 def crash(compose: Compose, watch: StackWatch, c: float) -> tuple[float, float]:
@@ -177,8 +181,7 @@ def crash(compose: Compose, watch: StackWatch, c: float) -> tuple[float, float]:
                f"a heartbeat of the standby {standby}")
     container = compose.container(SERVICE_OF[active])
     with load(RateProfile("constant", 0.3 * c), 3600, start_seq=3 * 10**9):
-        crash_ms = now_ms()
-        compose.crash(container)
+        crash_ms = compose.crash(container)
         failover = watch.wait(lambda: watch.sent_after(crash_ms, "failover"),
                               "the controller's failover")
         first_ms = watch.wait(lambda: next((m.batch_end_ms for m in watch.view.samples
@@ -194,13 +197,13 @@ def measure_once() -> Run:
         watch = StackWatch()
         try:
             c = capacity(watch)
-            to_tuple, to_applied, change = step(watch, c)
+            to_tuple, to_applied, change, detail = step(watch, c)
             to_failover, to_first_batch = crash(compose, watch, c)
         finally:
             watch.close()
     return Run(round(timings["up → job running on the cluster"], 1), round(c),
-               round(to_tuple, 1), round(to_applied, 1), change, round(to_failover, 1),
-               round(to_first_batch, 1))
+               round(to_tuple, 1), round(to_applied, 1), change, detail,
+               round(to_failover, 1), round(to_first_batch, 1))
 
 
 FIGURES = ("up_s", "step_to_tuple_s", "step_to_applied_s", "crash_to_failover_s",

@@ -16,9 +16,10 @@ Per row:
 - CPU per cycle: each controller process's own CPU time (`/proc`) over the measured span,
   divided into 0.5 s cycles (the default poll timeout and probe interval); the busiest
   instance's, per query, and as a share of one core;
-- memory per query: the busiest instance's resident-set growth from leading no query to a full
-  window of every query;
-- metrics bytes per query per second;
+- memory per query: the largest resident-set growth of an instance from leading no query to a
+  full window of every query;
+- metrics bytes per query per second, and the share of triggers the fleet published on time
+  (below 1 it was short of CPU itself, and the controllers had less to read than jobs send);
 - metrics in → tuple out: from the publication of a query's first batch behind to its tuple's
   `issued_at_ms` (the processes share the machine's clock), p50 and p99 over the queries that
   got one within `DECIDE_S`, and how many did: the model's confirmation (a few batches) plus
@@ -45,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -127,13 +129,24 @@ class SyntheticFleet:
         """Control tuples answered."""
         self._stop = threading.Event()
         self._batch = 0
+        self._planned_at_ms = int(time.time() * 1000)
         self.metrics_bytes = 0
-        self._threads = [threading.Thread(target=self._run, daemon=True),
-                         threading.Thread(target=self._answer, daemon=True)]
+        self.ticks = self.late_ticks = 0
+        """Triggers the fleet published its batches at, and of them those that took longer
+        than a trigger (the fleet itself short of CPU: fewer batches than jobs would send)."""
+        self._error: BaseException | None = None
+        self._threads = [threading.Thread(target=self._guarded, args=(self._run,), daemon=True),
+                         threading.Thread(target=self._guarded, args=(self._answer,),
+                                          daemon=True)]
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+
+    def check(self) -> None:
+        """Raise what stopped one of the fleet's threads, if anything did."""
+        if self._error is not None:
+            raise RuntimeError("the synthetic fleet stopped") from self._error
 
     def fall_behind(self) -> None:
         with self._lock:
@@ -149,15 +162,26 @@ class SyntheticFleet:
     def close(self) -> None:
         self._stop.set()
         for thread in self._threads:
-            thread.join(30)
+            if thread.ident is not None:  # started
+                thread.join(30)
         self._producer.flush(30)
+
+    def _guarded(self, run: Callable[[], None]) -> None:
+        try:
+            run()
+        except BaseException as exc:  # kept for `check`: a dead fleet must not be measured
+            self._error = exc
 
     def _run(self) -> None:
         next_tick = time.monotonic()
         while not self._stop.is_set():
             self._produce(RATE_PER_S * TRIGGER_MS // 1000)
             self._publish_batches()
+            self.ticks += 1
             next_tick += TRIGGER_MS / 1000
+            if time.monotonic() > next_tick:
+                self.late_ticks += 1
+                next_tick = time.monotonic()
             self._stop.wait(max(0.0, next_tick - time.monotonic()))
 
     def _produce(self, records: int) -> None:
@@ -169,9 +193,9 @@ class SyntheticFleet:
         self._producer.flush(30)
 
     def _publish_batches(self) -> None:
-        """The batch each query planned a trigger ago against the end offsets of then."""
+        """The batch each query planned at the last tick against the end offsets of then."""
         now = int(time.time() * 1000)
-        start_ms, planned, topic = now - TRIGGER_MS, self._planned, self._topics["in"]
+        start_ms, planned, topic = self._planned_at_ms, self._planned, self._topics["in"]
         budget = RATE_PER_S * TRIGGER_MS // 1000 // 2
         encode = codec_for(TaskMetrics).encode
         # What every query that keeps up read: one tuple, shared (it is the same for all).
@@ -201,6 +225,7 @@ class SyntheticFleet:
                     query.behind_since_ms = now
         self._producer.flush(30)
         self._read_before, self._planned = planned, list(self._produced)
+        self._planned_at_ms = now
         self._batch += 1
 
     def _answer(self) -> None:
@@ -224,7 +249,8 @@ class SyntheticFleet:
                 if setting.parameter == "input_parallelism":
                     query.parallelism = int(setting.value)
             query.epoch = control.epoch
-            if query.behind and query.tuple_at_ms is None:
+            if (query.behind and query.tuple_at_ms is None and query.behind_since_ms is not None
+                    and control.issued_at_ms >= query.behind_since_ms):
                 query.tuple_at_ms = control.issued_at_ms
             query.behind = False
         return Ack(control_id=control.control_id, query_id=control.query_id,
@@ -255,6 +281,9 @@ class Figures:
     """The busiest instance's CPU over the span's wall time: above 1, it cannot keep up."""
     memory_kib_per_query: float
     metrics_bytes_per_query_per_s: float
+    fleet_on_time: float
+    """Of the measured span's triggers, the share the fleet published on time: below 1, it
+    was short of CPU itself, and the controllers got fewer batches than jobs would send."""
     decided: int
     """Queries that got a tuple within `DECIDE_S` of falling behind."""
     tuple_p50_s: float | None
@@ -295,6 +324,8 @@ class Bed:
         self.workdir, self.row = workdir / tag, row
         self.controllers: list[Child] = []
         self.takeovers: list[Decision] = []
+        self.checks: list[Callable[[], None]] = []
+        """Called while waiting: each raises when something the bed relies on failed."""
         self._tail = Tail(bootstrap, {t["decisions"]: Decision}, from_beginning=True)
 
     def start_controllers(self) -> None:
@@ -315,10 +346,10 @@ class Bed:
                 self.takeovers.append(got)
 
     def wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
-        if not self.at_most(done, timeout_s):
+        if not self.done_within(done, timeout_s):
             raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
-    def at_most(self, done: Callable[[], bool], timeout_s: float) -> bool:
+    def done_within(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Read the decisions until `done()` or `timeout_s` passed; whether it was done. Every
         controller must stay up meanwhile."""
         deadline = time.monotonic() + timeout_s
@@ -328,13 +359,15 @@ class Bed:
             for child in self.controllers:
                 if not child.alive():
                     raise RuntimeError(f"{child.name} died:\n{child.log_tail()}")
+            for check in self.checks:
+                check()
             self.poll()
         return True
 
     def spend(self, seconds: float) -> None:
         """Let `seconds` pass, reading the decisions meanwhile."""
         until = time.monotonic() + seconds
-        self.at_most(lambda: time.monotonic() >= until, seconds + 5)
+        self.done_within(lambda: time.monotonic() >= until, seconds + 5)
 
     def close(self) -> None:
         stop_all(self.controllers)
@@ -343,15 +376,19 @@ class Bed:
 
 def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
             measured_s: float) -> Figures:
-    bed = Bed(bootstrap, workdir, row)
-    fleet = SyntheticFleet(bootstrap, bed.topics, row)
-    try:
+    with ExitStack() as cleanup:
+        bed = Bed(bootstrap, workdir, row)
+        cleanup.callback(bed.close)
+        fleet = SyntheticFleet(bootstrap, bed.topics, row)
+        cleanup.callback(fleet.close)
+        bed.checks.append(fleet.check)
         bed.start_controllers()
         pids = [c.process.pid for c in bed.controllers]
         rss_before = [_rss_kib(pid) for pid in pids]
         fleet.start()
         bed.spend(warm_s)
         cpu_before, bytes_before = [_cpu_s(pid) for pid in pids], fleet.metrics_bytes
+        ticks_before, late_before = fleet.ticks, fleet.late_ticks
         started = time.monotonic()
         bed.spend(measured_s)
         elapsed = time.monotonic() - started
@@ -360,13 +397,12 @@ def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
         rss_growth_kib = max(_rss_kib(pid) - before for pid, before in zip(pids, rss_before,
                                                                            strict=True))
         metrics_bytes = fleet.metrics_bytes - bytes_before
+        ticks, late = fleet.ticks - ticks_before, fleet.late_ticks - late_before
         fleet.fall_behind()
-        bed.at_most(lambda: len(fleet.latencies_ms()) == row.queries, DECIDE_S)
+        bed.done_within(lambda: len(fleet.latencies_ms()) == row.queries, DECIDE_S)
         latencies = sorted(ms / 1000 for ms in fleet.latencies_ms())
         takeover = _takeover(bed) if row.instances > 1 else None
-    finally:
-        fleet.close()
-        bed.close()
+        fleet.check()
     cycles = elapsed / CYCLE_S
     return Figures(
         queries=row.queries, partitions=row.partitions, instances=row.instances,
@@ -375,20 +411,31 @@ def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
         core_share=round(busiest_cpu_s / elapsed, 3),
         memory_kib_per_query=round(rss_growth_kib / row.queries, 1),
         metrics_bytes_per_query_per_s=round(metrics_bytes / elapsed / row.queries),
+        fleet_on_time=round((ticks - late) / max(ticks, 1), 2),
         decided=len(latencies), tuple_p50_s=_quantile(latencies, 0.5),
         tuple_p99_s=_quantile(latencies, 0.99), takeover_s=takeover)
 
 
 def _takeover(bed: Bed) -> float:
-    """Kill -9 of the first instance → the takeover record by which the others lead the last
-    of its shards."""
+    """Kill -9 of the first instance → the first takeover record by which the others lead
+    every shard it held."""
     killed = bed.controllers.pop(0)
     held = [shard for shard, leader in bed.leaders().items() if leader == killed.name]
-    killed.kill()
     killed_ms = int(time.time() * 1000)
-    bed.wait(lambda: all(bed.leaders().get(shard) != killed.name for shard in held), 120,
-             f"{killed.name}'s shards taken over")
-    return round((max(d.decided_at_ms for d in bed.takeovers) - killed_ms) / 1000, 1)
+    killed.kill()
+    killed.stop()  # closes its log
+
+    def moved_at() -> int | None:
+        for n, taken in enumerate(bed.takeovers):
+            now_leading = leaders(bed.takeovers[:n + 1])[0]
+            if taken.decided_at_ms > killed_ms and all(
+                    now_leading.get(shard) != killed.name for shard in held):
+                return taken.decided_at_ms
+        return None
+    bed.wait(lambda: moved_at() is not None, 120, f"{killed.name}'s shards taken over")
+    moved_ms = moved_at()
+    assert moved_ms is not None  # what the wait waited for
+    return round((moved_ms - killed_ms) / 1000, 1)
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float | None:
@@ -408,15 +455,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load_before = record.load_average()
     rows = []
-    with local_broker("streamctl-bench-fleet-") as bed:
+    with local_broker("streamctl-bench-fleet-") as broker:
         for row in QUICK if args.quick else ROWS:
-            figures = measure(bed.bootstrap_servers, bed.workdir, row, args.warm_s,
+            figures = measure(broker.bootstrap_servers, broker.workdir, row, args.warm_s,
                               args.measured_s)
             rows.append(figures)
             print(f"{row.queries:>5} × {row.partitions:<5} on {row.instances}: "
                   f"{figures.cpu_ms_per_cycle:8.1f} ms/cycle ({figures.core_share:.0%} of a "
                   f"core), {figures.memory_kib_per_query:.0f} KiB/query, "
-                  f"{figures.metrics_bytes_per_query_per_s} B/query/s, decided "
+                  f"{figures.metrics_bytes_per_query_per_s} B/query/s, fleet on time "
+                  f"{figures.fleet_on_time:.0%}, decided "
                   f"{figures.decided}/{row.queries}, p50 {figures.tuple_p50_s} s, p99 "
                   f"{figures.tuple_p99_s} s, takeover {figures.takeover_s} s", flush=True)
     record.write("fleet_processes", {

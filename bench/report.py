@@ -249,7 +249,8 @@ def demo(result: Result) -> list[str]:
 
 def containers(result: Result) -> list[str]:
     rows = [[str(n), f"{r['up_s']:.1f}", f"{r['capacity_per_s']:,.0f}",
-             f"{r['step_to_tuple_s']:.1f}", f"{r['step_to_applied_s']:.1f}", r["applied"],
+             f"{r['step_to_tuple_s']:.1f}", f"{r['step_to_applied_s']:.1f}",
+             f"{r['applied']} ({r['applied_detail'].split(':')[0]})",
              f"{r['crash_to_failover_s']:.1f}", f"{r['crash_to_first_batch_s']:.1f}"]
             for n, r in enumerate(result["runs"], 1)]
     m = result["median"]
@@ -257,7 +258,8 @@ def containers(result: Result) -> list[str]:
                  f"{m['step_to_applied_s']:.1f}", "", f"{m['crash_to_failover_s']:.1f}",
                  f"{m['crash_to_first_batch_s']:.1f}"])
     return _table(["run", "up → job on the cluster s", "capacity C records/s",
-                   "step → first tuple s", "step → that tuple applied s", "its change",
+                   "step → first tuple s", "step → that tuple applied s",
+                   "its change (its ack)",
                    "crash → failover decision s", "crash → promoted standby's batch s"], rows)
 
 
@@ -304,18 +306,22 @@ def fleet_processes(result: Result) -> list[str]:
     def figure(value: float | None) -> str:
         return "—" if value is None else f"{value:.1f}"
 
-    return _table(
+    load = (f"{result['rate_per_s']} records/s into the input; {result['warm_s']:g} s of "
+            f"warm-up, {result['measured_s']:g} s measured.")
+    return [load, "", *_table(
         ["queries × partitions", "instances", "busiest CPU ms per 0.5 s",
          "per query (unsaturated)", "share of a core", "memory KiB per query",
-         "metrics bytes per query per s", f"decided within {result['decide_s']:g} s",
+         "metrics bytes per query per s", "fleet's triggers on time",
+         f"decided within {result['decide_s']:g} s",
          "behind → tuple p50 s", "p99 s", "kill -9 → its shards led s"],
         [[f"{r['queries']} × {r['partitions']}", str(r["instances"]),
           f"{r['cpu_ms_per_cycle']:.1f}",
           "saturated" if r["core_share"] >= SATURATED else f"{r['cpu_ms_per_query_per_cycle']:.3f}",
           f"{r['core_share']:.0%}", f"{r['memory_kib_per_query']:.0f}",
-          str(r["metrics_bytes_per_query_per_s"]), f"{r['decided']} of {r['queries']}",
+          str(r["metrics_bytes_per_query_per_s"]), f"{r['fleet_on_time']:.0%}",
+          f"{r['decided']} of {r['queries']}",
           figure(r["tuple_p50_s"]), figure(r["tuple_p99_s"]), figure(r["takeover_s"])]
-         for r in result["rows"]])
+         for r in result["rows"]])]
 
 
 def _shared(rows: list[dict[str, Any]]) -> list[str]:
@@ -432,7 +438,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "own stamp (the containers share the machine's clock); \"up\" runs from `compose up` to "
      "the job's application holding its executors. An `executors` tuple is acked once the "
      "executors run, or after the job waited 90 s for them when the two workers have no room "
-     "(the request stands). Everything shares the 2 cores."),
+     "(the request stands; its ack says which). Everything shares the 2 cores."),
     ("takeover", "Controller takeover after kill -9 of the leader", takeover,
      "Two `controller run` processes with their defaults on a local broker; each run waits "
      "until the follower has joined the controllers' group, kills the leader with SIGKILL and "
@@ -523,18 +529,19 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "`controller run` processes with their defaults (four shards; the query limit raised to "
      "the fleet's size) on a local broker, driven by N synthetic queries of P partitions that "
      "this benchmark publishes as jobs would: a batch a second each, all reading one input "
-     "topic of P partitions it produces 400 records/s to, so the end offsets the controllers "
-     "probe agree with the batches. The queries keep up (busy half of each second) for 60 s "
-     "of warm-up and 30 s measured, then all fall behind at once (half of what arrives "
-     "processed) and answer their tuple with an applied ack. CPU from each process's own "
-     "clock (`/proc`), per 0.5 s of wall time (a cycle at the default cadence), of the busiest "
+     "topic of P partitions it produces to, so the end offsets the controllers probe agree "
+     "with the batches. The queries keep up (busy half of each second) through the warm-up "
+     "and the measured span, then all fall behind at once (half of what arrives processed) "
+     "and answer their tuple with an applied ack. CPU from each process's own clock "
+     "(`/proc`), per 0.5 s of wall time (a cycle at the default cadence), of the busiest "
      "instance: near a whole core the instance is saturated, its cycles stretch and the "
-     "figure stops growing; memory its resident-set "
-     "growth from no query to full windows; \"behind → tuple\" from the publication of a "
-     "query's first batch behind to the tuple's own stamp: the model's confirmation plus "
-     "whatever the controller's own backlog adds. The takeover kills one instance and waits "
-     "for the others to lead its shards. No job runs; the fleet, the producer and the "
-     "controllers share the 2 cores."),
+     "figure stops growing; memory the largest resident-set growth of an instance from no "
+     "query to full windows; the fleet's triggers on time say whether it published every "
+     "second (below 100 % it was short of CPU itself); \"behind → tuple\" from the "
+     "publication of a query's first batch behind to the tuple's own stamp: the model's "
+     "confirmation plus whatever the controller's own backlog adds. The takeover kills one "
+     "instance and times the first takeover record by which the others lead all its shards. "
+     "No job runs; the fleet, the producer and the controllers share the 2 cores."),
     ("overhead", "The runtime's instrumentation overhead", overhead,
      "The same plan on the same preloaded readings in one SparkSession, alternating: bare "
      "(the plan into the transactional sink, nothing else) and under the runtime as `job "

@@ -34,6 +34,10 @@ SERVICES = ("kafka", "topics", "spark-master", "spark-worker", "job", "job-stand
 """Every service of docker-compose.yml but Grafana (no stand-in) and the demo's load."""
 HOST_PORTS = (9092, 8080, 9301, 9302, 9300, 9303, 9090)
 BOOTSTRAP = "127.0.0.1:9092"  # the broker's HOST listener, published on loopback
+QUERY, INPUT = "sensor-averages", "sensor-readings"
+"""docker-compose.yml's query and its input topic."""
+SERVICE_OF = {"sensor-averages-1": "job", "sensor-averages-2": "job-standby"}
+"""docker-compose.yml's instance ids → their services."""
 FILES = (ROOT / "docker-compose.yml", ROOT / "bench/compose/standins.yml")
 
 
@@ -71,14 +75,17 @@ class Compose:
         """How often the engine restarted `container` (its restart policy at work)."""
         return int(self._inspect(container, "{{.RestartCount}}"))
 
-    def crash(self, container: str) -> None:
+    def crash(self, container: str) -> int:
         """SIGKILL to the container's main process from the host, as a crash would end it
-        (`docker kill` counts as a stop asked for, which no restart policy answers)."""
+        (`docker kill` counts as a stop asked for, which no restart policy answers); when it
+        was sent, in ms since the epoch."""
         pid = int(self._inspect(container, "{{.State.Pid}}"))
+        sent_ms = int(time.time() * 1000)
         try:
             os.kill(pid, signal.SIGKILL)
         except PermissionError:  # the engine's processes are root's; sudo, then
             subprocess.run(["sudo", "-n", "kill", "-9", str(pid)], check=True, timeout=30)
+        return sent_ms
 
     def _inspect(self, container: str, template: str) -> str:
         return self.engine.docker("inspect", "-f", template, container).stdout.strip()
@@ -113,9 +120,11 @@ def up(timings: dict[str, float]) -> Iterator[Compose]:
             timings["up → job running on the cluster"] = time.monotonic() - started
             yield compose
         finally:
-            logs = compose("logs", "--no-color", "--tail", "200", check=False).stdout
-            (Path(tmp).parent / f"{compose.project}.log").write_text(logs)
-            compose("down", "--volumes", "--remove-orphans", "--timeout", "20", check=False)
+            try:
+                logs = compose("logs", "--no-color", "--tail", "200", check=False).stdout
+                (Path(tmp).parent / f"{compose.project}.log").write_text(logs)
+            finally:
+                compose("down", "--volumes", "--remove-orphans", "--timeout", "20", check=False)
 
 
 def master_state() -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bench.compose.stack import BOOTSTRAP, Compose, master_state
+from bench.compose.stack import BOOTSTRAP, INPUT, QUERY, SERVICE_OF, Compose, master_state
 from schemas import TaskMetrics
 from schemas.records import Role
 from streamctl.loadgen import Ledger, LoadSpec, run_load
@@ -37,7 +37,7 @@ from tests.support.waiting import until
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(1800)]
 
-QUERY, INPUT, OUTPUT = "sensor-averages", "sensor-readings", "sensor-averages"
+OUTPUT = "sensor-averages"
 BATCH_CAP = 4000  # the job's default max_offsets_per_trigger (docker-compose.yml sets none)
 TOPICS = {"input": INPUT, "metrics": "streamctl.metrics", "acks": "streamctl.acks",
           "decisions": "streamctl.decisions"}
@@ -192,10 +192,6 @@ def test_a_crashed_active_is_failed_over_and_restarted_by_compose_as_the_standby
     assert _await_standby_heartbeat(other_than=standby) == active
     timings.figures["crash → the crashed instance back as the standby"] = (
         time.monotonic() - killed)
-
-
-SERVICE_OF = {"sensor-averages-1": "job", "sensor-averages-2": "job-standby"}
-"""docker-compose.yml's instance ids → their services."""
 
 
 def _await_standby_heartbeat(other_than: str) -> str:
