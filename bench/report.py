@@ -247,10 +247,15 @@ def demo(result: Result) -> list[str]:
                    "step → lag back s", "tuples (s from the step)", "units at the end"], rows)
 
 
+def _executors_note(detail: str) -> str:
+    """An ack's last note before its explanation: what the cluster gave, for `executors`."""
+    return detail.split(":")[0].split(";")[-1].strip()
+
+
 def containers(result: Result) -> list[str]:
     rows = [[str(n), f"{r['up_s']:.1f}", f"{r['capacity_per_s']:,.0f}",
              f"{r['step_to_tuple_s']:.1f}", f"{r['step_to_applied_s']:.1f}",
-             f"{r['applied']} ({r['applied_detail'].split(':')[0]})",
+             f"{r['applied']} ({_executors_note(r['applied_detail'])})",
              f"{r['crash_to_failover_s']:.1f}", f"{r['crash_to_first_batch_s']:.1f}"]
             for n, r in enumerate(result["runs"], 1)]
     m = result["median"]
