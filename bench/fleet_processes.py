@@ -68,7 +68,7 @@ from schemas import (
 from schemas.records import TAKEOVER
 from streamctl.loadgen import producer_config
 from streamctl.processes import Child, start_child, stop_all
-from streamctl.stack.topics import TopicSpec, ensure_topics
+from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from streamctl.tail import Tail
 
 CYCLE_S = 0.5
@@ -324,7 +324,7 @@ class Bed:
                                STREAMCTL_DECISIONS_TOPIC=t["decisions"],
                                STREAMCTL_CONTROLLER_LEASE_TOPIC=t["lease"],
                                STREAMCTL_CONTROLLER_GROUP_ID=f"bench-fleet-{tag}")
-        self.workdir, self.row = workdir / tag, row
+        self.workdir, self.row, self._bootstrap = workdir / tag, row, bootstrap
         self.controllers: list[Child] = []
         self.takeovers: list[Decision] = []
         self.checks: list[Callable[[], None]] = []
@@ -373,8 +373,12 @@ class Bed:
         self.done_within(lambda: time.monotonic() >= until, seconds + 5)
 
     def close(self) -> None:
+        """Stops the controllers and deletes the row's topics: a broker left holding every
+        earlier row's thousands of partitions would spend on them the CPU the next row
+        measures."""
         stop_all(self.controllers)
         self._tail.close()
+        delete_topics(self._bootstrap, list(self.topics.values()))
 
 
 def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
