@@ -5,13 +5,14 @@ undecodable input) no topic could take are dead letters, never a failed batch.""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from schemas.codec import DecodeError
 from schemas.records import CommitMarker
@@ -28,8 +29,11 @@ from streaming_jobs.runtime.sink.transactional import (
     encode_marker,
 )
 from streaming_jobs.runtime.sink.transactional_kafka import (
+    Action,
     KafkaTransactionalWriter,
     TransactionalSettings,
+    classify,
+    fatal_cause,
 )
 from tests.support.kafka import read_committed, set_topic_config
 
@@ -122,6 +126,29 @@ def test_a_newer_instance_fences_the_older_one(topics: Topics) -> None:
     seen = committed_values(topics)
     assert set(seen) == {v for b in range(3) for v in rows_of(b).values}
     assert max(seen.values()) == 1
+
+
+def test_a_fencing_that_reaches_produce_as_a_generic_fatal_error_is_known_as_fencing(
+        topics: Topics) -> None:
+    """Fencing found by the producer's own thread while rows are produced reaches `produce` as
+    `_FATAL` only; taken for Kafka being away, the old instance would fence the new one back."""
+    transactional = f"tx-{uuid.uuid4().hex[:8]}"
+
+    def producer() -> Producer:
+        made = Producer(client_config(topics.bootstrap, **{"transactional.id": transactional}))
+        made.init_transactions(20)
+        return made
+    old = producer()
+    producer()  # fences `old`
+    old.begin_transaction()
+    old.produce(topics.output, value=b"row")
+    with contextlib.suppress(KafkaException):  # flush may itself raise the fencing
+        old.flush(20)  # adding the partition to the transaction fails: `old` is fenced
+    with pytest.raises(KafkaException) as raised:
+        old.produce(topics.output, value=b"row")
+
+    assert raised.value.args[0].code() == KafkaError._FATAL
+    assert classify(fatal_cause(raised.value.args[0], old)) is Action.FENCED
 
 
 def test_the_marker_is_found_behind_another_querys_open_transaction(topics: Topics) -> None:

@@ -344,6 +344,8 @@ class KafkaTransactionalWriter:
 
     def _raise_for(self, what: str, error: KafkaError, producer: Producer | None) -> None:
         s = self._settings
+        if producer is not None:
+            error = fatal_cause(error, producer)
         action = classify(error)
         context = f"{what} (transactional.id {s.transactional_id}): {error}"
         if action is Action.FENCED:
@@ -357,6 +359,20 @@ class KafkaTransactionalWriter:
                                    "the next batch re-initialises the producer")
         self._drop()  # outcome unknown or producer unusable: start afresh next batch
         raise SinkUnavailable(f"{context}; the next batch re-initialises the producer")
+
+
+def fatal_cause(error: KafkaError, producer: Producer) -> KafkaError:
+    """The error behind a generic `_FATAL`: a fatal error found by the producer's own thread
+    (fencing that surfaced while records were being produced) reaches `produce` as `_FATAL`
+    only, while every transaction call of that producer raises the cause. Without it a fenced
+    instance would take itself for one Kafka was away from, and fence the newer one back."""
+    if error.code() != KafkaError._FATAL:
+        return error
+    try:
+        producer.abort_transaction(0.1)  # refused at once with the cause: the producer is dead
+    except KafkaException as exc:
+        return exc.args[0]
+    return error
 
 
 def _merged(rejected: tuple[Rejected, ...], more: tuple[Rejected, ...]) -> tuple[Rejected, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
 from schemas.codec import DecodeError
@@ -28,7 +28,13 @@ from streaming_jobs.runtime.sink.transactional import (
     encode_marker,
     output_batch,
 )
-from streaming_jobs.runtime.sink.transactional_kafka import Action, Fault, classify, record_fault
+from streaming_jobs.runtime.sink.transactional_kafka import (
+    Action,
+    Fault,
+    classify,
+    fatal_cause,
+    record_fault,
+)
 
 
 def marker(batch_id: int, checkpoint_id: str = "c1", rows: int = 2) -> CommitMarker:
@@ -231,6 +237,35 @@ def test_a_closed_gate_refuses_the_batch_before_anything_runs() -> None:
 def test_transaction_errors_are_classified_by_what_comes_next(error: KafkaError,
                                                               action: Action) -> None:
     assert classify(error) is action
+
+
+class DeadProducer:
+    """A producer past a fatal error: every transaction call raises its cause."""
+
+    def __init__(self, cause: KafkaError) -> None:
+        self.cause = cause
+        self.asked = 0
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self.asked += 1
+        raise KafkaException(self.cause)
+
+
+def test_a_generic_fatal_error_is_classified_by_the_producers_own_cause() -> None:
+    fenced = DeadProducer(KafkaError(KafkaError._FENCED, fatal=True))
+    unknown = DeadProducer(KafkaError(KafkaError._INCONSISTENT, fatal=True))
+    generic = KafkaError(KafkaError._FATAL)
+
+    assert classify(fatal_cause(generic, fenced)) is Action.FENCED  # type: ignore[arg-type]
+    assert classify(fatal_cause(generic, unknown)) is Action.FATAL  # type: ignore[arg-type]
+
+
+def test_an_error_with_its_own_code_is_not_looked_behind() -> None:
+    producer = DeadProducer(KafkaError(KafkaError._FENCED, fatal=True))
+    timed_out = KafkaError(KafkaError._TIMED_OUT, retriable=True)
+
+    assert fatal_cause(timed_out, producer) is timed_out  # type: ignore[arg-type]
+    assert producer.asked == 0
 
 
 @pytest.mark.parametrize(("code", "fault"), [
