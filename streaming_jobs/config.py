@@ -67,11 +67,13 @@ class Identity:
     state beside the checkpoint is the active one, whatever this option says."""
 
     standby: str = "warm"
-    """What a standby keeps ready, the same for every instance of a query. `warm`: a built
-    SparkSession; promoted, it restores the state from the shared checkpoint. `hot`: the
-    query itself, run on the standby's own copy of the checkpoint into nothing, trailing the
-    active's commits, so a promotion finds the state current; every instance then keeps its own
-    checkpoint, `<checkpoint-dir>.instance-<instance id>`. Costs a second run of the job."""
+    """What a standby keeps ready: `warm`, a built SparkSession, or `hot`, the query itself
+    on the instance's own checkpoint. Warm, promoted, it restores the state from the shared
+    checkpoint. Hot, it runs the query on its own copy of the checkpoint into nothing, trailing
+    the active's commits, so a promotion finds the state current; such an instance keeps its
+    own checkpoint, `<checkpoint-dir>.instance-<instance id>`, and costs a second run of the
+    job. Instances of a query may differ while the setting is changed one at a time: a
+    promoted instance continues the output from whichever checkpoint wrote its last batch."""
 
 
 

@@ -2,7 +2,8 @@
 broker and steady load. Each test breaks the active (or the controller), prints the time from
 the fault to the first committed batch after it, and checks the committed output
 (read_committed) holds every produced record exactly once. The first runs a stateful job with
-hot standbys (each instance its own checkpoint), the second a warm standby on the shared one."""
+hot standbys (each instance its own checkpoint), the second a hot active and a warm standby on
+the shared checkpoint."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from tests.support.waiting import until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 
-def active_and_standby(bed: FaultBed, *extra: str, rate_per_s: float = 150) -> None:
-    """job-1 active, job-2 standby, the controller; load flowing, a few batches committed."""
-    bed.start_job("job-1", *extra)
+def active_and_standby(bed: FaultBed, *extra: str, rate_per_s: float = 150,
+                       active_only: tuple[str, ...] = ()) -> None:
+    """job-1 active, job-2 standby, the controller; load flowing, a few batches committed.
+    `active_only`: options of job-1 alone."""
+    bed.start_job("job-1", *extra, *active_only)
     bed.start_standby("job-2", *extra)
     bed.start_controller("controller", *FAST_DETECTION)
     bed.start_load(rate_per_s)
@@ -83,12 +86,15 @@ def test_kill_9_of_the_active_then_of_the_controller_mid_promotion_of_a_hot_stan
             in resumed), resumed
 
 
-def test_a_frozen_active_is_failed_over_and_steps_down_when_it_wakes(bed: FaultBed) -> None:
+def test_a_frozen_hot_active_is_failed_over_to_a_warm_standby_that_continues_its_output(
+        bed: FaultBed) -> None:
     """SIGSTOP freezes job-1 (Spark's JVM included) as a long GC pause or a network cut would;
     the controller fails over to job-2; SIGCONT wakes job-1 as a zombie in the middle of
     whatever it was doing. It must step down, and nothing it still runs may reach the
-    committed output or break the shared checkpoint."""
-    active_and_standby(bed)
+    committed output or break a checkpoint. The two are midway through a rolling change of
+    `--standby`: job-1 is hot (its own checkpoint), job-2 warm (the shared one, which job-1
+    never wrote), so the promotion continues the output from job-1's checkpoint."""
+    active_and_standby(bed, active_only=("--standby", "hot"))
     zombie = bed.children[0]
     bed.wait_commit_after(now_ms(), 60, "a batch to freeze the active after")
     zombie.pause()
@@ -106,6 +112,12 @@ def test_a_frozen_active_is_failed_over_and_steps_down_when_it_wakes(bed: FaultB
     assert "steps down" in zombie.log_path.read_text()
     [failover] = [d for d in bed.read_all("decisions", Decision) if d.action == "failover"]
     assert "active instance job-1: no liveness beat for" in failover.reason, failover.reason
+    [promotion] = [t for t in bed.read_all("control", ControlTuple)
+                   if t.parameter == "active_instance"]
+    [applied] = [a for a in bed.read_all("acks", Ack) if a.control_id == promotion.control_id]
+    written_by = instance_dir(str(bed.workdir / "checkpoint"), "job-1")
+    assert "continued the output of batch" in applied.detail, applied.detail
+    assert f"of {written_by}" in applied.detail, applied.detail
     print(f"[fault] zombie stepped down: {stepped_down(zombie.log_path.read_text())}")
 
 

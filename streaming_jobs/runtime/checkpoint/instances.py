@@ -208,18 +208,21 @@ def continue_from(checkpoint_dir: str, output: Ends, stamp: str) -> tuple[int, i
 
 
 def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
-                    mark: Callable[[str, int], None]) -> str | None:
+                    mark: Callable[[str, int], None], writer_required: bool = True) -> str | None:
     """Before an active run on its own checkpoint: make it go on where the output ends, when
     another checkpoint of the query wrote the output's last batch (a promotion, or a restart
     that found the output moved on). Its trail is folded in (`continue_from`), or, when it
     cannot be, the checkpoint is replaced by a copy of the writer's; `mark` then commits the
     marker saying the output holds the checkpoint's last batch. Returns a note for the ack
     (None: nothing to do). `written`: the checkpoint id and batch of the sink's last marker.
-    Idempotent: a crash anywhere in it is repaired by the next start."""
+    A writer no longer beside `query_dir` is refused, unless not `writer_required` (nothing to
+    do then). Idempotent: a crash anywhere in it is repaired by the next start."""
     if written is None or checkpoint_id(own) == written[0]:
         return None
     writer_id, last_batch = written
     writer = checkpoint_with_id(query_dir, writer_id)
+    if writer is None and not writer_required:
+        return None
     if writer is None:  # continuing anyway would write its trail again, or lose it
         raise NotContinuable(
             f"the output's last batch ({last_batch}) was written by checkpoint {writer_id}, "

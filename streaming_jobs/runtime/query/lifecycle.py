@@ -162,17 +162,21 @@ class ElasticQuery:
         return str(self._query.runId)
 
     def _continue_output(self, desired: DesiredState) -> str | None:
-        """With hot standbys each instance has its own checkpoint: one whose output another
-        instance's checkpoint went on writing continues where that output ends first. The
-        input is read from the checkpoint again: a hot run may have replaced it since."""
-        if self._config.identity.standby != "hot":
-            return None
+        """The output goes on from the checkpoint that wrote its last batch: with hot standbys
+        each instance has its own checkpoint, and one whose output another instance's went on
+        writing continues where that output ends first. A warm instance's shared checkpoint
+        does the same when the output's last batch came from an instance's own (hot standbys
+        before, or beside it during a rolling change of the setting), or it would write that
+        trail again; a writer no longer beside it is, for a warm instance, a checkpoint the
+        query left behind (as before hot standbys). The input is read from the checkpoint
+        again when it may have been replaced: by a hot run, or by the continuation."""
+        hot = self._config.identity.standby == "hot"
         storage = self._config.storage
         last = self.sink.last_marker()
         note = instances.continue_output(
             storage.checkpoint_dir, storage.query_dir,
             None if last is None else (last.checkpoint_id, last.batch_id),
-            self.sink.mark_in_output)
+            self.sink.mark_in_output, writer_required=hot)
         if note is not None:
             log.info("query %s: %s", self._config.identity.query_id, note)
             # Another checkpoint now: the batches this process saw committed or admitted are
@@ -180,8 +184,9 @@ class ElasticQuery:
             with self._commits:
                 self.last_commit = None
             self.gate.last_admitted = None
-        # The topic the checkpoint reads (a switch to `desired`'s comes after, `for_start`).
-        self.inputs.resume(self.inputs.current.topic or desired.input_topic)
+        if hot or note is not None:
+            # The topic the checkpoint reads (a switch to `desired`'s comes after, `for_start`).
+            self.inputs.resume(self.inputs.current.topic or desired.input_topic)
         return note
 
     def _check_input_kept(self, source: KafkaInput) -> KafkaInput:

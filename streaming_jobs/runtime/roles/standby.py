@@ -160,9 +160,11 @@ class Instance:
                    if first else f"idle after {done_ms - fenced_ms} ms (no new data)")
         last = (f"batch {marker.batch_id} last committed" if marker is not None
                 else "nothing committed before")
-        started = ("query started from the shared checkpoint" if hot_note is None else
+        note = self._query.start_note
+        started = (f"query started from the shared checkpoint{f' ({note})' if note else ''}"
+                   if hot_note is None else
                    f"hot standby ({hot_note}) stopped, query started on its checkpoint ("
-                   f"{self._query.start_note or 'nothing to fold in'})")
+                   f"{note or 'nothing to fold in'})")
         return Applied(pause_ms=max(0, done_ms - began_ms), detail=(
             f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "
             f"former active fenced in {fenced_ms - began_ms} ms ({last}), {started}, "

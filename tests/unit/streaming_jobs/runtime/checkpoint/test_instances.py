@@ -176,6 +176,34 @@ def test_an_output_written_by_a_checkpoint_no_longer_there_is_not_continued(
         continue_output(standby, query, ("id-gone", 4), lambda *m: None)
 
 
+def test_a_shared_checkpoint_continues_an_output_an_instances_own_went_on_writing(
+        tmp_path: Path) -> None:
+    """A warm instance promoted after a hot active (a rolling change of `standby`): the shared
+    checkpoint, behind, folds in the trail up to where the output ends instead of writing it
+    again."""
+    query = str(tmp_path / "q")
+    checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}], 1, "id-a")
+    shared = checkpoint(Path(query), [{0: 10}], 0, "id-shared")
+    marks: list[tuple[str, int]] = []
+    note = continue_output(shared, query, ("id-a", 1), lambda *m: marks.append(m),
+                           writer_required=False)
+    assert marks == [("id-shared", 1)]
+    assert entry_sources(shared, 1) == {None: {"in": {0: 30}}}
+    assert note is not None and "20 records after it folded in without output" in note
+
+
+def test_a_writer_no_longer_there_is_nothing_to_continue_when_not_required(
+        tmp_path: Path) -> None:
+    """A warm instance whose output's last batch came from a checkpoint the query left behind
+    (deleted, or a query id reused) goes on from its own, as before hot standbys."""
+    query = str(tmp_path / "q")
+    shared = checkpoint(Path(query), [{0: 10}], 0, "id-shared")
+    marks: list[tuple[str, int]] = []
+    assert continue_output(shared, query, ("id-gone", 4), lambda *m: marks.append(m),
+                           writer_required=False) is None
+    assert marks == []
+
+
 def test_a_checkpoint_with_nothing_committed_cannot_be_copied(tmp_path: Path) -> None:
     query = str(tmp_path / "q")
     active = checkpoint(Path(instance_dir(query, "a")), [{0: 10}], -1, "id-a")
