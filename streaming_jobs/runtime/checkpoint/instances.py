@@ -62,14 +62,16 @@ def query_dirs(query_dir: str) -> list[str]:
 
 
 def active_checkpoint(query_dir: str, own: str, named: str) -> str | None:
-    """The checkpoint the active instance writes: the named instance's (the desired state
-    names one after a failover), else, before any, the other one with the newest commit."""
+    """The checkpoint the active instance writes: the other one with the newest commit, and
+    once a failover named the active, of that instance's own and the shared one (a warm
+    active's, beside hot standbys) only."""
     mine, dirs = str(local_path(own)), query_dirs(query_dir)
-    if named:
-        found = str(local_path(instance_dir(query_dir, named)))
-        return found if found != mine and found in dirs else None
     others = [d for d in dirs if d != mine and not d.endswith(PREVIOUS_SUFFIX)
               and committed_ends(d) is not None]
+    if named:
+        its = (str(local_path(instance_dir(query_dir, named))),
+               str(local_path(query_dir.rstrip("/"))))
+        others = [d for d in others if d in its]
     return max(others, key=lambda d: (local_path(d) / "commits").stat().st_mtime, default=None)
 
 
@@ -208,20 +210,24 @@ def continue_from(checkpoint_dir: str, output: Ends, stamp: str) -> tuple[int, i
 
 
 def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
-                    mark: Callable[[str, int], None], writer_required: bool = True) -> str | None:
+                    mark: Callable[[str, int], None], warm: bool = False) -> str | None:
     """Before an active run on its own checkpoint: make it go on where the output ends, when
     another checkpoint of the query wrote the output's last batch (a promotion, or a restart
     that found the output moved on). Its trail is folded in (`continue_from`), or, when it
     cannot be, the checkpoint is replaced by a copy of the writer's; `mark` then commits the
     marker saying the output holds the checkpoint's last batch. Returns a note for the ack
     (None: nothing to do). `written`: the checkpoint id and batch of the sink's last marker.
-    A writer no longer beside `query_dir` is refused, unless not `writer_required` (nothing to
-    do then). Idempotent: a crash anywhere in it is repaired by the next start."""
+    A writer no longer beside `query_dir` is refused. `warm`: `own` is the shared checkpoint
+    of a warm instance, which keeps no state current: it always takes a copy of the writer's
+    (its own may be far behind, a fold would read again what the writer read, and retention
+    may have deleted it since), and a writer no longer beside is a checkpoint the query left
+    behind (nothing to do, as before hot standbys). Idempotent: a crash anywhere in it is
+    repaired by the next start."""
     if written is None or checkpoint_id(own) == written[0]:
         return None
     writer_id, last_batch = written
     writer = checkpoint_with_id(query_dir, writer_id)
-    if writer is None and not writer_required:
+    if writer is None and warm:
         return None
     if writer is None:  # continuing anyway would write its trail again, or lose it
         raise NotContinuable(
@@ -230,6 +236,8 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
             "Restore that checkpoint, or start the query under a new query id")
     output, stamp = ends(writer, last_batch), entry_metadata(writer, last_batch)
     try:
+        if warm:
+            raise NotContinuable(f"{own} is a warm instance's")
         batch, folded = continue_from(own, output, stamp)
         how = f"state kept: {folded} records after it folded in without output"
     except NotContinuable as exc:

@@ -165,18 +165,19 @@ class ElasticQuery:
         """The output goes on from the checkpoint that wrote its last batch: with hot standbys
         each instance has its own checkpoint, and one whose output another instance's went on
         writing continues where that output ends first. A warm instance's shared checkpoint
-        does the same when the output's last batch came from an instance's own (hot standbys
-        before, or beside it during a rolling change of the setting), or it would write that
-        trail again; a writer no longer beside it is, for a warm instance, a checkpoint the
-        query left behind (as before hot standbys). The input is read from the checkpoint
-        again when it may have been replaced: by a hot run, or by the continuation."""
+        takes a copy of an instance's own when that one wrote the output's last batch (hot
+        standbys before, or beside it during a rolling change of the setting), or it would
+        write that trail again; a writer no longer beside it is, for a warm instance, a
+        checkpoint the query left behind (as before hot standbys). The input is read from the
+        checkpoint again when it may have been replaced: by a hot run, or by the
+        continuation."""
         hot = self._config.identity.standby == "hot"
         storage = self._config.storage
         last = self.sink.last_marker()
         note = instances.continue_output(
             storage.checkpoint_dir, storage.query_dir,
             None if last is None else (last.checkpoint_id, last.batch_id),
-            self.sink.mark_in_output, writer_required=hot)
+            self.sink.mark_in_output, warm=not hot)
         if note is not None:
             log.info("query %s: %s", self._config.identity.query_id, note)
             # Another checkpoint now: the batches this process saw committed or admitted are

@@ -5,6 +5,7 @@ a copy at a committed batch, and a checkpoint made to continue exactly where the
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -176,23 +177,27 @@ def test_an_output_written_by_a_checkpoint_no_longer_there_is_not_continued(
         continue_output(standby, query, ("id-gone", 4), lambda *m: None)
 
 
-def test_a_shared_checkpoint_continues_an_output_an_instances_own_went_on_writing(
+def test_a_warm_instances_checkpoint_takes_a_copy_of_the_instance_that_wrote_the_output(
         tmp_path: Path) -> None:
     """A warm instance promoted after a hot active (a rolling change of `standby`): the shared
-    checkpoint, behind, folds in the trail up to where the output ends instead of writing it
-    again."""
+    checkpoint, far behind or missing, is replaced by a copy of the writer's, never folded
+    forward (that would read again everything the writer read)."""
     query = str(tmp_path / "q")
-    checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}], 1, "id-a")
-    shared = checkpoint(Path(query), [{0: 10}], 0, "id-shared")
+    writer = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}, {0: 40}], 1, "id-a")
     marks: list[tuple[str, int]] = []
-    note = continue_output(shared, query, ("id-a", 1), lambda *m: marks.append(m),
-                           writer_required=False)
-    assert marks == [("id-shared", 1)]
-    assert entry_sources(shared, 1) == {None: {"in": {0: 30}}}
-    assert note is not None and "20 records after it folded in without output" in note
+    for shared in (checkpoint(Path(query), [{0: 10}], 0, "id-shared"), None):
+        if shared is None:  # hot instances only, before: no shared checkpoint at all
+            shutil.rmtree(query)
+        marks.clear()
+        note = continue_output(query, query, ("id-a", 2), lambda *m: marks.append(m),
+                               warm=True)
+        copied_id = checkpoint_id(query)
+        assert marks == [(copied_id, 2)] and copied_id not in ("id-a", "id-shared")
+        assert entry_sources(query, 2) == {None: {"in": {0: 40}}}
+        assert note is not None and f"state copied from {writer} at its batch 1" in note
 
 
-def test_a_writer_no_longer_there_is_nothing_to_continue_when_not_required(
+def test_a_writer_no_longer_there_is_nothing_to_continue_for_a_warm_instance(
         tmp_path: Path) -> None:
     """A warm instance whose output's last batch came from a checkpoint the query left behind
     (deleted, or a query id reused) goes on from its own, as before hot standbys."""
@@ -200,7 +205,7 @@ def test_a_writer_no_longer_there_is_nothing_to_continue_when_not_required(
     shared = checkpoint(Path(query), [{0: 10}], 0, "id-shared")
     marks: list[tuple[str, int]] = []
     assert continue_output(shared, query, ("id-gone", 4), lambda *m: marks.append(m),
-                           writer_required=False) is None
+                           warm=True) is None
     assert marks == []
 
 
@@ -221,6 +226,21 @@ def test_the_active_checkpoint_is_the_named_instances_else_the_other_with_commit
     assert active_checkpoint(query, b, "a") == a
     assert active_checkpoint(query, a, "") is None        # nobody else has committed
     assert active_checkpoint(query, b, "c") is None       # named, not started yet
+
+
+def test_a_warm_active_beside_hot_standbys_is_trailed_on_the_shared_checkpoint(
+        tmp_path: Path) -> None:
+    """A rolling change of `standby`: the named active is warm, so it writes the shared
+    checkpoint, even when an own checkpoint of its hot past is still beside it."""
+    query = str(tmp_path / "q")
+    b = instance_dir(query, "b")
+    shared = checkpoint(Path(query), [{0: 10}], 0, "id-shared")
+    assert active_checkpoint(query, b, "w") == shared
+    stale = checkpoint(Path(instance_dir(query, "w")), [{0: 5}], 0, "id-w")
+    os.utime(Path(stale) / "commits", (1, 1))
+    assert active_checkpoint(query, b, "w") == shared
+    os.utime(Path(shared) / "commits", (0, 0))  # hot again: its own is the newer
+    assert active_checkpoint(query, b, "w") == stale
 
 
 def test_the_active_checkpoint_is_found_from_a_relative_checkpoint_dir(
