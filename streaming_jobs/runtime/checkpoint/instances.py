@@ -235,21 +235,28 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
             f"which is not beside {query_dir} any more: {own} cannot continue it exactly. "
             "Restore that checkpoint, or start the query under a new query id")
     output, stamp = ends(writer, last_batch), entry_metadata(writer, last_batch)
-    try:
-        if warm:
-            raise NotContinuable(f"{own} is a warm instance's")
-        batch, folded = continue_from(own, output, stamp)
-        how = f"state kept: {folded} records after it folded in without output"
-    except NotContinuable as exc:
-        log.info("%s; copying %s", exc, writer)
-        copied = copy_committed(writer, own)
-        batch, folded = continue_from(own, output, stamp)
-        how = (f"state copied from {writer} at its batch {copied}, {folded} records after it "
-               "folded in without output")
+    if warm:
+        batch, how = _copied(writer, own, output, stamp)
+    else:
+        try:
+            batch, folded = continue_from(own, output, stamp)
+            how = f"state kept: {folded} records after it folded in without output"
+        except NotContinuable as exc:
+            log.info("%s; copying %s", exc, writer)
+            batch, how = _copied(writer, own, output, stamp)
     own_id = checkpoint_id(own)
     assert own_id is not None
     mark(own_id, batch)
     return f"continued the output of batch {last_batch} of {writer}: {how}"
+
+
+def _copied(writer: str, own: str, output: Ends, stamp: str) -> tuple[int, str]:
+    """`own` replaced by a copy of `writer` that continues where the output ends: the batch
+    the marker names, and how (for the note)."""
+    copied = copy_committed(writer, own)
+    batch, folded = continue_from(own, output, stamp)
+    return batch, (f"state copied from {writer} at its batch {copied}, {folded} records after "
+                   "it folded in without output")
 
 
 def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:
