@@ -62,7 +62,7 @@ def run_once(spark: Any, config: Any, partitions: int) -> float:
 
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     plan = Plan(fraud_job)
-    df = plan.build(spark, config, config.initial_state(),
+    df = plan.build(spark, config.run, config.initial_state(),
                  DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
     query = (df.writeStream.outputMode(plan.output_mode)
              .foreachBatch(_drain)

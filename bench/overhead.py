@@ -87,7 +87,7 @@ def start_bare(spark: Any, cfg: JobConfig) -> tuple[Any, Any, Any]:
     plan = Plan(sensor_job)
     sink = transactional_sink(BatchGate(), cfg.bootstrap_servers, cfg.identity.query_id,
                               cfg.topics.output_topic, sensor_job.output)
-    frame = plan.build(spark, cfg, cfg.initial_state(),
+    frame = plan.build(spark, cfg.run, cfg.initial_state(),
                     DeadLetterFactory(cfg.bootstrap_servers, cfg.topics.dlq_topic))
     query = (frame.writeStream.queryName(cfg.identity.query_id).outputMode(plan.output_mode)
              .foreachBatch(sink).option("checkpointLocation", cfg.storage.checkpoint_dir)

@@ -72,7 +72,7 @@ def run(spark: Any, config: JobConfig, partitions: int) -> tuple[float, list[Any
     nothing: seconds from `start()` to its first commit, and its progress."""
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     plan = Plan(sensor_job)
-    frame = plan.build(spark, config, config.initial_state(),
+    frame = plan.build(spark, config.run, config.initial_state(),
                     DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
     started = time.monotonic()
     query = (frame.writeStream.outputMode(plan.output_mode).foreachBatch(_drain)

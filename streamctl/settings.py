@@ -6,9 +6,7 @@ import argparse
 import os
 
 from streamctl.security import kafka
-from streamctl.security.kafka import KafkaSecurity
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from streamctl.security.kafka import DEFAULT_BOOTSTRAP, KafkaSecurity
 
 
 def bootstrap_from_env() -> str:

@@ -288,6 +288,22 @@ class Endpoint:
         wildcard = self.metrics_host in ("0.0.0.0", "::")
         return f"{socket.gethostname() if wildcard else self.metrics_host}:{self.metrics_port}"
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run of the job's plan reads besides the knobs (derived, not an option group):
+    the query it is, how Spark's Kafka source reaches the brokers, the job's own settings."""
+
+    query_id: str
+    kafka_options: Mapping[str, str]
+    """Options of Spark's Kafka source and sink: the brokers and how to log in to them."""
+    settings: tuple[tuple[str, Any], ...]
+    """The job's own settings in force (`JobConfig.settings`)."""
+
+    @property
+    def settings_map(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+
 GROUPS: dict[str, type] = {
     "identity": Identity, "topics": JobTopics, "storage": Storage, "spark": SparkSettings,
     "knobs": InitialKnobs, "bounds": Bounds, "timing": Timing, "endpoint": Endpoint,
@@ -342,14 +358,11 @@ class JobConfig:
         return s.task_slots if s.local else self.bounds.max_executors * s.executor_cores
 
     @property
-    def spark_kafka_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka source and sink: the brokers and how to log in to them."""
-        return {"kafka.bootstrap.servers": self.bootstrap_servers,
-                **self.kafka_security.spark_options()}
-
-    @property
-    def settings_map(self) -> dict[str, Any]:
-        return dict(self.settings)
+    def run(self) -> RunSettings:
+        """What a run of the plan reads of these settings."""
+        return RunSettings(self.identity.query_id,
+                           {"kafka.bootstrap.servers": self.bootstrap_servers,
+                            **self.kafka_security.spark_options()}, self.settings)
 
     def initial_state(self) -> DesiredState:
         """The desired state before any control tuple: the knobs' starting values, epoch 0."""
@@ -409,12 +422,6 @@ def changed(config: JobConfig, **values: Any) -> JobConfig:
     top, groups = _by_group(values)
     return replace(config, **top, **{name: replace(getattr(config, name), **fields_)
                                      for name, fields_ in groups.items()})
-
-
-def value_of(config: JobConfig, name: str) -> Any:
-    """A field's value by its flat (option) name."""
-    group = GROUP_OF.get(name)
-    return getattr(config if group is None else getattr(config, group), name)
 
 
 def _by_group(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

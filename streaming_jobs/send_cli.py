@@ -21,7 +21,7 @@ from typing import Any
 from schemas import auth, topics
 from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome, Setting
 from streamctl.security import kafka as kafka_security
-from streamctl.security.kafka import PLAINTEXT, KafkaSecurity
+from streamctl.security.kafka import DEFAULT_BOOTSTRAP, PLAINTEXT, KafkaSecurity
 
 
 def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--epoch", type=int, default=None,
                         help="default: the epoch of the job's desired state + 1")
     parser.add_argument("--reason", default="operator", help="recorded with the tuple")
-    for option, env, default in (("bootstrap-servers", "BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+    for option, env, default in (("bootstrap-servers", "BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
                                  ("control-topic", "CONTROL_TOPIC", topics.CONTROL),
                                  ("ack-topic", "ACK_TOPIC", topics.ACKS),
                                  ("state-topic", "STATE_TOPIC", topics.STATE)):

@@ -17,6 +17,7 @@ from typing import Any
 from schemas import knobs, topics
 from schemas.records import DesiredStateRecord
 from streamctl.security import kafka as kafka_security
+from streamctl.security.kafka import DEFAULT_BOOTSTRAP
 
 
 def add_state_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -27,7 +28,7 @@ def add_state_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--query-id", required=True, help="the query to look up")
     parser.add_argument("--bootstrap-servers", default=None,
                         help="Kafka bootstrap servers; env STREAMCTL_BOOTSTRAP_SERVERS "
-                             "(default 127.0.0.1:9092)")
+                             f"(default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--state-topic", default=None,
                         help="env STREAMCTL_STATE_TOPIC (default streamctl.state)")
     parser.add_argument("--timeout-s", type=float, default=10.0,
@@ -41,7 +42,7 @@ def state_command(args: argparse.Namespace) -> int:
     from streaming_jobs.runtime.kafka import read_latest  # imports confluent_kafka
 
     bootstrap = (args.bootstrap_servers or os.environ.get("STREAMCTL_BOOTSTRAP_SERVERS")
-                 or "127.0.0.1:9092")
+                 or DEFAULT_BOOTSTRAP)
     topic = args.state_topic or os.environ.get("STREAMCTL_STATE_TOPIC") or topics.STATE
     try:
         security = kafka_security.from_env()

@@ -67,7 +67,9 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return {name: _first_sentence(doc) for name, doc in options.attribute_docs(cls).items()}
 
 
-_first_sentence = options.first_sentence
+def _first_sentence(text: str) -> str:
+    match = re.match(r"(.+?\.)(\s|$)", text)
+    return match.group(1) if match else text
 
 
 def _sentence(text: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -81,11 +80,6 @@ def attribute_docs(cls: type) -> dict[str, str]:
                 and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
             docs[node.target.id] = " ".join(str(after.value.value).split())
     return docs
-
-
-def first_sentence(text: str) -> str:
-    match = re.match(r"(.+?\.)(\s|$)", text)
-    return match.group(1) if match else text
 
 
 def options_of(cls: type, env: Callable[[str], str], *, skip: Iterable[str] = (),

@@ -138,6 +138,10 @@ absent. Kafka 4.5 fixes it only for partitions never written to; one request in 
 closes it on every broker, at no measured cost (`docs/guarantees.md`)."""
 
 
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+"""Where every streamctl command finds Kafka unless told: the local stack's listener."""
+
+
 def client_config(bootstrap_servers: str, security: KafkaSecurity | None = None,
                   **settings: Any) -> dict[str, Any]:
     """librdkafka settings of one client: where Kafka is, how it authenticates, then its own

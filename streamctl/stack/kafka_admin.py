@@ -1,7 +1,7 @@
 """A quiet confluent-kafka AdminClient and the one metadata probe the stack needs.
 
 Owns how the stack talks to a broker for administration: librdkafka's own console logging is
-routed into the `stack.rdkafka` Python logger (silent by default) so polling a broker
+routed into the `streamctl.stack.rdkafka` Python logger (silent by default) so polling a broker
 that is not up yet does not spam stderr. Neighbours: `broker` (readiness) and `topics`.
 """
 
@@ -18,7 +18,7 @@ from streamctl.security.kafka import client_config as kafka_client_config
 
 # Connection-refused lines while a broker boots are expected, not news; set propagate = True
 # on this logger to see them when debugging.
-RDKAFKA_LOGGER = logging.getLogger("stack.rdkafka")
+RDKAFKA_LOGGER = logging.getLogger("streamctl.stack.rdkafka")
 RDKAFKA_LOGGER.addHandler(logging.NullHandler())
 RDKAFKA_LOGGER.propagate = False
 

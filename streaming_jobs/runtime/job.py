@@ -89,22 +89,27 @@ class ElasticJob:
         if self._owns_spark:
             log.info("SparkSession %s up in %.1f s", config.spark.master,
                      time.monotonic() - started)
-        self._publisher = Publisher(config, RecordPublisher(
-            config.bootstrap_servers, f"streamctl-job-{config.identity.instance_id}",
-            config.kafka_security), self.prometheus)
-        self._executors = executors_for(self.spark, config)
+        self._publisher = Publisher(config.topics, ident.query_id, RecordPublisher(
+            config.bootstrap_servers, f"streamctl-job-{ident.instance_id}",
+            config.kafka_security), self.prometheus,
+            desired_state_path=config.storage.desired_state_path)
+        self._executors = executors_for(self.spark, config.spark.executor_cores)
         self._offsets = KafkaLogRanges(config.bootstrap_servers, config.kafka_security)
         self.inputs = InputSources(config.storage.checkpoint_dir, config.storage.input_source_path,
                                    config.identity.query_id, self._offsets)
-        self._shared = SharedDesiredState(config, self.limits, self._publisher.desired_state)
+        self._shared = SharedDesiredState(ident, config.storage.desired_state_path,
+                                          config.initial_state(), self.limits,
+                                          self._publisher.desired_state)
         desired = self._resume_input(self._shared.initial())
         self.query = ElasticQuery(self.spark, self.plan, config, self.inputs,
                                   self._publisher.progress, self._publisher.heartbeat,
                                   desired=desired, executors=self._executors,
                                   ownership=self._shared.superseded,
                                   on_input_deleted=self._count_deleted)
-        self.hot = (HotStandbyRun(self.spark, self.plan, config, self._offsets,
-                                  self._active_checkpoint, self._shared.current)
+        self.hot = (HotStandbyRun(self.spark, self.plan, config.run, self._offsets,
+                                  self._active_checkpoint, self._shared.current,
+                                  checkpoint_dir=config.storage.checkpoint_dir,
+                                  trigger_interval_s=config.timing.trigger_interval_s)
                     if config.identity.standby == "hot" else None)
         instance = Instance(config.identity, self.query, initial_role(config.identity, desired),
                             hot=self.hot)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from schemas.records import Ack, DesiredStateRecord, Role, SourcePartition, TaskMetrics
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import JobTopics
 from streaming_jobs.runtime.checkpoint.running import RunningBatch
 from streaming_jobs.runtime.kafka import RecordPublisher
 from streaming_jobs.runtime.observe.metrics import (
@@ -36,9 +36,11 @@ log = logging.getLogger(__name__)
 class Publisher:
     """The job's records, to Kafka and Prometheus."""
 
-    def __init__(self, config: JobConfig, producer: RecordPublisher,
-                 prometheus: JobPrometheus) -> None:
-        self._config, self._producer, self._prometheus = config, producer, prometheus
+    def __init__(self, topics: JobTopics, query_id: str, producer: RecordPublisher,
+                 prometheus: JobPrometheus, *, desired_state_path: str) -> None:
+        self._topics, self._query_id = topics, query_id
+        self._producer, self._prometheus = producer, prometheus
+        self._desired_state_path = desired_state_path  # named when the state topic is missing
         self._last_metrics: TaskMetrics | None = None  # what an idle heartbeat repeats
         self._state_topic_exists = False
 
@@ -51,7 +53,7 @@ class Publisher:
         dead = dead_letters(progress)
         if dead:
             log.warning("batch %d: %d undecodable records sent to %s", metrics.batch_id, dead,
-                        self._config.topics.dlq_topic)
+                        self._topics.dlq_topic)
         self._last_metrics = metrics
         self.metrics(metrics)
         self._prometheus.record_batch(metrics, dead, written.dead_letters)
@@ -82,7 +84,7 @@ class Publisher:
                           planned_partitions(running)))
 
     def metrics(self, record: TaskMetrics) -> None:
-        self._producer.publish(self._config.topics.metrics_topic, record.query_id, record)
+        self._producer.publish(self._topics.metrics_topic, record.query_id, record)
         self._prometheus.record_configuration(record)
 
     def check_state_topic(self, exists: bool) -> None:
@@ -90,15 +92,14 @@ class Publisher:
         if not exists:
             log.warning("state topic %s does not exist: the desired state is persisted to %s "
                         "but not published (`streamctl stack up` creates the topic)",
-                        self._config.topics.state_topic, self._config.storage.desired_state_path)
+                        self._topics.state_topic, self._desired_state_path)
 
     def desired_state(self, record: DesiredStateRecord) -> None:
         if self._state_topic_exists:
-            self._producer.publish(self._config.topics.state_topic, self._config.identity.query_id,
-                                   record)
+            self._producer.publish(self._topics.state_topic, self._query_id, record)
 
     def ack(self, ack: Ack) -> None:
-        self._producer.publish(self._config.topics.ack_topic, ack.query_id, ack)
+        self._producer.publish(self._topics.ack_topic, ack.query_id, ack)
 
     def close(self) -> None:
         undelivered = self._producer.close()

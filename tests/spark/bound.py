@@ -7,13 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from streaming_jobs.api import Job
-from streaming_jobs.config import JobConfig, bind, grouped, option_list, value_of
+from streaming_jobs.config import GROUP_OF, JobConfig, bind, grouped, option_list
 
 
 def bound_config(job: Job, **fields: Any) -> JobConfig:
     settings = {name: fields.pop(name) for name in list(fields)
                 if name in job.default_settings()}
     return bind(grouped(dict(job=job.name, settings=tuple(settings.items()), **fields)), job)
+
+
+def value_of(config: JobConfig, name: str) -> Any:
+    """A field's value by its flat (option) name."""
+    group = GROUP_OF.get(name)
+    return getattr(config if group is None else getattr(config, group), name)
 
 
 def run_command(config: JobConfig) -> list[str]:

@@ -78,7 +78,7 @@ def run_available_now(spark: Any, config: JobConfig, timeout_s: float = 240.0,
         if on_batch is not None:
             on_batch(batch_id)
 
-    df = plan.build(spark, config, config.initial_state(),
+    df = plan.build(spark, config.run, config.initial_state(),
                  DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
     query = (df.writeStream.queryName(config.identity.query_id).outputMode(plan.output_mode)
              .foreachBatch(sink).option("checkpointLocation", config.storage.checkpoint_dir)

@@ -31,14 +31,14 @@ def plan_of(build: Any, output: Any = None) -> tuple[Plan, JobConfig]:
 def load(spark: Any, build: Any, output: Any = None) -> str:
     plan, config = plan_of(build, output)
     with pytest.raises(PlanError) as caught:
-        plan.build(spark, config, config.initial_state(), DiscardDeadLetters())
+        plan.build(spark, config.run, config.initial_state(), DiscardDeadLetters())
     return str(caught.value)
 
 
 def test_a_builder_whose_columns_fit_the_output_is_accepted(spark: Any) -> None:
     plan, config = plan_of(lambda spark, clicks, ctx: clicks.selectExpr(
         "user_id", "page", "CAST(1 AS INT) AS views"), Avro(PAGE_VIEW, key="user_id"))
-    output = plan.build(spark, config, config.initial_state(), DiscardDeadLetters())
+    output = plan.build(spark, config.run, config.initial_state(), DiscardDeadLetters())
     assert output.isStreaming and output.columns == ["user_id", "page", "views"]
 
 
@@ -51,7 +51,7 @@ def test_the_source_has_the_input_formats_columns(spark: Any) -> None:
         return clicks.selectExpr("user_id AS key", "page AS value")
 
     plan, config = plan_of(build)
-    plan.build(spark, config, config.initial_state(), DiscardDeadLetters())
+    plan.build(spark, config.run, config.initial_state(), DiscardDeadLetters())
     assert seen["schema"] == "struct<user_id:string,page:string,ts:bigint>"
     assert seen["context"].query_id == "views" and seen["context"].function is None
 

@@ -134,7 +134,7 @@ def _start_processing_time(spark: object, config: JobConfig) -> object:
     from tests.spark.fraud_io import fraud_job
 
     plan = Plan(fraud_job)
-    df = plan.build(spark, config, config.initial_state(),  # type: ignore[arg-type]
+    df = plan.build(spark, config.run, config.initial_state(),  # type: ignore[arg-type]
                     DeadLetterFactory(config.bootstrap_servers, config.topics.dlq_topic))
     return (df.writeStream.queryName(config.identity.query_id).outputMode(plan.output_mode)
             .foreachBatch(lambda batch_df, batch_id: None)

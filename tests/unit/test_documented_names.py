@@ -18,8 +18,7 @@ from tests.deploy import deployment as d
 ROOT = d.ROOT
 PAGES = sorted([ROOT / "README.md", ROOT / "examples" / "clickstream" / "README.md",
                 *(ROOT / "docs").glob("*.md")])
-PRODUCT = ("schemas", "security", "options", "controller", "streaming_jobs", "stack",
-           "streamctl", "bench")
+PRODUCT = ("schemas", "controller", "streaming_jobs", "streamctl", "bench")
 
 FOREIGN_OPTIONS = {
     "--bootstrap-server": "Kafka's tools", "--from-beginning": "Kafka's tools",

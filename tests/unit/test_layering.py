@@ -124,6 +124,32 @@ def test_each_module_imports_only_what_its_packages_row_allows(path: str) -> Non
                        "docs/architecture.md does not allow it")
 
 
+def test_every_allowance_of_the_package_map_is_used() -> None:
+    """The map says what each package does import, not what it once did: an allowance no
+    module uses would let the next import back in unreviewed."""
+    rules = package_map()
+    packages = set(rules)
+    used: dict[str, set[str]] = {package: set() for package in rules}
+    for path in MODULES:
+        module = path[:-3].replace("/", ".").removesuffix(".__init__")
+        home = module if path.endswith("__init__.py") else owner(module, packages)
+        assert home is not None
+        for name in project_imports(path):
+            used[home] |= {a for a in rules[home] if name == a or name.startswith(a + ".")
+                           or owner(name, packages) == a}
+    unused = {package: sorted(rules[package] - used[package]) for package in rules
+              if rules[package] - used[package]}
+    assert not unused, f"docs/architecture.md allows imports nothing makes: {unused}"
+
+
+def test_the_query_port_imports_only_its_vocabulary() -> None:
+    """`ports` is what the owner drives the query through: it names the desired state and a
+    run's labels, never the control protocol that drives it."""
+    assert project_imports("streaming_jobs/runtime/ports.py") <= {
+        "schemas.records", "streaming_jobs.runtime.desired.state",
+        "streaming_jobs.runtime.observe.metrics"}
+
+
 @pytest.mark.parametrize("path", modules("controller/core"))
 def test_the_pure_core_imports_no_client_library_and_no_clock(path: str) -> None:
     names = imported(path)

@@ -23,7 +23,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from schemas.records import DesiredStateRecord
-from streaming_jobs.config import ConfigError, JobConfig
+from streaming_jobs.config import ConfigError, Identity
 from streaming_jobs.errors import Fenced, UserError
 from streaming_jobs.runtime.checkpoint.files import write_json_atomically
 from streaming_jobs.runtime.desired.parameters import (
@@ -155,19 +155,20 @@ class SharedDesiredState:
     an instance whether another one owns the query now.
     """
 
-    def __init__(self, config: JobConfig, limits: Callable[[], Limits],
+    def __init__(self, identity: Identity, path: str, configured: DesiredState,
+                 limits: Callable[[], Limits],
                  publish: Callable[[DesiredStateRecord], None]) -> None:
-        self._config, self._limits, self._publish = config, limits, publish
-        self.path = config.storage.desired_state_path
+        self._query_id, self._instance_id = identity.query_id, identity.instance_id
+        self._configured, self._limits, self._publish = configured, limits, publish
+        self.path = path
 
     def configured(self) -> DesiredState:
         """The options' values, each checked by the registry against what the runtime knows
         (a bad one stops the job)."""
-        configured = self._config.initial_state()
-        problems = start_problems(configured, self._limits())
+        problems = start_problems(self._configured, self._limits())
         if problems:
             raise ConfigError("; ".join(problems))
-        return configured
+        return self._configured
 
     def initial(self) -> DesiredState:
         """The persisted desired state if there is one (fail-static), else the configured."""
@@ -181,30 +182,28 @@ class SharedDesiredState:
     def current(self, configured: DesiredState | None = None) -> DesiredState:
         """The file's state as of now (another instance may have written it), else the
         configured one (`configured` itself, unchanged)."""
-        configured = configured or self._config.initial_state()
-        persisted = load(self.path, self._config.identity.query_id, configured, self._limits())
+        configured = configured or self._configured
+        persisted = load(self.path, self._query_id, configured, self._limits())
         return configured if persisted is None else persisted
 
     def persist(self, state: DesiredState) -> None:
         """Write the file and nothing else; raises (OSError, `StaleWrite`) when it cannot: a
         promotion must not go on without the record that fences the former active."""
-        save(self.path, self._config.identity.query_id, state)
+        save(self.path, self._query_id, state)
 
     def record(self, state: DesiredState, control_id: str | None) -> None:
         """Persist (so a restarted or promoted process resumes it), then publish. Raises
         `StaleWrite` when the file holds a newer epoch: this instance no longer owns it."""
-        c = self._config
         try:
-            save(self.path, c.identity.query_id, state)
+            save(self.path, self._query_id, state)
         except OSError as exc:
             log.error("could not persist the desired state to %s (%s); a restarted process "
                       "would start from epoch %d's predecessor", self.path, exc, state.epoch)
-        self._publish(to_record(state, query_id=c.identity.query_id,
-                                instance_id=c.identity.instance_id,
+        self._publish(to_record(state, query_id=self._query_id,
+                                instance_id=self._instance_id,
                                 control_id=control_id, at_ms=int(time.time() * 1000)))
 
     def superseded(self, epoch: int) -> str | None:
         """Why this instance, running at `epoch`, no longer owns the query (see
         `superseded_by`)."""
-        return superseded_by(self.path, self._config.identity.query_id,
-                             self._config.identity.instance_id, epoch)
+        return superseded_by(self.path, self._query_id, self._instance_id, epoch)

@@ -149,7 +149,7 @@ class ElasticQuery:
         self.start_note = ", ".join(n for n in (output_note, state_note, input_note) if n) or None
         self._desired = desired
         with source_evolution(self._spark, source.name is not None):
-            df = self._plan.build(self._spark, self._config, desired,
+            df = self._plan.build(self._spark, self._config.run, desired,
                                   DeadLetterFactory(self._config.bootstrap_servers,
                                                     self._config.topics.dlq_topic,
                                                     self._config.kafka_security,
@@ -251,7 +251,7 @@ class ElasticQuery:
 
     def warm_up(self) -> str:
         """Run the plan with the desired state in force once, into nothing (`warm_up`)."""
-        return warm_up.run_once(self._spark, self._plan, self._config, self._desired)
+        return warm_up.run_once(self._spark, self._plan, self._config.run, self._desired)
 
     def _write(self, df: DataFrame) -> StreamingQuery:
         c = self._config

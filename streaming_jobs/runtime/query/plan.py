@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from schemas import knobs
 from schemas.knobs import STATE_PARTITIONS
 from streaming_jobs.api import Job, JobContext
-from streaming_jobs.config import ConfigError, JobConfig, changed
+from streaming_jobs.config import ConfigError, JobConfig, RunSettings, changed
 from streaming_jobs.formats import types
 from streaming_jobs.per_batch import BatchValues, SwappableFunction
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
@@ -66,27 +66,27 @@ class Plan:
     def udf_versions(self) -> tuple[str, ...]:
         return tuple(self.job.functions)
 
-    def context(self, config: JobConfig, desired: DesiredState) -> JobContext:
+    def context(self, run: RunSettings, desired: DesiredState) -> JobContext:
         """What the builder learns of the run: the knobs in force (`desired`), its settings."""
         version = desired.udf_version
         return JobContext(
-            query_id=config.identity.query_id, input_parallelism=desired.input_parallelism,
+            query_id=run.query_id, input_parallelism=desired.input_parallelism,
             state_partitions=desired.state_partitions,
             max_offsets_per_trigger=desired.max_offsets_per_trigger,
             function_version=version,
             function=SwappableFunction(self.job.functions, version) if self.job.functions
             else None,
-            settings=config.settings_map)
+            settings=run.settings_map)
 
-    def build(self, spark: SparkSession, config: JobConfig, desired: DesiredState,
+    def build(self, spark: SparkSession, run: RunSettings, desired: DesiredState,
               dead_letters: Callable[[], DeadLetterSink], source: KafkaInput | None = None,
               ) -> DataFrame:
         """The job's output rows for a run with the knobs of `desired`, checked."""
-        raw = read_kafka(spark, config.spark_kafka_options, desired, source)
-        records = decode_step(raw, self._input_step(spark, config, desired, dead_letters),
+        raw = read_kafka(spark, run.kafka_options, desired, source)
+        records = decode_step(raw, self._input_step(spark, run, desired, dead_letters),
                               self._decoded_schema(with_flags=True))
         try:
-            output = self.job.build(spark, records, self.context(config, desired))
+            output = self.job.build(spark, records, self.context(run, desired))
         except Exception as exc:
             raise PlanError(f"job {self.name!r}: its builder failed: {type(exc).__name__}: "
                             f"{_first_line(exc)}") from exc
@@ -109,7 +109,7 @@ class Plan:
                             f"({', '.join(output.columns) or 'none'}) do not fit its output, "
                             f"{self.job.output.describe()}: " + "; ".join(problems))
 
-    def _input_step(self, spark: SparkSession, config: JobConfig, desired: DesiredState,
+    def _input_step(self, spark: SparkSession, run: RunSettings, desired: DesiredState,
                     dead_letters: Callable[[], DeadLetterSink]) -> InputStep:
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -121,7 +121,7 @@ class Plan:
                                          timezone=timezone),
             built_with=BatchValues(desired.shed_fraction, desired.udf_version),
             low_priority=self.job.low_priority,
-            settings=config.settings, kafka_metadata=self.job.kafka_metadata)
+            settings=run.settings, kafka_metadata=self.job.kafka_metadata)
 
     def _decoded_schema(self, with_flags: bool) -> Any:
         from pyspark.sql import types as T
@@ -157,7 +157,7 @@ def check_plan(job: Job, config: JobConfig) -> str:
 
     spark = build_session(changed(config, task_slots=2), worker_path(job))
     try:
-        output = Plan(job).build(spark, config, config.initial_state(), DiscardDeadLetters())
+        output = Plan(job).build(spark, config.run, config.initial_state(), DiscardDeadLetters())
         columns = ", ".join(f"{f.name} {f.dataType.simpleString()}"
                             for f in output.schema.fields)
     finally:

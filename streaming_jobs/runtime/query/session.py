@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import JobConfig, SparkSettings
 from streaming_jobs.runtime.checkpoint.state_repartition import ROCKSDB_PROVIDER
 from streaming_jobs.runtime.query import python_daemon
 from streaming_jobs.runtime.sink.gate import HideGateStops
@@ -107,27 +107,27 @@ def checkpoint_settings(checkpoint_dir: str) -> dict[str, str]:
         if scheme in ("", "file") else {}
 
 
-def cluster_settings(config: JobConfig) -> dict[str, str]:
+def cluster_settings(spark: SparkSettings, max_executors: int) -> dict[str, str]:
     """What running on a cluster manager adds to the session's settings (nothing locally).
 
     The Kafka connector (`spark.jars`) reaches the executors through the driver's file
     server. The project's Python packages do not: the executors' interpreter must have them
     installed (the compose workers run the project image; on this machine the venv does).
     """
-    if config.spark.local:
+    if spark.local:
         return {}
     settings = {
-        "spark.executor.cores": str(config.spark.executor_cores),
-        "spark.executor.memory": f"{config.spark.executor_memory_mb}m",
+        "spark.executor.cores": str(spark.executor_cores),
+        "spark.executor.memory": f"{spark.executor_memory_mb}m",
         # The controller's requests are the only ones: Spark's allocation manager would undo
         # them, and Spark refuses to kill executors on request while it runs.
         "spark.dynamicAllocation.enabled": "false",
         # Standalone grants an application every free core up to this: never more than the
         # job may request.
-        "spark.cores.max": str(config.bounds.max_executors * config.spark.executor_cores),
+        "spark.cores.max": str(max_executors * spark.executor_cores),
     }
-    if config.spark.spark_driver_host:
-        settings["spark.driver.host"] = config.spark.spark_driver_host
+    if spark.spark_driver_host:
+        settings["spark.driver.host"] = spark.spark_driver_host
     return settings
 SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
 
@@ -170,7 +170,7 @@ def build_session(config: JobConfig, job_path: str | None = None) -> SparkSessio
     if config.spark.jar_list:
         builder = builder.config("spark.jars", ",".join(config.spark.jar_list))
     for key, value in {**STATE_STORE_SETTINGS, **checkpoint_settings(config.storage.checkpoint_dir),
-                       **cluster_settings(config)}.items():
+                       **cluster_settings(config.spark, config.bounds.max_executors)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -239,8 +239,8 @@ def _executor_order(executor_id: str) -> tuple[int, str]:
     return (int(executor_id), "") if executor_id.isdigit() else (1 << 62, executor_id)
 
 
-def executors_for(spark: SparkSession, config: JobConfig) -> SparkExecutors | None:
+def executors_for(spark: SparkSession, executor_cores: int) -> SparkExecutors | None:
     """None in local mode, where there are no executors to request."""
     if str(spark.sparkContext.master).startswith("local"):
         return None
-    return SparkExecutors(spark, config.spark.executor_cores)
+    return SparkExecutors(spark, executor_cores)

@@ -22,7 +22,7 @@ def read_kafka(spark: SparkSession, kafka_options: Mapping[str, str], desired: D
                source: KafkaInput | None = None) -> DataFrame:
     """Kafka rows (key, value, topic, partition, offset, …) of `source` (default: the input
     topic in force, unnamed), with the parallelism and batch cap in force (`desired`), read
-    with `kafka_options` (the brokers and how to log in: `JobConfig.spark_kafka_options`).
+    with `kafka_options` (the brokers and how to log in: `RunSettings.kafka_options`).
 
     `failOnDataLoss` stays on (a record removed before the job read it fails the query
     instead of being skipped) unless the source says the loss was found and reported before

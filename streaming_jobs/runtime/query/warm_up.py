@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from streaming_jobs.config import JobConfig
+from streaming_jobs.config import RunSettings
 from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.query.input import DiscardDeadLetters
 
@@ -31,17 +31,18 @@ TIMEOUT_S = 180.0
 """Longest warm-up (a loaded 2-core machine took 50-70 s)."""
 
 
-def run_once(spark: SparkSession, plan: Plan, config: JobConfig, desired: DesiredState,
+def run_once(spark: SparkSession, plan: Plan, run: RunSettings, desired: DesiredState,
              timeout_s: float = TIMEOUT_S) -> str:
     """Run `plan` with the knobs of `desired` until its first batch is done (or there is no
     input, or the time is up); returns what it did, for the log."""
-    query_id = config.identity.query_id
+    query_id = run.query_id
+
     def discard(batch_df: DataFrame, _batch_id: int) -> None:
         plan.job.output.encode(batch_df).toArrow()
 
     scratch = tempfile.mkdtemp(prefix=f"streamctl-warm-up-{query_id}-")
     started = time.monotonic()
-    query = (plan.build(spark, config, replace(desired, max_offsets_per_trigger=RECORDS),
+    query = (plan.build(spark, run, replace(desired, max_offsets_per_trigger=RECORDS),
                         DiscardDeadLetters()).writeStream
              .queryName(f"{query_id}-warm-up").outputMode(plan.output_mode)
              .foreachBatch(discard).option("checkpointLocation", scratch)

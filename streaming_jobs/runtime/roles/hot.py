@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streaming_jobs import per_batch
-from streaming_jobs.config import INPUT_RECORD_SUFFIX, JobConfig
+from streaming_jobs.config import INPUT_RECORD_SUFFIX, RunSettings
 from streaming_jobs.runtime.checkpoint import instances
 from streaming_jobs.runtime.checkpoint.input_source import InputSources, LogRanges
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
@@ -95,12 +95,12 @@ class TrailingSink:
 class HotStandbyRun:
     """The standby's run; `keep_current` on every look, `stop` before a promotion."""
 
-    def __init__(self, spark: SparkSession, plan: Plan, config: JobConfig, offsets: LogRanges,
-                 active_dir: Callable[[], str | None],
-                 active: Callable[[], DesiredState]) -> None:
-        self._spark, self._plan, self._config = spark, plan, config
+    def __init__(self, spark: SparkSession, plan: Plan, run: RunSettings, offsets: LogRanges,
+                 active_dir: Callable[[], str | None], active: Callable[[], DesiredState], *,
+                 checkpoint_dir: str, trigger_interval_s: float) -> None:
+        self._spark, self._plan, self._run = spark, plan, run
         self._offsets, self._active_dir, self._active = offsets, active_dir, active
-        self._dir = config.storage.checkpoint_dir
+        self._dir, self._trigger_ms = checkpoint_dir, int(trigger_interval_s * 1000)
         self._query: StreamingQuery | None = None
         self._sink: TrailingSink | None = None
         self._follows: FollowedSettings | None = None
@@ -143,7 +143,7 @@ class HotStandbyRun:
                                            f"{self._dir}")
         copied = instances.copy_committed(source_dir, self._dir)
         inputs = InputSources(self._dir, self._dir + INPUT_RECORD_SUFFIX,
-                              self._config.identity.query_id, self._offsets)
+                              self._run.query_id, self._offsets)
         try:
             inputs.resume(active.input_topic)
         except SwitchRefused as exc:
@@ -152,14 +152,12 @@ class HotStandbyRun:
         source = inputs.current.kafka_input()
         sink = TrailingSink(self._dir, self._active_dir, follows, self._active,
                             self._plan.job.output.encode)
-        c = self._config
         with source_evolution(self._spark, source.name is not None):
-            df = self._plan.build(self._spark, c, active, DiscardDeadLetters(), source)
-            self._query = (df.writeStream.queryName(f"{c.identity.query_id}-hot-standby")
+            df = self._plan.build(self._spark, self._run, active, DiscardDeadLetters(), source)
+            self._query = (df.writeStream.queryName(f"{self._run.query_id}-hot-standby")
                            .outputMode(self._plan.output_mode).foreachBatch(sink)
                            .option("checkpointLocation", self._dir)
-                           .trigger(processingTime=f"{int(c.timing.trigger_interval_s * 1000)} "
-                                                   "milliseconds")
+                           .trigger(processingTime=f"{self._trigger_ms} milliseconds")
                            .start())
         self._sink, self._follows = sink, follows
         self.note = (f"running on a copy of {source_dir} taken at its batch {copied}, "

@@ -11,7 +11,7 @@ from streamctl.loadgen import producer_config
 from streamctl.security.kafka import IDEMPOTENT
 
 ROOT = Path(__file__).resolve().parents[3]
-PRODUCT = ("controller", "streaming_jobs", "streamctl", "stack", "security", "bench")
+PRODUCT = ("controller", "streaming_jobs", "schemas", "streamctl", "bench")
 _PRODUCER_CALL = re.compile(r"\bProducer\((?P<args>.{0,200})", re.DOTALL)
 
 

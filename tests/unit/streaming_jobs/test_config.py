@@ -41,7 +41,7 @@ def test_defaults_and_env(tmp_path: Path) -> None:
     assert "0123456789" not in repr(config)
     assert config.storage.desired_state_path == f"{checkpoint}.desired-state.json"
     assert config.knobs.udf_version == "v1"  # the job's first function version
-    assert config.settings_map == {"enrichment_cost_ms": 5.0, "window_s": 10,
+    assert config.run.settings_map == {"enrichment_cost_ms": 5.0, "window_s": 10,
                                    "watermark_s": 10, "low_priority_prefixes": ""}
 
 
@@ -71,9 +71,9 @@ def test_with_a_hot_standby_each_instance_has_its_own_checkpoint_and_shares_the_
 def test_job_settings_come_from_set_then_env_then_the_declaration() -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_WINDOW_S": "30", **KEY}
     config = from_sources({"settings": ["enrichment_cost_ms=0.5", "window_s=20"]}, env)
-    assert config.settings_map["enrichment_cost_ms"] == 0.5
-    assert config.settings_map["window_s"] == 20  # --set wins over the variable
-    assert from_sources({}, env).settings_map["window_s"] == 30
+    assert config.run.settings_map["enrichment_cost_ms"] == 0.5
+    assert config.run.settings_map["window_s"] == 20  # --set wins over the variable
+    assert from_sources({}, env).run.settings_map["window_s"] == 30
     with pytest.raises(ConfigError, match="--set 'windows=3': job 'sensor-averages' has no "
                                           "setting 'windows' \\(its settings: "
                                           "enrichment_cost_ms, window_s"):
@@ -93,7 +93,7 @@ def test_a_function_version_the_job_does_not_declare_is_refused() -> None:
                 settings=(Setting("flag", True),))
     with pytest.raises(ConfigError, match="job 'plain' declares no function versions"):
         from_sources({"udf_version": "v1"}, env, plain)
-    assert from_sources({"settings": ["flag=no"]}, env, plain).settings_map == {"flag": False}
+    assert from_sources({"settings": ["flag=no"]}, env, plain).run.settings_map == {"flag": False}
 
 
 def test_the_key_comes_only_from_the_environment_and_is_required() -> None:
@@ -182,11 +182,12 @@ def test_bad_cluster_settings_are_named(options: dict[str, object], message: str
 def test_on_a_cluster_the_session_gets_executor_settings_and_no_dynamic_allocation() -> None:
     from streaming_jobs.runtime.query.session import cluster_settings
 
-    assert cluster_settings(from_sources({"bootstrap_servers": "k:1"}, KEY)) == {}
+    local = from_sources({"bootstrap_servers": "k:1"}, KEY)
+    assert cluster_settings(local.spark, local.bounds.max_executors) == {}
     cluster = from_sources(
         {"bootstrap_servers": "k:1", "spark_master": "spark://m:7077", "executor_cores": "2",
          "executor_memory_mb": "512", "max_executors": "3", "spark_driver_host": "job"}, KEY)
-    assert cluster_settings(cluster) == {
+    assert cluster_settings(cluster.spark, cluster.bounds.max_executors) == {
         "spark.executor.cores": "2", "spark.executor.memory": "512m",
         "spark.dynamicAllocation.enabled": "false", "spark.cores.max": "6",
         "spark.driver.host": "job"}

@@ -37,7 +37,8 @@ def owner_of(tmp_path: Path, role: Role = Role.ACTIVE, instance: str = "a",
     query = query or FakeQuery(c.initial_state())
     published: list[DesiredStateRecord] = []
     recorded: list[DesiredState] = []
-    shared = SharedDesiredState(c, lambda: limits, published.append)
+    shared = SharedDesiredState(c.identity, c.storage.desired_state_path, c.initial_state(),
+                                lambda: limits, published.append)
     owner = QueryOwner(query, Instance(c.identity, query, role, hot=hot), shared,
                        lambda: limits, kafka_retry_s=0, on_recorded=recorded.append)
     return owner, query, recorded, published

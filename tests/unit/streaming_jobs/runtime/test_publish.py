@@ -4,10 +4,10 @@ publishes, not only batches: a change applied while the query is idle shows at o
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
 
+from streaming_jobs.config import JobTopics
 from streaming_jobs.runtime.observe.metrics import RunContext
 from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 from streaming_jobs.runtime.publish import Publisher
@@ -25,8 +25,9 @@ class Producer:
 
 def publisher() -> tuple[Publisher, Producer, CollectorRegistry]:
     registry, producer = CollectorRegistry(), Producer()
-    config = SimpleNamespace(topics=SimpleNamespace(metrics_topic="m"))
-    return Publisher(config, producer, JobPrometheus(registry)), producer, registry  # type: ignore[arg-type]
+    made = Publisher(JobTopics(metrics_topic="m"), "q1", producer,  # type: ignore[arg-type]
+                     JobPrometheus(registry), desired_state_path="q1.desired-state.json")
+    return made, producer, registry
 
 
 def gauges(registry: CollectorRegistry) -> tuple[float | None, ...]:
