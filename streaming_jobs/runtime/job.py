@@ -30,6 +30,7 @@ from streaming_jobs.runtime.checkpoint import instances
 from streaming_jobs.runtime.checkpoint.identity import claim_checkpoint
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
+from streaming_jobs.runtime.checkpoint.leftovers import InstanceLock
 from streaming_jobs.runtime.checkpoint.retention import Deleted
 from streaming_jobs.runtime.checkpoint.running import running_batch
 from streaming_jobs.runtime.checkpoint.state_repartition import (
@@ -78,6 +79,10 @@ class ElasticJob:
         self.plan = Plan(job)
         # Refuses another query's checkpoint, before Spark.
         claim_checkpoint(config.storage.checkpoint_dir, config.identity.query_id, job)
+        # A hot instance's own checkpoint is its own while it lives (`leftovers`).
+        self._instance_lock = InstanceLock(config.storage.checkpoint_dir)
+        if config.identity.standby == "hot":
+            self._instance_lock.acquire()
         self._check_written_topics()
         self.prometheus = JobPrometheus(registry if registry is not None else CollectorRegistry())
         self._endpoint = self._serve_metrics()
@@ -381,6 +386,7 @@ class ElasticJob:
                         type(exc).__name__)
         self._consumer.close()
         self._offsets.close()
+        self._instance_lock.release()
         self._publisher.close()
         if self._endpoint is not None:
             self._endpoint.shutdown()

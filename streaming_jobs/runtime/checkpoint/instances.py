@@ -143,7 +143,7 @@ def copy_committed(source: str, target: str) -> int:
         raise NotContinuable(f"{source} has no committed batch to copy yet")
     batch = found[0]
     src, dst = local_path(source), local_path(target)
-    staging = dst.with_name(f".{dst.name}.copying")  # outside `query_dirs`' pattern
+    staging = staging_of(dst)
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(src, staging, ignore_dangling_symlinks=True,
                     copy_function=_copy_if_present)
@@ -161,6 +161,12 @@ def copy_committed(source: str, target: str) -> int:
     staging.rename(dst)
     log.info("copied %s at its committed batch %d to %s", source, batch, target)
     return batch
+
+
+def staging_of(checkpoint: Path) -> Path:
+    """Where a copy into `checkpoint` is made before it replaces it (outside `query_dirs`'
+    pattern: a copy half made is no checkpoint of the query)."""
+    return checkpoint.with_name(f".{checkpoint.name}.copying")
 
 
 def _set_aside(checkpoint: Path) -> None:

@@ -25,7 +25,7 @@ from schemas import knobs
 from schemas.records import CommitMarker, SourcePartition
 from streaming_jobs import per_batch
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.checkpoint import instances, state_partitions
+from streaming_jobs.runtime.checkpoint import instances, leftovers, state_partitions
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.checkpoint.retention import Deleted, InputDeleted, sentence
@@ -159,7 +159,20 @@ class ElasticQuery:
             self.gate.open()
             self._query = self._write(df)
         self._contexts[str(self._query.runId)] = self.context(desired)
+        self._remove_left_behind(continued=output_note is not None)
         return str(self._query.runId)
+
+    def _remove_left_behind(self, continued: bool) -> None:
+        """The checkpoints of hot instances no longer running go, now that this one runs the
+        query (`leftovers`); the one the output's last batch came from stays, unless this
+        start continued it."""
+        storage, last = self._config.storage, self.sink.last_marker()
+        keep = None if continued or last is None else last.checkpoint_id
+        try:
+            leftovers.remove_left_behind(storage.query_dir, storage.checkpoint_dir, keep)
+        except OSError as exc:  # a disk problem is not the query's: the next start tries again
+            log.warning("could not remove the checkpoints of instances no longer running "
+                        "beside %s: %s", storage.query_dir, exc)
 
     def _continue_output(self, desired: DesiredState) -> str | None:
         """The output goes on from the checkpoint that wrote its last batch: with hot standbys
