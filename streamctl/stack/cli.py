@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from streamctl.security import kafka as kafka_security
-from streamctl.security.kafka import KafkaSecurity
+from streamctl.security.kafka import DEFAULT_BOOTSTRAP, KafkaSecurity
 from streamctl.stack import acls
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.broker_files import TEMPLATES
@@ -92,7 +92,7 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
     topics.add_argument(
         "--bootstrap-servers",
         default=default_bootstrap_servers(),
-        help=f"Kafka address (default: ${BOOTSTRAP_ENV} or 127.0.0.1:9092)",
+        help=f"Kafka address (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
     )
     topics.add_argument(
         "--job", action="append", default=[], metavar="NAME",

@@ -1,4 +1,5 @@
-"""The checkpoints of a query whose instances run with a hot standby: one per instance.
+"""The checkpoints of a query whose instances run with a hot standby (one per instance), and
+the output continued across them, into a hot instance's own or a warm instance's shared one.
 
 With `standby = hot` every instance of a query keeps its own checkpoint beside the query's
 (`<checkpoint>.instance-<instance id>`): the standby runs the query on its own copy, so no two
@@ -53,12 +54,24 @@ class NotContinuable(JobError):
     ahead of them); a copy of the output's checkpoint must replace it."""
 
 
+class SourceMoved(NotContinuable):
+    """The checkpoint being copied was set aside meanwhile (its instance stepped down and took
+    a copy of its own): it is found again by its id (`<it>.previous`) and copied from there."""
+
+
 def query_dirs(query_dir: str) -> list[str]:
     """The query's checkpoint (written before hot standbys, or by warm ones) and every
     instance's, those that exist."""
     base = local_path(query_dir.rstrip("/"))
-    found = [base, *sorted(base.parent.glob(f"{base.name}{INSTANCE_INFIX}*"))]
-    return [str(p) for p in found if (p / "metadata").is_file()]
+    return ([str(base)] if (base / "metadata").is_file() else []) + beside(query_dir)
+
+
+def beside(query_dir: str) -> list[str]:
+    """The instances' checkpoints beside the query's (set-aside ones included), those that
+    exist."""
+    base = local_path(query_dir.rstrip("/"))
+    return [str(p) for p in sorted(base.parent.glob(f"{base.name}{INSTANCE_INFIX}*"))
+            if (p / "metadata").is_file()]
 
 
 def active_checkpoint(query_dir: str, own: str, named: str) -> str | None:
@@ -137,16 +150,20 @@ def copy_committed(source: str, target: str) -> int:
     (so a marker never names both); returns that batch. Files the source removes while it
     is copied (its own maintenance) are skipped: the committed batch's are not removed.
 
-    Raises NotContinuable when the source has no committed batch yet."""
+    Raises NotContinuable when the source has no committed batch yet, or `SourceMoved` when
+    it was set aside (replaced by a copy of its own) while it was copied."""
     found = committed_ends(source)
     if found is None:
         raise NotContinuable(f"{source} has no committed batch to copy yet")
-    batch = found[0]
+    batch, source_id = found[0], checkpoint_id(source)
     src, dst = local_path(source), local_path(target)
     staging = staging_of(dst)
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(src, staging, ignore_dangling_symlinks=True,
                     copy_function=_copy_if_present)
+    if checkpoint_id(source) != source_id:  # files went with it: the copy may lack some
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SourceMoved(f"{source} was replaced while it was copied")
     for log_name in ("offsets", "commits"):
         _drop_versions_after(staging / log_name, batch)
     # State version v is written by batch v - 1: later ones were the source's next batches.
@@ -242,27 +259,42 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
             "Restore that checkpoint, or start the query under a new query id")
     output, stamp = ends(writer, last_batch), entry_metadata(writer, last_batch)
     if warm:
-        batch, how = _copied(writer, own, output, stamp)
+        batch, how = _copied(query_dir, writer_id, own, output, stamp)
     else:
         try:
             batch, folded = continue_from(own, output, stamp)
             how = f"state kept: {folded} records after it folded in without output"
         except NotContinuable as exc:
             log.info("%s; copying %s", exc, writer)
-            batch, how = _copied(writer, own, output, stamp)
+            batch, how = _copied(query_dir, writer_id, own, output, stamp)
     own_id = checkpoint_id(own)
     assert own_id is not None
     mark(own_id, batch)
     return f"continued the output of batch {last_batch} of {writer}: {how}"
 
 
-def _copied(writer: str, own: str, output: Ends, stamp: str) -> tuple[int, str]:
-    """`own` replaced by a copy of `writer` that continues where the output ends: the batch
-    the marker names, and how (for the note)."""
-    copied = copy_committed(writer, own)
-    batch, folded = continue_from(own, output, stamp)
-    return batch, (f"state copied from {writer} at its batch {copied}, {folded} records after "
-                   "it folded in without output")
+def _copied(query_dir: str, writer_id: str, own: str, output: Ends,
+            stamp: str) -> tuple[int, str]:
+    """`own` replaced by a copy of the checkpoint `writer_id` that continues where the output
+    ends: the batch the marker names, and how (for the note). A writer set aside while it is
+    copied (its instance stepping down takes a copy over its own) is copied again from where
+    its id is now."""
+    tries = 3
+    while True:
+        writer = checkpoint_with_id(query_dir, writer_id)
+        if writer is None:
+            raise NotContinuable(f"checkpoint {writer_id} is not beside {query_dir} any more")
+        try:
+            copied = copy_committed(writer, own)
+        except SourceMoved as exc:
+            tries -= 1
+            if not tries:
+                raise
+            log.info("%s; copying it from where it is now", exc)
+            continue
+        batch, folded = continue_from(own, output, stamp)
+        return batch, (f"state copied from {writer} at its batch {copied}, {folded} records "
+                       "after it folded in without output")
 
 
 def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:

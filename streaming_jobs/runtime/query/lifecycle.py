@@ -186,6 +186,8 @@ class ElasticQuery:
         continuation."""
         hot = self._config.identity.standby == "hot"
         storage = self._config.storage
+        if not hot and not instances.beside(storage.query_dir):
+            return None  # no instance's checkpoint: the output can only be the shared one's
         last = self.sink.last_marker()
         note = instances.continue_output(
             storage.checkpoint_dir, storage.query_dir,

@@ -15,8 +15,10 @@ reconfiguration protocol, `control` → `job.reconfigure` → here), in this ord
    refused as stale (`desired.StaleWrite`);
 2. the sink fences the former active's transactional producer (`sink.take_ownership`): no
    transaction of it can commit any more, so nothing it still runs reaches the output;
-3. the query starts from the shared checkpoint; the promotion's time, reported in the ack,
-   runs from the tuple to the first commit (or to the query seen idle).
+3. the query starts where the output ends (a hot instance's own checkpoint continues the one
+   the output's last batch came from, a warm one's shared takes a copy of it:
+   `checkpoint.instances`); the promotion's time, reported in the ack, runs from the tuple to
+   the first commit (or to the query seen idle).
 
 **Step-down** (`step_down`): an active that learns another instance is active (a tuple, its
 gate refusing a batch, or its periodic look at the shared file) closes its gate and stops the
@@ -136,8 +138,8 @@ class Instance:
         return self.promote(desired, persist)
 
     def promote(self, desired: DesiredState, persist: Callable[[DesiredState], None]) -> Applied:
-        """Fence the former active, start the query from the shared checkpoint, wait for its
-        first commit. Raises RestartFailed (this instance stays a standby) when it fails."""
+        """Fence the former active, start the query where the output ends, wait for its first
+        commit. Raises RestartFailed (this instance stays a standby) when it fails."""
         began_ms = self._clock_ms()
         hot_note = None
         if self._hot is not None:  # its run must not take another batch from here on

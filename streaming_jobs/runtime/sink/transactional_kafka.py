@@ -371,7 +371,10 @@ def fatal_cause(error: KafkaError, producer: Producer) -> KafkaError:
     try:
         producer.abort_transaction(0.1)  # refused at once with the cause: the producer is dead
     except KafkaException as exc:
-        return exc.args[0]
+        cause: KafkaError = exc.args[0]
+        # Only a fatal cause is the one behind it (a timeout would read as retriable).
+        if cause.fatal() or cause.code() in _FENCED_CODES:
+            return cause
     return error
 
 

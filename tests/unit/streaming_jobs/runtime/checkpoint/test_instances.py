@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.config import instance_dir
+from streaming_jobs.runtime.checkpoint import instances
 from streaming_jobs.runtime.checkpoint.input_source import entry_sources
 from streaming_jobs.runtime.checkpoint.instances import (
+    PREVIOUS_SUFFIX,
     NotContinuable,
     active_checkpoint,
     behind,
@@ -195,6 +197,33 @@ def test_a_warm_instances_checkpoint_takes_a_copy_of_the_instance_that_wrote_the
         assert marks == [(copied_id, 2)] and copied_id not in ("id-a", "id-shared")
         assert entry_sources(query, 2) == {None: {"in": {0: 40}}}
         assert note is not None and f"state copied from {writer} at its batch 1" in note
+
+
+def test_a_writer_set_aside_while_it_is_copied_is_copied_again_from_where_it_went(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm instance promoted while the former hot active steps down: that one replaces its
+    checkpoint (the writer) by a copy of its own mid-copy; the copy is made again from the
+    writer's new place (`<it>.previous`), never left short of the files that moved."""
+    query = str(tmp_path / "q")
+    writer = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 30}, {0: 40}], 1, "id-a")
+    copy_file = instances._copy_if_present
+    moved = []
+
+    def stepping_down(src: str, dst: str) -> None:
+        if not moved:  # the former active sets its checkpoint aside and copies over it
+            moved.append(True)
+            os.rename(writer, writer + PREVIOUS_SUFFIX)
+            checkpoint(Path(writer), [{0: 10}], 0, "id-a-new")
+        copy_file(src, dst)
+    monkeypatch.setattr(instances, "_copy_if_present", stepping_down)
+    marks: list[tuple[str, int]] = []
+
+    note = continue_output(query, query, ("id-a", 2), lambda *m: marks.append(m), warm=True)
+
+    assert moved and note is not None
+    assert f"state copied from {writer}{PREVIOUS_SUFFIX} at its batch 1" in note
+    assert entry_sources(query, 2) == {None: {"in": {0: 40}}}
+    assert marks == [(checkpoint_id(query), 2)]
 
 
 def test_a_writer_no_longer_there_is_nothing_to_continue_for_a_warm_instance(

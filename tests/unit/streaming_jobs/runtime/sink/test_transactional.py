@@ -31,6 +31,8 @@ from streaming_jobs.runtime.sink.transactional import (
 from streaming_jobs.runtime.sink.transactional_kafka import (
     Action,
     Fault,
+    KafkaTransactionalWriter,
+    TransactionalSettings,
     classify,
     fatal_cause,
     record_fault,
@@ -258,6 +260,24 @@ def test_a_generic_fatal_error_is_classified_by_the_producers_own_cause() -> Non
 
     assert classify(fatal_cause(generic, fenced)) is Action.FENCED  # type: ignore[arg-type]
     assert classify(fatal_cause(generic, unknown)) is Action.FATAL  # type: ignore[arg-type]
+
+
+def test_a_cause_that_is_not_fatal_leaves_the_generic_fatal_error() -> None:
+    timed_out = DeadProducer(KafkaError(KafkaError._TIMED_OUT, retriable=True))
+    generic = KafkaError(KafkaError._FATAL)
+
+    assert fatal_cause(generic, timed_out) is generic  # type: ignore[arg-type]
+
+
+def test_a_writer_whose_produce_failed_on_fencing_raises_fenced_and_forgets_its_producer(
+        ) -> None:
+    writer = KafkaTransactionalWriter(TransactionalSettings("k:1", "tx-q"))
+    dead = DeadProducer(KafkaError(KafkaError._FENCED, fatal=True))
+    writer._producer = dead  # type: ignore[assignment]
+
+    with pytest.raises(SinkFenced, match="another instance with a higher epoch"):
+        writer._raise_for("produce to out", KafkaError(KafkaError._FATAL), dead)  # type: ignore[arg-type]
+    assert writer._producer is None
 
 
 def test_an_error_with_its_own_code_is_not_looked_behind() -> None:
