@@ -75,6 +75,24 @@ def test_a_fleet_shows_the_queries_down_first_then_the_most_lag_at_most_top_of_t
     assert rows(everything) == ["down", "behind", "lagging", "calm-1", "calm-2"]
 
 
+def test_a_thousand_queries_show_as_the_top_few_behind_first_and_a_pattern_finds_any_of_them(
+        ) -> None:
+    board = Board()
+    lags = {f"q-{n:04d}": (n * 37) % 1000 for n in range(1000)}  # distinct lags, shuffled
+    for name, lag in lags.items():
+        for i in range(3):
+            end = (i + 1) * 100
+            board.add(metrics(i, T0 + 7_000 + i * 1000, 100, end, end + lag, 500, name))
+    worst = sorted(lags, key=lambda name: -lags[name])
+
+    lines = status_table(board, T0 + 10_000, selection=Selection(top=20))
+
+    assert rows(lines) == worst[:20]
+    assert lines[-1].startswith("… 980 more queries not shown")
+    assert rows(status_table(board, T0 + 10_000, selection=Selection("q-0999"))) == ["q-0999"]
+    assert len(rows(status_table(board, T0 + 10_000, selection=Selection("q-09*", top=0)))) == 100
+
+
 def test_a_pattern_narrows_the_table_and_one_that_matches_nothing_says_so() -> None:
     board = Board()
     for name in ("payments-eu", "payments-us", "search"):
