@@ -71,7 +71,9 @@ def test_a_second_process_under_one_instance_id_is_refused_by_name(tmp_path: Pat
             InstanceLock(own).acquire(wait_s=0.3)
     finally:
         first.release()
-    InstanceLock(own).acquire(wait_s=0)  # free once the first is gone
+    second = InstanceLock(own)
+    second.acquire(wait_s=0)  # free once the first is gone
+    second.release()
 
 
 def test_an_instance_whose_copy_was_removed_takes_its_lock_afresh(tmp_path: Path) -> None:
