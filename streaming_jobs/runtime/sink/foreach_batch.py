@@ -99,6 +99,7 @@ class TransactionalKafkaSink:
         self._topic_lock = threading.Lock()
         self._topic = topic
         self._output = _OutputRows()
+        self._start_lock = threading.Lock()
         self._started = False
         self._last: CommitMarker | None = None
         self._fenced: SinkFenced | None = None
@@ -173,9 +174,10 @@ class TransactionalKafkaSink:
         promotion), rather than at its first batch: from here on no transaction of a former
         active can commit. The one place a fenced sink re-initialises: the control protocol
         made this instance the owner. Returns the last committed marker."""
-        self._writer.close()
-        self._fenced = None
-        self._started = False
+        with self._start_lock:
+            self._writer.close()
+            self._fenced = None
+            self._started = False
         return self._start()
 
     def last_marker(self) -> CommitMarker | None:
@@ -194,13 +196,18 @@ class TransactionalKafkaSink:
         self._folded = batch_id
 
     def _start(self) -> CommitMarker | None:
-        if not self._started:
-            self._last = self._writer.start(self._query_id)
-            self._started = True
-            log.info("query %s: transactional sink ready; last committed batch %s",
-                     self._query_id, "none" if self._last is None else
-                     f"{self._last.batch_id} ({self._last.rows} rows to {self._last.topic})")
-        return self._last
+        # The query's first batch and the runtime's thread (`last_marker` once a run has
+        # started) may both come here first: two starts would be two producers under one
+        # transactional id, the second fencing the batch's.
+        with self._start_lock:
+            if not self._started:
+                self._last = self._writer.start(self._query_id)
+                self._started = True
+                log.info("query %s: transactional sink ready; last committed batch %s",
+                         self._query_id, "none" if self._last is None else
+                         f"{self._last.batch_id} ({self._last.rows} rows to "
+                         f"{self._last.topic})")
+            return self._last
 
     def _commit(self, batch: OutputBatch, marker: CommitMarker) -> tuple[Rejected, ...]:
         try:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -37,6 +39,7 @@ from streaming_jobs.runtime.sink.transactional_kafka import (
     fatal_cause,
     record_fault,
 )
+from tests.support.waiting import until
 
 
 def marker(batch_id: int, checkpoint_id: str = "c1", rows: int = 2) -> CommitMarker:
@@ -137,6 +140,38 @@ def test_a_restarted_sink_reads_the_last_marker_once() -> None:
     assert s.write(batch(b"x", b"y"), 4, "c1") is Replay.SKIP
     assert s.write(batch(b"z"), 5, "c1") is Replay.WRITE
     assert writer.starts == 1 and s.last_committed == CommitMarker("q", "c1", 5, "out", 1, 7)
+
+
+class SlowStartWriter(MemoryWriter):
+    """A writer whose first start waits (up to a second) for a second one to begin."""
+
+    def __init__(self, markers: list[CommitMarker]) -> None:
+        super().__init__(markers)
+        self.second_began = threading.Event()
+
+    def start(self, query_id: str) -> CommitMarker | None:
+        last = super().start(query_id)
+        if self.starts == 1:
+            self.second_began.wait(1.0)
+        else:
+            self.second_began.set()
+        return last
+
+
+def test_the_first_batch_and_the_runtime_reading_the_last_marker_start_the_writer_once() -> None:
+    writer = SlowStartWriter([marker(4)])
+    s = sink(writer)
+    seen: list[CommitMarker | None] = []
+    first_batch = threading.Thread(target=lambda: s.write(batch(b"z"), 5, "c1"))
+    first_batch.start()
+    until(lambda: writer.starts == 1, 10, "the first batch starting the writer")
+    reader = threading.Thread(target=lambda: seen.append(s.last_marker()))
+    reader.start()
+    first_batch.join(10)
+    reader.join(10)
+    assert writer.starts == 1 and not writer.second_began.is_set()
+    batch_5 = CommitMarker("q", "c1", 5, "out", 1, 7)
+    assert writer.markers[-1] == batch_5 and seen in ([marker(4)], [batch_5])
 
 
 def test_retarget_takes_effect_at_the_next_batch_and_is_in_its_marker() -> None:
