@@ -1,10 +1,10 @@
 """The contract of `streaming_jobs.runtime.ports.QueryControl`, written once.
 
 `tests/unit/streaming_jobs/runtime/test_query_port.py` runs it against `runtime.fakes.FakeQuery`,
-`tests/spark/test_query_port.py` against `runtime.lifecycle.ElasticQuery` on real Spark and the
-real broker. A `QueryHarness` gives the query under test, a desired state to start it with, and
-`feed`, which makes its running run commit a batch with output (records produced to its input,
-or the fake told to commit).
+`tests/spark/test_query_port.py` against `runtime.query.lifecycle.ElasticQuery` on real Spark
+and the real broker. A `QueryHarness` gives the query under test, a desired state to start it
+with, and `feed`, which makes its running run commit a batch with output (records produced to
+its input, or the fake told to commit).
 """
 
 from __future__ import annotations

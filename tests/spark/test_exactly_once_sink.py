@@ -68,7 +68,7 @@ class CrashAfterCommit:
             self.crashed_batch = batch_id
             raise RuntimeError(f"simulated crash: batch {batch_id} committed its transaction")
 
-    def __getattr__(self, name: str) -> object:  # retarget, take_output_rows, ...
+    def __getattr__(self, name: str) -> object:  # retarget, take_output, ...
         return getattr(self.sink, name)
 
 

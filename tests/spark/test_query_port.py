@@ -1,5 +1,5 @@
 """The query port's contract (tests/runtime_query_contract.py) against the real query,
-`runtime.lifecycle.ElasticQuery`, on the session's Spark and the real broker: the fake the
+`runtime.query.lifecycle.ElasticQuery`, on the session's Spark and the real broker: the fake the
 protocol tests drive (`runtime.fakes.FakeQuery`) behaves like this."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A linear ramp is sized for where it will be, not for the rate of the moment: the real loop
-over the simulated job (`controller_traces.probed_loop`: broker probes every second, the job's
-beats, a restart per change) on the bench's ramp (`bench.reaction`: 0.4 C rising to 3 C over
-90 s from 30 s, C the capacity at 2 units)."""
+over the simulated job (`tests.unit.controller.traces.probed_loop`: broker probes every
+second, the job's beats, a restart per change) on the bench's ramp (`bench.reaction`: 0.4 C
+rising to 3 C over 90 s from 30 s, C the capacity at 2 units)."""
 
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ def test_a_spike_shorter_than_the_confirmation_is_drained_without_a_tuple(
 # takes ~1 s, so no overhead can be fitted, and μ (58/s per unit, the fixed cost charged to
 # the records) makes it look full. (A step on such a job is not held: in this simulation the
 # first batch after a step fits the cost before the step is confirmed, so the hold's
-# conditions are checked on hand-built models in test_controller_policy.)
+# conditions are checked on hand-built models in tests/unit/controller/core/test_policy.py.)
 ALIKE = Job(rates=[(0, 115)], per_unit=150, parallelism=2, partitions=2, trigger_s=1.0,
             overhead_s=0.6, max_per_batch=1500, report_cap=True)
 

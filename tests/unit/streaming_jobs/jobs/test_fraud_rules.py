@@ -117,7 +117,7 @@ def test_rules_refuse_inconsistent_thresholds() -> None:
 
 def test_remote_scorer_pays_the_cost_per_record() -> None:
     """(An unknown version is refused when the job's configuration is bound:
-    test_job_config.test_a_function_version_the_job_does_not_declare_is_refused.)"""
+    test_config.test_a_function_version_the_job_does_not_declare_is_refused.)"""
     slept: list[float] = []
     features = [Features(f"t{i}", 10.0, 0.0, 1, i + 1, "online") for i in range(4)]
     scores = RemoteScorer(SwappableFunction({"v1": score_v1}, "v1"), cost_ms=5.0,
