@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka.admin import ConfigResource
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.auth import ensure_key_file
@@ -32,6 +31,7 @@ from streamctl.stack.defaults import DEFAULT_TOPICS, LEASE_TOPIC
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.tcp import find_free_ports
 from tests.deploy import deployment as d
+from tests.support.kafka import topic_config
 from tests.support.prometheus import api, check_config, check_metrics, running, sample, scrape
 from tests.support.spark_cluster import LocalSparkCluster
 from tests.support.waiting import until
@@ -104,9 +104,7 @@ def test_topic_init_creates_every_default_topic_as_specified(
         local_stack: LocalStack, bootstrap_servers: str) -> None:
     admin = admin_client(bootstrap_servers)
     topics = admin.list_topics(timeout=10).topics
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in DEFAULT_TOPICS]
-    configs = {r.name: f.result(timeout=10)
-               for r, f in admin.describe_configs(resources).items()}
+    configs = {s.name: topic_config(bootstrap_servers, s.name) for s in DEFAULT_TOPICS}
     command = SERVICES["topics"]["command"]
     lease_partitions = int(command[command.index("--lease-partitions") + 1])
     for spec in DEFAULT_TOPICS:
@@ -119,7 +117,7 @@ def test_topic_init_creates_every_default_topic_as_specified(
         else:
             assert partitions == spec.partitions, spec.name
         expected = {"cleanup.policy": "delete", **spec.config}
-        actual = {k: configs[spec.name][k].value for k in expected}
+        actual = {k: configs[spec.name][k] for k in expected}
         assert actual == expected, f"{spec.name}: {actual} != {expected}"
 
 

@@ -8,14 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import ConfigResource, ResourceType
 
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.errors import BrokerConflictError, PortInUseError
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
-from tests.support.kafka import produce, read_committed
+from tests.support.kafka import produce, read_committed, topic_config
 
 pytestmark = pytest.mark.integration
 
@@ -86,13 +85,12 @@ def test_ensure_topics_is_idempotent_and_applies_configs_and_one_replica(
 
     admin = admin_client(bootstrap_servers)
     assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 3
-    resource = ConfigResource(ResourceType.TOPIC, name)
-    configs = admin.describe_configs([resource])[resource].result(timeout=10)
-    assert configs["cleanup.policy"].value == "compact"
+    configs = topic_config(bootstrap_servers, name)
+    assert configs["cleanup.policy"] == "compact"
     # One broker: one replica, which must be in sync itself (a cluster: test_local_cluster.py).
     assert {len(p.replicas) for p in admin.list_topics(name, timeout=10).topics[name]
             .partitions.values()} == {1}
-    assert configs["min.insync.replicas"].value == "1"
+    assert configs["min.insync.replicas"] == "1"
 
     assert delete_topics(bootstrap_servers, [name]) == (name,)
     assert delete_topics(bootstrap_servers, [name]) == ()

@@ -7,13 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import ConfigResource, ResourceType
 
 from streamctl.stack.cluster import LocalCluster
 from streamctl.stack.defaults import DEFAULT_TOPICS
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.topics import TopicSpec, ensure_topics
+from tests.support.kafka import topic_config
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -25,22 +24,7 @@ def streamctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def min_insync(bootstrap: str, topic: str) -> str:
-    """The topic's `min.insync.replicas`. The client asks whichever broker it likes, and one
-    whose metadata cache has not yet caught up with a new topic answers that it does not know
-    it (CI, 2 December): asked again until one knows it."""
-    admin = admin_client(bootstrap)  # alive until the answer is in
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-
-    def described() -> str | None:
-        try:
-            configs = admin.describe_configs([resource])[resource].result(timeout=10)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise
-            return None
-        return str(configs["min.insync.replicas"].value)
-
-    return until(described, 30, f"the configuration of {topic} from a broker that knows it")
+    return topic_config(bootstrap, topic)["min.insync.replicas"]
 
 
 def test_stack_up_with_three_brokers_finds_them_running_and_creates_topics_with_3_replicas(

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -233,6 +233,25 @@ def set_topic_config(bootstrap: str, topic: str, **settings: str) -> None:
         for name, value in settings.items()])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+
+def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+    """A topic's configuration, name → value. The client asks whichever broker it likes, and one
+    whose metadata cache has not yet caught up with a new topic answers that it does not know
+    it (CI, 2 December): asked again until one knows it."""
+    admin = AdminClient(client_config(bootstrap))  # alive until the answer is in
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+
+    def described() -> dict[str, str] | None:
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return None
+        return {name: str(entry.value) for name, entry in configs.items()}
+
+    return until(described, 30, f"the configuration of {topic} from a broker that knows it")
 
 
 def delete_records_before(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
