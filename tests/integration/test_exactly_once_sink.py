@@ -1,5 +1,6 @@
 """The transactional sink on the real broker, without Spark: replays of committed batches are
-not written again (same instance or a restarted one), a newer instance fences an older one,
+not written again (same instance or a restarted one), a newer instance fences an older one
+(and one another instance superseded fences nobody),
 the marker of a query is found behind another query's open transaction, and rows (or
 undecodable input) no topic could take are dead letters, never a failed batch."""
 
@@ -20,7 +21,7 @@ from streamctl.security.kafka import client_config
 from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, transactional_id
-from streaming_jobs.runtime.sink.gate import BatchGate
+from streaming_jobs.runtime.sink.gate import BatchGate, Ownership, Superseded
 from streaming_jobs.runtime.sink.transactional import (
     OutputBatch,
     Replay,
@@ -54,12 +55,14 @@ class Topics:
         self.query_id = f"q-{uuid.uuid4().hex[:8]}"
         self.sinks: list[TransactionalKafkaSink] = []
 
-    def sink(self, query_id: str | None = None) -> TransactionalKafkaSink:
-        """A new instance, as after a process restart (same query, same transactional id)."""
+    def sink(self, query_id: str | None = None,
+             ownership: Ownership | None = None) -> TransactionalKafkaSink:
+        """A new instance, as after a process restart (same query, same transactional id);
+        `ownership` is its look at the shared desired-state file."""
         query_id = query_id or self.query_id
         settings = TransactionalSettings(self.bootstrap, transactional_id(query_id),
                                          marker_topic=self.markers, retry_budget_s=20.0)
-        sink = TransactionalKafkaSink(BatchGate(), KafkaTransactionalWriter(settings),
+        sink = TransactionalKafkaSink(BatchGate(ownership), KafkaTransactionalWriter(settings),
                                       query_id, self.output, KeyValue())
         self.sinks.append(sink)
         return sink
@@ -125,6 +128,22 @@ def test_a_newer_instance_fences_the_older_one(topics: Topics) -> None:
 
     seen = committed_values(topics)
     assert set(seen) == {v for b in range(3) for v in rows_of(b).values}
+    assert max(seen.values()) == 1
+
+
+def test_an_instance_another_one_superseded_starts_no_producer_and_the_owner_writes_on(
+        topics: Topics) -> None:
+    """A former active restarting its query after a Kafka pause, just after another instance
+    was promoted: its first look at the output must not fence the owner's producer."""
+    owner = topics.sink()
+    owner.write(rows_of(0), 0, CHECKPOINT)
+    former = topics.sink(ownership=lambda: "instance b was made active at epoch 4")
+    with pytest.raises(Superseded):
+        former.last_marker()
+    owner.write(rows_of(1), 1, CHECKPOINT)
+
+    seen = committed_values(topics)
+    assert set(seen) == {v for b in range(2) for v in rows_of(b).values}
     assert max(seen.values()) == 1
 
 

@@ -39,7 +39,7 @@ from streaming_jobs.runtime.query.listener import ProgressListener
 from streaming_jobs.runtime.query.plan import Plan
 from streaming_jobs.runtime.query.session import hide_gate_stops, source_evolution
 from streaming_jobs.runtime.sink.foreach_batch import Written, transactional_sink
-from streaming_jobs.runtime.sink.gate import BatchGate, is_gate_stop
+from streaming_jobs.runtime.sink.gate import BatchGate, Superseded, is_gate_stop
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,13 @@ class ElasticQuery:
     def _remove_left_behind(self, continued: bool) -> None:
         """The checkpoints of hot instances no longer running go, now that this one runs the
         query (`leftovers`); the one the output's last batch came from stays, unless this
-        start continued it."""
-        storage, last = self._config.storage, self.sink.last_marker()
+        start continued it. Nothing goes when another instance owns the query now: the run
+        just started will have its first batch refused (`gate`)."""
+        storage = self._config.storage
+        try:
+            last = self.sink.last_marker()
+        except Superseded:
+            return
         keep = None if continued or last is None else last.checkpoint_id
         try:
             leftovers.remove_left_behind(storage.query_dir, storage.checkpoint_dir, keep)

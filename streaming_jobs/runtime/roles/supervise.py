@@ -11,9 +11,15 @@ the checkpoint, or exit (pure: a failure text and what the shared file says in, 
 - **Kafka away** (the sink's retry budget ran out, a transaction was aborted, the source timed
   out): restart from the checkpoint after a pause; the sink re-initialises and re-reads its
   marker, so nothing is lost or written twice.
-- Anything else (a bug, a corrupt checkpoint, fencing without a failover): exit non-zero, so a
-  supervisor (compose's `restart: on-failure`) restarts the process.
+- **Fenced while still the owner** (the sink's producer was fenced, and the shared file still
+  names this instance): most likely a former active whose restart read the file just before
+  this instance's promotion and fenced just after it. Take the sink back (`take_ownership`,
+  fencing that one) and restart: the former active reads the file before its next fence and
+  its next batch is refused, so the two converge on the named one.
+- Anything else (a bug, a corrupt checkpoint): exit non-zero, so a supervisor (compose's
+  `restart: on-failure`) restarts the process.
 
+A restart re-reads the shared file first: a failover during the pause steps down instead.
 Restarts are bounded (`RestartBudget`) so a persistent fault still ends in an exit.
 `Supervisor` applies this to the job's query; `classify` is the pure rule. Neighbours: `owner`
 (calls it under the query's one lock), `standby` (steps down), `ports.QueryControl`.
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 
 from schemas.records import Role
 from streaming_jobs.runtime.checkpoint.retention import InputDeleted
+from streaming_jobs.runtime.control.shared_state import DesiredStateFileError
 from streaming_jobs.runtime.ports import QueryControl
 from streaming_jobs.runtime.roles.standby import Instance
 
@@ -46,11 +53,15 @@ KAFKA_AWAY = ("SinkUnavailable", "SinkBatchAborted", "DeadLettersUndelivered",
 """Failures that end when the broker is back: retried, never lost. Spark's Kafka source
 reports a broker away for 60 s as `org.apache.kafka.common.errors.TimeoutException: Timeout of
 60000ms expired before the position for partition … could be determined`."""
+FENCED = ("SinkFenced",)
+"""The sink's producer fenced by a newer one under the query's transactional id."""
 
 
 class Step(enum.Enum):
     STEP_DOWN = "step_down"
     RESTART = "restart"
+    RECLAIM = "reclaim"
+    """Take the sink back (fence whoever fenced it), then restart."""
     EXIT = "exit"
 
 
@@ -74,6 +85,9 @@ def classify(failure: str | None, superseded: str | None, *, kafka_retry_s: floa
     if any(marker in text for marker in INPUT_DELETED):
         return Next(Step.RESTART, "records of the input were deleted before the query read "
                                   "them; the restart reports them, then halts or skips them")
+    if any(marker in text for marker in FENCED):
+        return Next(Step.RECLAIM, "the sink was fenced while the shared file names this "
+                                  "instance; taking it back")
     if any(marker in text for marker in KAFKA_AWAY):
         return Next(Step.RESTART, f"Kafka unavailable ({_line_with(text, KAFKA_AWAY)})",
                     kafka_retry_s)
@@ -121,20 +135,49 @@ class Supervisor:
         if (self._instance.role is not Role.ACTIVE or self._query.is_active()
                 or self._query.halted() is not None):
             return None
-        step = classify(self._query.failure(), self._query.superseded() or self._superseded(),
+        step = classify(self._query.failure(), self._owner_lost(),
                         kafka_retry_s=self._kafka_retry_s)
-        if step.step is Step.RESTART and not self._budget.take(time.monotonic()):
+        if (step.step in (Step.RESTART, Step.RECLAIM)
+                and not self._budget.take(time.monotonic())):
             return Next(Step.EXIT, f"{step.reason}, and the restart budget is spent")
         return step
 
     def take(self, step: Next) -> None:
+        """Apply `step`; a restart first looks again at the shared file, since another
+        instance may have been promoted while this one paused (`delay_s`)."""
+        if step.step is not Step.STEP_DOWN and self._instance.role is Role.ACTIVE:
+            try:
+                reason = self._owner_lost()
+            except DesiredStateFileError as exc:  # ownership not confirmed: no fence now
+                log.warning("not restarting the query this round: %s", exc)
+                return
+            if reason is not None:
+                step = Next(Step.STEP_DOWN, reason)
         if step.step is Step.STEP_DOWN:
             self._instance.step_down(step.reason)
         elif self._instance.role is Role.ACTIVE and not self._query.is_active():
             log.warning("query stopped: %s; restarting it from the checkpoint", step.reason)
             try:
+                if step.step is Step.RECLAIM:
+                    self._query.take_ownership()
                 self._query.start_keeping_partitions(self._query.desired)
             except InputDeleted:
                 pass  # reported as it was found; the query is halted, not to be restarted
-            except Exception:  # the next round classifies what is left
-                log.exception("restarting the query failed")
+            except Exception as exc:
+                self._restart_failed(exc)
+
+    def _restart_failed(self, exc: Exception) -> None:
+        """Step down when another instance was promoted meanwhile (the sink refused to fence
+        it); otherwise the next round classifies what is left."""
+        try:
+            reason = self._owner_lost()
+        except DesiredStateFileError:
+            reason = None
+        if reason is None:
+            log.error("restarting the query failed", exc_info=exc)
+        else:
+            log.warning("restarting the query failed (%s): %s", exc, reason)
+            self._instance.step_down(reason)
+
+    def _owner_lost(self) -> str | None:
+        return self._query.superseded() or self._superseded()

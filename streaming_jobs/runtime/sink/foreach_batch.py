@@ -123,7 +123,7 @@ class TransactionalKafkaSink:
         """Commit `batch` with its marker unless the marker says it is already committed."""
         if self._fenced is not None:  # never re-initialise: that would fence the new owner
             raise self._fenced
-        last = self._start()
+        last = self._start(batch_id)
         decision = decide(last, checkpoint_id, batch_id)
         if decision is Replay.SKIP:
             self._skip(batch, batch_id, last)
@@ -172,13 +172,14 @@ class TransactionalKafkaSink:
     def take_ownership(self) -> CommitMarker | None:
         """Fence every other instance's producer now, before this instance's query starts (a
         promotion), rather than at its first batch: from here on no transaction of a former
-        active can commit. The one place a fenced sink re-initialises: the control protocol
-        made this instance the owner. Returns the last committed marker."""
+        active can commit. The one place a fenced sink re-initialises: this instance is the owner
+        (a promotion, or the shared file still names it after a fence, `supervise`), so it
+        does not ask the gate. Returns the last committed marker."""
         with self._start_lock:
             self._writer.close()
             self._fenced = None
             self._started = False
-        return self._start()
+            return self._start_writer(lambda: None)
 
     def last_marker(self) -> CommitMarker | None:
         """The newest marker committed for the query (read once, fencing older producers)."""
@@ -195,19 +196,27 @@ class TransactionalKafkaSink:
         self._commit(OutputBatch((), ()), marker)
         self._folded = batch_id
 
-    def _start(self) -> CommitMarker | None:
+    def _start(self, batch_id: int | None = None) -> CommitMarker | None:
+        """The last committed marker, starting the writer first if it is not started. A
+        (re-)start asks the gate whether this instance still owns the query, right before the
+        writer fences: a producer started under the query's transactional id fences the
+        owner's (`Superseded` instead)."""
         # The query's first batch and the runtime's thread (`last_marker` once a run has
         # started) may both come here first: two starts would be two producers under one
         # transactional id, the second fencing the batch's.
         with self._start_lock:
             if not self._started:
-                self._last = self._writer.start(self._query_id)
-                self._started = True
-                log.info("query %s: transactional sink ready; last committed batch %s",
-                         self._query_id, "none" if self._last is None else
-                         f"{self._last.batch_id} ({self._last.rows} rows to "
-                         f"{self._last.topic})")
+                return self._start_writer(lambda: self._gate.require_owner(batch_id))
             return self._last
+
+    def _start_writer(self, before_fence: Callable[[], None]) -> CommitMarker | None:
+        """Under `_start_lock`."""
+        self._last = self._writer.start(self._query_id, before_fence)
+        self._started = True
+        log.info("query %s: transactional sink ready; last committed batch %s",
+                 self._query_id, "none" if self._last is None else
+                 f"{self._last.batch_id} ({self._last.rows} rows to {self._last.topic})")
+        return self._last
 
     def _commit(self, batch: OutputBatch, marker: CommitMarker) -> tuple[Rejected, ...]:
         try:

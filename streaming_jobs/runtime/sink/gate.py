@@ -29,6 +29,8 @@ class QuiesceRequested(JobError):
     """Raised in foreachBatch while a reconfiguration is pending; the batch will be replayed.
     The runtime's own stop, not a failure (`is_gate_stop`)."""
 
+    batch_id: int | None
+
     def __init__(self, batch_id: int) -> None:
         super().__init__(f"batch {batch_id} held back: quiescing for a reconfiguration")
         self.batch_id = batch_id
@@ -36,10 +38,12 @@ class QuiesceRequested(JobError):
 
 class Superseded(QuiesceRequested, Fenced):
     """Raised in foreachBatch when another instance owns the query now: this one must not run
-    the batch (no state, no output, no commit-log entry)."""
+    the batch (no state, no output, no commit-log entry), nor start the sink's producer
+    (`batch_id` None), which would fence the owner's."""
 
-    def __init__(self, batch_id: int, reason: str) -> None:
-        Exception.__init__(self, f"batch {batch_id} not run: superseded, {reason}")
+    def __init__(self, batch_id: int | None, reason: str) -> None:
+        what = "the sink not started" if batch_id is None else f"batch {batch_id} not run"
+        Exception.__init__(self, f"{what}: superseded, {reason}")
         self.batch_id = batch_id
         self.reason = reason
 
@@ -80,10 +84,7 @@ class BatchGate:
         """The newest batch admitted since the gate was opened (None: none)."""
 
     def admit(self, batch_id: int) -> None:
-        reason = self._ownership() if self._ownership is not None else None
-        if reason is not None:
-            self.superseded = reason
-            raise Superseded(batch_id, reason)
+        self.require_owner(batch_id)
         with self._cond:
             while self._held and not self._closed:
                 self._cond.wait(0.2)
@@ -91,6 +92,13 @@ class BatchGate:
                 raise QuiesceRequested(batch_id)
             self._admitted.add(batch_id)
             self.last_admitted = max(batch_id, self.last_admitted or batch_id)
+
+    def require_owner(self, batch_id: int | None = None) -> None:
+        """Raise `Superseded` (and remember why) when another instance owns the query now."""
+        reason = self._ownership() if self._ownership is not None else None
+        if reason is not None:
+            self.superseded = reason
+            raise Superseded(batch_id, reason)
 
     def committed(self, batch_id: int) -> None:
         with self._cond:

@@ -12,7 +12,7 @@ entry) and must not be written again. Neighbours: `sink` (drives it), `transacti
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -107,13 +107,15 @@ class TransactionalWriter(Protocol):
     """The sink's port to Kafka; `transactional_kafka.KafkaTransactionalWriter` is the real one.
 
     `start` fences earlier producers with the same transactional id (finishing or aborting
-    their open transaction) and then returns the last committed marker for `query_id`.
+    their open transaction) and then returns the last committed marker for `query_id`;
+    `before_fence` runs right before the fence, and what it raises stops the start.
     `commit` writes rows and marker in one transaction, the rows `topic` cannot take sent to
     the dead-letter topic in it (returned), or raises `SinkFenced`, `SinkBatchAborted`,
     `SinkUnavailable` or `SinkRefused`.
     """
 
-    def start(self, query_id: str) -> CommitMarker | None: ...
+    def start(self, query_id: str,
+              before_fence: Callable[[], None] = lambda: None) -> CommitMarker | None: ...
 
     def commit(self, topic: str, batch: OutputBatch,
                marker: CommitMarker) -> tuple[Rejected, ...]: ...

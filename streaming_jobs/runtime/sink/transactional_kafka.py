@@ -138,12 +138,14 @@ class KafkaTransactionalWriter:
         self._producer: Producer | None = None
         self._limits: dict[str, TopicLimits] = {}
 
-    def start(self, query_id: str) -> CommitMarker | None:
+    def start(self, query_id: str,
+              before_fence: Callable[[], None] = lambda: None) -> CommitMarker | None:
         """Fence older instances, then read the query's last marker (in that order: only after
         `init_transactions` can no transaction of ours still be open)."""
         s = self._settings
         _reachable(lambda: ensure_marker_topic(s.client(), s.marker_topic, s.retry_budget_s),
                    s.marker_topic)
+        before_fence()
         self._renew()
         # Another query's transaction ends at the latest when the broker times it out.
         wait_s = s.transaction_timeout_ms / 1000 + s.retry_budget_s

@@ -1,6 +1,6 @@
 """An instance's role: which one it starts in, what a standby answers, the order of a
-promotion (record → fence → start), a step-down, and what an active does when its query stops
-by itself (`supervise`), against an in-memory query (no Spark, no Kafka)."""
+promotion (record → fence → start), a step-down, against an in-memory query (no Spark, no
+Kafka)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.fakes import FakeQuery
 from streaming_jobs.runtime.ports import Commit
 from streaming_jobs.runtime.roles.standby import Instance, initial_role
-from streaming_jobs.runtime.roles.supervise import RestartBudget, Step, classify
 
 KEY = {"STREAMCTL_CONTROL_KEY": "k" * 32}
 SHARED = DesiredState(epoch=3, input_parallelism=4, state_partitions=4,
@@ -153,46 +152,6 @@ def test_an_active_superseded_while_it_was_frozen_steps_down_on_its_next_look() 
     beat = active.watch(lambda: PROMOTION, lambda: None)
     assert beat is not None and (beat.role, beat.instance_id, beat.config_epoch) == (
         Role.STANDBY, "a", 4)
-
-
-@pytest.mark.parametrize(("failure", "superseded", "step"), [
-    (None, "instance b was made active at epoch 4", Step.STEP_DOWN),
-    ("SinkFenced: another instance ...", "instance b was made active", Step.STEP_DOWN),
-    ("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs "
-     "detected for 12.", None, Step.RESTART),
-    ("Multiple streaming queries are concurrently using file:/c/offsets", None, Step.RESTART),
-    ("SinkUnavailable: commit_transaction (...): Local: Timed out", None, Step.RESTART),
-    ("DeadLettersUndelivered: 3 dead letters undelivered to in.dlq", None, Step.RESTART),
-    ("SinkFenced: another instance with a higher epoch owns this sink", None, Step.EXIT),
-    # A setup Kafka refuses is not Kafka away: no restart helps until an operator acts.
-    ("SinkRefused: Kafka refuses the sink's setup; commit_transaction: TOPIC_AUTHORIZATION_"
-     "FAILED", None, Step.EXIT),
-    ("java.lang.OutOfMemoryError", None, Step.EXIT),
-    (None, None, Step.EXIT),  # stopped after a failed reconfiguration
-])
-def test_a_query_that_stopped_by_itself(failure: str | None, superseded: str | None,
-                                        step: Step) -> None:
-    found = classify(failure, superseded, kafka_retry_s=10)
-    assert found.step is step
-    kafka_away = failure is not None and failure.startswith(("SinkUnavailable",
-                                                             "DeadLettersUndelivered"))
-    assert found.delay_s == (10 if kafka_away else 0)
-
-
-def test_a_kafka_timeout_in_a_spark_stack_trace_is_named_by_its_own_line() -> None:
-    trace = ("An exception was raised by the Python Proxy. Return Message: Traceback\n"
-             "  File sink.py, line 95\n"
-             "Caused by: org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms "
-             "expired before the position for partition in-1 could be determined\n")
-    found = classify(trace, None, kafka_retry_s=10)
-    assert found.step is Step.RESTART and found.reason.startswith(
-        "Kafka unavailable (Caused by: org.apache.kafka.common.errors.TimeoutException")
-
-
-def test_restarts_are_bounded_per_window() -> None:
-    budget = RestartBudget(restarts=2, window_s=60)
-    assert budget.take(0) and budget.take(10) and not budget.take(20)
-    assert budget.take(61)  # the first restart left the window
 
 
 def test_a_tuple_naming_another_instance_leaves_a_standby_as_it_is() -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
@@ -16,7 +17,7 @@ from streaming_jobs.formats import KeyValue
 from streaming_jobs.runtime.observe.prometheus import SinkCollector
 from streaming_jobs.runtime.sink.dead_letter import Rejected
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, Written
-from streaming_jobs.runtime.sink.gate import BatchGate, QuiesceRequested
+from streaming_jobs.runtime.sink.gate import BatchGate, QuiesceRequested, Superseded
 from streaming_jobs.runtime.sink.transactional import (
     CheckpointBehindOutput,
     OutputBatch,
@@ -55,7 +56,9 @@ class MemoryWriter:
         self.starts = 0
         self.fail_next: Exception | None = None
 
-    def start(self, query_id: str) -> CommitMarker | None:
+    def start(self, query_id: str,
+              before_fence: Callable[[], None] = lambda: None) -> CommitMarker | None:
+        before_fence()
         self.starts += 1
         mine = [m for m in self.markers if m.query_id == query_id]
         return mine[-1] if mine else None
@@ -149,8 +152,9 @@ class SlowStartWriter(MemoryWriter):
         super().__init__(markers)
         self.second_began = threading.Event()
 
-    def start(self, query_id: str) -> CommitMarker | None:
-        last = super().start(query_id)
+    def start(self, query_id: str,
+              before_fence: Callable[[], None] = lambda: None) -> CommitMarker | None:
+        last = super().start(query_id, before_fence)
         if self.starts == 1:
             self.second_began.wait(1.0)
         else:
@@ -253,6 +257,26 @@ def test_a_fenced_sink_takes_ownership_only_when_promoted() -> None:
         s.write(batch(b"a"), 5, "c1")
     assert s.take_ownership() == marker(4) and writer.starts == 2
     assert s.write(batch(b"a"), 5, "c1") is Replay.WRITE
+
+
+def test_a_sink_asks_the_shared_file_before_it_starts_a_producer_but_not_to_take_ownership(
+        ) -> None:
+    """A former active restarting after a Kafka pause, just after a standby's promotion: a
+    producer started under the query's transactional id would fence the new owner's. Once
+    started, the sink does not ask again; taking ownership (a promotion) never asks."""
+    owner: list[str | None] = ["instance b was made active at epoch 4"]
+    writer = MemoryWriter([marker(4)])
+    s = sink(writer, BatchGate(ownership=lambda: owner[0]))
+    with pytest.raises(Superseded, match="the sink not started: superseded, instance b"):
+        s.last_marker()
+    with pytest.raises(Superseded, match="batch 5 not run"):
+        s.write(batch(b"a"), 5, "c1")
+    assert writer.starts == 0 and writer.output == []
+    owner[0] = None
+    assert s.last_marker() == marker(4) and writer.starts == 1
+    owner[0] = "instance b was made active at epoch 4"
+    assert s.last_marker() == marker(4) and writer.starts == 1
+    assert s.take_ownership() == marker(4) and writer.starts == 2
 
 
 def test_a_closed_gate_refuses_the_batch_before_anything_runs() -> None:
