@@ -14,6 +14,7 @@ from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.fakes import FakeQuery
 from streaming_jobs.runtime.roles.standby import Instance
 from streaming_jobs.runtime.roles.supervise import (
+    Next,
     RestartBudget,
     Step,
     Supervisor,
@@ -96,13 +97,20 @@ def active_a(failure: str) -> tuple[FakeQuery, Instance, SharedFile, Supervisor]
     return query, instance, shared, Supervisor(query, instance, shared, kafka_retry_s=10)
 
 
+def restart_of_a(failure: str) -> tuple[FakeQuery, Instance, SharedFile, Supervisor, Next]:
+    """`active_a`, and the step its supervisor found."""
+    query, instance, shared, supervisor = active_a(failure)
+    step = supervisor.next_step()
+    assert step is not None
+    return query, instance, shared, supervisor, step
+
+
 def test_a_restart_after_a_kafka_pause_steps_down_when_another_instance_was_promoted_meanwhile(
         ) -> None:
     """The pause is outside the job's lock: a standby promoted in it owns the query (and its
     sink), and restarting would start a producer that fences the new owner's."""
-    query, instance, shared, supervisor = active_a(KAFKA_AWAY)
-    step = supervisor.next_step()
-    assert step is not None and step.step is Step.RESTART and step.delay_s == 10
+    query, instance, shared, supervisor, step = restart_of_a(KAFKA_AWAY)
+    assert step.step is Step.RESTART and step.delay_s == 10
     shared.superseded = PROMOTED_B  # during the pause
     supervisor.take(step)
     assert instance.role is Role.STANDBY and query.log == ["stop"]
@@ -110,9 +118,7 @@ def test_a_restart_after_a_kafka_pause_steps_down_when_another_instance_was_prom
 
 def test_a_restart_that_the_sink_refuses_because_another_instance_was_promoted_steps_down(
         ) -> None:
-    query, instance, shared, supervisor = active_a(KAFKA_AWAY)
-    step = supervisor.next_step()
-    assert step is not None
+    query, instance, shared, supervisor, step = restart_of_a(KAFKA_AWAY)
 
     def promoted_while_starting(_state: DesiredState) -> str:
         shared.superseded = PROMOTED_B
@@ -125,9 +131,7 @@ def test_a_restart_that_the_sink_refuses_because_another_instance_was_promoted_s
 
 def test_a_restart_that_fails_while_this_instance_still_owns_the_query_leaves_it_active(
         ) -> None:
-    query, instance, _shared, supervisor = active_a(KAFKA_AWAY)
-    step = supervisor.next_step()
-    assert step is not None
+    query, instance, _shared, supervisor, step = restart_of_a(KAFKA_AWAY)
     query.fail_start = "Kafka still away"
     supervisor.take(step)
     assert instance.role is Role.ACTIVE and query.log == ["start epoch 3"]
@@ -135,9 +139,7 @@ def test_a_restart_that_fails_while_this_instance_still_owns_the_query_leaves_it
 
 
 def test_a_restart_waits_for_a_round_when_the_shared_file_cannot_be_read() -> None:
-    query, instance, shared, supervisor = active_a(KAFKA_AWAY)
-    step = supervisor.next_step()
-    assert step is not None
+    query, instance, shared, supervisor, step = restart_of_a(KAFKA_AWAY)
     shared.unreadable = True
     supervisor.take(step)
     assert instance.role is Role.ACTIVE and query.log == []
