@@ -76,7 +76,6 @@ class SharedFile:
 
     def __init__(self) -> None:
         self.superseded: str | None = None
-
         self.unreadable = False
 
     def __call__(self) -> str | None:
