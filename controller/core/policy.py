@@ -255,7 +255,8 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                         f"({pressure(model, inflow, inflow_from)}), and {unsure}: not resized "
                         "on the forecast alone; waiting for its own backlog or a fitted "
                         "per-batch cost", model.figures())
-        return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
+        return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
+                         forecast=causes == ["upstream"])
     if model.shedding.active and settings.shed_at_ceiling:  # lifted before any scale-down
         lifted = lift(model, settings)
         if isinstance(lifted, Hold):  # still needed: units, if the ceiling rose, do it instead
@@ -264,7 +265,8 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
         return lifted
     if anticipating(model):  # sized ahead, not backlogged yet: never a shedding
         ahead = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
-                          behind=f"not backlogged, but {_forecast(model)}; {load(model)}")
+                          behind=f"not backlogged, but {_forecast(model)}; {load(model)}",
+                          forecast=True)
         if isinstance(ahead, Scale):
             return ahead
     if state.quiet_since_ms is not None and not inflow.any:
@@ -315,20 +317,23 @@ def standing_note(model: QueryModel) -> str:
 
 
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
-              inflow: Inflow, inflow_from: str, goal: CatchUp, behind: str = "") -> Verdict:
+              inflow: Inflow, inflow_from: str, goal: CatchUp, behind: str = "",
+              forecast: bool = False) -> Verdict:
     """Sized for the demand in one step; `behind` says why, when it is not a backlog. The
     backlog sized for is the one the new size will find: what waits now and what arrives
-    beyond the capacity while the change is applied."""
+    beyond the capacity while the change is applied. `forecast`: the demand is one foreseen
+    (a repeating load's peak, an upstream's resizing), not the query's own backlog."""
     behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
     waiting = backlog_during_change(model, state, settings)
     sized = replace(model, backlog_records=model.backlog_records + waiting)
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(sized, settings, inflow)
-    # On a contended curve no size may meet the demand, but the most units still do the most.
+    # On a contended curve no size may meet the demand, but the most units still do the most:
+    # its own backlog gets them; a forecast, the fewest that do nearly as much (`worth_it`).
     short = (wanted is None and model.scalability.contention > 0
              and model.parallelism < limits.high)
     if short:
-        wanted = limits.high
+        wanted = worth_it(model, limits) if forecast else limits.high
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -356,6 +361,20 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
               f"change is applied, {num(_change_s(state, settings))} s)" if waiting > 0 else "")
     return Scale(model.knob, model.parallelism, target,
                  f"{behind}; {sizing}{change}{skew_note(model, settings)}", figures)
+
+
+WORTH_IT_SHARE = 0.9
+"""On a contended curve that no size meets a forecast demand on, the share of the most units'
+capacity the fewest units asked for carry: the last units add least, and a forecast may not
+come true. A backlog of its own still gets the most."""
+
+
+def worth_it(model: QueryModel, limits: Bounds) -> int:
+    """The lowest setting of the knob within `limits` whose capacity carries `WORTH_IT_SHARE`
+    of what the highest would."""
+    carried = WORTH_IT_SHARE * _capacity(model, model.units_at(limits.high))
+    return next(p for p in range(limits.low, limits.high + 1)
+                if _capacity(model, model.units_at(p)) >= carried)
 
 
 def backlog_during_change(model: QueryModel, state: ControlState,
@@ -466,11 +485,19 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
-    wants = (f"no size meets it ({model.scalability.describe()}); the most, "
-             f"{units_of(model, target)} ({limits.high_set_by}),"
-             if short else f"{units_of(model, wanted)} wanted, {bound}:")
+    wants = (_none_meets(model, target, limits) if short
+             else f"{units_of(model, wanted)} wanted, {bound}:")
     return (f"{wants} drains in {num(drain)} s at "
             f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
+
+
+def _none_meets(model: QueryModel, target: int, limits: Bounds) -> str:
+    """Why `target` when no size meets the demand: the most allowed, or nearly as much."""
+    curve = f"no size meets it ({model.scalability.describe()});"
+    if target == limits.high:
+        return f"{curve} the most, {units_of(model, target)} ({limits.high_set_by}),"
+    return (f"{curve} {units_of(model, target)} carry {pct(WORTH_IT_SHARE)} of what the most, "
+            f"{limits.high} ({limits.high_set_by}), would:")
 
 
 def _forecast(model: QueryModel) -> str:

@@ -12,6 +12,8 @@ from controller.core.model import QueryModel, Remembered
 from controller.core.policy import decide
 from controller.core.results import Scale
 from controller.core.scaling import LINEAR, MAX_SIZES, Scalability, learned, remember
+from controller.core.season import Forecast
+from controller.core.sizing import Inflow
 from controller.core.state import ControlState
 from tests.unit.controller.core.test_policy import NOW, POLICY, model
 
@@ -81,3 +83,23 @@ def test_where_no_size_meets_the_demand_on_the_curve_the_most_units_are_asked_fo
     assert isinstance(verdict, Scale) and verdict.target == 16  # the task slots
     assert "no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes))" \
         in verdict.reason
+
+
+def test_where_no_size_meets_a_forecast_on_the_curve_the_fewest_units_near_the_most_are_asked_for(
+        ) -> None:
+    """The same curve, not backlogged, with a repeating load that will reach 2 000/s, or an
+    upstream's resizing that will send it: a forecast, not a backlog of its own, gets the fewest
+    units that carry 90 % of what the 16 task slots would. μ(1) = 213 × 1.19 = 253.5/s:
+    16 units carry 1 053/s, 11 carry 961/s, 10 only 935/s."""
+    calm = model(arrival_rate=300, units=2, parallelism=2, rate_per_unit=213,
+                 scalability=Scalability(0.19, 2), backlog_records=0,
+                 backlog_trend_records_per_s=0, time_to_drain_s=0, overhead_source="fitted")
+    ahead = decide(replace(calm, forecast=Forecast(peak=2000, in_s=1200, period_s=86_400,
+                                                   error=0.08, checked_s=3600)),
+                   ControlState(), NOW, POLICY)
+    upstream = decide(calm, ControlState(), NOW, POLICY, Inflow(steady=1700.0), "a")
+    for verdict in (ahead, upstream):
+        assert isinstance(verdict, Scale) and verdict.target == 11, verdict
+        assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
+                "11 units of input_parallelism carry 90% of what the most, 16 (task slots), "
+                "would:") in verdict.reason
