@@ -17,7 +17,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -366,13 +366,9 @@ class JobConfig:
 
     def initial_state(self) -> DesiredState:
         """The desired state before any control tuple: the knobs' starting values, epoch 0."""
-        k, t = self.knobs, self.topics
-        return DesiredState(epoch=0, input_parallelism=k.input_parallelism,
-                            state_partitions=k.state_partitions,
-                            max_offsets_per_trigger=k.max_offsets_per_trigger,
-                            shed_fraction=k.shed_fraction, udf_version=k.udf_version,
-                            input_topic=t.input_topic, output_topic=t.output_topic,
-                            executors=k.executors)
+        # Each of `InitialKnobs`' fields is the starting value of the parameter of its name.
+        return DesiredState(epoch=0, input_topic=self.topics.input_topic,
+                            output_topic=self.topics.output_topic, **asdict(self.knobs))
 
     def limits(self) -> Limits:
         """What bounds a knob's value by these settings alone (the runtime adds what the job
