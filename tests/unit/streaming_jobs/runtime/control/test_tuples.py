@@ -21,16 +21,16 @@ from streaming_jobs.runtime.control.tuples import (
     TupleListener,
     evaluate,
 )
-from streaming_jobs.runtime.desired.parameters import Apply, Limits, apply_path
+from streaming_jobs.runtime.desired.parameters import Apply, Bounds, Limits, apply_path
 from streaming_jobs.runtime.desired.state import DesiredState
 
 KEY = b"k" * 32
 IN_FORCE = DesiredState(epoch=5, input_parallelism=2, state_partitions=4,
                         max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
                         input_topic="in", output_topic="out", executors=0)
-LIMITS = Limits(task_slots=16, max_state_partitions=64, max_offsets_per_trigger=100_000,
-                max_shed_fraction=0.5, udf_versions=("v1", "v2"), max_executors=8,
-                master="spark://m:7077", existing_topics=frozenset({"out", "out-2", "in-2"}))
+LIMITS = Limits(task_slots=16, udf_versions=("v1", "v2"), master="spark://m:7077",
+                bounds=Bounds(max_executors=8),
+                existing_topics=frozenset({"out", "out-2", "in-2"}))
 LOCAL = replace(LIMITS, master="local[16]")
 NOT_YET = replace(LIMITS, unsupported=(("state_partitions", "needs the primitive"),))
 
