@@ -172,6 +172,16 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
     return KafkaSecurity(**values)
 
 
+def from_env_raising(error: Callable[[str], Exception],
+                     env: Mapping[str, str] | None = None) -> KafkaSecurity:
+    """`from_env` for a process that stops on its own error: a bad setting raises
+    `error("Kafka security: …")`, in the same words whichever process it stops."""
+    try:
+        return from_env(env)
+    except KafkaSecurityError as exc:
+        raise error(f"Kafka security: {exc}") from None
+
+
 def _problem(v: Mapping[str, Any], name: Callable[[str], str]) -> str | None:
     """The first thing wrong with the field values `v`, worded with `name(field)`; None when
     they are usable."""
