@@ -31,7 +31,7 @@ def add_state_command(subparsers: Any) -> argparse.ArgumentParser:
                         help="Kafka bootstrap servers; env STREAMCTL_BOOTSTRAP_SERVERS "
                              f"(default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--state-topic", default=None,
-                        help="env STREAMCTL_STATE_TOPIC (default streamctl.state)")
+                        help=f"env STREAMCTL_STATE_TOPIC (default {topics.STATE})")
     parser.add_argument("--timeout-s", type=float, default=10.0,
                         help="give up reading after this many seconds (default 10)")
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
