@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import record
-from bench.bed import CONTROL_KEY, process_env
+from bench.bed import CONTROL_KEY, loop_env
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth
 from streamctl.cards import CardLedger
 from streamctl.loadgen import LoadSpec, run_load
@@ -112,10 +112,7 @@ class ClusterBed:
 
     def _start_job(self, workdir: Path) -> Child:
         t = self.topics
-        env = process_env(self.bootstrap, STREAMCTL_METRICS_TOPIC=t["metrics"],
-                          STREAMCTL_CONTROL_TOPIC=t["control"], STREAMCTL_ACK_TOPIC=t["acks"],
-                          STREAMCTL_DECISIONS_TOPIC=t["decisions"],
-                          STREAMCTL_CONTROLLER_LEASE_TOPIC=t["lease"])
+        env = loop_env(self.bootstrap, t)
         return start_child("job", [
             "job", "run", "--job", "fraud-detection", "--query-id", QUERY,
             "--state-partitions", "2", "--max-state-partitions", "8",

@@ -53,7 +53,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench import record
-from bench.bed import local_broker, process_env
+from bench.bed import local_broker, loop_env
 from controller.core.shards import leaders
 from schemas import (
     Ack,
@@ -318,12 +318,7 @@ class Bed:
         ensure_topics(bootstrap, [TopicSpec(name, partitions=counts.get(kind, 1))
                                   for kind, name in self.topics.items()])
         t = self.topics
-        self.env = process_env(bootstrap, STREAMCTL_METRICS_TOPIC=t["metrics"],
-                               STREAMCTL_CONTROL_TOPIC=t["control"],
-                               STREAMCTL_ACK_TOPIC=t["acks"],
-                               STREAMCTL_DECISIONS_TOPIC=t["decisions"],
-                               STREAMCTL_CONTROLLER_LEASE_TOPIC=t["lease"],
-                               STREAMCTL_CONTROLLER_GROUP_ID=f"bench-fleet-{tag}")
+        self.env = loop_env(bootstrap, t, STREAMCTL_CONTROLLER_GROUP_ID=f"bench-fleet-{tag}")
         self.workdir, self.row, self._bootstrap = workdir / tag, row, bootstrap
         self.controllers: list[Child] = []
         self.takeovers: list[Decision] = []

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import record
-from bench.bed import local_broker, process_env
+from bench.bed import local_broker, loop_env, wait_until
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from schemas.records import TAKEOVER
 from streamctl.loadgen import Ledger, LoadSpec, run_load
@@ -113,12 +113,7 @@ class Loop:
                                   for k, n in self.topics.items()])
         self.bootstrap, self.workdir, self.query_id = bootstrap, workdir, f"bench-{tag}"
         t = self.topics
-        self.env = process_env(bootstrap, STREAMCTL_METRICS_TOPIC=t["metrics"],
-                               STREAMCTL_CONTROL_TOPIC=t["control"],
-                               STREAMCTL_ACK_TOPIC=t["acks"],
-                               STREAMCTL_DECISIONS_TOPIC=t["decisions"],
-                               STREAMCTL_CONTROLLER_LEASE_TOPIC=t["lease"],
-                               STREAMCTL_CONTROLLER_GROUP_ID=f"bench-reaction-{tag}")
+        self.env = loop_env(bootstrap, t, STREAMCTL_CONTROLLER_GROUP_ID=f"bench-reaction-{tag}")
         self.children: list[Child] = []
         self.view = QueryView(self.query_id)
         self.decisions: list[tuple[float, Decision]] = []
@@ -172,14 +167,7 @@ class Loop:
         return self.view.lag_records(self._tail.log_end_total(self.topics["in"]))
 
     def wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-            for child in self.children:
-                if not child.alive():
-                    raise RuntimeError(f"the {child.name} died:\n{child.log_tail()}")
-            self.poll()
+        wait_until(done, timeout_s, what, self.children, self.poll)
 
     def capacity(self) -> float:
         """The job's records/s at the units it runs: a burst of four full batches

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from bench import record
-from bench.bed import Bed, local_broker, process_env
+from bench.bed import Bed, local_broker, loop_env, wait_until
 from bench.day.__main__ import OBJECTIVE_S, table
 from bench.day.measures import BACKLOG_FLOOR, JobDay, days_of
 from bench.sim import profiles
@@ -151,14 +151,7 @@ class Watch:
         return lambda: bool(self.views[stage.name].samples) and self.lag(stage) == 0
 
     def until(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-            for child in self.children:
-                if not child.alive():
-                    raise RuntimeError(f"the {child.name} died:\n{child.log_tail()}")
-            self.poll()
+        wait_until(done, timeout_s, what, self.children, self.poll)
 
 
 def _topics(bootstrap: str) -> dict[str, str]:
@@ -223,12 +216,8 @@ def run(bed: Bed, days: int, day_s: int,
         seed: int) -> tuple[Trace, list[float], dict[str, Decision]]:
     topics = _topics(bed.bootstrap_servers)
     watch = Watch(bed, topics)
-    env = process_env(bed.bootstrap_servers, STREAMCTL_METRICS_TOPIC=topics["metrics"],
-                      STREAMCTL_CONTROL_TOPIC=topics["control"],
-                      STREAMCTL_ACK_TOPIC=topics["acks"],
-                      STREAMCTL_DECISIONS_TOPIC=topics["decisions"],
-                      STREAMCTL_CONTROLLER_LEASE_TOPIC=topics["lease"],
-                      STREAMCTL_CONTROLLER_GROUP_ID=f"{topics['lease']}-group")
+    env = loop_env(bed.bootstrap_servers, topics,
+                   STREAMCTL_CONTROLLER_GROUP_ID=f"{topics['lease']}-group")
     try:
         capacities = _calibrate(watch, env)
         chosen = scenario(capacities, days, day_s, seed)
