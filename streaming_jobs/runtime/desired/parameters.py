@@ -1,11 +1,11 @@
 """The registry of parameters a control tuple may set: the one place a knob's value is checked.
 
 Owns, per parameter: how its value text is parsed and bounded (`Limits`: the job's settings
-group `Bounds`, and what the runtime knows), whether it can be changed in this deployment at all, and whether
-applying it needs a restart of the query or only a swap at a batch boundary. The options'
-starting values pass the same checks (`start_problems`) as a tuple's value. Pure: no Spark,
-Kafka or clock. Readers: the job's settings (`config`, before Spark starts), the control
-protocol (`runtime.control`: tuples, the shared state, the reconfiguration path).
+group `Bounds`, and what the runtime knows), whether it can be changed in this deployment at
+all, and whether applying it needs a restart of the query or only a swap at a batch boundary.
+The options' starting values pass the same checks (`start_problems`) as a tuple's value.
+Pure: no Spark, Kafka or clock. Readers: the job's settings (`config`, before Spark starts),
+the control protocol (`runtime.control`: tuples, the shared state, the reconfiguration path).
 """
 
 from __future__ import annotations
