@@ -9,6 +9,7 @@ and window in `loadgen.Ledger`, per account in `cards.CardLedger`, the event ids
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -16,7 +17,7 @@ R = TypeVar("R")
 
 
 @dataclass(kw_only=True)
-class AckedLedger(Generic[R]):
+class AckedLedger(ABC, Generic[R]):
     """Acknowledged records of type `R`: how many, and what the subclass keeps of each."""
 
     acked: int = 0
@@ -29,6 +30,10 @@ class AckedLedger(Generic[R]):
             self._keep(record)
             self.acked += 1
 
+    def refused(self) -> None:
+        with self._lock:
+            self.failed += 1
+
+    @abstractmethod
     def _keep(self, record: R) -> None:
         """Note what this ledger keeps of an acknowledged `record` (called under the lock)."""
-        raise NotImplementedError

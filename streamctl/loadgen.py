@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -48,15 +48,9 @@ class Ledger(AckedLedger[SensorReading]):
         self.seq_sums[key] += reading.seq
 
 
-class AckLedger(Protocol):
-    """What `run_load` needs of a ledger: every `AckedLedger` (`Ledger` for readings,
-    `CardLedger` for cards, `ClickLedger` for clicks)."""
-
-    acked: int
-    failed: int
-
-    def record(self, record: Any) -> None: ...
-
+L = TypeVar("L", bound=AckedLedger[Any])
+"""The ledger `run_load` counts into and returns: `Ledger` for readings, `CardLedger` for
+cards, `ClickLedger` for clicks."""
 
 EVENT_TYPES = {"sensor": "sensor-readings", "card": "card-transactions", "click": "clicks"}
 """Event type → its default topic."""
@@ -144,10 +138,10 @@ def new_ledger(spec: LoadSpec) -> Ledger | CardLedger | ClickLedger:
 
 def run_load(
     spec: LoadSpec,
-    ledger: AckLedger,
+    ledger: L,
     stop: threading.Event | None = None,
     on_tick: Callable[[float, int], None] | None = None,
-) -> AckLedger:
+) -> L:
     """Produce until `duration_s` elapses or `stop` is set; flush; return the ledger."""
     stop = stop or threading.Event()
     producer = Producer(producer_config(spec.bootstrap_servers, spec.security))
@@ -161,7 +155,7 @@ def run_load(
             if err is None:
                 ledger.record(record)
             else:
-                ledger.failed += 1
+                ledger.refused()
         return callback
 
     while not stop.is_set():

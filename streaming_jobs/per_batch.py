@@ -19,9 +19,10 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streaming_jobs.runtime.desired.state import DesiredState
+if TYPE_CHECKING:  # pickled into Spark tasks with the job's function: no project imports
+    from streaming_jobs.runtime.desired.state import DesiredState
 
 PROPERTY = "streamctl.per_batch"
 """The Spark local property carrying the values in force for a batch (JSON)."""

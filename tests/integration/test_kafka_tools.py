@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 
 from streamctl.security.kafka import client_config
 from tests.support.kafka import produce, topic_config, watermarks
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -64,7 +65,9 @@ def test_configs_raises_a_topic_s_record_limit_and_delete_records_moves_its_log_
                         "--entity-type", "topics", "--entity-name", topic,
                         "--add-config", "max.message.bytes=2000000")
     assert altered.returncode == 0, altered.stderr
-    assert topic_config(bootstrap_servers, topic)["max.message.bytes"] == "2000000"
+    # A broker applies a change once the KRaft controller committed it: asked until it has.
+    until(lambda: topic_config(bootstrap_servers, topic)["max.message.bytes"] == "2000000"
+          or None, 30, f"{topic}'s new max.message.bytes")
 
     offsets = tmp_path / "offsets.json"
     offsets.write_text(json.dumps(

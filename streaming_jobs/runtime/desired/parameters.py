@@ -55,7 +55,7 @@ class Limits:
     udf_versions: tuple[str, ...]
     master: str
     """Spark master URL ('local[16]', 'spark://host:7077', ...)."""
-    bounds: Bounds = Bounds()
+    bounds: Bounds
     existing_topics: frozenset[str] = frozenset()
     """Topics known to exist; the control loop fills it for topic parameters."""
     unsupported: tuple[tuple[str, str], ...] = ()

@@ -182,4 +182,3 @@ class Instance:
         stopped_ms = self._clock_ms() - began_ms
         return Applied(pause_ms=0, detail=f"{self._identity.instance_id} stepped down in "
                                           f"{stopped_ms} ms: {reason}")
-
