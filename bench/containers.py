@@ -37,13 +37,12 @@ from typing import TypeVar
 
 from bench import record
 from bench.compose.stack import BOOTSTRAP, INPUT, QUERY, SERVICE_OF, Compose, up
-from schemas import Ack, Decision, Outcome, Role, TaskMetrics
+from schemas import Ack, Decision, Outcome, Role, TaskMetrics, topics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from streamctl.view import QueryView, full_batch_rate
 
-METRICS, DECISIONS, ACKS = "streamctl.metrics", "streamctl.decisions", "streamctl.acks"
 BATCH_CAP = 4000
 """The job's default `max_offsets_per_trigger` (docker-compose.yml sets none)."""
 STEADY_S, STEP_S = 10.0, 60.0
@@ -79,7 +78,8 @@ class StackWatch:
         self.acks: list[Ack] = []
         self.standby_beats: dict[str, int] = {}
         """Each standby instance's newest heartbeat stamp."""
-        self._tail = Tail(BOOTSTRAP, {METRICS: TaskMetrics, DECISIONS: Decision, ACKS: Ack},
+        self._tail = Tail(BOOTSTRAP, {topics.METRICS: TaskMetrics, topics.DECISIONS: Decision,
+                                      topics.ACKS: Ack},
                           from_beginning=True)
 
     def poll(self) -> None:

@@ -4,17 +4,18 @@ Each account has a home country and its own sequence number (`account_seq`, from
 generator), so the job's output can be checked per account: every acknowledged transaction
 scored once, with `account_txn_count == account_seq + 1` while the account's state lives.
 Most payments are ordinary; a few travel abroad or are unusually large, so the rules fire
-now and then. Neighbours: `loadgen` (drives the producer, the rate and the ledger).
+now and then. Neighbours: `loadgen` (drives the producer, the rate and the ledger), `ledger`
+(what every ledger counts).
 """
 
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
 from schemas import CardTransaction
+from streamctl.ledger import AckedLedger
 
 COUNTRIES = ("DE", "FR", "NL", "ES", "IT", "PL", "SE", "US")
 CHANNELS = ("online", "in_store", "atm")
@@ -63,18 +64,13 @@ class CardEvents:
 
 
 @dataclass
-class CardLedger:
+class CardLedger(AckedLedger[CardTransaction]):
     """Acknowledged transactions: how many per account, and in all."""
 
     counts: Counter[str] = field(default_factory=Counter)
-    acked: int = 0
-    failed: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, txn: CardTransaction) -> None:
-        with self._lock:
-            self.counts[txn.account_id] += 1
-            self.acked += 1
+    def _keep(self, txn: CardTransaction) -> None:
+        self.counts[txn.account_id] += 1
 
     def snapshot(self) -> dict[str, int]:
         """Acknowledged transactions per account now (safe while a producer records)."""

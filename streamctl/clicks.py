@@ -3,15 +3,16 @@
 A click is a JSON object as any web producer would write it: `event_id` (unique per run),
 `user_id`, `page`, `ts` (epoch ms) and sometimes a `referrer`. The ledger keeps the event ids
 the broker acknowledged, so the end of the pipeline can be checked: every one exactly once.
-Neighbours: `loadgen` (drives the producer and the rate).
+Neighbours: `loadgen` (drives the producer and the rate), `ledger` (what every ledger counts).
 """
 
 from __future__ import annotations
 
 import json
 import random
-import threading
 from dataclasses import dataclass, field
+
+from streamctl.ledger import AckedLedger
 
 PAGES = ("/", "/products/1", "/products/2", "/products/3", "/cart", "/checkout", "/blog/a",
          "/blog/b", "/help", "/about")
@@ -52,15 +53,10 @@ def encode(click: dict[str, object]) -> bytes:
 
 
 @dataclass
-class ClickLedger:
+class ClickLedger(AckedLedger[dict[str, object]]):
     """Event ids the broker acknowledged."""
 
     event_ids: set[str] = field(default_factory=set)
-    acked: int = 0
-    failed: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, click: dict[str, object]) -> None:
-        with self._lock:
-            self.event_ids.add(str(click["event_id"]))
-            self.acked += 1
+    def _keep(self, click: dict[str, object]) -> None:
+        self.event_ids.add(str(click["event_id"]))

@@ -2,10 +2,11 @@
 
 Sensor readings (`SensorReading`, the sensor-averages job), card transactions
 (`CardTransaction`, the fraud-detection job; generator in `cards`) or JSON clicks (the example
-pipeline, `examples/clickstream`; generator in `clicks`). The ledger holds what the broker
-acknowledged (not what was merely attempted), so a test or the demo can account for every
-record in the job's output: per sensor and event-time window, the count and the sum of
-sequence numbers; per account, the transactions and the highest account_seq; the click ids.
+pipeline, `examples/clickstream`; generator in `clicks`). The ledger (a `ledger.AckedLedger`)
+holds what the broker acknowledged (not what was merely attempted), so a test or the demo can
+account for every record in the job's output: per sensor and event-time window, the count and
+the sum of sequence numbers; per account, the transactions and the highest account_seq; the
+click ids.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -26,6 +27,7 @@ from schemas import CardTransaction, Codec, SensorReading, codec_for
 from streamctl.cards import CardEvents, CardLedger
 from streamctl.clicks import ClickEvents, ClickLedger
 from streamctl.clicks import encode as encode_click
+from streamctl.ledger import AckedLedger
 from streamctl.profiles import RateProfile, Rates
 from streamctl.security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 
@@ -33,32 +35,22 @@ _TICK_S = 0.02
 
 
 @dataclass
-class Ledger:
+class Ledger(AckedLedger[SensorReading]):
     """Acknowledged records, aggregated per (sensor_id, window_start_ms)."""
 
     window_ms: int
     counts: Counter[tuple[str, int]] = field(default_factory=Counter)
     seq_sums: Counter[tuple[str, int]] = field(default_factory=Counter)
-    acked: int = 0
-    failed: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, reading: SensorReading) -> None:
+    def _keep(self, reading: SensorReading) -> None:
         key = (reading.sensor_id, reading.event_time_ms - reading.event_time_ms % self.window_ms)
-        with self._lock:
-            self.counts[key] += 1
-            self.seq_sums[key] += reading.seq
-            self.acked += 1
+        self.counts[key] += 1
+        self.seq_sums[key] += reading.seq
 
 
-class AckLedger(Protocol):
-    """What `run_load` needs of a ledger (`Ledger` for readings, `CardLedger` for cards)."""
-
-    acked: int
-    failed: int
-
-    def record(self, record: Any) -> None: ...
-
+L = TypeVar("L", bound=AckedLedger[Any])
+"""The ledger `run_load` counts into and returns: `Ledger` for readings, `CardLedger` for
+cards, `ClickLedger` for clicks."""
 
 EVENT_TYPES = {"sensor": "sensor-readings", "card": "card-transactions", "click": "clicks"}
 """Event type → its default topic."""
@@ -146,10 +138,10 @@ def new_ledger(spec: LoadSpec) -> Ledger | CardLedger | ClickLedger:
 
 def run_load(
     spec: LoadSpec,
-    ledger: AckLedger,
+    ledger: L,
     stop: threading.Event | None = None,
     on_tick: Callable[[float, int], None] | None = None,
-) -> AckLedger:
+) -> L:
     """Produce until `duration_s` elapses or `stop` is set; flush; return the ledger."""
     stop = stop or threading.Event()
     producer = Producer(producer_config(spec.bootstrap_servers, spec.security))
@@ -163,7 +155,7 @@ def run_load(
             if err is None:
                 ledger.record(record)
             else:
-                ledger.failed += 1
+                ledger.refused()
         return callback
 
     while not stop.is_set():

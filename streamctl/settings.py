@@ -17,10 +17,7 @@ def kafka_security() -> KafkaSecurity:
     """The STREAMCTL_KAFKA_* setting of this command; a bad one stops it with the message."""
     from streamctl.errors import UserFacingError
 
-    try:
-        return kafka.from_env()
-    except kafka.KafkaSecurityError as exc:
-        raise UserFacingError(f"Kafka security: {exc}") from None
+    return kafka.from_env_raising(UserFacingError)
 
 
 def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:

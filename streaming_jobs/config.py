@@ -2,9 +2,10 @@
 options over env vars over the job's declaration over defaults).
 
 Owns the runtime's settings in groups (`Identity`, `JobTopics`, `Storage`, `SparkSettings`,
-`InitialKnobs`, `Bounds`, `Timing`, `Endpoint`; a room of the runtime takes the groups it
-needs), their option names and environment variables (the fields' flat names, unique across
-the groups: `--input-topic`, STREAMCTL_INPUT_TOPIC), defaults and validation, and `bind`,
+`InitialKnobs`, `Bounds` (defined beside the parameter registry that checks a knob against
+them), `Timing`, `Endpoint`; a room of the runtime takes the groups it needs), their option
+names and environment variables (the fields' flat names, unique across the groups:
+`--input-topic`, STREAMCTL_INPUT_TOPIC), defaults and validation, and `bind`,
 which fills in what the job's declaration (`api.Job`) supplies: its query id and topics, its
 function version, its own settings (`--set name=value`, `STREAMCTL_<NAME>`) and where its
 checkpoint lives (`<state dir>/checkpoints/<job>/<query>`). Neighbours: `cli` builds argparse
@@ -17,7 +18,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,13 @@ from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import KafkaSecurity
 from streamctl.security.metrics_http import EndpointSecurity
 from streaming_jobs.errors import UserError
-from streaming_jobs.runtime.desired.parameters import REGISTRY, BadValue, Limits, start_problems
+from streaming_jobs.runtime.desired.parameters import (
+    REGISTRY,
+    BadValue,
+    Bounds,
+    Limits,
+    start_problems,
+)
 from streaming_jobs.runtime.desired.state import DesiredState
 
 if TYPE_CHECKING:
@@ -203,32 +210,6 @@ class InitialKnobs:
 
 
 @dataclass(frozen=True)
-class Bounds:
-    """What bounds a knob's value and a record's size."""
-
-    max_offsets_per_trigger_limit: int = 100_000
-    """Highest batch cap a control tuple may set (throttle upper bound)."""
-
-    max_state_partitions: int = 64
-    """Highest state partition count a control tuple may set."""
-
-    max_executors: int = 64
-    """Highest executor count a control tuple may request on a cluster manager."""
-
-    max_shed_fraction: float = 0.5
-    """Highest shed fraction a control tuple may set; never all of the input."""
-
-    max_record_bytes: int = 1_000_000
-    """The largest record the job writes, in bytes with its framing: an output row (key,
-    value) or a dead letter (payload, headers). It is the producers' message.max.bytes, and
-    may not exceed the output and dead-letter topics' max.message.bytes (checked at start).
-    A row over it, or over its topic's limit, goes to the dead-letter topic; a dead letter
-    over it keeps as much of its payload as fits. Input records may be as large as their
-    topic takes."""
-
-
-
-@dataclass(frozen=True)
 class Timing:
     """The job's clocks: batches, heartbeats, beats, its run, an input switch's drain."""
 
@@ -366,22 +347,15 @@ class JobConfig:
 
     def initial_state(self) -> DesiredState:
         """The desired state before any control tuple: the knobs' starting values, epoch 0."""
-        k, t = self.knobs, self.topics
-        return DesiredState(epoch=0, input_parallelism=k.input_parallelism,
-                            state_partitions=k.state_partitions,
-                            max_offsets_per_trigger=k.max_offsets_per_trigger,
-                            shed_fraction=k.shed_fraction, udf_version=k.udf_version,
-                            input_topic=t.input_topic, output_topic=t.output_topic,
-                            executors=k.executors)
+        # Each of `InitialKnobs`' fields is the starting value of the parameter of its name.
+        return DesiredState(epoch=0, input_topic=self.topics.input_topic,
+                            output_topic=self.topics.output_topic, **asdict(self.knobs))
 
     def limits(self) -> Limits:
         """What bounds a knob's value by these settings alone (the runtime adds what the job
         and its checkpoint rule out, and the master Spark reports)."""
-        b = self.bounds
-        return Limits(task_slots=self.max_task_slots, max_state_partitions=b.max_state_partitions,
-                      max_offsets_per_trigger=b.max_offsets_per_trigger_limit,
-                      max_shed_fraction=b.max_shed_fraction, udf_versions=(),
-                      max_executors=b.max_executors, master=self.spark.master)
+        return Limits(task_slots=self.max_task_slots, udf_versions=(), master=self.spark.master,
+                      bounds=self.bounds)
 
     @classmethod
     def from_sources(

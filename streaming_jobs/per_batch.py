@@ -19,7 +19,10 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pickled into Spark tasks with the job's function: no project imports
+    from streaming_jobs.runtime.desired.state import DesiredState
 
 PROPERTY = "streamctl.per_batch"
 """The Spark local property carrying the values in force for a batch (JSON)."""
@@ -31,6 +34,11 @@ class BatchValues:
 
     shed_fraction: float = 0.0
     function_version: str = ""
+
+    @classmethod
+    def of(cls, desired: DesiredState) -> BatchValues:
+        """The per-batch knobs of a desired state."""
+        return cls(desired.shed_fraction, desired.udf_version)
 
     def encode(self) -> str:
         return json.dumps({"shed_fraction": self.shed_fraction,

@@ -22,6 +22,7 @@ from schemas import auth, topics
 from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome, Setting
 from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import DEFAULT_BOOTSTRAP, PLAINTEXT, KafkaSecurity
+from streaming_jobs.errors import UserError
 
 
 def add_send_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -65,18 +66,9 @@ def send_command(args: argparse.Namespace) -> int:
               "sets each knob once", file=sys.stderr)
         return 2
     try:
-        key = auth.key_from_env()
-    except auth.ControlKeyError as exc:
+        key, security = _credentials()
+    except UserError as exc:
         print(f"job send: {exc}", file=sys.stderr)
-        return 2
-    if key is None:
-        print(f"job send: no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV}",
-              file=sys.stderr)
-        return 2
-    try:
-        security = kafka_security.from_env()
-    except kafka_security.KafkaSecurityError as exc:
-        print(f"job send: Kafka security: {exc}", file=sys.stderr)
         return 2
     try:
         ack = send(args.bootstrap_servers, args.query_id, args.parameter, args.value, key,
@@ -89,6 +81,18 @@ def send_command(args: argparse.Namespace) -> int:
     pause = f" (pause {ack.pause_ms} ms)" if ack.outcome is Outcome.APPLIED else ""
     print(f"{ack.outcome.value.lower()}{pause}: {ack.detail}")
     return 0 if ack.outcome is Outcome.APPLIED else 1
+
+
+def _credentials() -> tuple[bytes, KafkaSecurity]:
+    """The key that signs the tuple and how to log in to Kafka, from the environment;
+    `UserError` saying what to set or fix."""
+    try:
+        key = auth.key_from_env()
+    except auth.ControlKeyError as exc:
+        raise UserError(str(exc)) from None
+    if key is None:
+        raise UserError(f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV}")
+    return key, kafka_security.from_env_raising(UserError)
 
 
 def _setting(text: str) -> Setting:

@@ -18,6 +18,7 @@ from schemas import knobs, topics
 from schemas.records import DesiredStateRecord
 from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import DEFAULT_BOOTSTRAP
+from streaming_jobs.errors import UserError
 
 
 def add_state_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -30,7 +31,7 @@ def add_state_command(subparsers: Any) -> argparse.ArgumentParser:
                         help="Kafka bootstrap servers; env STREAMCTL_BOOTSTRAP_SERVERS "
                              f"(default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--state-topic", default=None,
-                        help="env STREAMCTL_STATE_TOPIC (default streamctl.state)")
+                        help=f"env STREAMCTL_STATE_TOPIC (default {topics.STATE})")
     parser.add_argument("--timeout-s", type=float, default=10.0,
                         help="give up reading after this many seconds (default 10)")
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
@@ -45,9 +46,9 @@ def state_command(args: argparse.Namespace) -> int:
                  or DEFAULT_BOOTSTRAP)
     topic = args.state_topic or os.environ.get("STREAMCTL_STATE_TOPIC") or topics.STATE
     try:
-        security = kafka_security.from_env()
-    except kafka_security.KafkaSecurityError as exc:
-        print(f"job state: Kafka security: {exc}", file=sys.stderr)
+        security = kafka_security.from_env_raising(UserError)
+    except UserError as exc:
+        print(f"job state: {exc}", file=sys.stderr)
         return 2
     try:
         record = read_latest(bootstrap, topic, args.query_id, DesiredStateRecord,

@@ -28,10 +28,7 @@ class TransportSecurity:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TransportSecurity:
-        try:
-            client = kafka.from_env(env)
-        except kafka.KafkaSecurityError as exc:
-            raise TransportSecurityError(f"Kafka security: {exc}") from None
+        client = kafka.from_env_raising(TransportSecurityError, env)
         try:
             endpoint = metrics_http.from_env(env)
         except metrics_http.EndpointSecurityError as exc:

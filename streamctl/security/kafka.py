@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from streamctl.security.env import read
+from streamctl.security.env import Variables
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
@@ -35,6 +35,7 @@ PASSWORD_FILE_ENV = "STREAMCTL_KAFKA_SASL_PASSWORD_FILE"
 PASSWORD_FILE_MEANING = ("File holding the SASL password (a Docker secret; surrounding "
                          "whitespace ignored); the alternative to STREAMCTL_KAFKA_SASL_PASSWORD, "
                          "which `ps e` and `docker inspect` show.")
+_VARIABLES = Variables(ENV_NAMES, "password", PASSWORD_FILE_ENV)
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -154,13 +155,13 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
     """The setting in the environment (read once at start-up), validated with messages that name
     the variables; nothing set means PLAINTEXT."""
     env = os.environ if env is None else env
-    values = read(env, ENV_NAMES, "password", PASSWORD_FILE_ENV, KafkaSecurityError)
+    values = _VARIABLES.read(env, KafkaSecurityError)
     if "protocol" in values:
         values["protocol"] = values["protocol"].upper()
     if "sasl_mechanism" in values:
         values["sasl_mechanism"] = values["sasl_mechanism"].upper()
     problem = _problem({f.name: values.get(f.name, f.default) for f in fields(KafkaSecurity)},
-                       _env_name)
+                       _VARIABLES.name)
     ca_file = values.get("ssl_ca_file", "")
     if not problem and ca_file and not Path(ca_file).is_file():
         # Checked here, where the process starts, not on construction: a setting may be
@@ -171,10 +172,14 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
     return KafkaSecurity(**values)
 
 
-def _env_name(name: str) -> str:
-    if name == "password":
-        return f"{ENV_NAMES['password']} (or {PASSWORD_FILE_ENV})"
-    return ENV_NAMES[name]
+def from_env_raising(error: Callable[[str], Exception],
+                     env: Mapping[str, str] | None = None) -> KafkaSecurity:
+    """`from_env` for a process that stops on its own error: a bad setting raises
+    `error("Kafka security: …")`, in the same words whichever process it stops."""
+    try:
+        return from_env(env)
+    except KafkaSecurityError as exc:
+        raise error(f"Kafka security: {exc}") from None
 
 
 def _problem(v: Mapping[str, Any], name: Callable[[str], str]) -> str | None:

@@ -24,7 +24,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from streamctl.security.env import read
+from streamctl.security.env import Variables
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ ENV_NAMES = {
 PASSWORD_FILE_ENV = "STREAMCTL_METRICS_BASIC_AUTH_PASSWORD_FILE"
 PASSWORD_FILE_MEANING = ("File holding the metrics endpoint's basic-auth password (a Docker "
                          "secret); the alternative to STREAMCTL_METRICS_BASIC_AUTH_PASSWORD.")
+_VARIABLES = Variables(ENV_NAMES, "basic_auth_password", PASSWORD_FILE_ENV)
 
 REQUEST_TIMEOUT_S = 10.0
 """A scrape that has not sent its request (or finished its TLS handshake) by then is dropped:
@@ -89,19 +90,12 @@ class EndpointSecurity:
 def from_env(env: Mapping[str, str] | None = None) -> EndpointSecurity:
     """The endpoint's setting in the environment; nothing set means plain HTTP."""
     env = os.environ if env is None else env
-    values = read(env, ENV_NAMES, "basic_auth_password", PASSWORD_FILE_ENV,
-                  EndpointSecurityError)
+    values = _VARIABLES.read(env, EndpointSecurityError)
     problem = _problem({f.name: values.get(f.name, "")
-                        for f in fields(EndpointSecurity)}, _env_name)
+                        for f in fields(EndpointSecurity)}, _VARIABLES.name)
     if problem:
         raise EndpointSecurityError(problem)
     return EndpointSecurity(**values)
-
-
-def _env_name(name: str) -> str:
-    if name == "basic_auth_password":
-        return f"{ENV_NAMES[name]} (or {PASSWORD_FILE_ENV})"
-    return ENV_NAMES[name]
 
 
 def _problem(v: Mapping[str, str], name: Callable[[str], str]) -> str | None:

@@ -318,15 +318,8 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kafka_security() -> KafkaSecurity:
-    try:
-        return kafka_security.from_env()
-    except kafka_security.KafkaSecurityError as exc:
-        raise StackError(f"Kafka security: {exc}") from None
-
-
 def _topics(args: argparse.Namespace) -> int:
-    security = _kafka_security()
+    security = kafka_security.from_env_raising(StackError)
     defaults = [replace(s, partitions=args.lease_partitions) if s.name == LEASE_TOPIC else s
                 for s in DEFAULT_TOPICS]
     specs = [replace(s, replication_factor=args.replication_factor)
@@ -353,7 +346,7 @@ def _kafka_tool(args: argparse.Namespace) -> int:
     log4j = work / "log4j2.xml"
     log4j.write_text((TEMPLATES / "tools-log4j2.xml").read_text())
     config = None
-    properties = client_properties(_kafka_security())
+    properties = client_properties(kafka_security.from_env_raising(StackError))
     if properties is not None:
         config = work / "client.properties"
         config.touch(mode=0o600)  # it holds the password

@@ -29,7 +29,7 @@ from streaming_jobs.formats.base import (
     FormatError,
     InputFormat,
     OutputFormat,
-    key_problems,
+    output_problems,
 )
 from streaming_jobs.formats.ddl import Field
 
@@ -117,14 +117,7 @@ class Avro(InputFormat, OutputFormat):
         return f"Avro {self.framing} {self.name} ({self.fingerprint.hex()}{key})"
 
     def problems(self, schema: StructType) -> list[str]:
-        problems = key_problems(self.key, schema)
-        columns = {f.name: f.dataType for f in schema.fields}
-        for wanted in self._fields:
-            if wanted.name not in columns:
-                problems.append(f"no column {wanted.name!r} for the field of {self.name}")
-            else:
-                problems += types.fit_problems(wanted.name, columns[wanted.name], wanted.type)
-        return problems
+        return output_problems(self._fields, self.key, schema, f"the field of {self.name}")
 
     def encode(self, rows: DataFrame) -> DataFrame:
         return rows.mapInArrow(self.arrow_encoder(), KEY_VALUE_SCHEMA)

@@ -4,15 +4,16 @@ Owns the two interfaces a job's declared formats implement. An `InputFormat` nam
 (the columns the job's builder receives) and gives a picklable `Decoder` that Spark tasks call
 per record; a record that does not decode raises `DecodeError` in words, and the runtime sends
 it to the job's dead-letter topic. An `OutputFormat` checks the builder's columns when the job
-is loaded and turns the output rows into Kafka's `key binary, value binary` in the sink.
-Neighbours: `json_format`, `avro_format`, `key_value` (the formats), `runtime.query.input`
-(decodes), `runtime.sink.foreach_batch` (encodes).
+is loaded and turns the output rows into Kafka's `key binary, value binary` in the sink;
+`output_problems` is that check for a format that writes declared fields.
+Neighbours: `json_format`, `avro_format`, `key_value` (the formats), `types` (whether a column
+fits a field), `runtime.query.input` (decodes), `runtime.sink.foreach_batch` (encodes).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streaming_jobs.errors import UserError
@@ -68,7 +69,24 @@ class OutputFormat(ABC):
     def describe(self) -> str: ...
 
 
-def key_problems(key: str | None, schema: StructType) -> list[str]:
+def output_problems(fields: Sequence[Field], key: str | None, schema: StructType,
+                    owner: str) -> list[str]:
+    """Why rows of `schema` cannot be written as records of `fields` keyed by `key` (empty:
+    they can): the key column, then a fitting column per field; `owner` names the fields in
+    the message (e.g. 'the declared JSON field')."""
+    from streaming_jobs.formats import types  # imports pyspark, which this module defers
+
+    problems = _key_problems(key, schema)
+    columns = {f.name: f.dataType for f in schema.fields}
+    for wanted in fields:
+        if wanted.name not in columns:
+            problems.append(f"no column {wanted.name!r} for {owner}")
+        else:
+            problems += types.fit_problems(wanted.name, columns[wanted.name], wanted.type)
+    return problems
+
+
+def _key_problems(key: str | None, schema: StructType) -> list[str]:
     """A declared key column must exist and be a string, binary or integer column."""
     from pyspark.sql import types as T
 

@@ -11,7 +11,9 @@ double, timestamp, date, and `array<…>`, `map<string, …>`, `struct<name: typ
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from streaming_jobs.errors import UserError
 
@@ -59,6 +61,8 @@ class Field:
     required: bool = False
     """Declared NOT NULL: a record without it (or with null) does not decode."""
 
+
+_T = TypeVar("_T")
 
 _TOKEN = re.compile(r"\s*(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*|<|>|,|:|\(|\))")
 
@@ -124,26 +128,28 @@ class _Parser:
         if word in PRIMITIVES:
             return Type(PRIMITIVES[word])
         if word == "array":
-            self._expect("<")
-            element = self._type()
-            self._expect(">")
-            return Type("array", element=element)
+            return Type("array", element=self._in_angles(self._type))
         if word == "map":
-            self._expect("<")
-            key = self._type()
-            if key.kind != "string":
-                raise self._error("map keys must be strings (JSON object keys are)")
-            self._expect(",")
-            value = self._type()
-            self._expect(">")
-            return Type("map", element=value)
+            return Type("map", element=self._in_angles(self._map_value))
         if word == "struct":
-            self._expect("<")
-            fields = self.fields(top_level=False)
-            self._expect(">")
-            return Type("struct", fields=fields)
+            return Type("struct", fields=self._in_angles(lambda: self.fields(top_level=False)))
         raise self._error(f"unknown type {word!r}; known: {', '.join(sorted(PRIMITIVES))}, "
                           "array<…>, map<string, …>, struct<…>", back=1)
+
+    def _in_angles(self, parse: Callable[[], _T]) -> _T:
+        """What `parse` reads between a complex type's `<` and `>`."""
+        self._expect("<")
+        inside = parse()
+        self._expect(">")
+        return inside
+
+    def _map_value(self) -> Type:
+        """The value type of `string, value`: a map's keys are a JSON object's, so strings."""
+        key = self._type()
+        if key.kind != "string":
+            raise self._error("map keys must be strings (JSON object keys are)")
+        self._expect(",")
+        return self._type()
 
     def _peek(self) -> str | None:
         return self._tokens[self._at][0] if self._at < len(self._tokens) else None

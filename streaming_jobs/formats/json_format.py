@@ -5,7 +5,8 @@ columns (a Spark DDL string), and a value that is not — not JSON, not an objec
 field missing, a member of the wrong type — raises `DecodeError` saying which and why. Members
 the schema does not declare are ignored, so producers can add fields. As output, every column
 (or the declared ones) is written with Spark's own `to_json`, keyed by the `key` column.
-Neighbours: `ddl` (the schema), `types` (Spark types), `api` (re-exports `Json`).
+Neighbours: `ddl` (the schema), `base` (the check of the output columns), `api` (re-exports
+`Json`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import DecodeError
-from streaming_jobs.formats import ddl, types
+from streaming_jobs.formats import ddl
 from streaming_jobs.formats.base import (
     Decoder,
     FormatError,
     InputFormat,
     OutputFormat,
     key_column,
-    key_problems,
+    output_problems,
 )
 from streaming_jobs.formats.ddl import Field, Type
 
@@ -64,14 +65,7 @@ class Json(InputFormat, OutputFormat):
         return "JSON" + (f" ({', '.join(parts)})" if parts else "")
 
     def problems(self, schema: StructType) -> list[str]:
-        problems = key_problems(self.key, schema)
-        columns = {f.name: f.dataType for f in schema.fields}
-        for wanted in self._fields:
-            if wanted.name not in columns:
-                problems.append(f"no column {wanted.name!r} for the declared JSON field")
-            else:
-                problems += types.fit_problems(wanted.name, columns[wanted.name], wanted.type)
-        return problems
+        return output_problems(self._fields, self.key, schema, "the declared JSON field")
 
     def encode(self, rows: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F

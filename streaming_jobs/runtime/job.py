@@ -244,15 +244,9 @@ class ElasticJob:
                       "deleted before it was read (above); restart it with --on-data-loss skip "
                       "to go on", ident.query_id, ident.instance_id)
             return
-        knob = self.plan.scaling_parameter
-        sized = (f"{knob} {getattr(d, knob)}" if knob == knobs.INPUT_PARALLELISM
-                 else f"{knob} {getattr(d, knob)} (its knob), input_parallelism "
-                      f"{d.input_parallelism}")
-        log.info("job %s (instance %s) started at epoch %d on %s: input %s → output %s, "
-                 "%s, max_offsets_per_trigger %d, shed_fraction %g, udf %s, task slots %d",
-                 ident.query_id, ident.instance_id, d.epoch, c.spark.master, d.input_topic,
-                 d.output_topic, sized, d.max_offsets_per_trigger, d.shed_fraction, d.udf_version,
-                 self.query.task_slots())
+        log.info("job %s (instance %s) started at epoch %d on %s, %d task slots: %s",
+                 ident.query_id, ident.instance_id, d.epoch, c.spark.master,
+                 self.query.task_slots(), d.describe(knob=self.plan.scaling_parameter))
 
     def wait_control_ready(self, timeout_s: float) -> bool:
         """Whether the control consumer holds its partitions (tuples sent now are seen)."""

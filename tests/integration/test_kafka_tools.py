@@ -1,19 +1,24 @@
 """Kafka's own command-line tools through `streamctl stack kafka`, on the session broker: the
 console consumer with `--isolation-level read_committed` prints what a job committed and
-nothing of an aborted transaction, as the docs tell users to check a job's output."""
+nothing of an aborted transaction, as the docs tell users to check a job's output; `configs`
+raises a topic's record limit and `delete-records` moves its log's start, as the docs tell
+users to do for large records and for input they give up on."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from streamctl.security.kafka import client_config
-from tests.support.kafka import produce
+from tests.support.kafka import produce, topic_config, watermarks
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -50,3 +55,24 @@ def test_an_unknown_tool_is_refused_with_the_list(bootstrap_servers: str) -> Non
     assert result.returncode == 2
     assert "invalid choice: 'console-reader'" in result.stderr and "console-consumer" in (
         result.stderr)
+
+
+def test_configs_raises_a_topic_s_record_limit_and_delete_records_moves_its_log_start(
+        bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic = new_topic()
+    produce(bootstrap_servers, topic, [b"r0", b"r1", b"r2"])
+    altered = streamctl(bootstrap_servers, "stack", "kafka", "configs", "--alter",
+                        "--entity-type", "topics", "--entity-name", topic,
+                        "--add-config", "max.message.bytes=2000000")
+    assert altered.returncode == 0, altered.stderr
+    # A broker applies a change once the KRaft controller committed it: asked until it has.
+    until(lambda: topic_config(bootstrap_servers, topic)["max.message.bytes"] == "2000000"
+          or None, 30, f"{topic}'s new max.message.bytes")
+
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps(
+        {"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 2}]}))
+    deleted = streamctl(bootstrap_servers, "stack", "kafka", "delete-records",
+                        "--offset-json-file", str(offsets))
+    assert deleted.returncode == 0, deleted.stderr
+    assert watermarks(bootstrap_servers, topic) == {0: (2, 3)}

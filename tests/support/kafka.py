@@ -265,10 +265,18 @@ def delete_records_before(bootstrap: str, topic: str, offsets: dict[int, int]) -
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition's end offset (high watermark) of `topic`, now."""
+    return {p: end for p, (_start, end) in watermarks(bootstrap, topic).items()}
+
+
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Each partition's (log start, end offset) of `topic`, now."""
     consumer = Consumer(client_config(bootstrap, **{"group.id": "unused"}))
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return {p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1])
-                for p in partitions}
+        found = {}
+        for p in partitions:
+            start, end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            found[p] = (int(start), int(end))
+        return found
     finally:
         consumer.close()

@@ -1,11 +1,11 @@
 """The registry of parameters a control tuple may set: the one place a knob's value is checked.
 
-Owns, per parameter: how its value text is parsed and bounded (`Limits`, from `JobConfig` and
-what the runtime knows), whether it can be changed in this deployment at all, and whether
-applying it needs a restart of the query or only a swap at a batch boundary. The options'
-starting values pass the same checks (`start_problems`) as a tuple's value. Pure: no Spark,
-Kafka or clock. Readers: the job's settings (`config`, before Spark starts), the control
-protocol (`runtime.control`: tuples, the shared state, the reconfiguration path).
+Owns, per parameter: how its value text is parsed and bounded (`Limits`: the job's settings
+group `Bounds`, and what the runtime knows), whether it can be changed in this deployment at
+all, and whether applying it needs a restart of the query or only a swap at a batch boundary.
+The options' starting values pass the same checks (`start_problems`) as a tuple's value.
+Pure: no Spark, Kafka or clock. Readers: the job's settings (`config`, before Spark starts),
+the control protocol (`runtime.control`: tuples, the shared state, the reconfiguration path).
 """
 
 from __future__ import annotations
@@ -22,17 +22,40 @@ from streaming_jobs.runtime.desired.state import DesiredState, Value, is_request
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """What bounds a knob's value and a record's size."""
+
+    max_offsets_per_trigger_limit: int = 100_000
+    """Highest batch cap a control tuple may set (throttle upper bound)."""
+
+    max_state_partitions: int = 64
+    """Highest state partition count a control tuple may set."""
+
+    max_executors: int = 64
+    """Highest executor count a control tuple may request on a cluster manager."""
+
+    max_shed_fraction: float = 0.5
+    """Highest shed fraction a control tuple may set; never all of the input."""
+
+    max_record_bytes: int = 1_000_000
+    """The largest record the job writes, in bytes with its framing: an output row (key,
+    value) or a dead letter (payload, headers). It is the producers' message.max.bytes, and
+    may not exceed the output and dead-letter topics' max.message.bytes (checked at start).
+    A row over it, or over its topic's limit, goes to the dead-letter topic; a dead letter
+    over it keeps as much of its payload as fits. Input records may be as large as their
+    topic takes."""
+
+
+@dataclass(frozen=True)
 class Limits:
-    """What bounds a parameter's value in this job, as of the tuple being evaluated."""
+    """What bounds a parameter's value in this job, as of the tuple being evaluated: the
+    job's settings (`bounds`) and what the runtime knows."""
 
     task_slots: int
-    max_state_partitions: int
-    max_offsets_per_trigger: int
-    max_shed_fraction: float
     udf_versions: tuple[str, ...]
-    max_executors: int
     master: str
     """Spark master URL ('local[16]', 'spark://host:7077', ...)."""
+    bounds: Bounds
     existing_topics: frozenset[str] = frozenset()
     """Topics known to exist; the control loop fills it for topic parameters."""
     unsupported: tuple[tuple[str, str], ...] = ()
@@ -103,8 +126,8 @@ def _fraction(text: str, limits: Limits) -> float:
         value = float(text.strip())
     except ValueError:
         value = math.nan
-    if not 0 <= value <= limits.max_shed_fraction:  # False for NaN
-        raise BadValue(f"expected a number in [0, {limits.max_shed_fraction:g}] "
+    if not 0 <= value <= limits.bounds.max_shed_fraction:  # False for NaN
+        raise BadValue(f"expected a number in [0, {limits.bounds.max_shed_fraction:g}] "
                        "(max_shed_fraction)")
     return value
 
@@ -153,16 +176,16 @@ REGISTRY: dict[str, Parameter] = {p.name: p for p in (
               _int_in(_one, lambda lim: lim.task_slots, lambda lim: lim.task_slots_bound),
               Apply.RESTART),
     Parameter(knobs.MAX_OFFSETS_PER_TRIGGER,
-              _int_in(_one, lambda lim: lim.max_offsets_per_trigger,
+              _int_in(_one, lambda lim: lim.bounds.max_offsets_per_trigger_limit,
                       _named("max_offsets_per_trigger_limit")), Apply.RESTART),
     Parameter(knobs.SHED_FRACTION, _fraction, Apply.SWAP),
     Parameter(knobs.UDF_VERSION, _udf, Apply.SWAP),
     Parameter(knobs.OUTPUT_TOPIC, _topic, Apply.SWAP),
     Parameter(knobs.EXECUTORS,
-              _int_in(_one, lambda lim: lim.max_executors, _named("max_executors")),
+              _int_in(_one, lambda lim: lim.bounds.max_executors, _named("max_executors")),
               Apply.SWAP, _cluster_only),
     Parameter(knobs.STATE_PARTITIONS,
-              _int_in(_one, lambda lim: lim.max_state_partitions,
+              _int_in(_one, lambda lim: lim.bounds.max_state_partitions,
                       _named("max_state_partitions")),
               Apply.RESTART),
     Parameter(knobs.INPUT_TOPIC, _topic, Apply.RESTART),

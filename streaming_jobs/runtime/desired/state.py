@@ -39,6 +39,17 @@ class DesiredState:
         value: Value = getattr(self, name)
         return value
 
+    def describe(self, knob: str = "") -> str:
+        """'input_parallelism 2, state_partitions 4, …': every parameter in force (the active
+        instance once a failover named one); `knob`, the one the job scales with, first."""
+        names = [f.name for f in fields(self) if f.name != "epoch"
+                 and (f.name != knobs.ACTIVE_INSTANCE or self.active_instance)]
+        if knob:
+            names.remove(knob)
+            names.insert(0, knob)
+        return ", ".join(f"{n} {render(self.value(n))}{' (its knob)' if n == knob else ''}"
+                         for n in names)
+
     def changed(self, other: DesiredState) -> tuple[str, ...]:
         """Parameters whose values differ (the epoch is not a parameter)."""
         return tuple(f.name for f in fields(self)

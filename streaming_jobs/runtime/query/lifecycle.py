@@ -366,9 +366,7 @@ class ElasticQuery:
     def _batch_properties(self) -> dict[str, str]:
         """What the batch the gate admits runs with: the desired state's per-batch knobs, as
         they are after any swap made while the gate held it."""
-        d = self._desired
-        return {per_batch.PROPERTY: per_batch.BatchValues(
-            d.shed_fraction, d.udf_version).encode()}
+        return {per_batch.PROPERTY: per_batch.BatchValues.of(self._desired).encode()}
 
     def _set_running(self, desired: DesiredState) -> None:
         self._desired = desired

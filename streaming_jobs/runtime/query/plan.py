@@ -119,7 +119,7 @@ class Plan:
             columns=tuple(f.name for f in self.job.input.fields()),
             arrow_schema=to_arrow_schema(self._decoded_schema(with_flags=True),
                                          timezone=timezone),
-            built_with=BatchValues(desired.shed_fraction, desired.udf_version),
+            built_with=BatchValues.of(desired),
             low_priority=self.job.low_priority,
             settings=run.settings, kafka_metadata=self.job.kafka_metadata)
 

@@ -54,13 +54,13 @@ class FollowedSettings:
 
     input_topic: str
     state_partitions: int
-    shed_fraction: float
-    udf_version: str
+    batch: per_batch.BatchValues
+    """What each batch reads (the shed fraction, the function's version)."""
 
     @classmethod
     def of(cls, desired: DesiredState) -> FollowedSettings:
-        return cls(desired.input_topic, desired.state_partitions, desired.shed_fraction,
-                   desired.udf_version)
+        return cls(desired.input_topic, desired.state_partitions,
+                   per_batch.BatchValues.of(desired))
 
 
 class TrailingSink:
@@ -82,8 +82,8 @@ class TrailingSink:
         if self.stopping.is_set() or FollowedSettings.of(self._active()) != self._follows:
             self.stopping.set()
             raise QuiesceRequested(batch_id)
-        values = per_batch.BatchValues(self._follows.shed_fraction, self._follows.udf_version)
-        batch_df.sparkSession.sparkContext.setLocalProperty(per_batch.PROPERTY, values.encode())
+        batch_df.sparkSession.sparkContext.setLocalProperty(per_batch.PROPERTY,
+                                                            self._follows.batch.encode())
         # The whole plan, encoding included (its Python workers stay warm), into nothing.
         self._encode(batch_df).write.format("noop").mode("overwrite").save()
 

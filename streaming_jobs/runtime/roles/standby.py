@@ -170,7 +170,7 @@ class Instance:
         return Applied(pause_ms=max(0, done_ms - began_ms), detail=(
             f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "
             f"former active fenced in {fenced_ms - began_ms} ms ({last}), {started}, "
-            f"{resumed}; in force: {_settings(desired)}"))
+            f"{resumed}; in force: {desired.describe()}"))
 
     def step_down(self, reason: str) -> Applied:
         """Stop the query without starting another batch and become a standby."""
@@ -182,9 +182,3 @@ class Instance:
         stopped_ms = self._clock_ms() - began_ms
         return Applied(pause_ms=0, detail=f"{self._identity.instance_id} stepped down in "
                                           f"{stopped_ms} ms: {reason}")
-
-
-def _settings(d: DesiredState) -> str:
-    return (f"input_parallelism {d.input_parallelism}, state_partitions {d.state_partitions}, "
-            f"max_offsets_per_trigger {d.max_offsets_per_trigger}, shed_fraction "
-            f"{d.shed_fraction:g}, udf {d.udf_version}, output {d.output_topic}")

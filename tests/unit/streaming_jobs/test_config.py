@@ -45,6 +45,17 @@ def test_defaults_and_env(tmp_path: Path) -> None:
                                    "watermark_s": 10, "low_priority_prefixes": ""}
 
 
+def test_the_initial_state_starts_every_knob_at_its_option_and_the_topics_at_the_job_s(
+        ) -> None:
+    env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", "STREAMCTL_STATE_PARTITIONS": "6",
+           "STREAMCTL_SHED_FRACTION": "0.25", **KEY}
+    state = from_sources({"max_offsets_per_trigger": 1234}, env).initial_state()
+    assert (state.epoch, state.input_parallelism, state.state_partitions,
+            state.max_offsets_per_trigger, state.shed_fraction, state.udf_version,
+            state.input_topic, state.output_topic, state.executors, state.active_instance) == (
+        0, 2, 6, 1234, 0.25, "v1", "sensor-readings", "sensor-averages", 0, "")
+
+
 def test_the_checkpoint_does_not_depend_on_the_directory_the_job_starts_in(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"STREAMCTL_BOOTSTRAP_SERVERS": "k:9092", **KEY}

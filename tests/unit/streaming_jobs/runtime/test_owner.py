@@ -13,15 +13,16 @@ from pathlib import Path
 from schemas.records import DesiredStateRecord, Role
 from streaming_jobs.config import JobConfig, grouped
 from streaming_jobs.runtime.control.shared_state import SharedDesiredState, save
-from streaming_jobs.runtime.desired.parameters import Limits
+from streaming_jobs.runtime.desired.parameters import Bounds, Limits
 from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.fakes import FakeQuery
 from streaming_jobs.runtime.owner import QueryOwner
 from streaming_jobs.runtime.roles.standby import HotRun, Instance
 from streaming_jobs.runtime.roles.supervise import Step
 
-LIMITS = Limits(task_slots=16, max_state_partitions=8, max_offsets_per_trigger=10_000,
-                max_shed_fraction=0.5, udf_versions=(), max_executors=4, master="local[16]")
+LIMITS = Limits(task_slots=16, udf_versions=(), master="local[16]",
+                bounds=Bounds(max_offsets_per_trigger_limit=10_000, max_state_partitions=8,
+                              max_executors=4))
 
 
 def config(tmp_path: Path, instance: str = "a") -> JobConfig:

@@ -13,7 +13,7 @@ import pytest
 from schemas.codec import Codec, codec_for
 from schemas.records import DesiredStateRecord
 from streaming_jobs.runtime.control import shared_state as desired
-from streaming_jobs.runtime.desired.parameters import Limits
+from streaming_jobs.runtime.desired.parameters import Bounds, Limits
 from streaming_jobs.runtime.desired.state import DesiredState
 
 CONFIGURED = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
@@ -21,9 +21,8 @@ CONFIGURED = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                           input_topic="in", output_topic="out", executors=0)
 APPLIED = replace(CONFIGURED, epoch=9, input_parallelism=6, max_offsets_per_trigger=800,
                   shed_fraction=0.25, udf_version="v2", output_topic="out-2")
-LIMITS = Limits(task_slots=16, max_state_partitions=64, max_offsets_per_trigger=100_000,
-                max_shed_fraction=0.5, udf_versions=("v1", "v2"), max_executors=8,
-                master="local[16]", unsupported=(("state_partitions", "not yet"),))
+LIMITS = Limits(task_slots=16, udf_versions=("v1", "v2"), master="local[16]",
+                bounds=Bounds(max_executors=8), unsupported=(("state_partitions", "not yet"),))
 
 
 def test_saved_state_comes_back_with_its_epoch(tmp_path: Path) -> None:

@@ -21,16 +21,16 @@ from streaming_jobs.runtime.control.tuples import (
     TupleListener,
     evaluate,
 )
-from streaming_jobs.runtime.desired.parameters import Apply, Limits, apply_path
+from streaming_jobs.runtime.desired.parameters import Apply, Bounds, Limits, apply_path
 from streaming_jobs.runtime.desired.state import DesiredState
 
 KEY = b"k" * 32
 IN_FORCE = DesiredState(epoch=5, input_parallelism=2, state_partitions=4,
                         max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
                         input_topic="in", output_topic="out", executors=0)
-LIMITS = Limits(task_slots=16, max_state_partitions=64, max_offsets_per_trigger=100_000,
-                max_shed_fraction=0.5, udf_versions=("v1", "v2"), max_executors=8,
-                master="spark://m:7077", existing_topics=frozenset({"out", "out-2", "in-2"}))
+LIMITS = Limits(task_slots=16, udf_versions=("v1", "v2"), master="spark://m:7077",
+                bounds=Bounds(max_executors=8),
+                existing_topics=frozenset({"out", "out-2", "in-2"}))
 LOCAL = replace(LIMITS, master="local[16]")
 NOT_YET = replace(LIMITS, unsupported=(("state_partitions", "needs the primitive"),))
 
@@ -174,6 +174,17 @@ def test_the_knobs_read_per_batch_swap_the_plan_s_own_restart() -> None:
     both = replace(IN_FORCE, input_parallelism=4, shed_fraction=0.1)
     assert apply_path(IN_FORCE, both) is Apply.RESTART
     assert IN_FORCE.describe_change(both) == "input_parallelism 2→4, shed_fraction 0→0.1"
+
+
+def test_a_desired_state_names_every_parameter_its_knob_first_and_a_named_active_only() -> None:
+    assert IN_FORCE.describe(knob="state_partitions") == (
+        "state_partitions 4 (its knob), input_parallelism 2, max_offsets_per_trigger 4000, "
+        "shed_fraction 0, udf_version v1, input_topic in, output_topic out, executors 0")
+    promoted = replace(IN_FORCE, active_instance="b", shed_fraction=0.25)
+    assert promoted.describe() == (
+        "input_parallelism 2, state_partitions 4, max_offsets_per_trigger 4000, "
+        "shed_fraction 0.25, udf_version v1, input_topic in, output_topic out, executors 0, "
+        "active_instance b")
 
 
 class FakeJob:
