@@ -59,16 +59,24 @@ _QUERY_TERMINATION_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.Mi
 # warnings go too (e.g. a large task binary); its errors, and task failures (TaskSetManager's),
 # still show.
 _JOB_CANCEL_LOGGER = "org.apache.spark.scheduler.DAGScheduler"
+# Warns "Interrupted while joining on: Thread[…]" with a Java `InterruptedException` trace when
+# a stop lands while the query writes its next batch's offsets: on a local file system without
+# Hadoop's native library, the write's `chmod` runs in a child process, and the stop
+# interrupts the wait for it. Either the batch was never logged or the next start runs it
+# from its logged offsets, so nothing is lost. At ERROR, failed shell commands still show.
+_HADOOP_SHELL_LOGGER = "org.apache.hadoop.util.Shell"
 _PY4J_CALLBACK_LOGGER = "py4j.clientserver"
 
 
 def hide_gate_stops(spark: SparkSession) -> None:
-    """Keep quiesce-gate stops (normal) out of Spark's and py4j's logs."""
+    """Keep a query's normal stops (at the quiesce gate, or while it plans a batch) out of
+    Spark's, Hadoop's and py4j's logs."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(_QUERY_TERMINATION_LOGGER, log4j.Level.FATAL)
     log4j.core.config.Configurator.setLevel(_JOB_CANCEL_LOGGER, log4j.Level.ERROR)
+    log4j.core.config.Configurator.setLevel(_HADOOP_SHELL_LOGGER, log4j.Level.ERROR)
     py4j_log = logging.getLogger(_PY4J_CALLBACK_LOGGER)
     if not any(isinstance(f, HideGateStops) for f in py4j_log.filters):
         py4j_log.addFilter(HideGateStops())
