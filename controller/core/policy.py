@@ -329,11 +329,11 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     limits = bounds(model, settings, state, now_ms)
     wanted = target_units(sized, settings, inflow)
     # On a contended curve no size may meet the demand, but the most units still do the most:
-    # its own backlog gets them; a forecast, the fewest that do nearly as much (`worth_it`).
+    # the fewest that do nearly as much are asked for (`worth_it`).
     short = (wanted is None and model.scalability.contention > 0
              and model.parallelism < limits.high)
     if short:
-        wanted = worth_it(model, limits) if forecast else limits.high
+        wanted = worth_it(model, limits, 0.0 if forecast else arriving_ahead(model, settings))
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -356,7 +356,8 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             return _throttle(model, limits, figures, settings, inflow)
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
                     f"{model.parallelism} run{skew_note(model, settings)}", figures)
-    sizing = _sizing(sized, target, wanted, limits, settings, extra, goal, short)
+    none_meets = _none_meets(model, target, limits, forecast) if short else ""
+    sizing = _sizing(sized, target, wanted, limits, settings, extra, goal, none_meets)
     change = (f" (with the {num(waiting)} records that arrive beyond its capacity while the "
               f"change is applied, {num(_change_s(state, settings))} s)" if waiting > 0 else "")
     return Scale(model.knob, model.parallelism, target,
@@ -364,17 +365,23 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
 
 
 WORTH_IT_SHARE = 0.9
-"""On a contended curve that no size meets a forecast demand on, the share of the most units'
-capacity the fewest units asked for carry: the last units add least, and a forecast may not
-come true. A backlog of its own still gets the most."""
+"""On a contended curve that no size meets the demand on, the share of the most units' work the
+fewest units asked for do: of their capacity for a forecast (which may not come true), of their
+drain rate for a backlog of the query's own (so it drains at most 11 % slower). The last units
+add least."""
 
 
-def worth_it(model: QueryModel, limits: Bounds) -> int:
-    """The lowest setting of the knob within `limits` whose capacity carries `WORTH_IT_SHARE`
-    of what the highest would."""
-    carried = WORTH_IT_SHARE * _capacity(model, model.units_at(limits.high))
+def worth_it(model: QueryModel, limits: Bounds, arriving: float = 0.0) -> int:
+    """The lowest setting of the knob within `limits` whose capacity beyond `arriving` (records
+    a second) is `WORTH_IT_SHARE` of the highest's; the highest when that one has none."""
+    def beyond(setting: int) -> float:
+        return _capacity(model, model.units_at(setting)) - arriving
+
+    most = beyond(limits.high)
+    if most <= 0:
+        return limits.high
     return next(p for p in range(limits.low, limits.high + 1)
-                if _capacity(model, model.units_at(p)) >= carried)
+                if beyond(p) >= WORTH_IT_SHARE * most)
 
 
 def backlog_during_change(model: QueryModel, state: ControlState,
@@ -472,11 +479,11 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
 
 
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
-            settings: PolicySettings, inflow: float, goal: CatchUp, short: bool = False) -> str:
+            settings: PolicySettings, inflow: float, goal: CatchUp, none_meets: str = "") -> str:
     """How the target meets the demand; `inflow` is the upstreams' extra at the target;
-    `goal` the drain time it is sized for, and the objective that set it; `short`: no size
-    meets it, and the target is the most units allowed."""
-    if target == wanted and not short:
+    `goal` the drain time it is sized for, and the objective that set it; `none_meets`: why
+    this target when no size meets the demand (`_none_meets`)."""
+    if target == wanted and not none_meets:
         return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}"
                 f"{goal.note()}")
@@ -485,19 +492,21 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")
-    wants = (_none_meets(model, target, limits) if short
-             else f"{units_of(model, wanted)} wanted, {bound}:")
+    wants = none_meets or f"{units_of(model, wanted)} wanted, {bound}:"
     return (f"{wants} drains in {num(drain)} s at "
             f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
 
 
-def _none_meets(model: QueryModel, target: int, limits: Bounds) -> str:
-    """Why `target` when no size meets the demand: the most allowed, or nearly as much."""
+def _none_meets(model: QueryModel, target: int, limits: Bounds, forecast: bool) -> str:
+    """Why `target` when no size meets the demand: the most allowed, or nearly as much (`worth_it`:
+    capacity for a forecast, the drain's rate for a backlog)."""
     curve = f"no size meets it ({model.scalability.describe()});"
     if target == limits.high:
         return f"{curve} the most, {units_of(model, target)} ({limits.high_set_by}),"
-    return (f"{curve} {units_of(model, target)} carry {pct(WORTH_IT_SHARE)} of what the most, "
-            f"{limits.high} ({limits.high_set_by}), would:")
+    most = f"the most, {limits.high} ({limits.high_set_by}), would:"
+    if forecast:
+        return f"{curve} {units_of(model, target)} carry {pct(WORTH_IT_SHARE)} of what {most}"
+    return f"{curve} {units_of(model, target)} drain it at {pct(WORTH_IT_SHARE)} of the rate {most}"
 
 
 def _forecast(model: QueryModel) -> str:

@@ -73,7 +73,8 @@ def test_a_learned_scalability_curve_sizes_a_step_larger_than_a_linear_model() -
     assert not math.isclose(curved.capacity_at(8), linear.capacity_at(8))
 
 
-def test_where_no_size_meets_the_demand_on_the_curve_the_most_units_are_asked_for() -> None:
+def test_where_no_size_meets_the_demand_and_none_drains_it_the_most_units_are_asked_for(
+        ) -> None:
     """At contention 0.19 no number of units carries 2 000/s of 213/s-a-unit work at 80 %
     (the curve levels off near 1 300/s): the step goes to the most the task slots allow,
     and says so."""
@@ -83,6 +84,21 @@ def test_where_no_size_meets_the_demand_on_the_curve_the_most_units_are_asked_fo
     assert isinstance(verdict, Scale) and verdict.target == 16  # the task slots
     assert "no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes))" \
         in verdict.reason
+
+
+def test_where_no_size_meets_a_backlog_the_fewest_units_draining_it_nearly_as_fast_are_asked_for(
+        ) -> None:
+    """The same curve at 600/s with 30 000 records behind: no size drains them within the
+    catch-up at the target utilisation. 16 units carry 1 053/s and drain 453/s; 14 carry
+    1 023/s, 423/s of drain (93 %); 13 only 1 005/s, 405/s (89 %)."""
+    behind = model(arrival_rate=600, units=2, parallelism=2, rate_per_unit=213,
+                   scalability=Scalability(0.19, 2), backlog_records=30_000,
+                   backlog_trend_records_per_s=50, overhead_source="fitted")
+    verdict = decide(behind, ControlState(), NOW, POLICY)
+    assert isinstance(verdict, Scale) and verdict.target == 14, verdict
+    assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
+            "14 units of input_parallelism drain it at 90% of the rate the most, 16 (task "
+            "slots), would:") in verdict.reason
 
 
 def test_where_no_size_meets_a_forecast_on_the_curve_the_fewest_units_near_the_most_are_asked_for(
