@@ -21,8 +21,9 @@ producers with the numbers (`ceiling`), and lifts shedding before it scales anyt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from controller.core.ceiling import at_ceiling, lift
 from controller.core.judgement import ineffective_sentence, skew, skew_note
@@ -333,7 +334,8 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     short = (wanted is None and model.scalability.contention > 0
              and model.parallelism < limits.high)
     if short:
-        wanted = worth_it(model, limits, 0.0 if forecast else arriving_ahead(model, settings))
+        wanted = (worth_it(model, limits) if forecast
+                  else worth_it(model, limits, partial(_arriving_at, model, settings, inflow)))
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -371,17 +373,27 @@ drain rate for a backlog of the query's own (so it drains at most 11 % slower). 
 add least."""
 
 
-def worth_it(model: QueryModel, limits: Bounds, arriving: float = 0.0) -> int:
-    """The lowest setting of the knob within `limits` whose capacity beyond `arriving` (records
-    a second) is `WORTH_IT_SHARE` of the highest's; the highest when that one has none."""
+def worth_it(model: QueryModel, limits: Bounds,
+             arriving: Callable[[float], float] = lambda capacity: 0.0) -> int:
+    """The lowest setting of the knob within `limits` whose capacity beyond what `arriving`
+    says a capacity must first carry (records/s) is `WORTH_IT_SHARE` of the highest's; the
+    highest when that one has none."""
     def beyond(setting: int) -> float:
-        return _capacity(model, model.units_at(setting)) - arriving
+        capacity = _capacity(model, model.units_at(setting))
+        return capacity - arriving(capacity)
 
     most = beyond(limits.high)
     if most <= 0:
         return limits.high
     return next(p for p in range(limits.low, limits.high + 1)
                 if beyond(p) >= WORTH_IT_SHARE * most)
+
+
+def _arriving_at(model: QueryModel, settings: PolicySettings, inflow: Inflow,
+                 capacity: float) -> float:
+    """Records/s a query of `capacity` carries before it drains any backlog: λ ahead
+    (`arriving_ahead`) and its upstreams' extra at that capacity."""
+    return arriving_ahead(model, settings) + inflow_rate(model, settings, inflow, capacity)
 
 
 def backlog_during_change(model: QueryModel, state: ControlState,

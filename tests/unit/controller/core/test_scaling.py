@@ -90,15 +90,18 @@ def test_where_no_size_meets_a_backlog_the_fewest_units_draining_it_nearly_as_fa
         ) -> None:
     """The same curve at 600/s with 30 000 records behind: no size drains them within the
     catch-up at the target utilisation. 16 units carry 1 053/s and drain 453/s; 14 carry
-    1 023/s, 423/s of drain (93 %); 13 only 1 005/s, 405/s (89 %)."""
+    1 023/s, 423/s of drain (93 %); 13 only 1 005/s, 405/s (89 %). With an upstream adding
+    200/s, 16 drain 253/s and 14 only 223/s (88 %): 15, 1 039/s, drain 239/s (94 %)."""
     behind = model(arrival_rate=600, units=2, parallelism=2, rate_per_unit=213,
                    scalability=Scalability(0.19, 2), backlog_records=30_000,
                    backlog_trend_records_per_s=50, overhead_source="fitted")
-    verdict = decide(behind, ControlState(), NOW, POLICY)
-    assert isinstance(verdict, Scale) and verdict.target == 14, verdict
-    assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
-            "14 units of input_parallelism drain it at 90% of the rate the most, 16 (task "
-            "slots), would:") in verdict.reason
+    alone = decide(behind, ControlState(), NOW, POLICY)
+    fed = decide(behind, ControlState(), NOW, POLICY, Inflow(steady=200.0), "a")
+    for verdict, target in ((alone, 14), (fed, 15)):
+        assert isinstance(verdict, Scale) and verdict.target == target, verdict
+        assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
+                f"{target} units of input_parallelism drain it at 90% of the rate the most, 16 "
+                "(task slots), would:") in verdict.reason
 
 
 def test_where_no_size_meets_a_forecast_on_the_curve_the_fewest_units_near_the_most_are_asked_for(
