@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 from controller.core.memo import Memo
 from controller.settings import ModelSettings
@@ -112,30 +112,29 @@ class Level:
 
     def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
         self.segment: list[Interval] = []
-        self._span_s = span_s
+        self._span_ms = span_s * 1000
         self._oldest = 0
         """Index of the oldest interval within the span."""
         self._records = self._elapsed_ms = 0
+        self.rate = 0.0
+        """Records/s of the intervals within the span; set per interval added, as the scan
+        compares every interval with it."""
         for interval in segment:
             self.append(interval)
 
     def append(self, interval: Interval) -> None:
-        self.segment.append(interval)
+        segment = self.segment
+        segment.append(interval)
         self._records += interval.records
         self._elapsed_ms += interval.end_ms - interval.start_ms
-        horizon = interval.end_ms - self._span_s * 1000
-        segment = self.segment
+        horizon = interval.end_ms - self._span_ms
         while self._oldest < len(segment) and segment[self._oldest].start_ms < horizon:
             left = segment[self._oldest]
             self._records -= left.records
             self._elapsed_ms -= left.end_ms - left.start_ms
             self._oldest += 1
-
-    @property
-    def rate(self) -> float:
-        if self._oldest == len(self.segment):
-            return self.segment[-1].rate
-        return self._records * 1000 / self._elapsed_ms
+        self.rate = (interval.rate if self._oldest == len(segment)
+                     else self._records * 1000 / self._elapsed_ms)
 
 
 def departure(rate: float, level_rate: float, ratio: float) -> int:
@@ -163,11 +162,13 @@ def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstim
     ratio = settings.level_shift_ratio
     for index in range(1, len(found)):
         interval = found[index]
-        way = departure(interval.rate, segment.rate, ratio)
-        if way == 0:
-            segment.append(interval)
-            run, direction = [], 0  # a candidate shift that did not last: a transient
+        rate, level = interval.rate, segment.rate
+        if level <= rate * ratio and rate <= level * ratio:  # departure(…) == 0, inlined:
+            segment.append(interval)  # the steady load's every interval comes this way
+            if run:
+                run, direction = [], 0  # a candidate shift that did not last: a transient
             continue
+        way = 1 if rate > level * ratio else -1
         if way != direction:
             run, direction = [], way
         run.append(interval)
@@ -313,8 +314,9 @@ def bursty(found: Sequence[Interval], ratio: float) -> bool:
     if empty >= BURSTY_REVERSALS and empty < len(found):
         return True
     rates = [i.rate for i in found]
-    reversals = sum(1 for a, b, c in zip(rates, rates[1:], rates[2:], strict=False)
-                    if (way := departure(b, a, ratio)) != 0 and departure(c, b, ratio) == -way)
+    ways = [departure(b, a, ratio) for a, b in pairwise(rates)]
+    reversals = sum(1 for way, then in pairwise(ways)
+                    if way != 0 and then == -way)
     return reversals >= BURSTY_REVERSALS
 
 

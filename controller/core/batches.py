@@ -68,18 +68,24 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
     elapsed_ms = newest.batch_end_ms - samples[0].batch_start_ms
     recent = newest_span(samples, settings.arrival_window_s, settings.min_samples)
     points = rate_points(samples, warm_up, memo)
-    worked = [s for s in samples if s.input_rows > 0][-1:]
+    rows = busy_ms = output_rows = 0
+    worked: list[TaskMetrics] = []
+    for sample in samples:  # one pass: a window holds a minute of batches, summed per batch
+        rows += sample.input_rows
+        busy_ms += sample.busy_ms
+        output_rows += sample.output_rows
+        if sample.input_rows > 0:
+            worked = [sample]
     of_newest: Mapping[str, Any] = memo.whole(_newest_figures, samples[-1:])
     units = of_newest["units"]
     skew = units / memo.each(batch_concurrency, worked)[0] if worked else 1.0
     cap, cap_source = batch_cap(samples, remembered_cap, memo)
-    rows = sum(s.input_rows for s in samples)
     figures = {
         **of_newest, **memo.whole(_recent_figures, recent), "samples": len(samples),
         "throughput": rows * 1000 / elapsed_ms,
-        "busy_ratio": min(1.0, sum(s.busy_ms for s in samples) / elapsed_ms),
+        "busy_ratio": min(1.0, busy_ms / elapsed_ms),
         "batch_cap": cap, "batch_cap_source": cap_source,
-        "selectivity": sum(s.output_rows for s in samples) / rows if rows > 0 else 1.0,
+        "selectivity": output_rows / rows if rows > 0 else 1.0,
         "task_skew": skew,
     }
     return Batches(
@@ -94,10 +100,10 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
 def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, Any]:
     """The model's figures the newest batch gives on its own."""
     [sample] = newest
+    partitions = source_partitions(sample)
     return MappingProxyType({
         "config_epoch": sample.config_epoch, "parallelism": parallelism.value(sample),
-        "units": _units_of(sample),
-        "source_partitions": len({(p.topic, p.partition) for p in sample.partitions}),
+        "units": _units_of(sample, partitions), "source_partitions": partitions,
         "task_slots": sample.task_slots, "trigger_interval_s": sample.trigger_interval_ms / 1000,
         "source_topics": sample.source_topics, "sink_topics": sample.sink_topics,
         "partition_lag_shares": _shares(
@@ -147,8 +153,8 @@ def batch_concurrency(sample: TaskMetrics) -> float:
     per partition (input parallelism ≤ partitions) the batch ends when its largest
     partition's task does, so Σ rows / largest partition's rows (a hot partition: ~1). Key
     skew across state partitions would do the same, but no metric shows it (`knobs`)."""
-    units = _units_of(sample)
-    partitions = len({(p.topic, p.partition) for p in sample.partitions})
+    partitions = source_partitions(sample)
+    units = _units_of(sample, partitions)
     if sample.scaling_parameter != INPUT_PARALLELISM or sample.input_parallelism > partitions:
         return float(units)
     read = [p.end_offset - p.start_offset for p in sample.partitions
@@ -157,8 +163,12 @@ def batch_concurrency(sample: TaskMetrics) -> float:
     return min(float(units), sum(read) / largest) if largest > 0 else float(units)
 
 
-def _units_of(sample: TaskMetrics) -> int:
-    partitions = len({(p.topic, p.partition) for p in sample.partitions})
+def source_partitions(sample: TaskMetrics) -> int:
+    """How many distinct source partitions the batch names."""
+    return len({(p.topic, p.partition) for p in sample.partitions})
+
+
+def _units_of(sample: TaskMetrics, partitions: int) -> int:
     return parallelism.units(sample.scaling_parameter, parallelism.value(sample), partitions,
                              sample.task_slots)
 

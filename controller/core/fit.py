@@ -71,8 +71,10 @@ def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
 
 def _least_squares(points: Sequence[BatchPoint], settings: ModelSettings) -> float | None:
     """The fitted intercept c, or None when the batches cannot tell c from 1/μ."""
-    xs = [p.per_unit for p in points]
-    if len(points) < 3 or max(xs) < settings.overhead_fit_min_spread * min(xs):
+    if len(points) < 3:
+        return None
+    xs = [p.rows / p.units for p in points]  # `per_unit`, without a call per point
+    if max(xs) < settings.overhead_fit_min_spread * min(xs):
         return None
     n = len(points)
     mean_x = sum(xs) / n
