@@ -275,3 +275,13 @@ def test_control_tuples_of_v1_decode_as_setting_one_knob() -> None:
     decoded = codec_for(ControlTuple).decode(Codec(ControlTuple, schema=old_schema).encode(sent))
     assert decoded == sent
     assert decoded.settings == (Setting("input_parallelism", "4"),)
+
+
+def test_a_source_partition_decodes_every_field_its_schema_has() -> None:
+    """`SourcePartition.from_avro` names its fields itself (the record decoded most): one added
+    to the schema and the class must be added there too, or it would decode as its default."""
+    metrics = codec_for(TaskMetrics).schema
+    [partitions] = [f for f in metrics["fields"] if f["name"] == "partitions"]
+    names = [f["name"] for f in partitions["type"]["items"]["fields"]]
+    wire = {name: "t" if name == "topic" else 10 + i for i, name in enumerate(names)}
+    assert SourcePartition.from_avro(wire).to_avro() == wire
