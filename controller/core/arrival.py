@@ -162,13 +162,12 @@ def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstim
     ratio = settings.level_shift_ratio
     for index in range(1, len(found)):
         interval = found[index]
-        rate, level = interval.rate, segment.rate
-        if level <= rate * ratio and rate <= level * ratio:  # departure(…) == 0, inlined:
-            segment.append(interval)  # the steady load's every interval comes this way
+        way = departure(interval.rate, segment.rate, ratio)
+        if way == 0:
+            segment.append(interval)
             if run:
                 run, direction = [], 0  # a candidate shift that did not last: a transient
             continue
-        way = 1 if rate > level * ratio else -1
         if way != direction:
             run, direction = [], way
         run.append(interval)

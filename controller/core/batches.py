@@ -100,7 +100,7 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
 def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, Any]:
     """The model's figures the newest batch gives on its own."""
     [sample] = newest
-    partitions = source_partitions(sample)
+    partitions = _source_partitions(sample)
     return MappingProxyType({
         "config_epoch": sample.config_epoch, "parallelism": parallelism.value(sample),
         "units": _units_of(sample, partitions), "source_partitions": partitions,
@@ -153,7 +153,7 @@ def batch_concurrency(sample: TaskMetrics) -> float:
     per partition (input parallelism ≤ partitions) the batch ends when its largest
     partition's task does, so Σ rows / largest partition's rows (a hot partition: ~1). Key
     skew across state partitions would do the same, but no metric shows it (`knobs`)."""
-    partitions = source_partitions(sample)
+    partitions = _source_partitions(sample)
     units = _units_of(sample, partitions)
     if sample.scaling_parameter != INPUT_PARALLELISM or sample.input_parallelism > partitions:
         return float(units)
@@ -163,7 +163,7 @@ def batch_concurrency(sample: TaskMetrics) -> float:
     return min(float(units), sum(read) / largest) if largest > 0 else float(units)
 
 
-def source_partitions(sample: TaskMetrics) -> int:
+def _source_partitions(sample: TaskMetrics) -> int:
     """How many distinct source partitions the batch names."""
     return len({(p.topic, p.partition) for p in sample.partitions})
 

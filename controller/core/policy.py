@@ -334,8 +334,9 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     short = (wanted is None and model.scalability.contention > 0
              and model.parallelism < limits.high)
     if short:
-        wanted = (worth_it(model, limits) if forecast
-                  else worth_it(model, limits, partial(_arriving_at, model, settings, inflow)))
+        wanted = (worth_it(model, limits) if forecast else worth_it(
+            model, limits, partial(_arriving_at, arriving_ahead(model, settings), model,
+                                   settings, inflow)))
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -389,11 +390,11 @@ def worth_it(model: QueryModel, limits: Bounds,
                 if beyond(p) >= WORTH_IT_SHARE * most)
 
 
-def _arriving_at(model: QueryModel, settings: PolicySettings, inflow: Inflow,
+def _arriving_at(ahead: float, model: QueryModel, settings: PolicySettings, inflow: Inflow,
                  capacity: float) -> float:
-    """Records/s a query of `capacity` carries before it drains any backlog: λ ahead
-    (`arriving_ahead`) and its upstreams' extra at that capacity."""
-    return arriving_ahead(model, settings) + inflow_rate(model, settings, inflow, capacity)
+    """Records/s a query of `capacity` carries before it drains any backlog: λ `ahead`
+    (`arriving_ahead`, the same at every capacity) and its upstreams' extra at that one."""
+    return ahead + inflow_rate(model, settings, inflow, capacity)
 
 
 def backlog_during_change(model: QueryModel, state: ControlState,
