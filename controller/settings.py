@@ -78,7 +78,7 @@ class ModelSettings:
     step still gets its tuple within 5 s."""
 
     ramp_window_s: float = 40.0
-    """The span a rising ramp is fitted over (`controller.core.arrival.ramp`): long enough
+    """The span a rising ramp is fitted over (`controller.core.ramp.ramp`): long enough
     that a step shows as one, not as a slope, short enough that a ramp is seen while it still
     climbs (a 90 s ramp of the bench is one from its first 20-30 s). At most `window_s`."""
 
@@ -187,7 +187,7 @@ class PolicySettings:
     builds meanwhile at the old size, not only the backlog of the moment."""
 
     ramp_horizon_s: float = 40.0
-    """How far ahead a rising ramp is sized for (`controller.core.arrival.ramp`): where its
+    """How far ahead a rising ramp is sized for (`controller.core.ramp.ramp`): where its
     rate will be once a change made now has taken effect (~10 s) and the backlog has drained,
     rather than the rate of the moment, which the ramp leaves behind before the change lands
     and which would take a round per stage."""

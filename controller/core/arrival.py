@@ -35,12 +35,14 @@ newest `arrival_window_s`, as before change points.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from itertools import accumulate, pairwise
+from itertools import pairwise
 
 from controller.core.memo import Memo
+from controller.core.ramp import ramp
 from controller.settings import ModelSettings
 from schemas import SourcePartition, TaskMetrics
 
@@ -66,8 +68,6 @@ class Interval:
 class ArrivalEstimate:
     rate: float
     """λ, records/s: the level of the current segment."""
-    since_ms: int
-    """Start of the current segment (a confirmed shift moves it)."""
     pending_rate: float | None = None
     """The newest interval's rate when it departs from the level without being confirmed
     yet (a step that must persist one more interval, or a burst that will not)."""
@@ -111,10 +111,9 @@ class Level:
     O(window), not O(window²)."""
 
     def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
-        self.segment: list[Interval] = []
+        self._inside: deque[Interval] = deque()
+        """The intervals within the span (older ones are never read again)."""
         self._span_ms = span_s * 1000
-        self._oldest = 0
-        """Index of the oldest interval within the span."""
         self._records = self._elapsed_ms = 0
         self.rate = 0.0
         """Records/s of the intervals within the span; set per interval added, as the scan
@@ -123,18 +122,16 @@ class Level:
             self.append(interval)
 
     def append(self, interval: Interval) -> None:
-        segment = self.segment
-        segment.append(interval)
+        inside = self._inside
+        inside.append(interval)
         self._records += interval.records
         self._elapsed_ms += interval.end_ms - interval.start_ms
         horizon = interval.end_ms - self._span_ms
-        while self._oldest < len(segment) and segment[self._oldest].start_ms < horizon:
-            left = segment[self._oldest]
+        while inside and inside[0].start_ms < horizon:
+            left = inside.popleft()
             self._records -= left.records
             self._elapsed_ms -= left.end_ms - left.start_ms
-            self._oldest += 1
-        self.rate = (interval.rate if self._oldest == len(segment)
-                     else self._records * 1000 / self._elapsed_ms)
+        self.rate = interval.rate if not inside else self._records * 1000 / self._elapsed_ms
 
 
 def departure(rate: float, level_rate: float, ratio: float) -> int:
@@ -147,151 +144,203 @@ def departure(rate: float, level_rate: float, ratio: float) -> int:
 
 
 def estimate(found: Sequence[Interval], settings: ModelSettings) -> ArrivalEstimate | None:
-    """The current level and any unconfirmed departure from it (module docstring)."""
-    if not found:
-        return None
-    if bursty(found, settings.level_shift_ratio):
-        recent = [i for i in found if i.start_ms >= found[-1].end_ms
-                  - settings.arrival_window_s * 1000]
-        return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
-                                         else found[-BURSTY_AT_LEAST:]), found[0].start_ms)
-    segment = Level(found[:1], settings.arrival_window_s)
-    before = _MeanRates(found)
-    run: list[Interval] = []
-    direction = 0
-    ratio = settings.level_shift_ratio
-    for index in range(1, len(found)):
-        interval = found[index]
-        way = departure(interval.rate, segment.rate, ratio)
+    """The current level and any unconfirmed departure from it (module docstring), scanned
+    from the first of `found`."""
+    return Scan(settings).estimate(found)
+
+
+class Scan:
+    """`estimate` carried from one cycle to the next, so each interval is scanned once.
+
+    A window slides: each cycle a probe's interval joins at the back and old ones leave at the
+    front. Scanned afresh each cycle, the level restarts at the window's first interval, and a
+    window of a minute of probes cost most of the model's CPU per query. Carried, the scan
+    reads only the intervals that joined; what the window's front still decides is read from
+    running sums over the window: the mean of the intervals before a candidate shift
+    (`confirmed_tail`'s history) and the counts that make arrivals `bursty`. The window may
+    begin with intervals the scan never read (the batches' intervals before the first probe,
+    `model.arrival_intervals`): they count in those sums, not in the level.
+
+    The estimate then differs from a fresh scan's only in where its level began: before the
+    window's front rather than at it. A window that does not continue what was scanned (an
+    interval changed, or the probes took over from the batches), and one that a candidate
+    shift fills, are scanned afresh.
+    """
+
+    _COMPACT_AT = 512
+    """Intervals left behind the window before the running lists are cut back."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        self._settings = settings
+        self._restart()
+
+    def _restart(self) -> None:
+        self._seen: list[Interval] = []
+        """The intervals scanned, oldest first; the window holds those from `_front` on."""
+        self._front = 0
+        self._records = [0]
+        """Σ records of the first i intervals of `_seen`, for each i (with `_elapsed_ms`: the
+        mean rate of any span of them in O(1), exactly as summed afresh)."""
+        self._elapsed_ms = [0]
+        self._empty = [0]
+        """How many of the first i intervals saw no growth."""
+        self._reversals = [0]
+        """How many of the triples ending before index i jump straight back (`bursty`)."""
+        self._way = 0
+        """`departure` of the newest interval's rate from the one before it."""
+        self._unread = _Unread()
+        """The window's intervals before `_front` that the scan did not read."""
+        self._level: Level | None = None
+        self._run: list[Interval] = []
+        """Consecutive intervals departing the same way from the level: a candidate shift."""
+        self._direction = 0
+
+    def estimate(self, found: Sequence[Interval]) -> ArrivalEstimate | None:
+        """The estimate over `found`, the window's intervals oldest first (module docstring)."""
+        if not found:
+            self._restart()
+            return None
+        for interval in self._joined(found):
+            self._step(interval)
+        return self._result(found)
+
+    def _joined(self, found: Sequence[Interval]) -> Sequence[Interval]:
+        """The intervals of `found` not scanned yet; all of them, scanned afresh, when `found`
+        does not continue what was scanned."""
+        carried = self._carried(found)
+        if carried is None:
+            self._restart()
+            return found
+        front, unread, newest = carried
+        # A candidate shift that began at or before the window's front has no history in the
+        # window to be judged against, and nothing in the window shows the level it departs
+        # from: the window is read afresh, as its own level.
+        if self._run and len(self._seen) - len(self._run) <= front:
+            self._restart()
+            return found
+        self._front = front
+        self._unread = _Unread.of(found[:unread + 2], unread, self._settings.level_shift_ratio)
+        if front >= self._COMPACT_AT and front * 2 >= len(self._seen):
+            self._compact()
+        return found[newest + 1:]
+
+    def _carried(self, found: Sequence[Interval]) -> tuple[int, int, int] | None:
+        """Where what was scanned lies in `found`: the index in `_seen` from which on the
+        scanned intervals are in it, how many of `found` come before them (intervals never
+        scanned), and the index in `found` of the newest scanned. None: `found` does not
+        hold the scanned intervals in order up to the newest."""
+        seen = self._seen
+        if not seen:
+            return None
+        newest = bisect_left(found, seen[-1].start_ms, key=_start_ms)
+        if newest == len(found) or found[newest] != seen[-1]:
+            return None
+        # The oldest interval of `found` that is the scanned one aligned with it: a binary
+        # search, as intervals the scan never read may come first (the batches' ones).
+        offset = len(seen) - 1 - newest
+        low, high = max(0, self._front - offset), newest
+        while low < high:
+            middle = (low + high) // 2
+            if seen[offset + middle] == found[middle]:
+                high = middle
+            else:
+                low = middle + 1
+        front = offset + low
+        return (front, low, newest) if seen[front:] == list(found[low:newest + 1]) else None
+
+    def _compact(self) -> None:
+        front = self._front
+        self._seen = self._seen[front:]
+        self._records, self._elapsed_ms = self._records[front:], self._elapsed_ms[front:]
+        self._empty, self._reversals = self._empty[front:], self._reversals[front:]
+        self._front = 0
+
+    def _step(self, interval: Interval) -> None:
+        ratio = self._settings.level_shift_ratio
+        seen = self._seen
+        jump = departure(interval.rate, seen[-1].rate, ratio) if seen else 0
+        reversal = self._way != 0 and jump == -self._way
+        self._way = jump
+        seen.append(interval)
+        self._records.append(self._records[-1] + interval.records)
+        self._elapsed_ms.append(self._elapsed_ms[-1] + interval.end_ms - interval.start_ms)
+        self._empty.append(self._empty[-1] + (interval.records == 0))
+        self._reversals.append(self._reversals[-1] + reversal)
+        level = self._level
+        if level is None:
+            self._level = Level((interval,), self._settings.arrival_window_s)
+            return
+        way = departure(interval.rate, level.rate, ratio)
         if way == 0:
-            segment.append(interval)
-            if run:
-                run, direction = [], 0  # a candidate shift that did not last: a transient
-            continue
-        if way != direction:
-            run, direction = [], way
-        run.append(interval)
-        tail = confirmed_tail(run, partial(before.of_first, index + 1 - len(run)), direction,
-                              settings)
+            level.append(interval)
+            if self._run:
+                self._run, self._direction = [], 0  # a shift that did not last: a transient
+            return
+        if way != self._direction:
+            self._run, self._direction = [], way
+        self._run.append(interval)
+        tail = confirmed_tail(self._run, self._history_rate, way, self._settings)
         if tail:
-            segment, run, direction = Level(tail, settings.arrival_window_s), [], 0
-    pending = run[-1].rate if run else None
-    return ArrivalEstimate(segment.rate, segment.segment[0].start_ms, pending,
-                           ramp(found, settings))
+            self._level = Level(tail, self._settings.arrival_window_s)
+            self._run, self._direction = [], 0
+
+    def _history_rate(self) -> float:
+        """The mean rate of the window's intervals before the candidate shift (it begins after
+        the window's front: `_joined`)."""
+        first, front = len(self._seen) - len(self._run), self._front
+        return ((self._unread.records + self._records[first] - self._records[front]) * 1000
+                / (self._unread.elapsed_ms + self._elapsed_ms[first] - self._elapsed_ms[front]))
+
+    @property
+    def bursty(self) -> bool:
+        """`bursty` of the window last shown, from the running counts."""
+        front, unread = self._front, self._unread
+        count = unread.count + len(self._seen) - front
+        empty = unread.empty + self._empty[-1] - self._empty[front]
+        if BURSTY_REVERSALS <= empty < count:
+            return True
+        triples_from = min(len(self._seen), front + 2)
+        reversals = unread.reversals + self._reversals[-1] - self._reversals[triples_from]
+        return reversals >= BURSTY_REVERSALS
+
+    def _result(self, found: Sequence[Interval]) -> ArrivalEstimate:
+        assert self._level is not None  # found is not empty: its first interval set one
+        if self.bursty:
+            horizon = found[-1].end_ms - self._settings.arrival_window_s * 1000
+            recent = found[bisect_left(found, horizon, key=_start_ms):]
+            return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
+                                             else found[-BURSTY_AT_LEAST:]))
+        pending = self._run[-1].rate if self._run else None
+        return ArrivalEstimate(self._level.rate, pending, ramp(found, self._settings))
 
 
-class _MeanRates:
-    """`mean_rate` of any prefix of `found`, from running sums made on the first question
-    (a steady load asks none): O(1) each."""
+@dataclass(frozen=True, slots=True)
+class _Unread:
+    """The sums `Scan` keeps, over the window's intervals before those it scanned."""
 
-    def __init__(self, found: Sequence[Interval]) -> None:
-        self._found = found
-        self._sums: tuple[list[int], list[int]] | None = None
+    count: int = 0
+    records: int = 0
+    elapsed_ms: int = 0
+    empty: int = 0
+    reversals: int = 0
+    """Reversals of the triples that begin among them."""
 
-    def of_first(self, count: int) -> float:
-        if self._sums is None:
-            self._sums = (list(accumulate((i.records for i in self._found), initial=0)),
-                          list(accumulate((i.end_ms - i.start_ms for i in self._found),
-                                          initial=0)))
-        records, elapsed_ms = self._sums
-        return records[count] * 1000 / elapsed_ms[count]
-
-
-RAMP_AT_LEAST = 6
-"""Intervals a ramp is fitted on at least: fewer fit a line or a step equally well."""
-
-RAMP_LINE_ADVANTAGE = 2.0
-"""A line must leave at most half the squared error of the best single step to be a ramp."""
-
-
-def ramp(found: Sequence[Interval], settings: ModelSettings) -> float:
-    """The slope of a rising ramp, records/s per second, or 0. Every newest span of at least
-    half of `ramp_window_s` (and at most all of it, within the model's window) that is a ramp
-    (`_ramp_fit`) is a candidate, and the one the line fits best (least mean squared error)
-    gives the slope: a ramp is seen from its first `ramp_window_s` / 2 even when the window
-    still holds the flat load before it, which would flatten a line through both. Falling
-    arrivals give 0: a scale-down waits for the lower level anyway."""
-    if not found:
-        return 0.0
-    newest_end, window_s = found[-1].end_ms, min(settings.ramp_window_s, settings.window_s)
-    recent = [i for i in found if i.start_ms >= newest_end - window_s * 1000]
-    shortest_ms = window_s * 500
-    ratio = settings.level_shift_ratio
-    may_rise = _may_rise(recent, ratio)
-    fits = [fit for first in range(len(recent) - RAMP_AT_LEAST + 1)
-            if newest_end - recent[first].start_ms >= shortest_ms and may_rise[first]
-            and (fit := _ramp_fit(recent[first:], ratio)) is not None]
-    return min(fits)[1] if fits else 0.0
+    @staticmethod
+    def of(head: Sequence[Interval], count: int, ratio: float) -> _Unread:
+        """The sums over the first `count` of `head` (which holds the two after them too)."""
+        if count == 0:
+            return _Unread()
+        unread = head[:count]
+        ways = [departure(b.rate, a.rate, ratio) for a, b in pairwise(head)]
+        return _Unread(count, sum(i.records for i in unread),
+                       sum(i.end_ms - i.start_ms for i in unread),
+                       sum(1 for i in unread if i.records == 0),
+                       sum(1 for way, then in pairwise(ways[:count + 1])
+                           if way != 0 and then == -way))
 
 
-_ROUNDING = 1e-6
-"""Relative slack of `_may_rise`'s running sums: far above their rounding error, so a span it
-rules out is one `_ramp_fit` would rule out too."""
-
-
-def _may_rise(span: Sequence[Interval], shift_ratio: float) -> list[bool]:
-    """For each start of a newest span of `span`: False when its line cannot rise by
-    `shift_ratio` − 1 of its mean (`_ramp_fit`'s first test), from running sums over the
-    suffixes, O(len(span)); a flat load then costs no fit at all (one fit per start is
-    O(len(span)²))."""
-    found = [False] * len(span)
-    if not span:
-        return found
-    origin = (span[-1].start_ms + span[-1].end_ms) / 2000  # centred: sums of squares stay exact
-    n = sx = sy = sxx = sxy = 0.0
-    for first in range(len(span) - 1, -1, -1):
-        interval = span[first]
-        x, y = (interval.start_ms + interval.end_ms) / 2000 - origin, interval.rate
-        n, sx, sy, sxx, sxy = n + 1, sx + x, sy + y, sxx + x * x, sxy + x * y
-        spread = n * sxx - sx * sx
-        if spread <= 0:
-            found[first] = True
-            continue
-        rise = (n * sxy - sx * sy) / spread * -x
-        needed = (shift_ratio - 1) * sy / n
-        found[first] = rise >= needed - _ROUNDING * (abs(rise) + abs(needed) + 1)
-    return found
-
-
-def _ramp_fit(span: Sequence[Interval], shift_ratio: float) -> tuple[float, float] | None:
-    """(mean squared error, slope) of the line through the intervals' rates (least squares
-    over their midpoints) when they are a ramp: the line rises, by at least `shift_ratio` − 1
-    of their mean (a slow drift is none), and leaves at most 1/`RAMP_LINE_ADVANTAGE` of the
-    squared error of the best single step (two levels split anywhere), so a step, a spike or
-    noise is none either. Else None."""
-    xs = [(i.start_ms + i.end_ms) / 2000 for i in span]
-    ys = [i.rate for i in span]
-    slope, intercept = _line(xs, ys)
-    if slope <= 0 or slope * (xs[-1] - xs[0]) < (shift_ratio - 1) * sum(ys) / len(ys):
-        return None
-    line_error = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
-    if line_error * RAMP_LINE_ADVANTAGE > _best_step_error(ys):
-        return None
-    return line_error / len(ys), slope
-
-
-def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """Least-squares slope and intercept (xs not all equal)."""
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    var = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var
-    return slope, mean_y - slope * mean_x
-
-
-def _best_step_error(ys: Sequence[float]) -> float:
-    """Least squared error of two levels, each over at least two of `ys`, split anywhere
-    (prefix sums: linear in len(ys))."""
-    sums, squares = [0.0], [0.0]
-    for y in ys:
-        sums.append(sums[-1] + y)
-        squares.append(squares[-1] + y * y)
-
-    def error(lo: int, hi: int) -> float:
-        total = sums[hi] - sums[lo]
-        return squares[hi] - squares[lo] - total * total / (hi - lo)
-
-    n = len(ys)
-    return min(error(0, k) + error(k, n) for k in range(2, n - 1))
+def _start_ms(interval: Interval) -> int:
+    return interval.start_ms
 
 
 BURSTY_AT_LEAST = 3

@@ -12,8 +12,9 @@ only the records past the overlap are computed. A sequence that does not continu
 one (a sample out of order, an epoch that empties the window) is computed again in full.
 
 Each value is computed from frozen records by a pure function, so a kept one equals what the
-function would return again: decisions are the same with or without a memo (the model's tests
-replay traces both ways). The records are kept beside their values, so an identity cannot be
+function would return again. The one exception is the arrival scan it carries (`carried`,
+`arrival.Scan`), whose level may have begun before the window's front. The model's tests replay
+every trace both ways, with the memo and afresh: the same decisions and figures. The records are kept beside their values, so an identity cannot be
 reused by another record while its entry lives; a sequence not used in a whole evaluation is
 dropped (`evaluation`). The values come back as tuples: a caller cannot change what the
 memo keeps. Neighbours: `model.evaluate` takes one per query from the loop
@@ -47,6 +48,7 @@ class Memo:
         self._sequences: dict[Hashable, tuple[list[Any], tuple[Any, ...]]] = {}
         """Per (arity, what): the records last seen and their values (`each`, `pairs`)."""
         self._wholes: dict[Hashable, _Whole] = {}
+        self._carried: dict[Hashable, Any] = {}
         self._used: set[Hashable] = set()
 
     @contextmanager
@@ -56,7 +58,7 @@ class Memo:
         try:
             yield self
         finally:
-            for kept in (self._sequences, self._wholes):
+            for kept in (self._sequences, self._wholes, self._carried):
                 for key in kept.keys() - self._used:
                     del kept[key]
 
@@ -89,6 +91,16 @@ class Memo:
         self._wholes[function] = _Whole(list(records), given, value,
                                         frozenset(self._used - used_before))
         return value
+
+    def carried(self, make: Callable[[], T], key: Hashable) -> T:
+        """The helper `make()` made for `key`, kept across evaluations while each uses it: the
+        one stateful thing kept here (`arrival.Scan`), whose answer may depend on what it was
+        shown before, unlike the values above."""
+        self._used.add(key)
+        kept = self._carried.get(key)
+        if kept is None:
+            kept = self._carried[key] = make()
+        return kept
 
     def _aligned(self, key: Hashable, records: Sequence[Any], arity: int,
                  compute_from: Callable[[int], list[T]]) -> tuple[T, ...]:

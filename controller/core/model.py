@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from controller.core import parallelism, probes
-from controller.core.arrival import ArrivalEstimate, Interval, estimate, intervals
+from controller.core.arrival import ArrivalEstimate, Interval, Scan, intervals
 from controller.core.batches import Batches, SampleKey, lag_records, rate_points, summarise
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
@@ -93,7 +94,7 @@ class QueryModel:
     """The newest arrival interval's rate when it departs from λ unconfirmed (`arrival`)."""
     arrival_ramp: float = 0.0
     """How fast λ climbs, records/s per second, when the arrivals are a rising ramp
-    (`arrival.ramp`); 0 otherwise."""
+    (`ramp.ramp`); 0 otherwise."""
     knob: str = INPUT_PARALLELISM
     """The parameter that scales the query, as its job names it (`knobs`)."""
     job_max: int = 0
@@ -218,7 +219,7 @@ class QueryModel:
 
 def arrival_rate(samples: tuple[TaskMetrics, ...]) -> float | None:
     """Plain λ over all of `samples`: Σ growth of the latest offsets / Σ interval time (see
-    `arrival.intervals`); `evaluate` uses the change-point-aware `arrival.estimate` instead."""
+    `arrival.intervals`); `evaluate` uses the change-point-aware `arrival.Scan` instead."""
     found = intervals(samples)
     elapsed_ms = sum(i.end_ms - i.start_ms for i in found)
     return sum(i.records for i in found) * 1000 / elapsed_ms if elapsed_ms > 0 else None
@@ -344,7 +345,8 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
     batches = memo.whole(summarise, samples, frozenset(warm_up), remembered.overhead_s,
                          remembered.batch_cap, settings)
     from_probes = probes.intervals(probed, batches.known, memo)
-    arrival = estimate(arrival_intervals(list(batches.intervals), from_probes), settings)
+    scan = memo.carried(partial(Scan, settings), (Scan, settings))
+    arrival = scan.estimate(arrival_intervals(list(batches.intervals), from_probes))
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
     cost = batches.cost

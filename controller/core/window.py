@@ -77,6 +77,8 @@ class QueryWindow:
         """Epochs whose change leaves every sample valid (`carry_to`)."""
         self._started: set[tuple[str, int]] = set()
         self._warm_up: set[tuple[str, int, int]] = set()
+        self._joined = False
+        """Whether a sample joined since the last `prune`."""
         self._ends_in_order = True
         """Whether the samples' batch ends rise with their starts, so the oldest end first."""
 
@@ -156,13 +158,24 @@ class QueryWindow:
         """Drop samples whose batch ended more than `window_s` before `now_ms`, but keep the
         newest `KEEP_NEWEST` while the newest one is inside the window.
 
+        The window slides when a sample joins it (or when even its newest has left it), not
+        at every cycle between: what the model derives from the samples is then derived once
+        per batch (`memo.Memo.whole`), not again each cycle for one sample gone from the
+        front. Between two batches the oldest sample may be up to a batch older than the
+        window.
+
         Batches longer than a third of the window (a backlogged stateful job on few state
         partitions runs 4 000 records in ~36 s) would otherwise never fill it with enough for
         a trend, and the query would never be ready to be sized. A query that has stopped
         reporting keeps nothing: its silence is the liveness check's business."""
         horizon = now_ms - self._window_ms
         samples = self._samples
+        joined, self._joined = self._joined, False
         if not samples or samples[0].batch_end_ms >= horizon:
+            return
+        newest_end = (samples[-1].batch_end_ms if self._ends_in_order
+                      else max(s.batch_end_ms for s in samples))
+        if not joined and newest_end >= horizon:
             return
         if not self._ends_in_order:
             inside = [s for s in samples if s.batch_end_ms >= horizon]
@@ -182,6 +195,7 @@ class QueryWindow:
         self._warm_up &= self._keys
 
     def _insert(self, sample: TaskMetrics) -> None:
+        self._joined = True
         if self._samples and sample.batch_start_ms < self._samples[-1].batch_start_ms:
             # Out of order (two instances, or a late record): rare, so a full re-sort is fine.
             self._replace(sorted([*self._samples, sample], key=lambda s: s.batch_start_ms))

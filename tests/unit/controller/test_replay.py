@@ -107,12 +107,14 @@ def test_step_down_waits_the_default_stabilisation_period() -> None:
 @pytest.mark.parametrize("trace", sorted(p.name for p in TRACES.glob("*.jsonl")))
 def test_the_memo_of_derived_figures_changes_no_decision(
         trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every trace replayed with each query's `Memo` and with one that recomputes everything:
-    the same events, figures included."""
+    """Every trace replayed with each query's `Memo` (and the arrival scan it carries from
+    cycle to cycle) and with one that recomputes everything and scans each window afresh: the
+    same events, figures included."""
     from controller.core import memo
 
     kept = replayed(trace)
     monkeypatch.setattr(memo, "_overlap", lambda old, new: 0)
+    monkeypatch.setattr(memo.Memo, "carried", lambda self, make, key: make())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["controller", "replay", "--trace", str(TRACES / trace), "--json"]) == 0

@@ -9,15 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.arrival import (
-    RAMP_AT_LEAST,
-    Interval,
-    Level,
-    _may_rise,
-    _ramp_fit,
-    estimate,
-    ramp,
-)
+from controller.core.arrival import Interval, Level, Scan, bursty, estimate
+from controller.core.ramp import RAMP_AT_LEAST, _may_rise, _ramp_fit, ramp
 from controller.settings import ModelSettings
 
 SETTINGS = ModelSettings()
@@ -190,3 +183,77 @@ def test_a_span_ruled_out_by_the_running_sums_is_no_ramp(
     for first, possible in enumerate(_may_rise(span, ratio)):
         if not possible and len(span) - first >= RAMP_AT_LEAST:
             assert _ramp_fit(span[first:], ratio) is None
+
+
+RATES = st.lists(st.one_of(st.floats(50, 150), st.floats(0, 2_000), st.just(0.0)),
+                 min_size=1, max_size=80)
+"""Rates of a noisy load with steps, spikes, bursts and empty intervals among them."""
+
+
+@given(RATES)
+def test_a_scan_carried_over_a_growing_window_estimates_what_a_fresh_scan_does(
+        rates: list[float]) -> None:
+    """While nothing leaves the window, scanning only what joined is scanning it all."""
+    found, scan = series(rates, 0.5), Scan(SETTINGS)
+    for end in range(1, len(found) + 1):
+        assert scan.estimate(found[:end]) == estimate(found[:end], SETTINGS)
+
+
+@given(RATES, st.integers(3, 30))
+def test_a_scan_carried_over_a_sliding_window_finds_bursts_and_ramps_as_a_fresh_scan_does(
+        rates: list[float], width: int) -> None:
+    """Whether arrivals are bursty, and the ramp, are the window's alone, read from running
+    counts: the same as a fresh scan's at every step, however far the window slid."""
+    found, scan = series(rates, 0.5), Scan(SETTINGS)
+    for end in range(1, len(found) + 1):
+        window = found[max(0, end - width):end]
+        carried, fresh = scan.estimate(window), estimate(window, SETTINGS)
+        assert carried is not None and fresh is not None
+        assert scan.bursty == bursty(window, SETTINGS.level_shift_ratio)
+        assert carried.ramp_per_s == fresh.ramp_per_s
+        if scan.bursty:
+            assert carried == fresh
+
+
+def test_a_load_carried_over_thousands_of_intervals_keeps_the_fresh_scans_level() -> None:
+    """A noisy load that falls and steps back up, slid through a two-minute window for over
+    two hours of probes (the scan cuts back what left the window as it goes): the level, and
+    each step taken, as a fresh scan of the window finds them."""
+    noise = random.Random(7)
+    rates = [3_000] * 8_000 + [1_000] * 8_000 + [3_000] * 240
+    found = series([rate * noise.uniform(0.9, 1.1) for rate in rates], 0.5)
+    scan = Scan(SETTINGS)
+    for end in [*range(240, len(found) - 240, 7), *range(len(found) - 240, len(found) + 1)]:
+        window = found[end - 240:end]
+        assert scan.estimate(window) == estimate(window, SETTINGS)
+
+
+def test_a_window_that_a_candidate_shift_fills_is_scanned_afresh() -> None:
+    """Nothing in the window is at the level the shift departs from, and nothing before it is
+    its history: the window is its own level, as a fresh scan finds it."""
+    found, scan = series([600.0, 0.0, 600.0, 300.0, 330.0, 360.0], 2.0), Scan(SETTINGS)
+    for end in range(1, len(found) + 1):
+        carried = scan.estimate(found[max(0, end - 3):end])
+    assert carried is not None and carried.rate == pytest.approx(330)
+    assert carried.pending_rate is None
+
+
+def test_a_window_that_does_not_continue_the_last_is_scanned_afresh() -> None:
+    """An interval of the window changed (the probes took over from the batches' intervals):
+    the carried scan starts again from the window's first interval."""
+    scan = Scan(SETTINGS)
+    scan.estimate(series([100.0] * 30, 0.5))
+    changed = series([100.0] * 20 + [700.0] * 10, 0.5)
+    assert scan.estimate(changed) == estimate(changed, SETTINGS)
+    assert scan.estimate([]) is None
+
+
+def test_a_level_that_began_before_the_window_outlives_its_front() -> None:
+    """A spike that reaches the front of a short window is no level: the carried scan's level
+    began before it (a fresh scan of the window would start from the spike)."""
+    found = series([100.0] * 10 + [1_000.0] + [100.0] * 6, 0.5)
+    scan = Scan(SETTINGS)
+    for end in range(7, len(found) + 1):
+        carried = scan.estimate(found[end - 7:end])
+        assert carried is not None and carried.rate == pytest.approx(100)
+    assert carried.pending_rate is None

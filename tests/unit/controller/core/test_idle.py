@@ -69,15 +69,15 @@ def test_an_idle_window_is_sized_only_with_a_remembered_cost() -> None:
 
 
 def test_a_query_with_arrivals_and_no_rows_is_stuck_not_idle() -> None:
-    assert idle_cost(ArrivalEstimate(0.0, T0_MS), COST) == BatchCost(0.3, 100.0, "remembered")
-    assert idle_cost(ArrivalEstimate(5.0, T0_MS), COST) is None
-    assert idle_cost(ArrivalEstimate(0.0, T0_MS, pending_rate=40.0), COST) is None
-    assert idle_cost(ArrivalEstimate(0.0, T0_MS), None) is None
+    assert idle_cost(ArrivalEstimate(0.0), COST) == BatchCost(0.3, 100.0, "remembered")
+    assert idle_cost(ArrivalEstimate(5.0), COST) is None
+    assert idle_cost(ArrivalEstimate(0.0, pending_rate=40.0), COST) is None
+    assert idle_cost(ArrivalEstimate(0.0), None) is None
 
 
 def test_a_remembered_lower_bound_stays_a_lower_bound() -> None:
     bound = BatchCost(0.0, 100.0, "assumed_zero")
-    assert idle_cost(ArrivalEstimate(0.0, T0_MS), bound) == bound
+    assert idle_cost(ArrivalEstimate(0.0), bound) == bound
 
 
 def test_an_over_provisioned_query_is_sized_down_in_at_most_two_steps() -> None:

@@ -106,8 +106,10 @@ def test_windows_track_at_most_max_queries() -> None:
                 max_size=40))
 def test_pruning_keeps_what_ended_within_the_window_or_the_newest_three(
         steps: list[tuple[int, int, int]]) -> None:
-    """Whatever the batches' lengths (so ends in order or not): after each prune the window
-    holds the samples that ended within it, or the newest three when fewer did, or none."""
+    """Whatever the batches' lengths (so ends in order or not): a prune after a sample joined,
+    or once none ended within the window, leaves the samples that ended within it, or the
+    newest three when fewer did, or none; a prune between two joins leaves the window as it
+    was, so what the model derives from it holds until the next batch."""
     w, start, batch = window(), T0_MS, 0
     for added, length, waited in steps:
         for _ in range(added):
@@ -118,7 +120,9 @@ def test_pruning_keeps_what_ended_within_the_window_or_the_newest_three(
         before = w.samples
         w.prune(now_ms)
         inside = [s for s in before if s.batch_end_ms >= now_ms - 10_000]
-        if before and before[0].batch_end_ms < now_ms - 10_000 and 0 < len(inside) < 3:
+        if not added and inside:
+            inside = list(before)
+        elif before and before[0].batch_end_ms < now_ms - 10_000 and 0 < len(inside) < 3:
             inside = list(before[-3:])
         elif before and before[0].batch_end_ms >= now_ms - 10_000:
             inside = list(before)
