@@ -2,7 +2,8 @@
 
 Owns how the latest offsets the batches report become one rate: the per-interval growth
 between consecutive samples (`intervals`), and the level of the current segment of those
-intervals (`estimate`). Pure; `model.evaluate` calls it with a window's samples.
+intervals (`estimate`). Pure but for `Scan`, which carries the scan of one query's window from
+cycle to cycle; `model.evaluate` calls it with a window's samples.
 
 Why not one average over a fixed span: a micro-batch reports the latest offsets it saw when
 it was planned, i.e. at its start, so the newest figure is one batch old, and a backlogged
@@ -158,8 +159,8 @@ class Scan:
     reads only the intervals that joined; what the window's front still decides is read from
     running sums over the window: the mean of the intervals before a candidate shift
     (`confirmed_tail`'s history) and the counts that make arrivals `bursty`. The window may
-    begin with intervals the scan never read (the batches' intervals before the first probe,
-    `model.arrival_intervals`): they count in those sums, not in the level.
+    begin with an interval or two the scan never read (the batches' ones before the first
+    probe, `model.arrival_intervals`): they count in those sums, not in the level.
 
     The estimate then differs from a fresh scan's only in where its level began: before the
     window's front rather than at it. A window that does not continue what was scanned (an
@@ -212,10 +213,12 @@ class Scan:
             self._restart()
             return found
         front, unread, newest = carried
-        # A candidate shift that began at or before the window's front has no history in the
-        # window to be judged against, and nothing in the window shows the level it departs
-        # from: the window is read afresh, as its own level.
-        if self._run and len(self._seen) - len(self._run) <= front:
+        # A candidate shift that began at or before the oldest scanned interval in the window
+        # would be judged against no history the scan read: the window is read afresh, as its
+        # own level. So is one with more unread intervals than the batches' one or two before
+        # the first probe: intervals the scan read were replaced (an out-of-order sample).
+        if unread > _UNREAD_AT_MOST or (self._run
+                                        and len(self._seen) - len(self._run) <= front):
             self._restart()
             return found
         self._front = front
@@ -312,6 +315,11 @@ class Scan:
                                              else found[-BURSTY_AT_LEAST:]))
         pending = self._run[-1].rate if self._run else None
         return ArrivalEstimate(self._level.rate, pending, ramp(found, self._settings))
+
+
+_UNREAD_AT_MOST = 2
+"""Intervals at the window's front a carried scan counts without reading: the batches' one or
+two before the first probe (`model.arrival_intervals`)."""
 
 
 @dataclass(frozen=True, slots=True)

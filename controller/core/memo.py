@@ -13,12 +13,15 @@ one (a sample out of order, an epoch that empties the window) is computed again 
 
 Each value is computed from frozen records by a pure function, so a kept one equals what the
 function would return again. The one exception is the arrival scan it carries (`carried`,
-`arrival.Scan`), whose level may have begun before the window's front. The model's tests replay
-every trace both ways, with the memo and afresh: the same decisions and figures. The records are kept beside their values, so an identity cannot be
-reused by another record while its entry lives; a sequence not used in a whole evaluation is
-dropped (`evaluation`). The values come back as tuples: a caller cannot change what the
-memo keeps. Neighbours: `model.evaluate` takes one per query from the loop
-(`controller.loop.memory`) and hands it to `batches`, `arrival` and `probes`.
+`arrival.Scan`), whose level may have begun before the window's front, so it may differ from a
+fresh scan's. The model's tests replay every committed trace both ways, with the memo and
+afresh: the same decisions and figures.
+
+The records are kept beside their values, so an identity cannot be reused by another record
+while its entry lives; a sequence not used in a whole evaluation is dropped (`evaluation`).
+The values come back as tuples: a caller cannot change what the memo keeps. Neighbours:
+`model.evaluate` takes one per query from the loop (`controller.loop.memory`) and hands it to
+`batches`, `arrival` and `probes`.
 """
 
 from __future__ import annotations

@@ -324,7 +324,7 @@ def evaluate(
     query's last model left (`Remembered`). `beat`: the query's newest liveness beat; with the
     probes it gives the backlog while a batch runs (`probes.running_backlog`). `memo`: the
     query's `memo.Memo`, so what the window's records gave last cycle is not derived again
-    (the same model with or without it).
+    (the same model with or without it, but for the arrival scan it carries: `arrival.Scan`).
     """
     with (memo or Memo()).evaluation() as kept:
         return _evaluate(query_id, samples, settings, warm_up, probed, remembered, beat, kept)

@@ -37,7 +37,10 @@ def ramp(found: Sequence[Interval], settings: ModelSettings) -> float:
     newest_end, window_s = found[-1].end_ms, min(settings.ramp_window_s, settings.window_s)
     # The intervals' starts rise (`arrival.intervals`): the spans are found by bisection.
     recent = found[bisect_left(found, newest_end - window_s * 1000, key=_start_ms):]
-    long_enough = bisect_right(recent, newest_end - window_s * 500, key=_start_ms)
+    # Candidates span at least half the ramp window: newest_end − start ≥ window_s × 500,
+    # compared as an integer against a float, as the scan over every start did.
+    long_enough = bisect_right(recent, -window_s * 500,
+                               key=lambda interval: interval.start_ms - newest_end)
     ratio = settings.level_shift_ratio
     may_rise = _may_rise(recent, ratio, long_enough)
     fits = [fit for first in range(min(long_enough, len(recent) - RAMP_AT_LEAST + 1))

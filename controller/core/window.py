@@ -162,7 +162,8 @@ class QueryWindow:
         at every cycle between: what the model derives from the samples is then derived once
         per batch (`memo.Memo.whole`), not again each cycle for one sample gone from the
         front. Between two batches the oldest sample may be up to a batch older than the
-        window.
+        window; while a batch runs long (beats only), the window stays as it was until the
+        batch reports or its newest sample leaves it.
 
         Batches longer than a third of the window (a backlogged stateful job on few state
         partitions runs 4 000 records in ~36 s) would otherwise never fill it with enough for

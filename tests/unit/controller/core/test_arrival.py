@@ -257,3 +257,31 @@ def test_a_level_that_began_before_the_window_outlives_its_front() -> None:
         carried = scan.estimate(found[end - 7:end])
         assert carried is not None and carried.rate == pytest.approx(100)
     assert carried.pending_rate is None
+
+
+@given(RATES, st.integers(3, 30), st.lists(st.integers(0, 5_000), min_size=1, max_size=2))
+def test_the_batches_intervals_before_the_first_probe_count_in_the_windows_bursts(
+        rates: list[float], width: int, batches: list[int]) -> None:
+    """Each window begins with one or two intervals of the batches, ending where its first
+    probe's begins (as `model.arrival_intervals` builds it): the carried scan never read them,
+    but whether the window is bursty counts them, as a fresh scan does."""
+    probes, scan = series(rates, 0.5), Scan(SETTINGS)
+    for end in range(1, len(probes) + 1):
+        window = probes[max(0, end - width):end]
+        start_ms, ahead = window[0].start_ms, []
+        for records in batches:
+            ahead.insert(0, Interval(start_ms - 1_000, start_ms, records))
+            start_ms -= 1_000
+        carried = scan.estimate([*ahead, *window])
+        assert scan.bursty == bursty([*ahead, *window], SETTINGS.level_shift_ratio)
+        if scan.bursty:
+            assert carried == estimate([*ahead, *window], SETTINGS)
+
+
+def test_a_window_whose_older_intervals_changed_is_scanned_afresh() -> None:
+    """The intervals the scan read were replaced, but for the newest ones (an out-of-order
+    sample among the batches): the level is the window's, not the one read before."""
+    scan = Scan(SETTINGS)
+    scan.estimate(series([100.0] * 40))
+    changed = series([100.0] * 10 + [140.0] * 28 + [100.0] * 3)
+    assert scan.estimate(changed) == estimate(changed, SETTINGS)
