@@ -16,6 +16,7 @@ the job names (`knobs`: input parallelism or state partitions) as far as it can 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -428,8 +429,13 @@ def arrival_intervals(from_batches: list[Interval],
     within a probe or two instead of a batch or two."""
     if not from_probes:
         return from_batches
-    first = from_probes[0].start_ms
-    return [i for i in from_batches if i.end_ms <= first] + from_probes
+    # The batches' intervals end in order (each is two consecutive samples' starts).
+    before = bisect_right(from_batches, from_probes[0].start_ms, key=_end_ms)
+    return from_batches[:before] + from_probes
+
+
+def _end_ms(interval: Interval) -> int:
+    return interval.end_ms
 
 
 MIN_TREND_SAMPLES = 3
