@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import sub
 from types import MappingProxyType
 
 from controller.core.arrival import Interval, PartitionKey
@@ -71,9 +72,35 @@ class ProbeLog:
         return tuple(self._probes)
 
 
-def wanted(samples: Iterable[TaskMetrics]) -> set[PartitionKey]:
-    """The source partitions the queries' newest samples name: what to probe."""
-    return {(p.topic, p.partition) for s in samples for p in s.partitions}
+class Wanted:
+    """The source partitions the queries' newest samples name: what to probe. Each sample's
+    partitions are listed once, when it becomes its query's newest, and the whole set is
+    gathered again only when a query's partitions changed: at a thousand partitions a query,
+    gathering them every cycle cost more than the model."""
+
+    def __init__(self) -> None:
+        self._of: dict[str, tuple[TaskMetrics, frozenset[PartitionKey]]] = {}
+        self._all: frozenset[PartitionKey] = frozenset()
+
+    def of(self, newest: Iterable[TaskMetrics]) -> frozenset[PartitionKey]:
+        """Every partition `newest` (each query's newest sample) names."""
+        kept, changed = self._of, False
+        named: set[str] = set()
+        for sample in newest:
+            named.add(sample.query_id)
+            before = kept.get(sample.query_id)
+            if before is not None and before[0] is sample:
+                continue
+            partitions = frozenset((p.topic, p.partition) for p in sample.partitions)
+            changed = changed or before is None or before[1] != partitions
+            kept[sample.query_id] = (sample, partitions)
+        if len(named) != len(kept):
+            for gone in kept.keys() - named:
+                del kept[gone]
+            changed = True
+        if changed:
+            self._all = frozenset().union(*(partitions for _, partitions in kept.values()))
+        return self._all
 
 
 def covering(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
@@ -95,10 +122,18 @@ def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
     what each probe and pair gave while they stay in the log."""
     memo, asked = memo or Memo(), frozenset(keys)
 
+    keys = tuple(asked)
+
     def grown(before: EndOffsets, after: EndOffsets) -> Interval:
-        return Interval(before.at_ms, after.at_ms,
-                        sum(max(0, after.offsets[k] - before.offsets[k]) for k in asked))
+        # Per key in C (a thousand partitions a query): the growth, none where it shrank.
+        steps = list(map(sub, _offsets(after, keys), _offsets(before, keys)))
+        records = sum(steps) if min(steps, default=0) >= 0 else sum(s for s in steps if s > 0)
+        return Interval(before.at_ms, after.at_ms, records)
     return list(memo.pairs(grown, covering(probes, asked, memo), ("grown", asked)))
+
+
+def _offsets(probe: EndOffsets, keys: tuple[PartitionKey, ...]) -> Iterable[int]:
+    return map(probe.offsets.__getitem__, keys)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from controller.core.probes import EndOffsets, ProbeLog, end_offsets, wanted
+from controller.core.probes import EndOffsets, ProbeLog, Wanted, end_offsets
 from controller.errors import TemporaryError
 from controller.loop.ports import Clock, LoopObserver, OffsetProbe
 from controller.settings import ControllerSettings
@@ -27,6 +27,7 @@ class Prober:
         self._settings, self._offsets = settings, offsets
         self._clock, self._observer = clock, observer
         self._log = ProbeLog(settings.model.window_s)
+        self._wanted = Wanted()
         self._next_ms = 0
         self._failing = False
 
@@ -48,7 +49,7 @@ class Prober:
         if self._offsets is None or interval_s <= 0 or now_ms < self._next_ms:
             return
         self._next_ms = now_ms + int(interval_s * 1000)
-        partitions = wanted(newest)
+        partitions = self._wanted.of(newest)
         if not partitions:
             return
         try:
