@@ -41,11 +41,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import sub
 
 from controller.core.memo import Memo
 from controller.core.ramp import ramp
 from controller.settings import ModelSettings
-from schemas import SourcePartition, TaskMetrics
+from schemas import TaskMetrics
 
 PartitionKey = tuple[str, int]
 
@@ -77,9 +78,38 @@ class ArrivalEstimate:
     (`ramp`); 0 otherwise."""
 
 
-def known_offsets(sample: TaskMetrics) -> dict[PartitionKey, SourcePartition]:
-    """Partitions whose latest offset the source knew (-1: first batch, empty partition)."""
-    return {(p.topic, p.partition): p for p in sample.partitions if p.latest_offset >= 0}
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """What a sample says of its sources' latest offsets: the partitions whose latest offset
+    the source knew (-1: first batch, empty partition), in the order the sample lists them,
+    with those offsets,
+    and when it read them (its batch's start). Worked out once per sample (`Memo.each`): the
+    pairs of a window compare it in C, not partition by partition."""
+
+    start_ms: int
+    keys: tuple[PartitionKey, ...]
+    offsets: tuple[int, ...]
+    distinct: bool
+    """Whether no partition is listed twice (then a pair with the same keys lines up)."""
+
+    def by_key(self) -> dict[PartitionKey, int]:
+        return dict(zip(self.keys, self.offsets, strict=True))
+
+    def lines_up(self, before: Latest) -> bool:
+        """Whether `before` names the same partitions in the same order."""
+        return self.distinct and self.keys == before.keys
+
+
+def latest(sample: TaskMetrics) -> Latest:
+    known = [p for p in sample.partitions if p.latest_offset >= 0]
+    keys = tuple((p.topic, p.partition) for p in known)
+    return Latest(sample.batch_start_ms, keys, tuple(p.latest_offset for p in known),
+                  len(set(keys)) == len(keys))
+
+
+def steps(before: Latest, after: Latest) -> list[int]:
+    """Each partition's growth from `before` to `after`, which line up (`Latest.lines_up`)."""
+    return list(map(sub, after.offsets, before.offsets))
 
 
 def intervals(samples: Sequence[TaskMetrics], memo: Memo | None = None) -> list[Interval]:
@@ -89,18 +119,27 @@ def intervals(samples: Sequence[TaskMetrics], memo: Memo | None = None) -> list[
     Only partitions known in both samples of a pair count, and only pairs with such partitions
     make an interval, so a heartbeat without offsets or a partition that appears later does
     not fake a burst. A shrinking offset (topic recreated) counts as no growth. `memo` keeps
-    each pair's interval while both samples stay in the window.
+    each sample's offsets and each pair's interval while they stay in the window.
     """
-    return [i for i in (memo or Memo()).pairs(_interval, samples) if i is not None]
+    memo = memo or Memo()
+    return [i for i in memo.pairs(_interval, memo.each(latest, samples)) if i is not None]
 
 
-def _interval(before: TaskMetrics, after: TaskMetrics) -> Interval | None:
-    old, new = known_offsets(before), known_offsets(after)
-    common = old.keys() & new.keys()
-    if after.batch_start_ms <= before.batch_start_ms or not common:
+def _interval(before: Latest, after: Latest) -> Interval | None:
+    if after.start_ms <= before.start_ms:
         return None
-    grown = sum(max(0, new[k].latest_offset - old[k].latest_offset) for k in common)
-    return Interval(before.batch_start_ms, after.batch_start_ms, grown)
+    if after.lines_up(before):
+        if not after.keys:
+            return None
+        grown = steps(before, after)
+        records = sum(grown) if min(grown) >= 0 else sum(s for s in grown if s > 0)
+    else:
+        old, new = before.by_key(), after.by_key()
+        common = old.keys() & new.keys()
+        if not common:
+            return None
+        records = sum(max(0, new[k] - old[k]) for k in common)
+    return Interval(before.start_ms, after.start_ms, records)
 
 
 class Level:

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.core import parallelism
-from controller.core.arrival import Interval, PartitionKey, intervals, known_offsets
+from controller.core.arrival import Interval, Latest, PartitionKey, intervals, latest, steps
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.shedding import observed_shedding
@@ -127,7 +127,7 @@ def _recent_figures(recent: tuple[TaskMetrics, ...], *, memo: Memo) -> Mapping[s
 
 
 def _known(newest: tuple[TaskMetrics], *, memo: Memo) -> frozenset[PartitionKey]:
-    return frozenset(known_offsets(newest[0]))
+    return frozenset(memo.each(latest, newest, "the newest's latest")[0].keys)
 
 
 def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
@@ -214,28 +214,35 @@ def partition_arrivals(samples: tuple[TaskMetrics, ...],
     """Records that arrived per partition between consecutive samples (as
     `model.arrival_rate`)."""
     memo = memo or Memo()
-    if len(samples) > 1 and all(memo.pairs(_only_grows, samples)):
+    # Named apart from the window's: one sequence per name, or each call would find the
+    # other's and work every sample out again.
+    offsets = memo.each(latest, samples, "the recent ones' latest")
+    if len(samples) > 1 and all(memo.pairs(_only_grows, offsets)):
         # The same partitions throughout, none shrinking: the pairs' growth telescopes to the
         # newest latest offsets less the oldest, O(partitions) instead of O(pairs × them).
-        old, new = known_offsets(samples[0]), known_offsets(samples[-1])
-        return {_name(p): p.latest_offset - old[key].latest_offset for key, p in new.items()}
+        old, new = offsets[0].by_key(), offsets[-1].by_key()
+        return {_key_name(key): records - old[key] for key, records in new.items()}
     grown: dict[str, int] = {}
-    for pair in memo.pairs(_partition_growth, samples):
+    for pair in memo.pairs(_partition_growth, offsets):
         for name, records in pair:
             grown[name] = grown.get(name, 0) + records
     return grown
 
 
-def _only_grows(before: TaskMetrics, after: TaskMetrics) -> bool:
-    old, new = known_offsets(before), known_offsets(after)
-    return old.keys() == new.keys() and all(
-        new[key].latest_offset >= partition.latest_offset for key, partition in old.items())
+def _only_grows(before: Latest, after: Latest) -> bool:
+    if after.lines_up(before):
+        return min(steps(before, after), default=0) >= 0
+    old, new = before.by_key(), after.by_key()
+    return old.keys() == new.keys() and all(new[key] >= records for key, records in old.items())
 
 
-def _partition_growth(before: TaskMetrics, after: TaskMetrics) -> tuple[tuple[str, int], ...]:
-    old, new = known_offsets(before), known_offsets(after)
-    return tuple((_name(new[key]), max(0, new[key].latest_offset - old[key].latest_offset))
-                 for key in old.keys() & new.keys())
+def _partition_growth(before: Latest, after: Latest) -> tuple[tuple[str, int], ...]:
+    old, new = before.by_key(), after.by_key()
+    return tuple((_key_name(key), max(0, new[key] - old[key])) for key in old.keys() & new.keys())
+
+
+def _key_name(key: PartitionKey) -> str:
+    return f"{key[0]}/{key[1]}"
 
 
 def _name(partition: SourcePartition) -> str:
