@@ -82,9 +82,8 @@ class ArrivalEstimate:
 class Latest:
     """What a sample says of its sources' latest offsets: the partitions whose latest offset
     the source knew (-1: first batch, empty partition), in the order the sample lists them,
-    with those offsets,
-    and when it read them (its batch's start). Worked out once per sample (`Memo.each`): the
-    pairs of a window compare it in C, not partition by partition."""
+    with those offsets, and when it read them (its batch's start). Worked out once per sample
+    and use (`Memo.each`): the pairs of a window compare it in C, not partition by partition."""
 
     start_ms: int
     keys: tuple[PartitionKey, ...]

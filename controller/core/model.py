@@ -429,7 +429,8 @@ def arrival_intervals(from_batches: list[Interval],
     within a probe or two instead of a batch or two."""
     if not from_probes:
         return from_batches
-    # The batches' intervals end in order (each is two consecutive samples' starts).
+    # The batches' intervals end in order: each spans two consecutive samples' starts, and a
+    # window keeps its samples sorted by start (`window.QueryWindow`).
     before = bisect_right(from_batches, from_probes[0].start_ms, key=_end_ms)
     return from_batches[:before] + from_probes
 

@@ -76,7 +76,8 @@ class Wanted:
     """The source partitions the queries' newest samples name: what to probe. Each sample's
     partitions are listed once, when it becomes its query's newest, and the whole set is
     gathered again only when a query's partitions changed: at a thousand partitions a query,
-    gathering them every cycle cost more than the model."""
+    gathering them every cycle cost more than the model. Shown one sample per query (the
+    loop's windows' newest)."""
 
     def __init__(self) -> None:
         self._of: dict[str, tuple[TaskMetrics, frozenset[PartitionKey]]] = {}

@@ -13,6 +13,7 @@ from controller.core.probes import (
     EndOffsets,
     ProbeLog,
     RunningPlan,
+    Wanted,
     end_offsets,
     intervals,
     running_backlog,
@@ -65,6 +66,23 @@ def model_of(job: Job, seconds: float, probed_until_s: float) -> QueryModel:
     found = evaluate("q1", tuple(trace), ModelSettings(), probed=probed)
     assert isinstance(found, QueryModel), found
     return found
+
+
+def test_what_to_probe_is_every_partition_the_queries_newest_samples_name() -> None:
+    """Kept per query: a query's newest sample that names other partitions, a query that
+    goes and one that comes each change what is probed; the same sample again changes
+    nothing."""
+    def newest(query: str, *partitions: int) -> TaskMetrics:
+        return replace(simulate(STEADY, 1)[0], query_id=query, partitions=tuple(
+            replace(simulate(STEADY, 1)[0].partitions[0], partition=p) for p in partitions))
+
+    wanted, q1, q2 = Wanted(), newest("q1", 0, 1), newest("q2", 1, 2)
+    assert wanted.of([q1, q2]) == {A, B, ("in", 2)}
+    assert wanted.of([q1, q2]) == {A, B, ("in", 2)}
+    assert wanted.of([newest("q1", 3), q2]) == {B, ("in", 2), ("in", 3)}
+    assert wanted.of([q2]) == {B, ("in", 2)}
+    assert wanted.of([q2, newest("q3", 0)]) == {A, B, ("in", 2)}
+    assert wanted.of([]) == frozenset()
 
 
 def test_probes_show_a_step_that_no_finished_batch_has_seen_yet() -> None:
