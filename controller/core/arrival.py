@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from operator import sub
+from operator import attrgetter, sub
 
 from controller.core.memo import Memo
 from controller.core.ramp import ramp
@@ -273,7 +273,7 @@ class Scan:
         seen = self._seen
         if not seen:
             return None
-        newest = bisect_left(found, seen[-1].start_ms, key=_start_ms)
+        newest = bisect_left(found, seen[-1].start_ms, key=_START_MS)
         if newest == len(found) or found[newest] != seen[-1]:
             return None
         # The oldest interval of `found` that is the scanned one aligned with it: a binary
@@ -334,7 +334,11 @@ class Scan:
 
     @property
     def bursty(self) -> bool:
-        """`bursty` of the window last shown, from the running counts."""
+        """Whether records arrive in bursts coarser than the intervals, in the window last shown,
+        from the running counts. An upstream micro-batch job writes each batch's output at once,
+        so a reader sees 0, 0, 2 000, 0, … or, with a trigger close to the upstream's batch
+        period, 160, 57, 160, 57/s: single intervals are then no rate observations, and only
+        their mean over `arrival_window_s` is."""
         front, unread = self._front, self._unread
         count = unread.count + len(self._seen) - front
         empty = unread.empty + self._empty[-1] - self._empty[front]
@@ -348,11 +352,14 @@ class Scan:
         assert self._level is not None  # found is not empty: its first interval set one
         if self.bursty:
             horizon = found[-1].end_ms - self._settings.arrival_window_s * 1000
-            recent = found[bisect_left(found, horizon, key=_start_ms):]
+            recent = found[bisect_left(found, horizon, key=_START_MS):]
             return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
                                              else found[-BURSTY_AT_LEAST:]))
         pending = self._run[-1].rate if self._run else None
         return ArrivalEstimate(self._level.rate, pending, ramp(found, self._settings))
+
+
+_START_MS = attrgetter("start_ms")
 
 
 _UNREAD_AT_MOST = 2
@@ -385,10 +392,6 @@ class _Unread:
                            if way != 0 and then == -way))
 
 
-def _start_ms(interval: Interval) -> int:
-    return interval.start_ms
-
-
 BURSTY_AT_LEAST = 3
 """Intervals averaged at least when arrivals are bursty: more than one upstream batch."""
 
@@ -397,21 +400,6 @@ BURSTY_REVERSALS = 2
 """Jumps beyond `level_shift_ratio` straight back and forth (or intervals without growth) in
 one window that make the arrivals bursty: one is a spike or a dip (the estimate's business),
 repeated ones are the pattern."""
-
-
-def bursty(found: Sequence[Interval], ratio: float) -> bool:
-    """Whether records arrive in bursts coarser than the intervals. An upstream micro-batch
-    job writes each batch's output at once, so a reader sees 0, 0, 2 000, 0, … or, with a
-    trigger close to the upstream's batch period, 160, 57, 160, 57/s: single intervals are
-    then no rate observations, and only their mean over `arrival_window_s` is."""
-    empty = sum(1 for i in found if i.records == 0)
-    if empty >= BURSTY_REVERSALS and empty < len(found):
-        return True
-    rates = [i.rate for i in found]
-    ways = [departure(b, a, ratio) for a, b in pairwise(rates)]
-    reversals = sum(1 for way, then in pairwise(ways)
-                    if way != 0 and then == -way)
-    return reversals >= BURSTY_REVERSALS
 
 
 def confirmed_tail(run: Sequence[Interval], history_rate: Callable[[], float], direction: int,

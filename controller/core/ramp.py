@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from controller.settings import ModelSettings
@@ -36,7 +37,7 @@ def ramp(found: Sequence[Interval], settings: ModelSettings) -> float:
         return 0.0
     newest_end, window_s = found[-1].end_ms, min(settings.ramp_window_s, settings.window_s)
     # The intervals' starts rise (`arrival.intervals`): the spans are found by bisection.
-    recent = found[bisect_left(found, newest_end - window_s * 1000, key=_start_ms):]
+    recent = found[bisect_left(found, newest_end - window_s * 1000, key=attrgetter("start_ms")):]
     # Candidates span at least half the ramp window: newest_end − start ≥ window_s × 500,
     # compared as an integer against a float, as the scan over every start did.
     long_enough = bisect_right(recent, -window_s * 500,
@@ -46,10 +47,6 @@ def ramp(found: Sequence[Interval], settings: ModelSettings) -> float:
     fits = [fit for first in range(min(long_enough, len(recent) - RAMP_AT_LEAST + 1))
             if may_rise[first] and (fit := _ramp_fit(recent[first:], ratio)) is not None]
     return min(fits)[1] if fits else 0.0
-
-
-def _start_ms(interval: Interval) -> int:
-    return interval.start_ms
 
 
 _ROUNDING = 1e-6

@@ -4,12 +4,13 @@ noise and bursty upstreams are averaged."""
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.arrival import Interval, Level, Scan, bursty, estimate
+from controller.core.arrival import BURSTY_REVERSALS, Interval, Level, Scan, departure, estimate
 from controller.core.ramp import RAMP_AT_LEAST, _may_rise, _ramp_fit, ramp
 from controller.settings import ModelSettings
 
@@ -21,6 +22,17 @@ def series(rates: list[float], seconds: float = 2.0) -> list[Interval]:
     step_ms = int(seconds * 1000)
     return [Interval(i * step_ms, (i + 1) * step_ms, round(rate * seconds))
             for i, rate in enumerate(rates)]
+
+
+def bursty(found: list[Interval], ratio: float) -> bool:
+    """The definition `Scan.bursty` keeps in running counts: empty intervals among non-empty
+    ones, or jumps beyond `ratio` straight back and forth."""
+    empty = sum(1 for i in found if i.records == 0)
+    if BURSTY_REVERSALS <= empty < len(found):
+        return True
+    ways = [departure(b.rate, a.rate, ratio) for a, b in pairwise(found)]
+    reversals = sum(1 for way, then in pairwise(ways) if way != 0 and then == -way)
+    return reversals >= BURSTY_REVERSALS
 
 
 def rate_of(rates: list[float], seconds: float = 2.0) -> float:
