@@ -5,7 +5,7 @@ Owns reading `docker-compose.yml`, `deploy/prometheus.yml` and the Grafana dashb
 (from `JobConfig`'s fields, the controller's settings and every `STREAMCTL_*` string constant in
 the sources), the metric names the code defines, the topics in `streamctl/stack/defaults.py`.
 Everything is computed from the code each time, so the checks follow the code as it grows.
-Neighbours: the tests in this package; `tests.reference` renders docs/configuration.md's tables
+Neighbours: the tests in this package; `streamctl.reference` renders docs/configuration.md's tables
 from here.
 """
 
@@ -183,13 +183,13 @@ def env_read_by(kind: str) -> set[str]:
 def topic_fields_in_code() -> dict[str, str]:
     """Every topic the code uses by default: `*_topic` fields of the job and controller config."""
     from controller.settings import KafkaSettings
+    from streamctl.reference import bundled_jobs
     from streaming_jobs.config import flat_fields
     from streaming_jobs.loading import load
-    from tests.reference import BUNDLED_JOBS
 
     used = {f"JobConfig.{f.name}": str(f.default) for f in flat_fields()
             if f.name.endswith("_topic") and f.default}
-    for job in map(load, BUNDLED_JOBS):  # the defaults of the job options without one
+    for job in map(load, bundled_jobs()):  # the defaults of the job options without one
         used |= {f"{job.name}.topics.input": job.topics.input,
                  f"{job.name}.topics.output": job.topics.output,
                  f"{job.name}.topics.dead_letters": job.topics.resolved_dead_letters()}
@@ -208,23 +208,10 @@ _SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
 def metric_families() -> dict[str, str]:
     """Every metric the project's registries expose, by family name → type (the job's, its
     sink's counters included, and the controller's)."""
-    from prometheus_client import CollectorRegistry
+    from streamctl.reference import registries
 
-    from controller.explain.prom import ControllerMetrics, new_registry
-    from streaming_jobs.runtime.observe.prometheus import JobPrometheus
-
-    job = JobPrometheus(CollectorRegistry())
-    job.watch_sink("q", _NoReplays())
-    registries = [ControllerMetrics(new_registry()).registry, job.registry]
-    return {family.name: family.type for registry in registries
+    return {family.name: family.type for registry in registries().values()
             for family in registry.collect()}
-
-
-class _NoReplays:
-    """A sink that never skipped a replay (its counter is registered all the same)."""
-
-    def skipped_replays(self) -> int:
-        return 0
 
 
 def exported_metric_names() -> set[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import reference
+from streamctl import reference
 from tests.deploy import deployment as d
 
 ROOT = d.ROOT
@@ -52,8 +52,8 @@ def test_the_pages_are_found() -> None:
 
 @pytest.mark.parametrize("name", sorted(reference.BLOCKS))
 def test_each_generated_reference_is_what_the_code_renders(name: str) -> None:
-    assert reference.documented()[name] == reference.rendered()[name], (
-        f"the {name} reference is stale: run `.venv/bin/python -m tests.reference --write` "
+    assert reference.documented(ROOT)[name] == reference.rendered()[name], (
+        f"the {name} reference is stale: run `.venv/bin/python -m streamctl.reference --write` "
         "and review the diff")
 
 
@@ -62,7 +62,7 @@ def test_the_variables_table_lists_every_variable_the_code_and_compose_read() ->
     read = set().union(*(d.env_read_by(kind) for kind in ("job", "controller", "topics", "load")))
     interpolated = set(re.findall(r"\$\{([A-Z0-9_]+)", d.COMPOSE_FILE.read_text()))
     missing = (read | interpolated) - listed
-    assert not missing, f"add to tests.reference.SHARED or COMPOSE with a meaning: {missing}"
+    assert not missing, f"add to streamctl.reference.SHARED or COMPOSE with a meaning: {missing}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -93,12 +93,12 @@ def test_every_metric_a_page_names_exists(page: Path) -> None:
 
 def our_options() -> set[str]:
     """Every option of every `streamctl` command, and of the `python -m` tools (bench.*,
-    tests.reference)."""
+    streamctl.reference)."""
     found = {flag for _path, parser in reference.commands()
              for action in reference.options_of(parser) for flag in action.option_strings}
-    for path in [*(ROOT / "bench").rglob("*.py"), ROOT / "tests" / "reference.py"]:
+    for path in (ROOT / "bench").rglob("*.py"):
         found |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", path.read_text()))
-    return found | {"--write"}  # tests.reference reads it from argv
+    return found | {"--write"}  # streamctl.reference reads it from argv
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -139,3 +139,15 @@ def test_every_file_a_page_names_exists(page: Path) -> None:
     named = re.findall(rf"`((?:[a-z_.]+/)+[A-Za-z0-9_.-]+\.(?:{suffixes}))`", text_of(page))
     wrong = [p for p in named if not (ROOT / p).exists() and not (page.parent / p).exists()]
     assert not wrong, f"{page.name} names files that are not in the repository: {wrong}"
+
+
+def test_the_reference_lists_the_settings_of_the_bundled_jobs_not_of_a_users_jobs() -> None:
+    from streaming_jobs.loading import installed
+
+    jobs = installed()
+    bundled = reference.bundled_jobs()
+    assert bundled, "no bundled job found among the installed ones"
+    assert {jobs[name].distribution for name in bundled} == {"streamctl"}
+    others = {name for name, job in jobs.items() if job.distribution != "streamctl"}
+    assert others, "the example's jobs are installed (./dev does): a user's jobs to leave out"
+    assert not others & set(bundled)

@@ -1,12 +1,13 @@
-"""docs/configuration.md's reference sections, rendered from the code.
+"""The reference sections of docs/configuration.md and docs/metrics.md, rendered from the code.
 
-Two blocks: every command of `streamctl` with its options and their help (from the argparse
-tree the command line itself is built from), and every environment variable a streamctl
-process reads (job and controller settings from their config classes, the shared names from
-the constants in the sources) and the variables docker-compose.yml interpolates, with who reads
-it, its default and its meaning. `tests/unit/test_documented_names.py` fails when either block
-differs from this rendering; then run `.venv/bin/python -m tests.reference --write` and review
-the diff.
+Three blocks: every command of `streamctl` with its options and their help (from the argparse
+tree the command line itself is built from); every environment variable a streamctl process
+reads (job and controller settings from their config classes, the bundled jobs' own settings,
+the shared names from the constants in the sources) and the variables docker-compose.yml
+interpolates, with who reads it, its default and its meaning; and every Prometheus metric the
+job and the controller export. `python -m streamctl.reference` prints them for the installed
+version; `--write` rewrites the blocks in a checkout's docs (run from its root).
+`tests/unit/test_documented_names.py` fails when a block differs from this rendering.
 """
 
 from __future__ import annotations
@@ -15,19 +16,26 @@ import argparse
 import re
 import sys
 from dataclasses import MISSING, dataclass
+from pathlib import Path
 from typing import Any
 
-from streamctl import options
-from tests.deploy import deployment as d
+from prometheus_client import CollectorRegistry
 
-DOC = d.ROOT / "docs" / "configuration.md"
-ENV_BLOCK = ("<!-- env-reference:begin (generated: python -m tests.reference --write) -->",
-             "<!-- env-reference:end -->")
-METRICS_DOC = d.ROOT / "docs" / "metrics.md"
-METRICS_BLOCK = ("<!-- metrics-reference:begin (generated: python -m tests.reference --write) -->",
-                 "<!-- metrics-reference:end -->")
-COMMAND_BLOCK = ("<!-- command-reference:begin (generated: python -m tests.reference --write) -->",
-                 "<!-- command-reference:end -->")
+from streamctl import options
+
+DOC = Path("docs") / "configuration.md"
+METRICS_DOC = Path("docs") / "metrics.md"
+"""The pages with generated blocks, from a checkout's root."""
+
+
+def _marks(name: str) -> tuple[str, str]:
+    return (f"<!-- {name}-reference:begin (generated: python -m streamctl.reference --write) -->",
+            f"<!-- {name}-reference:end -->")
+
+
+ENV_BLOCK = _marks("env")
+METRICS_BLOCK = _marks("metrics")
+COMMAND_BLOCK = _marks("command")
 
 # Variables read by name (not derived from a config class): who reads them, default, meaning.
 SHARED = {
@@ -91,7 +99,16 @@ def _job_rows() -> dict[str, Row]:
             for o in option_list() if o.field != "job"}
 
 
-BUNDLED_JOBS = ("sensor-averages", "fraud-detection")
+BUNDLED_PACKAGE = "streaming_jobs."
+"""Where the jobs that come with streamctl live (a user's installed jobs live elsewhere)."""
+
+
+def bundled_jobs() -> list[str]:
+    """The names of the jobs that come with streamctl, in name order."""
+    from streaming_jobs.loading import installed
+
+    return sorted(name for name, job in installed().items()
+                  if job.target.startswith(BUNDLED_PACKAGE))
 
 
 def _job_setting_rows() -> dict[str, Row]:
@@ -100,7 +117,7 @@ def _job_setting_rows() -> dict[str, Row]:
     from streaming_jobs.loading import load
 
     rows: dict[str, Row] = {}
-    for name in BUNDLED_JOBS:
+    for name in bundled_jobs():
         for setting in load(name).settings:
             var = env_var(setting.name)
             old = rows.get(var)
@@ -232,7 +249,8 @@ def render_commands() -> str:
         lines += [f"### `{path}`", "", _cell(" ".join((parser.description or "").split())), ""]
         positionals = [a for a in parser._actions if not a.option_strings
                        and not isinstance(a, argparse._SubParsersAction)]
-        settings, others = [], []
+        settings: list[argparse.Action] = []
+        others: list[argparse.Action] = []
         for action in options_of(parser):
             env = re.search(r"\[env ([A-Z0-9_]+);", action.help or "")
             (settings if env and env.group(1) in variables else others).append(action)
@@ -248,18 +266,28 @@ def render_commands() -> str:
     return "\n".join(lines).rstrip()
 
 
-def metric_rows() -> list[tuple[str, str, str, str, str]]:
-    """(process, name as documented, type, labels, help) of every Prometheus metric."""
-    from prometheus_client import CollectorRegistry
-
+def registries() -> dict[str, CollectorRegistry]:
+    """Per process, a registry with every metric it exports (the job's sink counters
+    included)."""
     from controller.explain.prom import ControllerMetrics, new_registry
     from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 
     job = JobPrometheus(CollectorRegistry())
-    job.watch_sink("query", d._NoReplays())
+    job.watch_sink("query", _NoReplays())
+    return {"job": job.registry, "controller": ControllerMetrics(new_registry()).registry}
+
+
+class _NoReplays:
+    """A sink that never skipped a replay (its counter is registered all the same)."""
+
+    def skipped_replays(self) -> int:
+        return 0
+
+
+def metric_rows() -> list[tuple[str, str, str, str, str]]:
+    """(process, name as documented, type, labels, help) of every Prometheus metric."""
     found = []
-    for process, registry in (("job", job.registry),
-                              ("controller", ControllerMetrics(new_registry()).registry)):
+    for process, registry in registries().items():
         for collector in list(registry._collector_to_names):
             for family in collector.collect():
                 labels = set(getattr(collector, "_labelnames", ()))
@@ -289,8 +317,9 @@ BLOCKS = {"env": (DOC, ENV_BLOCK, render_env), "commands": (DOC, COMMAND_BLOCK, 
 """Each generated block: its page, its markers and what renders it."""
 
 
-def documented() -> dict[str, str]:
-    return {name: block(page.read_text(encoding="utf-8"), marks)
+def documented(root: Path) -> dict[str, str]:
+    """Each block as the docs of the checkout at `root` have it."""
+    return {name: block((root / page).read_text(encoding="utf-8"), marks)
             for name, (page, marks, _render) in BLOCKS.items()}
 
 
@@ -303,6 +332,10 @@ def main(argv: list[str]) -> int:
         print("\n\n".join(rendered().values()))
         return 0
     for page, (begin, end), render in BLOCKS.values():
+        if not page.is_file():
+            print(f"no {page} here: run --write from the root of a streamctl checkout",
+                  file=sys.stderr)
+            return 1
         text = page.read_text(encoding="utf-8")
         if begin not in text or end not in text:
             print(f"{page} has no {begin} ... {end} block", file=sys.stderr)
