@@ -5,7 +5,7 @@ constant load, then sends signed control tuples, each action forth and back `--r
 and reads the pause from each ack: for a restart, the gap in committed output from the last
 batch before the change (or the change's start, if later) to the first batch committed after
 it; for a swap (output_topic, shed_fraction, udf_version), the time new batches were held
-(see `streaming_jobs/runtime/control/reconfigure`). For input_topic the
+(see `streaming_jobs.runtime.owner.Reconfigurer`). For input_topic the
 load moves to the other topic first (the switch's contract); the drain that follows runs
 while the query runs and is not part of the pause. Then it measures the alternative the field
 uses today: stop the job process (SIGTERM) and start a new one from the same checkpoint,

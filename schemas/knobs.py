@@ -2,7 +2,7 @@
 `TaskMetrics.scaling_parameter`, written once for the controller and the jobs.
 
 Each name is a runtime parameter a control tuple may set; what a value means, its bounds and
-how a job applies it are the job runtime's (`streaming_jobs.runtime.desired.parameters`,
+how a job applies it are the job runtime's (`streaming_jobs.runtime.desired.state`,
 whose registry a test holds to `ALL`); which one to size is the controller's
 (`controller.core.parallelism`).
 """

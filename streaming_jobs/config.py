@@ -31,14 +31,14 @@ from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import KafkaSecurity
 from streamctl.security.metrics_http import EndpointSecurity
 from streaming_jobs.errors import UserError
-from streaming_jobs.runtime.desired.parameters import (
+from streaming_jobs.runtime.desired.state import (
     REGISTRY,
     BadValue,
     Bounds,
+    DesiredState,
     Limits,
     start_problems,
 )
-from streaming_jobs.runtime.desired.state import DesiredState
 
 if TYPE_CHECKING:
     from streaming_jobs.api import Job

@@ -41,8 +41,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
 from streaming_jobs.runtime.control.reconfigure import QUIESCE_TIMEOUT_S
 from streaming_jobs.runtime.control.shared_state import SharedDesiredState
 from streaming_jobs.runtime.control.tuples import TupleListener
-from streaming_jobs.runtime.desired.parameters import Limits
-from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.desired.state import DesiredState, Limits
 from streaming_jobs.runtime.kafka import (
     KafkaLogRanges,
     RecordPublisher,

@@ -1,6 +1,6 @@
 """The port every protocol of the runtime drives a query through: `QueryControl`.
 
-Owns what the reconfiguration protocol (`reconfigure`), the roles (`standby`), the supervisor
+Owns what the reconfiguration protocol (`owner.Reconfigurer`), the roles (`standby`), the supervisor
 (`supervise`) and the query's owner (`owner`) may ask of a query: start it, quiesce and stop
 it, hold new batches and swap a per-batch setting, relabel its epoch, drain its input before a
 switch, fence the previous owner, and what it committed. `lifecycle.ElasticQuery` is the real

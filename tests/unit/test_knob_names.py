@@ -9,7 +9,7 @@ from pathlib import Path
 
 from schemas import knobs
 from streaming_jobs import api
-from streaming_jobs.runtime.desired.parameters import REGISTRY, ROLE_PARAMETER, TOPIC_PARAMETERS
+from streaming_jobs.runtime.desired.state import REGISTRY, ROLE_PARAMETER, TOPIC_PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = {"INPUT_PARALLELISM", "STATE_PARTITIONS", "MAX_OFFSETS_PER_TRIGGER", "SHED_FRACTION",

@@ -5,7 +5,7 @@ the source's generation, where a source new to the checkpoint starts, the retire
 where the job left them), written *before* a restart that switches (so a process that crashes
 right after still completes the switch exactly), reading the sources and offsets a checkpoint
 recorded, the drain wait and the cut. Neighbours: `input_switch` (the decisions), `lifecycle`
-(asks for the input of each start), `kafka.KafkaLogRanges` (log offsets), `state_partitions`
+(asks for the input of each start), `kafka.KafkaLogRanges` (log offsets), `state_repartition`
 (removes a batch that was planned but never executed).
 """
 
@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from streaming_jobs.runtime.checkpoint import state_partitions
 from streaming_jobs.runtime.checkpoint.files import write_json_atomically
 from streaming_jobs.runtime.checkpoint.input_switch import (
     CheckpointInput,
@@ -37,7 +36,11 @@ from streaming_jobs.runtime.checkpoint.input_switch import (
     start_offsets,
 )
 from streaming_jobs.runtime.checkpoint.retention import Deleted, deleted
-from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
+from streaming_jobs.runtime.checkpoint.state_repartition import (
+    discard_unexecuted_batch,
+    local_path,
+    read_batches,
+)
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -102,7 +105,7 @@ class InputSources:
         """
         if target == self.current.topic:
             return self.current.kafka_input(), None
-        state_partitions.discard_unexecuted_batch(
+        discard_unexecuted_batch(
             self._checkpoint, last_admitted=last_admitted, seen_commit=seen_commit)
         committed = self._committed()
         if (self._previous is not None and target == self._previous.topic

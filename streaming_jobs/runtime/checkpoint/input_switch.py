@@ -14,7 +14,7 @@ restarts with B from where B's records begin: offset 0 of every partition for a 
 query never read (B must still hold its first records), or the offsets where the job left
 it for a topic it read before (switching back). Every record of A is read before any of B, so
 per-key order survives. Neighbours: `input_source` (the effects: checkpoint, Kafka, files),
-`lifecycle` (switches at `start`), `reconfigure` (drains before quiescing).
+`lifecycle` (switches at `start`), `owner.Reconfigurer` (drains before quiescing).
 """
 
 from __future__ import annotations

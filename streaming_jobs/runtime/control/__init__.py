@@ -1,4 +1,5 @@
 """Control tuples and the desired state: authenticity and validation of a tuple (`tuples`),
-the parameter registry (`parameters`), the reconfiguration protocol (`reconfigure`) and the
-desired state persisted beside the checkpoint and published (`desired`).
+what every change to a running query shares (`reconfigure`: its outcomes, its pause, the wait
+for its first commit) and the desired state persisted beside the checkpoint
+(`shared_state`).
 """

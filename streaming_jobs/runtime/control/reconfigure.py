@@ -1,15 +1,12 @@
-"""The reconfiguration protocol: quiesce → apply → resume → measure, for every parameter.
-
-Owns the one thing that changes a running query's desired state, the two ways a change takes
-effect (restart the query from its checkpoint, or swap a per-batch setting while the gate holds
-new batches), the rollback when that fails, and the definition of the pause it reports.
-Its caller, the query's owner (`owner.QueryOwner`), runs one change at a time. Neighbours:
-`ports.QueryControl` (the query), `parameters` (which path a change takes).
+"""What every change to a running query shares: its outcomes (`Applied`, `Refused`,
+`RestartFailed`), the definition of the pause it reports (`pause_start`), the wait for the first
+commit after it (`first_commit`, `next_commit`) and a failure's gist for an ack
+(`short_failure`). The protocol that uses them is the owner's (`owner.Reconfigurer`) and the
+role's (`roles.standby`, a promotion). Neighbours: `ports.QueryControl` (the query).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
@@ -17,10 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streaming_jobs.errors import ChangeFailed, RequestRefused
-from streaming_jobs.runtime.checkpoint.input_switch import SwitchRefused
-from streaming_jobs.runtime.checkpoint.retention import InputDeleted
-from streaming_jobs.runtime.desired.parameters import READ_BY_TASKS, Apply, apply_path
-from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.ports import Commit, QueryControl
 
 log = logging.getLogger(__name__)
@@ -45,120 +38,6 @@ class Refused(RequestRefused):
 class Applied:
     pause_ms: int
     detail: str
-
-
-class Reconfigurer:
-    """Applies a new desired state to a query at a batch boundary."""
-
-    def __init__(self, query: QueryControl, clock_ms: Callable[[], int] | None = None) -> None:
-        self._query = query
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
-
-    def apply(self, new: DesiredState) -> Applied:
-        """Swap or restart into `new`; raises RestartFailed after rolling back."""
-        old = self._query.desired
-        change = old.describe_change(new)
-        path = apply_path(old, new)
-        if path is Apply.ROLE:  # a caller's bug: the query's settings are not what changes
-            raise ValueError(f"{change}: a change of the active instance is a promotion or "
-                             "a step-down (standby.Instance.change_role), not a reconfiguration")
-        if path is Apply.SWAP:
-            return self._swap(old, new, change)
-        if new.input_topic != old.input_topic:
-            change = f"{change}; {self._drain(new.input_topic)}"
-        return self._restart(old, new, change)
-
-    def _drain(self, topic: str) -> str:
-        """An input switch first lets the running query read the old topic to its end."""
-        try:
-            return self._query.drain_input(topic)
-        except SwitchRefused as exc:
-            raise Refused(f"cannot switch the input to {topic}: {exc}") from exc
-
-    def _swap(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
-        """Hold new batches at the gate, let admitted ones commit, swap, release, settle.
-
-        No restart: the running query reads the swapped setting from its next batch on. The
-        pause is the time new batches were held. Settling (executors registering after a
-        request) happens after the release, while batches run; the ack reports it. A value
-        the tasks run (`READ_BY_TASKS`: a function version, a shed fraction) is only known to
-        work once a batch has run with it, so the change waits for that batch; if it fails,
-        the query restarts with the previous settings and replays it.
-        """
-        began_ms = self._clock_ms()
-        drained = self._query.hold(QUIESCE_TIMEOUT_S)
-        before = self._query.last_commit
-        try:
-            self._query.swap(new)
-        except Exception as exc:
-            log.error("swap to %s failed (%s); restoring the previous settings", change, exc)
-            self._query.swap(old)
-            raise RestartFailed(f"{change} failed ({exc}); rolled back") from exc
-        finally:
-            self._query.release()
-        held_ms = self._clock_ms() - began_ms
-        settled = self._query.settle(old, new)
-        ran = (self._first_batch_after(old, change, before)
-               if READ_BY_TASKS & set(old.changed(new)) else None)
-        return Applied(pause_ms=held_ms, detail=(
-            f"{change}; swapped at a batch boundary without a restart, new batches held "
-            f"{held_ms} ms{'' if drained else ' (quiesce timed out)'}"
-            + "".join(f"; {note}" for note in (settled, ran) if note)))
-
-    def _first_batch_after(self, old: DesiredState, change: str, before: Commit | None) -> str:
-        """Wait for the swap's first batch; roll back and raise if it fails."""
-        try:
-            first = next_commit(self._query, before)
-        except Exception as exc:
-            self._roll_back(old)
-            raise RestartFailed(f"{change} failed in the first batch after the swap ({exc}); "
-                                f"restarted with the settings of epoch {old.epoch}") from exc
-        return (f"the first batch with it committed (batch {first.batch_id})" if first
-                else "no batch has run with it yet (no new data)")
-
-    def _restart(self, old: DesiredState, new: DesiredState, change: str) -> Applied:
-        """Restart with `new` from the checkpoint.
-
-        The pause is the gap in committed output the change caused: from whichever is later,
-        the commit of the last batch before the change or the moment the change began, to the
-        commit of the first batch of the restarted query. It includes the wait for a running
-        batch (quiesce), the restart and that first batch's own execution (often the replay of
-        the batch the gate held back); it leaves out the time the query had been idle before
-        the change, which the detail names apart, and the warming of the Python workers the
-        restarted run will need (`warm_workers`), done before the quiesce while the old run
-        still commits. If no batch arrives within IDLE_GRACE_S,
-        the pause ends at the moment the restarted query is seen active and idle. The detail
-        also names the shorter gap in which no batch ran at all.
-        """
-        warmed = self._query.warm_workers(new)  # the old run keeps committing meanwhile
-        began_ms = self._clock_ms()
-        drained = self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
-        since_ms, idle_ms = pause_start(self._query.last_commit, began_ms)
-        stopped_ms = self._clock_ms()
-        try:
-            run_id = self._query.start(new)
-            first = first_commit(self._query, run_id)
-        except Exception as exc:
-            self._roll_back(old)
-            raise RestartFailed(f"restart with {change} failed ({exc}); rolled back to "
-                                f"epoch {old.epoch}") from exc
-        resumed_ms = first.end_ms if first else self._clock_ms()
-        note = "".join(f"{n}, " for n in (warmed, self._query.start_note) if n)
-        detail = (f"{change}; {note}"
-                  f"quiesce {stopped_ms - began_ms} ms{'' if drained else ' (timed out)'}, "
-                  + (f"restart to first commit {resumed_ms - stopped_ms} ms, no batch running "
-                     f"for {max(0, first.start_ms - since_ms)} ms" if first else
-                     f"restart to idle {resumed_ms - stopped_ms} ms (no new data)")
-                  + (f"; idle {idle_ms} ms before the change, not in the pause"
-                     if idle_ms else ""))
-        return Applied(pause_ms=max(0, resumed_ms - since_ms), detail=detail)
-
-    def _roll_back(self, old: DesiredState) -> None:
-        log.error("restart failed; rolling back to the desired state of epoch %d", old.epoch)
-        if self._query.is_active():
-            self._query.quiesce_and_stop(QUIESCE_TIMEOUT_S)
-        with contextlib.suppress(InputDeleted):  # reported as found; halted whatever changed
-            self._query.start(old)
 
 
 def pause_start(last_commit: Commit | None, began_ms: int) -> tuple[int, int]:

@@ -9,8 +9,8 @@ The file is shared by every instance of the query (it lives beside the shared ch
 its `active_instance` and epoch say who owns the query: a promoted standby writes it before it
 starts the query, and an instance that finds another one named there at an epoch not below
 its own is superseded (`superseded_by`): it must not write output, checkpoint or this file.
-Writes never lower the epoch on disk (`StaleWrite`). Neighbours: `parameters` (the type and
-the registry), `job` and `standby` (call save/load/superseded_by).
+Writes never lower the epoch on disk (`StaleWrite`). Neighbours: `desired.state` (the type
+and the registry), `job` and `standby` (call save/load/superseded_by).
 """
 
 from __future__ import annotations
@@ -26,16 +26,17 @@ from schemas.records import DesiredStateRecord
 from streaming_jobs.config import ConfigError, Identity
 from streaming_jobs.errors import Fenced, UserError
 from streaming_jobs.runtime.checkpoint.files import write_json_atomically
-from streaming_jobs.runtime.desired.parameters import (
+from streaming_jobs.runtime.desired.state import (
     REGISTRY,
     ROLE_PARAMETER,
     TOPIC_PARAMETERS,
     BadValue,
+    DesiredState,
     Limits,
+    is_request,
     start_problems,
     with_value,
 )
-from streaming_jobs.runtime.desired.state import DesiredState, is_request
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1

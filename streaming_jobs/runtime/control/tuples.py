@@ -5,7 +5,7 @@ the shared key → a known parameter that can change here → a value within bou
 stale) and the ack for each tuple this instance answers: the active instance answers every
 tuple of its query, a standby only the one that promotes it (so each tuple gets one ack from
 the instance it concerns). Tuples are handled one at a time, so reconfigurations are
-serialized. Neighbours: `parameters` (the registry), `kafka` (the consumer and the ack
+serialized. Neighbours: `desired.state` (the registry), `kafka` (the consumer and the ack
 publisher), `job` (implements `Reconfigurable`).
 """
 
@@ -23,15 +23,17 @@ from schemas import auth
 from schemas.codec import DecodeError
 from schemas.records import Ack, ControlTuple, Outcome, Setting
 from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
-from streaming_jobs.runtime.desired.parameters import (
+from streaming_jobs.runtime.desired.state import (
     REGISTRY,
     ROLE_PARAMETER,
     TOPIC_PARAMETERS,
     BadValue,
+    DesiredState,
     Limits,
+    Value,
+    render,
     with_value,
 )
-from streaming_jobs.runtime.desired.state import DesiredState, Value, render
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +190,6 @@ class TupleListener:
         self._count(ack.outcome.value, reason)
         self._send_ack(ack)
         return ack
-
-    def handle(self, tuple_: ControlTuple) -> Ack:
-        return self._handle(tuple_)[0]
 
     def _handle(self, tuple_: ControlTuple) -> tuple[Ack, str | None]:
         verdict = authenticate(tuple_, self._key) or evaluate(

@@ -4,7 +4,7 @@ Owns the StreamingQuery handle, the desired state in force, the run context per 
 (so a late progress event of a stopped run is still labelled with the settings it ran with),
 and the commit history the reconfiguration protocol measures pauses from. Neighbours:
 `sink.gate` and `sink.foreach_batch` (the foreachBatch side), `listener` (progress events),
-`reconfigure` (drives quiesce → start, or hold → swap → release), `job` (wiring, metrics
+`owner.Reconfigurer` (drives quiesce → start, or hold → swap → release), `job` (wiring, metrics
 publishing).
 """
 
@@ -25,11 +25,10 @@ from schemas import knobs
 from schemas.records import CommitMarker, SourcePartition
 from streaming_jobs import per_batch
 from streaming_jobs.config import JobConfig
-from streaming_jobs.runtime.checkpoint import instances, leftovers, state_partitions
+from streaming_jobs.runtime.checkpoint import instances, leftovers, state_repartition
 from streaming_jobs.runtime.checkpoint.input_source import InputSources
 from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.checkpoint.retention import Deleted, InputDeleted, sentence
-from streaming_jobs.runtime.checkpoint.state_repartition import StateRepartitionError
 from streaming_jobs.runtime.desired.state import DesiredState, is_request
 from streaming_jobs.runtime.kafka import DeadLetterFactory
 from streaming_jobs.runtime.observe.metrics import RunContext, timestamp_ms
@@ -119,10 +118,6 @@ class ElasticQuery:
     def run_id(self) -> str | None:
         return str(self._query.runId) if self._query is not None else None
 
-    @property
-    def stateful(self) -> bool:
-        return self._plan.stateful
-
     def start(self, desired: DesiredState) -> str:
         """Start a run with `desired` from the checkpoint; returns its Spark run id.
 
@@ -138,7 +133,7 @@ class ElasticQuery:
             seen_commit = None
         state_note = None
         if self._plan.stateful:
-            state_note = state_partitions.align(
+            state_note = state_repartition.align(
                 self._spark, self._config.storage.checkpoint_dir, desired.state_partitions,
                 last_admitted=self.gate.last_admitted, seen_commit=seen_commit,
                 max_partitions=self._config.bounds.max_state_partitions)
@@ -247,8 +242,8 @@ class ElasticQuery:
         its last batch uncommitted), start with the checkpoint's state partitions instead."""
         try:
             return self.start(desired)
-        except StateRepartitionError as exc:
-            kept = state_partitions.current(self._config.storage.checkpoint_dir)
+        except state_repartition.StateRepartitionError as exc:
+            kept = state_repartition.current(self._config.storage.checkpoint_dir)
             log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
                       kept)
             return self.start(replace(desired, state_partitions=kept

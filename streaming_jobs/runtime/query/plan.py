@@ -1,6 +1,7 @@
 """A job's streaming plan as the runtime builds it: source → decode → the job's builder → check.
 
-Owns the composition of what the runtime owns (the Kafka source with the knobs in force, the
+Owns the composition of what the runtime owns (the Kafka source with the knobs in force:
+`read_kafka`, the `readStream` every run starts from, one place for its options; the
 decode step with dead letters and shedding) with what the job owns (`api.Job.build`), the
 `api.JobContext` the builder receives, and the load-time check of what it returns: a
 streaming DataFrame whose columns the job's output format can write. A builder that fails or
@@ -23,10 +24,9 @@ from streaming_jobs.runtime.checkpoint.input_switch import KafkaInput
 from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.query.input import KAFKA_COLUMNS, DeadLetterSink, InputStep
 from streaming_jobs.runtime.query.input import decoded as decode_step
-from streaming_jobs.runtime.query.source import read_kafka
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pyspark.sql import DataFrame, SparkSession
 
@@ -176,3 +176,26 @@ def _simple(kind: str) -> Any:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:400] if text else ""
+
+
+def read_kafka(spark: SparkSession, kafka_options: Mapping[str, str], desired: DesiredState,
+               source: KafkaInput | None = None) -> DataFrame:
+    """Kafka rows (key, value, topic, partition, offset, …) of `source` (default: the input
+    topic in force, unnamed), with the parallelism and batch cap in force (`desired`), read
+    with `kafka_options` (the brokers and how to log in: `RunSettings.kafka_options`).
+
+    `failOnDataLoss` stays on (a record removed before the job read it fails the query
+    instead of being skipped) unless the source says the loss was found and reported before
+    this run (`checkpoint.retention`).
+    """
+    source = source or KafkaInput(desired.input_topic)
+    reader = spark.readStream.format("kafka")
+    if source.name is not None:
+        reader = reader.name(source.name)
+    return (reader.options(**kafka_options)
+            .option("subscribe", source.topic)
+            .option("startingOffsets", source.starting_offsets)
+            .option("minPartitions", str(desired.input_parallelism))
+            .option("maxOffsetsPerTrigger", str(desired.max_offsets_per_trigger))
+            .option("failOnDataLoss", str(source.fail_on_data_loss).lower())
+            .load())

@@ -13,7 +13,7 @@ Why not import the modules in the daemon itself (`spark.python.daemon.module`), 
 is born warm: pyarrow starts threads when imported, and a fork of a process with threads may
 deadlock; PySpark imports the worker module after the fork for that reason.
 
-Neighbours: `lifecycle` (`ElasticQuery.warm_workers`), `reconfigure` (calls it before the
+Neighbours: `lifecycle` (`ElasticQuery.warm_workers`), `owner.Reconfigurer` (calls it before the
 quiesce of a restart that raises the parallelism).
 """
 

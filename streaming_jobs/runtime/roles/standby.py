@@ -40,8 +40,7 @@ from typing import Protocol
 from schemas.records import ControlTuple, Role, TaskMetrics
 from streaming_jobs.config import Identity
 from streaming_jobs.runtime.control.reconfigure import Applied, RestartFailed, first_commit
-from streaming_jobs.runtime.desired.parameters import ROLE_PARAMETER
-from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.desired.state import ROLE_PARAMETER, DesiredState
 from streaming_jobs.runtime.observe.metrics import heartbeat
 from streaming_jobs.runtime.ports import QueryControl
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from schemas.records import DesiredStateRecord, Role
 from streaming_jobs.config import JobConfig, grouped
 from streaming_jobs.runtime.control.shared_state import SharedDesiredState, save
-from streaming_jobs.runtime.desired.parameters import Bounds, Limits
-from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.desired.state import Bounds, DesiredState, Limits
 from streaming_jobs.runtime.fakes import FakeQuery
 from streaming_jobs.runtime.owner import QueryOwner
 from streaming_jobs.runtime.roles.standby import HotRun, Instance

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.runtime.checkpoint.state_partitions import current, discard_unexecuted_batch
+from streaming_jobs.runtime.checkpoint.state_repartition import current, discard_unexecuted_batch
 
 
 def checkpoint(tmp_path: Path, planned: int, committed: int) -> Path:

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from streaming_jobs.runtime.control.reconfigure import Reconfigurer, Refused, RestartFailed
+from streaming_jobs.runtime.control.reconfigure import Refused, RestartFailed
 from streaming_jobs.runtime.desired.state import DesiredState
 from streaming_jobs.runtime.fakes import FakeQuery
+from streaming_jobs.runtime.owner import Reconfigurer
 from streaming_jobs.runtime.ports import Commit
 
 START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,

@@ -13,8 +13,7 @@ import pytest
 from schemas.codec import Codec, codec_for
 from schemas.records import DesiredStateRecord
 from streaming_jobs.runtime.control import shared_state as desired
-from streaming_jobs.runtime.desired.parameters import Bounds, Limits
-from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.desired.state import Bounds, DesiredState, Limits
 
 CONFIGURED = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                           max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",

@@ -21,8 +21,7 @@ from streaming_jobs.runtime.control.tuples import (
     TupleListener,
     evaluate,
 )
-from streaming_jobs.runtime.desired.parameters import Apply, Bounds, Limits, apply_path
-from streaming_jobs.runtime.desired.state import DesiredState
+from streaming_jobs.runtime.desired.state import Apply, Bounds, DesiredState, Limits, apply_path
 
 KEY = b"k" * 32
 IN_FORCE = DesiredState(epoch=5, input_parallelism=2, state_partitions=4,
