@@ -3,8 +3,9 @@ by which command they were measured, so the tables `bench.report` renders from t
 
 Owns the stamp (`measured_at`, `command`, `commit`: the code measured, `+dirty` when it had
 uncommitted changes, named in `uncommitted`; `machine`: architecture, cores, memory, Python,
-the 1-minute load average before and after) and the file. Neighbours: every `bench.*` command
-writes through `write`; `bench.report` reads the files back.
+the 1-minute load average before and after, the reference loop's time) and the file.
+Neighbours: every `bench.*` command writes through `write`; `bench.report` reads the files
+back.
 """
 
 from __future__ import annotations
@@ -26,10 +27,29 @@ def load_average() -> float:
 
 
 def machine(load_before: float) -> dict[str, Any]:
-    """What the figures were measured on; the load averages say how busy it was."""
+    """What the figures were measured on; the load averages say how busy it was, the
+    reference loop how fast it was that day."""
     return {"arch": platform.machine(), "cpus": os.cpu_count(), "memory_gib": _memory_gib(),
             "python": platform.python_version(), "load_average_1m_before": load_before,
-            "load_average_1m_after": load_average()}
+            "load_average_1m_after": load_average(),
+            "reference_loop_ms": reference_loop_ms()}
+
+
+REFERENCE_LOOP = 2_000_000
+"""Additions in the reference loop: a fifth of a second or so of one core."""
+
+
+def reference_loop_ms() -> float:
+    """CPU milliseconds of a fixed pure-Python loop, the best of three. A virtual machine of the
+    same cores and memory runs at different speeds on different days (its host's clock and
+    neighbours); figures measured on different days compare only after scaling by this."""
+    best = float("inf")
+    for _ in range(3):
+        started, total = time.process_time(), 0
+        for i in range(REFERENCE_LOOP):
+            total += i
+        best = min(best, time.process_time() - started)
+    return round(best * 1000, 1)
 
 
 def stamp(name: str, argv: list[str] | None = None) -> dict[str, Any]:

@@ -35,7 +35,9 @@ def stamp(result: Result) -> str:
         where = (f"{machine['arch']}, {machine['cpus']} cores, {machine['memory_gib']} GiB, "
                  f"Python {machine['python']}; 1-minute load average "
                  f"{machine['load_average_1m_before']:.1f} before, "
-                 f"{machine['load_average_1m_after']:.1f} after")
+                 f"{machine['load_average_1m_after']:.1f} after"
+                 + (f"; reference loop {machine['reference_loop_ms']:.0f} ms"
+                    if "reference_loop_ms" in machine else ""))
     else:
         where = f"{machine or 'a machine not recorded'} (cores, memory and load not recorded)"
     when = result.get("measured_at")
