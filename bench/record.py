@@ -40,15 +40,16 @@ REFERENCE_LOOP = 2_000_000
 
 
 def reference_loop_ms() -> float:
-    """CPU milliseconds of a fixed pure-Python loop, the best of three. A virtual machine of the
-    same cores and memory runs at different speeds on different days (its host's clock and
-    neighbours); figures measured on different days compare only after scaling by this."""
+    """Milliseconds of a fixed pure-Python loop, the best of three. A virtual machine of the
+    same cores and memory runs at different speeds on different days (its host's clock, its
+    neighbours): a rough guide when CPU-bound figures (the controller's) from different days
+    are compared. Figures bound by timers, the JVM or I/O move less with it."""
     best = float("inf")
     for _ in range(3):
-        started, total = time.process_time(), 0
+        started, total = time.perf_counter(), 0
         for i in range(REFERENCE_LOOP):
             total += i
-        best = min(best, time.process_time() - started)
+        best = min(best, time.perf_counter() - started)
     return round(best * 1000, 1)
 
 

@@ -99,25 +99,13 @@ def _job_rows() -> dict[str, Row]:
             for o in option_list() if o.field != "job"}
 
 
-BUNDLED_PACKAGE = "streaming_jobs."
-"""Where the jobs that come with streamctl live (a user's installed jobs live elsewhere)."""
-
-
-def bundled_jobs() -> list[str]:
-    """The names of the jobs that come with streamctl, in name order."""
-    from streaming_jobs.loading import installed
-
-    return sorted(name for name, job in installed().items()
-                  if job.target.startswith(BUNDLED_PACKAGE))
-
-
 def _job_setting_rows() -> dict[str, Row]:
     """The bundled jobs' own settings (`--set name=value` or `STREAMCTL_<NAME>`)."""
     from streaming_jobs.config import env_var
-    from streaming_jobs.loading import load
+    from streaming_jobs.loading import bundled, load
 
     rows: dict[str, Row] = {}
-    for name in bundled_jobs():
+    for name in bundled():
         for setting in load(name).settings:
             var = env_var(setting.name)
             old = rows.get(var)
@@ -327,24 +315,29 @@ def rendered() -> dict[str, str]:
     return {name: render() for name, (_page, _marks, render) in BLOCKS.items()}
 
 
-def main(argv: list[str]) -> int:
-    if argv[1:] != ["--write"]:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m streamctl.reference", description=(
+        "Print the reference sections of docs/configuration.md and docs/metrics.md as the "
+        "installed code renders them."))
+    parser.add_argument("--write", action="store_true", help=(
+        "rewrite those sections in the docs of the checkout this runs in (its root)"))
+    if not parser.parse_args(argv).write:
         print("\n\n".join(rendered().values()))
         return 0
+    pages = {page: page.read_text(encoding="utf-8") if page.is_file() else ""
+             for page, _marks, _render in BLOCKS.values()}
+    for page, (begin, end), _render in BLOCKS.values():  # every page checked before any write
+        if begin not in pages[page] or end not in pages[page]:
+            print(f"{page} has no {begin} ... {end} block: run --write from the root of a "
+                  "streamctl checkout", file=sys.stderr)
+            return 1
     for page, (begin, end), render in BLOCKS.values():
-        if not page.is_file():
-            print(f"no {page} here: run --write from the root of a streamctl checkout",
-                  file=sys.stderr)
-            return 1
-        text = page.read_text(encoding="utf-8")
-        if begin not in text or end not in text:
-            print(f"{page} has no {begin} ... {end} block", file=sys.stderr)
-            return 1
-        head, rest = text.split(begin, 1)
-        page.write_text(f"{head}{begin}\n{render()}\n{end}{rest.split(end, 1)[1]}",
-                        encoding="utf-8")
+        head, rest = pages[page].split(begin, 1)
+        pages[page] = f"{head}{begin}\n{render()}\n{end}{rest.split(end, 1)[1]}"
+    for page, text in pages.items():
+        page.write_text(text, encoding="utf-8")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

@@ -53,6 +53,16 @@ def installed() -> dict[str, Installed]:
     return {name: entries[0] for name, entries in found.items()}
 
 
+BUNDLED_DISTRIBUTION = "streamctl"
+"""The distribution whose jobs come with streamctl (a user's installed jobs come from others)."""
+
+
+def bundled() -> list[str]:
+    """The names of the jobs that come with streamctl, in name order."""
+    return sorted(name for name, job in installed().items()
+                  if job.distribution == BUNDLED_DISTRIBUTION)
+
+
 def load(reference: str) -> Job:
     """The job `reference` names: `module:attribute` or an installed job's name."""
     reference = reference.strip()

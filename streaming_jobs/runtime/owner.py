@@ -242,7 +242,7 @@ class Reconfigurer:
         the batch the gate held back); it leaves out the time the query had been idle before
         the change, which the detail names apart, and the warming of the Python workers the
         restarted run will need (`warm_workers`), done before the quiesce while the old run
-        still commits. If no batch arrives within IDLE_GRACE_S,
+        still commits. If no batch arrives within `reconfigure.IDLE_GRACE_S`,
         the pause ends at the moment the restarted query is seen active and idle. The detail
         also names the shorter gap in which no batch ran at all.
         """

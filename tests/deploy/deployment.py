@@ -5,8 +5,8 @@ Owns reading `docker-compose.yml`, `deploy/prometheus.yml` and the Grafana dashb
 (from `JobConfig`'s fields, the controller's settings and every `STREAMCTL_*` string constant in
 the sources), the metric names the code defines, the topics in `streamctl/stack/defaults.py`.
 Everything is computed from the code each time, so the checks follow the code as it grows.
-Neighbours: the tests in this package; `streamctl.reference` renders docs/configuration.md's tables
-from here.
+Neighbours: the tests in this package; `streamctl.reference` (the metrics registries it renders
+docs/metrics.md from).
 """
 
 from __future__ import annotations
@@ -183,13 +183,12 @@ def env_read_by(kind: str) -> set[str]:
 def topic_fields_in_code() -> dict[str, str]:
     """Every topic the code uses by default: `*_topic` fields of the job and controller config."""
     from controller.settings import KafkaSettings
-    from streamctl.reference import bundled_jobs
     from streaming_jobs.config import flat_fields
-    from streaming_jobs.loading import load
+    from streaming_jobs.loading import bundled, load
 
     used = {f"JobConfig.{f.name}": str(f.default) for f in flat_fields()
             if f.name.endswith("_topic") and f.default}
-    for job in map(load, bundled_jobs()):  # the defaults of the job options without one
+    for job in map(load, bundled()):  # the defaults of the job options without one
         used |= {f"{job.name}.topics.input": job.topics.input,
                  f"{job.name}.topics.output": job.topics.output,
                  f"{job.name}.topics.dead_letters": job.topics.resolved_dead_letters()}

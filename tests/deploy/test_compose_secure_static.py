@@ -184,11 +184,10 @@ def test_the_principals_client_settings_are_valid(secrets_dir: Path) -> None:
 
 
 def test_the_acl_set_names_the_bundled_jobs_queries_and_topics() -> None:
-    from streamctl.reference import bundled_jobs
-    from streaming_jobs.loading import load
+    from streaming_jobs.loading import bundled, load
 
     names = acls.Names()
-    jobs = [load(name) for name in bundled_jobs()]
+    jobs = [load(name) for name in bundled()]
     assert set(names.query_ids) == {j.name for j in jobs}
     assert set(names.inputs) == {j.topics.input for j in jobs}
     assert set(names.outputs) == {j.topics.output for j in jobs}

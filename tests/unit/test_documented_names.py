@@ -96,9 +96,9 @@ def our_options() -> set[str]:
     streamctl.reference)."""
     found = {flag for _path, parser in reference.commands()
              for action in reference.options_of(parser) for flag in action.option_strings}
-    for path in (ROOT / "bench").rglob("*.py"):
+    for path in [*(ROOT / "bench").rglob("*.py"), ROOT / "streamctl" / "reference.py"]:
         found |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", path.read_text()))
-    return found | {"--write"}  # streamctl.reference reads it from argv
+    return found
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -142,12 +142,16 @@ def test_every_file_a_page_names_exists(page: Path) -> None:
 
 
 def test_the_reference_lists_the_settings_of_the_bundled_jobs_not_of_a_users_jobs() -> None:
-    from streaming_jobs.loading import installed
+    from streaming_jobs.config import env_var
+    from streaming_jobs.loading import bundled, installed, load
 
-    jobs = installed()
-    bundled = reference.bundled_jobs()
-    assert bundled, "no bundled job found among the installed ones"
-    assert {jobs[name].distribution for name in bundled} == {"streamctl"}
-    others = {name for name, job in jobs.items() if job.distribution != "streamctl"}
-    assert others, "the example's jobs are installed (./dev does): a user's jobs to leave out"
-    assert not others & set(bundled)
+    listed = {row.name for row in reference.rows()}
+    for name in bundled():  # every bundled job's own settings are listed
+        assert {env_var(s.name) for s in load(name).settings} <= listed, name
+    users = [name for name, job in installed().items() if job.distribution != "streamctl"]
+    assert users, "the example's jobs are installed (./dev does): a user's jobs to leave out"
+    assert not set(users) & set(bundled())
+    own = {env_var(s.name) for name in users for s in load(name).settings}
+    theirs = {env_var(s.name) for name in bundled() for s in load(name).settings}
+    assert own - theirs, "the example's jobs have settings of their own"
+    assert not (own - theirs) & listed

@@ -432,7 +432,7 @@ class ElasticQuery:
             max_batch_cap=c.bounds.max_offsets_per_trigger_limit,
             scaling_parameter=self._plan.scaling_parameter,
             max_state_partitions=c.bounds.max_state_partitions if self._plan.stateful else 0,
-            # Executors can be requested only from a cluster manager (parameters.REGISTRY).
+            # Executors can be requested only from a cluster manager (desired.state.REGISTRY).
             executor_cores=c.spark.executor_cores if self._executors else 0,
             max_executors=c.bounds.max_executors if self._executors else 0,
             beat_interval_ms=int(c.timing.beat_interval_s * 1000),
