@@ -1,6 +1,8 @@
 """The repartition preconditions on checkpoint files laid out as Spark writes them (no Spark):
 batch logs ignore .crc and temporary files, the partitions and provider come from the newest
-offset-log entry, and each violated precondition has its own error naming the checkpoint."""
+offset-log entry, and each violated precondition has its own error naming the checkpoint; and
+the one batch a quiesce may leave planned past the last commit, removed only when it never
+entered the sink."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
     TargetOutOfBounds,
     UnsupportedCheckpoint,
     check_preconditions,
+    current,
+    discard_unexecuted_batch,
     local_path,
     read_batches,
     read_state_partitions,
@@ -102,3 +106,45 @@ def test_only_local_checkpoints(tmp_path: Path) -> None:
     assert local_path("file:///tmp/cp") == Path("/tmp/cp")
     with pytest.raises(UnsupportedCheckpoint, match="s3a://"):
         local_path("s3a://bucket/cp")
+
+
+# -- making a quiesced checkpoint end on a committed batch: only a batch this process planned
+# after a commit it saw, and that never entered the sink, is removed from the offset log
+
+def bare_logs(tmp_path: Path, planned: int, committed: int) -> Path:
+    """Offset and commit logs with their checksum files, nothing else."""
+    for log, last in (("offsets", planned), ("commits", committed)):
+        (tmp_path / log).mkdir()
+        for batch in range(last + 1):
+            (tmp_path / log / str(batch)).write_text("v1\n{}\n")
+            (tmp_path / log / f".{batch}.crc").write_bytes(b"crc")
+    return tmp_path
+
+
+@pytest.mark.parametrize("last_admitted", [None, 4])  # never admitted, or the gate refused it
+def test_a_batch_that_never_entered_the_sink_is_removed_with_its_checksum(
+        tmp_path: Path, last_admitted: int | None) -> None:
+    root = bare_logs(tmp_path, planned=5, committed=4)
+    assert discard_unexecuted_batch(str(root), last_admitted=last_admitted, seen_commit=4) == 5
+    assert sorted(p.name for p in (root / "offsets").iterdir()) == sorted(
+        [str(b) for b in range(5)] + [f".{b}.crc" for b in range(5)])
+
+
+@pytest.mark.parametrize(("planned", "committed", "last_admitted", "seen_commit"), [
+    (5, 4, 5, 4),     # it entered the sink: it may have written output
+    (5, 4, None, None),  # no commit seen by this process: another process's batch (a crash)
+    (4, 4, None, 4),  # the last batch committed: nothing to remove
+    (6, 4, None, 4),  # two batches past the commit: not ours alone
+])
+def test_anything_else_is_left_for_spark_to_refuse(
+        tmp_path: Path, planned: int, committed: int, last_admitted: int | None,
+        seen_commit: int | None) -> None:
+    root = bare_logs(tmp_path, planned, committed)
+    assert discard_unexecuted_batch(str(root), last_admitted=last_admitted,
+                                    seen_commit=seen_commit) is None
+    assert (root / "offsets" / str(planned)).exists()
+
+
+def test_a_checkpoint_without_a_commit_has_no_partitions_yet(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    assert current(str(tmp_path)) is None
