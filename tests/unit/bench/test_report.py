@@ -23,6 +23,7 @@ def test_every_result_file_has_a_section() -> None:
 def test_a_stamped_result_names_its_date_machine_load_speed_and_command(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(record, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(record, "reference_loop_ms", lambda: 123.4)  # the stamp, not the timing
     runs = [{"parallelism": 2, "throughput_per_s": 100.0, "median_batch_s": 4.0,
              "start_to_first_commit_s": 20.0},
             {"parallelism": 4, "throughput_per_s": 180.0, "median_batch_s": 2.2,
@@ -34,8 +35,7 @@ def test_a_stamped_result_names_its_date_machine_load_speed_and_command(
     text = report.render(tmp_path)
     assert "by `python -m bench.throughput --parallelism 2 4`" in text
     assert f"Measured {stamped['measured_at']} on " in text and "load average 1.5 before" in text
-    loop_ms = stamped["machine"]["reference_loop_ms"]
-    assert loop_ms > 0 and f"reference loop {loop_ms:.0f} ms" in text
+    assert stamped["machine"]["reference_loop_ms"] == 123.4 and "reference loop 123 ms" in text
     assert "| 4 | 180 | 1.80× | 2.20 | 18.0 |" in text
 
 
