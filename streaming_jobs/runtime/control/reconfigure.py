@@ -24,6 +24,7 @@ max_offsets_per_trigger, so this is far above a normal wait)."""
 IDLE_GRACE_S = 3.0
 """After a restart, how long to wait for a batch before an idle query ends the pause."""
 FIRST_COMMIT_TIMEOUT_S = 120.0
+"""Longest wait for a (re)started run's first commit before the change is judged failed."""
 
 
 class RestartFailed(ChangeFailed):
@@ -32,6 +33,11 @@ class RestartFailed(ChangeFailed):
 
 class Refused(RequestRefused):
     """A precondition of the change does not hold; nothing was changed or restarted."""
+
+
+class NoCommitYet(RuntimeError):
+    """The run is active and has not failed, but committed nothing within
+    FIRST_COMMIT_TIMEOUT_S: a cold first batch on a busy machine, or a stuck one."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,8 @@ def pause_start(last_commit: Commit | None, began_ms: int) -> tuple[int, int]:
 
 def first_commit(query: QueryControl, run_id: str) -> Commit | None:
     """A (re)started run's first commit, or None once it is seen active and idle; raises
-    RuntimeError when the run fails or nothing commits within FIRST_COMMIT_TIMEOUT_S."""
+    RuntimeError when the run fails, NoCommitYet when nothing commits within
+    FIRST_COMMIT_TIMEOUT_S."""
     return _await_commit(query, lambda: query.wait_commit(run_id, 0.2))
 
 
@@ -86,7 +93,7 @@ def _await_commit(query: QueryControl, found: Callable[[], Commit | None]) -> Co
             raise RuntimeError("the query stopped")
         if time.monotonic() >= grace_until and query.is_idle():
             return None
-    raise RuntimeError(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
+    raise NoCommitYet(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")
 
 
 _EXCEPTION_LINE = re.compile(r"^(?:Caused by: )?([\w$.]+(?:Error|Exception)): (.+)$")

@@ -18,7 +18,8 @@ reconfiguration protocol, `control` → `job.reconfigure` → here), in this ord
 3. the query starts where the output ends (a hot instance's own checkpoint continues the one
    the output's last batch came from, a warm one's shared takes a copy of it:
    `checkpoint.instances`); the promotion's time, reported in the ack, runs from the tuple to
-   the first commit (or to the query seen idle).
+   the first commit (or to the query seen idle). From the start on this instance is the
+   active: it beats as such, and a first batch slower than the wait keeps running.
 
 **Step-down** (`step_down`): an active that learns another instance is active (a tuple, its
 gate refusing a batch, or its periodic look at the shared file) closes its gate and stops the
@@ -39,7 +40,12 @@ from typing import Protocol
 
 from schemas.records import ControlTuple, Role, TaskMetrics
 from streaming_jobs.config import Identity
-from streaming_jobs.runtime.control.reconfigure import Applied, RestartFailed, first_commit
+from streaming_jobs.runtime.control.reconfigure import (
+    Applied,
+    NoCommitYet,
+    RestartFailed,
+    first_commit,
+)
 from streaming_jobs.runtime.desired.state import ROLE_PARAMETER, DesiredState
 from streaming_jobs.runtime.observe.metrics import heartbeat
 from streaming_jobs.runtime.ports import QueryControl
@@ -138,7 +144,13 @@ class Instance:
 
     def promote(self, desired: DesiredState, persist: Callable[[DesiredState], None]) -> Applied:
         """Fence the former active, start the query where the output ends, wait for its first
-        commit. Raises RestartFailed (this instance stays a standby) when it fails."""
+        commit. Raises RestartFailed (this instance stays a standby) when the fence or the
+        start fails, or the run fails before its first commit.
+
+        Once its run has started this instance owns the query, so it is the active one and
+        beats as such while the first batch runs. A first batch slower than the wait (a cold
+        start on a busy cluster) keeps running and the ack says so: stopping it would leave
+        the query to nobody, the former active being fenced."""
         began_ms = self._clock_ms()
         hot_note = None
         if self._hot is not None:  # its run must not take another batch from here on
@@ -149,16 +161,22 @@ class Instance:
             marker = self._query.take_ownership()
             fenced_ms = self._clock_ms()
             run_id = self._query.start_keeping_partitions(desired)
-            first = first_commit(self._query, run_id)
         except Exception as exc:
-            self._query.quiesce_and_stop(STEP_DOWN_TIMEOUT_S)
-            raise RestartFailed(f"promotion failed ({exc}); {self._identity.instance_id} "
-                                "stays "
-                                "a standby") from exc
+            raise self._promotion_failed(exc) from exc
         self.role = Role.ACTIVE
+        still_running = None
+        try:
+            first = first_commit(self._query, run_id)
+        except NoCommitYet as exc:
+            first, still_running = None, str(exc)
+        except Exception as exc:
+            self.role = Role.STANDBY
+            raise self._promotion_failed(exc) from exc
         done_ms = first.end_ms if first else self._clock_ms()
         resumed = (f"first commit {done_ms - fenced_ms} ms after (batch {first.batch_id})"
-                   if first else f"idle after {done_ms - fenced_ms} ms (no new data)")
+                   if first else
+                   f"{still_running} after it, its first batch still running" if still_running
+                   else f"idle after {done_ms - fenced_ms} ms (no new data)")
         last = (f"batch {marker.batch_id} last committed" if marker is not None
                 else "nothing committed before")
         note = self._query.start_note
@@ -170,6 +188,12 @@ class Instance:
             f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "
             f"former active fenced in {fenced_ms - began_ms} ms ({last}), {started}, "
             f"{resumed}; in force: {desired.describe()}"))
+
+    def _promotion_failed(self, exc: Exception) -> RestartFailed:
+        """Stop what the promotion started; this instance stays a standby."""
+        self._query.quiesce_and_stop(STEP_DOWN_TIMEOUT_S)
+        return RestartFailed(f"promotion failed ({exc}); {self._identity.instance_id} stays "
+                             "a standby")
 
     def step_down(self, reason: str) -> Applied:
         """Stop the query without starting another batch and become a standby."""

@@ -132,6 +132,47 @@ def test_a_failed_promotion_leaves_a_standby() -> None:
     assert standby.role is Role.STANDBY and query.log[-1] == "stop"
 
 
+class FirstBatchWatched(FakeQuery):
+    """A query whose first batch has not committed yet; it notes the instance's role each
+    time the promotion looks for that commit."""
+
+    def __init__(self) -> None:
+        super().__init__(SHARED, auto_commit=False)
+        self.idle = False  # a batch runs: the query is not idle
+        self.instance: Instance | None = None
+        self.roles_while_waiting: set[Role] = set()
+
+    def wait_commit(self, run_id: str, timeout_s: float) -> Commit | None:
+        assert self.instance is not None
+        self.roles_while_waiting.add(self.instance.role)
+        return super().wait_commit(run_id, timeout_s)
+
+
+def test_a_promotion_whose_first_batch_outlasts_the_wait_keeps_its_query_as_the_active(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The former active is fenced by then, so stopping the run would leave the query to
+    nobody; the promoted instance beats as the active while its first batch runs."""
+    monkeypatch.setattr("streaming_jobs.runtime.control.reconfigure.FIRST_COMMIT_TIMEOUT_S",
+                        0.05)
+    query = FirstBatchWatched()
+    standby = query.instance = instance(query)
+    applied = standby.change_role(PROMOTION, lambda d: query.log.append(f"record {d.epoch}"))
+    assert query.roles_while_waiting == {Role.ACTIVE}
+    assert standby.role is Role.ACTIVE and query.log == ["record 4", "fence", "start epoch 4"]
+    assert "no batch committed within 0 s after it, its first batch still running" in (
+        applied.detail)
+
+
+def test_a_promotion_whose_run_fails_before_its_first_commit_leaves_a_standby() -> None:
+    query = FirstBatchWatched()
+    standby = query.instance = instance(query)
+    query.failed_with = "ExecutorLostFailure: executor 3 exited"
+    with pytest.raises(RestartFailed, match=r"promotion failed .*ExecutorLostFailure.*b stays "
+                                             r"a standby"):
+        standby.change_role(PROMOTION, lambda d: None)
+    assert standby.role is Role.STANDBY and query.log[-1] == "stop"
+
+
 def test_an_active_named_again_keeps_running_and_one_not_named_steps_down() -> None:
     query = fake(active=True)
     active = instance(query, role=Role.ACTIVE)
