@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from streaming_jobs.errors import ChangeFailed, RequestRefused
+from streaming_jobs.errors import ChangeFailed, JobError, RequestRefused
 from streaming_jobs.runtime.ports import Commit, QueryControl
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Refused(RequestRefused):
     """A precondition of the change does not hold; nothing was changed or restarted."""
 
 
-class NoCommitYet(RuntimeError):
+class NoCommitYet(JobError, RuntimeError):
     """The run is active and has not failed, but committed nothing within
     FIRST_COMMIT_TIMEOUT_S: a cold first batch on a busy machine, or a stuck one."""
 
