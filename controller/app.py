@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from types import FrameType
 
+from controller.cluster_status import MasterStatus
 from controller.errors import UserError
 from controller.explain.page import Timeline
 from controller.explain.prom import ControllerMetrics, Endpoint, new_registry, serve
@@ -73,6 +74,11 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
         leadership = KafkaLeadership(settings, on_error)
         stack.callback(leadership.close)
         writers = leadership.writers
+        cluster = None
+        if settings.spark_master_status_url:
+            cluster = MasterStatus(settings.spark_master_status_url,
+                                   settings.cluster_status_interval_s).start()
+            stack.callback(cluster.close)
         ports = Ports(metrics=source, control=KafkaControlSink(writers, kafka.control_topic,
                                                                 kafka.control_key,
                                                                 kafka.decisions_topic),
@@ -80,7 +86,7 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
                       clock=SystemClock(),
                       observer=metrics if timeline is None else Observers(metrics, timeline),
                       offsets=KafkaEndOffsets(kafka) if settings.probe_interval_s > 0 else None,
-                      leadership=leadership)
+                      leadership=leadership, cluster=cluster)
         yield ControlLoop(settings, ports)
 
 

@@ -499,6 +499,17 @@ class ControllerSettings:
     its status current for a takeover, seldom enough that a follower costs a fraction of a
     leader. The queries it leads are modelled every cycle."""
 
+    spark_master_status_url: str = ""
+    """Where the controller reads a shared Spark standalone cluster's free cores (its
+    master's JSON status, for example http://spark-master:8080/json/), to divide them among
+    the queries that want more executors (by each job's `--cluster-priority`, then need)
+    before any asks, so that no request waits for cores another took. Empty: every job asks
+    on its own."""
+
+    cluster_status_interval_s: float = 5.0
+    """Seconds between two reads of `spark_master_status_url`, in the background; a reading
+    three intervals old is no longer used."""
+
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""
 
@@ -514,3 +525,8 @@ class ControllerSettings:
         _check(bool(self.metrics_host.strip()), "metrics_host must not be empty")
         _check(2 <= self.lease_session_s <= 300, "lease_session_s must be in [2, 300]")
         _positive("follow_interval_s", self.follow_interval_s)
+        _positive("cluster_status_interval_s", self.cluster_status_interval_s)
+        _check(self.spark_master_status_url == ""
+               or self.spark_master_status_url.startswith(("http://", "https://")),
+               "spark_master_status_url must be an http:// or https:// URL, got "
+               f"{self.spark_master_status_url!r}")

@@ -159,6 +159,7 @@ class TaskMetrics(_Record):
     shed_fraction: float = 0.0
     max_shed_fraction: float = 0.0
     max_batch_cap: int = 0
+    cluster_priority: int = 0
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -169,6 +169,11 @@ class SparkSettings:
     spark_jars: str = ""
     """Comma-separated jar paths for spark.jars (the Spark Kafka connector)."""
 
+    cluster_priority: int = 0
+    """How this job ranks when the jobs sharing a cluster want more free cores than it has:
+    the controller (with `--spark-master-status-url`) grants them to higher priorities first,
+    then to the jobs furthest over their capacity. Only on a cluster."""
+
     @property
     def local(self) -> bool:
         """Whether Spark runs in local mode, inside the job's process."""

@@ -111,6 +111,7 @@ def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, A
              if p.latest_offset >= 0 and p.end_offset >= 0}),
         "knob": sample.scaling_parameter, "job_max": parallelism.job_max(sample),
         "executor_cores": sample.executor_cores, "max_executors": sample.max_executors,
+        "cluster_priority": sample.cluster_priority,
         "objectives": Objectives.from_ms(sample.max_delay_ms, sample.drain_within_ms),
     })
 

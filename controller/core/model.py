@@ -25,6 +25,7 @@ from typing import Any
 from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, Scan, intervals
 from controller.core.batches import Batches, SampleKey, lag_records, rate_points, summarise
+from controller.core.cluster import Grant
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
@@ -104,6 +105,8 @@ class QueryModel:
     """Cores per executor on a cluster; 0 in local mode."""
     max_executors: int = 0
     """Most executors the job may request; 0 in local mode."""
+    cluster_priority: int = 0
+    """How the job ranks for a shared cluster's free cores (`cluster`; higher first)."""
     objectives: Objectives = NONE
     """What the job states it needs (`objectives`); none by default."""
     arrival_timed_by: str = "batches"
@@ -128,6 +131,9 @@ class QueryModel:
     scalability: Scalability = LINEAR
     """How μ falls as units are added (`scaling`): learned from the sizes the query has run,
     the prior before it has run at two."""
+    cluster_grant: Grant | None = None
+    """The cores the shared cluster's division grants the query beyond those it runs
+    (`cluster`); None: the controller does not read the cluster's status."""
 
     capacity: float = field(init=False, repr=False, compare=False)
     """Records/s the query processes with its current units running full batches back to

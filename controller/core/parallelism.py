@@ -18,7 +18,9 @@ expensive work; the controller sizes that knob and never guesses:
   cooldown: more executors change neither λ nor μ, and the samples stay valid,
   `window.QueryWindow.carry_to`). Executors first, because an executor request is a swap at a
   batch boundary while a knob change restarts the query: the knob then reaches its target in
-  one restart, not two (one tuple is in flight per query).
+  one restart, not two (one tuple is in flight per query). On a shared cluster whose status
+  the controller reads, the request is cut to the cores its division grants the query
+  (`within_cluster`, `cluster`); granted none, the task slots are the ceiling.
 
 Records written before `scaling_parameter` existed read as `input_parallelism` in local mode
 (the Avro defaults), which is what every job was then. Pure. Neighbours: `model` (a sample's
@@ -127,6 +129,10 @@ def _slots_name(model: QueryModel) -> str:
     if on_cluster(model) and running_executors(model) >= model.max_executors:
         return (f"task slots ({model.max_executors} executors × {model.executor_cores} "
                 "cores, the job's max_executors)")
+    grant = model.cluster_grant
+    if on_cluster(model) and grant is not None and grant.cores < model.executor_cores:
+        return (f"task slots ({running_executors(model)} executors × {model.executor_cores} "
+                f"cores; no room for more: {grant.note})")
     return "task slots"
 
 
@@ -147,10 +153,16 @@ class ExecutorRequest:
     """The knob's value once they run: the units wanted, as far as their slots hold them."""
 
 
+CORES_WANTED = "cluster_cores_wanted"
+"""The figure of a verdict that names the cores its query wants beyond those it runs, before
+the cluster's room cut them: the loop divides the free cores by it (`cluster`)."""
+
+
 def executors_wanted(model: QueryModel, wanted: int, settings: PolicySettings,
                      state: ControlState | None, now_ms: int) -> ExecutorRequest | None:
     """Executors to ask for so that `wanted` units (as far as every other cap allows) find
-    task slots; None in local mode, when the slots are enough, or at the job's maximum."""
+    task slots; None in local mode, when the slots are enough, or at the job's maximum. The
+    cluster's room does not cut it (`within_cluster` does)."""
     if not on_cluster(model):
         return None
     room, _ = _ceiling(model, settings, state, now_ms, task_slots=0)
@@ -161,3 +173,20 @@ def executors_wanted(model: QueryModel, wanted: int, settings: PolicySettings,
     if executors <= running_executors(model):
         return None
     return ExecutorRequest(executors, min(needed, executors * model.executor_cores))
+
+
+def cores_wanted(model: QueryModel, request: ExecutorRequest) -> int:
+    """Cores `request` adds to those the query runs."""
+    return (request.executors - running_executors(model)) * model.executor_cores
+
+
+def within_cluster(model: QueryModel, request: ExecutorRequest) -> ExecutorRequest | None:
+    """`request` cut to the cores the cluster's division grants the query (`cluster`); None
+    when it grants none. Without the cluster's status nothing cuts it."""
+    grant = model.cluster_grant
+    if grant is None or grant.cores >= cores_wanted(model, request):
+        return request
+    executors = running_executors(model) + grant.cores // model.executor_cores
+    if executors <= running_executors(model):
+        return None
+    return ExecutorRequest(executors, min(request.then, executors * model.executor_cores))

@@ -30,14 +30,17 @@ from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.model import BROKER, QueryModel
 from controller.core.objectives import MAX_DELAY, CatchUp, catch_up
 from controller.core.parallelism import (
+    CORES_WANTED,
     INEFFECTIVE,
     Bounds,
     ExecutorRequest,
     bounds,
+    cores_wanted,
     executors_wanted,
     running_executors,
+    within_cluster,
 )
-from controller.core.results import Hold, Recommend, Scale, Verdict
+from controller.core.results import Hold, NotReady, Recommend, Scale, Verdict
 from controller.core.sizing import (
     NO_INFLOW,
     Inflow,
@@ -262,7 +265,11 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
         lifted = lift(model, settings)
         if isinstance(lifted, Hold):  # still needed: units, if the ceiling rose, do it instead
             grown = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
-            return grown if isinstance(grown, Scale) else lifted
+            if isinstance(grown, Scale):
+                return grown
+            # Shedding holds it, but the cluster's division still counts what it wants.
+            wanted = 0.0 if isinstance(grown, NotReady) else grown.figures.get(CORES_WANTED, 0)
+            return _wanting(lifted, wanted)
         return lifted
     if anticipating(model):  # sized ahead, not backlogged yet: never a shedding
         ahead = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
@@ -320,10 +327,30 @@ def standing_note(model: QueryModel) -> str:
 def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
               inflow: Inflow, inflow_from: str, goal: CatchUp, behind: str = "",
               forecast: bool = False) -> Verdict:
-    """Sized for the demand in one step; `behind` says why, when it is not a backlog. The
-    backlog sized for is the one the new size will find: what waits now and what arrives
-    beyond the capacity while the change is applied. `forecast`: the demand is one foreseen
-    (a repeating load's peak, an upstream's resizing), not the query's own backlog."""
+    """Sized for the demand in one step (`_sized_up`); on a shared cluster whose free cores
+    are divided, with the cores it wants beyond those it runs among the figures
+    (`CORES_WANTED`), granted or not."""
+    verdict, cores = _sized_up(model, state, now_ms, settings, inflow, inflow_from, goal, behind,
+                               forecast)
+    return verdict if model.cluster_grant is None else _wanting(verdict, float(cores))
+
+
+def _wanting(verdict: Verdict, cores: float) -> Verdict:
+    """`verdict` with the cores its query wants among its figures (none: as it is)."""
+    if cores <= 0 or isinstance(verdict, NotReady):
+        return verdict
+    figures: dict[str, float] = {**verdict.figures, CORES_WANTED: cores}
+    return replace(verdict, figures=figures)
+
+
+def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
+              inflow: Inflow, inflow_from: str, goal: CatchUp, behind: str,
+              forecast: bool) -> tuple[Verdict, int]:
+    """Sized for the demand in one step, and the cores it wants beyond those it runs;
+    `behind` says why, when it is not a backlog. The backlog sized for is the one the new
+    size will find: what waits now and what arrives beyond the capacity while the change is
+    applied. `forecast`: the demand is one foreseen (a repeating load's peak, an upstream's
+    resizing), not the query's own backlog."""
     behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
     waiting = backlog_during_change(model, state, settings)
     sized = replace(model, backlog_records=model.backlog_records + waiting)
@@ -338,10 +365,16 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             model, limits, partial(_arriving_at, arriving_ahead(model, settings), model,
                                    settings, inflow)))
     if wanted is None:
-        return _raise_batch_cap(model, limits, model.figures(), settings, inflow)
+        return _raise_batch_cap(model, limits, model.figures(), settings, inflow), 0
     request = executors_wanted(model, wanted, settings, state, now_ms)
-    if request is not None:
-        return _add_executors(model, request, wanted, behind, settings, goal)
+    cores = cores_wanted(model, request) if request is not None else 0
+    if cores and model.cluster_grant is not None and model.cluster_grant.pending:
+        return Hold(f"{behind}; {units_of(model, wanted)} wanted, {num(cores)} more cores "
+                    "than its task slots: waiting a cycle for the shared cluster's free cores "
+                    "to be divided among every query that wants them", model.figures()), cores
+    granted = within_cluster(model, request) if request is not None else None
+    if granted is not None:
+        return _add_executors(model, granted, wanted, behind, settings, goal), cores
     target = min(max(wanted, limits.low), limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, model.units_at(target)))
     figures = {**model.figures(), "demand": demand(sized, settings, extra), "inflow": extra,
@@ -354,17 +387,17 @@ def _scale_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
         memory = state.ineffective
         if memory is not None and limits.high_set_by == INEFFECTIVE:
             return Hold(f"{ineffective_sentence(memory, model, now_ms, settings)} ({behind})",
-                        figures, "cannot_help")
+                        figures, "cannot_help"), cores
         if model.parallelism >= limits.high:
-            return _throttle(model, limits, figures, settings, inflow)
+            return _throttle(model, limits, figures, settings, inflow), cores
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
-                    f"{model.parallelism} run{skew_note(model, settings)}", figures)
+                    f"{model.parallelism} run{skew_note(model, settings)}", figures), cores
     none_meets = _none_meets(model, target, limits, forecast) if short else ""
     sizing = _sizing(sized, target, wanted, limits, settings, extra, goal, none_meets)
     change = (f" (with the {num(waiting)} records that arrive beyond its capacity while the "
               f"change is applied, {num(_change_s(state, settings))} s)" if waiting > 0 else "")
     return Scale(model.knob, model.parallelism, target,
-                 f"{behind}; {sizing}{change}{skew_note(model, settings)}", figures)
+                 f"{behind}; {sizing}{change}{skew_note(model, settings)}", figures), cores
 
 
 WORTH_IT_SHARE = 0.9

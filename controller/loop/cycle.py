@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, replace
 
 from controller.core import failover
 from controller.core.ceiling import SHEDDING
+from controller.core.cluster import Demand, Division, divide
 from controller.core.failover import Standbys
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.outage import down, outage
+from controller.core.parallelism import CORES_WANTED, on_cluster
 from controller.core.policy import backlog_causes, for_query, is_quiet
 from controller.core.results import (
     Actuation,
@@ -54,6 +56,7 @@ from controller.loop.memory import Memory, QueryMemory
 from controller.loop.ports import (
     AckSource,
     Clock,
+    ClusterStatus,
     ControlSink,
     DecisionLog,
     Fenced,
@@ -67,6 +70,9 @@ from controller.loop.probing import Prober
 from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
 from schemas.knobs import EXECUTORS
+
+MAX_NEED = 100.0
+"""Arrival over capacity beyond which every query is as needy (one with no capacity yet)."""
 
 log = logging.getLogger("controller")
 status_log = logging.getLogger("controller.status")
@@ -84,6 +90,8 @@ class Ports:
     """The broker's end offsets, probed every `probe_interval_s`; None: batches only."""
     leadership: Leadership | None = None
     """Which of several instances leads; None: this one, from the start, alone."""
+    cluster: ClusterStatus | None = None
+    """The shared Spark cluster's free cores; None: every job asks for executors alone."""
 
 
 def _new_id() -> str:
@@ -109,6 +117,10 @@ class ControlLoop:
         self._behind = Behind(settings.max_input_delay_s)
         self._next_status_ms = 0
         self._stopping = False
+        self._demands: dict[str, Demand] = {}
+        """Each query's newest want of the shared cluster's cores (`cluster`)."""
+        self._division: Division | None = None
+        """This cycle's division of the cluster's free cores; None: no status."""
 
     @property
     def leading(self) -> bool:
@@ -257,6 +269,7 @@ class ControlLoop:
         verdicts: dict[str, Verdict] = {}
         ready: dict[str, QueryModel] = {}
         context: dict[str, QueryModel] = {}
+        self._division = self._divide()
         for window in self._windows:
             query_id = window.query_id
             if not self._due(query_id, now_ms):
@@ -278,6 +291,7 @@ class ControlLoop:
                                                          self.queries[query_id].state))
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
+        self._note_demands(ready, verdicts)
         said = {w.query_id: self.queries.of(w.query_id).verdict for w in self._windows}
         self.ports.observer.lost(sorted(q for q, v in said.items() if isinstance(v, Lost)))
         for action in ("stopped", "halted"):
@@ -324,12 +338,45 @@ class ControlLoop:
             return found
         query.remembered = query.remembered.after(found)
         found = self._with_forecast(query_id, query, found, now_ms)
+        if self._division is not None and on_cluster(found):
+            found = replace(found, cluster_grant=self._division.grant(query_id))
         policy, _ = for_query(found, self.settings.policy)
         state = observed(query.state, is_quiet(found, policy), now_ms)
         query.state = judge_effect(state, found, bool(backlog_causes(found, policy)), now_ms,
                                    policy)
         query.model = found
         return found
+
+    def _divide(self) -> Division | None:
+        """The cluster's free cores divided among the queries' newest wants (`cluster`);
+        None when its status is unknown, and then nothing cuts an executor request."""
+        cluster = self.ports.cluster
+        free = cluster.free_cores() if cluster is not None else None
+        if free is None:
+            return None
+        self._demands = {q: d for q, d in self._demands.items()
+                         if self._windows.get(q) is not None}
+        return divide(free, self._demands.values())
+
+    def _note_demands(self, ready: dict[str, QueryModel], verdicts: dict[str, Verdict]) -> None:
+        """Each modelled query's want of the cluster's cores: what its verdict wants; what it
+        asked for while that tuple is in flight (the master may not have granted it yet)."""
+        if self.ports.cluster is None:
+            return
+        for query_id, model in ready.items():
+            verdict = verdicts.get(query_id)
+            cores = (0.0 if verdict is None or isinstance(verdict, NotReady)
+                     else verdict.figures.get(CORES_WANTED, 0.0))
+            flight = self.queries.of(query_id).state.in_flight
+            known = self._demands.get(query_id)
+            if flight is not None and flight.parameter == EXECUTORS and known is not None:
+                self._demands[query_id] = replace(known, asked=True)
+            elif cores > 0:
+                self._demands[query_id] = Demand(
+                    query_id, int(cores), model.cluster_priority,
+                    min(model.utilisation, MAX_NEED))
+            else:
+                self._demands.pop(query_id, None)
 
     def _with_forecast(self, query_id: str, query: QueryMemory, model: QueryModel,
                        now_ms: int) -> QueryModel:

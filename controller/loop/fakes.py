@@ -248,3 +248,13 @@ class MemoryBus:
 
     def acks_published(self) -> list[Ack]:
         return [codec_for(Ack).decode(p) for p in self.acks.payloads]
+
+
+class MemoryCluster:
+    """A shared cluster's status as a test sets it (`ports.ClusterStatus`)."""
+
+    def __init__(self, free: int | None) -> None:
+        self.free = free
+
+    def free_cores(self) -> int | None:
+        return self.free

@@ -64,6 +64,13 @@ class OffsetProbe(Protocol):
         ...
 
 
+class ClusterStatus(Protocol):
+    def free_cores(self) -> int | None:
+        """The free cores of the shared cluster's live workers, as last read; returns at once
+        (the reading is refreshed elsewhere). None while unknown or stale."""
+        ...
+
+
 class ControlSink(Protocol):
     def send(self, control: ControlTuple, decision: Decision | None = None) -> None:
         """Write one control tuple durably (returns once the broker has it), with the decision

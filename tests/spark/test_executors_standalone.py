@@ -7,7 +7,9 @@ so the job starts with two executors and releases the one beyond its `--executor
 signed tuples ask for 2 (up) and 1 (down): each ack is APPLIED with the time new batches were
 held and the registration it waited for, and every batch started after the ack reports the
 task slots asked for. A request beyond `--max-executors` is rejected and changes nothing. The
-committed output holds every produced record exactly once (`tests.accounting`).
+committed output holds every produced record exactly once (`tests.accounting`). The job's
+`--cluster-priority` reaches its metrics, and the controller's reader of the master's status
+(`controller.cluster_status`) sees the cores each ack leaves free.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
+from controller.cluster_status import MasterStatus
 from schemas.records import Outcome, TaskMetrics
 from tests.support.fault_bed import FaultBed
 from tests.support.spark_cluster import LocalSparkCluster
@@ -24,6 +27,8 @@ from tests.support.waiting import until
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(540)]
 
 MAX_EXECUTORS = 2
+WORKER_CORES = 2
+"""The session cluster's one worker (`spark_cluster`)."""
 JOB_START_BUDGET_S = 240.0
 """Driver up, executors launched and registered, first batch: 60-120 s on 2 busy cores."""
 
@@ -33,10 +38,12 @@ def test_executors_up_and_down_on_a_standalone_cluster(
     cluster = spark_cluster
     bed.start_job("job", "--spark-master", cluster.master_url, "--executor-cores", "1",
                   "--executor-memory-mb", "512", "--max-executors", str(MAX_EXECUTORS),
-                  "--executors", "1")
+                  "--executors", "1", "--cluster-priority", "3")
     bed.start_load(100)
-    _wait_batch(bed, lambda m: m.task_slots == 1, JOB_START_BUDGET_S,
-                "a batch on the one executor the job asked for")
+    first = _wait_batch(bed, lambda m: m.task_slots == 1, JOB_START_BUDGET_S,
+                        "a batch on the one executor the job asked for")
+    assert first.cluster_priority == 3
+    status = MasterStatus(f"http://127.0.0.1:{cluster.ui_ports['spark-master']}/json/", 1.0)
     until(lambda: cluster.master_metric("metrics_master_apps_Value") == 1, 30.0,
           "the job as the cluster's only application", 1.0)
 
@@ -52,6 +59,7 @@ def test_executors_up_and_down_on_a_standalone_cluster(
         _wait_batch(bed, lambda m, e=epoch, t=ack.acked_at_ms: m.config_epoch == e
                     and m.batch_start_ms > t, 120, f"a batch after the ack of epoch {epoch}")
         acks.append((epoch, ack.acked_at_ms, after))
+        _await_free_cores(status, WORKER_CORES - after)
 
     rejected = bed.send_and_await("executors", str(MAX_EXECUTORS + 1), epoch=3)
     assert rejected.outcome is Outcome.REJECTED
@@ -73,6 +81,16 @@ def _assert_slots_after_each_ack(commits: list[TaskMetrics],
         after = [m for m in commits if m.config_epoch == epoch and m.batch_start_ms > acked_ms]
         assert after and {m.task_slots for m in after} == {slots}, \
             [(m.batch_id, m.task_slots) for m in after]
+
+
+def _await_free_cores(status: MasterStatus, free: int) -> None:
+    """The master's status read until it shows `free` cores (it frees a killed executor's
+    core when the worker reports it gone)."""
+    def shows() -> bool:
+        status.read_once()
+        return status.free_cores() == free
+
+    until(shows, 60, f"the master's status to show {free} free cores", 1.0)
 
 
 def _wait_batch(bed: FaultBed, matches: Callable[[TaskMetrics], bool], timeout_s: float,

@@ -67,6 +67,8 @@ class RunContext:
     """The highest shed_fraction a tuple may set; 0: the job marks nothing low priority."""
     max_batch_cap: int = 0
     """The highest max_offsets_per_trigger a tuple may set."""
+    cluster_priority: int = 0
+    """How the job ranks for a shared cluster's free cores; 0 in local mode."""
 
 
 def timestamp_ms(iso: str) -> int:

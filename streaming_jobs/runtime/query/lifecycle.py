@@ -435,6 +435,7 @@ class ElasticQuery:
             # Executors can be requested only from a cluster manager (desired.state.REGISTRY).
             executor_cores=c.spark.executor_cores if self._executors else 0,
             max_executors=c.bounds.max_executors if self._executors else 0,
+            cluster_priority=c.spark.cluster_priority if self._executors else 0,
             beat_interval_ms=int(c.timing.beat_interval_s * 1000),
             metrics_address=c.endpoint.address,
             max_delay_ms=round(c.objectives.max_delay_s * 1000),

@@ -21,6 +21,7 @@ from controller.loop.fakes import (
     FakeClock,
     MemoryAckSource,
     MemoryBus,
+    MemoryCluster,
     MemoryControlSink,
     MemoryDecisionLog,
     MemoryEndOffsets,
@@ -63,6 +64,7 @@ class Job:
     executor_cores: int = 0
     """Cores per executor on a cluster (task_slots = executors × cores); 0: local mode."""
     max_executors: int = 0
+    cluster_priority: int = 0
 
     def applied(self, parameter: str, value: int, epoch: int) -> Job:
         """The job after a control tuple setting `parameter` took effect."""
@@ -133,6 +135,7 @@ def metrics(job: Job, batch: int, t_s: float, busy_s: float, pos: list[int], tak
         max_offsets_per_trigger=job.max_per_batch if job.report_cap else 0,
         scaling_parameter=job.knob, max_state_partitions=job.max_state_partitions,
         executor_cores=job.executor_cores, max_executors=job.max_executors,
+        cluster_priority=job.cluster_priority,
     )
 
 
@@ -159,14 +162,14 @@ def end_ms(trace: list[TaskMetrics]) -> int:
 
 def memory_loop(bus: MemoryBus, clock: FakeClock, settings: ControllerSettings | None = None,
                 *, offsets: OffsetProbe | None = None, observer: LoopObserver | None = None,
-                polls_wait: bool = False) -> ControlLoop:
+                polls_wait: bool = False, cluster: MemoryCluster | None = None) -> ControlLoop:
     """The real loop on `bus`'s in-memory topics and `clock`, probing `offsets` if given; with
     `polls_wait`, a poll for metrics that finds none advances `clock` by its timeout."""
     return ControlLoop(settings or ControllerSettings(), Ports(
         metrics=MemoryMetricsSource(bus.metrics, clock=clock if polls_wait else None),
         control=MemoryControlSink(bus.control, decisions=bus.decisions),
         acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions),
-        clock=clock, observer=observer or NullObserver(), offsets=offsets))
+        clock=clock, observer=observer or NullObserver(), offsets=offsets, cluster=cluster))
 
 
 Sent = tuple[float, ControlTuple, Job]
@@ -178,28 +181,47 @@ def closed_loop(job: Job, seconds: int,
     """The real loop (in-memory ports, a fake clock, a cycle every 5 s) over `job`, which
     applies every tuple it is sent and acks it APPLIED; a restart of the query (its knob
     changed) takes 5 s and warms up again, an executor request is a swap that takes none."""
-    bus, clock = MemoryBus(), FakeClock(T0_MS)
-    loop = memory_loop(bus, clock, settings)
+    return closed_loop_of([job], seconds, settings)
+
+
+def closed_loop_of(jobs: list[Job], seconds: int, settings: ControllerSettings | None = None,
+                   *, cluster_cores: int | None = None, bus: MemoryBus | None = None
+                   ) -> list[Sent]:
+    """`closed_loop` over several jobs (by query id) under one controller, on `bus` if given;
+    with `cluster_cores`, they share a cluster of that many cores, whose free ones (those no
+    job's task slots hold) the controller reads. A restart pauses the clock for every job."""
+    bus, clock = bus or MemoryBus(), FakeClock(T0_MS)
+    cluster = None if cluster_cores is None else MemoryCluster(None)
+    loop = memory_loop(bus, clock, settings, cluster=cluster)
     sent: list[Sent] = []
-    t, batch, positions, fresh = 0.0, 0, [0] * job.partitions, True
+    by_id = {job.query_id: job for job in jobs}
+    batch = dict.fromkeys(by_id, 0)
+    positions = {q: [0] * job.partitions for q, job in by_id.items()}
+    fresh = dict.fromkeys(by_id, True)
+    t = 0.0
     while t < seconds:
-        # Only the first batch of a run (start or restart) carries the warm-up.
-        run = job if fresh else replace(job, warm_up_s=0.0)
-        chunk = simulate(run, 5, start_s=t, positions=positions, first_batch=batch)
-        fresh = fresh and not any(s.input_rows > 0 for s in chunk)
-        if chunk:
-            batch = chunk[-1].batch_id + 1
-            positions = [p.end_offset for p in chunk[-1].partitions]
-            bus.publish_metrics(*chunk)
+        for q, job in by_id.items():
+            # Only the first batch of a run (start or restart) carries the warm-up.
+            run = job if fresh[q] else replace(job, warm_up_s=0.0)
+            chunk = simulate(run, 5, start_s=t, positions=positions[q], first_batch=batch[q])
+            fresh[q] = fresh[q] and not any(s.input_rows > 0 for s in chunk)
+            if chunk:
+                batch[q] = chunk[-1].batch_id + 1
+                positions[q] = [p.end_offset for p in chunk[-1].partitions]
+                bus.publish_metrics(*chunk)
         t += 5
         clock.ms = T0_MS + int(t * 1000)
+        if cluster is not None and cluster_cores is not None:
+            cluster.free = cluster_cores - sum(job.task_slots for job in by_id.values())
         loop.run_once()
         for control in bus.sent_controls()[len(sent):]:
+            job = by_id[control.query_id]
             sent.append((t, control, job))
             restart = control.parameter != "executors"
             t += 5 if restart else 0
-            job = job.applied(control.parameter, int(control.value), control.epoch)
-            fresh = fresh or restart
+            by_id[job.query_id] = job.applied(control.parameter, int(control.value),
+                                              control.epoch)
+            fresh[job.query_id] = fresh[job.query_id] or restart
             bus.publish_ack(Ack(control.control_id, job.query_id, job.instance_id,
                                 control.epoch, Outcome.APPLIED, "", 5000, clock.ms))
     return sent

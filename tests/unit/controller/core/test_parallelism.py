@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
+from controller.core.cluster import Grant
 from controller.core.model import QueryModel, evaluate
-from controller.core.parallelism import bounds, executors_wanted
+from controller.core.parallelism import CORES_WANTED, bounds, executors_wanted
 from controller.core.policy import decide
 from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
 from controller.core.state import ControlState, InFlight, applied, settled
+from controller.loop.fakes import MemoryBus
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
 from schemas import ControlTuple
-from tests.unit.controller.traces import Job, closed_loop, simulate
+from tests.unit.controller.traces import Job, closed_loop, closed_loop_of, simulate
 
 NOW = 1_700_000_000_000
 POLICY = PolicySettings(target_utilisation=0.8, high_water_utilisation=0.9,
@@ -151,6 +153,31 @@ def test_at_the_jobs_max_executors_the_knob_fills_the_slots_then_throttle() -> N
                                     "max_executors)) capacity is 400/s against 500/s")
 
 
+def test_on_a_shared_cluster_the_request_is_cut_to_the_cores_granted() -> None:
+    """10 units wanted, 2 task slots: 6 more executors wanted (the job's max 8), the figure
+    the loop divides the cluster's free cores by, whatever it was granted."""
+    cut = decide(on_cluster(slots=2, cluster_grant=Grant(3, "the cluster's 3 free cores")),
+                 ControlState(), NOW, POLICY)
+    assert scaled(cut) == ("executors", 2, 5)
+    assert isinstance(cut, Scale) and cut.then == 5 and cut.figures[CORES_WANTED] == 6
+    ample = decide(on_cluster(slots=2, cluster_grant=Grant(9)), ControlState(), NOW, POLICY)
+    assert scaled(ample) == ("executors", 2, 8) and ample.figures[CORES_WANTED] == 6
+
+
+def test_granted_no_core_the_knob_fills_the_slots_saying_who_took_the_cores() -> None:
+    note = "the cluster's 2 free cores went to sensor (priority 1, asked already) first"
+    none = on_cluster(slots=2, parallelism=1, units=1, cluster_grant=Grant(0, note))
+    verdict = decide(none, ControlState(), NOW, POLICY)
+    assert scaled(verdict) == ("state_partitions", 1, 2)
+    assert isinstance(verdict, Scale) and verdict.figures[CORES_WANTED] == 6 and (
+        f"capped at 2 by task slots (2 executors × 1 cores; no room for more: {note})"
+        in verdict.reason)
+    full = decide(replace(none, parallelism=2, units=2), ControlState(), NOW, POLICY)
+    assert isinstance(full, Recommend) and full.action == "throttle"
+    assert full.figures[CORES_WANTED] == 6 and full.reason.startswith(
+        f"at 2 units (task slots (2 executors × 1 cores; no room for more: {note}))")
+
+
 def test_in_local_mode_the_slots_cap_the_knob_and_no_executors_are_asked_for() -> None:
     for knob in ("state_partitions", "input_parallelism"):
         verdict = decide(stateful(task_slots=4, knob=knob, source_partitions=2),
@@ -208,3 +235,26 @@ def test_the_loop_asks_a_cluster_for_executors_and_then_sets_the_state_partition
     (sent_at, more, _), (then_at, knob, before) = sent
     assert before.task_slots == int(more.value) >= int(knob.value) > 2
     assert then_at - sent_at == 5  # the loop's next cycle after the ack, no cooldown
+
+
+def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_gets_it() -> None:
+    """8 cores, each job holding 2: the 4 free go to the job of priority 1, in one request;
+    the other is sized within its slots, saying where the cores went (later, that none are
+    free)."""
+    def job(query_id: str, priority: int) -> Job:
+        return replace(STEP, query_id=query_id, source_topic=f"in-{query_id}",
+                       sink_topic=f"out-{query_id}", parallelism=1, task_slots=2,
+                       executor_cores=1, max_executors=12, cluster_priority=priority)
+
+    bus = MemoryBus()
+    sent = closed_loop_of([job("low", 0), job("high", 1)], 120, ControllerSettings(),
+                          cluster_cores=8, bus=bus)
+    executors = [(c.query_id, c.value) for _, c, _ in sent if c.parameter == "executors"]
+    assert executors == [("high", "6")], sent
+    assert ("low", "state_partitions", "2") in [(c.query_id, c.parameter, c.value)
+                                                for _, c, _ in sent]
+    at_ceiling = [d.reason for d in bus.written_decisions() if d.query_id == "low"
+                  and "no room for more" in d.reason]
+    assert "no room for more: the cluster's 4 free cores went to high (priority 1" in (
+        at_ceiling[0]), at_ceiling
+    assert "no room for more: the cluster has 0 free cores" in at_ceiling[-1], at_ceiling

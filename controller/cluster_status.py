@@ -1,0 +1,108 @@
+"""The shared Spark cluster's free cores, read from its standalone master's status.
+
+`MasterStatus` reads the master's JSON status (its web UI's `/json/`) every interval in a
+thread of its own, so that the loop's `free_cores` returns at once: the free cores of the
+live workers (`coresfree` of each worker whose state is ALIVE) as last read. It gives None
+before the first good read and once the last good one is three intervals old, so a master
+that cannot be read leaves every job to ask on its own, as without it. A standby master of
+a high-availability pair says so (`status` STANDBY) and is not used. It logs when reading
+starts failing and when it works again, once each. Neighbours: `loop.ports.ClusterStatus`,
+`app` (wires it when `spark_master_status_url` is set), `core.cluster` (divides it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from controller.errors import ControllerError
+
+log = logging.getLogger("controller.cluster")
+
+STALE_AFTER_INTERVALS = 3
+"""Reads after which a reading is no longer used when none since succeeded."""
+
+
+class StatusError(ControllerError, ValueError):
+    """The master's status says nothing about free cores this controller can use."""
+
+
+def free_cores_of(status: Mapping[str, Any]) -> int:
+    """The free cores of the live workers in a standalone master's JSON status."""
+    state = status.get("status", "ALIVE")
+    if state != "ALIVE":
+        raise StatusError(f"the master is {state}, not the alive one of its pair")
+    workers = status.get("workers")
+    if not isinstance(workers, list):
+        raise StatusError("the status has no 'workers' list (not a Spark master's /json/?)")
+    try:
+        return sum(max(0, int(w["coresfree"])) for w in workers if w.get("state") == "ALIVE")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StatusError(f"a worker without a whole 'coresfree' ({exc!r})") from exc
+
+
+def _fetch(url: str, timeout_s: float) -> Mapping[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        found = json.load(response)
+    if not isinstance(found, dict):
+        raise StatusError("the status is not a JSON object")
+    return found
+
+
+class MasterStatus:
+    """`ports.ClusterStatus` on a Spark standalone master; `start` it, `close` it."""
+
+    def __init__(self, url: str, interval_s: float, *,
+                 fetch: Callable[[str, float], Mapping[str, Any]] = _fetch,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.url, self._interval_s = url, interval_s
+        self._fetch, self._clock = fetch, clock
+        self._reading: tuple[int, float] | None = None
+        """(free cores, when read) of the last good read."""
+        self._failing = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streamctl-cluster-status",
+                                        daemon=True)
+
+    def start(self) -> MasterStatus:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=self._interval_s + 5)
+
+    def free_cores(self) -> int | None:
+        reading = self._reading
+        if reading is None:
+            return None
+        cores, at = reading
+        if self._clock() - at > STALE_AFTER_INTERVALS * self._interval_s:
+            return None
+        return cores
+
+    def read_once(self) -> None:
+        """One read of the status; a failure keeps the last reading until it is stale."""
+        try:
+            cores = free_cores_of(self._fetch(self.url, min(self._interval_s, 5.0)))
+        except (OSError, ValueError) as exc:  # URLError, timeouts, bad JSON, StatusError
+            if not self._failing:
+                log.warning("cannot read the Spark master's status at %s (%s); until it can, "
+                            "jobs ask for executors on their own", self.url, exc)
+            self._failing = True
+            return
+        if self._failing or self._reading is None:
+            log.info("the Spark master's status at %s reads %d free cores", self.url, cores)
+        self._failing = False
+        self._reading = (cores, self._clock())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.read_once()
+            self._stop.wait(self._interval_s)

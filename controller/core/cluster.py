@@ -1,0 +1,101 @@
+"""A shared Spark cluster divided on purpose: which query's executor request the free cores go to.
+
+Jobs of a fleet share a standalone cluster. Left to itself each job asks for executors, the
+master grants what is free first come, first served, and a request it cannot meet waits for
+executors that never come (the job's ack after its own wait). Instead the controller reads the
+cluster's free cores (the master's status, `loop.ports.ClusterStatus`) and divides them among
+the queries that want more, before any asks:
+
+1. requests already sent (a tuple in flight) keep the cores they asked for;
+2. then by the priority each job declares (`--cluster-priority`, higher first);
+3. then by need: the query furthest over its capacity (arrival / capacity) first;
+4. ties by query id, for determinism.
+
+Each is granted what it wants while cores are left. A query that wanted nothing when they
+were divided waits for the next division (a cycle), which counts it. A request cut to nothing
+leaves the query at its task slots: the policy then sizes within them, and at that ceiling
+sheds or advises a throttle, saying why (`Grant.note`). Pure; the loop keeps each query's
+newest demand and calls `divide` once a cycle. Neighbours: `parallelism` (cuts the executor
+request), `policy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controller.core.wording import num
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Cores one query wants beyond those it runs."""
+
+    query_id: str
+    cores: int
+    priority: int = 0
+    need: float = 0.0
+    """How far over its capacity the query is (arrival / capacity)."""
+    asked: bool = False
+    """A tuple asking for them is in flight: the master may not have granted them yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Cores one query may add, and the sentence that says why not more."""
+
+    cores: int
+    note: str = ""
+    pending: bool = False
+    """The query wanted no cores when they were divided: it waits for the next division,
+    which counts it, rather than take cores another query may be granted at the same time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Division:
+    """One cycle's division of the free cores."""
+
+    free_cores: int
+    grants: dict[str, Grant]
+    left: int
+    """Cores no request took."""
+    takers: tuple[Demand, ...] = ()
+    """The requests granted cores, in the order they were served."""
+
+    def grant(self, query_id: str) -> Grant:
+        found = self.grants.get(query_id)
+        if found is not None:
+            return found
+        return Grant(self.left, _short(self.free_cores, self.left, self.takers), pending=True)
+
+
+def _order(demand: Demand) -> tuple[bool, int, float, str]:
+    return (not demand.asked, -demand.priority, -demand.need, demand.query_id)
+
+
+def divide(free_cores: int, demands: Iterable[Demand]) -> Division:
+    """The free cores granted request by request in `_order` (module docstring)."""
+    left = max(0, free_cores)
+    grants: dict[str, Grant] = {}
+    before: list[Demand] = []
+    for demand in sorted(demands, key=_order):
+        granted = min(demand.cores, left)
+        left -= granted
+        note = "" if granted >= demand.cores else _short(free_cores, granted, before)
+        grants[demand.query_id] = Grant(granted, note)
+        if granted > 0:
+            before.append(demand)
+    return Division(free_cores, grants, left, tuple(before))
+
+
+def _short(free_cores: int, granted: int, before: Iterable[Demand]) -> str:
+    """Why a query gets `granted` cores and no more."""
+    takers = list(before)
+    if not takers:
+        return f"the cluster has {num(free_cores)} free cores"
+    named = ", ".join(f"{d.query_id} (priority {d.priority}"
+                      + (", asked already" if d.asked else f", arrival {num(d.need * 100)}% of its "
+                         "capacity") + ")" for d in takers[:3])
+    more = f" and {len(takers) - 3} more" if len(takers) > 3 else ""
+    return (f"the cluster's {num(free_cores)} free cores went to {named}{more} first"
+            + (f"; {num(granted)} left for this query" if granted else ""))
