@@ -2,7 +2,9 @@
 
 `MasterStatus` reads the master's JSON status (its web UI's `/json/`) every interval in a
 thread of its own, so that the loop's `free_cores` returns at once: the free cores of the
-live workers (`coresfree` of each worker whose state is ALIVE) as last read. It gives None
+live workers (`coresfree` of each worker whose state is ALIVE) as last read. Summed over the
+workers: an executor of several cores needs them on one worker, so with such executors the
+sum may promise room that is split across workers. It gives None
 before the first good read and once the last good one is three intervals old, so a master
 that cannot be read leaves every job to ask on its own, as without it. A standby master of
 a high-availability pair says so (`status` STANDBY) and is not used. It logs when reading
@@ -18,6 +20,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
+from http.client import HTTPException
 from typing import Any
 
 from controller.errors import ControllerError
@@ -91,7 +94,7 @@ class MasterStatus:
         """One read of the status; a failure keeps the last reading until it is stale."""
         try:
             cores = free_cores_of(self._fetch(self.url, min(self._interval_s, 5.0)))
-        except (OSError, ValueError) as exc:  # URLError, timeouts, bad JSON, StatusError
+        except (OSError, ValueError, HTTPException) as exc:  # unreachable, bad JSON or reply
             if not self._failing:
                 log.warning("cannot read the Spark master's status at %s (%s); until it can, "
                             "jobs ask for executors on their own", self.url, exc)

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 from controller.core.wording import num
 
+MAX_NEED = 100.0
+"""Arrival over capacity beyond which every query is as needy (one with no capacity yet)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Demand:
@@ -92,10 +95,21 @@ def _short(free_cores: int, granted: int, before: Iterable[Demand]) -> str:
     """Why a query gets `granted` cores and no more."""
     takers = list(before)
     if not takers:
-        return f"the cluster has {num(free_cores)} free cores"
-    named = ", ".join(f"{d.query_id} (priority {d.priority}"
-                      + (", asked already" if d.asked else f", arrival {num(d.need * 100)}% of its "
-                         "capacity") + ")" for d in takers[:3])
+        return f"the cluster has {_cores(free_cores, 'free ')}"
+    named = ", ".join(f"{d.query_id} (priority {d.priority}, {_why(d)})" for d in takers[:3])
     more = f" and {len(takers) - 3} more" if len(takers) > 3 else ""
-    return (f"the cluster's {num(free_cores)} free cores went to {named}{more} first"
-            + (f"; {num(granted)} left for this query" if granted else ""))
+    return (f"the cluster's {_cores(free_cores, 'free ')} went to {named}{more} first"
+            + (f"; {_cores(granted)} left for this query" if granted else ""))
+
+
+def _why(demand: Demand) -> str:
+    if demand.asked:
+        return "asked already"
+    if demand.need >= MAX_NEED:
+        return "no capacity measured yet"
+    return f"arrival {num(demand.need * 100)}% of its capacity"
+
+
+def _cores(count: int, which: str = "") -> str:
+    """'1 core', '2 free cores'."""
+    return f"{num(count)} {which}core{'' if count == 1 else 's'}"

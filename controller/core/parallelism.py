@@ -132,7 +132,7 @@ def _slots_name(model: QueryModel) -> str:
     grant = model.cluster_grant
     if on_cluster(model) and grant is not None and grant.cores < model.executor_cores:
         return (f"task slots ({running_executors(model)} executors × {model.executor_cores} "
-                f"cores; no room for more: {grant.note})")
+                f"cores; no room for another executor: {grant.note})")
     return "task slots"
 
 

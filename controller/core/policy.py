@@ -265,11 +265,7 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
         lifted = lift(model, settings)
         if isinstance(lifted, Hold):  # still needed: units, if the ceiling rose, do it instead
             grown = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal)
-            if isinstance(grown, Scale):
-                return grown
-            # Shedding holds it, but the cluster's division still counts what it wants.
-            wanted = 0.0 if isinstance(grown, NotReady) else grown.figures.get(CORES_WANTED, 0)
-            return _wanting(lifted, wanted)
+            return grown if isinstance(grown, Scale) else _carrying_wants(lifted, grown)
         return lifted
     if anticipating(model):  # sized ahead, not backlogged yet: never a shedding
         ahead = _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
@@ -277,12 +273,26 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                           forecast=True)
         if isinstance(ahead, Scale):
             return ahead
+        return _carrying_wants(_not_backlogged(model, state, now_ms, settings, inflow), ahead)
+    return _not_backlogged(model, state, now_ms, settings, inflow)
+
+
+def _not_backlogged(model: QueryModel, state: ControlState, now_ms: int,
+                    settings: PolicySettings, inflow: Inflow) -> Verdict:
+    """Scaled down once quiet long enough, else held."""
     if state.quiet_since_ms is not None and not inflow.any:
         return _scale_down(model, now_ms - state.quiet_since_ms, settings)
     found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
     return Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
                 f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}",
                 model.figures())
+
+
+def _carrying_wants(verdict: Verdict, tried: Verdict) -> Verdict:
+    """`verdict`, with the cores a scale-up `tried` and not taken wants: the cluster's
+    division still counts them (a query held by shedding, or not sized ahead)."""
+    wanted = 0.0 if isinstance(tried, NotReady) else tried.figures.get(CORES_WANTED, 0.0)
+    return _wanting(verdict, wanted)
 
 
 def with_batch_cap(model: QueryModel, verdict: Verdict) -> Verdict:
@@ -374,7 +384,10 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
                     "to be divided among every query that wants them", model.figures()), cores
     granted = within_cluster(model, request) if request is not None else None
     if granted is not None:
-        return _add_executors(model, granted, wanted, behind, settings, goal), cores
+        cut = (f"; {request.executors} wanted, no room for more: {model.cluster_grant.note}"
+               if request is not None and model.cluster_grant is not None
+               and granted.executors < request.executors else "")
+        return _add_executors(model, granted, wanted, behind, settings, goal, cut), cores
     target = min(max(wanted, limits.low), limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, model.units_at(target)))
     figures = {**model.figures(), "demand": demand(sized, settings, extra), "inflow": extra,
@@ -442,8 +455,9 @@ def _change_s(state: ControlState, settings: PolicySettings) -> float:
 
 
 def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, behind: str,
-                   settings: PolicySettings, goal: CatchUp) -> Scale:
-    """More task slots first; the knob follows as soon as they run (`knobs`)."""
+                   settings: PolicySettings, goal: CatchUp, cut: str = "") -> Scale:
+    """More task slots first; the knob follows as soon as they run (`knobs`). `cut` says why
+    fewer were asked for than wanted (the shared cluster's division)."""
     running = running_executors(model)
     figures = {**model.figures(), "required": float(wanted),
                "target": float(request.executors), "then": float(request.then)}
@@ -451,7 +465,7 @@ def _add_executors(model: QueryModel, request: ExecutorRequest, wanted: int, beh
         EXECUTORS, running, request.executors,
         f"{behind}; {units_of(model, wanted)} wanted but {model.task_slots} task slots run "
         f"({running} executors × {model.executor_cores} cores): asking for "
-        f"{request.executors} executors (the job's max {model.max_executors}) first, then "
+        f"{request.executors} executors (the job's max {model.max_executors}{cut}) first, then "
         f"{model.knob} {model.parallelism} → {request.then} once they run"
         f"{skew_note(model, settings)}{goal.note()}", figures, then=request.then)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from controller.core import failover
 from controller.core.ceiling import SHEDDING
-from controller.core.cluster import Demand, Division, divide
+from controller.core.cluster import MAX_NEED, Demand, Division, divide
 from controller.core.failover import Standbys
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
@@ -71,9 +71,6 @@ from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
 from schemas.knobs import EXECUTORS
 
-MAX_NEED = 100.0
-"""Arrival over capacity beyond which every query is as needy (one with no capacity yet)."""
-
 log = logging.getLogger("controller")
 status_log = logging.getLogger("controller.status")
 
@@ -119,8 +116,6 @@ class ControlLoop:
         self._stopping = False
         self._demands: dict[str, Demand] = {}
         """Each query's newest want of the shared cluster's cores (`cluster`)."""
-        self._division: Division | None = None
-        """This cycle's division of the cluster's free cores; None: no status."""
 
     @property
     def leading(self) -> bool:
@@ -269,7 +264,7 @@ class ControlLoop:
         verdicts: dict[str, Verdict] = {}
         ready: dict[str, QueryModel] = {}
         context: dict[str, QueryModel] = {}
-        self._division = self._divide()
+        division = self._divide()
         for window in self._windows:
             query_id = window.query_id
             if not self._due(query_id, now_ms):
@@ -277,7 +272,7 @@ class ControlLoop:
                 if last is not None:
                     context[query_id] = last
                 continue
-            found = self.evaluate(window, now_ms)
+            found = self.evaluate(window, now_ms, division)
             if isinstance(found, QueryModel):
                 ready[query_id] = found
             else:
@@ -311,10 +306,11 @@ class ControlLoop:
         query.followed_slot = slot
         return True
 
-    def evaluate(self, window: QueryWindow,
-                 now_ms: int) -> QueryModel | NotReady | Lost | Down | Promote:
+    def evaluate(self, window: QueryWindow, now_ms: int, division: Division | None = None
+                 ) -> QueryModel | NotReady | Lost | Down | Promote:
         """The query's model, or why there is none: down by its job's own word (stopped or
-        halted), lost (then failed over, if a standby is alive), or not ready yet."""
+        halted), lost (then failed over, if a standby is alive), or not ready yet. On a
+        cluster whose free cores are divided (`division`), the model carries its grant."""
         query_id = window.query_id
         query = self.queries.of(query_id)
         gone = self._gone(window, query.state, now_ms)
@@ -338,8 +334,8 @@ class ControlLoop:
             return found
         query.remembered = query.remembered.after(found)
         found = self._with_forecast(query_id, query, found, now_ms)
-        if self._division is not None and on_cluster(found):
-            found = replace(found, cluster_grant=self._division.grant(query_id))
+        if division is not None and on_cluster(found):
+            found = replace(found, cluster_grant=division.grant(query_id))
         policy, _ = for_query(found, self.settings.policy)
         state = observed(query.state, is_quiet(found, policy), now_ms)
         query.state = judge_effect(state, found, bool(backlog_causes(found, policy)), now_ms,
@@ -348,33 +344,35 @@ class ControlLoop:
         return found
 
     def _divide(self) -> Division | None:
-        """The cluster's free cores divided among the queries' newest wants (`cluster`);
-        None when its status is unknown, and then nothing cuts an executor request."""
+        """The cluster's free cores divided among the queries' wants (`cluster`): each
+        query's newest, and what an executors tuple in flight asked for (the master may not
+        have started them yet); None when its status is unknown, and then nothing cuts an
+        executor request."""
         cluster = self.ports.cluster
         free = cluster.free_cores() if cluster is not None else None
         if free is None:
             return None
-        self._demands = {q: d for q, d in self._demands.items()
-                         if self._windows.get(q) is not None}
-        return divide(free, self._demands.values())
+        demands = dict(self._demands)
+        for query_id, query in self.queries.items():
+            flight, model = query.state.in_flight, query.model
+            if flight is not None and flight.parameter == EXECUTORS and model is not None:
+                demands[query_id] = Demand(
+                    query_id, max(0, flight.target - flight.current) * model.executor_cores,
+                    model.cluster_priority, asked=True)
+        return divide(free, demands.values())
 
     def _note_demands(self, ready: dict[str, QueryModel], verdicts: dict[str, Verdict]) -> None:
-        """Each modelled query's want of the cluster's cores: what its verdict wants; what it
-        asked for while that tuple is in flight (the master may not have granted it yet)."""
+        """Each query decided this cycle wants the cores its verdict names (`CORES_WANTED`);
+        one lost, down or not ready wants none."""
         if self.ports.cluster is None:
             return
-        for query_id, model in ready.items():
-            verdict = verdicts.get(query_id)
-            cores = (0.0 if verdict is None or isinstance(verdict, NotReady)
+        for query_id, verdict in verdicts.items():
+            model = ready.get(query_id)
+            cores = (0.0 if model is None or isinstance(verdict, NotReady)
                      else verdict.figures.get(CORES_WANTED, 0.0))
-            flight = self.queries.of(query_id).state.in_flight
-            known = self._demands.get(query_id)
-            if flight is not None and flight.parameter == EXECUTORS and known is not None:
-                self._demands[query_id] = replace(known, asked=True)
-            elif cores > 0:
-                self._demands[query_id] = Demand(
-                    query_id, int(cores), model.cluster_priority,
-                    min(model.utilisation, MAX_NEED))
+            if model is not None and cores > 0:
+                self._demands[query_id] = Demand(query_id, int(cores), model.cluster_priority,
+                                                 min(model.utilisation, MAX_NEED))
             else:
                 self._demands.pop(query_id, None)
 

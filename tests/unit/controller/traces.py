@@ -185,11 +185,12 @@ def closed_loop(job: Job, seconds: int,
 
 
 def closed_loop_of(jobs: list[Job], seconds: int, settings: ControllerSettings | None = None,
-                   *, cluster_cores: int | None = None, bus: MemoryBus | None = None
-                   ) -> list[Sent]:
+                   *, cluster_cores: int | None = None, bus: MemoryBus | None = None,
+                   executors_answered: bool = True) -> list[Sent]:
     """`closed_loop` over several jobs (by query id) under one controller, on `bus` if given;
     with `cluster_cores`, they share a cluster of that many cores, whose free ones (those no
-    job's task slots hold) the controller reads. A restart pauses the clock for every job."""
+    job's task slots hold) the controller reads. A restart pauses the clock for every job.
+    Without `executors_answered`, an executors tuple is neither applied nor acked."""
     bus, clock = bus or MemoryBus(), FakeClock(T0_MS)
     cluster = None if cluster_cores is None else MemoryCluster(None)
     loop = memory_loop(bus, clock, settings, cluster=cluster)
@@ -218,6 +219,8 @@ def closed_loop_of(jobs: list[Job], seconds: int, settings: ControllerSettings |
             job = by_id[control.query_id]
             sent.append((t, control, job))
             restart = control.parameter != "executors"
+            if not (restart or executors_answered):
+                continue
             t += 5 if restart else 0
             by_id[job.query_id] = job.applied(control.parameter, int(control.value),
                                               control.epoch)

@@ -28,7 +28,8 @@ def test_each_gets_no_more_than_it_wants_and_a_newcomer_waits_for_the_next_divis
     assert {q: g.cores for q, g in division.grants.items()} == {"a": 1, "b": 2}
     assert division.left == 3 and division.grant("newcomer") == Grant(
         3, "the cluster's 6 free cores went to a (priority 0, arrival 0% of its capacity), b "
-        "(priority 0, arrival 0% of its capacity) first; 3 left for this query", pending=True)
+        "(priority 0, arrival 0% of its capacity) first; 3 cores left for this query",
+        pending=True)
     assert divide(-1, (Demand("a", 1),)).grant("a").cores == 0  # a master counting oddly
 
 
@@ -40,6 +41,6 @@ def test_a_query_cut_short_is_told_who_took_the_cores_and_one_served_is_told_not
         "first")
     assert divide(3, (Demand("fraud", 2, asked=True), Demand("sensor", 2))).grant(
         "sensor").note == ("the cluster's 3 free cores went to fraud (priority 0, asked "
-                           "already) first; 1 left for this query")
+                           "already) first; 1 core left for this query")
     assert divide(0, (Demand("sensor", 2),)).grant("sensor").note == (
         "the cluster has 0 free cores")

@@ -15,6 +15,7 @@ from controller.core.parallelism import CORES_WANTED, bounds, executors_wanted
 from controller.core.policy import decide
 from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
+from controller.core.season import Forecast
 from controller.core.state import ControlState, InFlight, applied, settled
 from controller.loop.fakes import MemoryBus
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
@@ -156,12 +157,29 @@ def test_at_the_jobs_max_executors_the_knob_fills_the_slots_then_throttle() -> N
 def test_on_a_shared_cluster_the_request_is_cut_to_the_cores_granted() -> None:
     """10 units wanted, 2 task slots: 6 more executors wanted (the job's max 8), the figure
     the loop divides the cluster's free cores by, whatever it was granted."""
-    cut = decide(on_cluster(slots=2, cluster_grant=Grant(3, "the cluster's 3 free cores")),
+    cut = decide(on_cluster(slots=2, cluster_grant=Grant(3, "the cluster has 3 free cores")),
                  ControlState(), NOW, POLICY)
     assert scaled(cut) == ("executors", 2, 5)
     assert isinstance(cut, Scale) and cut.then == 5 and cut.figures[CORES_WANTED] == 6
+    assert ("asking for 5 executors (the job's max 8; 8 wanted, no room for more: the cluster "
+            "has 3 free cores) first") in cut.reason
     ample = decide(on_cluster(slots=2, cluster_grant=Grant(9)), ControlState(), NOW, POLICY)
     assert scaled(ample) == ("executors", 2, 8) and ample.figures[CORES_WANTED] == 6
+
+
+def test_a_query_sized_ahead_of_a_forecast_peak_keeps_its_want_while_it_waits_a_division(
+        ) -> None:
+    """Not backlogged, but its repeating load's peak needs more executors than it runs: the
+    hold it gets while the cores are divided still names what it wants, or the division would
+    never count it."""
+    calm = on_cluster(slots=2, arrival_rate=60, backlog_records=0,
+                      backlog_trend_records_per_s=0, time_to_drain_s=0.0,
+                      cluster_grant=Grant(4, pending=True),
+                      forecast=Forecast(peak=400, in_s=600, period_s=86_400, error=0.05,
+                                        checked_s=3600))
+    verdict = decide(calm, ControlState(), NOW, POLICY)
+    assert not isinstance(verdict, (Scale, NotReady)), verdict
+    assert verdict.figures[CORES_WANTED] > 0
 
 
 def test_granted_no_core_the_knob_fills_the_slots_saying_who_took_the_cores() -> None:
@@ -170,12 +188,12 @@ def test_granted_no_core_the_knob_fills_the_slots_saying_who_took_the_cores() ->
     verdict = decide(none, ControlState(), NOW, POLICY)
     assert scaled(verdict) == ("state_partitions", 1, 2)
     assert isinstance(verdict, Scale) and verdict.figures[CORES_WANTED] == 6 and (
-        f"capped at 2 by task slots (2 executors × 1 cores; no room for more: {note})"
+        f"capped at 2 by task slots (2 executors × 1 cores; no room for another executor: {note})"
         in verdict.reason)
     full = decide(replace(none, parallelism=2, units=2), ControlState(), NOW, POLICY)
     assert isinstance(full, Recommend) and full.action == "throttle"
     assert full.figures[CORES_WANTED] == 6 and full.reason.startswith(
-        f"at 2 units (task slots (2 executors × 1 cores; no room for more: {note}))")
+        f"at 2 units (task slots (2 executors × 1 cores; no room for another executor: {note}))")
 
 
 def test_in_local_mode_the_slots_cap_the_knob_and_no_executors_are_asked_for() -> None:
@@ -237,15 +255,18 @@ def test_the_loop_asks_a_cluster_for_executors_and_then_sets_the_state_partition
     assert then_at - sent_at == 5  # the loop's next cycle after the ack, no cooldown
 
 
+def on_shared_cluster(query_id: str, priority: int, **changes: Any) -> Job:
+    """A job of `STEP`'s load on 2 one-core executors of a shared cluster, at most 12."""
+    return replace(STEP, query_id=query_id, source_topic=f"in-{query_id}",
+                   sink_topic=f"out-{query_id}", parallelism=1, task_slots=2, executor_cores=1,
+                   max_executors=12, cluster_priority=priority, **changes)
+
+
 def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_gets_it() -> None:
     """8 cores, each job holding 2: the 4 free go to the job of priority 1, in one request;
     the other is sized within its slots, saying where the cores went (later, that none are
     free)."""
-    def job(query_id: str, priority: int) -> Job:
-        return replace(STEP, query_id=query_id, source_topic=f"in-{query_id}",
-                       sink_topic=f"out-{query_id}", parallelism=1, task_slots=2,
-                       executor_cores=1, max_executors=12, cluster_priority=priority)
-
+    job = on_shared_cluster
     bus = MemoryBus()
     sent = closed_loop_of([job("low", 0), job("high", 1)], 120, ControllerSettings(),
                           cluster_cores=8, bus=bus)
@@ -254,7 +275,22 @@ def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_get
     assert ("low", "state_partitions", "2") in [(c.query_id, c.parameter, c.value)
                                                 for _, c, _ in sent]
     at_ceiling = [d.reason for d in bus.written_decisions() if d.query_id == "low"
-                  and "no room for more" in d.reason]
-    assert "no room for more: the cluster's 4 free cores went to high (priority 1" in (
+                  and "no room for another executor" in d.reason]
+    assert "another executor: the cluster's 4 free cores went to high (priority 1" in (
         at_ceiling[0]), at_ceiling
-    assert "no room for more: the cluster has 0 free cores" in at_ceiling[-1], at_ceiling
+    assert "another executor: the cluster has 0 free cores" in at_ceiling[-1], at_ceiling
+
+
+def test_cores_a_tuple_in_flight_asked_for_go_to_no_other_query_whatever_its_priority() -> None:
+    """The master may not have started the executors yet (their tuple is unanswered here), so
+    its free cores still count them: a job of higher priority whose load rises meanwhile is
+    sized within its slots instead of asking for the same cores."""
+    bus = MemoryBus()
+    jobs = [on_shared_cluster("first", 0),
+            on_shared_cluster("urgent", 5, rates=[(0, 60), (50, 300)])]
+    sent = closed_loop_of(jobs, 130, ControllerSettings(), cluster_cores=8, bus=bus,
+                          executors_answered=False)
+    assert [(c.query_id, c.value) for _, c, _ in sent if c.parameter == "executors"] == [
+        ("first", "6")], sent
+    assert any(d.query_id == "urgent" and "went to first (priority 0, asked already)" in d.reason
+               for d in bus.written_decisions()), [d.reason for d in bus.written_decisions()]
