@@ -17,7 +17,7 @@ an active that is not named steps down. Neighbours: `loop` (acts on the verdicts
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from controller.core.instances import Instances, Seen
 from controller.core.results import Down, Lost, Promote, Recommend
@@ -29,18 +29,21 @@ NO_STANDBY = ("; no live standby to fail over to: restart the job, or keep a sta
               "so the next loss fails over by itself")
 
 
-def decide(lost: Lost | Down, standbys: Sequence[Seen], lost_instance: str,
-           now_ms: int) -> Promote | Lost | Down:
+def decide(lost: Lost | Down, standbys: Sequence[Seen], held_off: Sequence[str],
+           lost_instance: str, now_ms: int) -> Promote | Lost | Down:
     """Promote the freshest live standby, or report the loss with what to do about it. An
     active that stopped on purpose is replaced like a lost one (a planned stop, say a host
     drained, keeps the query running), but the stop is no loss to advise about; one that
-    halted waits for its operator, whom a standby on the same checkpoint would not spare."""
+    halted waits for its operator, whom a standby on the same checkpoint would not spare.
+    `held_off` says why live standbys left out of `standbys` are not tried now (their
+    promotion failed: `Standbys.refused`)."""
     candidates = [s for s in standbys if s.instance_id != lost_instance]
     if isinstance(lost, Down) and (lost.action == "halted" or not candidates):
         return lost
     if not candidates:
         assert isinstance(lost, Lost)
-        return replace(lost, reason=lost.reason + NO_STANDBY)
+        why = "".join(f"; {note}" for note in held_off) if held_off else NO_STANDBY
+        return replace(lost, reason=lost.reason + why)
     chosen = candidates[0]
     age_s = max(0, now_ms - chosen.last_seen_ms) / 1000
     who = f"active instance {lost_instance}" if lost_instance else "the active instance"
@@ -64,6 +67,25 @@ def standby_advice(query_id: str, before: int, after: int) -> Recommend | None:
         {"standbys_before": float(before), "standbys": 0.0})
 
 
+RETRY_FIRST_S = 30.0
+"""Wait before a standby whose promotion failed is promoted again; doubled each time."""
+RETRY_MAX_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A standby's failed promotion: not tried again before `until_ms`."""
+
+    until_ms: int
+    failures: int
+    why: str
+
+    def describe(self, instance_id: str, now_ms: int) -> str:
+        times = "once" if self.failures == 1 else f"{self.failures} times in a row"
+        return (f"standby {instance_id} failed its promotion {times} ({self.why}); tried again "
+                f"in {num(max(0, self.until_ms - now_ms) / 1000)} s")
+
+
 class Standbys:
     """The instance table plus each query's last count of live standbys."""
 
@@ -74,6 +96,8 @@ class Standbys:
         self._counts: dict[str, int] = {}
         self._had: dict[str, int] = {}
         """Per query, its last count of live standbys that was not 0."""
+        self._refusals: dict[tuple[str, str], Refusal] = {}
+        """(query, instance) → its last failed promotion, while its failures run in a row."""
 
     def add(self, sample: TaskMetrics) -> None:
         self.instances.add(sample)
@@ -84,9 +108,33 @@ class Standbys:
         count asks for a new standby if it was the last."""
         self.instances.promoted(query_id, instance_id, now_ms)
         self._counts[query_id] = max(self._counts.get(query_id, 0), 1)
+        self._refusals.pop((query_id, instance_id), None)
 
     def live(self, query_id: str, now_ms: int) -> list[Seen]:
         return self.instances.live_standbys(query_id, now_ms, self.timeout_s)
+
+    def candidates(self, query_id: str, now_ms: int) -> tuple[list[Seen], list[str]]:
+        """The live standbys that may be promoted now, and why any other is held off."""
+        found, held_off = [], []
+        for seen in self.live(query_id, now_ms):
+            refusal = self._refusals.get((query_id, seen.instance_id))
+            if refusal is None or now_ms >= refusal.until_ms:
+                found.append(seen)
+            else:
+                held_off.append(refusal.describe(seen.instance_id, now_ms))
+        return found, held_off
+
+    def refused(self, query_id: str, instance_id: str, now_ms: int, why: str) -> float:
+        """The promotion of `instance_id` failed: it is not tried again for a wait that
+        doubles with each failure in a row, from RETRY_FIRST_S to RETRY_MAX_S (a failure
+        that lasts, say a checkpoint it cannot continue, would otherwise be retried every
+        cycle). Returns the wait in seconds."""
+        before = self._refusals.get((query_id, instance_id))
+        failures = 1 if before is None else before.failures + 1
+        wait_s = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (failures - 1))
+        self._refusals[(query_id, instance_id)] = Refusal(now_ms + int(wait_s * 1000),
+                                                          failures, why)
+        return wait_s
 
     def recount(self, now_ms: int) -> dict[str, tuple[int, int]]:
         """Per query, (previous, current) live standby counts; forgets long-silent ones."""

@@ -238,6 +238,11 @@ class ControlLoop:
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)
+            if flight.instance:
+                wait_s = self.standbys.refused(ack.query_id, flight.instance, now_ms,
+                                               ack.detail)
+                log.warning("%s: standby %s is not promoted again for %.0f s", ack.query_id,
+                            flight.instance, wait_s)
         self._actuator.outcome(ack.query_id, flight, f"ack_{ack.outcome.value.lower()}",
                                ack.detail, now_ms)
         cooldown_s = self.settings.policy.cooldown_s
@@ -316,7 +321,7 @@ class ControlLoop:
         gone = self._gone(window, query.state, now_ms)
         horizon_ms = self._behind.horizon(now_ms)
         found: QueryModel | NotReady | Lost | Down | Promote = (
-            failover.decide(gone, self.standbys.live(query_id, horizon_ms),
+            failover.decide(gone, *self.standbys.candidates(query_id, horizon_ms),
                             window.last_instance, now_ms) if gone is not None else
             evaluate(query_id, window.samples, self.settings.model, warm_up=window.warm_up,
                      probed=self._prober.fresh(now_ms), remembered=query.remembered,

@@ -39,7 +39,7 @@ def beat(instance: str, at_ms: int, role: Role = Role.STANDBY, epoch: int = 0,
 # -- the pure decision ----------------------------------------------------------------------
 
 def test_the_freshest_live_standby_is_promoted_with_the_reason() -> None:
-    verdict = decide(LOST, [seen("s2", 0.5), seen("s1", 2.0)], "a", T0_MS)
+    verdict = decide(LOST, [seen("s2", 0.5), seen("s1", 2.0)], (), "a", T0_MS)
     assert isinstance(verdict, Promote)
     assert (verdict.instance_id, verdict.lost_instance, verdict.action) == ("s2", "a",
                                                                             "failover")
@@ -49,15 +49,15 @@ def test_the_freshest_live_standby_is_promoted_with_the_reason() -> None:
 
 
 def test_without_a_standby_the_loss_is_reported_with_advice() -> None:
-    verdict = decide(LOST, [], "a", T0_MS)
+    verdict = decide(LOST, [], (), "a", T0_MS)
     assert isinstance(verdict, Lost) and verdict.reason == LOST.reason + NO_STANDBY
     assert "streamctl job run --role standby" in verdict.reason
 
 
 def test_the_lost_instance_is_never_its_own_standby() -> None:
     """It stepped down and heartbeats as a standby, then went silent as the active again."""
-    assert isinstance(decide(LOST, [seen("a", 0.1)], "a", T0_MS), Lost)
-    verdict = decide(LOST, [seen("a", 0.1), seen("b", 3.0)], "a", T0_MS)
+    assert isinstance(decide(LOST, [seen("a", 0.1)], (), "a", T0_MS), Lost)
+    verdict = decide(LOST, [seen("a", 0.1), seen("b", 3.0)], (), "a", T0_MS)
     assert isinstance(verdict, Promote) and verdict.instance_id == "b"
 
 
@@ -140,6 +140,33 @@ def test_only_the_promoted_instance_answers_a_promotion() -> None:
     h.feed(simulate(promoted, 30, start_s=start_s, first_batch=40), cycles=3)
     assert h.loop.queries["q1"].verdict.action not in ("lost", "failover")
     assert len(h.bus.sent_controls()) == 1
+
+
+def test_a_standby_whose_promotion_failed_is_tried_again_after_a_wait_that_doubles() -> None:
+    """A failure that lasts (say, a checkpoint the standby cannot continue) is not retried
+    every cycle: 30 s, then 60 s, and the loss says why nothing is promoted meanwhile."""
+    h = Harness()
+    feed_active_then_silence(h)
+    failed_at: list[int] = []
+    promoted_at: list[int] = []
+    for _ in range(150):
+        keep_standbys_alive(h, 1)
+        sent = h.bus.sent_controls()
+        if len(sent) > len(promoted_at):
+            promotion = sent[-1]
+            assert promotion.parameter == "active_instance" and promotion.value == "s1"
+            promoted_at.append(h.clock.now_ms())
+            h.bus.publish_ack(Ack(promotion.control_id, "q1", "s1", promotion.epoch,
+                                  Outcome.FAILED, "promotion failed (checkpoint unreadable); "
+                                  "s1 stays a standby", 0, h.clock.now_ms()))
+            h.loop.run(max_cycles=1)
+            failed_at.append(h.clock.now_ms())
+    waits = [round((at - failed) / 1000)
+             for at, failed in zip(promoted_at[1:], failed_at, strict=False)]
+    assert waits[:2] == [30, 60], waits
+    held = [d.reason for d in h.bus.written_decisions() if d.action == "lost"]
+    assert held and ("standby s1 failed its promotion once (promotion failed (checkpoint "
+                     "unreadable); s1 stays a standby); tried again in") in held[0], held
 
 
 def test_without_a_standby_the_controller_only_reports_the_loss() -> None:
