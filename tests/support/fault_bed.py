@@ -75,6 +75,11 @@ class FaultBed:
     _load: threading.Thread | None = None
     _watch: Watch | None = None
 
+    @property
+    def scores_cards(self) -> bool:
+        """Whether the job is `FRAUD_JOB` (with any options added to it)."""
+        return self.job_options[:len(FRAUD_JOB)] == FRAUD_JOB
+
     @classmethod
     def create(cls, bootstrap: str, new_topics: NewTopics, workdir: Path) -> FaultBed:
         topics = new_topics(**{k: 2 if k in ("input", "output") else 1 for k in TOPIC_KINDS})
@@ -110,7 +115,7 @@ class FaultBed:
 
     def start_load(self, rate_per_s: float = 150.0) -> None:
         """Constant load of the job's kind (readings, or transactions for `FRAUD_JOB`)."""
-        cards = self.job_options == FRAUD_JOB
+        cards = self.scores_cards
         spec = LoadSpec(self.bootstrap, self.topics["input"],
                         RateProfile("constant", rate_per_s, rate_per_s), duration_s=3600,
                         sensors=20, window_ms=WINDOW_MS, event_type="card" if cards else "sensor",
