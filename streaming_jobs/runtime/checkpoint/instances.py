@@ -37,7 +37,12 @@ from streaming_jobs.config import INPUT_RECORD_SUFFIX, INSTANCE_INFIX, instance_
 from streaming_jobs.errors import JobError
 from streaming_jobs.runtime.checkpoint.input_source import entry_sources
 from streaming_jobs.runtime.checkpoint.input_switch import Offsets
-from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
+from streaming_jobs.runtime.checkpoint.state_repartition import (
+    current,
+    local_path,
+    read_batches,
+    read_state_partitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -217,10 +222,6 @@ def continue_from(checkpoint_dir: str, output: Ends, stamp: str) -> tuple[int, i
     if set(start) != set(output) or not covered(start, output):
         raise NotContinuable(f"{checkpoint_dir} stands at {start} after batch {batch}, not "
                              f"behind the output's {output}")
-    own_partitions = _state_partitions(entry_metadata(checkpoint_dir, batch))
-    if own_partitions != _state_partitions(stamp):
-        raise NotContinuable(f"{checkpoint_dir} keeps its state in {own_partitions} partitions, "
-                             f"the output's writer in {_state_partitions(stamp)}")
     offsets = local_path(checkpoint_dir) / "offsets"
     _drop_versions_after(offsets, batch)  # planned, never committed
     _drop_versions_after(local_path(checkpoint_dir) / "state", batch + 1)
@@ -262,6 +263,7 @@ def continue_output(own: str, query_dir: str, written: tuple[str, int] | None,
         batch, how = _copied(query_dir, writer_id, own, output, stamp)
     else:
         try:
+            _same_partitions(own, writer)
             batch, folded = continue_from(own, output, stamp)
             how = f"state kept: {folded} records after it folded in without output"
         except NotContinuable as exc:
@@ -319,10 +321,15 @@ def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:
     temporary.rename(offsets / str(after + 1))
 
 
-def _state_partitions(metadata: str) -> str | None:
-    """The state partitions an entry's metadata line fixes (its SQL conf's shuffle
-    partitions; None when it records none)."""
-    return json.loads(metadata).get("conf", {}).get("spark.sql.shuffle.partitions")
+def _same_partitions(own: str, writer: str) -> None:
+    """Raise NotContinuable when `own` keeps its state in other partitions than `writer` runs
+    with now: a fold would leave the query at its old partitioning, a copy takes the writer's.
+    The writer's own count, not its last output batch's: a repartition (an input-less batch)
+    may have committed after it."""
+    own_count, writers = current(own), read_state_partitions(writer)
+    if own_count is not None and own_count != writers:  # None: nothing to fold into
+        raise NotContinuable(f"{own} keeps its state in {own_count} partitions, the output's "
+                             f"writer {writer} in {writers}")
 
 
 def _drop_versions_after(directory: Path, last: int) -> None:

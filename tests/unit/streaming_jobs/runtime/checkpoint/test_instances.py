@@ -158,6 +158,37 @@ def test_a_checkpoint_with_other_state_partitions_than_the_writers_is_replaced_b
         "spark.sql.shuffle.partitions": "4"}
 
 
+def repartitioned(root: str, partitions: int) -> None:
+    """What Spark's state repartition leaves: an input-less batch after the last committed one,
+    at the same offsets and watermark, planned and committed with `partitions`."""
+    offsets, commits = Path(root) / "offsets", Path(root) / "commits"
+    last = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
+    version, stamp, *sources = (offsets / str(last)).read_text().splitlines()
+    metadata = json.loads(stamp) | {"conf": {"spark.sql.shuffle.partitions": str(partitions)}}
+    (offsets / str(last + 1)).write_text("\n".join([version, json.dumps(metadata), *sources]))
+    (commits / str(last + 1)).write_text((commits / str(last)).read_text())
+
+
+def test_a_writer_repartitioned_after_its_last_output_is_continued_from_a_copy(
+        tmp_path: Path) -> None:
+    """The active repartitioned its state (2 → 4) and died before its next batch: the output
+    ends at batch 1 (2 partitions), its checkpoint at the repartition's batch 2 (4). A hot
+    standby at 2 takes a copy rather than folding (the query stays at 4), and a warm one
+    continues its copy."""
+    query = str(tmp_path / "q")
+    writer = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}], 1, "id-a")
+    repartitioned(writer, 4)
+    hot = checkpoint(Path(instance_dir(query, "b")), [{0: 10}], 0, "id-b")
+    marks: list[tuple[str, int]] = []
+    for own, warm in ((hot, False), (query, True)):
+        marks.clear()
+        note = continue_output(own, query, ("id-a", 1), lambda *m: marks.append(m), warm=warm)
+        assert note is not None and f"state copied from {writer} at its batch 2" in note, note
+        assert marks == [(checkpoint_id(own), 2)]  # nothing left to read: the copy's batch 2
+        assert json.loads(entry_metadata(own, 2))["conf"] == {
+            "spark.sql.shuffle.partitions": "4"}
+
+
 def test_a_checkpoint_set_aside_is_no_active_and_survives_a_copy_into_nothing(
         tmp_path: Path) -> None:
     query = str(tmp_path / "q")
