@@ -36,8 +36,10 @@ def decide(lost: Lost | Down, standbys: Sequence[Seen], held_off: Sequence[str],
     drained, keeps the query running), but the stop is no loss to advise about; one that
     halted waits for its operator, whom a standby on the same checkpoint would not spare.
     `held_off` says why live standbys left out of `standbys` are not tried now (their
-    promotion failed: `Standbys.refused`)."""
-    candidates = [s for s in standbys if s.instance_id != lost_instance]
+    promotion failed: `Standbys.refused`). The lost instance itself is a candidate when it
+    beats as a standby: its promotion failed after it had run as the active, and once its wait
+    is over it may be the only one left to try."""
+    candidates = list(standbys)
     if isinstance(lost, Down) and (lost.action == "halted" or not candidates):
         return lost
     if not candidates:

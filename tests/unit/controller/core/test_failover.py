@@ -54,11 +54,15 @@ def test_without_a_standby_the_loss_is_reported_with_advice() -> None:
     assert "streamctl job run --role standby" in verdict.reason
 
 
-def test_the_lost_instance_is_never_its_own_standby() -> None:
-    """It stepped down and heartbeats as a standby, then went silent as the active again."""
-    assert isinstance(decide(LOST, [seen("a", 0.1)], (), "a", T0_MS), Lost)
-    verdict = decide(LOST, [seen("a", 0.1), seen("b", 3.0)], (), "a", T0_MS)
-    assert isinstance(verdict, Promote) and verdict.instance_id == "b"
+def test_the_lost_instance_beating_as_a_standby_is_promoted_again() -> None:
+    """Its promotion failed after it had run as the active, and it beats as a standby: once
+    its wait is over (`Standbys.candidates` held it off until then) it is tried again, even
+    when no other standby is left."""
+    verdict = decide(LOST, [seen("a", 0.1)], (), "a", T0_MS)
+    assert isinstance(verdict, Promote) and (verdict.instance_id, verdict.lost_instance) == (
+        "a", "a")
+    verdict = decide(LOST, [seen("b", 0.5), seen("a", 3.0)], (), "a", T0_MS)
+    assert isinstance(verdict, Promote) and verdict.instance_id == "b"  # the freshest first
 
 
 def test_a_new_standby_is_asked_for_once_when_the_last_one_is_gone() -> None:
