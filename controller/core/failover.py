@@ -6,12 +6,12 @@ while one waits for its ack) and the standbys heard from recently (`instances`) 
 out. `Standbys` keeps, per query, the instance table and the last count of live standbys, so
 the loop can report the count and ask for a new standby once the last one is gone.
 
-Which standby: the one heard from most recently (ties by instance id, for determinism); a
-standby that is the lost instance itself (it stepped down and came back) is not chosen, since
-it just went silent as the active. The promotion is a control tuple `active_instance=<id>`
-with the next epoch, addressed to every instance of the query: the named one promotes itself,
-an active that is not named steps down. Neighbours: `loop` (acts on the verdicts),
-`instances`, `results`.
+Which standby: the one heard from most recently (ties by instance id, for determinism), the
+lost instance itself included when it beats as a standby (its promotion failed after it had
+run as the active; `Standbys` holds it off for a while first). The promotion is a control
+tuple `active_instance=<id>` with the next epoch, addressed to every instance of the query: the
+named one promotes itself, an active that is not named steps down. Neighbours: `loop` (acts on
+the verdicts), `instances`, `results`.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ def decide(lost: Lost | Down, standbys: Sequence[Seen], held_off: Sequence[str],
     chosen = candidates[0]
     age_s = max(0, now_ms - chosen.last_seen_ms) / 1000
     who = f"active instance {lost_instance}" if lost_instance else "the active instance"
+    again = " again (it beats as a standby)" if chosen.instance_id == lost_instance else ""
     return Promote(chosen.instance_id, lost_instance, (
-        f"{who}: {lost.reason.split(';', 1)[0]}; promoting standby {chosen.instance_id} "
+        f"{who}: {lost.reason.split(';', 1)[0]}; promoting standby {chosen.instance_id}{again} "
         f"(heartbeat {num(age_s)} s ago, "
         f"{len(candidates)} live standby{'s' if len(candidates) != 1 else ''}): it fences the "
         "former active and resumes from the shared checkpoint"),

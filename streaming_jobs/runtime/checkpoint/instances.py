@@ -37,12 +37,7 @@ from streaming_jobs.config import INPUT_RECORD_SUFFIX, INSTANCE_INFIX, instance_
 from streaming_jobs.errors import JobError
 from streaming_jobs.runtime.checkpoint.input_source import entry_sources
 from streaming_jobs.runtime.checkpoint.input_switch import Offsets
-from streaming_jobs.runtime.checkpoint.state_repartition import (
-    current,
-    local_path,
-    read_batches,
-    read_state_partitions,
-)
+from streaming_jobs.runtime.checkpoint.state_repartition import local_path, read_batches
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +50,8 @@ Ends = dict[str, Offsets]
 
 
 class NotContinuable(JobError):
-    """The checkpoint cannot continue from the output's offsets (another topic, or it is
-    ahead of them); a copy of the output's checkpoint must replace it."""
+    """The checkpoint cannot continue from the output's offsets (another topic, ahead of them,
+    or other state partitions than the writer's); a copy of the writer's must replace it."""
 
 
 class SourceMoved(NotContinuable):
@@ -322,14 +317,29 @@ def _write_entry(offsets: Path, after: int, output: Ends, stamp: str) -> None:
 
 
 def _same_partitions(own: str, writer: str) -> None:
-    """Raise NotContinuable when `own` keeps its state in other partitions than `writer` runs
-    with now: a fold would leave the query at its old partitioning, a copy takes the writer's.
-    The writer's own count, not its last output batch's: a repartition (an input-less batch)
-    may have committed after it."""
-    own_count, writers = current(own), read_state_partitions(writer)
+    """Raise NotContinuable when `own`'s last committed batch keeps its state in other
+    partitions than the writer's: a fold would leave the query at its old partitioning, a copy
+    takes the writer's. The writer's committed count, not its last output batch's: a
+    repartition (an input-less batch) may have committed after it. A writer that cannot be
+    read here (set aside while this runs) is left to the copy, which finds it by its id."""
+    try:
+        own_count, writers = _committed_partitions(own), _committed_partitions(writer)
+    except (OSError, ValueError) as exc:
+        raise NotContinuable(f"cannot compare the state partitions of {own} and {writer}: "
+                             f"{exc}") from exc
     if own_count is not None and own_count != writers:  # None: nothing to fold into
         raise NotContinuable(f"{own} keeps its state in {own_count} partitions, the output's "
                              f"writer {writer} in {writers}")
+
+
+def _committed_partitions(checkpoint_dir: str) -> str | None:
+    """The state partitions the checkpoint's last committed batch ran with (its SQL conf's
+    shuffle partitions; None before a commit, or when the entry records none)."""
+    committed = read_batches(checkpoint_dir).last_committed
+    if committed is None:
+        return None
+    conf = json.loads(entry_metadata(checkpoint_dir, committed)).get("conf", {})
+    return conf.get("spark.sql.shuffle.partitions")
 
 
 def _drop_versions_after(directory: Path, last: int) -> None:

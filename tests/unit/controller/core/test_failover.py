@@ -55,12 +55,12 @@ def test_without_a_standby_the_loss_is_reported_with_advice() -> None:
 
 
 def test_the_lost_instance_beating_as_a_standby_is_promoted_again() -> None:
-    """Its promotion failed after it had run as the active, and it beats as a standby: once
-    its wait is over (`Standbys.candidates` held it off until then) it is tried again, even
-    when no other standby is left."""
+    """Its promotion failed after it had run as the active, and it beats as a standby: it is
+    a candidate like any other live standby, even when no other is left."""
     verdict = decide(LOST, [seen("a", 0.1)], (), "a", T0_MS)
     assert isinstance(verdict, Promote) and (verdict.instance_id, verdict.lost_instance) == (
         "a", "a")
+    assert "promoting standby a again (it beats as a standby)" in verdict.reason
     verdict = decide(LOST, [seen("b", 0.5), seen("a", 3.0)], (), "a", T0_MS)
     assert isinstance(verdict, Promote) and verdict.instance_id == "b"  # the freshest first
 
@@ -171,6 +171,39 @@ def test_a_standby_whose_promotion_failed_is_tried_again_after_a_wait_that_doubl
     held = [d.reason for d in h.bus.written_decisions() if d.action == "lost"]
     assert held and ("standby s1 failed its promotion once (promotion failed (checkpoint "
                      "unreadable); s1 stays a standby); tried again in") in held[0], held
+
+
+def test_a_promoted_standby_whose_run_failed_after_it_beat_as_the_active_is_promoted_again(
+        ) -> None:
+    """s1, promoted, beats as the active, then its run fails before its first commit: it acks
+    FAILED and beats as a standby again, the query's only one. It is held off, then promoted
+    again, and its APPLIED ack settles that promotion."""
+    h = Harness(PATIENT)
+    feed_active_then_silence(h)
+    keep_standbys_alive(h, 40)
+    [first] = h.bus.sent_controls()
+    for _ in range(3):
+        h.clock.advance(1)
+        h.bus.publish_metrics(beat("s1", h.clock.now_ms(), Role.ACTIVE, epoch=first.epoch))
+        h.loop.run(max_cycles=1)
+    h.bus.publish_ack(Ack(first.control_id, "q1", "s1", first.epoch, Outcome.FAILED,
+                          "promotion failed (its first batch failed); s1 stays a standby", 0,
+                          h.clock.now_ms()))
+    h.loop.run(max_cycles=1)
+    failed_ms = h.clock.now_ms()
+    window = h.loop._windows.get("q1")
+    assert window is not None and window.last_instance == "s1"  # what makes it the lost one
+    keep_standbys_alive(h, 20)
+    assert len(h.bus.sent_controls()) == 1  # held off
+    keep_standbys_alive(h, 30)
+    again = h.bus.sent_controls()[-1]
+    assert (again.parameter, again.value, again.epoch) == ("active_instance", "s1",
+                                                           first.epoch + 1)
+    assert h.clock.now_ms() - failed_ms >= 30_000
+    h.bus.publish_ack(Ack(again.control_id, "q1", "s1", again.epoch, Outcome.APPLIED,
+                          "promoted s1", 0, h.clock.now_ms()))
+    h.loop.run(max_cycles=1)
+    assert h.loop.queries["q1"].state.in_flight is None
 
 
 def test_without_a_standby_the_controller_only_reports_the_loss() -> None:

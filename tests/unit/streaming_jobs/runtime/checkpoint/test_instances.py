@@ -173,12 +173,15 @@ def test_a_writer_repartitioned_after_its_last_output_is_continued_from_a_copy(
         tmp_path: Path) -> None:
     """The active repartitioned its state (2 → 4) and died before its next batch: the output
     ends at batch 1 (2 partitions), its checkpoint at the repartition's batch 2 (4). A hot
-    standby at 2 takes a copy rather than folding (the query stays at 4), and a warm one
-    continues its copy."""
+    standby at 2 takes a copy rather than folding (the query stays at 4), one at 4 folds, and
+    a warm one continues its copy."""
     query = str(tmp_path / "q")
     writer = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}], 1, "id-a")
     repartitioned(writer, 4)
     hot = checkpoint(Path(instance_dir(query, "b")), [{0: 10}], 0, "id-b")
+    at_four = checkpoint(Path(instance_dir(query, "c")), [{0: 10}], 0, "id-c", partitions=4)
+    note = continue_output(at_four, query, ("id-a", 1), lambda *m: None)
+    assert note is not None and "state kept: 10 records" in note, note
     marks: list[tuple[str, int]] = []
     for own, warm in ((hot, False), (query, True)):
         marks.clear()
@@ -187,6 +190,17 @@ def test_a_writer_repartitioned_after_its_last_output_is_continued_from_a_copy(
         assert marks == [(checkpoint_id(own), 2)]  # nothing left to read: the copy's batch 2
         assert json.loads(entry_metadata(own, 2))["conf"] == {
             "spark.sql.shuffle.partitions": "4"}
+
+
+def test_a_writer_whose_last_commit_cannot_be_read_is_left_to_a_copy(tmp_path: Path) -> None:
+    """Set aside while a hot standby compares partitions with it: no fold, and no failure
+    other than the one that makes the promotion take a copy (found again by its id)."""
+    query = str(tmp_path / "q")
+    writer = checkpoint(Path(instance_dir(query, "a")), [{0: 10}, {0: 20}], 1, "id-a")
+    hot = checkpoint(Path(instance_dir(query, "b")), [{0: 10}], 0, "id-b")
+    (Path(writer) / "offsets" / "1").unlink()
+    with pytest.raises(NotContinuable, match=f"cannot compare the state partitions of {hot}"):
+        instances._same_partitions(hot, writer)
 
 
 def test_a_checkpoint_set_aside_is_no_active_and_survives_a_copy_into_nothing(
