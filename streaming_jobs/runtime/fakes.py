@@ -45,6 +45,9 @@ class FakeQuery:
         """Whether the running query has nothing to do (default: no commit since its start)."""
         self.input_deleted: str | None = None
         """A start finds its input deleted before it was read and halts, saying this."""
+        self.kept_partitions: int | None = None
+        """The checkpoint cannot be repartitioned (its last batch did not commit): a start
+        keeping partitions runs with these instead of the desired ones."""
         self.halt: str | None = None
         self.marker: CommitMarker | None = None
         self.log: list[str] = []
@@ -82,6 +85,8 @@ class FakeQuery:
         return self._run
 
     def start_keeping_partitions(self, desired: DesiredState) -> str:
+        if self.kept_partitions is not None:
+            desired = replace(desired, state_partitions=self.kept_partitions)
         return self.start(desired)
 
     def commit(self, commit: Commit | None = None) -> Commit:

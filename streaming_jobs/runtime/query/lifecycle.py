@@ -246,8 +246,12 @@ class ElasticQuery:
             kept = state_repartition.current(self._config.storage.checkpoint_dir)
             log.error("%s; starting with the checkpoint's %s state partitions instead", exc,
                       kept)
-            return self.start(replace(desired, state_partitions=kept
-                                      or desired.state_partitions))
+            run_id = self.start(replace(desired, state_partitions=kept
+                                        or desired.state_partitions))
+            kept_note = f"state partitions kept at {kept} ({exc})"
+            self.start_note = (f"{kept_note}, {self.start_note}" if self.start_note
+                               else kept_note)
+            return run_id
 
     def warm_workers(self, new: DesiredState) -> str | None:
         """Before a restart into more source tasks: their Python workers, started while this

@@ -187,7 +187,7 @@ class Instance:
         return Applied(pause_ms=max(0, done_ms - began_ms), detail=(
             f"promoted {self._identity.instance_id} to active at epoch {desired.epoch}: "
             f"former active fenced in {fenced_ms - began_ms} ms ({last}), {started}, "
-            f"{resumed}; in force: {desired.describe()}"))
+            f"{resumed}; in force: {self._query.desired.describe()}"))
 
     def _promotion_failed(self, exc: Exception) -> RestartFailed:
         """Stop what the promotion started; this instance stays a standby."""

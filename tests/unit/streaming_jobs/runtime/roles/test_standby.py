@@ -82,6 +82,17 @@ def test_a_promotion_records_then_fences_then_starts_and_reports_its_time() -> N
     assert "first commit 5000 ms after (batch 7)" in applied.detail
 
 
+def test_a_promotion_started_at_the_checkpoints_partitions_says_those_are_in_force() -> None:
+    """The output's writer died with a batch planned at 2 state partitions: the promoted
+    standby cannot repartition to the desired 4 before that batch commits, so it runs at 2,
+    and its ack says so rather than the 4 it was asked for."""
+    query = fake()
+    query.kept_partitions = 2
+    applied = instance(query).change_role(PROMOTION, lambda d: None)
+    assert query.desired.state_partitions == 2
+    assert "state_partitions 2" in applied.detail.split("in force: ")[1]
+
+
 class HotRunLog:
     """A hot standby's run that writes what it is asked into the query's log."""
 
