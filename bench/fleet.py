@@ -14,9 +14,11 @@ and the figures are the controller's own work, whatever the machine does around 
 - memory per query (the growth of the heap, by `tracemalloc`, from an empty controller to one
   with a full window of every query, on a separate run of at most 20 of them);
 - bytes per query per second of the metrics topic (the Avro records the jobs publish);
-- one fleet divided among 1, 2 and 4 instances (`SHARDS` shards, `MemoryLeadership`): the
-  busiest instance's CPU per cycle, and how many queries got exactly one control tuple once
-  every query fell behind (all: each decided once, by one instance).
+- one fleet divided among 1, 2 and 4 instances (`SHARDS` shards, `MemoryLeadership`, the
+  metrics topic read as one of a partition per shard: each instance reads only its shards'
+  queries, as `controller run` does on such a topic): the busiest instance's CPU per cycle,
+  and how many queries got exactly one control tuple once every query fell behind (all: each
+  decided once, by one instance).
 
 What it leaves out: the broker round trips (`bench.fleet` reads no socket) and the Kafka
 client's decoding cost outside `poll`'s decode. Owns the synthetic fleet and the figures;
@@ -124,7 +126,7 @@ class SyntheticFleet:
                 source_topics=(topic,), sink_topics=(f"out-{q}",))
             payload = codec.encode(sample)
             self.bytes_published += len(payload)
-            self._bus.metrics.append(payload)
+            self._bus.metrics.append(payload, key=sample.query_id, stamp_ms=end_ms)
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def memory_per_query_kib(fleet: Fleet, warm_s: float) -> float:
         before = tracemalloc.get_traced_memory()[0]
         bus, loop, source, clock = _controller(fleet)
         _cycles(loop, source, clock, warm_s)
-        bus.metrics.payloads.clear()
+        bus.metrics.clear()
         gc.collect()
         return round((tracemalloc.get_traced_memory()[0] - before) / 1024 / fleet.queries, 1)
     finally:
@@ -206,7 +208,9 @@ def _instances(fleet: Fleet, bus: MemoryBus, clock: FakeClock, offsets: MemoryEn
         loops.append(ControlLoop(settings, Ports(
             # No clock on the source: an empty poll must not move the clock every instance
             # shares (the cycles move it).
-            metrics=MemoryMetricsSource(bus.metrics),
+            # With shards, one partition per shard: each instance reads only its own.
+            metrics=MemoryMetricsSource(bus.metrics, read_back_s=None if shards is None
+                                        else settings.model.window_s),
             control=MemoryControlSink(bus.control, guard, decisions=bus.decisions),
             acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions, guard),
             clock=clock, offsets=offsets, leadership=leadership, observer=Observers(

@@ -314,7 +314,8 @@ class Bed:
         tag = uuid.uuid4().hex[:8]
         kinds = ("in", "metrics", "control", "acks", "decisions", "lease")
         self.topics = {k: f"bench-fleet-{tag}-{k}" for k in kinds}
-        counts = {"in": row.partitions, "lease": SHARDS}
+        # The metrics topic one partition per shard: each instance reads only its own.
+        counts = {"in": row.partitions, "lease": SHARDS, "metrics": SHARDS}
         ensure_topics(bootstrap, [TopicSpec(name, partitions=counts.get(kind, 1))
                                   for kind, name in self.topics.items()])
         t = self.topics

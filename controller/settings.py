@@ -390,7 +390,8 @@ class KafkaSettings:
     """Topic that only serves as the lease, one partition per shard of the queries: the
     instance of `group_id` a partition is assigned to leads that shard. One partition: one
     instance leads every query, the others wait to take over; more: the instances divide the
-    queries, so each adds capacity. Every instance reads the count at start; nothing is
+    queries, and on a metrics topic of a multiple of as many partitions each reads only its
+    shards' metrics, so each adds capacity. Every instance reads the count at start; nothing is
     written to it."""
 
     metrics_offset_reset: str = "window"
@@ -495,9 +496,11 @@ class ControllerSettings:
 
     follow_interval_s: float = 5.0
     """How often an instance models a query it does not lead (one of another instance's
-    shards): often enough to keep its load's repeating pattern, the memory of its sizes and
-    its status current for a takeover, seldom enough that a follower costs a fraction of a
-    leader. The queries it leads are modelled every cycle."""
+    shards) while it reads every query's metrics (one shard, or a metrics topic whose
+    partitions are not a multiple of the shards): often enough to keep its load's repeating
+    pattern, the memory of its sizes and its status current for a takeover, seldom enough
+    that a follower costs a fraction of a leader. The queries it leads are modelled every
+    cycle."""
 
     spark_master_status_url: str = ""
     """Where the controller reads a shared Spark standalone cluster's free cores (its

@@ -151,6 +151,15 @@ class Standbys:
                 self._had[query_id] = now
         return counts
 
+    def forget(self, query_id: str) -> None:
+        """All that was heard of the query's instances (this controller no longer reads its
+        metrics)."""
+        self.instances.forget(query_id)
+        self._counts.pop(query_id, None)
+        self._had.pop(query_id, None)
+        for key in [k for k in self._refusals if k[0] == query_id]:
+            del self._refusals[key]
+
     def recount_from_last_standbys(self, queries: Callable[[str], bool]) -> None:
         """Make the next count of the `queries` a new leader took over compare with each one's
         last count that was not 0: it then asks for the standbys a query lost while it

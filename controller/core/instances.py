@@ -51,6 +51,9 @@ class Instances:
                  if s.role is Role.STANDBY and s.last_seen_ms >= horizon]
         return sorted(found, key=lambda s: (-s.last_seen_ms, s.instance_id))
 
+    def forget(self, query_id: str) -> None:
+        self._by_query.pop(query_id, None)
+
     def queries(self) -> list[str]:
         return sorted(self._by_query)
 

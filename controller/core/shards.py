@@ -26,6 +26,19 @@ def shard_of(query_id: str, shards: int) -> int:
     return zlib.crc32(query_id.encode()) % shards
 
 
+def read_partitions(held: Iterable[int], shards: int, partitions: int) -> frozenset[int] | None:
+    """The metrics topic's partitions that carry the queries of the `held` shards, or None when
+    an instance must read all of them. A job keys its metrics by query id, and its producer's
+    partitioner (librdkafka's `consistent_random`) puts a key in partition CRC-32 % partitions,
+    the hash `shard_of` takes: when the partitions are a multiple of the shards, partition p
+    carries only shard p % shards. One shard: every instance reads everything, so that the one
+    that waits to lead is ready at once."""
+    if shards == 1 or partitions % shards:
+        return None
+    wanted = frozenset(held)
+    return frozenset(p for p in range(partitions) if p % shards in wanted)
+
+
 def transactional_id(group_id: str, shard: int, shards: int) -> str:
     """The transactional id whose holder may write for a shard: the group's own name when
     there is one shard (as before there were shards), else `<group>.shard-<k>`."""

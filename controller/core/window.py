@@ -242,6 +242,9 @@ class Windows:
             self._by_query[sample.query_id] = window
         return window.add(sample, heard_at_ms)
 
+    def forget(self, query_id: str) -> None:
+        self._by_query.pop(query_id, None)
+
     def prune(self, now_ms: int) -> None:
         for window in self._by_query.values():
             window.prune(now_ms)

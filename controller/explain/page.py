@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -126,6 +126,11 @@ class Timeline:
     def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
         with self._lock:
             self._leading = led > 0
+
+    def forget(self, query_ids: Collection[str]) -> None:
+        with self._lock:
+            for query_id in query_ids:
+                self._queries.pop(query_id, None)
 
     def outage(self, query_id: str, outage: Outage) -> None:
         pass

@@ -13,6 +13,7 @@ hour. Implements `ports.LoopObserver`.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -248,6 +249,23 @@ class ControllerMetrics:
             takeovers.inc()
         if led > before or not led:
             self.leader_since.labels(instance_id).set(since_ms / 1000 if led else 0)
+
+    def forget(self, query_ids: Collection[str]) -> None:
+        """A query's gauges go (its counters and pauses stay: what happened while this
+        instance led it)."""
+        gauges = (self.arrival, self.capacity, self.throughput, self.backlog, self.utilisation,
+                  self.busy, self.current, self.desired, self.overhead, self.per_unit,
+                  self.delay, self.last_pause, self.standby_instances)
+        for query_id in query_ids:
+            for gauge in gauges:
+                gauge.remove(query_id)
+            self._modelled.pop(query_id, None)
+            previous = self._last_decision.pop(query_id, None)
+            if previous is not None:
+                self.last_decision.remove(*previous)
+            for objective in self._stated.pop(query_id, set()):
+                self.objective.remove(query_id, objective)
+                self.objective_met.remove(query_id, objective)
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()

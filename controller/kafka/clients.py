@@ -1,12 +1,12 @@
 """Kafka adapters of the controller's ports (the only module here that imports confluent_kafka).
 
 Owns the client configurations (every client gets the Kafka security of `KafkaSettings`,
-`streamctl.security.kafka`): the metrics consumer (every partition, from the model's window back by
-default), the ack consumer (assigned at the end of every partition before anything is sent, so
-no ack can slip past it), and the transactional producers (`acks=all`, one per shard led)
-shared by the control sink and the decision log. Payloads go through `schemas` codecs; bad
-ones through `ports.decode_each`. Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the
-in-memory twins).
+`streamctl.security.kafka`): the metrics consumer (every partition, or those of the shards led
+when the topic divides into them, from the model's window back by default), the ack consumer
+(assigned at the end of every partition before anything is sent, so no ack can slip past it),
+and the transactional producers (`acks=all`, one per shard led) shared by the control sink and
+the decision log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`.
+Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twins).
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from controller.core.shards import NO_QUERY, describe, shard_of, transactional_id
+from controller.core.shards import (
+    NO_QUERY,
+    describe,
+    read_partitions,
+    shard_of,
+    transactional_id,
+)
 from controller.errors import TemporaryError, UserError
 from controller.loop.ports import (
     DeliveryError,
@@ -94,18 +100,21 @@ def _raw(messages: list[Message]) -> list[RawMessage]:
 
 
 class KafkaMetricsSource:
-    """`MetricsSource` over every partition of the metrics topic, from `read_back_s` back (or
-    its end, or its beginning: `metrics_offset_reset`).
+    """`MetricsSource` over the partitions of the metrics topic, from `read_back_s` back (or
+    their end, or their beginning: `metrics_offset_reset`): every partition, until told to
+    read only the shards this instance leads (`read_shards`).
 
-    Assigned, not subscribed: every controller instance reads every job's metrics (a follower
-    keeps its models warm for the moment it leads), so the instances must not share them out
-    as members of one group would.
+    Assigned, not subscribed: which partitions an instance reads follows the shards it leads
+    (the lease's group), not a group of its own; with one shard every instance reads every
+    job's metrics (a follower keeps its models warm for the moment it leads).
     """
 
     def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
                  read_back_s: float, setup_timeout_s: float = 10.0) -> None:
         """`read_back_s`: how far back 'window' (`metrics_offset_reset`) starts."""
         self._on_error = on_decode_error
+        self._settings, self._read_back_s = settings, read_back_s
+        self._timeout_s = setup_timeout_s
         self._consumer = Consumer({
             **client_config(settings),
             # Never commits: a throwaway group id keeps it out of anyone's group.
@@ -113,14 +122,38 @@ class KafkaMetricsSource:
             "enable.auto.commit": False,
         })
         try:
-            self._assigned = _metrics_starts(self._consumer, settings, read_back_s,
-                                             setup_timeout_s)
-            self._consumer.assign(self._assigned)
+            starts = _metrics_starts(self._consumer, settings,
+                                     int((time.time() - read_back_s) * 1000), setup_timeout_s)
+            self._consumer.assign(starts)
         except BaseException:
             self._consumer.close()
             raise
-        self._read = {tp.partition: (tp.offset, 0) for tp in self._assigned}
-        """Per partition: the offset after the newest record read, and its timestamp."""
+        self._partitions = len(starts)
+        self._read = {tp.partition: (tp.offset, 0) for tp in starts}
+        """Per partition read: the offset after the newest record read, and its timestamp."""
+
+    def read_shards(self, held: frozenset[int], shards: int, now_ms: int) -> bool:
+        wanted = read_partitions(held, shards, self._partitions)
+        if wanted is None:
+            return False
+        topic = self._settings.metrics_topic
+        lost = [TopicPartition(topic, p) for p in sorted(self._read.keys() - wanted)]
+        gained = sorted(wanted - self._read.keys())
+        try:
+            starts = (_metrics_starts(self._consumer, self._settings,
+                                      now_ms - int(self._read_back_s * 1000), self._timeout_s,
+                                      gained) if gained else [])
+        except KafkaSetupError as exc:
+            raise TemporaryError(f"cannot read back the metrics of {describe(held, shards)}: "
+                                 f"{exc}") from exc
+        if lost:
+            self._consumer.incremental_unassign(lost)
+        if starts:
+            self._consumer.incremental_assign(starts)
+        for tp in lost:
+            del self._read[tp.partition]
+        self._read |= {tp.partition: (tp.offset, 0) for tp in starts}
+        return True
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
         """What arrived, as soon as anything did (at most `timeout_s`): `consume` with a
@@ -130,18 +163,19 @@ class KafkaMetricsSource:
         if messages:
             messages += self._consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
         for message in messages:
-            if message.error() is None:
-                self._read[message.partition() or 0] = ((message.offset() or 0) + 1,
-                                                        message.timestamp()[1])
+            partition = message.partition() or 0
+            if message.error() is None and partition in self._read:  # not one just given up
+                self._read[partition] = ((message.offset() or 0) + 1, message.timestamp()[1])
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
 
     def behind_ms(self, now_ms: int) -> int:
         """From the high watermarks the consumer's fetches last brought (no request): the age
         of the newest record read on each partition with records still unread there."""
         behind = 0
-        for tp in self._assigned:
-            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            after, stamp_ms = self._read[tp.partition]
+        topic = self._settings.metrics_topic
+        for partition, (after, stamp_ms) in self._read.items():
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                              cached=True)
             if high >= 0 and after >= 0 and after < high and stamp_ms > 0:
                 behind = max(behind, now_ms - stamp_ms)
         return behind
@@ -150,21 +184,21 @@ class KafkaMetricsSource:
         self._consumer.close()
 
 
-def _metrics_starts(consumer: Consumer, settings: KafkaSettings, read_back_s: float,
-                    timeout_s: float) -> list[TopicPartition]:
-    """Each partition of the metrics topic at the start `metrics_offset_reset` names: for
-    'window', its first record stamped within the last `read_back_s`, else its end. Ends are
-    explicit offsets: OFFSET_END resolves lazily, past whatever was written meanwhile."""
+def _metrics_starts(consumer: Consumer, settings: KafkaSettings, since_ms: int,
+                    timeout_s: float, partitions: Collection[int] | None = None
+                    ) -> list[TopicPartition]:
+    """Each of the `partitions` of the metrics topic (None: all) at the start
+    `metrics_offset_reset` names: for 'window', its first record stamped since `since_ms`,
+    else its end. Ends are explicit offsets: OFFSET_END resolves lazily, past whatever was
+    written meanwhile."""
     topic = settings.metrics_topic
+    chosen = partitions_of(consumer, topic, timeout_s) if partitions is None else partitions
     if settings.metrics_offset_reset == "earliest":
-        return [TopicPartition(topic, p, OFFSET_BEGINNING)
-                for p in partitions_of(consumer, topic, timeout_s)]
-    ends = _end_offsets(consumer, topic, timeout_s)
+        return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in chosen]
+    ends = {p: watermarks(consumer, topic, p, timeout_s)[1] for p in chosen}
     if settings.metrics_offset_reset == "latest":
-        return ends
-    since_ms = int((time.time() - read_back_s) * 1000)
-    starts = offsets_since(consumer, topic, since_ms,
-                           {tp.partition: tp.offset for tp in ends}, timeout_s)
+        return [TopicPartition(topic, p, offset) for p, offset in ends.items()]
+    starts = offsets_since(consumer, topic, since_ms, ends, timeout_s)
     return [TopicPartition(topic, p, offset) for p, offset in starts.items()]
 
 

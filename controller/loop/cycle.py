@@ -145,8 +145,10 @@ class ControlLoop:
 
     def run_once(self) -> None:
         """One cycle. The queries of the shards this instance leads are modelled, decided
-        and acted on; the others are read and modelled now and then (`follow_interval_s`),
-        so that it decides at once when it comes to lead them."""
+        and acted on. The others are not read at all when the metrics topic divides into the
+        shards (`read_shards`); else they are read and modelled now and then
+        (`follow_interval_s`), so that it decides at once when it comes to lead them."""
+        self._forget_unread()
         self.collect()
         now_ms = self.ports.clock.now_ms()
         if self._watching_since_ms is None:
@@ -182,10 +184,24 @@ class ControlLoop:
         self.ports.observer.behind(self._behind.ms / 1000, self._behind.judging)
         heard_at_ms = self._behind.horizon(now_ms)
         for sample in samples:
+            if self._lead.divided and not self.leads(sample.query_id):
+                continue  # read before its shard's partitions were given up
             self.standbys.add(sample)
             if self._windows.add(sample, heard_at_ms) is None:
                 log.warning("ignoring metrics of query %s: already tracking %d queries",
                             sample.query_id, self.settings.model.max_queries)
+
+    def _forget_unread(self) -> None:
+        """Forget the queries whose metrics this instance no longer reads (`Lead.read`)."""
+        known = {*self.queries, *(w.query_id for w in self._windows)}
+        others = self._lead.read(self.ports.metrics, self.ports.clock.now_ms(), known)
+        for query_id in others:
+            self._windows.forget(query_id)
+            self.queries.pop(query_id, None)
+            self.standbys.forget(query_id)
+            self._demands.pop(query_id, None)
+        if others:
+            self.ports.observer.forget(others)
 
     def _judging(self, now_ms: int) -> bool:
         """Whether the controller is near enough its metrics to judge; it says so when that

@@ -8,6 +8,8 @@ controller sent) for loop tests and offline replays.
 
 from __future__ import annotations
 
+import sys
+from bisect import bisect_left
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
@@ -27,13 +29,23 @@ from schemas import Ack, ControlTuple, Decision, TaskMetrics, codec_for, topics
 
 @dataclass
 class MemoryTopic:
-    """A single-partition topic: offsets are list indexes."""
+    """A single-partition topic: offsets are list indexes. A record's key and timestamp are
+    kept beside it (`keys`, `stamps_ms`: None and 0 when not given)."""
 
     name: str
     payloads: list[bytes | None] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+    stamps_ms: list[int] = field(default_factory=list)
 
-    def append(self, payload: bytes | None) -> None:
+    def append(self, payload: bytes | None, key: str | None = None, stamp_ms: int = 0) -> None:
         self.payloads.append(payload)
+        self.keys.append(key)
+        self.stamps_ms.append(stamp_ms)
+
+    def clear(self) -> None:
+        self.payloads.clear()
+        self.keys.clear()
+        self.stamps_ms.clear()
 
     def read(self, position: int) -> list[RawMessage]:
         return [(p, self.name, 0, offset)
@@ -44,21 +56,59 @@ class MemoryMetricsSource:
     """With a `clock`, an empty poll advances it by `timeout_s`, as a real wait would, so a
     loop bounded by `timeout_s` ends on a fake clock too. `max_records` caps what one poll
     returns (the Kafka source's batch), so a test can hold a reader behind its topic; a
-    record's publication time is its `batch_end_ms`, as the jobs stamp it."""
+    record's publication time is its `batch_end_ms`, as the jobs stamp it. With `read_back_s`
+    it divides as a topic of one partition per shard would (`read_shards`): a record is read
+    when its key's shard is held, and a shard newly held is read back from the first record
+    stamped `read_back_s` before; without, it reads every record."""
 
     def __init__(self, topic: MemoryTopic, *, from_beginning: bool = False,
                  on_decode_error: OnDecodeError = ignore_decode_error,
-                 clock: FakeClock | None = None, max_records: int | None = None) -> None:
+                 clock: FakeClock | None = None, max_records: int | None = None,
+                 read_back_s: float | None = None) -> None:
         self._topic = topic
         self._position = 0 if from_beginning else len(topic.payloads)
         self._on_error = on_decode_error
         self._clock = clock
         self._max_records = max_records
         self._newest_read_ms: int | None = None
+        self._read_back_s = read_back_s
+        self._held: tuple[frozenset[int], int] | None = None
+        """The shards read and their count, once divided."""
+        self._reading_back: list[int] = []
+        """Offsets of the gained shards' records still to read back."""
+
+    def read_shards(self, held: frozenset[int], shards: int, now_ms: int) -> bool:
+        if self._read_back_s is None or shards == 1:
+            return False
+        gained = held - self._held[0] if self._held is not None else held
+        self._held = held, shards
+        if gained:
+            since = bisect_left(self._topic.stamps_ms, now_ms - int(self._read_back_s * 1000),
+                                hi=self._position)
+            self._reading_back = sorted({*self._reading_back, *(
+                offset for offset in range(since, self._position)
+                if self._shard(offset) in gained)})
+        self._reading_back = [o for o in self._reading_back if self._shard(o) in held]
+        return True
+
+    def _reads(self, offset: int) -> bool:
+        """Whether the record at `offset` is of a shard read (every record, undivided)."""
+        key = self._topic.keys[offset]
+        return self._held is None or key is None or self._shard(offset) in self._held[0]
+
+    def _shard(self, offset: int) -> int:
+        key, held = self._topic.keys[offset], self._held
+        return -1 if key is None or held is None else shard_of(key, held[1])
 
     def poll(self, timeout_s: float) -> list[TaskMetrics]:
-        messages = self._topic.read(self._position)[:self._max_records]
-        self._position += len(messages)
+        payloads = self._topic.payloads
+        room = sys.maxsize if self._max_records is None else self._max_records
+        back = self._reading_back[:room]
+        del self._reading_back[:room]
+        ahead = range(self._position, min(len(payloads), self._position + room - len(back)))
+        self._position = ahead.stop
+        messages: list[RawMessage] = [(payloads[o], self._topic.name, 0, o)
+                                      for o in (*back, *filter(self._reads, ahead))]
         if not messages and self._clock is not None:
             self._clock.advance(timeout_s)
         records = decode_each(codec_for(TaskMetrics), messages, self._on_error)
@@ -67,7 +117,8 @@ class MemoryMetricsSource:
         return records
 
     def behind_ms(self, now_ms: int) -> int:
-        if self._position >= len(self._topic.payloads) or self._newest_read_ms is None:
+        if ((self._position >= len(self._topic.payloads) and not self._reading_back)
+                or self._newest_read_ms is None):
             return 0
         return max(0, now_ms - self._newest_read_ms)
 
@@ -235,7 +286,8 @@ class MemoryBus:
 
     def publish_metrics(self, *records: TaskMetrics) -> None:
         for record in records:
-            self.metrics.append(codec_for(TaskMetrics).encode(record))
+            self.metrics.append(codec_for(TaskMetrics).encode(record), key=record.query_id,
+                                stamp_ms=record.batch_end_ms)
 
     def publish_ack(self, ack: Ack) -> None:
         self.acks.append(codec_for(Ack).encode(ack))

@@ -3,17 +3,18 @@
 Owns the lead: asked each cycle of the `ports.Leadership` port (none: this instance leads
 every query alone, from the start), the takeover of shards it is given (fence their earlier
 leaders, resume what they left in flight and recount the standbys they lost, then a
-`takeover` record) and the hand-over of shards taken from it (stop writing for them at once,
-keep only what a follower may know). `leads` says whether a query is this instance's to
-write for (`core.shards`). Neighbours: `cycle` (asks `this_cycle` and `leads`, steps down when
-a write was fenced), `memory` (the control states resumed and handed over), `actuate` (writes
-the takeover record).
+`takeover` record), the hand-over of shards taken from it (stop writing for them at once,
+keep only what a follower may know), and which shards' metrics are read (`read`: only the led
+ones' when the metrics topic divides into the shards). `leads` says whether a query is this
+instance's to write for (`core.shards`). Neighbours: `cycle` (asks `this_cycle` and `leads`,
+steps down when a write was fenced, forgets the queries no longer read), `memory` (the control
+states resumed and handed over), `actuate` (writes the takeover record).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from controller.core.failover import Standbys
 from controller.core.recovery import following, resumed
@@ -22,7 +23,7 @@ from controller.errors import TemporaryError
 from controller.explain import report
 from controller.loop.actuate import Actuator
 from controller.loop.memory import Memory
-from controller.loop.ports import Leadership, LoopObserver
+from controller.loop.ports import Leadership, LoopObserver, MetricsSource
 
 log = logging.getLogger("controller")
 
@@ -36,6 +37,15 @@ class Lead:
         self.held: frozenset[int] = (frozenset(range(shards)) if leadership is None
                                      else frozenset())
         """The shards this instance leads (has taken over and not lost since)."""
+        self._reading: frozenset[int] | None = None
+        """The shards the metrics source was last told to read (`read`)."""
+        self.divided = False
+        """Whether the metrics source reads only the led shards' queries."""
+
+    @property
+    def shards(self) -> int:
+        """How many shards the queries are divided into."""
+        return self._shards
 
     @property
     def leading(self) -> bool:
@@ -45,6 +55,26 @@ class Lead:
     def leads(self, query_id: str) -> bool:
         """Whether the query is this instance's to decide and write for."""
         return len(self.held) == self._shards or shard_of(query_id, self._shards) in self.held
+
+    def read(self, metrics: MetricsSource, now_ms: int, known: Iterable[str]) -> list[str]:
+        """Tell the metrics source which shards this instance leads, when that changed since
+        it last did; the `known` queries it no longer reads (a source that divides reads only
+        the led shards' from then on, the shards gained from the window back)."""
+        if self.held == self._reading:
+            return []
+        try:
+            self.divided = metrics.read_shards(self.held, self._shards, now_ms)
+        except TemporaryError as exc:
+            log.warning("cannot read the metrics of %s yet (%s); trying again next cycle",
+                        describe(self.held, self._shards), exc)
+            return []
+        self._reading = self.held
+        if not self.divided:
+            return []
+        others = [q for q in known if not self.leads(q)]
+        log.info("reading the metrics of %s only (%d queries of other shards forgotten)",
+                 describe(self.held, self._shards), len(others))
+        return others
 
     def announce(self, now_ms: int) -> None:
         """Say at start how many shards this instance leads (once)."""

@@ -49,6 +49,14 @@ class MetricsSource(Protocol):
         bad payload (it goes to the source's decode-error handler)."""
         ...
 
+    def read_shards(self, held: frozenset[int], shards: int, now_ms: int) -> bool:
+        """From now on read only the metrics of the queries of the `held` shards of `shards`,
+        those of a shard newly held from the window back (as a starting controller reads its
+        window back); True when it does, False when it reads every query's metrics as before
+        (its topic cannot be divided so: `core.shards.read_partitions`). Raises
+        `TemporaryError` when the broker cannot say where the window starts."""
+        ...
+
 
 class AckSource(Protocol):
     def poll(self, timeout_s: float) -> list[Ack]:
@@ -154,6 +162,10 @@ class LoopObserver(Protocol):
         """The number of shards this instance leads, of `shards`, changed (and once at
         start); 0: it leads none."""
         ...
+    def forget(self, query_ids: Collection[str]) -> None:
+        """Queries this instance no longer reads (their shards passed to another instance):
+        their series go."""
+        ...
 
 
 class NullObserver:
@@ -194,6 +206,9 @@ class NullObserver:
         pass
 
     def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
+        pass
+
+    def forget(self, query_ids: Collection[str]) -> None:
         pass
 
 
@@ -255,6 +270,10 @@ class Observers:
     def leadership(self, instance_id: str, led: int, shards: int, since_ms: int) -> None:
         for o in self._observers:
             o.leadership(instance_id, led, shards, since_ms)
+
+    def forget(self, query_ids: Collection[str]) -> None:
+        for o in self._observers:
+            o.forget(query_ids)
 
 
 class SystemClock:

@@ -28,6 +28,7 @@ from streamctl.stack.defaults import (
     DEFAULT_PORT,
     DEFAULT_TOPICS,
     LEASE_TOPIC,
+    METRICS_TOPIC,
     STATE_DIR_ENV,
     default_bootstrap_servers,
     default_state_dir,
@@ -105,9 +106,10 @@ def add_stack_commands(subparsers: Any) -> argparse.ArgumentParser:
     )
     topics.add_argument(
         "--lease-partitions", type=_positive_int, default=1, metavar="N",
-        help="partitions of the controllers' lease topic, when it is created: the shards the "
-             "controller instances divide the queries into (1: one instance leads them all; "
-             "docs/failover.md). An existing topic keeps its partitions",
+        help="partitions of the controllers' lease topic and of the metrics topic, when "
+             "they are created: the shards the controller instances divide the queries into "
+             "(1: one instance leads them all; docs/failover.md), each instance reading only "
+             "its shards' metrics partitions. An existing topic keeps its partitions",
     )
     topics.add_argument(
         "--replication-factor", type=_positive_int, default=None, metavar="N",
@@ -320,8 +322,9 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def _topics(args: argparse.Namespace) -> int:
     security = kafka_security.from_env_raising(StackError)
-    defaults = [replace(s, partitions=args.lease_partitions) if s.name == LEASE_TOPIC else s
-                for s in DEFAULT_TOPICS]
+    # The metrics topic as many partitions as shards: each instance reads only its shards'.
+    defaults = [replace(s, partitions=args.lease_partitions)
+                if s.name in (LEASE_TOPIC, METRICS_TOPIC) else s for s in DEFAULT_TOPICS]
     specs = [replace(s, replication_factor=args.replication_factor)
              for s in (*defaults, *job_topics(args.job, args.partitions))]
     result = ensure_topics(args.bootstrap_servers, specs, args.timeout, security)

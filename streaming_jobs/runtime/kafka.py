@@ -62,8 +62,12 @@ class RecordPublisher:
 
     def __init__(self, bootstrap_servers: str, client_id: str, security: KafkaSecurity) -> None:
         self._producer = Producer(client_config(
-            bootstrap_servers, security, **IDEMPOTENT, **{"client.id": client_id,
-                                                           "linger.ms": 5}))
+            bootstrap_servers, security, **IDEMPOTENT, **{
+                "client.id": client_id, "linger.ms": 5,
+                # A key's partition is CRC-32 % partitions, the hash by which the controller
+                # shards the queries: a controller instance reads only the metrics partitions
+                # of the shards it leads (controller.core.shards.read_partitions).
+                "partitioner": "consistent_random"}))
 
     def publish(self, topic: str, key: str, record: _Record) -> None:
         value = codec_for(type(record)).encode(record)

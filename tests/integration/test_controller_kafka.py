@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from controller.app import kafka_controller
+from controller.core.shards import shard_of
 from controller.explain.prom import ControllerMetrics, new_registry
 from controller.kafka.clients import (
     KafkaAckSource,
@@ -36,8 +37,10 @@ from controller.loop.ports import (
 )
 from controller.settings import ControllerSettings, KafkaSettings, PolicySettings
 from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth, codec_for
+from streamctl.security.kafka import PLAINTEXT
 from streamctl.stack.tcp import find_free_ports
-from tests.controller_port_contract import CONTRACT, PortHarness
+from streaming_jobs.runtime.kafka import RecordPublisher
+from tests.controller_port_contract import CONTRACT, PortHarness, polled
 from tests.support.kafka import produce, read_committed_once_there
 from tests.support.prometheus import scrape
 from tests.support.waiting import until
@@ -152,6 +155,47 @@ def test_the_metrics_source_starts_where_its_setting_says(
         assert sorted(seen) == read
     finally:
         source.close()
+
+
+def test_a_metrics_source_told_its_shards_reads_only_theirs_and_a_gained_one_from_the_window(
+        kafka_harness: KafkaHarness, new_topic: Callable[..., str]) -> None:
+    """The jobs' own publisher keys a query's metrics by its id: on a topic of four
+    partitions divided into four shards, partition k carries exactly the queries of shard k.
+    A source reading shards 1 and 3 sees only theirs; given shard 2, it reads shard 2's back
+    from the window; on three shards (four partitions do not divide) it reads everything."""
+    settings = replace(kafka_harness.settings, metrics_topic=new_topic(4),
+                       metrics_offset_reset="window")
+    [sample] = simulate(Job(rates=[(0, 100)], per_unit=200, parallelism=1), 2)[:1]
+    queries = [f"q{i}" for i in range(8)]  # two in each shard of four
+    publisher = RecordPublisher(settings.bootstrap_servers, "test-metrics", PLAINTEXT)
+
+    def publish(batch_id: int) -> None:
+        for query_id in queries:
+            publisher.publish(settings.metrics_topic, query_id,
+                              replace(sample, query_id=query_id, batch_id=batch_id))
+        assert publisher.flush() == 0
+
+    publish(0)
+    source = KafkaMetricsSource(settings, lambda e: pytest.fail(str(e)), read_back_s=60)
+    undivided = KafkaMetricsSource(settings, lambda e: pytest.fail(str(e)), read_back_s=60)
+    try:
+        now_ms = int(time.time() * 1000)
+        assert source.read_shards(frozenset({1, 3}), 4, now_ms)
+        assert not undivided.read_shards(frozenset({1}), 3, now_ms)
+        publish(1)
+        read = polled(source.poll, 8, kafka_harness.timeout_s)  # both batches of 4 queries
+        assert sorted({(m.query_id, m.batch_id) for m in read}) == [
+            (q, b) for q in queries if shard_of(q, 4) in (1, 3) for b in (0, 1)]
+        assert source.read_shards(frozenset({1, 2, 3}), 4, now_ms)
+        read = polled(source.poll, 4, kafka_harness.timeout_s)
+        assert sorted({(m.query_id, m.batch_id) for m in read}) == [
+            (q, b) for q in queries if shard_of(q, 4) == 2 for b in (0, 1)]
+        read = polled(undivided.poll, 16, kafka_harness.timeout_s)
+        assert len({(m.query_id, m.batch_id) for m in read}) == 16
+    finally:
+        publisher.close()
+        source.close()
+        undivided.close()
 
 
 def test_the_loop_closes_over_kafka(kafka_harness: KafkaHarness) -> None:

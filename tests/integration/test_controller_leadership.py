@@ -25,7 +25,7 @@ from schemas.records import TAKEOVER
 from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
 from tests.support import netns
-from tests.support.kafka import decoded_or_none, read_committed
+from tests.support.kafka import decoded_or_none, produce, read_committed
 from tests.support.waiting import holds, until
 from tests.unit.controller.traces import Job, end_ms, simulate
 
@@ -44,10 +44,11 @@ def publish_overload(harness: KafkaHarness, seconds: int, *query_ids: str) -> No
         trace = simulate(replace(OVERLOAD, query_id=query_id, source_topic=f"in-{query_id}",
                                  sink_topic=f"out-{query_id}"), seconds)
         shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows pruned by the real clock
-        records += [codec_for(TaskMetrics).encode(
+        records += [(query_id.encode(), codec_for(TaskMetrics).encode(
             replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
-                    batch_end_ms=s.batch_end_ms + shift_ms)) for s in trace]
-    harness.publish("metrics", *records)
+                    batch_end_ms=s.batch_end_ms + shift_ms))) for s in trace]
+    # Keyed by query id as the jobs publish them: on a divided topic, in the query's shard.
+    produce(harness.settings.bootstrap_servers, harness.settings.metrics_topic, records)
 
 
 def test_a_deposed_leaders_writer_is_fenced_once_a_new_leader_took_over(
@@ -153,25 +154,24 @@ def test_a_shard_taken_over_fences_its_old_writer_and_no_other_shard(
 @pytest.fixture
 def controllers(kafka_harness: KafkaHarness, new_topic: Callable[..., str],  # noqa: F811
                 tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    """Starts `controller run` instances on the harness's topics (with `shards`, on a lease
-    topic of that many partitions: the queries divided into that many shards); all stopped
-    at the end."""
-    k = kafka_harness.settings
-    env = {"STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
+    """Starts `controller run` instances on the harness's topics as they are at the start
+    (with `shards`, on a lease topic of that many partitions: the queries divided into that
+    many shards); all stopped at the end."""
+    children: list[Child] = []
+    lease_topics: dict[int, str] = {}
+
+    def start(name: str, prefix: Sequence[str] = (), session_s: float = LEASE_SESSION_S,
+              shards: int = 1) -> Child:
+        k = kafka_harness.settings
+        lease = lease_topics.setdefault(shards, k.lease_topic if shards == 1
+                                        else new_topic(shards))
+        env = {"STREAMCTL_BOOTSTRAP_SERVERS": k.bootstrap_servers,
            "STREAMCTL_METRICS_TOPIC": k.metrics_topic, "STREAMCTL_ACK_TOPIC": k.ack_topic,
            "STREAMCTL_CONTROL_TOPIC": k.control_topic,
            "STREAMCTL_DECISIONS_TOPIC": k.decisions_topic,
            "STREAMCTL_CONTROLLER_LEASE_TOPIC": k.lease_topic,
            "STREAMCTL_CONTROLLER_GROUP_ID": k.group_id,
            "STREAMCTL_CONTROL_KEY": k.control_key}
-    children: list[Child] = []
-    lease_topics = {1: k.lease_topic}
-
-    def start(name: str, prefix: Sequence[str] = (), session_s: float = LEASE_SESSION_S,
-              shards: int = 1) -> Child:
-        if shards not in lease_topics:
-            lease_topics[shards] = new_topic(shards)
-        lease = lease_topics[shards]
         child = start_child(name, ["controller", "run", "--metrics-port", "0",
                                    "--instance-id", name,
                                    "--lease-session-s", str(session_s)], tmp_path,
@@ -232,11 +232,14 @@ FLEET_QUERIES = 240
 """Below the default query limit (300), which counts the queries an instance follows too."""
 
 
-def test_three_instances_share_the_queries_and_a_killed_ones_shards_pass_to_the_others(
-        kafka_harness: KafkaHarness, controllers: Callable[..., Child]) -> None:  # noqa: F811
-    """Six shards among c1, c2 and c3; c1 is killed -9 and its shards pass to the two
-    others; then a few hundred queries fall behind at once, and each gets exactly one tuple:
-    every query decided once, by one instance, the killed one's shards included."""
+def test_three_instances_reading_only_their_shards_share_the_queries_and_a_killed_ones_pass(
+        kafka_harness: KafkaHarness, controllers: Callable[..., Child],  # noqa: F811
+        new_topic: Callable[..., str]) -> None:
+    """Six shards among c1, c2 and c3, each reading only its shards' partitions of a metrics
+    topic of six; c1 is killed -9 and its shards pass to the two others; then a few hundred
+    queries fall behind at once, and each gets exactly one tuple: every query decided once,
+    by one instance, the killed one's shards included."""
+    kafka_harness.settings = replace(kafka_harness.settings, metrics_topic=new_topic(6))
     names = ("c1", "c2", "c3")
     children = {name: controllers(name, shards=6) for name in names}
     until(lambda: set(shard_leaders(kafka_harness).values()) == set(names)
@@ -252,7 +255,9 @@ def test_three_instances_share_the_queries_and_a_killed_ones_shards_pass_to_the_
           "a scale-up of every query", 0.5)
     holds(lambda: len(controls(kafka_harness)) == len(queries), LEASE_SESSION_S,
           "one tuple per query: none decided by two instances", 0.5)
-    assert all(child.alive() for name, child in children.items() if name != "c1")
+    for name in ("c2", "c3"):
+        assert children[name].alive()
+        assert "reading the metrics of shard" in children[name].log_tail(400), name
 
 
 LONG_SESSION_S = 40.0

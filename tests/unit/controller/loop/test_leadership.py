@@ -44,10 +44,13 @@ class Decided(NullObserver):
         self.actions.append(action)
 
 
-def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock) -> ControlLoop:
+def instance(name: str, lease: MemoryLease, bus: MemoryBus, clock: FakeClock,
+             read_back_s: float | None = None) -> ControlLoop:
+    """`read_back_s`: its metrics source divides by shard, reading a gained one back so far."""
     leadership = MemoryLeadership(lease, name, bus)
     return ControlLoop(ControllerSettings(instance_id=name), Ports(
-        metrics=MemoryMetricsSource(bus.metrics), control=MemoryControlSink(
+        metrics=MemoryMetricsSource(bus.metrics, read_back_s=read_back_s),
+        control=MemoryControlSink(
             bus.control, leadership.guard, decisions=bus.decisions),
         acks=MemoryAckSource(bus.acks), decisions=MemoryDecisionLog(bus.decisions,
                                                                     leadership.guard),
@@ -245,11 +248,14 @@ SHARD_0, SHARD_1 = ("q1", "q2", "q3"), ("q4", "q5", "q6")
 """Query ids by their shard of two (`shards.shard_of`)."""
 
 
-def sharded() -> tuple[MemoryBus, FakeClock, MemoryLease, ControlLoop, ControlLoop]:
-    """Instances a and b on one bus, a leading shard 0 and b shard 1 of two."""
+def sharded(read_back_s: float | None = None
+            ) -> tuple[MemoryBus, FakeClock, MemoryLease, ControlLoop, ControlLoop]:
+    """Instances a and b on one bus, a leading shard 0 and b shard 1 of two; with
+    `read_back_s`, each reads only its own shard's metrics."""
     bus, clock, lease = MemoryBus(), FakeClock(), MemoryLease(shards=2)
     lease.holders = {0: "a", 1: "b"}
-    return bus, clock, lease, instance("a", lease, bus, clock), instance("b", lease, bus, clock)
+    return bus, clock, lease, *(instance(name, lease, bus, clock, read_back_s)
+                                for name in ("a", "b"))
 
 
 def overload_all(bus: MemoryBus, clock: FakeClock) -> None:
@@ -356,3 +362,44 @@ def test_taking_one_more_shard_over_restates_no_advice_for_the_shards_already_le
     cycles(a, count=2)
     [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
     assert advice.query_id == "q1"
+
+
+def test_an_instance_reading_only_its_shards_metrics_decides_and_remembers_only_its_queries(
+) -> None:
+    bus, clock, _, a, b = sharded(read_back_s=60)
+    overload_all(bus, clock)
+    cycles(a, b)
+    assert scaled(bus) == sorted((*SHARD_0, *SHARD_1))  # one tuple per query, no more
+    assert sorted(a.queries) == list(SHARD_0) and sorted(b.queries) == list(SHARD_1)
+
+
+def test_a_shard_gained_while_reading_only_its_own_is_read_back_and_decided_at_once(
+) -> None:
+    bus, clock, lease, a, _ = sharded(read_back_s=60)
+    lease.holders[1] = None  # b died before it decided anything
+    cycles(a, count=1)
+    overload_all(bus, clock)
+    cycles(a, count=2)
+    assert scaled(bus) == list(SHARD_0)
+    lease.holders[1] = "a"  # its shard passes to a, which never read it
+    cycles(a, count=3)
+    assert scaled(bus) == sorted((*SHARD_0, *SHARD_1))
+
+
+def test_a_shard_handed_over_while_reading_only_its_own_is_forgotten_series_included(
+) -> None:
+    bus, clock, lease, a, b = sharded(read_back_s=60)
+    a.ports.observer = metrics = ControllerMetrics(new_registry())
+    lease.holders = {0: "a", 1: "a"}
+    overload_all(bus, clock)
+    cycles(a, count=2)
+
+    def arrival(query_id: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "streamctl_arrival_rate_records_per_second", {"query": query_id})
+
+    assert all(arrival(q) is not None for q in (*SHARD_0, *SHARD_1))
+    lease.holders[1] = "b"
+    cycles(a, b, count=2)
+    assert sorted(a.queries) == list(SHARD_0) and sorted(b.queries) == list(SHARD_1)
+    assert [q for q in (*SHARD_0, *SHARD_1) if arrival(q) is not None] == list(SHARD_0)
