@@ -193,14 +193,17 @@ class ControlLoop:
 
     def _forget_unread(self) -> None:
         """Forget the queries whose metrics this instance no longer reads (`Lead.read`)."""
+        if not self._lead.read(self.ports.metrics, self.ports.clock.now_ms()):
+            return
         known = {*self.queries, *(w.query_id for w in self._windows)}
-        others = self._lead.read(self.ports.metrics, self.ports.clock.now_ms(), known)
+        others = [q for q in known if not self.leads(q)]
         for query_id in others:
             self._windows.forget(query_id)
             self.queries.pop(query_id, None)
             self.standbys.forget(query_id)
             self._demands.pop(query_id, None)
         if others:
+            log.info("%d queries of other shards forgotten", len(others))
             self.ports.observer.forget(others)
 
     def _judging(self, now_ms: int) -> bool:

@@ -14,7 +14,7 @@ states resumed and handed over), `actuate` (writes the takeover record).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from controller.core.failover import Standbys
 from controller.core.recovery import following, resumed
@@ -56,25 +56,23 @@ class Lead:
         """Whether the query is this instance's to decide and write for."""
         return len(self.held) == self._shards or shard_of(query_id, self._shards) in self.held
 
-    def read(self, metrics: MetricsSource, now_ms: int, known: Iterable[str]) -> list[str]:
+    def read(self, metrics: MetricsSource, now_ms: int) -> bool:
         """Tell the metrics source which shards this instance leads, when that changed since
-        it last did; the `known` queries it no longer reads (a source that divides reads only
-        the led shards' from then on, the shards gained from the window back)."""
+        it last did; whether the queries of other shards are no longer read from now on (a
+        source that divides reads only the led shards', the shards gained from the window
+        back), so the caller forgets them."""
         if self.held == self._reading:
-            return []
+            return False
         try:
             self.divided = metrics.read_shards(self.held, self._shards, now_ms)
         except TemporaryError as exc:
             log.warning("cannot read the metrics of %s yet (%s); trying again next cycle",
                         describe(self.held, self._shards), exc)
-            return []
+            return False
         self._reading = self.held
-        if not self.divided:
-            return []
-        others = [q for q in known if not self.leads(q)]
-        log.info("reading the metrics of %s only (%d queries of other shards forgotten)",
-                 describe(self.held, self._shards), len(others))
-        return others
+        if self.divided:
+            log.info("reading the metrics of %s only", describe(self.held, self._shards))
+        return self.divided
 
     def announce(self, now_ms: int) -> None:
         """Say at start how many shards this instance leads (once)."""
