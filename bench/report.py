@@ -352,8 +352,8 @@ def _shared(rows: list[dict[str, Any]]) -> list[str]:
     first = rows[0]
     one = first["cpu_ms_per_cycle_mean"]
     return [f"{first['queries']} queries × {first['partitions']} partitions divided into "
-            f"{first['shards']} shards among instances, in one run: the busiest instance's CPU "
-            "per cycle, and how many queries got exactly one control tuple once every query "
+            f"{first['shards']} shards among instances, each reading only its shards' metrics, "
+            "in one run: the busiest instance's CPU per cycle, and how many queries got exactly one control tuple once every query "
             "fell behind:", "",
             *_table(["instances", "busiest instance's CPU ms per cycle (mean)",
                      "over one instance", "queries decided once"],
