@@ -353,8 +353,8 @@ def _shared(rows: list[dict[str, Any]]) -> list[str]:
     one = first["cpu_ms_per_cycle_mean"]
     return [f"{first['queries']} queries × {first['partitions']} partitions divided into "
             f"{first['shards']} shards among instances, each reading only its shards' metrics, "
-            "in one run: the busiest instance's CPU per cycle, and how many queries got exactly one control tuple once every query "
-            "fell behind:", "",
+            "in one run: the busiest instance's CPU per cycle, and how many queries got "
+            "exactly one control tuple once every query fell behind:", "",
             *_table(["instances", "busiest instance's CPU ms per cycle (mean)",
                      "over one instance", "queries decided once"],
                     [[str(r["instances"]), f"{r['cpu_ms_per_cycle_mean']:.1f}",
