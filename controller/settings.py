@@ -398,7 +398,8 @@ class KafkaSettings:
     """Where the controller starts reading the metrics topic: 'window' reads back the newest
     `model.window_s` of it, so a controller that starts or restarts holds the samples a
     follower would have and decides at once, instead of waiting `model.min_samples` batches;
-    'latest' reads only what comes next; 'earliest' everything (replays and tests)."""
+    'latest' reads only what comes next; 'earliest' everything (replays and tests). The
+    metrics of a shard taken over are read back the window whatever this says."""
 
     control_key: str = field(default="", repr=False)
     """Shared secret every control tuple is signed with (HMAC-SHA256); the jobs reject tuples

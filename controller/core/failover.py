@@ -145,7 +145,13 @@ class Standbys:
         counts: dict[str, tuple[int, int]] = {}
         for query_id in self.instances.queries():
             now = len(self.live(query_id, now_ms))
-            counts[query_id] = (self._counts.get(query_id, 0), now)
+            before = self._counts.get(query_id)
+            if before is None:
+                # Counted for the first time (this instance just started, or took the
+                # query's shard over without having read it): the standbys it was heard with,
+                # read back, so one lost before then is asked for too.
+                before = self.instances.standbys_heard(query_id)
+            counts[query_id] = (before, now)
             self._counts[query_id] = now
             if now > 0:
                 self._had[query_id] = now

@@ -51,6 +51,10 @@ class Instances:
                  if s.role is Role.STANDBY and s.last_seen_ms >= horizon]
         return sorted(found, key=lambda s: (-s.last_seen_ms, s.instance_id))
 
+    def standbys_heard(self, query_id: str) -> int:
+        """How many standbys of the query were heard from, live or silent (not forgotten)."""
+        return sum(s.role is Role.STANDBY for s in self._by_query.get(query_id, {}).values())
+
     def forget(self, query_id: str) -> None:
         self._by_query.pop(query_id, None)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from contextlib import suppress
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -258,7 +259,8 @@ class ControllerMetrics:
                   self.delay, self.last_pause, self.standby_instances)
         for query_id in query_ids:
             for gauge in gauges:
-                gauge.remove(query_id)
+                with suppress(KeyError):  # a series never set: older prometheus-clients raise
+                    gauge.remove(query_id)
             self._modelled.pop(query_id, None)
             previous = self._last_decision.pop(query_id, None)
             if previous is not None:

@@ -140,9 +140,11 @@ class KafkaMetricsSource:
         lost = [TopicPartition(topic, p) for p in sorted(self._read.keys() - wanted)]
         gained = sorted(wanted - self._read.keys())
         try:
+            # A shard taken over is read from the window back whatever the start at start:
+            # its queries are modelled, and their standbys counted, at once.
             starts = (_metrics_starts(self._consumer, self._settings,
                                       now_ms - int(self._read_back_s * 1000), self._timeout_s,
-                                      gained) if gained else [])
+                                      gained, start="window") if gained else [])
         except KafkaSetupError as exc:
             raise TemporaryError(f"cannot read back the metrics of {describe(held, shards)}: "
                                  f"{exc}") from exc
@@ -185,18 +187,18 @@ class KafkaMetricsSource:
 
 
 def _metrics_starts(consumer: Consumer, settings: KafkaSettings, since_ms: int,
-                    timeout_s: float, partitions: Collection[int] | None = None
-                    ) -> list[TopicPartition]:
-    """Each of the `partitions` of the metrics topic (None: all) at the start
-    `metrics_offset_reset` names: for 'window', its first record stamped since `since_ms`,
-    else its end. Ends are explicit offsets: OFFSET_END resolves lazily, past whatever was
-    written meanwhile."""
-    topic = settings.metrics_topic
+                    timeout_s: float, partitions: Collection[int] | None = None,
+                    start: str | None = None) -> list[TopicPartition]:
+    """Each of the `partitions` of the metrics topic (None: all) at `start` (None:
+    `metrics_offset_reset`): for 'window', its first record stamped since `since_ms`, for
+    'earliest' its beginning, else its end. Ends are explicit offsets: OFFSET_END resolves
+    lazily, past whatever was written meanwhile."""
+    topic, start = settings.metrics_topic, start or settings.metrics_offset_reset
     chosen = partitions_of(consumer, topic, timeout_s) if partitions is None else partitions
-    if settings.metrics_offset_reset == "earliest":
+    if start == "earliest":
         return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in chosen]
     ends = {p: watermarks(consumer, topic, p, timeout_s)[1] for p in chosen}
-    if settings.metrics_offset_reset == "latest":
+    if start == "latest":
         return [TopicPartition(topic, p, offset) for p, offset in ends.items()]
     starts = offsets_since(consumer, topic, since_ms, ends, timeout_s)
     return [TopicPartition(topic, p, offset) for p, offset in starts.items()]

@@ -97,10 +97,11 @@ class Leadership(Protocol):
     """Which shards of the queries this controller instance leads (`kafka.lease`,
     `fakes.MemoryLeadership`); `core.shards` says which queries a shard holds.
 
-    An instance reads every query's metrics, but models the queries of the shards it leads
-    every cycle, the others now and then, and writes only for its own. The loop asks `held`
-    every cycle, calls `take_over` for the shards it was given, before its first write for
-    them, and `give_up` for the shards taken from it."""
+    An instance reads the metrics of the shards it leads (`MetricsSource.read_shards`), or
+    every query's where the metrics topic does not divide into the shards: then it models the
+    queries of its shards every cycle, the others now and then. It writes only for its own.
+    The loop asks `held` every cycle, calls `take_over` for the shards it was given, before
+    its first write for them, and `give_up` for the shards taken from it."""
 
     shards: int
     """How many shards the queries are divided into (the same for every instance)."""

@@ -403,3 +403,16 @@ def test_a_shard_handed_over_while_reading_only_its_own_is_forgotten_series_incl
     cycles(a, b, count=2)
     assert sorted(a.queries) == list(SHARD_0) and sorted(b.queries) == list(SHARD_1)
     assert [q for q in (*SHARD_0, *SHARD_1) if arrival(q) is not None] == list(SHARD_0)
+
+
+def test_a_shard_gained_while_reading_only_its_own_asks_for_the_standby_its_query_lost(
+) -> None:
+    bus, clock, lease, a, _ = sharded(read_back_s=120)
+    lease.holders[1] = None  # b died; a never read shard 1
+    bus.publish_metrics(beat("s1", clock.ms, query_id=SHARD_1[0]))
+    cycles(a, count=1)
+    clock.advance(60)  # s1 falls silent before anyone leads its shard
+    lease.holders[1] = "a"
+    cycles(a, count=3)
+    [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
+    assert advice.query_id == SHARD_1[0] and "it had 1" in advice.reason
