@@ -82,6 +82,9 @@ class Codec(Generic[R]):
             else load_schema(record_type.AVRO_NAME)
         )
         self.fingerprint = single_object.fingerprint(self.schema)
+        # A schema given is an earlier writer's: it writes the dict form, as every version
+        # before a packed field did; the shipped one writes the record's wire form.
+        self._wire_form = record_type.to_wire if schema is None else record_type.to_avro
         self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
         if schema is None:
             for previous in previous_schemas(record_type.AVRO_NAME):
@@ -94,7 +97,7 @@ class Codec(Generic[R]):
 
     def encode(self, record: R) -> bytes:
         return single_object.frame(self.fingerprint,
-                                   single_object.write_body(self.schema, record.to_avro()))
+                                   single_object.write_body(self.schema, self._wire_form(record)))
 
     def decode(
         self,

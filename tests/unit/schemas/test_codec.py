@@ -25,6 +25,7 @@ from schemas import (
     SourcePartition,
     TaskMetrics,
     codec_for,
+    single_object,
 )
 from schemas.codec import ALL_RECORD_TYPES, MAGIC, Codec
 
@@ -40,7 +41,8 @@ task_metrics = st.builds(
     TaskMetrics, text, text, st.sampled_from(Role), longs, longs, millis, millis, longs, longs,
     longs, longs, st.lists(partitions, max_size=4).map(tuple), ints, ints, ints, longs, longs,
     longs, st.lists(text, max_size=3).map(tuple), st.lists(text, max_size=3).map(tuple),
-    longs,
+    longs, running_partitions=st.lists(partitions, max_size=3).map(tuple),
+    lost_ranges=st.lists(partitions, max_size=3).map(tuple),
 )
 settings = st.builds(Setting, text, text)
 control_tuples = st.builds(
@@ -285,3 +287,44 @@ def test_a_source_partition_decodes_every_field_its_schema_has() -> None:
     names = [f["name"] for f in partitions["type"]["items"]["fields"]]
     wire = {name: "t" if name == "topic" else 10 + i for i, name in enumerate(names)}
     assert SourcePartition.from_avro(wire).to_avro() == wire
+
+
+LISTS = {"partitions": (SourcePartition("in", 0, 10, 50, 90), SourcePartition("in", 1, 7, 7, 7)),
+         "running_partitions": (SourcePartition("in", 0, 50, 80, 80),),
+         "lost_ranges": (SourcePartition("in", 1, 3, 7, 9),)}
+
+
+def test_records_of_task_metrics_v10_decode_with_the_partitions_they_list() -> None:
+    """v10 (before the packed offsets) is shipped in schemas/history; its lists of partitions
+    read as they were written."""
+    old_schema = json.loads(
+        resources.files("schemas").joinpath("history/task_metrics.10.avsc").read_text())
+    assert "source_offsets" not in {f["name"] for f in old_schema["fields"]}
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, **LISTS,
+                          input_parallelism=2, state_partitions=4, task_slots=8)
+    decoded = codec_for(TaskMetrics).decode(Codec(TaskMetrics, schema=old_schema).encode(metrics))
+    assert decoded == metrics
+
+
+def test_a_thousand_partitions_of_one_topic_name_it_once_at_a_dozen_bytes_each() -> None:
+    """The wire packs a batch's partitions by topic, the ends and latest offsets as
+    differences: ten-digit offsets cost what a batch read, not ten digits each."""
+    topic = "payments.card-transactions"
+    partitions = tuple(SourcePartition(topic, p, 7_000_000_000 + p, 7_000_000_400 + p,
+                                       7_000_000_450 + p) for p in range(1000))
+    metrics = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, partitions, 2, 4, 8)
+    payload = codec_for(TaskMetrics).encode(metrics)
+    assert payload.count(topic.encode()) == 1
+    assert len(payload) < 12 * len(partitions)
+    assert codec_for(TaskMetrics).decode(payload) == metrics
+
+
+def test_packed_offsets_of_unequal_lengths_are_a_decode_error_naming_the_topic() -> None:
+    codec = codec_for(TaskMetrics)
+    wire = TaskMetrics("q", "i", Role.ACTIVE, 1, 2, 3, 4, 1000, 5, 6, 7, **LISTS,
+                       input_parallelism=2, state_partitions=4, task_slots=8).to_wire()
+    wire["source_offsets"][0]["end_deltas"].pop()
+    payload = single_object.frame(codec.fingerprint, single_object.write_body(codec.schema, wire))
+    with pytest.raises(DecodeError, match="the offsets of topic 'in' list 2 partitions, 2 "
+                                          "starts, 1 ends and 2 latest offsets"):
+        codec.decode(payload, topic="metrics", partition=0, offset=5)
