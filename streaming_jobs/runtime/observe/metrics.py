@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -121,6 +121,12 @@ def _observed(progress: StreamingQueryProgress, name: str) -> int:
     return int(value or 0)
 
 
+def _context(ctx: RunContext) -> dict[str, Any]:
+    """The context's fields as they are: `asdict` would turn the `SourcePartition`s of
+    `lost_ranges` into dicts, which the record does not carry."""
+    return {f.name: getattr(ctx, f.name) for f in fields(ctx)}
+
+
 def to_task_metrics(
     progress: StreamingQueryProgress, ctx: RunContext, output_rows: int
 ) -> TaskMetrics:
@@ -133,7 +139,7 @@ def to_task_metrics(
     busy_ms = int(progress.durationMs.get("triggerExecution", 0))
     ops = progress.stateOperators
     return TaskMetrics(
-        **asdict(ctx), role=Role.ACTIVE, batch_id=progress.batchId,
+        **_context(ctx), role=Role.ACTIVE, batch_id=progress.batchId,
         batch_start_ms=start_ms, batch_end_ms=start_ms + busy_ms,
         input_rows=int(progress.numInputRows or 0), output_rows=output_rows, busy_ms=busy_ms,
         partitions=source_partitions(progress), state_rows=sum(op.numRowsTotal for op in ops),
@@ -155,7 +161,7 @@ def heartbeat(ctx: RunContext, at_ms: int, last: TaskMetrics | None,
         SourcePartition(p.topic, p.partition, p.end_offset, p.end_offset, p.end_offset)
         for p in last.partitions)
     return TaskMetrics(
-        **asdict(ctx), role=role, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
+        **_context(ctx), role=role, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
         input_rows=0, output_rows=0, busy_ms=0, partitions=partitions,
         state_rows=0 if last is None else last.state_rows,
         state_bytes=0 if last is None else last.state_bytes)
@@ -173,7 +179,7 @@ def beat(ctx: RunContext, at_ms: int, running_batch_id: int = -1, running_since_
     a batch, and the controller does not count it as one (`beat` set, batch_id -1).
     """
     return TaskMetrics(
-        **asdict(ctx), role=Role.ACTIVE, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
+        **_context(ctx), role=Role.ACTIVE, batch_id=-1, batch_start_ms=at_ms, batch_end_ms=at_ms,
         input_rows=0, output_rows=0, busy_ms=0, partitions=(), beat=True,
         running_batch_id=running_batch_id, running_since_ms=running_since_ms,
         running_partitions=running_partitions)

@@ -138,3 +138,15 @@ def test_the_listener_bridge_rebuilds_a_progress_event_from_the_jvm_json_alone()
     [rebuilt] = heard
     assert to_task_metrics(rebuilt, CTX, 7) == to_task_metrics(progress(0), CTX, 7)
     assert (rebuilt.batchId, dead_letters(rebuilt)) == (0, 1)
+
+
+def test_a_halted_instances_heartbeat_carries_its_lost_ranges_onto_the_wire() -> None:
+    from dataclasses import replace
+
+    from streaming_jobs.runtime.observe.metrics import beat, heartbeat
+
+    lost = (SourcePartition(TOPIC, 0, 10, 50, 90),)
+    halted = replace(CTX, halted="input deleted", lost_ranges=lost)
+    for record in (heartbeat(halted, 1, None), beat(halted, 1)):
+        assert record.lost_ranges == lost
+        assert codec_for(TaskMetrics).decode(codec_for(TaskMetrics).encode(record)) == record
