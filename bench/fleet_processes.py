@@ -91,8 +91,9 @@ class Row:
 ROWS = tuple(Row(queries, partitions, instances)
              for partitions, fleets in ((8, (10, 100, 1000, 2000)), (1024, (10, 100)))
              for queries in fleets for instances in (1, 2, 4))
-"""Past 100 queries of 1 024 partitions this machine cannot publish for the fleet (about 30 KB
-a query a second of metrics) nor hold an instance's windows (about 15 MiB a query)."""
+"""Past 100 queries of 1 024 partitions this machine cannot publish for the fleet (about 6 KB
+a query a second of metrics, and encoding them) nor hold an instance's windows (about 15 MiB a
+query)."""
 QUICK = (Row(10, 8, 1), Row(100, 8, 2))
 
 
