@@ -139,11 +139,13 @@ class Standbys:
                                                           failures, why)
         return wait_s
 
-    def recount(self, now_ms: int) -> dict[str, tuple[int, int]]:
-        """Per query, (previous, current) live standby counts; forgets long-silent ones."""
+    def recount(self, now_ms: int, counted: Callable[[str], bool] = lambda _q: True
+                ) -> dict[str, tuple[int, int]]:
+        """Per query `counted`, (previous, current) live standby counts; forgets long-silent
+        ones."""
         self.instances.prune(now_ms, forget_after_s=10 * self.timeout_s)
         counts: dict[str, tuple[int, int]] = {}
-        for query_id in self.instances.queries():
+        for query_id in filter(counted, self.instances.queries()):
             now = len(self.live(query_id, now_ms))
             before = self._counts.get(query_id)
             if before is None:

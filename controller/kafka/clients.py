@@ -140,8 +140,8 @@ class KafkaMetricsSource:
         lost = [TopicPartition(topic, p) for p in sorted(self._read.keys() - wanted)]
         gained = sorted(wanted - self._read.keys())
         try:
-            # A shard taken over is read from the window back whatever the start at start:
-            # its queries are modelled, and their standbys counted, at once.
+            # A shard taken over is read back the window, whatever `metrics_offset_reset`
+            # chose at start: its queries are modelled, and their standbys counted, at once.
             starts = (_metrics_starts(self._consumer, self._settings,
                                       now_ms - int(self._read_back_s * 1000), self._timeout_s,
                                       gained, start="window") if gained else [])

@@ -471,8 +471,10 @@ class ControlLoop:
 
     def count_standbys(self, now_ms: int) -> None:
         """Export each query's live standbys; ask for a new one when the last is gone."""
+        # Not the queries of a shard taken over this cycle: its metrics are read from the
+        # next, and its standbys would look silent until then.
         for query_id, (before, now) in self.standbys.recount(
-                self._behind.horizon(now_ms)).items():
+                self._behind.horizon(now_ms), self._lead.reads).items():
             self.ports.observer.standbys(query_id, now)
             advice = failover.standby_advice(query_id, before, now)
             if advice is not None and self.leads(query_id):

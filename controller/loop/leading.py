@@ -56,6 +56,12 @@ class Lead:
         """Whether the query is this instance's to decide and write for."""
         return len(self.held) == self._shards or shard_of(query_id, self._shards) in self.held
 
+    def reads(self, query_id: str) -> bool:
+        """Whether the query's metrics are read: every query's where the source does not
+        divide, else those of the shards it was told of (`read`), not yet those of a shard
+        taken over this cycle."""
+        return not self.divided or shard_of(query_id, self._shards) in (self._reading or ())
+
     def read(self, metrics: MetricsSource, now_ms: int) -> bool:
         """Tell the metrics source which shards this instance leads, when that changed since
         it last did; whether the queries of other shards are no longer read from now on (a

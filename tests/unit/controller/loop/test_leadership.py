@@ -416,3 +416,21 @@ def test_a_shard_gained_while_reading_only_its_own_asks_for_the_standby_its_quer
     cycles(a, count=3)
     [advice] = [d for d in bus.written_decisions() if d.action == "start_standby"]
     assert advice.query_id == SHARD_1[0] and "it had 1" in advice.reason
+
+
+def test_a_shard_gained_while_reading_only_its_own_asks_no_standby_of_a_promoted_query_with_one(
+) -> None:
+    bus, clock, lease, a, _ = sharded(read_back_s=120)
+    lease.holders[1] = None  # b died after q4's failover; a never read shard 1
+    query = SHARD_1[0]
+    promotion = ControlTuple("c-1", query, "query", "active_instance", "s1", 1,
+                             "streamctl-controller", f"{query} lost", clock.ms - 5_000)
+    bus.control.append(codec_for(ControlTuple).encode(promotion))
+    bus.publish_ack(Ack("c-1", query, "s1", 1, Outcome.APPLIED, "promoted", 900, clock.ms))
+    cycles(a, count=1)
+    lease.holders[1] = "a"
+    for _ in range(4):  # s2, the query's new standby, beats all along
+        bus.publish_metrics(beat("s2", clock.ms, query_id=query))
+        cycles(a, count=1)
+        clock.advance(1)
+    assert not any(d.action == "start_standby" for d in bus.written_decisions())
