@@ -433,4 +433,6 @@ def test_a_shard_gained_while_reading_only_its_own_asks_no_standby_of_a_promoted
         bus.publish_metrics(beat("s2", clock.ms, query_id=query))
         cycles(a, count=1)
         clock.advance(1)
+    assert a.leads(query)  # it took the shard over and counts s2 as the query's standby:
+    assert [s.instance_id for s in a.standbys.live(query, clock.ms)] == ["s2"]
     assert not any(d.action == "start_standby" for d in bus.written_decisions())
