@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from controller.errors import UserError
 from schemas import topics
-from streamctl.security.kafka import KafkaSecurity
+from streamctl.security.kafka import DEFAULT_BOOTSTRAP, KafkaSecurity
 from streamctl.security.metrics_http import EndpointSecurity
 
 DEFAULT_METRICS_PORT = 9300
@@ -365,7 +365,7 @@ METRICS_STARTS = ("window", "latest", "earliest")
 class KafkaSettings:
     """Where the controller reads metrics and acks and writes control tuples and decisions."""
 
-    bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_servers: str = DEFAULT_BOOTSTRAP
     """Kafka bootstrap list; the local stack's default listener."""
 
     metrics_topic: str = topics.METRICS

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -123,23 +124,27 @@ def _kafka_security_rows() -> dict[str, Row]:
     """Read by every process that talks to Kafka (`streamctl.security.kafka.from_env`)."""
     from streamctl.security import kafka
 
-    docs = attribute_docs(kafka.KafkaSecurity)
-    rows = {name: Row(name, "all", _default(getattr(kafka.PLAINTEXT, field)), docs[field])
-            for field, name in kafka.ENV_NAMES.items()}
-    rows[kafka.PASSWORD_FILE_ENV] = Row(kafka.PASSWORD_FILE_ENV, "all", "unset",
-                                        kafka.PASSWORD_FILE_MEANING)
-    return rows
+    return _security_rows(kafka, kafka.KafkaSecurity, "all",
+                          lambda field: _default(getattr(kafka.PLAINTEXT, field)))
 
 
 def _metrics_endpoint_rows() -> dict[str, Row]:
     """Read by the job and the controller for their Prometheus endpoints."""
-    from streamctl.security import metrics_http as m
+    from streamctl.security import metrics_http
 
-    docs = attribute_docs(m.EndpointSecurity)
-    rows = {name: Row(name, "job, controller", "unset", docs[field])
-            for field, name in m.ENV_NAMES.items()}
-    rows[m.PASSWORD_FILE_ENV] = Row(m.PASSWORD_FILE_ENV, "job, controller", "unset",
-                                    m.PASSWORD_FILE_MEANING)
+    return _security_rows(metrics_http, metrics_http.EndpointSecurity, "job, controller",
+                          lambda field: "unset")
+
+
+def _security_rows(module: Any, settings: type, readers: str,
+                   default: Callable[[str], str]) -> dict[str, Row]:
+    """A security module's variables: one per field of its settings (`ENV_NAMES`), and the
+    file its password may be read from."""
+    docs = attribute_docs(settings)
+    rows = {name: Row(name, readers, default(field), docs[field])
+            for field, name in module.ENV_NAMES.items()}
+    rows[module.PASSWORD_FILE_ENV] = Row(module.PASSWORD_FILE_ENV, readers, "unset",
+                                         module.PASSWORD_FILE_MEANING)
     return rows
 
 

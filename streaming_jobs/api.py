@@ -49,15 +49,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "INPUT_PARALLELISM", "SCALING_KNOBS", "STATE_PARTITIONS", "Avro", "Builder", "Job",
+    "INPUT_PARALLELISM", "STATE_PARTITIONS", "Avro", "Builder", "Job",
     "JobContext", "JobDefinitionError", "Json", "KeyValue", "Objectives", "Setting",
     "SwappableFunction", "Topics",
 ]
 
-SCALING_KNOBS = SCALING
-"""`INPUT_PARALLELISM`: the job's expensive work runs in the Kafka source's tasks (before any
-shuffle), more source tasks (Spark's `minPartitions`) carry more load; `STATE_PARTITIONS`: it
-runs in the stateful operator, one task per state partition."""
 OUTPUT_MODES = ("append", "update", "complete")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -190,9 +186,6 @@ class Job:
                 return s
         raise KeyError(name)
 
-    def default_settings(self) -> dict[str, Any]:
-        return {s.name: s.default for s in self.settings}
-
 
 def _problems(job: Job) -> list[str]:
     problems = []
@@ -218,9 +211,9 @@ def _problems(job: Job) -> list[str]:
     if job.output_mode not in OUTPUT_MODES:
         problems.append(f"output_mode must be one of {', '.join(OUTPUT_MODES)}, got "
                         f"{job.output_mode!r}")
-    if job.scales_with not in SCALING_KNOBS:
+    if job.scales_with not in SCALING:
         problems.append(f"scales_with names an unknown knob {job.scales_with!r}; a job's "
-                        f"capacity grows with one of {', '.join(SCALING_KNOBS)}")
+                        f"capacity grows with one of {', '.join(SCALING)}")
     elif job.scales_with == STATE_PARTITIONS and not job.stateful:
         problems.append("scales_with='state_partitions' needs stateful=True: a stateless job "
                         "has no state partitions")

@@ -33,7 +33,7 @@ class BatchValues:
     """The values a batch runs with."""
 
     shed_fraction: float = 0.0
-    function_version: str = ""
+    udf_version: str = ""
 
     @classmethod
     def of(cls, desired: DesiredState) -> BatchValues:
@@ -42,14 +42,14 @@ class BatchValues:
 
     def encode(self) -> str:
         return json.dumps({"shed_fraction": self.shed_fraction,
-                           "function_version": self.function_version}, sort_keys=True)
+                           "udf_version": self.udf_version}, sort_keys=True)
 
 
 @lru_cache(maxsize=16)
 def decode(text: str) -> BatchValues:
     """The values `encode` wrote (cached: a task reads the same text for every record)."""
     fields = json.loads(text)
-    return BatchValues(float(fields["shed_fraction"]), str(fields["function_version"]))
+    return BatchValues(float(fields["shed_fraction"]), str(fields["udf_version"]))
 
 
 def in_force(built_with: BatchValues) -> BatchValues:
@@ -68,13 +68,13 @@ class SwappableFunction:
 
     def __init__(self, versions: Mapping[str, Callable[..., Any]], built_with: str) -> None:
         self._versions = dict(versions)
-        self._built_with = BatchValues(function_version=built_with)
+        self._built_with = BatchValues(udf_version=built_with)
 
     @property
     def version(self) -> str:
         """The version in force where it is read: in a task, the batch's; else the one the
         plan was built with. Read it per call (or per batch), not once in the builder."""
-        return in_force(self._built_with).function_version or self._built_with.function_version
+        return in_force(self._built_with).udf_version or self._built_with.udf_version
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         version = self.version
@@ -86,4 +86,4 @@ class SwappableFunction:
 
     def __repr__(self) -> str:
         return f"SwappableFunction({', '.join(self._versions)}; built with " \
-               f"{self._built_with.function_version})"
+               f"{self._built_with.udf_version})"

@@ -2,11 +2,12 @@
 
 Owns the order of the stages and nothing else a stage can own: the per-query record of what
 the loop remembers is `memory`'s, the lead `leading`'s, the broker's probes `probing`'s, the
-tuples and their records `actuate`'s; the decisions themselves come from the pure core
-(`window`, `model`, `judgement`, `outage`, `policy`, `topology`, `failover`). All ready
-queries are decided together each cycle, so a pipeline is sized in one round; a lost query is
-failed over to a live standby when it has one. Built by `controller.app` with Kafka adapters,
-by tests, the replay and the simulator with `controller.loop.fakes`.
+division of a shared cluster `sharing`'s, the tuples and their records `actuate`'s; the
+decisions themselves come from the pure core (`window`, `model`, `judgement`, `outage`,
+`policy`, `topology`, `failover`). All ready queries are decided together each cycle, so a
+pipeline is sized in one round; a lost query is failed over to a live standby when it has one.
+Built by `controller.app` with Kafka adapters, by tests, the replay and the simulator with
+`controller.loop.fakes`.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from dataclasses import dataclass, field, replace
 
 from controller.core import failover
 from controller.core.ceiling import SHEDDING
-from controller.core.cluster import MAX_NEED, Demand, Division, divide
+from controller.core.cluster import Division
 from controller.core.failover import Standbys
 from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.outage import down, outage
-from controller.core.parallelism import CORES_WANTED, on_cluster
+from controller.core.parallelism import on_cluster
 from controller.core.policy import backlog_causes, for_query, is_quiet
 from controller.core.results import (
     Actuation,
@@ -67,6 +68,8 @@ from controller.loop.ports import (
     OffsetProbe,
 )
 from controller.loop.probing import Prober
+from controller.loop.sharing import division as division_of
+from controller.loop.sharing import note_demands
 from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
 from schemas.knobs import EXECUTORS
@@ -114,8 +117,6 @@ class ControlLoop:
         self._behind = Behind(settings.max_input_delay_s)
         self._next_status_ms = 0
         self._stopping = False
-        self._demands: dict[str, Demand] = {}
-        """Each query's newest want of the shared cluster's cores (`cluster`)."""
 
     @property
     def leading(self) -> bool:
@@ -201,7 +202,6 @@ class ControlLoop:
             self._windows.forget(query_id)
             self.queries.pop(query_id, None)
             self.standbys.forget(query_id)
-            self._demands.pop(query_id, None)
         if others:
             log.info("%d queries of other shards forgotten", len(others))
             self.ports.observer.forget(others)
@@ -288,7 +288,9 @@ class ControlLoop:
         verdicts: dict[str, Verdict] = {}
         ready: dict[str, QueryModel] = {}
         context: dict[str, QueryModel] = {}
-        division = self._divide()
+        cluster = self.ports.cluster
+        division = division_of(cluster.free_cores() if cluster is not None else None,
+                               self.queries)
         for window in self._windows:
             query_id = window.query_id
             if not self._due(query_id, now_ms):
@@ -310,7 +312,8 @@ class ControlLoop:
                                                          self.queries[query_id].state))
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
-        self._note_demands(ready, verdicts)
+        if cluster is not None:
+            note_demands(self.queries, ready, verdicts)
         said = {w.query_id: self.queries.of(w.query_id).verdict for w in self._windows}
         self.ports.observer.lost(sorted(q for q, v in said.items() if isinstance(v, Lost)))
         for action in ("stopped", "halted"):
@@ -366,39 +369,6 @@ class ControlLoop:
                                    policy)
         query.model = found
         return found
-
-    def _divide(self) -> Division | None:
-        """The cluster's free cores divided among the queries' wants (`cluster`): each
-        query's newest, and what an executors tuple in flight asked for (the master may not
-        have started them yet); None when its status is unknown, and then nothing cuts an
-        executor request."""
-        cluster = self.ports.cluster
-        free = cluster.free_cores() if cluster is not None else None
-        if free is None:
-            return None
-        demands = dict(self._demands)
-        for query_id, query in self.queries.items():
-            flight, model = query.state.in_flight, query.model
-            if flight is not None and flight.parameter == EXECUTORS and model is not None:
-                demands[query_id] = Demand(
-                    query_id, max(0, flight.target - flight.current) * model.executor_cores,
-                    model.cluster_priority, asked=True)
-        return divide(free, demands.values())
-
-    def _note_demands(self, ready: dict[str, QueryModel], verdicts: dict[str, Verdict]) -> None:
-        """Each query decided this cycle wants the cores its verdict names (`CORES_WANTED`);
-        one lost, down or not ready wants none."""
-        if self.ports.cluster is None:
-            return
-        for query_id, verdict in verdicts.items():
-            model = ready.get(query_id)
-            cores = (0.0 if model is None or isinstance(verdict, NotReady)
-                     else verdict.figures.get(CORES_WANTED, 0.0))
-            if model is not None and cores > 0:
-                self._demands[query_id] = Demand(query_id, int(cores), model.cluster_priority,
-                                                 min(model.utilisation, MAX_NEED))
-            else:
-                self._demands.pop(query_id, None)
 
     def _with_forecast(self, query_id: str, query: QueryMemory, model: QueryModel,
                        now_ms: int) -> QueryModel:

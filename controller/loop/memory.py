@@ -2,7 +2,8 @@
 
 Owns `QueryMemory` — the query's control state (what was sent and when, cooldowns, effect
 checks), its last verdict, its last model, what that model carries into the next one, what it
-derived from the window's records and its load's repeating pattern —
+derived from the window's records, its load's repeating pattern and its want of the shared
+cluster's cores —
 so a stage reads and writes one record instead of six dictionaries kept in step. The
 windows of samples are `core.window`'s, the instance table `core.failover`'s. Neighbours:
 `cycle` (every stage), `leading` (resumes and hands over the control states).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controller.core.cluster import Demand
 from controller.core.memo import Memo
 from controller.core.model import QueryModel, Remembered
 from controller.core.results import Verdict
@@ -35,6 +37,9 @@ class QueryMemory:
     season: Season | None = None
     """Its arrival rate over the periods it may repeat with (`core.season`); made on the
     first model when the controller anticipates."""
+    demand: Demand | None = None
+    """What it wants of the shared Spark cluster's free cores, as its last verdict named
+    (`sharing`); None: nothing, or no cluster divided."""
     followed_slot: int | None = None
     """While another instance leads it: the `shards.follow_slot` it was last modelled in."""
 

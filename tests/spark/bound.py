@@ -11,8 +11,8 @@ from streaming_jobs.config import GROUP_OF, JobConfig, bind, grouped, option_lis
 
 
 def bound_config(job: Job, **fields: Any) -> JobConfig:
-    settings = {name: fields.pop(name) for name in list(fields)
-                if name in job.default_settings()}
+    declared = {s.name for s in job.settings}
+    settings = {name: fields.pop(name) for name in list(fields) if name in declared}
     return bind(grouped(dict(job=job.name, settings=tuple(settings.items()), **fields)), job)
 
 

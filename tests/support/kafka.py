@@ -4,7 +4,6 @@ what a `read_committed` consumer sees, to the topic's end."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -96,21 +95,21 @@ def read_committed(bootstrap: str, topics: str | Sequence[str],
         consumer.assign([TopicPartition(t, p, 0) for t, p in sorted(partitions)])
         at_end: set[tuple[str, int]] = set()
         messages: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        while at_end != partitions:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"{names}: not at the end after {timeout_s} s"
-            msg = consumer.poll(min(remaining, 0.5))
-            if msg is None:
-                continue
-            error, where = msg.error(), (msg.topic() or "", msg.partition() or 0)
-            if error is None:
-                messages.append(msg)
-                at_end.discard(where)
-            elif error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(where)
-            else:
-                raise AssertionError(f"{names}: {error}")
+
+        def read_to_the_end() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                error, where = msg.error(), (msg.topic() or "", msg.partition() or 0)
+                if error is None:
+                    messages.append(msg)
+                    at_end.discard(where)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(where)
+                else:
+                    raise AssertionError(f"{names}: {error}")
+            return at_end == partitions
+
+        until(read_to_the_end, timeout_s, f"the end of every partition of {names}", 0)
         return messages
     finally:
         consumer.close()

@@ -2,7 +2,8 @@
 
 Owns the meaning of every metrics field (see `to_task_metrics`). No Spark session, Kafka or
 clock here: input is a `StreamingQueryProgress` (live, or rebuilt with `fromJson` in tests)
-plus the runtime's `RunContext`. Neighbours: `listener` feeds it, `publisher` ships the result.
+plus the runtime's `RunContext`. Neighbours: `listener` feeds it, `runtime.publish` ships the
+result.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def input_step(job: Job, dead: MemoryDeadLetters, shed: float = 0.0,
                      columns=tuple(f.name for f in job.input.fields()),
                      arrow_schema=to_arrow_schema(schema, timezone="UTC"),
                      built_with=BatchValues(shed), low_priority=job.low_priority,
-                     settings=tuple({**job.default_settings(), **(settings or {})}.items()),
+                     settings=tuple({**{s.name: s.default for s in job.settings},
+                                     **(settings or {})}.items()),
                      kafka_metadata=job.kafka_metadata)
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from streamctl.cli import main
 
-TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[3] / "data" / "traces"
 
 KNOWN_GAPS: dict[tuple[str, str], str] = {}
 """(trace, check id) → why the committed policy misses it. Empty since the change-point-aware
