@@ -261,10 +261,6 @@ class Endpoint:
     """Address the Prometheus endpoint listens on: this host only by default; 0.0.0.0 for
     every interface (compose sets it, so Prometheus can scrape the job's container)."""
 
-    security: EndpointSecurity = metrics_http.PLAIN
-    """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
-    (`streamctl.security.metrics_http`)."""
-
     @property
     def address(self) -> str:
         """Where Prometheus reaches the job (host:port, this host's name when it listens on
@@ -273,6 +269,26 @@ class Endpoint:
             return ""
         wildcard = self.metrics_host in ("0.0.0.0", "::")
         return f"{socket.gethostname() if wildcard else self.metrics_host}:{self.metrics_port}"
+
+@dataclass(frozen=True)
+class Security:
+    """How the job's clients and endpoint prove themselves, and whose control tuples it
+    accepts: each from the environment only, never a command-line option (it would show in
+    `ps`)."""
+
+    kafka_security: KafkaSecurity = kafka_security.PLAINTEXT
+    """How every Kafka client of the job (Spark's source, the sinks, metrics, acks, control,
+    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables
+    (`streamctl.security.kafka`)."""
+
+    endpoint_security: EndpointSecurity = metrics_http.PLAIN
+    """TLS and basic auth of the Prometheus endpoint; from the STREAMCTL_METRICS_* variables
+    (`streamctl.security.metrics_http`)."""
+
+    control_key: bytes = field(default=b"", repr=False, compare=False)
+    """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
+    by STREAMCTL_CONTROL_KEY_FILE."""
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -293,7 +309,7 @@ class RunSettings:
 GROUPS: dict[str, type] = {
     "identity": Identity, "topics": JobTopics, "storage": Storage, "spark": SparkSettings,
     "knobs": InitialKnobs, "bounds": Bounds, "timing": Timing, "endpoint": Endpoint,
-    "objectives": Objectives,
+    "objectives": Objectives, "security": Security,
 }
 """`JobConfig`'s groups by attribute name. Each room of the runtime takes the groups it needs;
 the options and variables keep the fields' flat names (`--input-topic`,
@@ -315,19 +331,13 @@ class JobConfig:
     timing: Timing = field(default_factory=Timing)
     endpoint: Endpoint = field(default_factory=Endpoint)
     objectives: Objectives = field(default_factory=Objectives)
+    security: Security = field(default_factory=Security)
     on_data_loss: str = "stop"
     """What the job does when records it had not read were deleted from its input
     (retention, or delete-records): `stop` reports the loss (its log, Prometheus, its metrics
     records, hence `streamctl status` and the decision log) and halts, the process up and
     reading nothing, until it is restarted with `skip`; `skip` reports it the same way and
     goes on from the earliest records still there."""
-    control_key: bytes = field(default=b"", repr=False, compare=False)
-    """HMAC key control tuples must be signed with; from STREAMCTL_CONTROL_KEY or the file named
-    by STREAMCTL_CONTROL_KEY_FILE, never from a command-line option (it would show in `ps`)."""
-    kafka_security: KafkaSecurity = kafka_security.PLAINTEXT
-    """How every Kafka client of the job (Spark's source, the sinks, metrics, acks, control,
-    dead letters) authenticates; from the STREAMCTL_KAFKA_* variables
-    (`streamctl.security.kafka`)."""
     settings: tuple[tuple[str, Any], ...] = ()
     """The job's own settings in force (name, value), each declared by the job; from
     `--set name=value` or STREAMCTL_<NAME>, else the declared default (`bind`)."""
@@ -348,7 +358,7 @@ class JobConfig:
         """What a run of the plan reads of these settings."""
         return RunSettings(self.identity.query_id,
                            {"kafka.bootstrap.servers": self.bootstrap_servers,
-                            **self.kafka_security.spark_options()}, self.settings)
+                            **self.security.kafka_security.spark_options()}, self.settings)
 
     def initial_state(self) -> DesiredState:
         """The desired state before any control tuple: the knobs' starting values, epoch 0."""
@@ -386,7 +396,8 @@ class JobConfig:
             transport = TransportSecurity.from_env(env)
         except TransportSecurityError as exc:
             raise ConfigError(str(exc)) from None
-        values["kafka_security"], values["security"] = transport.kafka, transport.metrics_endpoint
+        values["kafka_security"] = transport.kafka
+        values["endpoint_security"] = transport.metrics_endpoint
         return bind(grouped(values), job)
 
 
@@ -516,14 +527,14 @@ STANDBYS = ("warm", "hot")
 ON_DATA_LOSS = ("stop", "skip")
 """Values of `JobConfig.on_data_loss` (`runtime.checkpoint.retention`)."""
 
-ENV_ONLY = frozenset({"control_key", "kafka_security", "security"})
+ENV_ONLY = frozenset({"control_key", "kafka_security", "endpoint_security"})
 """Fields read only from the environment (secrets), never from options."""
 
 DERIVED = frozenset({"settings", "query_dir"})
 """Fields not read as options of their own: the job's settings come from `--set`, the query's
 checkpoint directory from `bind`."""
 
-OWN_VARIABLES = frozenset({"kafka_security", "security"})
+OWN_VARIABLES = frozenset({"kafka_security", "endpoint_security"})
 """Fields read from variables of their own (`streamctl.security.kafka.ENV_NAMES`,
 `streamctl.security.metrics_http.ENV_NAMES`), not from STREAMCTL_<FIELD>."""
 

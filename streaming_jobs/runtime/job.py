@@ -71,7 +71,7 @@ class ElasticJob:
 
     def __init__(self, job: Job, config: JobConfig, spark: SparkSession | None = None,
                  registry: CollectorRegistry | None = None) -> None:
-        if not config.control_key:  # fail closed: see JobConfig.control_key
+        if not config.security.control_key:  # fail closed: see Security.control_key
             raise ConfigError("no control key: the job refuses to start without one, since "
                               "it could not tell the controller's control tuples from others'")
         self.config = config = bind(config, job)
@@ -95,10 +95,10 @@ class ElasticJob:
                      time.monotonic() - started)
         self._publisher = Publisher(config.topics, ident.query_id, RecordPublisher(
             config.bootstrap_servers, f"streamctl-job-{ident.instance_id}",
-            config.kafka_security), self.prometheus,
+            config.security.kafka_security), self.prometheus,
             desired_state_path=config.storage.desired_state_path)
         self._executors = executors_for(self.spark, config.spark.executor_cores)
-        self._offsets = KafkaLogRanges(config.bootstrap_servers, config.kafka_security)
+        self._offsets = KafkaLogRanges(config.bootstrap_servers, config.security.kafka_security)
         self.inputs = InputSources(config.storage.checkpoint_dir, config.storage.input_source_path,
                                    config.identity.query_id, self._offsets)
         self._shared = SharedDesiredState(ident, config.storage.desired_state_path,
@@ -127,7 +127,7 @@ class ElasticJob:
         self._consumer = TypedConsumer(
             config.bootstrap_servers, config.topics.control_topic,
             f"streamctl-job-{config.identity.query_id}-{config.identity.instance_id}", ControlTuple,
-            config.kafka_security,
+            config.security.kafka_security,
             on_assignment=lambda held: self.prometheus.control_ready.labels(
                 config.identity.query_id).set(int(held)))
         self._stopping = threading.Event()
@@ -135,7 +135,7 @@ class ElasticJob:
         loop = TupleListener(self._consumer, self.owner, self._publisher.ack,
                              self.prometheus.control_counter(ident.query_id),
                              query_id=ident.query_id, instance_id=ident.instance_id,
-                             key=config.control_key)
+                             key=config.security.control_key)
         self._threads = (
             threading.Thread(target=loop.run, args=(self._stopping,), name="streamctl-control",
                              daemon=True),
@@ -147,10 +147,11 @@ class ElasticJob:
         """The Prometheus endpoint, up before Spark starts: the default port gives way to a
         free one when another process holds it (a second job on this host), any other port
         must be free. `config.endpoint.metrics_port` becomes the port taken."""
-        c, wanted = self.config, self.config.endpoint
+        c, wanted, security = self.config, self.config.endpoint, self.config.security
         try:
             endpoint = self.prometheus.serve(wanted.metrics_host, wanted.metrics_port,
-                                             wanted.security, any_port_if_taken=wanted.metrics_port
+                                             security.endpoint_security,
+                                             any_port_if_taken=wanted.metrics_port
                                              == DEFAULT_METRICS_PORT)
         except PortInUse as exc:
             raise ConfigError(f"job {c.identity.query_id}: its metrics endpoint cannot listen: "
@@ -166,7 +167,7 @@ class ElasticJob:
                         wanted.metrics_host, endpoint.server_port)
         self.config = changed(c, metrics_port=endpoint.server_port)
         log.info("Prometheus metrics at %s://%s/metrics",
-                 "https" if wanted.security.tls_cert_file else "http",
+                 "https" if security.endpoint_security.tls_cert_file else "http",
                  self.config.endpoint.address)
         return endpoint
 
@@ -175,7 +176,7 @@ class ElasticJob:
         Spark starts (else the first oversized row or dead letter would fail a batch)."""
         c = self.config
         problems = written_topic_problems(
-            c.bootstrap_servers, c.kafka_security, c.bounds.max_record_bytes,
+            c.bootstrap_servers, c.security.kafka_security, c.bounds.max_record_bytes,
             [("output topic", c.topics.output_topic), ("dead-letter topic", c.topics.dlq_topic)])
         if problems:
             raise ConfigError(f"job {c.identity.query_id}: " + "; ".join(problems))

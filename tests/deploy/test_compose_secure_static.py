@@ -78,7 +78,7 @@ def test_compose_environment_builds_a_secured_configuration(name: str, secrets_d
         from streaming_jobs.loading import load
 
         config = JobConfig.from_sources(load(env["STREAMCTL_JOB"]), env=env)
-        kafka, endpoint = config.kafka_security, config.endpoint.security
+        kafka, endpoint = config.security.kafka_security, config.security.endpoint_security
     else:
         from controller.cli import settings_from
 

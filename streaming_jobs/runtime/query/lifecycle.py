@@ -90,7 +90,7 @@ class ElasticQuery:
         self.sink = transactional_sink(self.gate, config.bootstrap_servers,
                                        config.identity.query_id,
                                        self._desired.output_topic, plan.job.output,
-                                       security=config.kafka_security,
+                                       security=config.security.kafka_security,
                                        batch_properties=self._batch_properties,
                                        dead_letter_topic=config.topics.dlq_topic,
                                        max_record_bytes=config.bounds.max_record_bytes)
@@ -147,7 +147,7 @@ class ElasticQuery:
             df = self._plan.build(self._spark, self._config.run, desired,
                                   DeadLetterFactory(self._config.bootstrap_servers,
                                                     self._config.topics.dlq_topic,
-                                                    self._config.kafka_security,
+                                                    self._config.security.kafka_security,
                                                     self._config.identity.query_id,
                                                     self._config.bounds.max_record_bytes), source)
             self._python_steps = worker_pool.python_steps(df)

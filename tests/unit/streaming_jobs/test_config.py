@@ -37,7 +37,7 @@ def test_defaults_and_env(tmp_path: Path) -> None:
     assert config.knobs.input_parallelism == 3
     assert config.spark.jar_list == ("/a.jar", "/b.jar")
     assert config.identity.instance_id  # hostname-pid
-    assert config.control_key == b"0123456789abcdef0123"
+    assert config.security.control_key == b"0123456789abcdef0123"
     assert "0123456789" not in repr(config)
     assert config.storage.desired_state_path == f"{checkpoint}.desired-state.json"
     assert config.knobs.udf_version == "v1"  # the job's first function version
