@@ -44,7 +44,7 @@ class SparkHarness:
             input_topic=topics["in"], output_topic=topics["out"], dlq_topic=topics["dlq"],
             checkpoint_dir=str(workdir / "checkpoint"), trigger_interval_s=0.5,
             task_slots=SPARK_TASK_SLOTS, metrics_port=0)), WORDS)
-        self._offsets = KafkaLogRanges(bootstrap, config.kafka_security)
+        self._offsets = KafkaLogRanges(bootstrap, config.security.kafka_security)
         inputs = InputSources(config.storage.checkpoint_dir, config.storage.input_source_path,
                               config.identity.query_id, self._offsets)
         inputs.resume(config.topics.input_topic)
