@@ -2,10 +2,11 @@
 
 `python -m bench.fleet` drives the production `controller.loop.cycle.ControlLoop` (collect →
 settle → decide → act, with its observers as `controller run` has them: Prometheus and the
-live page's timeline) over the in-memory ports and a fake clock, for N queries of P input
-partitions each: every query publishes one batch a second (a 1 s trigger) at a steady load it
-keeps up with, and the broker's end offsets, which grow with every record, answer every
-probe.
+live page's timeline; its garbage collector tuned as `controller run` tunes it,
+`controller.app.collect_garbage_rarely`) over the in-memory ports and a fake clock, for N
+queries of P input partitions each: every query publishes one batch a second (a 1 s trigger)
+at a steady load it keeps up with, and the broker's end offsets, which grow with every
+record, answer every probe.
 The clock steps by the default cycle (0.5 s), so each step is one cycle at the default cadence
 and the figures are the controller's own work, whatever the machine does around it:
 
@@ -40,6 +41,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench import record
+from controller.app import collect_garbage_rarely
 from controller.explain.page import Timeline
 from controller.explain.prom import ControllerMetrics
 from controller.loop.cycle import ControlLoop, Ports
@@ -304,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measured-s", type=float, default=30.0,
                         help="simulated seconds of cycles timed")
     args = parser.parse_args(argv)
+    collect_garbage_rarely()
     load_before = record.load_average()
     rows = []
     for fleet in (QUICK if args.quick else FLEETS):

@@ -132,9 +132,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"controller: invalid settings: {exc}", file=sys.stderr)
         return 2
     # Imported here so that `--help` and settings errors need no Kafka client library.
-    from controller.app import run
+    from controller.app import collect_garbage_rarely, run
     from controller.kafka.clients import KafkaSetupError
 
+    collect_garbage_rarely()
     try:
         run(settings, max_cycles=args.max_cycles, timeout_s=args.timeout_s)
     except KafkaSetupError as exc:
