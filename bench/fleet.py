@@ -291,7 +291,8 @@ def sustainable_queries(rows: Sequence[FleetFigures], partitions: int) -> int:
     return int((CYCLE_S * 1000 / 2) / largest.cpu_ms_per_query_per_cycle)
 
 
-FLEETS = [Fleet(10, 8), Fleet(100, 8), Fleet(300, 8), Fleet(10, 128), Fleet(10, 1024)]
+FLEETS = [Fleet(10, 8), Fleet(100, 8), Fleet(300, 8), Fleet(1000, 8), Fleet(10, 128),
+          Fleet(10, 1024)]
 QUICK = [Fleet(10, 8), Fleet(100, 8), Fleet(10, 128)]
 SHARED, SHARED_QUICK = Fleet(300, 8), Fleet(40, 8)
 """The fleet divided among 1, 2 and 4 instances."""
