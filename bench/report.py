@@ -540,7 +540,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "batches, alternating batch by batch; the first batch of each is warm-up."),
     ("fleet", "What one controller instance costs per query", fleet,
      "The production control cycle (collect → settle → decide → act, with its observers: "
-     "Prometheus and the live page's timeline) over in-memory ports and a fake clock stepped "
+     "Prometheus and the live page's timeline; its garbage collector tuned as `controller run` "
+     "tunes it) over in-memory ports and a fake clock stepped "
      "by the default 0.5 s cycle, for "
      "N steady queries of P partitions publishing one batch a second, with end offsets that "
      "grow with every record, probed every cycle; CPU by the process's own "

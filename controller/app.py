@@ -93,17 +93,17 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
 
 YOUNG_COLLECTION_AT = 100_000
 """Net new container objects between two of the garbage collector's young collections, in a
-controller process (Python's default: 700)."""
+controller process (CPython 3.11's default: 700)."""
 
 
 def collect_garbage_rarely() -> None:
     """Tune this process's garbage collector for the controller's heap. Its state is freed by
-    reference counting as the windows slide; the cyclic collector finds almost nothing in it
-    (none in `bench.fleet`'s runs), yet at the default threshold a cycle over a few hundred
-    queries, which allocates that many objects every few queries, set it off dozens of times,
-    and each older collection walked the whole model state: a quarter of the CPU of a cycle at
-    300 queries, over a third at 1 000 (`bench.fleet`). Called by `controller run`; a program
-    that drives `run` itself may call it too."""
+    reference counting as the windows slide: in `bench.fleet`'s cycles the cyclic collector
+    found no garbage at all, yet at the default threshold it ran three times a cycle at 300
+    queries, and its older collections walked the whole model state, about a fifth of the
+    cycle's CPU there and a third at 1 000 queries. Called by `controller run` before it starts;
+    a program that drives `run` itself may call it too."""
+    gc.collect()
     gc.freeze()  # what start-up made (modules, settings) is never walked again
     gc.set_threshold(YOUNG_COLLECTION_AT, *gc.get_threshold()[1:])
 

@@ -3,8 +3,9 @@ options over env vars over the job's declaration over defaults).
 
 Owns the runtime's settings in groups (`Identity`, `JobTopics`, `Storage`, `SparkSettings`,
 `InitialKnobs`, `Bounds` (defined beside the parameter registry that checks a knob against
-them), `Timing`, `Endpoint`; a room of the runtime takes the groups it needs), their option
-names and environment variables (the fields' flat names, unique across the groups:
+them), `Timing`, `Endpoint`, `Objectives`, `Security`; a room of the runtime takes the groups
+it needs), their option names and environment variables (the fields' flat names, unique
+across the groups:
 `--input-topic`, STREAMCTL_INPUT_TOPIC), defaults and validation, and `bind`,
 which fills in what the job's declaration (`api.Job`) supplies: its query id and topics, its
 function version, its own settings (`--set name=value`, `STREAMCTL_<NAME>`) and where its
@@ -269,6 +270,7 @@ class Endpoint:
             return ""
         wildcard = self.metrics_host in ("0.0.0.0", "::")
         return f"{socket.gethostname() if wildcard else self.metrics_host}:{self.metrics_port}"
+
 
 @dataclass(frozen=True)
 class Security:

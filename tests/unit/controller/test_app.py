@@ -12,18 +12,19 @@ from controller import app, cli
 
 
 @pytest.fixture
-def collector() -> Iterator[None]:
-    """The collector's settings as the test found them, whatever it changed."""
+def collector() -> Iterator[int]:
+    """The objects frozen before the test; the collector's settings as the test found them
+    afterwards (what the test froze thawed with the rest)."""
     before = gc.get_threshold()
     try:
-        yield
+        yield gc.get_freeze_count()
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
 
 
 def test_controller_run_collects_garbage_at_its_own_threshold_with_start_up_frozen(
-        collector: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        collector: int, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[tuple[int, ...], int]] = []
 
     def run(settings: Any, **bounds: Any) -> int:
@@ -33,4 +34,4 @@ def test_controller_run_collects_garbage_at_its_own_threshold_with_start_up_froz
     monkeypatch.setattr(app, "run", run)
     assert cli.main(["run", "--metrics-port", "0", "--max-cycles", "1"]) == 0
     [(threshold, frozen)] = seen
-    assert threshold[0] == app.YOUNG_COLLECTION_AT and frozen > 0
+    assert threshold[0] == app.YOUNG_COLLECTION_AT and frozen > collector
