@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 from collections import Counter
@@ -299,6 +302,30 @@ SHARED, SHARED_QUICK = Fleet(300, 8), Fleet(40, 8)
 INSTANCES = (1, 2, 4)
 
 
+COLLECTOR_FLEET, COLLECTOR_RUNS = Fleet(300, 8), 2
+"""The fleet timed with Python's default collector and with the controller's, side by side."""
+
+
+def compare_collectors(fleet: Fleet, runs: int, warm_s: float,
+                       measured_s: float) -> dict[str, Any]:
+    """CPU per query per cycle of `fleet` with Python's default garbage collector and with
+    `collect_garbage_rarely`'s, each in a fresh process (the collector is the process's),
+    alternating `runs` times: a ratio the machine's drift over the bench does not bias."""
+    spent: dict[str, list[float]] = {"default": [], "tuned": []}
+    for _ in range(runs):
+        for collector, times in spent.items():
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.fleet", "--collector", collector,
+                 "--one", f"{fleet.queries}x{fleet.partitions}", "--warm-s", str(warm_s),
+                 "--measured-s", str(measured_s)],
+                check=True, capture_output=True, text=True).stdout
+            times.append(json.loads(out.splitlines()[-1])["cpu_ms_per_query_per_cycle"])
+    default, tuned = (statistics.fmean(spent[c]) for c in ("default", "tuned"))
+    return {"queries": fleet.queries, "partitions": fleet.partitions, "runs": runs,
+            "default_ms": round(default, 3), "tuned_ms": round(tuned, 3),
+            "ratio": round(tuned / default, 2)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer and smaller fleets")
@@ -306,8 +333,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="simulated seconds that fill the window before measuring")
     parser.add_argument("--measured-s", type=float, default=30.0,
                         help="simulated seconds of cycles timed")
+    parser.add_argument("--one", metavar="QxP", help=argparse.SUPPRESS)
+    parser.add_argument("--collector", choices=("default", "tuned"), default="tuned",
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    collect_garbage_rarely()
+    if args.collector == "tuned":
+        collect_garbage_rarely()
+    if args.one:  # one fleet, its figures as JSON: a run of `compare_collectors`
+        queries, partitions = map(int, args.one.split("x"))
+        one = measure(Fleet(queries, partitions), args.warm_s, args.measured_s)
+        print(json.dumps(asdict(one)))
+        return 0
     load_before = record.load_average()
     rows = []
     for fleet in (QUICK if args.quick else FLEETS):
@@ -327,8 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{shared_fleet.queries} × {shared_fleet.partitions} on {instances} instance(s): "
               f"busiest {divided.cpu_ms_per_cycle_mean:.2f} ms/cycle, {divided.decided_once} "
               f"of {divided.queries} queries decided once", flush=True)
+    collectors = compare_collectors(COLLECTOR_FLEET, 1 if args.quick else COLLECTOR_RUNS,
+                                    args.warm_s, args.measured_s)
+    print(f"{COLLECTOR_FLEET.queries} × {COLLECTOR_FLEET.partitions}, side by side: "
+          f"{collectors['default_ms']:.3f} ms/query with Python's default collector, "
+          f"{collectors['tuned_ms']:.3f} with the controller's ({collectors['ratio']}×)",
+          flush=True)
     payload: dict[str, Any] = {
-        "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS,
+        "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS, "collectors": collectors,
         "rows": [asdict(r) for r in rows],
         "sustainable_queries_8_partitions": sustainable_queries(rows, 8),
         "shared": [asdict(r) for r in shared],
