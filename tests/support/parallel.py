@@ -36,6 +36,7 @@ from typing import IO
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import WorkerController
 
 ALONE = frozenset({
     "tests/e2e/test_closed_loop.py",
@@ -96,10 +97,24 @@ def _queue_rank(item: pytest.Item) -> tuple[int, int]:
 
 
 class ModuleUnits(LoadScopeScheduling):
-    """xdist's scope scheduling, with `unit_of_work` as the scope."""
+    """xdist's scope scheduling, with `unit_of_work` as the scope, and a unit bound to a worker
+    as late as xdist allows."""
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of_work(nodeid)
+
+    def _reschedule(self, node: WorkerController) -> None:
+        """xdist gives a worker its next unit once two of its tests are left; a worker starting
+        a two-test fault module (minutes each) then also holds the next one, which waits
+        behind it while another worker goes free. Here a worker gets a unit only when it
+        starts its last test (it runs a test once it knows the next, so one must be left)."""
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        if self._pending_of(self.assigned_work[node]) <= 1:
+            self._assign_work_unit(node)
 
 
 @pytest.hookimpl(optionalhook=True)

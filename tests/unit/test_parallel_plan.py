@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -67,3 +68,44 @@ def test_what_a_unit_started_is_stopped_once_when_it_ends_and_only_under_xdist(
     parallel._stop_what_the_unit_started()
     parallel._stop_what_the_unit_started()  # the next unit's end: nothing left
     assert sorted(stopped) == ["broker", "cluster"]
+
+
+class _Worker:
+    """What the scheduler sees of an xdist worker: the test indices it was sent."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = argparse.Namespace(id=name)
+        self.shutting_down = False
+        self.sent: list[int] = []
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+class _Config:
+    option = argparse.Namespace(loadscopereorder=False)
+
+    def getvalue(self, name: str) -> list[str]:
+        assert name == "tx"
+        return ["2*popen"]
+
+
+def test_a_worker_gets_its_next_unit_only_when_it_starts_the_last_test_it_holds() -> None:
+    collection = ["tests/faults/test_a.py::one", "tests/faults/test_a.py::two",
+                  "tests/faults/test_b.py::one", "tests/faults/test_b.py::two",
+                  "tests/spark/test_c.py::one"]
+    scheduler = parallel.ModuleUnits(_Config())  # type: ignore[arg-type]
+    first, second = _Worker("gw0"), _Worker("gw1")
+    for worker in (first, second):
+        scheduler.add_node(worker)  # type: ignore[arg-type]
+        scheduler.add_node_collection(worker, collection)  # type: ignore[arg-type]
+    scheduler.schedule()
+    assert (first.sent, second.sent) == ([0, 1], [2, 3])  # not test_c beside a two-test unit
+
+    scheduler.mark_test_complete(second, 2)  # second starts its last test: it gets test_c
+    assert (first.sent, second.sent) == ([0, 1], [2, 3, 4])
+    scheduler.mark_test_complete(first, 0)
+    assert first.shutting_down and not second.shutting_down
