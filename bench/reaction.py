@@ -28,6 +28,14 @@ down and idle the "change" is the controller's start: the load is low from the b
 
     .venv/bin/python -m bench.reaction --runs 5
 
+`--by-hand UNITS …` adds the step without a controller, once per size given: at the
+controller's own time to its tuple after the change (`BY_HAND_AFTER_S`), the benchmark itself
+sends one tuple setting the units, with the batch cap per unit the job started with, and
+measures the same figures. What the controller chose is then read beside what each size
+would have done on this machine, in one run:
+
+    .venv/bin/python -m bench.reaction --runs 1 --scenarios step --by-hand 4 8 16
+
 prints a table (medians over the runs, beside the targets) and writes
 `bench/results/reaction.json` (`bench.report` renders it into `docs/benchmarks.md`).
 """
@@ -46,15 +54,17 @@ from pathlib import Path
 from typing import Any
 
 from bench import record
-from bench.bed import local_broker, loop_env, wait_until
+from bench.bed import CONTROL_KEY, local_broker, loop_env, wait_until
 from schemas import Ack, Decision, Outcome, TaskMetrics
-from schemas.records import TAKEOVER
+from schemas.knobs import INPUT_PARALLELISM, MAX_OFFSETS_PER_TRIGGER
+from schemas.records import TAKEOVER, Setting
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 from streamctl.view import QueryView, full_batch_rate
+from streaming_jobs.send_cli import send
 
 BATCH_CAP = 1500
 CHANGE_AT_S = 30.0
@@ -69,6 +79,11 @@ SCENARIOS: dict[str, Callable[[float], tuple[RateProfile, float]]] = {
     "idle": lambda c: (RateProfile("constant", 0.0), SCALE_DOWN_S),
 }
 """Per scenario: (profile, load duration) for a capacity C."""
+
+BY_HAND_AFTER_S = 4.0
+"""When a by-hand step's tuple is sent after the change: the controller's own time to its
+tuple in this benchmark's step (within its ≤ 5 s target), so that a by-hand run differs from
+the controller's only in the size it sets."""
 
 START_UNITS = {"down": 16, "idle": 16}
 """Units the job starts with where not 2: the scale-down scenarios (4 s trigger, a controller
@@ -211,6 +226,61 @@ def run_scenario(name: str, bootstrap: str, workdir: Path) -> Run:
         loop.close()
 
 
+def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
+    """The step without a controller: `BY_HAND_AFTER_S` after the change the benchmark sends
+    one tuple setting `units`, and batches of `BATCH_CAP` / 2 records a unit (the cap per
+    unit the job starts with, which the controller keeps when it resizes)."""
+    loop = Loop(bootstrap, workdir)
+    try:
+        loop.start_job(2, 1)
+        capacity = loop.capacity()
+        profile, duration_s = SCENARIOS["step"](capacity)
+        spec = LoadSpec(bootstrap, loop.topics["in"], profile, duration_s)
+        load = threading.Thread(target=run_load, args=(spec, Ledger(10_000)), daemon=True)
+        change = time.monotonic() + CHANGE_AT_S
+        load.start()
+        loop.wait(lambda: time.monotonic() >= change + BY_HAND_AFTER_S, CHANGE_AT_S + 30,
+                  "the time to resize")
+        answer: list[Ack | Exception] = []
+
+        def resize() -> None:  # in a thread: the loop goes on reading while it waits
+            try:
+                answer.append(send(
+                    bootstrap, loop.query_id, INPUT_PARALLELISM, str(units),
+                    CONTROL_KEY.encode(), epoch=1, reason=f"bench.reaction --by-hand {units}",
+                    together=(Setting(MAX_OFFSETS_PER_TRIGGER, str(units * BATCH_CAP // 2)),),
+                    control_topic=loop.topics["control"], ack_topic=loop.topics["acks"],
+                    timeout_s=180))
+            except Exception as exc:  # said below, in the main thread
+                answer.append(exc)
+
+        sent_at, sender = time.monotonic(), threading.Thread(target=resize, daemon=True)
+        sender.start()
+        loop.wait(lambda: bool(answer), 200, f"the ack of {units} units")
+        ack = answer[0]
+        if not isinstance(ack, Ack) or ack.outcome is not Outcome.APPLIED:
+            raise RuntimeError(f"the job did not apply {units} units: {ack}")
+        loop.wait(lambda: not load.is_alive(), duration_s + 60, "the load")
+        loop.wait(lambda: loop.lag() == 0, 180, "the backlog to drain")
+        return _by_hand_figures(loop, units, capacity, change, sent_at, ack)
+    finally:
+        loop.close()
+
+
+def _by_hand_figures(loop: Loop, units: int, capacity: float, change: float, sent_at: float,
+                     ack: Ack) -> Run:
+    applied_at = next(t for t, a in loop.acks if a.control_id == ack.control_id)
+    level = max((lag for t, lag in loop.lags if change - 10 <= t < change), default=0)
+    recovered = next((t for t, lag in loop.lags if t > applied_at and lag <= level), None)
+    return Run(
+        scenario="step", capacity_per_s=round(capacity, 1), tuples=1,
+        change_to_tuple_s=_round(sent_at - change),
+        tuple_to_applied_s=_round(applied_at - sent_at), pause_s=_round(ack.pause_ms / 1000),
+        change_to_recovered_s=_round(recovered - change if recovered else None),
+        targets=(str(units),), change_to_sized_s=_round(applied_at - change),
+        applied_detail=ack.detail, reasons=("set by hand",))
+
+
 def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
     sent = [(t, d) for t, d in loop.sent() if t >= change]
     first = sent[0] if sent else None
@@ -271,7 +341,9 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each scenario")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help="comma-separated, of: " + ", ".join(SCENARIOS))
+                        help="comma-separated, of: " + ", ".join(SCENARIOS) + " (none: '')")
+    parser.add_argument("--by-hand", nargs="+", type=_units, default=[], metavar="UNITS",
+                        help="the step without a controller, the size set by the benchmark")
     args = parser.parse_args()
     names = [n for n in args.scenarios.split(",") if n]
     unknown = sorted(set(names) - set(SCENARIOS))
@@ -279,13 +351,20 @@ def main() -> int:
         parser.error(f"unknown scenario(s) {unknown}; choose from {sorted(SCENARIOS)}")
     load_before = record.load_average()
     runs: list[Run] = []
+    by_hand: list[Run] = []
     with local_broker() as bed:
-        for n in range(args.runs):
+        for n in range(args.runs):  # alternating, so that the machine's drift biases none
             for name in names:
                 run = run_scenario(name, bed.bootstrap_servers, bed.workdir / f"{name}-{n}")
                 print(f"  {name} #{n + 1}: {run}", flush=True)
                 runs.append(run)
-    rows, all_runs = kept_beside(summary(runs), [asdict(r) for r in runs], _previous())
+            for units in args.by_hand:
+                run = run_by_hand(units, bed.bootstrap_servers, bed.workdir / f"{units}-{n}")
+                print(f"  step set by hand to {units} #{n + 1}: {run}", flush=True)
+                by_hand.append(run)
+    previous = _previous()
+    rows, all_runs = kept_beside(summary(runs), [asdict(r) for r in runs], previous)
+    hand_rows = by_hand_summary(by_hand) if by_hand else (previous or {}).get("by_hand", [])
     print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
           f"{'pause s':>7} {'→ recovered s':>13} {'→ sized s':>9}")
     for row in rows:
@@ -293,11 +372,32 @@ def main() -> int:
               f"{_text(row['change_to_tuple_s']):>9} {_text(row['tuple_to_applied_s']):>11} "
               f"{_text(row['pause_s']):>7} {_text(row['change_to_recovered_s']):>13} "
               f"{_text(row['change_to_sized_s']):>9}")
+    for row in hand_rows:
+        print(f"step, {row['units']} units by hand at +{row['change_to_tuple_s']} s: "
+              f"→ lag back {_text(row['change_to_recovered_s'])} s")
     record.write("reaction", {"runs": args.runs, "batch_cap": BATCH_CAP,
                               "change_at_s": CHANGE_AT_S, "targets": TARGETS,
-                              "summary": rows, "all_runs": all_runs},
+                              "summary": rows, "all_runs": all_runs, "by_hand": hand_rows},
                  load_before)
     return 0
+
+
+def by_hand_summary(runs: list[Run]) -> list[dict[str, Any]]:
+    """Per size set by hand: the medians over its runs, stamped with this run."""
+    now = record.stamp("reaction")
+    sizes = sorted({int(r.targets[0]) for r in runs})
+    return [{"units": units, "runs": len(mine), **now,
+             **{k: _median([getattr(r, k) for r in mine])
+                for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
+                          "change_to_recovered_s")}}
+            for units in sizes for mine in [[r for r in runs if r.targets == (str(units),)]]]
+
+
+def _units(text: str) -> int:
+    units = int(text)
+    if units < 1:
+        raise argparse.ArgumentTypeError(f"{text}: units are at least 1")
+    return units
 
 
 def _previous() -> dict[str, Any] | None:

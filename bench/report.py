@@ -140,7 +140,7 @@ def reaction(result: Result) -> list[str]:
     def figure(value: float | None) -> str:
         return "—" if value is None else f"{value:.1f}"
 
-    return _table(
+    return [*_table(
         ["scenario", "runs", "tuples per run (target)", "change → tuple s (≤ 5)",
          "tuple → applied s", "pause s", "change → lag back s (≤ 40)",
          "change → sized s (down, idle: ≤ 180)", "measured (UTC)"],
@@ -149,7 +149,26 @@ def reaction(result: Result) -> list[str]:
           figure(r["tuple_to_applied_s"]), figure(r["pause_s"]),
           figure(r["change_to_recovered_s"]), figure(r.get("change_to_sized_s")),
           str(r.get("measured_at") or result.get("measured_at") or "—")]
-         for r in result["summary"]])
+         for r in result["summary"]]), *_by_hand(result, figure)]
+
+
+def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]:
+    """The step with its size set by the benchmark (`--by-hand`), beside the controller's."""
+    rows = result.get("by_hand", [])
+    if not rows:
+        return []
+    chosen = sorted({r["targets"][0] for r in result["all_runs"]
+                     if r["scenario"] == "step" and r["targets"]}, key=int)
+    return ["", f"The step again without a controller, the benchmark setting the units itself "
+            f"{rows[0]['change_to_tuple_s']:.1f} s after the change, with batches of "
+            f"{result['batch_cap'] // 2:,} records a unit (measured {rows[0]['measured_at']} "
+            f"by `{rows[0]['command']}`): what each size does on this machine. The controller "
+            f"chose {', '.join(chosen) or 'no size'} units in the step above.", "",
+            *_table(["units set by hand", "runs", "tuple → applied s", "pause s",
+                     "change → lag back s (≤ 40)"],
+                    [[str(r["units"]), str(r["runs"]), figure(r["tuple_to_applied_s"]),
+                      figure(r["pause_s"]), figure(r["change_to_recovered_s"])]
+                     for r in rows])]
 
 
 def failover(result: Result) -> list[str]:

@@ -66,3 +66,23 @@ def test_the_default_query_limit_is_what_the_fleet_benchmark_measured_one_instan
     fleet = json.loads((record.RESULTS_DIR / "fleet.json").read_text())
     assert ModelSettings().max_queries <= fleet["sustainable_queries_8_partitions"], \
         "lower model.max_queries, or make the cycle cheaper and rerun python -m bench.fleet"
+
+
+def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controllers_choice(
+        ) -> None:
+    from bench import reaction
+
+    def by_hand(units: int, recovered: float) -> reaction.Run:
+        return reaction.Run("step", 300.0, 1, 4.0, 9.0, 3.0, recovered, (str(units),))
+
+    rows = reaction.by_hand_summary([by_hand(8, 50.0), by_hand(4, 70.0), by_hand(8, 40.0)])
+    assert [(r["units"], r["runs"], r["change_to_recovered_s"]) for r in rows] == [
+        (4, 1, 70.0), (8, 2, 45.0)]
+    result = {"batch_cap": 1500, "targets": {"tuples": {"step": "1"}},
+              "summary": [{"scenario": "step", "runs": 1, "tuples": [1], **dict.fromkeys(
+                  ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
+                   "change_to_recovered_s"))}],
+              "all_runs": [{"scenario": "step", "targets": ["16"]}], "by_hand": rows}
+    text = "\n".join(report.reaction(result))
+    assert "The controller chose 16 units" in text and "750 records a unit" in text
+    assert "| 8 | 2 | 9.0 | 3.0 | 45.0 |" in text
