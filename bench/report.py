@@ -152,6 +152,13 @@ def reaction(result: Result) -> list[str]:
          for r in result["summary"]]), *_by_hand(result, figure)]
 
 
+def _step_high_s() -> float:
+    """How long `bench.reaction`'s step holds its high load after the change."""
+    from bench import reaction
+
+    return reaction.SCENARIOS["step"](1.0)[1] - reaction.CHANGE_AT_S
+
+
 def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]:
     """The step with its size set by the benchmark (`--by-hand`), beside the controller's."""
     rows = result.get("by_hand", [])
@@ -163,7 +170,9 @@ def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]
             f"{rows[0]['change_to_tuple_s']:.1f} s after the change, with batches of "
             f"{result['batch_cap'] // 2:,} records a unit (measured {rows[0]['measured_at']} "
             f"by `{rows[0]['command']}`): what each size does on this machine. The controller "
-            f"chose {', '.join(chosen) or 'no size'} units in the step above.", "",
+            f"chose {', '.join(chosen) or 'no size'} units in the step above. The high load "
+            f"stops {_step_high_s():.0f} s after the change: a lag back only then means that "
+            "size never caught up while it lasted.", "",
             *_table(["units set by hand", "runs", "tuple → applied s", "pause s",
                      "change → lag back s (≤ 40)"],
                     [[str(r["units"]), str(r["runs"]), figure(r["tuple_to_applied_s"]),
