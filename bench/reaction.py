@@ -22,7 +22,9 @@ does not grow with the units) rightly sees no room (docs/model-and-policy.md).
 It reads the controller's decisions and the job's acks and metrics as they arrive and reports,
 per scenario, the figures of issue 12's table: load change → first control tuple, tuple →
 applied, its pause, change → lag back to its level before the change (the highest lag of the
-10 s before it), change → sized (the last tuple's ack), and how many tuples were sent (a
+10 s before it), change → caught up (the first batch after the ack that left nothing at the
+broker when it was planned: `lag_records`, the controller's own measure of a backlog), change →
+sized (the last tuple's ack), and how many tuples were sent (a
 spike: none; a ramp: at most 2; down and idle: at most 2, each below the one before). For
 down and idle the "change" is the controller's start: the load is low from the beginning.
 
@@ -55,6 +57,7 @@ from typing import Any
 
 from bench import record
 from bench.bed import CONTROL_KEY, local_broker, loop_env, wait_until
+from controller.core.batches import lag_records
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from schemas.knobs import INPUT_PARALLELISM, MAX_OFFSETS_PER_TRIGGER
 from schemas.records import TAKEOVER, Setting
@@ -115,6 +118,11 @@ class Run:
     reasons: tuple[str, ...] = ()
     """Why each tuple was sent: the controller's reason, then its figures (`Decision`), so
     that a run that sent what it should not have can be told apart without a replay."""
+    change_to_caught_up_s: float | None = None
+    """From the change to the first batch after the first tuple's ack that left nothing
+    behind at the broker (None: none did, or nothing was applied). Unlike the lag, which at
+    3 C holds a batch's worth of arrivals however fast the job runs, this says the backlog
+    is gone while the load goes on."""
 
 
 class Loop:
@@ -134,6 +142,8 @@ class Loop:
         self.decisions: list[tuple[float, Decision]] = []
         self.acks: list[tuple[float, Ack]] = []
         self.lags: list[tuple[float, int]] = []
+        self.left_behind: list[tuple[float, int]] = []
+        """Per batch as it arrived: what it left at the broker when planned (`lag_records`)."""
         self._tail = Tail(bootstrap, {t["metrics"]: TaskMetrics, t["decisions"]: Decision,
                                       t["acks"]: Ack}, from_beginning=True)
 
@@ -165,6 +175,8 @@ class Loop:
             if isinstance(got, TaskMetrics) and got.query_id == self.query_id:
                 self.view.add(got)
                 self.heard(now, got)
+                if got.batch_id >= 0 and not got.beat:
+                    self.left_behind.append((now, lag_records(got)))
                 batches = batches or (got.batch_id >= 0 and not got.beat)
             elif isinstance(got, Decision):
                 self.decisions.append((now, got))
@@ -272,13 +284,21 @@ def _by_hand_figures(loop: Loop, units: int, capacity: float, change: float, sen
     applied_at = next(t for t, a in loop.acks if a.control_id == ack.control_id)
     level = max((lag for t, lag in loop.lags if change - 10 <= t < change), default=0)
     recovered = next((t for t, lag in loop.lags if t > applied_at and lag <= level), None)
+    caught_up = _caught_up(loop, applied_at)
     return Run(
         scenario="step", capacity_per_s=round(capacity, 1), tuples=1,
         change_to_tuple_s=_round(sent_at - change),
         tuple_to_applied_s=_round(applied_at - sent_at), pause_s=_round(ack.pause_ms / 1000),
         change_to_recovered_s=_round(recovered - change if recovered else None),
         targets=(str(units),), change_to_sized_s=_round(applied_at - change),
-        applied_detail=ack.detail, reasons=("set by hand",))
+        applied_detail=ack.detail, reasons=("set by hand",),
+        change_to_caught_up_s=_round(caught_up - change if caught_up else None))
+
+
+def _caught_up(loop: Loop, applied_at: float | None) -> float | None:
+    """When the first batch after `applied_at` that left nothing behind arrived."""
+    return None if applied_at is None else next(
+        (t for t, left in loop.left_behind if t > applied_at and left == 0), None)
 
 
 def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
@@ -295,6 +315,7 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
         None)
     sized = next((t for t, a in loop.acks if sent and a.control_id == sent[-1][1].control_id
                   and a.outcome is Outcome.APPLIED), None)
+    caught_up = None if name in START_UNITS else _caught_up(loop, applied[0] if applied else None)
     return Run(
         scenario=name, capacity_per_s=round(capacity, 1), tuples=len(sent),
         change_to_tuple_s=_round(first[0] - change if first else None),
@@ -304,7 +325,8 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
         targets=tuple(d.target_value for _, d in sent),
         change_to_sized_s=_round(sized - change if sized else None),
         applied_detail=applied[1].detail if applied else None,
-        reasons=tuple(_why(t - change, d) for t, d in sent))
+        reasons=tuple(_why(t - change, d) for t, d in sent),
+        change_to_caught_up_s=_round(caught_up - change if caught_up else None))
 
 
 def _why(after_change_s: float, decision: Decision) -> str:
@@ -332,7 +354,8 @@ def summary(runs: list[Run]) -> list[dict[str, Any]]:
                          "tuples": [r.tuples for r in mine],
                          **{k: _median([getattr(r, k) for r in mine])
                             for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
-                                      "change_to_recovered_s", "change_to_sized_s")}})
+                                      "change_to_recovered_s", "change_to_caught_up_s",
+                                      "change_to_sized_s")}})
     return rows
 
 
@@ -366,15 +389,17 @@ def main() -> int:
     rows, all_runs = kept_beside(summary(runs), [asdict(r) for r in runs], previous)
     hand_rows = by_hand_summary(by_hand) if by_hand else (previous or {}).get("by_hand", [])
     print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
-          f"{'pause s':>7} {'→ recovered s':>13} {'→ sized s':>9}")
+          f"{'pause s':>7} {'→ recovered s':>13} {'→ caught up s':>13} {'→ sized s':>9}")
     for row in rows:
         print(f"{row['scenario']:<8} {row['runs']:>4} {row['tuples']!s:>10} "
               f"{_text(row['change_to_tuple_s']):>9} {_text(row['tuple_to_applied_s']):>11} "
               f"{_text(row['pause_s']):>7} {_text(row['change_to_recovered_s']):>13} "
+              f"{_text(row.get('change_to_caught_up_s')):>13} "
               f"{_text(row['change_to_sized_s']):>9}")
     for row in hand_rows:
         print(f"step, {row['units']} units by hand at +{row['change_to_tuple_s']} s: "
-              f"→ lag back {_text(row['change_to_recovered_s'])} s")
+              f"→ lag back {_text(row['change_to_recovered_s'])} s, "
+              f"→ caught up {_text(row['change_to_caught_up_s'])} s")
     record.write("reaction", {"runs": args.runs, "batch_cap": BATCH_CAP,
                               "change_at_s": CHANGE_AT_S, "targets": TARGETS,
                               "summary": rows, "all_runs": all_runs, "by_hand": hand_rows},
@@ -389,7 +414,7 @@ def by_hand_summary(runs: list[Run]) -> list[dict[str, Any]]:
     return [{"units": units, "runs": len(mine), **now,
              **{k: _median([getattr(r, k) for r in mine])
                 for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
-                          "change_to_recovered_s")}}
+                          "change_to_recovered_s", "change_to_caught_up_s")}}
             for units in sizes for mine in [[r for r in runs if r.targets == (str(units),)]]]
 
 

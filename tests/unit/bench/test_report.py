@@ -73,7 +73,8 @@ def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controll
     from bench import reaction
 
     def by_hand(units: int, recovered: float) -> reaction.Run:
-        return reaction.Run("step", 300.0, 1, 4.0, 9.0, 3.0, recovered, (str(units),))
+        return reaction.Run("step", 300.0, 1, 4.0, 9.0, 3.0, recovered, (str(units),),
+                            change_to_caught_up_s=recovered - 20)
 
     rows = reaction.by_hand_summary([by_hand(8, 50.0), by_hand(4, 70.0), by_hand(8, 40.0)])
     assert [(r["units"], r["runs"], r["change_to_recovered_s"]) for r in rows] == [
@@ -85,4 +86,4 @@ def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controll
               "all_runs": [{"scenario": "step", "targets": ["16"]}], "by_hand": rows}
     text = "\n".join(report.reaction(result))
     assert "The controller chose 16 units" in text and "750 records a unit" in text
-    assert "| 8 | 2 | 9.0 | 3.0 | 45.0 |" in text
+    assert "| 8 | 2 | 9.0 | 3.0 | 45.0 | 25.0 |" in text
