@@ -73,7 +73,7 @@ class JobContext:
     input_parallelism: int
     state_partitions: int
     max_offsets_per_trigger: int
-    function_version: str
+    udf_version: str
     """The version of the job's swappable function in force when the plan was built ('' when
     it declares none). It changes without a rebuild: read `function.version` where the
     function runs, not this, to label output with the version that made it."""
@@ -176,7 +176,7 @@ class Job:
             raise JobDefinitionError(f"job {self.name!r}: " + "; ".join(problems))
 
     @property
-    def function_version(self) -> str:
+    def initial_udf_version(self) -> str:
         """The version a new run starts with ('' when the job has no functions)."""
         return self.default_function or next(iter(self.functions), "")
 

@@ -442,7 +442,7 @@ def bind(config: JobConfig, job: Job) -> JobConfig:
                  or str(state_dir / "checkpoints" / job.name / query_id))
     checkpoint = (instance_dir(query_dir, ident.instance_id) if ident.standby == "hot"
                   else query_dir)
-    udf_version = knobs.udf_version or job.function_version
+    udf_version = knobs.udf_version or job.initial_udf_version
     if job.functions:
         limits = replace(config.limits(), udf_versions=tuple(job.functions))
         try:

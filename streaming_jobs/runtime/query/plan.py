@@ -73,7 +73,7 @@ class Plan:
             query_id=run.query_id, input_parallelism=desired.input_parallelism,
             state_partitions=desired.state_partitions,
             max_offsets_per_trigger=desired.max_offsets_per_trigger,
-            function_version=version,
+            udf_version=version,
             function=SwappableFunction(self.job.functions, version) if self.job.functions
             else None,
             settings=run.settings_map)

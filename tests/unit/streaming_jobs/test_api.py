@@ -38,7 +38,7 @@ def test_a_minimal_declaration_takes_the_defaults() -> None:
     assert (job.output_mode, job.stateful, job.scales_with) == ("append", False,
                                                                  "input_parallelism")
     assert job.topics.resolved_dead_letters() == "clicks.dlq"
-    assert job.function_version == "" and job.low_priority is None
+    assert job.initial_udf_version == "" and job.low_priority is None
 
 
 @pytest.mark.parametrize(("changes", "message"), [

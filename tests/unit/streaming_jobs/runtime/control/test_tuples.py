@@ -172,18 +172,6 @@ def test_the_knobs_read_per_batch_swap_the_plan_s_own_restart() -> None:
     assert roles == {"active_instance"}
     both = replace(IN_FORCE, input_parallelism=4, shed_fraction=0.1)
     assert apply_path(IN_FORCE, both) is Apply.RESTART
-    assert IN_FORCE.describe_change(both) == "input_parallelism 2→4, shed_fraction 0→0.1"
-
-
-def test_a_desired_state_names_every_parameter_its_knob_first_and_a_named_active_only() -> None:
-    assert IN_FORCE.describe(knob="state_partitions") == (
-        "state_partitions 4 (its knob), input_parallelism 2, max_offsets_per_trigger 4000, "
-        "shed_fraction 0, udf_version v1, input_topic in, output_topic out, executors 0")
-    promoted = replace(IN_FORCE, active_instance="b", shed_fraction=0.25)
-    assert promoted.describe() == (
-        "input_parallelism 2, state_partitions 4, max_offsets_per_trigger 4000, "
-        "shed_fraction 0.25, udf_version v1, input_topic in, output_topic out, executors 0, "
-        "active_instance b")
 
 
 class FakeJob:
