@@ -153,6 +153,13 @@ def reaction(result: Result) -> list[str]:
          for r in result["summary"]]), *_by_hand(result, figure)]
 
 
+def _by_hand_after_s() -> float:
+    """When `bench.reaction --by-hand` starts sending its tuple after the change."""
+    from bench import reaction
+
+    return reaction.BY_HAND_AFTER_S
+
+
 def _step_high_s() -> float:
     """How long `bench.reaction`'s step holds its high load after the change."""
     from bench import reaction
@@ -167,17 +174,20 @@ def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]
         return []
     chosen = sorted({r["targets"][0] for r in result["all_runs"]
                      if r["scenario"] == "step" and r["targets"]}, key=int)
-    return ["", f"The step again without a controller, the benchmark setting the units itself "
-            f"{rows[0]['change_to_tuple_s']:.1f} s after the change, with batches of "
+    return ["", "The step again without a controller, the benchmark sending the tuple that "
+            f"sets the units itself (started {_by_hand_after_s():.0f} s after the change, the "
+            f"controller's own time to its tuple), with batches of "
             f"{result['batch_cap'] // 2:,} records a unit (measured {rows[0]['measured_at']} "
             f"by `{rows[0]['command']}`): what each size does on this machine. The controller "
             f"chose {', '.join(chosen) or 'no size'} units in the step above. The high load "
-            f"stops {_step_high_s():.0f} s after the change: a lag back only then means that "
-            "size never caught up while it lasted.", "",
-            *_table(["units set by hand", "runs", "tuple → applied s", "pause s",
-                     "change → lag back s (≤ 40)", "change → caught up s"],
-                    [[str(r["units"]), str(r["runs"]), figure(r["tuple_to_applied_s"]),
-                      figure(r["pause_s"]), figure(r["change_to_recovered_s"]),
+            f"stops {_step_high_s():.0f} s after the change: the lag comes back only then, "
+            "whatever the size, and a size caught up only then never kept up while it lasted.",
+            "",
+            *_table(["units set by hand", "runs", "change → tuple s", "tuple → applied s",
+                     "pause s", "change → lag back s (≤ 40)", "change → caught up s"],
+                    [[str(r["units"]), str(r["runs"]), figure(r["change_to_tuple_s"]),
+                      figure(r["tuple_to_applied_s"]), figure(r["pause_s"]),
+                      figure(r["change_to_recovered_s"]),
                       figure(r.get("change_to_caught_up_s"))]
                      for r in rows])]
 
@@ -449,9 +459,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "from the load change, as the benchmark saw the decision and the ack arrive; \"lag "
      "back\" is the first batch after the applied tuple whose lag is at most the highest of "
      "the 10 s before the change (at the step's 3 C, what arrives during a batch is 7.5 "
-     "times what did at 0.4 C), \"caught up\" the first such "
-     "batch that left nothing at the broker when it was planned (the controller's own "
-     "measure of a backlog); \"sized\" is the last tuple's ack. A run of some scenarios "
+     "times what did at 0.4 C), \"caught up\" the first batch after the applied tuple "
+     "that left nothing at the broker when it was planned (the controller's own measure of "
+     "a backlog); \"sized\" is the last tuple's ack. A run of some scenarios "
      "(`--scenarios`) replaces their rows and keeps the others: each row says when it was "
      "measured, the heading when and by which command the newest was."),
     ("failover", "Failover after kill -9 of the active", failover,

@@ -86,4 +86,4 @@ def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controll
               "all_runs": [{"scenario": "step", "targets": ["16"]}], "by_hand": rows}
     text = "\n".join(report.reaction(result))
     assert "The controller chose 16 units" in text and "750 records a unit" in text
-    assert "| 8 | 2 | 9.0 | 3.0 | 45.0 | 25.0 |" in text
+    assert "| 8 | 2 | 4.0 | 9.0 | 3.0 | 45.0 | 25.0 |" in text
