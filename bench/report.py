@@ -18,6 +18,7 @@ from typing import Any
 
 from bench import freshness
 from bench.catalog import BENCHMARKS
+from bench.reaction import BY_HAND_AFTER_S, CHANGE_AT_S, SCENARIOS
 from bench.record import RESULTS_DIR
 from controller.settings import ModelSettings
 
@@ -153,18 +154,8 @@ def reaction(result: Result) -> list[str]:
          for r in result["summary"]]), *_by_hand(result, figure)]
 
 
-def _by_hand_after_s() -> float:
-    """When `bench.reaction --by-hand` starts sending its tuple after the change."""
-    from bench import reaction
-
-    return reaction.BY_HAND_AFTER_S
-
-
-def _step_high_s() -> float:
-    """How long `bench.reaction`'s step holds its high load after the change."""
-    from bench import reaction
-
-    return reaction.SCENARIOS["step"](1.0)[1] - reaction.CHANGE_AT_S
+STEP_HIGH_S = SCENARIOS["step"](1.0)[1] - CHANGE_AT_S
+"""How long `bench.reaction`'s step holds its high load after the change."""
 
 
 def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]:
@@ -175,12 +166,12 @@ def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]
     chosen = sorted({r["targets"][0] for r in result["all_runs"]
                      if r["scenario"] == "step" and r["targets"]}, key=int)
     return ["", "The step again without a controller, the benchmark sending the tuple that "
-            f"sets the units itself (started {_by_hand_after_s():.0f} s after the change, the "
+            f"sets the units itself (started {BY_HAND_AFTER_S:.0f} s after the change, the "
             f"controller's own time to its tuple), with batches of "
             f"{result['batch_cap'] // 2:,} records a unit (measured {rows[0]['measured_at']} "
             f"by `{rows[0]['command']}`): what each size does on this machine. The controller "
             f"chose {', '.join(chosen) or 'no size'} units in the step above. The high load "
-            f"stops {_step_high_s():.0f} s after the change: the lag comes back only then, "
+            f"stops {STEP_HIGH_S:.0f} s after the change: the lag comes back only then, "
             "whatever the size, and a size caught up only then never kept up while it lasted.",
             "",
             *_table(["units set by hand", "runs", "change → tuple s", "tuple → applied s",
