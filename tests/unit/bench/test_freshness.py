@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bench import freshness, record
+from bench.catalog import BENCHMARKS, Benchmark
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _git(root: Path, *args: str) -> str:
@@ -66,3 +72,46 @@ def test_the_uncommitted_files_are_named_whole_staged_or_not(tmp_path: Path) -> 
     (tmp_path / "README.md").write_text("v2")
     _git(tmp_path, "add", "README.md")
     assert record.uncommitted(tmp_path) == ["README.md", "controller/app.py"]
+
+
+RECORDING = {"bench/__init__.py", "bench/record.py", "bench/report.py", "bench/catalog.py",
+             "bench/freshness.py"}
+"""Modules that stamp, store and render results: they change no figure."""
+
+
+def _bench_module_file(module: str) -> Path | None:
+    path = ROOT / module.replace(".", "/")
+    for candidate in (path.with_suffix(".py"), path / "__main__.py", path / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _runs(benchmark: Benchmark) -> set[str]:
+    """The files under bench/ that `python -m bench.<name>` runs (its modules and the bench
+    modules they import, transitively), recording modules left out."""
+    start = _bench_module_file(f"bench.{benchmark.name}")
+    assert start is not None, benchmark.name
+    seen: set[Path] = set()
+    todo = [start]
+    while todo:
+        path = todo.pop()
+        if path in seen or str(path.relative_to(ROOT)) in RECORDING:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) and node.module
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            todo += [f for name in names if name.startswith("bench.")
+                     and (f := _bench_module_file(name)) is not None]
+    return {str(p.relative_to(ROOT)) for p in seen}
+
+
+@pytest.mark.parametrize("benchmark", BENCHMARKS, ids=lambda b: b.name)
+def test_a_benchmark_measures_every_bench_module_it_runs(benchmark: Benchmark) -> None:
+    """A change to a module a benchmark runs (its bed, a neighbour's loop it borrows) stales
+    its result as a change to its own file does."""
+    unlisted = sorted(f for f in _runs(benchmark)
+                      if not any(f == m or f.startswith(f"{m}/") for m in benchmark.measures))
+    assert not unlisted, f"bench/catalog.py: {benchmark.name} does not list {unlisted}"
