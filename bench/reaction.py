@@ -67,7 +67,7 @@ from streamctl.profiles import RateProfile
 from streamctl.stack.topics import TopicSpec, ensure_topics
 from streamctl.tail import Tail
 from streamctl.view import QueryView, full_batch_rate
-from streaming_jobs.send_cli import send
+from streaming_jobs.send_cli import sender, signed_tuple
 
 BATCH_CAP = 1500
 CHANGE_AT_S = 30.0
@@ -122,7 +122,7 @@ class Run:
     """From the change to the first batch after the first tuple's ack that left nothing
     behind at the broker (None: none did, or nothing was applied). Unlike the lag, which at
     3 C holds a batch's worth of arrivals however fast the job runs, this says the backlog
-    is gone while the load goes on."""
+    is gone; a size that never kept up catches up only once the load has ended."""
 
 
 class Loop:
@@ -223,67 +223,86 @@ def run_scenario(name: str, bootstrap: str, workdir: Path) -> Run:
         down = name in START_UNITS
         loop.start_job(START_UNITS.get(name, 2), SCALE_DOWN_TRIGGER_S if down else 1)
         capacity = loop.capacity()
-        profile, duration_s = SCENARIOS[name](capacity)
         loop.start_controller("earliest" if down else "latest")
-        spec = LoadSpec(bootstrap, loop.topics["in"], profile, duration_s)
-        load = threading.Thread(target=run_load, args=(spec, Ledger(10_000)), daemon=True)
-        started = time.monotonic()
-        load.start()
+        load = _Load(loop, name, capacity)
         # The scale-down scenarios' load is low from the start: their change is now.
-        change = started + (0.0 if down else CHANGE_AT_S)
-        loop.wait(lambda: not load.is_alive(), duration_s + 60, "the load")
-        loop.wait(lambda: loop.lag() == 0, 180, "the backlog to drain")
+        change = load.started + (0.0 if down else CHANGE_AT_S)
+        load.wait_done()
         return _figures(name, loop, capacity, change)
     finally:
         loop.close()
 
 
+class _Load:
+    """Scenario `name`'s load for `capacity`, started on the loop's input now."""
+
+    def __init__(self, loop: Loop, name: str, capacity: float) -> None:
+        profile, self.duration_s = SCENARIOS[name](capacity)
+        spec = LoadSpec(loop.bootstrap, loop.topics["in"], profile, self.duration_s)
+        self._loop = loop
+        self._thread = threading.Thread(target=run_load, args=(spec, Ledger(10_000)),
+                                        daemon=True)
+        self.started = time.monotonic()
+        self._thread.start()
+
+    def wait_done(self) -> None:
+        """Until the load ended and the job read its input to the end."""
+        self._loop.wait(lambda: not self._thread.is_alive(), self.duration_s + 60, "the load")
+        self._loop.wait(lambda: self._loop.lag() == 0, 180, "the backlog to drain")
+
+
 def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
     """The step without a controller: `BY_HAND_AFTER_S` after the change the benchmark sends
     one tuple setting `units`, and batches of `BATCH_CAP` / 2 records a unit (the cap per
-    unit the job starts with, which the controller keeps when it resizes)."""
+    unit the job starts with, which the controller keeps when it resizes). The sender holds
+    the ack topic before the load starts, so the tuple leaves on time. A tuple the job did
+    not apply (refused, or no ack within `BY_HAND_ACK_S`) leaves a run without figures, its
+    answer in `applied_detail`."""
     loop = Loop(bootstrap, workdir)
     try:
         loop.start_job(2, 1)
         capacity = loop.capacity()
-        profile, duration_s = SCENARIOS["step"](capacity)
-        spec = LoadSpec(bootstrap, loop.topics["in"], profile, duration_s)
-        load = threading.Thread(target=run_load, args=(spec, Ledger(10_000)), daemon=True)
-        change = time.monotonic() + CHANGE_AT_S
-        load.start()
-        loop.wait(lambda: time.monotonic() >= change + BY_HAND_AFTER_S, CHANGE_AT_S + 30,
-                  "the time to resize")
-        answer: list[Ack | Exception] = []
+        with sender(bootstrap, loop.topics["control"], loop.topics["acks"]) as deliver:
+            load = _Load(loop, "step", capacity)
+            change = load.started + CHANGE_AT_S
+            loop.wait(lambda: time.monotonic() >= change + BY_HAND_AFTER_S, CHANGE_AT_S + 30,
+                      "the time to resize")
+            tuple_ = signed_tuple(
+                loop.query_id, INPUT_PARALLELISM, str(units), CONTROL_KEY.encode(), epoch=1,
+                together=(Setting(MAX_OFFSETS_PER_TRIGGER, str(units * BATCH_CAP // 2)),),
+                reason=f"bench.reaction --by-hand {units}")
+            answer: list[Ack | Exception] = []
 
-        def resize() -> None:  # in a thread: the loop goes on reading while it waits
-            try:
-                answer.append(send(
-                    bootstrap, loop.query_id, INPUT_PARALLELISM, str(units),
-                    CONTROL_KEY.encode(), epoch=1, reason=f"bench.reaction --by-hand {units}",
-                    together=(Setting(MAX_OFFSETS_PER_TRIGGER, str(units * BATCH_CAP // 2)),),
-                    control_topic=loop.topics["control"], ack_topic=loop.topics["acks"],
-                    timeout_s=180))
-            except Exception as exc:  # said below, in the main thread
-                answer.append(exc)
+            def resize() -> None:  # in a thread: the loop goes on reading while it waits
+                try:
+                    answer.append(deliver(tuple_, BY_HAND_ACK_S))
+                except Exception as exc:  # recorded in the run, in the main thread
+                    answer.append(exc)
 
-        sent_at, sender = time.monotonic(), threading.Thread(target=resize, daemon=True)
-        sender.start()
-        loop.wait(lambda: bool(answer), 200, f"the ack of {units} units")
+            sent_at = time.monotonic()
+            threading.Thread(target=resize, daemon=True).start()
+            loop.wait(lambda: bool(answer), BY_HAND_ACK_S + 30, f"the answer to {units} units")
+        load.wait_done()
         ack = answer[0]
         if not isinstance(ack, Ack) or ack.outcome is not Outcome.APPLIED:
-            raise RuntimeError(f"the job did not apply {units} units: {ack}")
-        loop.wait(lambda: not load.is_alive(), duration_s + 60, "the load")
-        loop.wait(lambda: loop.lag() == 0, 180, "the backlog to drain")
+            print(f"  the job did not apply {units} units: {ack}", flush=True)
+            return Run(scenario="step", capacity_per_s=round(capacity, 1), tuples=1,
+                       change_to_tuple_s=_round(sent_at - change), tuple_to_applied_s=None,
+                       pause_s=None, change_to_recovered_s=None, targets=(str(units),),
+                       applied_detail=str(ack), reasons=("set by hand",))
         return _by_hand_figures(loop, units, capacity, change, sent_at, ack)
     finally:
         loop.close()
 
 
+BY_HAND_ACK_S = 180.0
+"""How long a by-hand tuple's ack may take (a restart under load, with the job's own retries)."""
+
+
 def _by_hand_figures(loop: Loop, units: int, capacity: float, change: float, sent_at: float,
                      ack: Ack) -> Run:
     applied_at = next(t for t, a in loop.acks if a.control_id == ack.control_id)
-    level = max((lag for t, lag in loop.lags if change - 10 <= t < change), default=0)
-    recovered = next((t for t, lag in loop.lags if t > applied_at and lag <= level), None)
+    recovered = _lag_back(loop, change, applied_at)
     caught_up = _caught_up(loop, applied_at)
     return Run(
         scenario="step", capacity_per_s=round(capacity, 1), tuples=1,
@@ -293,6 +312,14 @@ def _by_hand_figures(loop: Loop, units: int, capacity: float, change: float, sen
         targets=(str(units),), change_to_sized_s=_round(applied_at - change),
         applied_detail=ack.detail, reasons=("set by hand",),
         change_to_caught_up_s=_round(caught_up - change if caught_up else None))
+
+
+def _lag_back(loop: Loop, change: float, applied_at: float | None) -> float | None:
+    """When the lag first came back, after `applied_at`, to its highest in the 10 s before
+    the change (None: it did not, or nothing was applied)."""
+    level = max((lag for t, lag in loop.lags if change - 10 <= t < change), default=0)
+    return None if applied_at is None else next(
+        (t for t, lag in loop.lags if t > applied_at and lag <= level), None)
 
 
 def _caught_up(loop: Loop, applied_at: float | None) -> float | None:
@@ -307,15 +334,12 @@ def _figures(name: str, loop: Loop, capacity: float, change: float) -> Run:
     applied = next(((t, a) for t, a in loop.acks if first is not None
                     and a.control_id == first[1].control_id
                     and a.outcome is Outcome.APPLIED), None)
-    before = [lag for t, lag in loop.lags if change - 10 <= t < change]
-    level = max(before, default=0)
+    applied_at = applied[0] if applied else None
     # A scale-down leaves no backlog to recover from.
-    recovered = None if name in START_UNITS else next(
-        (t for t, lag in loop.lags if applied is not None and t > applied[0] and lag <= level),
-        None)
+    recovered = None if name in START_UNITS else _lag_back(loop, change, applied_at)
     sized = next((t for t, a in loop.acks if sent and a.control_id == sent[-1][1].control_id
                   and a.outcome is Outcome.APPLIED), None)
-    caught_up = None if name in START_UNITS else _caught_up(loop, applied[0] if applied else None)
+    caught_up = None if name in START_UNITS else _caught_up(loop, applied_at)
     return Run(
         scenario=name, capacity_per_s=round(capacity, 1), tuples=len(sent),
         change_to_tuple_s=_round(first[0] - change if first else None),
@@ -340,6 +364,8 @@ def _round(value: float | None) -> float | None:
 
 
 def _median(values: list[float | None]) -> float | None:
+    """The median of the runs that have the figure (a run without it, e.g. one that never
+    got its lag back, is left out; its own row in `all_runs` says None)."""
     known = [v for v in values if v is not None]
     return round(statistics.median(known), 1) if known else None
 
@@ -387,7 +413,8 @@ def main() -> int:
                 by_hand.append(run)
     previous = _previous()
     rows, all_runs = kept_beside(summary(runs), [asdict(r) for r in runs], previous)
-    hand_rows = by_hand_summary(by_hand) if by_hand else (previous or {}).get("by_hand", [])
+    hand_rows, hand_runs = by_hand_kept_beside(by_hand_summary(by_hand),
+                                               [asdict(r) for r in by_hand], previous)
     print(f"\n{'scenario':<8} {'runs':>4} {'tuples':>10} {'→ tuple s':>9} {'→ applied s':>11} "
           f"{'pause s':>7} {'→ recovered s':>13} {'→ caught up s':>13} {'→ sized s':>9}")
     for row in rows:
@@ -402,16 +429,16 @@ def main() -> int:
               f"→ caught up {_text(row['change_to_caught_up_s'])} s")
     record.write("reaction", {"runs": args.runs, "batch_cap": BATCH_CAP,
                               "change_at_s": CHANGE_AT_S, "targets": TARGETS,
-                              "summary": rows, "all_runs": all_runs, "by_hand": hand_rows},
+                              "summary": rows, "all_runs": all_runs, "by_hand": hand_rows,
+                              "by_hand_runs": hand_runs},
                  load_before)
     return 0
 
 
 def by_hand_summary(runs: list[Run]) -> list[dict[str, Any]]:
-    """Per size set by hand: the medians over its runs, stamped with this run."""
-    now = record.stamp("reaction")
+    """Per size set by hand: the medians over its runs."""
     sizes = sorted({int(r.targets[0]) for r in runs})
-    return [{"units": units, "runs": len(mine), **now,
+    return [{"units": units, "runs": len(mine),
              **{k: _median([getattr(r, k) for r in mine])
                 for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
                           "change_to_recovered_s", "change_to_caught_up_s")}}
@@ -438,17 +465,35 @@ def kept_beside(rows: Rows, runs: Rows, previous: dict[str, Any] | None) -> tupl
     (the results file) the scenarios this run did not measure, with their own stamps: a run of
     some scenarios updates their rows and keeps the others (`bench.report` shows each row's
     date). Rows of a file measured with another batch cap or change time are not kept."""
+    order = list(SCENARIOS)
+    return _kept(rows, runs, previous, ("summary", "all_runs"), lambda row: row["scenario"],
+                 lambda run: run["scenario"], lambda row: order.index(row["scenario"]))
+
+
+def by_hand_kept_beside(rows: Rows, runs: Rows,
+                        previous: dict[str, Any] | None) -> tuple[Rows, Rows]:
+    """`kept_beside` for the sizes set by hand: a run of some sizes updates theirs."""
+    return _kept(rows, runs, previous, ("by_hand", "by_hand_runs"),
+                 lambda row: str(row["units"]), lambda run: run["targets"][0],
+                 lambda row: row["units"])
+
+
+def _kept(rows: Rows, runs: Rows, previous: dict[str, Any] | None, keys: tuple[str, str],
+          row_key: Callable[[dict[str, Any]], str], run_key: Callable[[dict[str, Any]], str],
+          order: Callable[[dict[str, Any]], int]) -> tuple[Rows, Rows]:
+    """`rows` stamped now, and those of `previous[keys[0]]` (and their runs, in
+    `previous[keys[1]]`) whose key this run did not measure, when measured alike."""
     now = record.stamp("reaction")
     rows = [{**row, **now} for row in rows]
     if (previous is None or previous.get("batch_cap") != BATCH_CAP
             or previous.get("change_at_s") != CHANGE_AT_S):
         return rows, runs
-    measured = {row["scenario"] for row in rows}
+    rows_at, runs_at = keys
+    measured = {row_key(row) for row in rows}
     kept = [{"measured_at": previous.get("measured_at"), "command": previous.get("command"), **row}
-            for row in previous["summary"] if row["scenario"] not in measured]
-    order = list(SCENARIOS)
-    return (sorted([*rows, *kept], key=lambda row: order.index(row["scenario"])),
-            [*runs, *(r for r in previous["all_runs"] if r["scenario"] not in measured)])
+            for row in previous.get(rows_at, []) if row_key(row) not in measured]
+    return (sorted([*rows, *kept], key=order),
+            [*runs, *(r for r in previous.get(runs_at, []) if run_key(r) not in measured)])
 
 
 def _text(value: object) -> str:

@@ -15,7 +15,8 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from schemas import auth, topics
@@ -110,7 +111,7 @@ def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, 
     """Send the signed tuple (`parameter` set to `value`, and each of `together` with it) and
     return the job's ack; `LookupError` without an epoch to
     follow, `TimeoutError` without an ack in time."""
-    from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer, read_latest
+    from streaming_jobs.runtime.kafka import read_latest
 
     if epoch is None:
         state = read_latest(bootstrap, state_topic, query_id, DesiredStateRecord,
@@ -118,19 +119,48 @@ def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, 
         if state is None:
             raise LookupError(f"no desired state of {query_id!r} in {state_topic}: give --epoch")
         epoch = state.epoch + 1
-    tuple_ = auth.sign(ControlTuple(
+    tuple_ = signed_tuple(query_id, parameter, value, key, epoch=epoch, together=together,
+                          reason=reason)
+    with sender(bootstrap, control_topic, ack_topic, security) as deliver:
+        return deliver(tuple_, timeout_s)
+
+
+def signed_tuple(query_id: str, parameter: str, value: str, key: bytes, *, epoch: int,
+                 together: Sequence[Setting] = (), reason: str = "operator") -> ControlTuple:
+    """An operator's tuple setting `parameter` to `value` (and `together` with it) at
+    `epoch`, signed with `key`."""
+    return auth.sign(ControlTuple(
         control_id=str(uuid.uuid4()), query_id=query_id, operator_id="operator",
         parameter=parameter, value=value, epoch=epoch, issuer="streamctl job send",
         reason=reason, together=tuple(together), issued_at_ms=int(time.time() * 1000)), key)
+
+
+Deliver = Callable[[ControlTuple, float], Ack]
+"""Sends a tuple and returns its ack, waiting at most the given seconds (`TimeoutError`)."""
+
+
+@contextmanager
+def sender(bootstrap: str, control_topic: str = topics.CONTROL,
+           ack_topic: str = topics.ACKS, security: KafkaSecurity = PLAINTEXT
+           ) -> Iterator[Deliver]:
+    """A publisher of tuples and a consumer of their acks, which holds the ack topic at its
+    end before it yields (an ack before that is not one of ours): the time from a `Deliver`
+    call to its ack is the job's, not the group join's."""
+    from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
+
     # Under the controller's default group prefix, which its principal may read (stack.acls).
     acks = TypedConsumer(bootstrap, ack_topic, f"streamctl-controller.send.{uuid.uuid4()}", Ack,
                          security)
     publisher = RecordPublisher(bootstrap, "streamctl-send", security)
-    try:
-        _await_assignment(acks, ack_topic)
-        publisher.publish(control_topic, f"{query_id}/{parameter}", tuple_)
+
+    def deliver(tuple_: ControlTuple, timeout_s: float) -> Ack:
+        publisher.publish(control_topic, f"{tuple_.query_id}/{tuple_.parameter}", tuple_)
         publisher.flush()
         return _await_ack(acks, tuple_.control_id, timeout_s)
+
+    try:
+        _await_assignment(acks, ack_topic)
+        yield deliver
     finally:
         publisher.close()
         acks.close()

@@ -59,6 +59,28 @@ def test_a_reaction_run_of_some_scenarios_replaces_their_rows_and_keeps_the_othe
     assert [r["scenario"] for r in reaction.kept_beside([fresh], [], other_cap)[0]] == ["ramp"]
 
 
+def test_a_run_of_some_sizes_by_hand_replaces_their_rows_and_runs_and_keeps_the_others(
+        ) -> None:
+    from bench import reaction
+
+    def row(units: int, stamp: str) -> dict[str, object]:
+        return {"units": units, "runs": 1, "measured_at": stamp}
+
+    previous = {"measured_at": "2026-11-25T18:09:42Z", "command": "python -m bench.reaction",
+                "batch_cap": reaction.BATCH_CAP, "change_at_s": reaction.CHANGE_AT_S,
+                "by_hand": [row(4, "old 4"), row(16, "old 16")],
+                "by_hand_runs": [{"targets": ["4"]}, {"targets": ["16"]}]}
+    rows, runs = reaction.by_hand_kept_beside(
+        [{"units": 8, "runs": 1}, {"units": 16, "runs": 1}],
+        [{"targets": ["8"]}, {"targets": ["16"], "new": True}], previous)
+    assert [r["units"] for r in rows] == [4, 8, 16]
+    assert rows[0]["measured_at"] == "old 4" and "old 16" not in {r["measured_at"] for r in rows}
+    assert [(r["targets"], r.get("new")) for r in runs] == [
+        (["8"], None), (["16"], True), (["4"], None)]
+    other_change = {**previous, "change_at_s": reaction.CHANGE_AT_S + 1}
+    assert [r["units"] for r in reaction.by_hand_kept_beside([], [], other_change)[0]] == []
+
+
 def test_the_default_query_limit_is_what_the_fleet_benchmark_measured_one_instance_sustains(
         ) -> None:
     from controller.settings import ModelSettings
@@ -76,7 +98,8 @@ def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controll
         return reaction.Run("step", 300.0, 1, 4.0, 9.0, 3.0, recovered, (str(units),),
                             change_to_caught_up_s=recovered - 20)
 
-    rows = reaction.by_hand_summary([by_hand(8, 50.0), by_hand(4, 70.0), by_hand(8, 40.0)])
+    rows, _ = reaction.by_hand_kept_beside(reaction.by_hand_summary(
+        [by_hand(8, 50.0), by_hand(4, 70.0), by_hand(8, 40.0)]), [], None)
     assert [(r["units"], r["runs"], r["change_to_recovered_s"]) for r in rows] == [
         (4, 1, 70.0), (8, 2, 45.0)]
     result = {"batch_cap": 1500, "targets": {"tuples": {"step": "1"}},
