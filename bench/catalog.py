@@ -33,7 +33,7 @@ class Benchmark:
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("sim", (), (), (*_CONTROLLER, "bench/sim")),
     Benchmark("day", (), ("--days", "2", "--day-s", "14400"),
-              (*_CONTROLLER, "bench/sim", "bench/day", "bench/bed.py")),
+              (*_CONTROLLER, "bench/sim", "bench/day")),
     Benchmark("fleet", (), ("--quick",), (*_CONTROLLER, "bench/fleet.py")),
     Benchmark("fleet_processes", (), ("--quick",), (*_CONTROLLER, "bench/fleet_processes.py",
                                                   "bench/bed.py")),

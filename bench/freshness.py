@@ -1,8 +1,9 @@
 """Whether each result under `bench/results/` still measures the code as it is.
 
 Owns the verdict: a result is stale when a commit that touched the code it measures
-(`bench.catalog`) is not in the history of the commit it was measured at (`commit` in the
-result, `bench.record`), or when it names no commit or was measured on uncommitted changes.
+(`bench.catalog`) is not in the history of a commit it was measured at (`commit` in the
+result, `bench.record`, and in each row a run kept from an earlier one), or when it names no
+commit or was measured on uncommitted changes.
 `python -m bench.report --stale` prints the list and exits 1 when it is not empty.
 Neighbours: `bench.report` (the command), git (the history).
 """
@@ -14,6 +15,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.catalog import BENCHMARKS
 from bench.record import RESULTS_DIR, ROOT
@@ -75,7 +77,17 @@ def stale(results_dir: Path = RESULTS_DIR, root: Path = ROOT) -> list[Stale]:
             found.append(Stale(name, f"no result: run `python -m bench.{name}`"))
             continue
         result = json.loads(path.read_text())
-        why = verdict(name, str(result.get("commit", "")), root, result.get("uncommitted"))
+        why = next((w for commit, uncommitted in _stamps(result).items()
+                    if (w := verdict(name, commit, root, uncommitted)) is not None), None)
         if why is not None:
             found.append(why)
     return found
+
+
+def _stamps(result: dict[str, Any]) -> dict[str, Sequence[str] | None]:
+    """Each commit `result` was measured at (→ its uncommitted files): its own, and those of
+    rows kept from earlier runs, which carry their own stamps (`bench.reaction`)."""
+    rows = [row for value in result.values() if isinstance(value, list)
+            for row in value if isinstance(row, dict) and "commit" in row]
+    return {str(result.get("commit", "")): result.get("uncommitted"),
+            **{str(row["commit"]): row.get("uncommitted") for row in rows}}

@@ -262,7 +262,7 @@ def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
     try:
         loop.start_job(2, 1)
         capacity = loop.capacity()
-        with sender(bootstrap, loop.topics["control"], loop.topics["acks"]) as deliver:
+        with sender(bootstrap, loop.topics["control"], loop.topics["acks"]) as out:
             load = _Load(loop, "step", capacity)
             change = load.started + CHANGE_AT_S
             loop.wait(lambda: time.monotonic() >= change + BY_HAND_AFTER_S, CHANGE_AT_S + 30,
@@ -271,26 +271,25 @@ def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
                 loop.query_id, INPUT_PARALLELISM, str(units), CONTROL_KEY.encode(), epoch=1,
                 together=(Setting(MAX_OFFSETS_PER_TRIGGER, str(units * BATCH_CAP // 2)),),
                 reason=f"bench.reaction --by-hand {units}")
-            answer: list[Ack | Exception] = []
-
-            def resize() -> None:  # in a thread: the loop goes on reading while it waits
-                try:
-                    answer.append(deliver(tuple_, BY_HAND_ACK_S))
-                except Exception as exc:  # recorded in the run, in the main thread
-                    answer.append(exc)
-
             sent_at = time.monotonic()
-            threading.Thread(target=resize, daemon=True).start()
-            loop.wait(lambda: bool(answer), BY_HAND_ACK_S + 30, f"the answer to {units} units")
-        load.wait_done()
-        ack = answer[0]
-        if not isinstance(ack, Ack) or ack.outcome is not Outcome.APPLIED:
-            print(f"  the job did not apply {units} units: {ack}", flush=True)
+            out.publish(tuple_)
+            answer: list[Ack] = []
+
+            def answered() -> bool:  # between the loop's own reads: one thread, one consumer
+                ack = out.answer(tuple_.control_id, 0.0)
+                answer.extend([ack] if ack is not None else [])
+                return bool(answer) or time.monotonic() > sent_at + BY_HAND_ACK_S
+
+            loop.wait(answered, BY_HAND_ACK_S + 30, f"the answer to {units} units")
+        if not answer or answer[0].outcome is not Outcome.APPLIED:
+            said = answer[0] if answer else f"no ack within {BY_HAND_ACK_S:.0f} s"
+            print(f"  the job did not apply {units} units: {said}", flush=True)
             return Run(scenario="step", capacity_per_s=round(capacity, 1), tuples=1,
                        change_to_tuple_s=_round(sent_at - change), tuple_to_applied_s=None,
                        pause_s=None, change_to_recovered_s=None, targets=(str(units),),
-                       applied_detail=str(ack), reasons=("set by hand",))
-        return _by_hand_figures(loop, units, capacity, change, sent_at, ack)
+                       applied_detail=str(said), reasons=("set by hand",))
+        load.wait_done()
+        return _by_hand_figures(loop, units, capacity, change, sent_at, answer[0])
     finally:
         loop.close()
 
@@ -439,6 +438,7 @@ def by_hand_summary(runs: list[Run]) -> list[dict[str, Any]]:
     """Per size set by hand: the medians over its runs."""
     sizes = sorted({int(r.targets[0]) for r in runs})
     return [{"units": units, "runs": len(mine),
+             "applied": sum(1 for r in mine if r.tuple_to_applied_s is not None),
              **{k: _median([getattr(r, k) for r in mine])
                 for k in ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
                           "change_to_recovered_s", "change_to_caught_up_s")}}

@@ -166,20 +166,23 @@ def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]
     chosen = sorted({r["targets"][0] for r in result["all_runs"]
                      if r["scenario"] == "step" and r["targets"]}, key=int)
     return ["", "The step again without a controller, the benchmark sending the tuple that "
-            f"sets the units itself (started {BY_HAND_AFTER_S:.0f} s after the change, the "
+            f"sets the units itself (published {BY_HAND_AFTER_S:.0f} s after the change, the "
             f"controller's own time to its tuple), with batches of "
-            f"{result['batch_cap'] // 2:,} records a unit (measured {rows[0]['measured_at']} "
-            f"by `{rows[0]['command']}`): what each size does on this machine. The controller "
-            f"chose {', '.join(chosen) or 'no size'} units in the step above. The high load "
-            f"stops {STEP_HIGH_S:.0f} s after the change: the lag comes back only then, "
-            "whatever the size, and a size caught up only then never kept up while it lasted.",
+            f"{result['batch_cap'] // 2:,} records a unit: what each size does on this "
+            f"machine (`--by-hand UNITS …`; each row says when it was measured). The "
+            f"controller chose {', '.join(chosen) or 'no size'} units in the step above. The "
+            f"high load stops {STEP_HIGH_S:.0f} s after the change: the lag comes back only "
+            "then, whatever the size, and a size caught up only then never kept up while it "
+            "lasted. A run whose tuple the job did not apply counts in runs, not in applied, "
+            "and has no figures.",
             "",
-            *_table(["units set by hand", "runs", "change → tuple s", "tuple → applied s",
-                     "pause s", "change → lag back s (≤ 40)", "change → caught up s"],
-                    [[str(r["units"]), str(r["runs"]), figure(r["change_to_tuple_s"]),
-                      figure(r["tuple_to_applied_s"]), figure(r["pause_s"]),
-                      figure(r["change_to_recovered_s"]),
-                      figure(r.get("change_to_caught_up_s"))]
+            *_table(["units set by hand", "runs", "applied", "change → tuple s",
+                     "tuple → applied s", "pause s", "change → lag back s (≤ 40)",
+                     "change → caught up s", "measured (UTC)"],
+                    [[str(r["units"]), str(r["runs"]), str(r.get("applied", r["runs"])),
+                      figure(r["change_to_tuple_s"]), figure(r["tuple_to_applied_s"]),
+                      figure(r["pause_s"]), figure(r["change_to_recovered_s"]),
+                      figure(r.get("change_to_caught_up_s")), str(r.get("measured_at") or "—")]
                      for r in rows])]
 
 

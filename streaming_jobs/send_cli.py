@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -121,8 +121,8 @@ def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, 
         epoch = state.epoch + 1
     tuple_ = signed_tuple(query_id, parameter, value, key, epoch=epoch, together=together,
                           reason=reason)
-    with sender(bootstrap, control_topic, ack_topic, security) as deliver:
-        return deliver(tuple_, timeout_s)
+    with sender(bootstrap, control_topic, ack_topic, security) as out:
+        return out.deliver(tuple_, timeout_s)
 
 
 def signed_tuple(query_id: str, parameter: str, value: str, key: bytes, *, epoch: int,
@@ -135,32 +135,52 @@ def signed_tuple(query_id: str, parameter: str, value: str, key: bytes, *, epoch
         reason=reason, together=tuple(together), issued_at_ms=int(time.time() * 1000)), key)
 
 
-Deliver = Callable[[ControlTuple, float], Ack]
-"""Sends a tuple and returns its ack, waiting at most the given seconds (`TimeoutError`)."""
+class Sender:
+    """Publishes tuples to the control topic and reads the acks that answer them."""
+
+    def __init__(self, publisher: Any, acks: Any, control_topic: str) -> None:
+        self._publisher, self._acks, self._control_topic = publisher, acks, control_topic
+
+    def publish(self, tuple_: ControlTuple) -> None:
+        self._publisher.publish(self._control_topic, f"{tuple_.query_id}/{tuple_.parameter}",
+                                tuple_)
+        self._publisher.flush()
+
+    def answer(self, control_id: str, wait_s: float) -> Ack | None:
+        """The ack of `control_id` if one arrives within `wait_s` (other acks are dropped)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            record = self._acks.poll(max(0.0, min(0.5, deadline - time.monotonic())))
+            if isinstance(record, Ack) and record.control_id == control_id:
+                return record
+            if time.monotonic() >= deadline:
+                return None
+
+    def deliver(self, tuple_: ControlTuple, timeout_s: float) -> Ack:
+        """Publish `tuple_` and return its ack; `TimeoutError` without one in time."""
+        self.publish(tuple_)
+        ack = self.answer(tuple_.control_id, timeout_s)
+        if ack is None:
+            raise TimeoutError(f"no ack for control {tuple_.control_id} within {timeout_s:.0f} s")
+        return ack
 
 
 @contextmanager
 def sender(bootstrap: str, control_topic: str = topics.CONTROL,
            ack_topic: str = topics.ACKS, security: KafkaSecurity = PLAINTEXT
-           ) -> Iterator[Deliver]:
-    """A publisher of tuples and a consumer of their acks, which holds the ack topic at its
-    end before it yields (an ack before that is not one of ours): the time from a `Deliver`
-    call to its ack is the job's, not the group join's."""
+           ) -> Iterator[Sender]:
+    """A `Sender` whose ack consumer holds the ack topic at its end before it is yielded (an
+    ack before that is not one of ours): the time from a publication to its ack is the
+    job's, not the group join's."""
     from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
 
     # Under the controller's default group prefix, which its principal may read (stack.acls).
     acks = TypedConsumer(bootstrap, ack_topic, f"streamctl-controller.send.{uuid.uuid4()}", Ack,
                          security)
     publisher = RecordPublisher(bootstrap, "streamctl-send", security)
-
-    def deliver(tuple_: ControlTuple, timeout_s: float) -> Ack:
-        publisher.publish(control_topic, f"{tuple_.query_id}/{tuple_.parameter}", tuple_)
-        publisher.flush()
-        return _await_ack(acks, tuple_.control_id, timeout_s)
-
     try:
         _await_assignment(acks, ack_topic)
-        yield deliver
+        yield Sender(publisher, acks, control_topic)
     finally:
         publisher.close()
         acks.close()
@@ -173,12 +193,3 @@ def _await_assignment(acks: Any, topic: str, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"could not subscribe to {topic} within {timeout_s:.0f} s")
         acks.poll(0.2)
-
-
-def _await_ack(acks: Any, control_id: str, timeout_s: float) -> Ack:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = acks.poll(0.5)
-        if isinstance(record, Ack) and record.control_id == control_id:
-            return record
-    raise TimeoutError(f"no ack for control {control_id} within {timeout_s:.0f} s")

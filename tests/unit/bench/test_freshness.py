@@ -74,23 +74,38 @@ def test_the_uncommitted_files_are_named_whole_staged_or_not(tmp_path: Path) -> 
     assert record.uncommitted(tmp_path) == ["README.md", "controller/app.py"]
 
 
+
+def test_a_result_goes_stale_when_a_row_it_kept_from_an_earlier_run_measured_older_code(
+        tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    older = _commit(tmp_path, "bench/reaction.py", "v1")
+    _commit(tmp_path, "bench/reaction.py", "v2")
+    newer = _commit(tmp_path, "README.md", "unrelated")
+    results = tmp_path / "results"
+    results.mkdir()
+    rows = [{"scenario": "step", "commit": newer}, {"scenario": "ramp", "commit": older}]
+    (results / "reaction.json").write_text(json.dumps({"commit": newer, "summary": rows}))
+    assert "reaction" in {s.name for s in freshness.stale(results, tmp_path)}
+    (results / "reaction.json").write_text(json.dumps({"commit": newer, "summary": rows[:1]}))
+    assert "reaction" not in {s.name for s in freshness.stale(results, tmp_path)}
+
 RECORDING = {"bench/__init__.py", "bench/record.py", "bench/report.py", "bench/catalog.py",
              "bench/freshness.py"}
 """Modules that stamp, store and render results: they change no figure."""
 
 
-def _bench_module_file(module: str) -> Path | None:
+def _bench_module_file(module: str, run: bool = False) -> Path | None:
+    """The file `module` is: a package's `__init__.py` when imported, its `__main__.py` when
+    run (`python -m`)."""
     path = ROOT / module.replace(".", "/")
-    for candidate in (path.with_suffix(".py"), path / "__main__.py", path / "__init__.py"):
-        if candidate.exists():
-            return candidate
-    return None
+    package = (path / "__main__.py", path / "__init__.py") if run else (path / "__init__.py",)
+    return next((c for c in (path.with_suffix(".py"), *package) if c.exists()), None)
 
 
 def _runs(benchmark: Benchmark) -> set[str]:
     """The files under bench/ that `python -m bench.<name>` runs (its modules and the bench
     modules they import, transitively), recording modules left out."""
-    start = _bench_module_file(f"bench.{benchmark.name}")
+    start = _bench_module_file(f"bench.{benchmark.name}", run=True)
     assert start is not None, benchmark.name
     seen: set[Path] = set()
     todo = [start]
@@ -100,6 +115,8 @@ def _runs(benchmark: Benchmark) -> set[str]:
             continue
         seen.add(path)
         for node in ast.walk(ast.parse(path.read_text())):
+            assert not (isinstance(node, ast.ImportFrom) and node.level), \
+                f"{path}: a relative import, which this walk does not follow"
             names = ([node.module, *(f"{node.module}.{a.name}" for a in node.names)]
                      if isinstance(node, ast.ImportFrom) and node.module
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
@@ -109,9 +126,14 @@ def _runs(benchmark: Benchmark) -> set[str]:
 
 
 @pytest.mark.parametrize("benchmark", BENCHMARKS, ids=lambda b: b.name)
-def test_a_benchmark_measures_every_bench_module_it_runs(benchmark: Benchmark) -> None:
+def test_a_benchmark_measures_every_bench_module_it_runs_and_none_it_does_not(
+        benchmark: Benchmark) -> None:
     """A change to a module a benchmark runs (its bed, a neighbour's loop it borrows) stales
-    its result as a change to its own file does."""
-    unlisted = sorted(f for f in _runs(benchmark)
+    its result as a change to its own file does; one to a module it does not run, none."""
+    runs = _runs(benchmark)
+    unlisted = sorted(f for f in runs
                       if not any(f == m or f.startswith(f"{m}/") for m in benchmark.measures))
     assert not unlisted, f"bench/catalog.py: {benchmark.name} does not list {unlisted}"
+    unrun = sorted(m for m in benchmark.measures if m.startswith("bench/")
+                   and not any(f == m or f.startswith(f"{m}/") for f in runs))
+    assert not unrun, f"bench/catalog.py: {benchmark.name} lists {unrun}, which it does not run"

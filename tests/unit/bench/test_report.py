@@ -90,7 +90,7 @@ def test_the_default_query_limit_is_what_the_fleet_benchmark_measured_one_instan
         "lower model.max_queries, or make the cycle cheaper and rerun python -m bench.fleet"
 
 
-def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controllers_choice(
+def test_a_step_set_by_hand_is_summarised_per_size_with_its_refusals_and_shown_beside_the_controllers_choice(  # noqa: E501
         ) -> None:
     from bench import reaction
 
@@ -98,10 +98,13 @@ def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controll
         return reaction.Run("step", 300.0, 1, 4.0, 9.0, 3.0, recovered, (str(units),),
                             change_to_caught_up_s=recovered - 20)
 
+    def refused(units: int) -> reaction.Run:
+        return reaction.Run("step", 300.0, 1, 4.0, None, None, None, (str(units),))
+
     rows, _ = reaction.by_hand_kept_beside(reaction.by_hand_summary(
-        [by_hand(8, 50.0), by_hand(4, 70.0), by_hand(8, 40.0)]), [], None)
-    assert [(r["units"], r["runs"], r["change_to_recovered_s"]) for r in rows] == [
-        (4, 1, 70.0), (8, 2, 45.0)]
+        [by_hand(8, 50.0), by_hand(4, 70.0), by_hand(8, 40.0), refused(8)]), [], None)
+    assert [(r["units"], r["runs"], r["applied"], r["change_to_recovered_s"]) for r in rows] == [
+        (4, 1, 1, 70.0), (8, 3, 2, 45.0)]
     result = {"batch_cap": 1500, "targets": {"tuples": {"step": "1"}},
               "summary": [{"scenario": "step", "runs": 1, "tuples": [1], **dict.fromkeys(
                   ("change_to_tuple_s", "tuple_to_applied_s", "pause_s",
@@ -109,4 +112,4 @@ def test_a_step_set_by_hand_is_summarised_per_size_and_shown_beside_the_controll
               "all_runs": [{"scenario": "step", "targets": ["16"]}], "by_hand": rows}
     text = "\n".join(report.reaction(result))
     assert "The controller chose 16 units" in text and "750 records a unit" in text
-    assert "| 8 | 2 | 4.0 | 9.0 | 3.0 | 45.0 | 25.0 |" in text
+    assert "| 8 | 3 | 2 | 4.0 | 9.0 | 3.0 | 45.0 | 25.0 | 20" in text
