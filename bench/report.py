@@ -179,10 +179,10 @@ def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]
             *_table(["units set by hand", "runs", "applied", "change → tuple s",
                      "tuple → applied s", "pause s", "change → lag back s (≤ 40)",
                      "change → caught up s", "measured (UTC)"],
-                    [[str(r["units"]), str(r["runs"]), str(r.get("applied", r["runs"])),
+                    [[str(r["units"]), str(r["runs"]), str(r["applied"]),
                       figure(r["change_to_tuple_s"]), figure(r["tuple_to_applied_s"]),
                       figure(r["pause_s"]), figure(r["change_to_recovered_s"]),
-                      figure(r.get("change_to_caught_up_s")), str(r.get("measured_at") or "—")]
+                      figure(r["change_to_caught_up_s"]), r["measured_at"]]
                      for r in rows])]
 
 
