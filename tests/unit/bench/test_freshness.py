@@ -93,8 +93,14 @@ RECORDING = {"bench/__init__.py", "bench/record.py", "bench/report.py", "bench/c
              "bench/freshness.py"}
 """Modules that stamp, store and render results: they change no figure."""
 
+LOAD_AND_WATCH = {"streamctl/loadgen.py", "streamctl/profiles.py", "streamctl/cards.py",
+                  "streamctl/clicks.py", "streamctl/tail.py", "streamctl/view.py"}
+"""Outside bench/, the modules that make a benchmark's load (its rate, its records) or read its
+figures off the topics: a benchmark that runs one measures it. The rest of `streamctl` it
+imports (ports, topic creation, process handling) changes no figure."""
 
-def _bench_module_file(module: str, run: bool = False) -> Path | None:
+
+def _module_file(module: str, run: bool = False) -> Path | None:
     """The file `module` is: a package's `__init__.py` when imported, its `__main__.py` when
     run (`python -m`)."""
     path = ROOT / module.replace(".", "/")
@@ -103,12 +109,12 @@ def _bench_module_file(module: str, run: bool = False) -> Path | None:
 
 
 def _runs(benchmark: Benchmark) -> set[str]:
-    """The files under bench/ that `python -m bench.<name>` runs (its modules and the bench
-    modules they import, transitively), recording modules left out."""
-    start = _bench_module_file(f"bench.{benchmark.name}", run=True)
+    """The files under bench/ and `streamctl/` that `python -m bench.<name>` runs (its modules
+    and the ones they import, transitively), recording modules left out."""
+    start = _module_file(f"bench.{benchmark.name}", run=True)
     assert start is not None, benchmark.name
     seen: set[Path] = set()
-    todo = [start]
+    todo = [start, *_with_packages(f"bench.{benchmark.name}")]
     while todo:
         path = todo.pop()
         if path in seen or str(path.relative_to(ROOT)) in RECORDING:
@@ -120,19 +126,27 @@ def _runs(benchmark: Benchmark) -> set[str]:
             names = ([node.module, *(f"{node.module}.{a.name}" for a in node.names)]
                      if isinstance(node, ast.ImportFrom) and node.module
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            todo += [f for name in names if name.startswith("bench.")
-                     and (f := _bench_module_file(name)) is not None]
+            todo += [f for name in names if name.startswith(("bench.", "streamctl."))
+                     for f in _with_packages(name)]
     return {str(p.relative_to(ROOT)) for p in seen}
+
+
+def _with_packages(module: str) -> list[Path]:
+    """The files importing `module` runs: its packages' first (a, a.b for a.b.c), then its own."""
+    parts = module.split(".")
+    return [f for depth in range(1, len(parts) + 1)
+            if (f := _module_file(".".join(parts[:depth]))) is not None]
 
 
 @pytest.mark.parametrize("benchmark", BENCHMARKS, ids=lambda b: b.name)
 def test_a_benchmark_measures_every_bench_module_it_runs_and_none_it_does_not(
         benchmark: Benchmark) -> None:
-    """A change to a module a benchmark runs (its bed, a neighbour's loop it borrows) stales
-    its result as a change to its own file does; one to a module it does not run, none."""
+    """A change to a module a benchmark runs (its bed, a neighbour's loop it borrows, the load
+    generator and the readers it drives) stales its result as a change to its own file does;
+    one to a module it does not run, none."""
     runs = _runs(benchmark)
-    unlisted = sorted(f for f in runs
-                      if not any(f == m or f.startswith(f"{m}/") for m in benchmark.measures))
+    unlisted = sorted(f for f in runs if (f.startswith("bench/") or f in LOAD_AND_WATCH)
+                      and not any(f == m or f.startswith(f"{m}/") for m in benchmark.measures))
     assert not unlisted, f"bench/catalog.py: {benchmark.name} does not list {unlisted}"
     unrun = sorted(m for m in benchmark.measures if m.startswith("bench/")
                    and not any(f == m or f.startswith(f"{m}/") for f in runs))
