@@ -224,31 +224,44 @@ def run_scenario(name: str, bootstrap: str, workdir: Path) -> Run:
         loop.start_job(START_UNITS.get(name, 2), SCALE_DOWN_TRIGGER_S if down else 1)
         capacity = loop.capacity()
         loop.start_controller("earliest" if down else "latest")
-        load = _Load(loop, name, capacity)
-        # The scale-down scenarios' load is low from the start: their change is now.
-        change = load.started + (0.0 if down else CHANGE_AT_S)
-        load.wait_done()
+        with _Load(loop, name, capacity) as load:
+            # The scale-down scenarios' load is low from the start: their change is now.
+            change = load.started + (0.0 if down else CHANGE_AT_S)
+            load.wait_done()
         return _figures(name, loop, capacity, change)
     finally:
         loop.close()
 
 
 class _Load:
-    """Scenario `name`'s load for `capacity`, started on the loop's input now."""
+    """Scenario `name`'s load for `capacity`, started on the loop's input now; stopped on
+    leaving its `with` (a run that ends early does not go on loading the next one's bed)."""
 
     def __init__(self, loop: Loop, name: str, capacity: float) -> None:
         profile, self.duration_s = SCENARIOS[name](capacity)
         spec = LoadSpec(loop.bootstrap, loop.topics["in"], profile, self.duration_s)
         self._loop = loop
-        self._thread = threading.Thread(target=run_load, args=(spec, Ledger(10_000)),
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=run_load, args=(spec, Ledger(10_000), self._stop),
                                         daemon=True)
         self.started = time.monotonic()
         self._thread.start()
+
+    def __enter__(self) -> _Load:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(LOAD_STOP_S)
 
     def wait_done(self) -> None:
         """Until the load ended and the job read its input to the end."""
         self._loop.wait(lambda: not self._thread.is_alive(), self.duration_s + 60, "the load")
         self._loop.wait(lambda: self._loop.lag() == 0, 180, "the backlog to drain")
+
+
+LOAD_STOP_S = 30.0
+"""How long a stopped load may take to flush what it produced."""
 
 
 def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
@@ -262,8 +275,8 @@ def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
     try:
         loop.start_job(2, 1)
         capacity = loop.capacity()
-        with sender(bootstrap, loop.topics["control"], loop.topics["acks"]) as out:
-            load = _Load(loop, "step", capacity)
+        with (sender(bootstrap, loop.topics["control"], loop.topics["acks"]) as out,
+              _Load(loop, "step", capacity) as load):
             change = load.started + CHANGE_AT_S
             loop.wait(lambda: time.monotonic() >= change + BY_HAND_AFTER_S, CHANGE_AT_S + 30,
                       "the time to resize")
@@ -281,15 +294,17 @@ def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
                 return bool(answer) or time.monotonic() > sent_at + BY_HAND_ACK_S
 
             loop.wait(answered, BY_HAND_ACK_S + 30, f"the answer to {units} units")
-        if not answer or answer[0].outcome is not Outcome.APPLIED:
+            applied = answer[0] if answer and answer[0].outcome is Outcome.APPLIED else None
+            if applied is not None:
+                load.wait_done()
+        if applied is None:
             said = answer[0] if answer else f"no ack within {BY_HAND_ACK_S:.0f} s"
             print(f"  the job did not apply {units} units: {said}", flush=True)
             return Run(scenario="step", capacity_per_s=round(capacity, 1), tuples=1,
                        change_to_tuple_s=_round(sent_at - change), tuple_to_applied_s=None,
                        pause_s=None, change_to_recovered_s=None, targets=(str(units),),
                        applied_detail=str(said), reasons=("set by hand",))
-        load.wait_done()
-        return _by_hand_figures(loop, units, capacity, change, sent_at, answer[0])
+        return _by_hand_figures(loop, units, capacity, change, sent_at, applied)
     finally:
         loop.close()
 
