@@ -58,8 +58,10 @@ def verdict(name: str, measured: str, root: Path = ROOT,
     changed = last_change(MEASURES[name], root)
     if changed and _git("merge-base", "--is-ancestor", changed, measured,
                         root=root).returncode != 0:
-        return Stale(name, f"measured at {measured}; {changed[:12]} changed "
-                           f"{', '.join(MEASURES[name])} since")
+        touched = _git("diff", "--name-only", measured, changed, "--", *MEASURES[name],
+                       root=root).stdout.split()
+        return Stale(name, f"measured at {measured}; changed since: "
+                           f"{', '.join(touched) or changed[:12]}")
     return None
 
 
