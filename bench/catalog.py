@@ -91,7 +91,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("day.real", (), ("--days", "1", "--day-s", "180"),
               (*_CONTROLLER, *_RUNTIME, "examples/clickstream", *_LOAD, *_VIEW, "bench/sim",
                "bench/day", "bench/bed.py")),
-    Benchmark("reaction", ("--runs", "5"), ("--runs", "1"),
+    Benchmark("reaction", ("--runs", "1", "--by-hand", "4", "8", "16"), ("--runs", "1"),
               (*_CONTROLLER, *_RUNTIME, "streaming_jobs/jobs", "streaming_jobs/send_cli.py",
                *_LOAD, *_VIEW, "bench/reaction.py", "bench/bed.py")),
 )

@@ -77,7 +77,9 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 
 def _first_sentence(text: str) -> str:
-    match = re.match(r"(.+?\.)(\s|$)", text)
+    # A sentence ends at a period before the end or a word not in lower case ("e.g. the
+    # job's service" goes on).
+    match = re.match(r"(.+?\.)(\s+(?=[^a-z\s])|\s*$)", text, re.DOTALL)
     return match.group(1) if match else text
 
 

@@ -155,3 +155,15 @@ def test_the_reference_lists_the_settings_of_the_bundled_jobs_not_of_a_users_job
     theirs = {env_var(s.name) for name in bundled() for s in load(name).settings}
     assert own - theirs, "the example's jobs have settings of their own"
     assert not (own - theirs) & listed
+
+
+@pytest.mark.parametrize(("doc", "first"), [
+    ("Reach it at (x), e.g. the job's name. More.", "Reach it at (x), e.g. the job's name."),
+    ("Seconds to wait. 0: never.", "Seconds to wait."),
+    ("Utilisation to size for. 70 % leaves headroom.", "Utilisation to size for."),
+    ("Too small. μ keeps the whole window.", "Too small."),
+    ("One sentence only.", "One sentence only."),
+])
+def test_a_settings_meaning_is_its_docstrings_first_sentence_whatever_abbreviation_it_holds(
+        doc: str, first: str) -> None:
+    assert reference._first_sentence(doc) == first
