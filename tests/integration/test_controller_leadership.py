@@ -8,7 +8,7 @@ recorded overload to the metrics topic; tests/e2e runs the takeover with a real 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from controller.kafka.lease import KafkaLeadership, ShardCountChanged
 from controller.loop.ports import Fenced
 from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Decision, Outcome, TaskMetrics, codec_for
+from schemas.knobs import MAX_OFFSETS_PER_TRIGGER
 from schemas.records import TAKEOVER
 from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
@@ -39,12 +40,18 @@ OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500,
 def publish_overload(harness: KafkaHarness, seconds: int, *query_ids: str) -> None:
     """`seconds` of each query's metrics at 800/s arriving for 420/s of capacity, ending now
     (default one query, q1), in one batch of records."""
-    records: list[bytes] = []
-    for query_id in query_ids or ("q1",):
-        trace = simulate(replace(OVERLOAD, query_id=query_id, source_topic=f"in-{query_id}",
-                                 sink_topic=f"out-{query_id}"), seconds)
+    publish_jobs(harness, seconds, [replace(OVERLOAD, query_id=q, source_topic=f"in-{q}",
+                                            sink_topic=f"out-{q}")
+                                    for q in query_ids or ("q1",)])
+
+
+def publish_jobs(harness: KafkaHarness, seconds: int, jobs: Sequence[Job]) -> None:
+    """`seconds` of each job's metrics, ending now, in one batch of records."""
+    records: list[tuple[bytes, bytes]] = []
+    for job in jobs:
+        trace = simulate(job, seconds)
         shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows pruned by the real clock
-        records += [(query_id.encode(), codec_for(TaskMetrics).encode(
+        records += [(job.query_id.encode(), codec_for(TaskMetrics).encode(
             replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
                     batch_end_ms=s.batch_end_ms + shift_ms))) for s in trace]
     # Keyed by query id as the jobs publish them: on a divided topic, in the query's shard.
@@ -161,7 +168,7 @@ def controllers(kafka_harness: KafkaHarness, new_topic: Callable[..., str],  # n
     lease_topics: dict[int, str] = {}
 
     def start(name: str, prefix: Sequence[str] = (), session_s: float = LEASE_SESSION_S,
-              shards: int = 1) -> Child:
+              shards: int = 1, options: Sequence[str] = ()) -> Child:
         k = kafka_harness.settings
         lease = lease_topics.setdefault(shards, k.lease_topic if shards == 1
                                         else new_topic(shards))
@@ -174,7 +181,7 @@ def controllers(kafka_harness: KafkaHarness, new_topic: Callable[..., str],  # n
            "STREAMCTL_CONTROL_KEY": k.control_key}
         child = start_child(name, ["controller", "run", "--metrics-port", "0",
                                    "--instance-id", name,
-                                   "--lease-session-s", str(session_s)], tmp_path,
+                                   "--lease-session-s", str(session_s), *options], tmp_path,
                             env | {"STREAMCTL_CONTROLLER_LEASE_TOPIC": lease}, prefix=prefix)
         children.append(child)
         return child
@@ -230,34 +237,68 @@ def shard_leaders(harness: KafkaHarness) -> dict[int, str]:
 
 FLEET_QUERIES = 240
 """Below the default query limit (300), which counts the queries an instance follows too."""
+FLEET_COOLDOWN_S = 2.0
+"""After an applied tuple, short: the queries fall behind again at once."""
 
 
-def test_three_instances_reading_only_their_shards_share_the_queries_and_a_killed_ones_pass(
+def test_three_instances_decide_each_query_once_and_a_killed_ones_queries_again_by_the_others(
         kafka_harness: KafkaHarness, controllers: Callable[..., Child],  # noqa: F811
         new_topic: Callable[..., str]) -> None:
     """Six shards among c1, c2 and c3, each reading only its shards' partitions of a metrics
-    topic of six; c1 is killed -9 and its shards pass to the two others; then a few hundred
-    queries fall behind at once, and each gets exactly one tuple: every query decided once,
-    by one instance, the killed one's shards included."""
+    topic of six. A few hundred queries fall behind at once, and each gets exactly one tuple:
+    every query decided once, by the one instance leading its shard. The jobs apply them; c1
+    is killed -9 and its shards pass to c2 and c3; every query falls behind again at its new
+    size, and each gets exactly one more: c1's queries decided again, by the others."""
     kafka_harness.settings = replace(kafka_harness.settings, metrics_topic=new_topic(6))
     names = ("c1", "c2", "c3")
-    children = {name: controllers(name, shards=6) for name in names}
+    children = {name: controllers(name, shards=6, options=("--cooldown-s", str(FLEET_COOLDOWN_S)))
+                for name in names}
     until(lambda: set(shard_leaders(kafka_harness).values()) == set(names)
           and len(shard_leaders(kafka_harness)) == 6, 60,
           "the six shards divided among the three instances", 0.5)
+    jobs = {f"q{i}": replace(OVERLOAD, query_id=f"q{i}", source_topic=f"in-q{i}",
+                             sink_topic=f"out-q{i}") for i in range(FLEET_QUERIES)}
+    publish_jobs(kafka_harness, 30, list(jobs.values()))
+    first = _one_tuple_each(kafka_harness, set(jobs), "a scale-up of every query")
+
+    produce(kafka_harness.settings.bootstrap_servers, kafka_harness.settings.ack_topic, [
+        (c.query_id.encode(), codec_for(Ack).encode(Ack(  # every job applies its tuple
+            c.control_id, c.query_id, "i1", c.epoch, Outcome.APPLIED, "applied", 900,
+            int(time.time() * 1000)))) for c in first.values()])
     children["c1"].kill()
     until(lambda: len(shard_leaders(kafka_harness)) == 6
           and "c1" not in shard_leaders(kafka_harness).values(), 60,
           "c1's shards to pass to c2 and c3", 0.5)
-    queries = [f"q{i}" for i in range(FLEET_QUERIES)]
-    publish_overload(kafka_harness, 30, *queries)
-    until(lambda: {t.query_id for t in controls(kafka_harness)} == set(queries), 60,
-          "a scale-up of every query", 0.5)
-    holds(lambda: len(controls(kafka_harness)) == len(queries), LEASE_SESSION_S,
-          "one tuple per query: none decided by two instances", 0.5)
+    publish_jobs(kafka_harness, 30, [_resized(jobs[q], first[q]) for q in jobs])
+    again = _one_tuple_each(kafka_harness, set(jobs), "a second scale-up of every query",
+                            before=first)
+    assert all(again[q].epoch > first[q].epoch for q in jobs)
     for name in ("c2", "c3"):
         assert children[name].alive()
         assert "reading the metrics of shard" in children[name].log_path.read_text(), name
+
+
+def _one_tuple_each(harness: KafkaHarness, queries: set[str], what: str,
+                    before: Mapping[str, ControlTuple] | None = None) -> dict[str, ControlTuple]:
+    """Each query's tuple after those of `before`, once every query has one and none gets a
+    second within a lease session (none decided by two instances)."""
+    def new() -> list[ControlTuple]:
+        sent = {t.control_id for t in (before or {}).values()}
+        return [t for t in controls(harness) if t.control_id not in sent]
+
+    until(lambda: {t.query_id for t in new()} == queries, 60, what, 0.5)
+    holds(lambda: len(new()) == len(queries), LEASE_SESSION_S,
+          "one tuple per query: none decided by two instances", 0.5)
+    return {t.query_id: t for t in new()}
+
+
+def _resized(job: Job, control: ControlTuple) -> Job:
+    """`job` once `control` took effect, its load doubled: behind again at the new size."""
+    applied = job.applied(control.parameter, int(control.value), control.epoch)
+    cap = next((int(s.value) for s in control.together
+                if s.parameter == MAX_OFFSETS_PER_TRIGGER), applied.max_per_batch)
+    return replace(applied, max_per_batch=cap,
+                   rates=[(0, 2 * rate) for _, rate in applied.rates])
 
 
 LONG_SESSION_S = 40.0

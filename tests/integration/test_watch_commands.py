@@ -34,14 +34,15 @@ def run(bootstrap: str, t: dict[str, str], *args: str) -> list[str]:
             "--control-topic", t["control"], *args]
 
 
-def test_status_prints_each_query_with_its_last_decision_and_pause(
+def test_status_prints_each_query_with_its_last_decision_and_pause_the_worst_first_or_those_asked(
         bootstrap_servers: str, new_topic: Callable[..., str],
         capsys: pytest.CaptureFixture[str]) -> None:
     t = topics(new_topic)
     now = int(time.time() * 1000)
     produce_at(bootstrap_servers, t["metrics"],  # ten batches of 0.5 s, the last ending now
-               [metrics(i, now - 10_000 + i * 1000, 100, (i + 1) * 100, (i + 1) * 100 + 40,
-                        500) for i in range(10)])
+               [metrics(i, now - 10_000 + i * 1000, 100, (i + 1) * 100, (i + 1) * 100 + lag,
+                        500, query) for i in range(10)
+                for query, lag in (("q", 40), ("calm", 0), ("behind", 5_000))])
     produce_at(bootstrap_servers, t["decisions"], [decision("c-1", now - 15_000)])
     produce_at(bootstrap_servers, t["acks"], [ack("c-1", Outcome.APPLIED, 4_100, now - 10_000)])
     # Garbage on a topic is reported with its position and skipped, never fatal.
@@ -57,6 +58,16 @@ def test_status_prints_each_query_with_its_last_decision_and_pause(
     assert "scale_up input_parallelism 2→6" in row
     assert "reason: backlog 1 892 records growing 146/s" in out
     assert "last pause: 4.1 s" in out
+
+    assert main(["status", *run(bootstrap_servers, t, "--once", "--top", "2")]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()
+            if line.startswith(("q ", "calm ", "behind "))] == ["behind", "q"]
+    assert "1 more quer" in out, out
+    assert main(["status", *run(bootstrap_servers, t, "--once", "--query", "c*")]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()
+            if line.startswith(("q ", "calm ", "behind "))] == ["calm"]
 
 
 def test_decisions_prints_the_log_with_acks_and_tuples_sent_by_hand_and_filters_by_query(

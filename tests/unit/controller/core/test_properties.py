@@ -1,17 +1,19 @@
 """Properties of the policy (hypothesis): bounds, no oscillation on a stationary noisy load,
 monotone sizing, and a lost instance reported within its timeout — for either knob a job may
 name (input parallelism, state partitions), in local mode and on a cluster that can add
-executors."""
+executors; and the same tuples from the loop with its memo of derived figures as without."""
 
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import replace
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.core import memo
 from controller.core.judgement import lost_timeout_s
 from controller.core.model import QueryModel
 from controller.core.parallelism import bounds, executors_wanted, running_executors
@@ -21,6 +23,7 @@ from controller.core.sizing import NO_INFLOW, Inflow
 from controller.core.state import ControlState
 from controller.loop.fakes import FakeClock, MemoryBus
 from controller.settings import PolicySettings
+from schemas import ControlTuple
 from tests.unit.controller.traces import (
     T0_MS,
     Job,
@@ -123,14 +126,19 @@ def noisy_loop(job: Job, noise: float, seed: int, seconds: int,
     load redrawn within ±noise of the job's rate every 5 s — every second when the loop
     probes the broker each second, so every probe interval sees fresh noise; returns (time,
     direction), an executor request counting as a step up or down like the knob's."""
+    return [(t, "up" if int(control.value) > current(control.parameter, before) else "down")
+            for t, control, before in noisy_sent(job, noise, seed, seconds, probed)]
+
+
+def noisy_sent(job: Job, noise: float, seed: int, seconds: int,
+               probed: bool) -> list[tuple[float, ControlTuple, Job]]:
+    """What `noisy_loop` sends: (time, tuple, the job before it)."""
     rng = random.Random(seed)
     base = job.rates[0][1]
     steps = [(float(t), base * (1 + rng.uniform(-noise, noise)))
              for t in range(0, seconds, 1 if probed else 5)]
     noisy = replace(job, rates=steps)
-    sent = probed_loop(noisy, seconds).sent if probed else closed_loop(noisy, seconds)
-    return [(t, "up" if int(control.value) > current(control.parameter, before) else "down")
-            for t, control, before in sent]
+    return probed_loop(noisy, seconds).sent if probed else closed_loop(noisy, seconds)
 
 
 def current(parameter: str, job: Job) -> int:
@@ -157,6 +165,29 @@ def test_a_stationary_noisy_load_does_not_oscillate(rate: float, noise: float,
         assert not (d1 == "up" and d2 == "down" and d3 == "up"
                     and t3 - t1 <= stabilisation), actions
     assert sum(1 for _, d in actions if d == "up") <= 2, actions
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.floats(100, 600), st.floats(0, 0.25), st.integers(2, 8), st.integers(0, 10**6),
+       KNOBS, st.booleans())
+def test_the_memo_of_derived_figures_changes_no_decision_on_a_noisy_load(
+        rate: float, noise: float, parallelism: int, seed: int, knob: str,
+        probed: bool) -> None:
+    """As every trace (`test_replay`): the loop with each query's memo, and with one that
+    derives every figure and scans each window afresh, sends the same tuples at the same
+    times for the same reasons (their figures included)."""
+    job = Job(rates=[(0, rate)], per_unit=200, parallelism=parallelism, overhead_s=1.5,
+              max_per_batch=4000, trigger_s=2.0, report_cap=True, warm_up_s=3.0, knob=knob,
+              partitions=2 if knob == "input_parallelism" else 4)
+
+    def sent() -> list[tuple[float, str, str, int, str]]:
+        return [(t, c.parameter, c.value, c.epoch, c.reason)
+                for t, c, _ in noisy_sent(job, noise, seed, 600, probed)]
+
+    kept = sent()
+    with (patch.object(memo, "_overlap", lambda old, new: 0),
+          patch.object(memo.Memo, "carried", lambda self, make, key: make())):
+        assert sent() == kept
 
 
 @settings(max_examples=25, deadline=None)
