@@ -1,8 +1,7 @@
 """Fixtures shared by every test tier.
 
-Kafka (integration and e2e tiers): one real local broker per test run on free ports in a
-temporary state dir, shared by xdist's workers (`kafka_broker`, `bootstrap_servers`), and
-uuid-named topics per test
+Kafka (integration and e2e tiers): one real local broker per test session on free ports in a
+temporary state dir (`kafka_broker`, `bootstrap_servers`), and uuid-named topics per test
 (`new_topic`). The broker's Maven classpath cache is the project's own, so only the first
 session ever pays for Maven. Add fixtures for other tiers in their own section below.
 """
@@ -10,12 +9,8 @@ session ever pays for Maven. Add fixtures for other tiers in their own section b
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
-import shutil
 import signal
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -42,30 +37,15 @@ hypothesis_settings.load_profile("streamctl")
 pytest_plugins = ("tests.support.parallel",)  # three tests at a time under ./dev test
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure() -> None:
     """A SIGTERM'd run (a CI job's timeout, `kill`) unwinds like Ctrl-C: the fixtures stop the
     brokers, clusters and job processes they started (each in its own session) instead of
     leaving them running. The xdist controller passes the signal on to its workers (its
-    child processes), where the fixtures run. Under xdist it also makes the directory its
-    workers share (`SHARED_DIR_ENV`), before it starts them."""
+    child processes), where the fixtures run."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         signal.signal(signal.SIGTERM, _pass_on_to_workers)
-        if config.getoption("numprocesses", default=None):
-            os.environ[SHARED_DIR_ENV] = tempfile.mkdtemp(prefix="streamctl-shared-")
     else:
         interrupt_on_sigterm()
-
-
-def pytest_unconfigure() -> None:
-    """The xdist controller stops the broker its workers shared, once they all ended."""
-    shared = os.environ.get(SHARED_DIR_ENV)
-    if shared is None or os.environ.get("PYTEST_XDIST_WORKER") is not None:
-        return
-    broker = _shared_broker(Path(shared), start=False)
-    if broker is not None:
-        broker.stop(timeout_s=30.0)
-    shutil.rmtree(shared, ignore_errors=True)
-    del os.environ[SHARED_DIR_ENV]
 
 
 def _pass_on_to_workers(signum: int, _frame: object) -> None:
@@ -120,42 +100,9 @@ def quick_jvm_start() -> Iterator[None]:
 # --- Kafka -------------------------------------------------------------------------------------
 
 
-SHARED_DIR_ENV = "STREAMCTL_TEST_SHARED_DIR"
-"""Under xdist, the directory the controller process makes for its workers: the one session
-broker they share (a broker per worker cost each its start and its idle threads, on a machine
-the suite keeps busy)."""
-
-
-def _shared_broker(shared: Path, start: bool = True) -> LocalBroker | None:
-    """The broker the workers share: started by the first worker that needs it (under a lock
-    the others wait on), found by the rest; None when none started and `start` is False."""
-    with open(shared / "broker.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        found = shared / "broker.json"
-        if found.exists():
-            ports = json.loads(found.read_text())
-            return LocalBroker(shared / "kafka-state", ports["port"], ports["controller_port"],
-                               maven_dir=default_state_dir() / "maven")
-        if not start:
-            return None
-        port, controller_port = find_free_ports(2)
-        broker = LocalBroker(shared / "kafka-state", port, controller_port,
-                             maven_dir=default_state_dir() / "maven")
-        broker.start(timeout_s=120.0)
-        found.write_text(json.dumps({"port": port, "controller_port": controller_port}))
-        return broker
-
-
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """A running single-node broker for the whole session, stopped at the end; under xdist,
-    the one all workers share (`SHARED_DIR_ENV`), which the controller process stops."""
-    shared = os.environ.get(SHARED_DIR_ENV)
-    if shared is not None:
-        broker = _shared_broker(Path(shared))
-        assert broker is not None
-        yield broker
-        return
+    """A running single-node broker for the whole session, stopped at the end."""
     port, controller_port = find_free_ports(2)
     broker = LocalBroker(
         tmp_path_factory.mktemp("kafka-state"),
