@@ -37,12 +37,16 @@ LEASE_SESSION_S = 3.0
 OVERLOAD = Job(rates=[(0, 800)], per_unit=210, parallelism=2, max_per_batch=500, epoch=3)
 
 
+def overloaded(query_id: str) -> Job:
+    """`OVERLOAD` as query `query_id`, on topics of its own."""
+    return replace(OVERLOAD, query_id=query_id, source_topic=f"in-{query_id}",
+                   sink_topic=f"out-{query_id}")
+
+
 def publish_overload(harness: KafkaHarness, seconds: int, *query_ids: str) -> None:
     """`seconds` of each query's metrics at 800/s arriving for 420/s of capacity, ending now
     (default one query, q1), in one batch of records."""
-    publish_jobs(harness, seconds, [replace(OVERLOAD, query_id=q, source_topic=f"in-{q}",
-                                            sink_topic=f"out-{q}")
-                                    for q in query_ids or ("q1",)])
+    publish_jobs(harness, seconds, [overloaded(q) for q in query_ids or ("q1",)])
 
 
 def publish_jobs(harness: KafkaHarness, seconds: int, jobs: Sequence[Job]) -> None:
@@ -256,8 +260,7 @@ def test_three_instances_decide_each_query_once_and_a_killed_ones_queries_again_
     until(lambda: set(shard_leaders(kafka_harness).values()) == set(names)
           and len(shard_leaders(kafka_harness)) == 6, 60,
           "the six shards divided among the three instances", 0.5)
-    jobs = {f"q{i}": replace(OVERLOAD, query_id=f"q{i}", source_topic=f"in-q{i}",
-                             sink_topic=f"out-q{i}") for i in range(FLEET_QUERIES)}
+    jobs = {f"q{i}": overloaded(f"q{i}") for i in range(FLEET_QUERIES)}
     publish_jobs(kafka_harness, 30, list(jobs.values()))
     first = _one_tuple_each(kafka_harness, set(jobs), "a scale-up of every query")
 
@@ -298,7 +301,7 @@ def _resized(job: Job, control: ControlTuple) -> Job:
     cap = next((int(s.value) for s in control.together
                 if s.parameter == MAX_OFFSETS_PER_TRIGGER), applied.max_per_batch)
     return replace(applied, max_per_batch=cap,
-                   rates=[(0, 2 * rate) for _, rate in applied.rates])
+                   rates=[(t, 2 * rate) for t, rate in applied.rates])
 
 
 LONG_SESSION_S = 40.0

@@ -61,13 +61,15 @@ def test_status_prints_each_query_with_its_last_decision_and_pause_the_worst_fir
 
     assert main(["status", *run(bootstrap_servers, t, "--once", "--top", "2")]) == 0
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()
-            if line.startswith(("q ", "calm ", "behind "))] == ["behind", "q"]
-    assert "1 more quer" in out, out
+    assert _rows(out) == ["behind", "q"] and "1 more quer" in out, out
     assert main(["status", *run(bootstrap_servers, t, "--once", "--query", "c*")]) == 0
-    out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()
-            if line.startswith(("q ", "calm ", "behind "))] == ["calm"]
+    assert _rows(capsys.readouterr().out) == ["calm"]
+
+
+def _rows(out: str) -> list[str]:
+    """The queries `status` printed a row for, in order (of the test's three)."""
+    return [line.split()[0] for line in out.splitlines()
+            if line.startswith(("q ", "calm ", "behind "))]
 
 
 def test_decisions_prints_the_log_with_acks_and_tuples_sent_by_hand_and_filters_by_query(

@@ -12,10 +12,13 @@ only every 10 s, as Spark does. `closed_loop` runs the real control loop over su
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from itertools import pairwise
+from unittest.mock import patch
 
+from controller.core import memo
 from controller.loop.cycle import ControlLoop, Ports
 from controller.loop.fakes import (
     FakeClock,
@@ -158,6 +161,15 @@ def beat_of(job: Job, at_ms: int, running: TaskMetrics | None) -> TaskMetrics:
 
 def end_ms(trace: list[TaskMetrics]) -> int:
     return trace[-1].batch_end_ms
+
+
+@contextmanager
+def derived_afresh() -> Iterator[None]:
+    """Within it, each query's `memo.Memo` keeps nothing: every figure is derived again from
+    the whole window and each window's arrivals scanned afresh (what the memo must not change)."""
+    with (patch.object(memo, "_overlap", lambda old, new: 0),
+          patch.object(memo.Memo, "carried", lambda self, make, key: make())):
+        yield
 
 
 def memory_loop(bus: MemoryBus, clock: FakeClock, settings: ControllerSettings | None = None,

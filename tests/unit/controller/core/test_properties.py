@@ -8,12 +8,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import replace
-from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.core import memo
 from controller.core.judgement import lost_timeout_s
 from controller.core.model import QueryModel
 from controller.core.parallelism import bounds, executors_wanted, running_executors
@@ -28,6 +26,7 @@ from tests.unit.controller.traces import (
     T0_MS,
     Job,
     closed_loop,
+    derived_afresh,
     memory_loop,
     probed_loop,
     simulate,
@@ -185,8 +184,7 @@ def test_the_memo_of_derived_figures_changes_no_decision_on_a_noisy_load(
                 for t, c, _ in noisy_sent(job, noise, seed, 600, probed)]
 
     kept = sent()
-    with (patch.object(memo, "_overlap", lambda old, new: 0),
-          patch.object(memo.Memo, "carried", lambda self, make, key: make())):
+    with derived_afresh():
         assert sent() == kept
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from streamctl.cli import main
+from tests.unit.controller.traces import derived_afresh
 
 TRACES = Path(__file__).resolve().parents[3] / "data" / "traces"
 
@@ -105,17 +106,12 @@ def test_step_down_waits_the_default_stabilisation_period() -> None:
 
 
 @pytest.mark.parametrize("trace", sorted(p.name for p in TRACES.glob("*.jsonl")))
-def test_the_memo_of_derived_figures_changes_no_decision(
-        trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_memo_of_derived_figures_changes_no_decision(trace: str) -> None:
     """Every trace replayed with each query's `Memo` (and the arrival scan it carries from
     cycle to cycle) and with one that recomputes everything and scans each window afresh: the
     same events, figures included."""
-    from controller.core import memo
-
     kept = replayed(trace)
-    monkeypatch.setattr(memo, "_overlap", lambda old, new: 0)
-    monkeypatch.setattr(memo.Memo, "carried", lambda self, make, key: make())
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with derived_afresh(), contextlib.redirect_stdout(out):
         assert main(["controller", "replay", "--trace", str(TRACES / trace), "--json"]) == 0
     assert json.loads(out.getvalue()) == kept
