@@ -3,6 +3,7 @@ session's real broker with uuid topics and groups per test; plus the adapters' o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,10 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from controller.app import kafka_controller
 from controller.core.shards import shard_of
+from controller.errors import TemporaryError
 from controller.explain.prom import ControllerMetrics, new_registry
+from controller.kafka import clients
 from controller.kafka.clients import (
     KafkaAckSource,
     KafkaControlSink,
@@ -41,7 +45,7 @@ from streamctl.security.kafka import PLAINTEXT
 from streamctl.stack.tcp import find_free_ports
 from streaming_jobs.runtime.kafka import RecordPublisher
 from tests.controller_port_contract import CONTRACT, PortHarness, polled
-from tests.support.kafka import produce, read_committed_once_there
+from tests.support.kafka import NewTopics, produce, read_committed_once_there
 from tests.support.prometheus import scrape
 from tests.support.waiting import until
 from tests.unit.controller.traces import T0_MS, Job, end_ms, simulate
@@ -113,6 +117,59 @@ def kafka_harness(bootstrap_servers: str,
 def test_kafka_ports_keep_the_contract(clause: Callable[[PortHarness], None],
                                        kafka_harness: KafkaHarness) -> None:
     clause(kafka_harness)
+
+
+SAMPLED_TOPICS = 40
+"""Sources of a fleet's queries, of 8 partitions each: 320 partitions in one probe."""
+
+
+def test_one_probe_asks_for_every_sources_end_offsets_in_one_request(
+        kafka_harness: KafkaHarness, new_topics: NewTopics,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many topics the queries read, a probe is one ListOffsets request per broker
+    that leads them (one here): counted by librdkafka's own statistics of what it sent."""
+    topics = list(new_topics(**{f"t{i}": 8 for i in range(SAMPLED_TOPICS)}).values())
+    produce(kafka_harness.settings.bootstrap_servers, topics[0], [b"x"] * 3, partition=5)
+    reports: list[str] = []
+    admins: list[AdminClient] = []
+
+    def counted(config: dict[str, object]) -> AdminClient:
+        admins.append(AdminClient({**config, "statistics.interval.ms": 100,
+                                   "stats_cb": reports.append}))
+        return admins[-1]
+
+    monkeypatch.setattr(clients, "AdminClient", counted)
+    probe = KafkaEndOffsets(kafka_harness.settings)
+    asked = {(topic, p) for topic in topics for p in range(8)}
+    until(lambda: _answers_all(probe, asked), 30.0, "a leader for every partition", 0.5)
+    before = _list_offsets_requests_sent(admins[0], reports)
+
+    found = probe.end_offsets(asked)
+
+    assert _list_offsets_requests_sent(admins[0], reports) == before + 1
+    assert set(found) == asked
+    assert found[(topics[0], 5)] == 3 and sum(found.values()) == 3
+
+
+def _answers_all(probe: KafkaEndOffsets, asked: set[tuple[str, int]]) -> bool:
+    """Fresh topics answer for some partitions, or none, until each has elected a leader."""
+    try:
+        return set(probe.end_offsets(asked)) == asked
+    except TemporaryError:
+        return False
+
+
+def _list_offsets_requests_sent(admin: AdminClient, reports: list[str]) -> int:
+    """The newest statistics report's count of ListOffsets requests, over every broker. The
+    reports a second of polling serves include ten made after the caller's request returned
+    (one each 100 ms), and a request is counted when it is sent."""
+    reports.clear()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        admin.poll(0.1)
+    assert reports, "no statistics report in a second of polling"
+    brokers = json.loads(reports[-1])["brokers"].values()
+    return sum(broker["req"].get("ListOffsets", 0) for broker in brokers)
 
 
 def test_a_missing_ack_topic_is_a_clear_setup_error(bootstrap_servers: str) -> None:
