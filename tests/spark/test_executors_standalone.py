@@ -21,7 +21,7 @@ import pytest
 from controller.cluster_status import MasterStatus
 from schemas.records import Outcome, TaskMetrics
 from tests.support.fault_bed import FaultBed
-from tests.support.spark_cluster import LocalSparkCluster
+from tests.support.spark_cluster import LocalSparkCluster, await_free_cores
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(540)]
@@ -59,7 +59,7 @@ def test_executors_up_and_down_on_a_standalone_cluster(
         _wait_batch(bed, lambda m, e=epoch, t=ack.acked_at_ms: m.config_epoch == e
                     and m.batch_start_ms > t, 120, f"a batch after the ack of epoch {epoch}")
         acks.append((epoch, ack.acked_at_ms, after))
-        _await_free_cores(status, WORKER_CORES - after)
+        await_free_cores(status, WORKER_CORES - after)
 
     rejected = bed.send_and_await("executors", str(MAX_EXECUTORS + 1), epoch=3)
     assert rejected.outcome is Outcome.REJECTED
@@ -81,16 +81,6 @@ def _assert_slots_after_each_ack(commits: list[TaskMetrics],
         after = [m for m in commits if m.config_epoch == epoch and m.batch_start_ms > acked_ms]
         assert after and {m.task_slots for m in after} == {slots}, \
             [(m.batch_id, m.task_slots) for m in after]
-
-
-def _await_free_cores(status: MasterStatus, free: int) -> None:
-    """The master's status read until it shows `free` cores (it frees a killed executor's
-    core when the worker reports it gone)."""
-    def shows() -> bool:
-        status.read_once()
-        return status.free_cores() == free
-
-    until(shows, 60, f"the master's status to show {free} free cores", 1.0)
 
 
 def _wait_batch(bed: FaultBed, matches: Callable[[TaskMetrics], bool], timeout_s: float,

@@ -85,6 +85,15 @@ class FaultBed:
         topics = new_topics(**{k: 2 if k in ("input", "output") else 1 for k in TOPIC_KINDS})
         return cls(bootstrap, topics, workdir)
 
+    def beside(self, query_id: str, new_topics: NewTopics, workdir: Path) -> FaultBed:
+        """Another query's bed on this one's control plane (its metrics, control, acks,
+        decisions and lease topics: one controller sees both queries), with an input, output,
+        dead letters and checkpoint of its own."""
+        own = new_topics(**{k: 2 if k in ("input", "output") else 1
+                            for k in ("input", "output", "dlq")})
+        return FaultBed(self.bootstrap, {**self.topics, **own}, workdir, query_id,
+                        self.job_options)
+
     @property
     def env(self) -> dict[str, str]:
         return bed_env(self.bootstrap, self.topics, CONTROL_KEY)

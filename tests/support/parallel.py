@@ -65,6 +65,7 @@ SHARED = {
     "tests/deploy/test_compose_local.py": "spark-cluster",
     "tests/deploy/test_spark_metrics_local.py": "spark-cluster",
     "tests/spark/test_executors_standalone.py": "spark-cluster",
+    "tests/spark/test_cluster_division.py": "spark-cluster",
     "tests/faults/test_faults.py": "restartable-broker",
     "tests/integration/test_local_broker.py": "restartable-broker",
 }

@@ -7,7 +7,8 @@ the mounted `deploy/spark/metrics.properties` to the repository's file). Each wo
 own web UI port and work directory. `LocalSparkCluster.stop` ends every process it started,
 the executors the workers launched included. Neighbours: `test_spark_metrics_local` (scrape
 paths), `test_compose_local` (the job service on this cluster), `tests/spark/
-test_executors_standalone` (the `executors` control tuple).
+test_executors_standalone` (the `executors` control tuple), `tests/spark/
+test_cluster_division` (two jobs wanting more than the cluster has free).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import importlib.util
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller.cluster_status import MasterStatus
 from streamctl.processes import Child
 from streamctl.stack.tcp import find_free_ports
 from tests.deploy import deployment as d
@@ -55,6 +57,28 @@ class LocalSparkCluster:
     def logs(self, lines: int = 10) -> str:
         return "\n".join(f"--- {c.name}\n{c.log_tail(lines)}" for c in self.children)
 
+    @contextlib.contextmanager
+    def extra_worker(self, tmp: Path, cores: int) -> Iterator[None]:
+        """One more worker of `cores` cores while in the block: registered on entry, stopped
+        on leaving it and waited for until the master counts it gone, so the tests after
+        find the cluster as it was."""
+        before = int(self.master_metric("metrics_master_aliveWorkers_Value") or 0)
+        instance = f"spark-worker-{len(self.ui_ports)}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        [ui] = find_free_ports(1)
+        worker = _start("spark-worker", instance, {**_base(self), "8081": str(ui)}, tmp,
+                        {"SPARK_WORKER_CORES": str(cores)})
+        try:
+            until(lambda: self.master_metric("metrics_master_aliveWorkers_Value") == before + 1,
+                  STARTUP_BUDGET_S, f"{instance} registered", 1.0, alive=[worker])
+            yield
+        finally:
+            worker.stop(timeout_s=20.0)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(worker.process.pid, signal.SIGKILL)
+            until(lambda: self.master_metric("metrics_master_aliveWorkers_Value") == before,
+                  STARTUP_BUDGET_S, f"the master to count {instance} gone", 1.0)
+
     def stop(self) -> None:
         """Workers first, then the master; anything left in a worker's session (executors
         whose driver did not end them) is killed."""
@@ -62,6 +86,16 @@ class LocalSparkCluster:
             child.stop(timeout_s=20.0)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.process.pid, signal.SIGKILL)
+
+
+def await_free_cores(status: MasterStatus, free: int) -> None:
+    """The master's status read until it shows `free` cores (it frees a killed executor's
+    core when the worker reports it gone)."""
+    def shows() -> bool:
+        status.read_once()
+        return status.free_cores() == free
+
+    until(shows, 60, f"the master's status to show {free} free cores", 1.0)
 
 
 def _local(text: str, replacements: Mapping[str, str]) -> str:
@@ -97,14 +131,20 @@ def _start(service_name: str, instance: str, replacements: Mapping[str, str], tm
     return Child(instance, process, log_path, log)
 
 
+def _base(cluster: LocalSparkCluster) -> dict[str, str]:
+    """The compose file's master address and ports, as this cluster's (`_local`)."""
+    return {"spark-master": "127.0.0.1", "7077": str(cluster.master_port),
+            "8080": str(cluster.ui_ports["spark-master"])}
+
+
 def start_cluster(tmp: Path, workers: int = 1,
                   worker_env: Mapping[str, str] | None = None) -> LocalSparkCluster:
     """Master and `workers` workers, waited for until all are registered (or stopped and
     failed). `worker_env` overrides the compose worker environment (e.g. SPARK_WORKER_CORES)."""
     tmp.mkdir(parents=True, exist_ok=True)
     master_port, master_ui, *worker_uis = find_free_ports(2 + workers)
-    base = {"spark-master": "127.0.0.1", "7077": str(master_port), "8080": str(master_ui)}
     cluster = LocalSparkCluster(master_port, {"spark-master": master_ui})
+    base = _base(cluster)
     try:
         cluster.children.append(_start("spark-master", "spark-master", base, tmp, {}))
         for i, ui in enumerate(worker_uis, start=1):
