@@ -6,7 +6,8 @@ and Spark sessions; one at a time, as this 2-core machine needs), writes its res
 `bench/results/`, and the run ends with `python -m bench.report --write`. `--quick` runs
 each at smaller settings (fewer runs, smaller loads) to check that everything still runs;
 its figures are written like any others, so rerun without it before quoting them.
-`--only NAME …` runs some; `--list` prints the commands without running them. Prints how
+`--only NAME …` runs some, `--stale` those whose result is stale (`bench.freshness`: after a
+change, the reruns it calls for); `--list` prints the commands without running them. Prints how
 long each took and the whole run, and exits 1 when any benchmark failed (the others still
 run).
 """
@@ -19,6 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from bench import freshness
 from bench.catalog import BENCHMARKS, Benchmark
 
 
@@ -62,9 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller settings, a smoke run")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
                         help="these benchmarks only")
+    parser.add_argument("--stale", action="store_true",
+                        help="only those whose result is stale (`python -m bench.report --stale`)")
     parser.add_argument("--list", action="store_true", help="print the commands, run none")
     args = parser.parse_args(argv)
     benchmarks = chosen(args.only, {b.name: b for b in BENCHMARKS})
+    if args.stale:
+        stale = {found.name for found in freshness.stale()}
+        benchmarks = [b for b in benchmarks if b.name in stale]
     if args.list:
         for benchmark in benchmarks:
             print(" ".join(benchmark.command(args.quick)))

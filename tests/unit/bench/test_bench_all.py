@@ -12,6 +12,7 @@ import pytest
 
 from bench import __main__ as bench_all
 from bench.catalog import BENCHMARKS, Benchmark
+from bench.freshness import Stale
 
 
 class Parsed(Exception):
@@ -45,6 +46,17 @@ def test_list_prints_each_command_at_the_settings_asked_for(
         "python -m bench.sink --rows 100 2000 20000 --batches 12"]
     assert bench_all.main(["all", "--list", "--quick", "--only", "takeover"]) == 0
     assert capsys.readouterr().out.splitlines() == ["python -m bench.takeover --runs 2"]
+
+
+def test_stale_lists_only_the_benchmarks_whose_result_is_stale_in_the_catalogs_order(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(bench_all.freshness, "stale", lambda: [
+        Stale("reaction", "changed since"), Stale("sim", "no result")])
+    assert bench_all.main(["all", "--list", "--stale"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "python -m bench.sim", "python -m bench.reaction --runs 1 --by-hand 4 8 16"]
+    assert bench_all.main(["all", "--list", "--stale", "--only", "takeover", "sim"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["python -m bench.sim"]
 
 
 def test_an_unknown_benchmark_is_refused_with_the_known_ones() -> None:
