@@ -68,10 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only those whose result is stale (`python -m bench.report --stale`)")
     parser.add_argument("--list", action="store_true", help="print the commands, run none")
     args = parser.parse_args(argv)
+    if args.stale and args.quick:  # smoke figures would pass for fresh ones
+        parser.error("--stale reruns at the settings the docs quote: not with --quick")
     benchmarks = chosen(args.only, {b.name: b for b in BENCHMARKS})
     if args.stale:
         stale = {found.name for found in freshness.stale()}
         benchmarks = [b for b in benchmarks if b.name in stale]
+        if not benchmarks:
+            print("nothing stale")
+            return 0
     if args.list:
         for benchmark in benchmarks:
             print(" ".join(benchmark.command(args.quick)))

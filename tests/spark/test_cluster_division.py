@@ -83,8 +83,7 @@ def test_two_jobs_wanting_more_cores_than_are_free_one_grows_the_other_is_told_w
     status_url = f"http://127.0.0.1:{spark_cluster.ui_ports['spark-master']}/json/"
     status = MasterStatus(status_url, 1.0)
     await_free_cores(status, 1)
-    bed.start_controller("controller", "--spark-master-status-url", status_url,
-                         "--cluster-status-interval-s", "1")
+    bed.start_controller("controller", "--spark-master-status-url", status_url)
 
     grown = bed.wait_control(lambda t: t.parameter == "executors", DECIDED_BUDGET_S)
     assert grown.value == "2"
@@ -105,5 +104,6 @@ def test_two_jobs_wanting_more_cores_than_are_free_one_grows_the_other_is_told_w
     assert [t.query_id for t in bed.read_all("control", ControlTuple)
             if t.parameter == "executors"] == [winner.query_id]
     grew = winner.wait_commit_after(ack.acked_at_ms, 120, f"{winner.query_id}'s next batch")
-    loser.follow_commits()
-    assert (grew.task_slots, loser.commits[-1].task_slots) == (2, 1)
+    kept = loser.wait_commit_after(told[-1].decided_at_ms, 120,
+                                   f"{loser.query_id}'s batch after it was told")
+    assert (grew.task_slots, kept.task_slots) == (2, 1)

@@ -1,8 +1,8 @@
 """A test bed for fault injection: real job and controller processes, real broker, load with
 sequence numbers, and the exact accounting of `tests.accounting` at the end.
 
-Each fault test (and the standalone-cluster test) takes one `FaultBed` (the `bed` fixture:
-uuid topics, its own checkpoint), breaks something,
+Each fault test (and the standalone-cluster tests) takes one `FaultBed` (the `bed` fixture:
+uuid topics, its own checkpoint; `beside` adds another query's), breaks something,
 lets the system recover, and checks that the committed output holds every produced record
 exactly once. `recovery_s` measures the time from the fault to the first batch with rows
 committed after it (the job publishes a batch's metrics after its commit), which the tests

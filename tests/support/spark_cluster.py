@@ -62,7 +62,8 @@ class LocalSparkCluster:
         """One more worker of `cores` cores while in the block: registered on entry, stopped
         on leaving it and waited for until the master counts it gone, so the tests after
         find the cluster as it was."""
-        before = int(self.master_metric("metrics_master_aliveWorkers_Value") or 0)
+        before = self.master_metric("metrics_master_aliveWorkers_Value")
+        assert before is not None, f"the master's metrics did not answer:\n{self.logs()}"
         instance = f"spark-worker-{len(self.ui_ports)}"
         tmp.mkdir(parents=True, exist_ok=True)
         [ui] = find_free_ports(1)

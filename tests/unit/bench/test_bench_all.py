@@ -48,7 +48,7 @@ def test_list_prints_each_command_at_the_settings_asked_for(
     assert capsys.readouterr().out.splitlines() == ["python -m bench.takeover --runs 2"]
 
 
-def test_stale_lists_only_the_benchmarks_whose_result_is_stale_in_the_catalogs_order(
+def test_stale_lists_the_stale_benchmarks_within_only_in_the_catalogs_order_and_not_quick(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(bench_all.freshness, "stale", lambda: [
         Stale("reaction", "changed since"), Stale("sim", "no result")])
@@ -57,6 +57,10 @@ def test_stale_lists_only_the_benchmarks_whose_result_is_stale_in_the_catalogs_o
         "python -m bench.sim", "python -m bench.reaction --runs 1 --by-hand 4 8 16"]
     assert bench_all.main(["all", "--list", "--stale", "--only", "takeover", "sim"]) == 0
     assert capsys.readouterr().out.splitlines() == ["python -m bench.sim"]
+    assert bench_all.main(["all", "--stale", "--only", "takeover"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["nothing stale"]
+    with pytest.raises(SystemExit):
+        bench_all.main(["all", "--stale", "--quick"])
 
 
 def test_an_unknown_benchmark_is_refused_with_the_known_ones() -> None:
