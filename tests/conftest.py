@@ -110,8 +110,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
         controller_port,
         maven_dir=default_state_dir() / "maven",
     )
-    broker.start(timeout_s=120.0)
-    try:
+    try:  # a run interrupted while the broker starts stops it too
+        broker.start(timeout_s=120.0)
         yield broker
     finally:
         broker.stop(timeout_s=30.0)
