@@ -74,9 +74,7 @@ class LocalSparkCluster:
                   STARTUP_BUDGET_S, f"{instance} registered", 1.0, alive=[worker])
             yield
         finally:
-            worker.stop(timeout_s=20.0)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(worker.process.pid, signal.SIGKILL)
+            _end(worker)
             until(lambda: self.master_metric("metrics_master_aliveWorkers_Value") == before,
                   STARTUP_BUDGET_S, f"the master to count {instance} gone", 1.0)
 
@@ -84,9 +82,15 @@ class LocalSparkCluster:
         """Workers first, then the master; anything left in a worker's session (executors
         whose driver did not end them) is killed."""
         for child in reversed(self.children):
-            child.stop(timeout_s=20.0)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.process.pid, signal.SIGKILL)
+            _end(child)
+
+
+def _end(child: Child) -> None:
+    """A master or worker stopped, and anything left in its session (executors whose driver
+    did not end them) killed."""
+    child.stop(timeout_s=20.0)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.process.pid, signal.SIGKILL)
 
 
 def await_free_cores(status: MasterStatus, free: int) -> None:
