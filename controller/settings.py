@@ -516,7 +516,9 @@ class ControllerSettings:
 
     cluster_status_interval_s: float = 5.0
     """Seconds between two reads of `spark_master_status_url`, in the background; a reading
-    three intervals old is no longer used."""
+    three intervals old is no longer used. The free cores are divided at each reading among
+    the queries that wanted more before it: a query that comes to want cores waits for the
+    next, where the priority orders every want of the interval."""
 
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""

@@ -290,8 +290,7 @@ class ControlLoop:
         ready: dict[str, QueryModel] = {}
         context: dict[str, QueryModel] = {}
         cluster = self.ports.cluster
-        division = division_of(cluster.free_cores() if cluster is not None else None,
-                               self.queries)
+        division = division_of(cluster, self.queries)
         for window in self._windows:
             query_id = window.query_id
             if not self._due(query_id, now_ms):
@@ -314,7 +313,7 @@ class ControlLoop:
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
         if cluster is not None:
-            note_demands(self.queries, ready, verdicts)
+            note_demands(self.queries, ready, verdicts, cluster.readings())
         said = {w.query_id: self.queries.of(w.query_id).verdict for w in self._windows}
         self.ports.observer.lost(sorted(q for q, v in said.items() if isinstance(v, Lost)))
         for action in ("stopped", "halted"):
