@@ -148,7 +148,8 @@ class FleetFigures:
     memory_kib_per_query: float
     metrics_bytes_per_query_per_s: float
     decisions: int
-    """Decision records written (verdicts that changed kind: advice and holds included)."""
+    """Decision records written (verdicts that changed kind: advice and holds included; an
+    overloaded query's at least every `overload_record_interval_s`)."""
 
 
 def measure(fleet: Fleet, warm_s: float, measured_s: float) -> FleetFigures:

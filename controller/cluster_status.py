@@ -67,6 +67,7 @@ class MasterStatus:
         self._fetch, self._clock = fetch, clock
         self._reading: tuple[int, float] | None = None
         """(free cores, when read) of the last good read."""
+        self._readings = 0
         self._failing = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamctl-cluster-status",
@@ -90,6 +91,9 @@ class MasterStatus:
             return None
         return cores
 
+    def readings(self) -> int:
+        return self._readings
+
     def read_once(self) -> None:
         """One read of the status; a failure keeps the last reading until it is stale."""
         try:
@@ -104,6 +108,7 @@ class MasterStatus:
             log.info("the Spark master's status at %s reads %d free cores", self.url, cores)
         self._failing = False
         self._reading = (cores, self._clock())
+        self._readings += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -467,6 +467,10 @@ class ControllerSettings:
     status_interval_s: float = 5.0
     """Seconds between per-query status lines on stdout."""
 
+    overload_record_interval_s: float = 30.0
+    """Longest a query over its capacity goes without a record in the decision log: when
+    nothing was recorded for it for that long, why it holds (or what it advises) is."""
+
     metrics_port: int = DEFAULT_METRICS_PORT
     """Port of the Prometheus endpoint; 0 serves none. When the default, 9300, is taken
     (another controller instance on this host), the instance serves on a free port instead
@@ -512,7 +516,9 @@ class ControllerSettings:
 
     cluster_status_interval_s: float = 5.0
     """Seconds between two reads of `spark_master_status_url`, in the background; a reading
-    three intervals old is no longer used."""
+    three intervals old is no longer used. The free cores are divided at each reading among
+    the queries that wanted more before it: a query that comes to want cores waits for the
+    next, where the priority orders every want of the interval."""
 
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""
@@ -522,6 +528,7 @@ class ControllerSettings:
         _check(0 <= self.poll_timeout_s <= 60, "poll_timeout_s must be in [0, 60]")
         _check(0 <= self.probe_interval_s <= 60, "probe_interval_s must be in [0, 60]")
         _positive("status_interval_s", self.status_interval_s)
+        _positive("overload_record_interval_s", self.overload_record_interval_s)
         _positive("max_input_delay_s", self.max_input_delay_s)
         _check(0 <= self.metrics_port <= 65535,
                f"metrics_port must be in [0, 65535], got {self.metrics_port}")

@@ -11,8 +11,10 @@ the queries that want more, before any asks:
 3. then by need: the query furthest over its capacity (arrival / capacity) first;
 4. ties by query id, for determinism.
 
-Each is granted what it wants while cores are left. A query that wanted nothing when they
-were divided waits for the next division (a cycle), which counts it. A request cut to nothing
+Each is granted what it wants while cores are left. A query that came to want cores since
+the cluster's status was last read waits for the next reading, whose division counts it with
+every other want of that interval (`loop.sharing`): the priority orders the wants of an
+interval, not whichever model was ready a cycle sooner. A request cut to nothing
 leaves the query at its task slots: the policy then sizes within them, and at that ceiling
 sheds or advises a throttle, saying why (`Grant.note`). Pure; the loop keeps each query's
 newest demand and calls `divide` once a cycle. Neighbours: `parallelism` (cuts the executor
@@ -41,6 +43,9 @@ class Demand:
     """How far over its capacity the query is (arrival / capacity)."""
     asked: bool = False
     """A tuple asking for them is in flight: the master may not have granted them yet."""
+    since_reading: int = 0
+    """The cluster status's reading in force when the query came to want cores: it is
+    granted cores from the next one on (`loop.sharing`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +55,9 @@ class Grant:
     cores: int
     note: str = ""
     pending: bool = False
-    """The query wanted no cores when they were divided: it waits for the next division,
-    which counts it, rather than take cores another query may be granted at the same time."""
+    """The query's want is newer than the cluster's last reading: it waits for the next,
+    whose division counts it, rather than take cores a query of a higher priority wanting
+    them in the same interval would be granted."""
 
 
 @dataclass(frozen=True, slots=True)

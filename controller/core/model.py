@@ -171,6 +171,11 @@ class QueryModel:
     def utilisation(self) -> float:
         return self.arrival_rate / self.capacity if self.capacity > 0 else math.inf
 
+    @property
+    def overloaded(self) -> bool:
+        """More arrives than the query can process at its size."""
+        return self.arrival_rate > self.capacity
+
     def figures(self) -> dict[str, float]:
         """The numbers behind a decision, as written to the decision log."""
         return {

@@ -380,8 +380,9 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     cores = cores_wanted(model, request) if request is not None else 0
     if cores and model.cluster_grant is not None and model.cluster_grant.pending:
         return Hold(f"{behind}; {units_of(model, wanted)} wanted, {num(cores)} more cores "
-                    "than its task slots: waiting a cycle for the shared cluster's free cores "
-                    "to be divided among every query that wants them", model.figures()), cores
+                    "than its task slots: waiting for the next reading of the shared cluster's "
+                    "status, whose free cores go to every query that wants them by then",
+                    model.figures()), cores
     granted = within_cluster(model, request) if request is not None else None
     if granted is not None:
         cut = (f"; {request.executors} wanted, no room for more: {model.cluster_grant.note}"

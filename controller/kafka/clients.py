@@ -291,7 +291,8 @@ def watermarks(consumer: Consumer, topic: str, partition: int,
 
 
 class KafkaEndOffsets:
-    """`OffsetProbe` with one ListOffsets request per probe for every partition asked for.
+    """`OffsetProbe` asking for every partition in one ListOffsets request per broker that
+    leads some (one call of the client's `list_offsets`).
 
     Read committed: a job that reads committed records plans its batches against the last
     stable offset, and an open transaction upstream must not look like a backlog.

@@ -104,6 +104,7 @@ class ControlLoop:
         self.settings = settings
         self.ports = ports
         self._new_id = new_id
+        self._overload_record_ms = int(settings.overload_record_interval_s * 1000)
         self._windows = Windows(settings.model)
         self._actuator = Actuator(settings, ports.control, ports.decisions, new_id)
         self.queries = Memory()
@@ -289,8 +290,7 @@ class ControlLoop:
         ready: dict[str, QueryModel] = {}
         context: dict[str, QueryModel] = {}
         cluster = self.ports.cluster
-        division = division_of(cluster.free_cores() if cluster is not None else None,
-                               self.queries)
+        division = division_of(cluster, self.queries)
         for window in self._windows:
             query_id = window.query_id
             if not self._due(query_id, now_ms):
@@ -313,7 +313,7 @@ class ControlLoop:
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
         if cluster is not None:
-            note_demands(self.queries, ready, verdicts)
+            note_demands(self.queries, ready, verdicts, cluster.readings())
         said = {w.query_id: self.queries.of(w.query_id).verdict for w in self._windows}
         self.ports.observer.lost(sorted(q for q, v in said.items() if isinstance(v, Lost)))
         for action in ("stopped", "halted"):
@@ -407,17 +407,27 @@ class ControlLoop:
     def _note(self, query_id: str, verdict: Verdict, now_ms: int) -> None:
         """Log a non-scaling verdict only when its kind changes (the status line repeats it);
         record advice, "cannot help", holds while shedding, lost and down queries in the
-        decision log the same way."""
+        decision log the same way. And a query over its capacity (`QueryModel.overloaded`)
+        with no decision of its own recorded for `overload_record_interval_s` has its verdict
+        recorded, a hold included: an overload never leaves the decision log silent long."""
         query = self.queries.of(query_id)
         previous, query.verdict = query.verdict, verdict
-        if isinstance(verdict, Actuation) or (previous is not None
-                                                    and previous.action == verdict.action):
+        if isinstance(verdict, Actuation):
             return
-        if isinstance(previous, Lost | Down):
-            log.info("%s: metrics again after being reported %s", query_id, previous.action)
-        log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
-        if not self.leads(query_id):
-            return  # a follower's verdicts are its own business: counted and written by none
+        if previous is None or previous.action != verdict.action:
+            if isinstance(previous, Lost | Down):
+                log.info("%s: metrics again after being reported %s", query_id,
+                         previous.action)
+            log.info("%s: %s: %s", query_id, verdict.action, verdict.reason)
+            if self.leads(query_id):  # a follower's verdicts are counted and written by none
+                self._decided(query_id, verdict, now_ms)
+        elif (self.leads(query_id) and isinstance(verdict, Hold | Recommend)
+              and query.model is not None and query.model.overloaded
+              and now_ms >= query.overload_recorded_ms + self._overload_record_ms):
+            self._advice(query_id, verdict, now_ms)
+
+    def _decided(self, query_id: str, verdict: Verdict, now_ms: int) -> None:
+        """A new kind of verdict, counted and, when an operator should see it, recorded."""
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
         if isinstance(verdict, Recommend):
             self.ports.observer.recommended(verdict.action)
@@ -433,6 +443,7 @@ class ControlLoop:
         query_id = window.query_id
         query = self.queries.of(query_id)
         self.ports.observer.decided(query_id, verdict.action, verdict.reason, now_ms)
+        query.overload_recorded_ms = now_ms
         state = self._actuator.act(query_id, verdict, query.state, window.epoch, query.model,
                                    now_ms)
         if state.in_flight is not None and state.in_flight.parameter == EXECUTORS:
@@ -456,6 +467,7 @@ class ControlLoop:
                 now_ms: int) -> None:
         self._actuator.write(report.advice_record(query_id, verdict, decision_id=self._new_id(),
                                                   now_ms=now_ms, dry_run=self.settings.dry_run))
+        self.queries.of(query_id).overload_recorded_ms = now_ms
 
     # -- report -----------------------------------------------------------------------------
 

@@ -303,10 +303,19 @@ class MemoryBus:
 
 
 class MemoryCluster:
-    """A shared cluster's status as a test sets it (`ports.ClusterStatus`)."""
+    """A shared cluster's status as a test sets it (`ports.ClusterStatus`): each `read` is a
+    new reading."""
 
     def __init__(self, free: int | None) -> None:
         self.free = free
+        self._readings = 0 if free is None else 1
+
+    def read(self, free: int | None) -> None:
+        self.free = free
+        self._readings += free is not None
 
     def free_cores(self) -> int | None:
         return self.free
+
+    def readings(self) -> int:
+        return self._readings

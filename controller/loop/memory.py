@@ -27,8 +27,7 @@ class QueryMemory:
 
     state: ControlState = field(default_factory=ControlState)
     verdict: Verdict | None = None
-    """The last verdict: a non-scaling one is logged and recorded only when its kind
-    changes."""
+    """The last verdict: a non-scaling one is logged only when its kind changes."""
     model: QueryModel | None = None
     """The last model; None while the query is not ready, lost or down."""
     remembered: Remembered = field(default_factory=Remembered)
@@ -40,6 +39,9 @@ class QueryMemory:
     demand: Demand | None = None
     """What it wants of the shared Spark cluster's free cores, as its last verdict named
     (`sharing`); None: nothing, or no cluster divided."""
+    overload_recorded_ms: int = 0
+    """When a decision of its own was last recorded: an overload recorded none for long is
+    (`cycle._note`)."""
     followed_slot: int | None = None
     """While another instance leads it: the `shards.follow_slot` it was last modelled in."""
 

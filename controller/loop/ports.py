@@ -78,6 +78,11 @@ class ClusterStatus(Protocol):
         (the reading is refreshed elsewhere). None while unknown or stale."""
         ...
 
+    def readings(self) -> int:
+        """How many good readings there have been: the free cores are divided at each new one
+        among the queries that wanted cores before it."""
+        ...
+
 
 class ControlSink(Protocol):
     def send(self, control: ControlTuple, decision: Decision | None = None) -> None:

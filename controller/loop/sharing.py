@@ -16,13 +16,17 @@ from controller.core.model import QueryModel
 from controller.core.parallelism import CORES_WANTED
 from controller.core.results import NotReady, Verdict
 from controller.loop.memory import Memory
+from controller.loop.ports import ClusterStatus
 from schemas.knobs import EXECUTORS
 
 
-def division(free_cores: int | None, queries: Memory) -> Division | None:
-    """The free cores divided among the queries' wants; None when the cluster's status is
-    unknown, and then nothing cuts an executor request."""
-    if free_cores is None:
+def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
+    """The cluster's free cores divided among the queries that wanted cores before its last
+    reading (`Demand.since_reading`): those that came to want them since wait for the next,
+    where the priority orders them with every other want of that interval. None when the
+    cluster's status is unknown, and then nothing cuts an executor request."""
+    free_cores = cluster.free_cores() if cluster is not None else None
+    if cluster is None or free_cores is None:
         return None
     demands = []
     for query_id, query in queries.items():
@@ -31,20 +35,23 @@ def division(free_cores: int | None, queries: Memory) -> Division | None:
             demands.append(Demand(
                 query_id, max(0, flight.target - flight.current) * model.executor_cores,
                 model.cluster_priority, asked=True))
-        elif query.demand is not None:
+        elif query.demand is not None and query.demand.since_reading < cluster.readings():
             demands.append(query.demand)
     return divide(free_cores, demands)
 
 
 def note_demands(queries: Memory, ready: Mapping[str, QueryModel],
-                 verdicts: Mapping[str, Verdict]) -> None:
+                 verdicts: Mapping[str, Verdict], reading: int) -> None:
     """Each query decided this cycle wants the cores its verdict names (`CORES_WANTED`);
-    one lost, down or not ready wants none."""
+    one lost, down or not ready wants none. A want is dated by the cluster's `reading` in
+    force when it began, kept while it lasts."""
     for query_id, verdict in verdicts.items():
         model = ready.get(query_id)
         cores = (0.0 if model is None or isinstance(verdict, NotReady)
                  else verdict.figures.get(CORES_WANTED, 0.0))
-        queries.of(query_id).demand = (
+        query = queries.of(query_id)
+        since = query.demand.since_reading if query.demand is not None else reading
+        query.demand = (
             Demand(query_id, int(cores), model.cluster_priority,
-                   min(model.utilisation, MAX_NEED))
+                   min(model.utilisation, MAX_NEED), since_reading=since)
             if model is not None and cores > 0 else None)

@@ -225,7 +225,7 @@ def closed_loop_of(jobs: list[Job], seconds: int, settings: ControllerSettings |
         t += 5
         clock.ms = T0_MS + int(t * 1000)
         if cluster is not None and cluster_cores is not None:
-            cluster.free = cluster_cores - sum(job.task_slots for job in by_id.values())
+            cluster.read(cluster_cores - sum(job.task_slots for job in by_id.values()))
         loop.run_once()
         for control in bus.sent_controls()[len(sent):]:
             job = by_id[control.query_id]

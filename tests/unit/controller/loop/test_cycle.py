@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import replace
 
@@ -149,6 +150,29 @@ def test_dry_run_sends_nothing_but_logs_and_records(caplog: pytest.LogCaptureFix
     [decision] = h.bus.written_decisions()
     assert decision.dry_run and decision.control_id is None and decision.action == "scale_up"
     assert any("dry run, not sent" in r.getMessage() for r in caplog.records)
+
+
+def test_an_overloaded_query_that_holds_is_recorded_once_each_overload_record_interval() -> None:
+    settings = replace(SETTINGS, dry_run=True, overload_record_interval_s=5)
+    h = Harness(settings)
+    h.feed(simulate(OVERLOADED, 30))  # scale_up (recorded); then its 30 s cooldown's hold
+    for second in range(30, 58):  # one cycle a second, overloaded throughout
+        h.feed(simulate(OVERLOADED, 1, start_s=second, first_batch=100 + second))
+    [scaled, *held] = h.bus.written_decisions()
+    assert scaled.action == "scale_up" and {d.action for d in held} == {"hold"}
+    times = [scaled.decided_at_ms] + [d.decided_at_ms for d in held]
+    assert len(held) == 5 and all(5_000 <= b - a < 6_000
+                                  for a, b in itertools.pairwise(times)), times
+
+
+def test_a_query_within_its_capacity_that_holds_leaves_no_record() -> None:
+    within = replace(OVERLOADED, rates=[(0, 100)])  # a quarter of its 420/s
+    h = Harness(replace(SETTINGS, dry_run=True, overload_record_interval_s=10))
+    h.feed(simulate(within, 30))
+    for second in range(30, 72):
+        h.feed(simulate(within, 1, start_s=second, first_batch=100 + second))
+    assert h.loop.queries["q1"].verdict.action == "hold"
+    assert h.bus.written_decisions() == []
 
 
 def test_garbage_is_counted_and_skipped() -> None:

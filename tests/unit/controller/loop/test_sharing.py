@@ -1,0 +1,58 @@
+"""A shared cluster's free cores divided at each reading of its status among the wants that
+came before it: the priority orders every want of an interval, whichever model was ready a
+cycle sooner."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from controller.core.model import QueryModel
+from controller.core.parallelism import CORES_WANTED
+from controller.core.results import Hold
+from controller.loop.fakes import MemoryCluster
+from controller.loop.memory import Memory
+from controller.loop.sharing import division, note_demands
+
+ONE_CORE_BEHIND = QueryModel(
+    query_id="", samples=10, config_epoch=0, arrival_rate=150, throughput=30, busy_ratio=1.0,
+    rate_per_unit=30, parallelism=2, units=1, source_partitions=2, task_slots=1,
+    backlog_records=6_000, backlog_trend_records_per_s=120, time_to_drain_s=float("inf"),
+    executor_cores=1, max_executors=2)
+
+
+def wanting(queries: Memory, cluster: MemoryCluster, *priorities: tuple[str, int]) -> None:
+    """One cycle in which each query named wants one more core."""
+    models = {q: replace(ONE_CORE_BEHIND, query_id=q, cluster_priority=p) for q, p in priorities}
+    note_demands(queries, models, {q: Hold("more cores wanted", {CORES_WANTED: 1.0})
+                                   for q in models}, cluster.readings())
+
+
+def test_wants_of_one_interval_are_divided_at_the_next_reading_by_priority() -> None:
+    cluster, queries = MemoryCluster(1), Memory()
+    wanting(queries, cluster, ("routine", 1))  # its model is ready first
+    first = division(cluster, queries)
+    assert first is not None and first.grant("routine").pending
+    wanting(queries, cluster, ("routine", 1), ("urgent", 5))  # a cycle later, same reading
+    second = division(cluster, queries)
+    assert second is not None
+    assert second.grant("routine").pending and second.grant("urgent").pending
+
+    cluster.read(1)
+    divided = division(cluster, queries)
+
+    assert divided is not None
+    assert divided.grant("urgent").cores == 1 and not divided.grant("urgent").pending
+    routine = divided.grant("routine")
+    assert (routine.cores, routine.pending) == (0, False)
+    assert routine.note.startswith("the cluster's 1 free core went to urgent (priority 5")
+
+
+def test_a_want_keeps_the_reading_it_began_at_while_it_lasts_and_an_unread_cluster_divides_none(
+        ) -> None:
+    cluster, queries = MemoryCluster(None), Memory()
+    wanting(queries, cluster, ("q", 0))
+    assert division(cluster, queries) is None  # no reading yet: nothing cuts a request
+    cluster.read(2)
+    wanting(queries, cluster, ("q", 0))  # the same want, noted again after the reading
+    divided = division(cluster, queries)
+    assert divided is not None and divided.grant("q").cores == 1
