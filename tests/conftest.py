@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -19,7 +20,6 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from schemas import auth
-from streamctl.processes import interrupt_on_sigterm
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.cluster import LocalCluster
 from streamctl.stack.defaults import default_state_dir
@@ -27,6 +27,7 @@ from streamctl.stack.tcp import find_free_ports, port_in_use
 from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
+from tests.support.spark_archive import use_archive
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
 # Property tests check what holds, not how fast: Hypothesis's default 200 ms deadline per
@@ -38,22 +39,63 @@ pytest_plugins = ("tests.support.parallel",)  # three tests at a time under ./de
 
 
 def pytest_configure() -> None:
-    """A SIGTERM'd run (a CI job's timeout, `kill`) unwinds like Ctrl-C: the fixtures stop the
+    """Every Spark driver the run starts maps one class-data archive (`spark_archive`).
+
+    A SIGTERM'd run (a CI job's timeout, `kill`) unwinds like Ctrl-C: the fixtures stop the
     brokers, clusters and job processes they started (each in its own session) instead of
     leaving them running. The xdist controller passes the signal on to its workers (its
     child processes), where the fixtures run."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         signal.signal(signal.SIGTERM, _pass_on_to_workers)
+        use_archive(default_state_dir())  # before the workers start: they inherit it
     else:
-        interrupt_on_sigterm()
+        signal.signal(signal.SIGTERM, _unwind_once)
+
+
+UNWIND_BUDGET_S = 90.0
+"""How long a SIGTERM'd run waits for its workers to stop what they started before it ends.
+xdist kills a worker 10 s after the run ends (`NodeManager.EXIT_TIMEOUT`); a worker stopping
+a job process and its session broker takes longer, and what it had not stopped yet (in a
+session of its own) would outlive it."""
+
+
+def _unwind_once(signum: int, _frame: object) -> None:
+    """The first SIGTERM interrupts what runs; a repeat (a CI job's, the process group's)
+    would interrupt the fixtures' teardown it started, which must run to its end."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _pass_on_to_workers(signum: int, _frame: object) -> None:
-    for task in Path("/proc/self/task").iterdir():  # not the process group: that may hold
-        for child in (task / "children").read_text().split():  # the caller's shell and tee
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(child), signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat would cut this wait short
+    workers = _children(os.getpid())  # not the process group: that may hold the caller's
+    for worker in workers:            # shell and tee
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGTERM)
+    deadline = time.monotonic() + UNWIND_BUDGET_S
+    while time.monotonic() < deadline and any(_own_sessions(w) for w in workers):
+        time.sleep(0.2)
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _own_sessions(pid: int) -> list[int]:
+    """The children of `pid` that lead a session of their own: what a fixture started (a
+    broker, a job), not the worker's own Spark gateway JVM, which ends with it."""
+    leaders = []
+    for child in _children(pid):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if os.getsid(child) == child:
+                leaders.append(child)
+    return leaders
 
 # --- Control key -------------------------------------------------------------------------------
 
