@@ -348,7 +348,8 @@ def test_the_controller_sizes_an_idle_job_down_by_a_tuple_of_its_own(stack: Secu
     adapters; this one is decided). The load stops, so the job is idle: no arrivals are below
     low water whatever this machine's speed. The controller is restarted with a scale-down
     stabilisation of 10 s instead of the default 120 s, so the module does not wait two
-    minutes for it."""
+    minutes for it, and a cooldown of 5 s: it reads the scale-up above back from the
+    decisions and would otherwise hold for the rest of the default 30 s."""
     for name in ("load", "controller"):
         child = next(c for c in stack.children if c.name == name)
         child.stop()
@@ -361,7 +362,8 @@ def test_the_controller_sizes_an_idle_job_down_by_a_tuple_of_its_own(stack: Secu
                       outcome="APPLIED") or 0
     applied_before = applied()
     env = {**stack.mapping.environment(SERVICES["controller"]),
-           "STREAMCTL_CONTROLLER_SCALE_DOWN_STABILISATION_S": "10"}
+           "STREAMCTL_CONTROLLER_SCALE_DOWN_STABILISATION_S": "10",
+           "STREAMCTL_CONTROLLER_COOLDOWN_S": "5"}
     stack.children.append(d.start_service("controller-restarted",
                                           SERVICES["controller"]["command"], env,
                                           stack.tmp / "logs"))

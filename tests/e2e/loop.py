@@ -87,13 +87,13 @@ def sensor_job(query_id: str, checkpoint_dir: Path, *, units: int = 2,
 
 
 def start_controller(bootstrap: str, topics: dict[str, str], log_dir: Path,
-                     metrics_port: int = 0, *options: str, name: str = "controller") -> Child:
-    """A controller instance `name` on the loop's topics, with the tests' cooldown and
-    `streamctl.options` (its log: `<name>.log`)."""
+                     metrics_port: int = 0, *options: str, name: str = "controller",
+                     cooldown_s: float = CONTROLLER_COOLDOWN_S) -> Child:
+    """A controller instance `name` on the loop's topics, with the tests' cooldown unless
+    given, and `streamctl.options` (its log: `<name>.log`)."""
     return start_child(name, [
         "controller", "run", "--metrics-port", str(metrics_port), "--instance-id", name,
-        "--cooldown-s", str(CONTROLLER_COOLDOWN_S), *options], log_dir,
-        bed_env(bootstrap, topics))
+        "--cooldown-s", str(cooldown_s), *options], log_dir, bed_env(bootstrap, topics))
 
 
 def capacity(samples: Sequence[TaskMetrics], batch_cap: int) -> float:

@@ -79,8 +79,13 @@ LOW_PRIORITY = ("sensor-00", "sensor-01")
 MAX_SHED_FRACTION = 0.5
 """The job's bound on shedding (its default `--max-shed-fraction`): a quarter of the load at
 most, less than the load's excess over capacity."""
+CEILING_COOLDOWN_S = 10
+"""The controller at the ceiling waits this long after the shedding was applied before it says
+what is left (the throttle); it decides nothing after that, so it needs no longer. The
+controller without the ceiling keeps the loop's cooldown: a second scale-up, if the first
+fell short, should come in the test's time but not while the backlog drains."""
 LOAD_MAX_S = 240.0
-"""A cap on the load: the throttle advice comes within ~20 s, the controller without the
+"""A cap on the load: the throttle advice comes within ~10 s, the controller without the
 ceiling takes over and scales within ~15 s more (it reads the metrics of its window back as it
 starts), and the load goes on until the job ran a few batches at its new parallelism (the new
 size under the load)."""
@@ -105,7 +110,8 @@ def test_at_its_ceiling_an_overloaded_job_is_shed_to_its_bound_then_one_scale_up
     watch = Watch(bootstrap_servers, t, QUERY, job)
     ledger = Ledger(SENSOR_WINDOW_MS)
     measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
-    ceiling = start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2")
+    ceiling = start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2",
+                               cooldown_s=CEILING_COOLDOWN_S)
     job.append(ceiling)
 
     rate = LOAD_OVER_CAPACITY * measured
