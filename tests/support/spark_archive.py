@@ -6,12 +6,13 @@ paid dozens of times a run. The JDK's own class-data sharing (AppCDS) maps them 
 instead: one driver writes the classes it loaded at its exit (`-XX:ArchiveClassesAtExit`),
 every later one reads them (`-XX:SharedArchiveFile`). The archive is written once per JDK and
 pyspark install (its name is a digest of the java binary, its version and pyspark's jars, which
-the JVM checks against the class path), under the state dir, by a driver set up as the jobs'
-are that runs a short batch query and a short stateful streaming query. The suite hands it to
-every driver through `SPARK_SUBMIT_OPTS`, which `spark-submit` puts on the driver's JVM only
-(Spark's master, worker and executors have other class paths). A JVM whose class path does not
-match the archive loads its classes as usual: the archive changes how fast a driver starts,
-never what it does. A write that failed is remembered, so a run does not pay for it again.
+the JVM checks against the class path), under the state dir, by a driver with the jobs' own
+session (`build_session`) that runs a short batch query and a short stateful streaming query.
+The suite hands it to every driver through `SPARK_SUBMIT_OPTS`, which `spark-submit` puts on
+the driver's JVM only (Spark's master, worker and executors have other class paths). A JVM
+whose class path does not match the archive loads its classes as usual: the archive changes how
+fast a driver starts, never what it does. A write that failed is remembered, so a run does not
+pay for it again.
 """
 
 from __future__ import annotations
@@ -32,17 +33,10 @@ SUBMIT_OPTIONS = "SPARK_SUBMIT_OPTS"
 
 _WORKLOAD = """
 import sys
-from pyspark.sql import SparkSession, functions as F
-from streaming_jobs.runtime.query.session import (PYTHON_DAEMON, STATE_STORE_SETTINGS,
-                                                  prepare_environment)
-prepare_environment()
-builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-           .config("spark.sql.shuffle.partitions", "2")
-           .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-           .config("spark.python.daemon.module", PYTHON_DAEMON))
-for key, value in STATE_STORE_SETTINGS.items():
-    builder = builder.config(key, value)
-spark = builder.getOrCreate()
+from pyspark.sql import functions as F
+from streaming_jobs.config import JobConfig
+from streaming_jobs.runtime.query.session import build_session
+spark = build_session(JobConfig(bootstrap_servers="127.0.0.1:9"))  # the jobs' own session
 plus_one = F.udf(lambda v: v + 1, "long")
 spark.range(1000).withColumn("k", F.col("id") % 7).groupBy("k").agg(
     F.sum(plus_one("id"))).collect()
