@@ -25,9 +25,9 @@ from streamctl.stack.cluster import LocalCluster
 from streamctl.stack.defaults import default_state_dir
 from streamctl.stack.tcp import find_free_ports, port_in_use
 from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
+from tests.support.class_archive import broker_env, broker_java_options, use_archives
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
-from tests.support.spark_archive import use_archive
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
 # Property tests check what holds, not how fast: Hypothesis's default 200 ms deadline per
@@ -39,7 +39,8 @@ pytest_plugins = ("tests.support.parallel",)  # three tests at a time under ./de
 
 
 def pytest_configure() -> None:
-    """Every Spark driver the run starts maps one class-data archive (`spark_archive`).
+    """Every Spark driver and every broker a fixture starts maps a class-data archive of its
+    kind (`class_archive`).
 
     A SIGTERM'd run (a CI job's timeout, `kill`) unwinds like Ctrl-C: the fixtures stop the
     brokers, clusters and job processes they started (each in its own session) instead of
@@ -47,7 +48,7 @@ def pytest_configure() -> None:
     child processes), where the fixtures run."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         signal.signal(signal.SIGTERM, _pass_on_to_workers)
-        use_archive(default_state_dir())  # before the workers start: they inherit it
+        use_archives(default_state_dir())  # before the workers start: they inherit them
     else:
         signal.signal(signal.SIGTERM, _unwind_once)
 
@@ -129,14 +130,23 @@ the load."""
 @pytest.fixture(scope="session", autouse=True)
 def quick_jvm_start() -> Iterator[None]:
     before = os.environ.get("JDK_JAVA_OPTIONS")
-    os.environ["JDK_JAVA_OPTIONS"] = " ".join(o for o in (before, QUICK_JVM_OPTIONS) if o)
+    with _environ({"JDK_JAVA_OPTIONS": " ".join(o for o in (before, QUICK_JVM_OPTIONS) if o)}):
+        yield
+
+
+@contextlib.contextmanager
+def _environ(changes: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with `changes`, as it was again afterwards."""
+    before = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("JDK_JAVA_OPTIONS", None)
-        else:
-            os.environ["JDK_JAVA_OPTIONS"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # --- Kafka -------------------------------------------------------------------------------------
@@ -151,6 +161,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
         port,
         controller_port,
         maven_dir=default_state_dir() / "maven",
+        env=broker_env(),
     )
     try:  # a run interrupted while the broker starts stops it too
         broker.start(timeout_s=120.0)
@@ -218,8 +229,9 @@ def _stop_at_unit_end(name: str, stop: Callable[[], object]) -> None:
 def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     base = next(p for p in (find_free_ports(1)[0] for _ in range(50))
                 if not any(port_in_use(p + i) for i in range(6)))
-    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, base,
-                           maven_dir=default_state_dir() / "maven")
+    with _environ(broker_java_options()):  # each node keeps the environment it was made in
+        cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, base,
+                               maven_dir=default_state_dir() / "maven")
     try:
         yield cluster
     finally:
@@ -241,7 +253,7 @@ def kafka_cluster(_kafka_cluster: LocalCluster) -> LocalCluster:
 def _restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     port, controller_port = find_free_ports(2)
     broker = LocalBroker(tmp_path_factory.mktemp("restartable-kafka"), port, controller_port,
-                         maven_dir=default_state_dir() / "maven")
+                         maven_dir=default_state_dir() / "maven", env=broker_env())
     try:
         yield broker
     finally:

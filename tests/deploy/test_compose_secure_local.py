@@ -51,6 +51,7 @@ from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.tcp import find_free_ports
 from tests.deploy import acl_view
 from tests.deploy import deployment as d
+from tests.support.class_archive import broker_env
 from tests.support.prometheus import api, check_metrics, running, sample
 from tests.support.waiting import until
 
@@ -130,7 +131,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     files = secure.write_compose_secrets(tmp / "state" / "secure")
     port, controller_port, job_port, metrics_port = find_free_ports(4)
     broker = LocalBroker(tmp / "state", port, controller_port, secure=True,
-                         maven_dir=default_state_dir() / "maven")
+                         maven_dir=default_state_dir() / "maven", env=broker_env())
     broker.start(timeout_s=180.0)
     children: list[Child] = []
     try:
