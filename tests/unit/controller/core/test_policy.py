@@ -187,6 +187,19 @@ def test_with_shedding_at_the_ceiling_turned_off_it_is_only_advised_in_the_knobs
     assert isinstance(by_hand, Recommend) and by_hand.value == pytest.approx(0.8 * 4000 - 100)
 
 
+def test_a_backlog_no_producer_rate_drains_in_the_catch_up_time_is_advised_half_the_rate_read(
+        ) -> None:
+    # 16 units × 200/s, 80 % of it: 2 560/s. 300 000 behind would take 117 s at 0/s, past the
+    # 60 s catch-up: half of 2 560/s to the producers drains it in twice that, not "0/s".
+    advised = decide(model(parallelism=16, units=16, arrival_rate=3000,
+                           backlog_records=300_000, shedding=SHEDDABLE), ControlState(), NOW,
+                     replace(POLICY, shed_at_ceiling=False))
+    assert isinstance(advised, Recommend) and advised.action == "throttle", advised
+    assert advised.value == pytest.approx(0.8 * 3200 / 2)
+    assert "throttle the producers to 1 280/s (keeps 80% utilisation and drains the backlog " \
+           "in 234 s; at no rate does it drain in the catch-up time, 60 s)" in advised.reason
+
+
 def test_at_the_ceiling_shedding_holds_while_it_suffices_then_advises_a_throttle_at_its_bound(
         ) -> None:
     shed = replace(SHEDDABLE, fraction=0.4)
