@@ -94,25 +94,27 @@ def lift(model: QueryModel, settings: PolicySettings) -> Shed | Hold:
 def producer_rate(reads: float, backlog: float, catch_up_s: float) -> tuple[float, float]:
     """The producer rate to advise a query that reads `reads` records/s at its target
     utilisation with `backlog` records behind, and the seconds the backlog then takes to
-    drain: the rate that leaves enough of `reads` to drain it in `catch_up_s`; when none does
-    (even at 0/s it takes longer), half of `reads`, which drains it in twice the least time
-    it can take, rather than asking the producers to stop."""
-    backlog = max(0.0, backlog)
-    if backlog <= reads * catch_up_s:
-        return reads - backlog / catch_up_s, catch_up_s
+    drain: what leaves enough of `reads` to drain it in `catch_up_s`, but never less than
+    half of `reads` (a backlog that needs more than half of it to drain that fast drains in
+    twice the least time it can take, rather than with the producers stopped)."""
+    if backlog <= 0:
+        return max(0.0, reads), 0.0
     if reads <= 0:
         return 0.0, math.inf
+    draining = reads - backlog / catch_up_s
+    if draining >= reads / 2:
+        return draining, catch_up_s
     return reads / 2, 2 * backlog / reads
 
 
 def _throttled(utilisation: float, drained_in: float, settings: PolicySettings) -> str:
     keeps = f"keeps {pct(utilisation)} utilisation and drains the backlog in"
-    if drained_in <= settings.catch_up_s:
-        return f"{keeps} {num(settings.catch_up_s)} s"
     if math.isinf(drained_in):
         return "nothing drains the backlog: the query reads nothing at this size"
-    return (f"{keeps} {num(drained_in)} s; at no rate does it drain in the catch-up time, "
-            f"{num(settings.catch_up_s)} s")
+    if drained_in <= settings.catch_up_s:
+        return f"{keeps} {num(settings.catch_up_s)} s"
+    return (f"{keeps} {num(drained_in)} s, past the catch-up time of "
+            f"{num(settings.catch_up_s)} s: the producers keep half the rate read")
 
 
 def _throttle(reason: str, rate: float, figures: dict[str, float], model: QueryModel,
