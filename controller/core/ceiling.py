@@ -11,6 +11,8 @@ Neighbours: `policy` (calls `at_ceiling` and `lift`), `shedding` (the fractions)
 
 from __future__ import annotations
 
+import math
+
 from controller.core.judgement import skew_note
 from controller.core.model import QueryModel
 from controller.core.results import Hold, Recommend, Shed
@@ -42,10 +44,11 @@ def at_ceiling(model: QueryModel, units: int, arriving: float, ceiling: str,
              f"{num(settings.catch_up_s)} s")
     needed = (fraction_for(arriving + drain, u, read_capacity, sh.max_fraction)
               if sh.possible else None)
-    throttle_to = max(0.0, u * top - drain)
+    throttle_to, drained_in = producer_rate(u * top, model.backlog_records, settings.catch_up_s)
     if not sh.possible or not settings.shed_at_ceiling:
         return _throttle(f"{situation}; throttle the producers to {num(throttle_to)}/s "
-                         f"({keeps}); {_why_not_shed(model, needed, settings)}", throttle_to,
+                         f"({_throttled(u, drained_in, settings)}); "
+                         f"{_why_not_shed(model, needed, settings)}", throttle_to,
                          figures, model, settings)
     target = raised(sh, needed)
     figures |= {"target": target}
@@ -61,7 +64,8 @@ def at_ceiling(model: QueryModel, units: int, arriving: float, ceiling: str,
                     f"{keeps}", figures, SHEDDING)
     return _throttle(f"{situation}; shedding {pct(sh.fraction)} of the low-priority records, "
                      f"the job's bound, {_beyond(arriving + drain, u, top)}: throttle the "
-                     f"producers to {num(throttle_to)}/s", throttle_to, figures, model, settings)
+                     f"producers to {num(throttle_to)}/s ({_throttled(u, drained_in, settings)})",
+                     throttle_to, figures, model, settings)
 
 
 def lift(model: QueryModel, settings: PolicySettings) -> Shed | Hold:
@@ -85,6 +89,32 @@ def lift(model: QueryModel, settings: PolicySettings) -> Shed | Hold:
     return Hold(f"{load(model)}; shedding {pct(sh.fraction)} of the low-priority records is "
                 f"still needed at this size ({_needed(needed)}); nothing is scaled down while "
                 "any is shed", figures, SHEDDING)
+
+
+def producer_rate(reads: float, backlog: float, catch_up_s: float) -> tuple[float, float]:
+    """The producer rate to advise a query that reads `reads` records/s at its target
+    utilisation with `backlog` records behind, and the seconds the backlog then takes to
+    drain: what leaves enough of `reads` to drain it in `catch_up_s`, but never less than
+    half of `reads` (a backlog that needs more than half of it to drain that fast drains in
+    twice the least time it can take, rather than with the producers stopped)."""
+    if backlog <= 0:
+        return max(0.0, reads), 0.0
+    if reads <= 0:
+        return 0.0, math.inf
+    draining = reads - backlog / catch_up_s
+    if draining >= reads / 2:
+        return draining, catch_up_s
+    return reads / 2, 2 * backlog / reads
+
+
+def _throttled(utilisation: float, drained_in: float, settings: PolicySettings) -> str:
+    keeps = f"keeps {pct(utilisation)} utilisation and drains the backlog in"
+    if math.isinf(drained_in):
+        return "nothing drains the backlog: the query reads nothing at this size"
+    if drained_in <= settings.catch_up_s:
+        return f"{keeps} {num(settings.catch_up_s)} s"
+    return (f"{keeps} {num(drained_in)} s, past the catch-up time of "
+            f"{num(settings.catch_up_s)} s: the producers keep half the rate read")
 
 
 def _throttle(reason: str, rate: float, figures: dict[str, float], model: QueryModel,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.core.ceiling import producer_rate
 from controller.core.model import QueryModel
 from controller.core.parallelism import bounds
 from controller.core.policy import decide, target_units
@@ -185,6 +186,35 @@ def test_with_shedding_at_the_ceiling_turned_off_it_is_only_advised_in_the_knobs
                            shedding=replace(SHEDDABLE, fraction=0.4)), ControlState(), NOW,
                      replace(POLICY, shed_at_ceiling=False))
     assert isinstance(by_hand, Recommend) and by_hand.value == pytest.approx(0.8 * 4000 - 100)
+
+
+def test_the_throttle_advised_never_asks_the_producers_for_less_than_half_the_rate_read(
+        ) -> None:
+    # 16 units × 200/s, 80 % of it: 2 560/s read. 120 000 behind drains in the 60 s catch-up
+    # time at 2 560 − 2 000 = 560/s; half of 2 560/s instead, and the drain takes 94 s. Past
+    # 76 800 behind the same floor holds, the drain time grows, the rate does not.
+    def advice(backlog: int) -> Recommend:
+        advised = decide(model(parallelism=16, units=16, arrival_rate=3000,
+                               backlog_records=backlog, shedding=SHEDDABLE), ControlState(),
+                         NOW, replace(POLICY, shed_at_ceiling=False))
+        assert isinstance(advised, Recommend) and advised.action == "throttle", advised
+        return advised
+    assert advice(60_000).value == pytest.approx(2560 - 1000)
+    assert "throttle the producers to 1 560/s (keeps 80% utilisation and drains the backlog " \
+           "in 60 s)" in advice(60_000).reason
+    floor = advice(120_000)
+    assert floor.value == pytest.approx(1280)
+    assert "throttle the producers to 1 280/s (keeps 80% utilisation and drains the backlog " \
+           "in 93.8 s, past the catch-up time of 60 s: the producers keep half the rate " \
+           "read)" in floor.reason
+    assert advice(300_000).value == pytest.approx(1280)
+
+
+def test_producer_rate_is_monotone_in_the_backlog_and_says_when_nothing_drains_it() -> None:
+    rates = [producer_rate(2560, backlog, 60)[0] for backlog in range(0, 300_000, 5_000)]
+    assert rates == sorted(rates, reverse=True) and min(rates) == 1280
+    assert producer_rate(2560, 0, 60) == (2560, 0)
+    assert producer_rate(0, 1000, 60) == (0, math.inf)
 
 
 def test_at_the_ceiling_shedding_holds_while_it_suffices_then_advises_a_throttle_at_its_bound(
