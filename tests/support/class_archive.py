@@ -21,6 +21,7 @@ does not pay for it again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -37,6 +38,7 @@ from confluent_kafka import Consumer, Producer
 
 from streamctl.stack.broker import LocalBroker
 from streamctl.stack.jvm import require_java
+from streamctl.stack.maven import BROKER_POM, resolve_classpath
 from streamctl.stack.tcp import find_free_ports
 from streamctl.stack.topics import TopicSpec, ensure_topics
 
@@ -102,19 +104,15 @@ def _write_driver(partial: Path, _state_dir: Path) -> None:
                            f"{done.stderr[-2000:]}")
 
 
-def _broker(state_dir: Path, root: Path, env: Mapping[str, str] | None = None) -> LocalBroker:
-    return LocalBroker(root, *find_free_ports(2), maven_dir=state_dir / "maven", env=env)
-
-
 def _broker_jars(state_dir: Path) -> Iterable[Path]:
-    with tempfile.TemporaryDirectory() as root:
-        return _broker(state_dir, Path(root)).classpath()
+    return resolve_classpath(BROKER_POM, state_dir / "maven")  # as `LocalBroker.classpath`
 
 
 def _write_broker(partial: Path, state_dir: Path) -> None:
     with tempfile.TemporaryDirectory() as root:
-        broker = _broker(state_dir, Path(root), {**os.environ, JAVA_OPTIONS: _appended(
-            os.environ, JAVA_OPTIONS, f"-XX:ArchiveClassesAtExit={partial}")})
+        broker = LocalBroker(Path(root), *find_free_ports(2), maven_dir=state_dir / "maven",
+                             env={**os.environ, JAVA_OPTIONS: _appended(
+                                 os.environ, JAVA_OPTIONS, f"-XX:ArchiveClassesAtExit={partial}")})
         try:
             broker.start(timeout_s=120.0)
             # The storage format before it (a JVM of the same class path) wrote one too.
@@ -158,14 +156,18 @@ SPARK_DRIVER = Kind("spark-driver", _pyspark_jars, _write_driver)
 KAFKA_BROKER = Kind("kafka-broker", _broker_jars, _write_broker)
 
 
-def archive_path(state_dir: Path, kind: Kind) -> Path:
-    """Where the archive of this kind for this JDK and install is (written yet or not)."""
+@functools.cache
+def _java_identity() -> str:
+    """The java binary and what `java -version` says: an archive fits one JDK only."""
     java = require_java()
     version = subprocess.run([str(java), "-version"], capture_output=True, text=True,
                              timeout=60).stderr
-    digest = hashlib.sha256()
-    for part in (str(java.resolve()), version):
-        digest.update(part.encode())
+    return f"{java.resolve()}{version}"
+
+
+def archive_path(state_dir: Path, kind: Kind) -> Path:
+    """Where the archive of this kind for this JDK and install is (written yet or not)."""
+    digest = hashlib.sha256(_java_identity().encode())
     for jar in kind.jars(state_dir):
         stat = jar.stat()
         digest.update(f"{jar.resolve()} {stat.st_size} {stat.st_mtime_ns}".encode())
