@@ -41,17 +41,20 @@ def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
 
 
 def note_demands(queries: Memory, ready: Mapping[str, QueryModel],
-                 verdicts: Mapping[str, Verdict], reading: int) -> None:
+                 verdicts: Mapping[str, Verdict], reading: int) -> bool:
     """Each query decided this cycle wants the cores its verdict names (`CORES_WANTED`);
     one lost, down or not ready wants none. A want is dated by the cluster's `reading` in
-    force when it began, kept while it lasts."""
+    force when it began, kept while it lasts. Whether a want began this cycle."""
+    began = False
     for query_id, verdict in verdicts.items():
         model = ready.get(query_id)
         cores = (0.0 if model is None or isinstance(verdict, NotReady)
                  else verdict.figures.get(CORES_WANTED, 0.0))
         query = queries.of(query_id)
+        began |= query.demand is None and model is not None and cores > 0
         since = query.demand.since_reading if query.demand is not None else reading
         query.demand = (
             Demand(query_id, int(cores), model.cluster_priority,
                    min(model.utilisation, MAX_NEED), since_reading=since)
             if model is not None and cores > 0 else None)
+    return began
