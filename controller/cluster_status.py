@@ -64,15 +64,18 @@ class MasterStatus:
     def __init__(self, url: str, interval_s: float, collect_s: float | None = None, *,
                  fetch: Callable[[str, float], Mapping[str, Any]] = _fetch,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """Read every `interval_s`, and `collect_s` after a `read_soon` (default: the interval,
+        a want waits for the next regular reading). `clock` dates the readings (their age);
+        the reading thread waits in real time."""
         self.url, self._interval_s = url, interval_s
-        self._collect_s = interval_s if collect_s is None else min(collect_s, interval_s)
+        self._collect_s = interval_s if collect_s is None else collect_s
         self._fetch, self._clock = fetch, clock
         self._reading: tuple[int, float] | None = None
         """(free cores, when read) of the last good read."""
         self._readings = 0
         self._failing = False
         self._due = 0.0
-        """When the next read is due (the reading thread's clock)."""
+        """When the next read is due (`time.monotonic`)."""
         self._due_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -103,7 +106,7 @@ class MasterStatus:
 
     def read_soon(self) -> None:
         with self._due_lock:
-            self._due = min(self._due, self._clock() + self._collect_s)
+            self._due = min(self._due, time.monotonic() + self._collect_s)
         self._wake.set()
 
     def read_once(self) -> None:
@@ -124,9 +127,11 @@ class MasterStatus:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            with self._due_lock:  # set before the read: a want noted during it asks again
-                self._due = self._clock() + self._interval_s
+            # Due again before the read: a want noted during it (which this reading may
+            # divide already) still has a reading after its collection time.
+            with self._due_lock:
+                self._due = time.monotonic() + self._interval_s
             self.read_once()
-            while not self._stop.is_set() and (left := self._due - self._clock()) > 0:
+            while not self._stop.is_set() and (left := self._due - time.monotonic()) > 0:
                 self._wake.wait(left)
                 self._wake.clear()

@@ -522,7 +522,7 @@ class ControllerSettings:
     cluster_collect_s: float = 1.0
     """Seconds from a query's new want of cores to the next read of the master's status (at
     most `cluster_status_interval_s`): the wants that begin within them are divided together,
-    ordered by priority, and a want waits them instead of a whole interval."""
+    ordered by priority, and a want waits that long instead of up to a whole interval."""
 
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""
