@@ -60,8 +60,8 @@ def verdict(name: str, measured: str, root: Path = ROOT,
                         root=root).returncode != 0:
         touched = _git("diff", "--name-only", measured, changed, "--", *MEASURES[name],
                        root=root).stdout.split()
-        return Stale(name, f"measured at {measured}; changed since: "
-                           f"{', '.join(touched) or changed[:12]}")
+        if touched:  # none: the code it measures is as it was (a change reverted)
+            return Stale(name, f"measured at {measured}; changed since: {', '.join(touched)}")
     return None
 
 

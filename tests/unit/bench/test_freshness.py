@@ -43,6 +43,9 @@ def test_a_result_goes_stale_when_its_measured_code_changes_or_was_uncommitted_a
     _commit(tmp_path, "streaming_jobs/runtime/sink/writer.py", "v2")
     found = {s.name for s in freshness.stale(results, tmp_path)}
     assert "sink" in found and "fleet" not in found
+    _commit(tmp_path, "streaming_jobs/runtime/sink/writer.py", "v1")  # reverted: as measured
+    assert "sink" not in {s.name for s in freshness.stale(results, tmp_path)}
+    _commit(tmp_path, "streaming_jobs/runtime/sink/writer.py", "v2")
 
     assert freshness.verdict("sink", measured + "+dirty", tmp_path) is not None
     # Uncommitted changes count only where they touch the measured code.
