@@ -28,6 +28,7 @@ from streamctl.stack.topics import TopicSpec, delete_topics, ensure_topics
 from tests.support.class_archive import broker_env, broker_java_options, use_archives
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics, TopicReader
+from tests.support.processes import children_of
 from tests.support.spark_cluster import LocalSparkCluster, start_cluster
 
 # Property tests check what holds, not how fast: Hypothesis's default 200 ms deadline per
@@ -69,7 +70,7 @@ def _unwind_once(signum: int, _frame: object) -> None:
 
 def _pass_on_to_workers(signum: int, _frame: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a repeat would cut this wait short
-    workers = _children(os.getpid())  # not the process group: that may hold the caller's
+    workers = children_of(os.getpid())  # not the process group: that may hold the caller's
     for worker in workers:            # shell and tee
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGTERM)
@@ -79,20 +80,11 @@ def _pass_on_to_workers(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    with contextlib.suppress(FileNotFoundError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
 def _own_sessions(pid: int) -> list[int]:
     """The children of `pid` that lead a session of their own: what a fixture started (a
     broker, a job), not the worker's own Spark gateway JVM, which ends with it."""
     leaders = []
-    for child in _children(pid):
+    for child in children_of(pid):
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             if os.getsid(child) == child:
                 leaders.append(child)

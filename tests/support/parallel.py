@@ -1,20 +1,24 @@
-"""Three tests at a time on two cores (pytest-xdist), and the tests that need the machine alone.
+"""Three tests at a time on two cores (pytest-xdist), and the tests that measure a capacity first.
 
 `./dev test` runs the suite on three xdist workers (`-n 3 --dist loadscope`): the shared units
 wait on sessions, timeouts and brokers as much as they compute, and two at a time left the
 machine 80 % busy there (92 % with three). This plugin decides what goes
 together, in which order, and what may run beside what:
 
-- `ALONE`: modules whose tests step their load relative to a capacity they measured first. A
-  busy test on another worker starting or ending mid-run would change that capacity under
-  them, so they form one unit of work (one worker runs them one after another), which holds
-  the machine exclusively while it runs, fixtures included.
+- `CAPACITY`: modules whose tests step their load relative to a capacity they measured
+  first. A busy test on another worker starting or ending mid-run would change that capacity
+  under them, so they form one unit of work (one worker runs them one after another) that
+  runs ahead of everything else, fixtures included: its worker and all it starts in a cpu
+  cgroup that outweighs every session (`tests/support/ahead.py`), so the CPU they want is
+  theirs and the other units get what they leave (about half the machine: its tests spend
+  much of their time waiting at a steady load). Where no such cgroup can be made, it holds
+  the machine exclusively instead.
 - `IDLE`: modules whose tests mostly wait (group sessions, timeouts, a consumer's poll, a
   broker outage), measured at about a tenth of the machine's CPU or less, their brokers'
   start included (`test_broker_outage`: 12 core-seconds in 42 s; it has the restartable
   broker to itself when the `SHARED` unit that stops it runs on another worker). They take
-  no lock, so they run beside an `ALONE` test; the queue puts them right after the `ALONE`
-  unit.
+  no lock, so they run beside a `CAPACITY` test even where that holds the machine; the
+  queue puts them right after the `CAPACITY` unit.
 - Every other unit holds the machine shared while it runs: up to three of them at a time.
 
 A module is one unit of work (its module-scoped fixtures start once); modules that share a
@@ -38,14 +42,16 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 from xdist.workermanage import WorkerController
 
-ALONE = frozenset({
+from tests.support.ahead import Ahead
+
+CAPACITY = frozenset({
     "tests/e2e/test_closed_loop.py",
     "tests/e2e/test_closed_loop_fraud.py",
     "tests/e2e/test_closed_loop_scale_down.py",
     "tests/e2e/test_pipeline.py",
 })
 
-ALONE_UNIT = "alone"
+CAPACITY_UNIT = "capacity"
 
 IDLE = frozenset({
     "tests/integration/test_broker_outage.py",
@@ -84,12 +90,12 @@ def _module(nodeid: str) -> str:
 
 def unit_of_work(nodeid: str) -> str:
     module = _module(nodeid)
-    return ALONE_UNIT if module in ALONE else SHARED.get(module, module)
+    return CAPACITY_UNIT if module in CAPACITY else SHARED.get(module, module)
 
 
 def _queue_rank(item: pytest.Item) -> tuple[int, int]:
     module = _module(item.nodeid)
-    if module in ALONE:
+    if module in CAPACITY:
         return (0, 0)
     if module in IDLE:
         return (1, 0)
@@ -140,14 +146,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     unit = unit_of_work(item.nodeid)
-    if _module(item.nodeid) not in IDLE:
-        _MACHINE.take(run_id, unit, exclusive=unit == ALONE_UNIT)
+    if _module(item.nodeid) not in IDLE and not _MACHINE.holds(unit):
+        ahead = unit == CAPACITY_UNIT and _AHEAD.enter()
+        _MACHINE.take(run_id, unit, exclusive=unit == CAPACITY_UNIT and not ahead)
     try:
         yield
     finally:
         if nextitem is None or unit_of_work(nextitem.nodeid) != unit:
-            _stop_what_the_unit_started()
-            _MACHINE.release()
+            _end_unit()
+
+
+def _end_unit() -> None:
+    try:
+        _stop_what_the_unit_started()
+    finally:
+        _MACHINE.release()
+        _AHEAD.leave()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A unit cut short (`-x`, an interrupt) ends here, after the fixtures' teardown."""
+    _end_unit()
 
 
 _AT_UNIT_END: dict[str, Callable[[], object]] = {}
@@ -180,6 +200,9 @@ class _Machine:
         self._unit: str | None = None
         self._machine: IO[str] | None = None
 
+    def holds(self, unit: str) -> bool:
+        return self._unit == unit
+
     def take(self, run_id: str, unit: str, exclusive: bool) -> None:
         if self._unit == unit:
             return
@@ -198,3 +221,4 @@ class _Machine:
 
 
 _MACHINE = _Machine()
+_AHEAD = Ahead()

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
+import subprocess
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import pytest
 
-from tests.support import parallel
+from tests.support import ahead, parallel
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_module_the_plan_names_exists_and_none_is_both_alone_and_idle() -> None:
-    named = parallel.ALONE | parallel.IDLE | set(parallel.SHARED)
+def test_every_module_the_plan_names_exists_and_none_is_both_capacity_and_idle() -> None:
+    named = parallel.CAPACITY | parallel.IDLE | set(parallel.SHARED)
     assert sorted(m for m in named if not (ROOT / m).is_file()) == []
-    assert parallel.ALONE.isdisjoint(parallel.IDLE)
-    assert parallel.ALONE.isdisjoint(parallel.SHARED)
+    assert parallel.CAPACITY.isdisjoint(parallel.IDLE)
+    assert parallel.CAPACITY.isdisjoint(parallel.SHARED)
 
 
 def test_capacity_measuring_modules_are_one_unit_and_modules_sharing_a_fixture_are_one() -> None:
-    alone = {parallel.unit_of_work(f"{m}::test_x") for m in parallel.ALONE}
-    assert alone == {parallel.ALONE_UNIT}
+    measuring = {parallel.unit_of_work(f"{m}::test_x") for m in parallel.CAPACITY}
+    assert measuring == {parallel.CAPACITY_UNIT}
     assert parallel.unit_of_work("tests/faults/test_cluster_faults.py::test_a") == \
         parallel.unit_of_work("tests/integration/test_local_cluster.py::test_b[1]")
     assert parallel.unit_of_work("tests/unit/test_window.py::test_c") == "tests/unit/test_window.py"
@@ -38,7 +40,7 @@ def _hold_shared(directory: Path, held: Event) -> None:
 
 def test_an_exclusive_unit_keeps_the_other_worker_out_until_it_releases(tmp_path: Path) -> None:
     machine = parallel._Machine(tmp_path)
-    machine.take("run", "alone", exclusive=True)
+    machine.take("run", "capacity", exclusive=True)
     spawn = multiprocessing.get_context("spawn")  # a forked child would share the held lock
     held = spawn.Event()
     other = spawn.Process(target=_hold_shared, args=(tmp_path, held))
@@ -109,3 +111,31 @@ def test_a_worker_gets_its_next_unit_only_when_it_starts_the_last_test_it_holds(
     assert (first.sent, second.sent) == ([0, 1], [2, 3, 4])
     scheduler.mark_test_complete(first, 0)
     assert first.shutting_down and not second.shutting_down
+
+
+def test_a_unit_run_ahead_has_what_it_started_and_starts_in_a_heavy_cgroup_then_all_back_home(
+        ) -> None:
+    home = ahead.cgroup_of(os.getpid())
+    runner = ahead.Ahead()
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        started.append(subprocess.Popen(["sleep", "60"]))  # before: moved with the worker
+        entered = runner.enter()
+        started.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
+        group = ahead.cgroup_of(os.getpid())
+        inside = [ahead.cgroup_of(p.pid) for p in started]
+        weight = (group / "cpu.shares").read_text().strip() if group is not None else None
+        runner.leave()
+        if entered:  # where the cgroup can be made (root, cgroup v1): this machine
+            assert group != home and inside == [group, group]
+            assert weight == str(ahead.AHEAD_SHARES)
+        else:
+            assert group == home and inside == [home, home]
+        assert [ahead.cgroup_of(p.pid) for p in started] == [home, home]
+        assert ahead.cgroup_of(os.getpid()) == home
+        assert group is None or group == home or not group.exists()
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+        runner.leave()
