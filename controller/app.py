@@ -78,7 +78,8 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
         cluster = None
         if settings.spark_master_status_url:
             cluster = MasterStatus(settings.spark_master_status_url,
-                                   settings.cluster_status_interval_s).start()
+                                   settings.cluster_status_interval_s,
+                                   settings.cluster_collect_s).start()
             stack.callback(cluster.close)
         ports = Ports(metrics=source, control=KafkaControlSink(writers, kafka.control_topic,
                                                                 kafka.control_key,

@@ -1,7 +1,8 @@
 """The shared Spark cluster's free cores, read from its standalone master's status.
 
 `MasterStatus` reads the master's JSON status (its web UI's `/json/`) every interval in a
-thread of its own, so that the loop's `free_cores` returns at once: the free cores of the
+thread of its own, and a collection time after a query comes to want cores (`read_soon`), so
+that the loop's `free_cores` returns at once: the free cores of the
 live workers (`coresfree` of each worker whose state is ALIVE) as last read. Summed over the
 workers: an executor of several cores needs them on one worker, so with such executors the
 sum may promise room that is split across workers. It gives None
@@ -60,15 +61,23 @@ def _fetch(url: str, timeout_s: float) -> Mapping[str, Any]:
 class MasterStatus:
     """`ports.ClusterStatus` on a Spark standalone master; `start` it, `close` it."""
 
-    def __init__(self, url: str, interval_s: float, *,
+    def __init__(self, url: str, interval_s: float, collect_s: float | None = None, *,
                  fetch: Callable[[str, float], Mapping[str, Any]] = _fetch,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """Read every `interval_s`, and `collect_s` after a `read_soon` (default: the interval,
+        a want waits for the next regular reading). `clock` dates the readings (their age);
+        the reading thread waits in real time."""
         self.url, self._interval_s = url, interval_s
+        self._collect_s = interval_s if collect_s is None else collect_s
         self._fetch, self._clock = fetch, clock
         self._reading: tuple[int, float] | None = None
         """(free cores, when read) of the last good read."""
         self._readings = 0
         self._failing = False
+        self._due = 0.0
+        """When the next read is due (`time.monotonic`)."""
+        self._due_lock = threading.Lock()
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamctl-cluster-status",
                                         daemon=True)
@@ -79,6 +88,7 @@ class MasterStatus:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.ident is not None:
             self._thread.join(timeout=self._interval_s + 5)
 
@@ -93,6 +103,11 @@ class MasterStatus:
 
     def readings(self) -> int:
         return self._readings
+
+    def read_soon(self) -> None:
+        with self._due_lock:
+            self._due = min(self._due, time.monotonic() + self._collect_s)
+        self._wake.set()
 
     def read_once(self) -> None:
         """One read of the status; a failure keeps the last reading until it is stale."""
@@ -112,5 +127,11 @@ class MasterStatus:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Due again before the read: a want noted during it (which this reading may
+            # divide already) still has a reading after its collection time.
+            with self._due_lock:
+                self._due = time.monotonic() + self._interval_s
             self.read_once()
-            self._stop.wait(self._interval_s)
+            while not self._stop.is_set() and (left := self._due - time.monotonic()) > 0:
+                self._wake.wait(left)
+                self._wake.clear()

@@ -517,8 +517,12 @@ class ControllerSettings:
     cluster_status_interval_s: float = 5.0
     """Seconds between two reads of `spark_master_status_url`, in the background; a reading
     three intervals old is no longer used. The free cores are divided at each reading among
-    the queries that wanted more before it: a query that comes to want cores waits for the
-    next, where the priority orders every want of the interval."""
+    the queries that wanted more before it."""
+
+    cluster_collect_s: float = 1.0
+    """Seconds from a query's new want of cores to the next read of the master's status (at
+    most `cluster_status_interval_s`): the wants that begin within them are divided together,
+    ordered by priority, and a want waits that long instead of up to a whole interval."""
 
     dry_run: bool = False
     """Compute, log and record decisions (marked dry_run) but send no control tuple."""
@@ -537,6 +541,9 @@ class ControllerSettings:
         _check(2 <= self.lease_session_s <= 300, "lease_session_s must be in [2, 300]")
         _positive("follow_interval_s", self.follow_interval_s)
         _positive("cluster_status_interval_s", self.cluster_status_interval_s)
+        _check(0 < self.cluster_collect_s <= self.cluster_status_interval_s,
+               "cluster_collect_s must be in (0, cluster_status_interval_s], got "
+               f"{self.cluster_collect_s}")
         _check(self.spark_master_status_url == ""
                or self.spark_master_status_url.startswith(("http://", "https://")),
                "spark_master_status_url must be an http:// or https:// URL, got "

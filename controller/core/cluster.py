@@ -12,9 +12,10 @@ the queries that want more, before any asks:
 4. ties by query id, for determinism.
 
 Each is granted what it wants while cores are left. A query that came to want cores since
-the cluster's status was last read waits for the next reading, whose division counts it with
-every other want of that interval (`loop.sharing`): the priority orders the wants of an
-interval, not whichever model was ready a cycle sooner. A request cut to nothing
+the cluster's status was last read waits for the next reading (asked for a collection time
+after a want begins), whose division counts it with every other want since the last
+(`loop.sharing`): the priority orders those wants, not whichever model was ready a cycle
+sooner. A request cut to nothing
 leaves the query at its task slots: the policy then sizes within them, and at that ceiling
 sheds or advises a throttle, saying why (`Grant.note`). Pure; the loop keeps each query's
 newest demand and calls `divide` once a cycle. Neighbours: `parallelism` (cuts the executor
@@ -57,7 +58,7 @@ class Grant:
     pending: bool = False
     """The query's want is newer than the cluster's last reading: it waits for the next,
     whose division counts it, rather than take cores a query of a higher priority wanting
-    them in the same interval would be granted."""
+    them before that reading would be granted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,8 +312,9 @@ class ControlLoop:
                                                          self.queries[query_id].state))
         for query_id, verdict in verdicts.items():
             self._note(query_id, verdict, now_ms)
-        if cluster is not None:
-            note_demands(self.queries, ready, verdicts, cluster.readings())
+        if cluster is not None and note_demands(self.queries, ready, verdicts,
+                                                cluster.readings()):
+            cluster.read_soon()  # divided with the wants of the next moments, not an interval
         said = {w.query_id: self.queries.of(w.query_id).verdict for w in self._windows}
         self.ports.observer.lost(sorted(q for q, v in said.items() if isinstance(v, Lost)))
         for action in ("stopped", "halted"):

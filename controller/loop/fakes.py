@@ -304,11 +304,12 @@ class MemoryBus:
 
 class MemoryCluster:
     """A shared cluster's status as a test sets it (`ports.ClusterStatus`): each `read` is a
-    new reading."""
+    new reading; `soon` counts the loop's requests for one."""
 
     def __init__(self, free: int | None) -> None:
         self.free = free
         self._readings = 0 if free is None else 1
+        self.soon = 0
 
     def read(self, free: int | None) -> None:
         self.free = free
@@ -319,3 +320,6 @@ class MemoryCluster:
 
     def readings(self) -> int:
         return self._readings
+
+    def read_soon(self) -> None:
+        self.soon += 1

@@ -83,6 +83,11 @@ class ClusterStatus(Protocol):
         among the queries that wanted cores before it."""
         ...
 
+    def read_soon(self) -> None:
+        """A query came to want cores: read the status once the collection time has passed
+        since the first such want, unless a reading is due sooner."""
+        ...
+
 
 class ControlSink(Protocol):
     def send(self, control: ControlTuple, decision: Decision | None = None) -> None:

@@ -23,7 +23,7 @@ from schemas.knobs import EXECUTORS
 def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
     """The cluster's free cores divided among the queries that wanted cores before its last
     reading (`Demand.since_reading`): those that came to want them since wait for the next,
-    where the priority orders them with every other want of that interval. None when the
+    where the priority orders them with every other want since this one. None when the
     cluster's status is unknown, and then nothing cuts an executor request."""
     free_cores = cluster.free_cores() if cluster is not None else None
     if cluster is None or free_cores is None:
@@ -41,17 +41,20 @@ def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
 
 
 def note_demands(queries: Memory, ready: Mapping[str, QueryModel],
-                 verdicts: Mapping[str, Verdict], reading: int) -> None:
+                 verdicts: Mapping[str, Verdict], reading: int) -> bool:
     """Each query decided this cycle wants the cores its verdict names (`CORES_WANTED`);
     one lost, down or not ready wants none. A want is dated by the cluster's `reading` in
-    force when it began, kept while it lasts."""
+    force when it began, kept while it lasts. Whether a want began this cycle."""
+    began = False
     for query_id, verdict in verdicts.items():
         model = ready.get(query_id)
         cores = (0.0 if model is None or isinstance(verdict, NotReady)
                  else verdict.figures.get(CORES_WANTED, 0.0))
         query = queries.of(query_id)
         since = query.demand.since_reading if query.demand is not None else reading
-        query.demand = (
-            Demand(query_id, int(cores), model.cluster_priority,
-                   min(model.utilisation, MAX_NEED), since_reading=since)
-            if model is not None and cores > 0 else None)
+        demand = (Demand(query_id, int(cores), model.cluster_priority,
+                         min(model.utilisation, MAX_NEED), since_reading=since)
+                  if model is not None and cores > 0 else None)
+        began |= query.demand is None and demand is not None
+        query.demand = demand
+    return began

@@ -5,12 +5,14 @@ test_executors_standalone` reads a real master)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from controller.cluster_status import MasterStatus, StatusError, free_cores_of
+from tests.support.waiting import until
 
 STATUS = {"url": "spark://master:7077", "status": "ALIVE", "aliveworkers": 2, "cores": 6,
           "coresused": 3, "workers": [
@@ -53,3 +55,22 @@ def test_a_failed_read_keeps_the_last_reading_until_it_is_three_intervals_old() 
     assert status.free_cores() == 1
     now[0] = 15.1
     assert status.free_cores() is None
+
+
+def test_a_want_has_the_status_read_once_the_collection_time_has_passed_not_an_interval_later(
+        ) -> None:
+    reads: list[float] = []
+
+    def fetch(url: str, timeout_s: float) -> Mapping[str, Any]:
+        reads.append(time.monotonic())
+        return STATUS
+
+    status = MasterStatus("http://master:8080/json/", 3600.0, 0.05, fetch=fetch).start()
+    try:
+        until(lambda: status.readings() == 1, 30.0, "the first reading, at start")
+        asked = time.monotonic()
+        status.read_soon()
+        until(lambda: status.readings() == 2, 30.0, "a reading soon after the want, not in an hour")
+        assert reads[1] >= asked + 0.05  # not before the other wants had their collection time
+    finally:
+        status.close()

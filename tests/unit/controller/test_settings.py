@@ -35,6 +35,8 @@ from streamctl.options import attribute_docs
     (lambda: KafkaSettings(bootstrap_servers=" "), "kafka.bootstrap_servers must not be empty"),
     (lambda: ControllerSettings(metrics_port=70000), "metrics_port must be in [0, 65535]"),
     (lambda: ControllerSettings(ack_timeout_s=-1), "ack_timeout_s must be a positive number"),
+    (lambda: ControllerSettings(cluster_collect_s=6),
+     "cluster_collect_s must be in (0, cluster_status_interval_s], got 6"),
     (lambda: ModelSettings(overhead_fit_min_spread=1), "model.overhead_fit_min_spread must be > 1"),
     (lambda: PolicySettings(skew_partition_share=0.3),
      "policy.skew_partition_share must be in [0.5, 1]"),

@@ -198,13 +198,18 @@ def closed_loop(job: Job, seconds: int,
 
 def closed_loop_of(jobs: list[Job], seconds: int, settings: ControllerSettings | None = None,
                    *, cluster_cores: int | None = None, bus: MemoryBus | None = None,
-                   executors_answered: bool = True) -> list[Sent]:
+                   executors_answered: bool = True,
+                   cluster: MemoryCluster | None = None) -> list[Sent]:
     """`closed_loop` over several jobs (by query id) under one controller, on `bus` if given;
     with `cluster_cores`, they share a cluster of that many cores, whose free ones (those no
-    job's task slots hold) the controller reads. A restart pauses the clock for every job.
+    job's task slots hold) the controller reads (through `cluster` if given, read every 5
+    s whatever the loop asks). A restart pauses the clock for every job.
     Without `executors_answered`, an executors tuple is neither applied nor acked."""
     bus, clock = bus or MemoryBus(), FakeClock(T0_MS)
-    cluster = None if cluster_cores is None else MemoryCluster(None)
+    if cluster_cores is None:
+        cluster = None
+    elif cluster is None:
+        cluster = MemoryCluster(None)
     loop = memory_loop(bus, clock, settings, cluster=cluster)
     sent: list[Sent] = []
     by_id = {job.query_id: job for job in jobs}

@@ -17,7 +17,7 @@ from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
 from controller.core.season import Forecast
 from controller.core.state import ControlState, InFlight, applied, settled
-from controller.loop.fakes import MemoryBus
+from controller.loop.fakes import MemoryBus, MemoryCluster
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
 from schemas import ControlTuple
 from tests.unit.controller.traces import Job, closed_loop, closed_loop_of, simulate
@@ -279,6 +279,16 @@ def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_get
     assert "another executor: the cluster's 4 free cores went to high (priority 1" in (
         at_ceiling[0]), at_ceiling
     assert "another executor: the cluster has 0 free cores" in at_ceiling[-1], at_ceiling
+
+
+def test_a_query_that_comes_to_want_cores_asks_for_a_reading_of_the_cluster_once() -> None:
+    """The want begins at the load's step and lasts until its executors are granted (its
+    state partitions follow them, and want no cores)."""
+    cluster = MemoryCluster(None)
+    sent = closed_loop_of([on_shared_cluster("only", 0)], 120, ControllerSettings(),
+                          cluster_cores=8, cluster=cluster)
+    assert [c.parameter for _, c, _ in sent][:1] == ["executors"], sent
+    assert cluster.soon == 1
 
 
 def test_cores_a_tuple_in_flight_asked_for_go_to_no_other_query_whatever_its_priority() -> None:

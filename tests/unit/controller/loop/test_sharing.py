@@ -20,11 +20,11 @@ ONE_CORE_BEHIND = QueryModel(
     executor_cores=1, max_executors=2)
 
 
-def wanting(queries: Memory, cluster: MemoryCluster, *priorities: tuple[str, int]) -> None:
-    """One cycle in which each query named wants one more core."""
+def wanting(queries: Memory, cluster: MemoryCluster, *priorities: tuple[str, int]) -> bool:
+    """One cycle in which each query named wants one more core; whether a want began."""
     models = {q: replace(ONE_CORE_BEHIND, query_id=q, cluster_priority=p) for q, p in priorities}
-    note_demands(queries, models, {q: Hold("more cores wanted", {CORES_WANTED: 1.0})
-                                   for q in models}, cluster.readings())
+    return note_demands(queries, models, {q: Hold("more cores wanted", {CORES_WANTED: 1.0})
+                                          for q in models}, cluster.readings())
 
 
 def test_wants_of_one_interval_are_divided_at_the_next_reading_by_priority() -> None:
@@ -56,3 +56,13 @@ def test_a_want_keeps_the_reading_it_began_at_while_it_lasts_and_an_unread_clust
     wanting(queries, cluster, ("q", 0))  # the same want, noted again after the reading
     divided = division(cluster, queries)
     assert divided is not None and divided.grant("q").cores == 1
+
+
+def test_only_a_want_that_begins_asks_for_a_reading_not_one_that_goes_on() -> None:
+    cluster, queries = MemoryCluster(1), Memory()
+    assert wanting(queries, cluster, ("routine", 1))
+    assert not wanting(queries, cluster, ("routine", 1))
+    assert wanting(queries, cluster, ("routine", 1), ("urgent", 5))
+    note_demands(queries, {}, {"routine": Hold("sized", {}), "urgent": Hold("sized", {})},
+                 cluster.readings())  # both wants end
+    assert wanting(queries, cluster, ("urgent", 5))
