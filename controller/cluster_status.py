@@ -72,7 +72,10 @@ class MasterStatus:
         self._fetch, self._clock = fetch, clock
         self._reading: tuple[int, float] | None = None
         """(free cores, when read) of the last good read."""
+        self._begun = 0
+        """Reads begun so far."""
         self._readings = 0
+        """The ordinal (among the reads begun) of the last good one."""
         self._failing = False
         self._due = 0.0
         """When the next read is due (`time.monotonic`)."""
@@ -104,6 +107,9 @@ class MasterStatus:
     def readings(self) -> int:
         return self._readings
 
+    def reading_after(self) -> int:
+        return self._begun
+
     def read_soon(self) -> None:
         with self._due_lock:
             self._due = min(self._due, time.monotonic() + self._collect_s)
@@ -111,6 +117,8 @@ class MasterStatus:
 
     def read_once(self) -> None:
         """One read of the status; a failure keeps the last reading until it is stale."""
+        self._begun += 1
+        ordinal = self._begun
         try:
             cores = free_cores_of(self._fetch(self.url, min(self._interval_s, 5.0)))
         except (OSError, ValueError, HTTPException) as exc:  # unreachable, bad JSON or reply
@@ -123,7 +131,7 @@ class MasterStatus:
             log.info("the Spark master's status at %s reads %d free cores", self.url, cores)
         self._failing = False
         self._reading = (cores, self._clock())
-        self._readings += 1
+        self._readings = ordinal
 
     def _run(self) -> None:
         while not self._stop.is_set():

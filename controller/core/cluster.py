@@ -50,6 +50,17 @@ class Demand:
 
 
 @dataclass(frozen=True, slots=True)
+class Taken:
+    """Cores an applied executors request took: the master's readings show them taken only
+    from one begun after the request's ack on, and until then they are counted as asked."""
+
+    cores: int
+    shown_after: int
+    """The reading count (`ClusterStatus.reading_after`) at the ack: readings past it show
+    the executors."""
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
     """Cores one query may add, and the sentence that says why not more."""
 

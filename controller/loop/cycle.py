@@ -69,7 +69,7 @@ from controller.loop.ports import (
 )
 from controller.loop.probing import Prober
 from controller.loop.sharing import division as division_of
-from controller.loop.sharing import note_demands
+from controller.loop.sharing import note_demands, note_taken
 from controller.settings import ControllerSettings
 from schemas import Ack, Outcome
 from schemas.knobs import EXECUTORS
@@ -255,6 +255,7 @@ class ControlLoop:
                 window.require_epoch(ack.epoch)
             if flight.instance:
                 self.standbys.promoted(ack.query_id, flight.instance, now_ms)
+            note_taken(query, flight, self.ports.cluster)
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.core.cluster import Demand
+from controller.core.cluster import Demand, Taken
 from controller.core.memo import Memo
 from controller.core.model import QueryModel, Remembered
 from controller.core.results import Verdict
@@ -39,6 +39,8 @@ class QueryMemory:
     demand: Demand | None = None
     """What it wants of the shared Spark cluster's free cores, as its last verdict named
     (`sharing`); None: nothing, or no cluster divided."""
+    taken: Taken | None = None
+    """The cores its last applied executors request took, while no reading shows them."""
     overload_recorded_ms: int = 0
     """When a decision of its own was last recorded: an overload recorded none for long is
     (`cycle._note`)."""

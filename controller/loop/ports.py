@@ -79,8 +79,14 @@ class ClusterStatus(Protocol):
         ...
 
     def readings(self) -> int:
-        """How many good readings there have been: the free cores are divided at each new one
-        among the queries that wanted cores before it."""
+        """Which reading the free cores are from, counted as readings begin (it grows with
+        each good one): they are divided at each new one among the queries that wanted
+        cores before it."""
+        ...
+
+    def reading_after(self) -> int:
+        """A count `readings` passes only with a reading begun from now on: the executors
+        a request applied now started show in those, not in one already under way."""
         ...
 
     def read_soon(self) -> None:

@@ -2,8 +2,9 @@
 
 Owns what each query wants of the cluster from one cycle to the next (`QueryMemory.demand`,
 kept with the rest of the query's record, forgotten with it) and the division of each cycle:
-what each query's verdict last named, and what an executors tuple still in flight asked for
-(the master may not have started those executors yet). Neighbours: `cycle` divides before
+what each query's verdict last named, what an executors tuple still in flight asked for
+(the master may not have started those executors yet), and what an applied one took until a
+reading begun after its ack shows it. Neighbours: `cycle` divides before
 it models and notes the wants after it decides; the model carries its grant.
 """
 
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controller.core.cluster import MAX_NEED, Demand, Division, divide
+from controller.core.cluster import MAX_NEED, Demand, Division, Taken, divide
 from controller.core.model import QueryModel
 from controller.core.parallelism import CORES_WANTED
 from controller.core.results import NotReady, Verdict
-from controller.loop.memory import Memory
+from controller.core.state import InFlight
+from controller.loop.memory import Memory, QueryMemory
 from controller.loop.ports import ClusterStatus
 from schemas.knobs import EXECUTORS
 
@@ -30,14 +32,28 @@ def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
         return None
     demands = []
     for query_id, query in queries.items():
-        flight, model = query.state.in_flight, query.model
+        flight, model, taken = query.state.in_flight, query.model, query.taken
         if flight is not None and flight.parameter == EXECUTORS and model is not None:
-            demands.append(Demand(
-                query_id, max(0, flight.target - flight.current) * model.executor_cores,
-                model.cluster_priority, asked=True))
+            demands.append(Demand(query_id, _cores_asked(flight, model),
+                                  model.cluster_priority, asked=True))
+        elif taken is not None and cluster.readings() <= taken.shown_after:
+            priority = model.cluster_priority if model is not None else 0
+            demands.append(Demand(query_id, taken.cores, priority, asked=True))
         elif query.demand is not None and query.demand.since_reading < cluster.readings():
             demands.append(query.demand)
     return divide(free_cores, demands)
+
+
+def note_taken(query: QueryMemory, flight: InFlight, cluster: ClusterStatus | None) -> None:
+    """An executors request was applied: its cores are taken, though the reading in force
+    (or one under way) was read before its executors ran."""
+    model = query.model
+    if cluster is not None and model is not None and flight.parameter == EXECUTORS:
+        query.taken = Taken(_cores_asked(flight, model), cluster.reading_after())
+
+
+def _cores_asked(flight: InFlight, model: QueryModel) -> int:
+    return max(0, flight.target - flight.current) * model.executor_cores
 
 
 def note_demands(queries: Memory, ready: Mapping[str, QueryModel],

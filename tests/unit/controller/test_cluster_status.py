@@ -74,3 +74,18 @@ def test_a_want_has_the_status_read_once_the_collection_time_has_passed_not_an_i
         assert reads[1] >= asked + 0.05  # not before the other wants had their collection time
     finally:
         status.close()
+
+
+def test_only_a_reading_begun_after_a_moment_passes_the_count_of_that_moment() -> None:
+    during: list[int] = []
+
+    def fetch(url: str, timeout_s: float) -> Mapping[str, Any]:
+        during.append(status.reading_after())  # an executors request applied mid-read
+        return STATUS
+
+    status = MasterStatus("http://master:8080/json/", 5.0, fetch=fetch)
+    status.read_once()
+    assert status.readings() <= during[0]  # under way then: it may not show the executors
+    after = status.reading_after()
+    status.read_once()
+    assert status.readings() > after

@@ -9,9 +9,11 @@ from dataclasses import replace
 from controller.core.model import QueryModel
 from controller.core.parallelism import CORES_WANTED
 from controller.core.results import Hold
+from controller.core.state import InFlight
 from controller.loop.fakes import MemoryCluster
 from controller.loop.memory import Memory
-from controller.loop.sharing import division, note_demands
+from controller.loop.sharing import division, note_demands, note_taken
+from schemas.knobs import EXECUTORS
 
 ONE_CORE_BEHIND = QueryModel(
     query_id="", samples=10, config_epoch=0, arrival_rate=150, throughput=30, busy_ratio=1.0,
@@ -66,3 +68,24 @@ def test_only_a_want_that_begins_asks_for_a_reading_not_one_that_goes_on() -> No
     note_demands(queries, {}, {"routine": Hold("sized", {}), "urgent": Hold("sized", {})},
                  cluster.readings())  # both wants end
     assert wanting(queries, cluster, ("urgent", 5))
+
+
+def test_cores_an_applied_request_took_stay_taken_until_a_reading_begun_after_its_ack(
+        ) -> None:
+    cluster, queries = MemoryCluster(1), Memory()
+    wanting(queries, cluster, ("first", 5), ("second", 0))
+    cluster.read(1)
+    first = queries.of("first")
+    first.model = replace(ONE_CORE_BEHIND, query_id="first", cluster_priority=5)
+    note_taken(first, InFlight("c1", target=2, epoch=1, issued_at_ms=0, current=1,
+                               parameter=EXECUTORS), cluster)  # applied: the reading is older
+    first.demand = None  # its executors run: it wants no more
+
+    held = division(cluster, queries)
+    assert held is not None
+    assert held.grant("second").cores == 0
+    assert "first (priority 5, asked already)" in held.grant("second").note
+
+    cluster.read(1)  # a core came free after all: this reading shows the executors
+    freed = division(cluster, queries)
+    assert freed is not None and freed.grant("second").cores == 1
