@@ -65,16 +65,8 @@ class Ahead:
         """Everything still in the group (this process, a session broker the unit started)
         back where this process was, and the group removed."""
         group, home, self._group, self._home = self._group, self._home, None, None
-        if group is None or home is None:
-            return
-        for _ in range(50):  # a process exiting is still listed for a moment
-            with contextlib.suppress(OSError):
-                for pid in (group / "cgroup.procs").read_text().split():
-                    _move(int(pid), home)
-                group.rmdir()
-                return
-            time.sleep(0.02)
-        warnings.warn(f"{group} kept its processes: {_listed(group)}", stacklevel=2)
+        if group is not None and home is not None:
+            _dissolve(group, home, tries=50)  # a process exiting is listed for a moment
 
 
 def cgroup_of(pid: int) -> Path | None:
@@ -109,12 +101,21 @@ def _sweep() -> None:
         owner = left.name.removeprefix(_PREFIX)
         if not owner.isdigit() or is_alive(int(owner)):
             continue  # not one of ours, or a worker of a run going on now
+        _dissolve(left, CPU_CGROUPS, tries=1)
+
+
+def _dissolve(group: Path, into: Path, tries: int) -> None:
+    """Every process in `group` moved `into` another, and `group` removed; said when it
+    cannot be within `tries`."""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.02)
         with contextlib.suppress(OSError):
-            for pid in (left / "cgroup.procs").read_text().split():
-                _move(int(pid), CPU_CGROUPS)
-            left.rmdir()
-            continue
-        warnings.warn(f"{left} kept its processes: {_listed(left)}", stacklevel=2)
+            for pid in (group / "cgroup.procs").read_text().split():
+                _move(int(pid), into)
+            group.rmdir()
+            return
+    warnings.warn(f"{group} kept its processes: {_listed(group)}", stacklevel=3)
 
 
 def _listed(group: Path) -> str:
