@@ -107,7 +107,7 @@ class MasterStatus:
     def readings(self) -> int:
         return self._readings
 
-    def reading_after(self) -> int:
+    def reads_begun(self) -> int:
         return self._begun
 
     def read_soon(self) -> None:

@@ -6,7 +6,8 @@ executors that never come (the job's ack after its own wait). Instead the contro
 cluster's free cores (the master's status, `loop.ports.ClusterStatus`) and divides them among
 the queries that want more, before any asks:
 
-1. requests already sent (a tuple in flight) keep the cores they asked for;
+1. requests already sent keep the cores they asked for: in flight, or applied since the
+   reading (the master may not have counted them then);
 2. then by the priority each job declares (`--cluster-priority`, higher first);
 3. then by need: the query furthest over its capacity (arrival / capacity) first;
 4. ties by query id, for determinism.
@@ -43,7 +44,8 @@ class Demand:
     need: float = 0.0
     """How far over its capacity the query is (arrival / capacity)."""
     asked: bool = False
-    """A tuple asking for them is in flight: the master may not have granted them yet."""
+    """A tuple asked for them, in flight or applied since the reading: the reading may not
+    count them as taken yet."""
     since_reading: int = 0
     """The cluster status's reading in force when the query came to want cores: it is
     granted cores from the next one on (`loop.sharing`)."""
@@ -56,8 +58,8 @@ class Taken:
 
     cores: int
     shown_after: int
-    """The reading count (`ClusterStatus.reading_after`) at the ack: readings past it show
-    the executors."""
+    """The reads begun at the ack (`ClusterStatus.reads_begun`): readings past it show the
+    executors."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -321,7 +321,7 @@ class MemoryCluster:
     def readings(self) -> int:
         return self._readings
 
-    def reading_after(self) -> int:
+    def reads_begun(self) -> int:
         return self._readings  # a test's reading is taken when it is set
 
     def read_soon(self) -> None:

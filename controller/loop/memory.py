@@ -40,7 +40,8 @@ class QueryMemory:
     """What it wants of the shared Spark cluster's free cores, as its last verdict named
     (`sharing`); None: nothing, or no cluster divided."""
     taken: Taken | None = None
-    """The cores its last applied executors request took, while no reading shows them."""
+    """The cores its last applied executors request took: counted as asked until a reading
+    begun after its ack (`sharing`)."""
     overload_recorded_ms: int = 0
     """When a decision of its own was last recorded: an overload recorded none for long is
     (`cycle._note`)."""

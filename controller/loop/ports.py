@@ -84,9 +84,10 @@ class ClusterStatus(Protocol):
         cores before it."""
         ...
 
-    def reading_after(self) -> int:
-        """A count `readings` passes only with a reading begun from now on: the executors
-        a request applied now started show in those, not in one already under way."""
+    def reads_begun(self) -> int:
+        """How many reads have begun: `readings` passes it only with a reading begun after
+        now, which shows the executors a request applied now started (one under way may
+        not)."""
         ...
 
     def read_soon(self) -> None:

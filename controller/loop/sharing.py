@@ -27,8 +27,13 @@ def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
     reading (`Demand.since_reading`): those that came to want them since wait for the next,
     where the priority orders them with every other want since this one. None when the
     cluster's status is unknown, and then nothing cuts an executor request."""
-    free_cores = cluster.free_cores() if cluster is not None else None
-    if cluster is None or free_cores is None:
+    if cluster is None:
+        return None
+    # The reading's number before its cores: a reading that comes in between is then
+    # divided as if older, holding cores a request it shows took rather than granting them.
+    reading = cluster.readings()
+    free_cores = cluster.free_cores()
+    if free_cores is None:
         return None
     demands = []
     for query_id, query in queries.items():
@@ -36,10 +41,10 @@ def division(cluster: ClusterStatus | None, queries: Memory) -> Division | None:
         if flight is not None and flight.parameter == EXECUTORS and model is not None:
             demands.append(Demand(query_id, _cores_asked(flight, model),
                                   model.cluster_priority, asked=True))
-        elif taken is not None and cluster.readings() <= taken.shown_after:
+        elif taken is not None and reading <= taken.shown_after:
             priority = model.cluster_priority if model is not None else 0
             demands.append(Demand(query_id, taken.cores, priority, asked=True))
-        elif query.demand is not None and query.demand.since_reading < cluster.readings():
+        elif query.demand is not None and query.demand.since_reading < reading:
             demands.append(query.demand)
     return divide(free_cores, demands)
 
@@ -49,7 +54,8 @@ def note_taken(query: QueryMemory, flight: InFlight, cluster: ClusterStatus | No
     (or one under way) was read before its executors ran."""
     model = query.model
     if cluster is not None and model is not None and flight.parameter == EXECUTORS:
-        query.taken = Taken(_cores_asked(flight, model), cluster.reading_after())
+        query.taken = Taken(_cores_asked(flight, model), cluster.reads_begun())
+        cluster.read_soon()  # the others' wants wait for the reading that shows them
 
 
 def _cores_asked(flight: InFlight, model: QueryModel) -> int:

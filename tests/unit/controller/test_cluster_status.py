@@ -80,12 +80,12 @@ def test_only_a_reading_begun_after_a_moment_passes_the_count_of_that_moment() -
     during: list[int] = []
 
     def fetch(url: str, timeout_s: float) -> Mapping[str, Any]:
-        during.append(status.reading_after())  # an executors request applied mid-read
+        during.append(status.reads_begun())  # an executors request applied mid-read
         return STATUS
 
     status = MasterStatus("http://master:8080/json/", 5.0, fetch=fetch)
     status.read_once()
     assert status.readings() <= during[0]  # under way then: it may not show the executors
-    after = status.reading_after()
+    after = status.reads_begun()
     status.read_once()
     assert status.readings() > after

@@ -281,14 +281,15 @@ def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_get
     assert "another executor: the cluster has 0 free cores" in at_ceiling[-1], at_ceiling
 
 
-def test_a_query_that_comes_to_want_cores_asks_for_a_reading_of_the_cluster_once() -> None:
+def test_a_want_of_cores_asks_for_a_reading_once_and_the_executors_applied_once_more() -> None:
     """The want begins at the load's step and lasts until its executors are granted (its
-    state partitions follow them, and want no cores)."""
+    state partitions follow them, and want no cores); their ack asks for the reading that
+    shows them taken."""
     cluster = MemoryCluster(None)
     sent = closed_loop_of([on_shared_cluster("only", 0)], 120, ControllerSettings(),
                           cluster_cores=8, cluster=cluster)
     assert [c.parameter for _, c, _ in sent][:1] == ["executors"], sent
-    assert cluster.soon == 1
+    assert cluster.soon == 2
 
 
 def test_cores_a_tuple_in_flight_asked_for_go_to_no_other_query_whatever_its_priority() -> None:

@@ -80,6 +80,7 @@ def test_cores_an_applied_request_took_stay_taken_until_a_reading_begun_after_it
     note_taken(first, InFlight("c1", target=2, epoch=1, issued_at_ms=0, current=1,
                                parameter=EXECUTORS), cluster)  # applied: the reading is older
     first.demand = None  # its executors run: it wants no more
+    assert cluster.soon == 1  # the others' wants need a reading that shows them
 
     held = division(cluster, queries)
     assert held is not None
@@ -89,3 +90,32 @@ def test_cores_an_applied_request_took_stay_taken_until_a_reading_begun_after_it
     cluster.read(1)  # a core came free after all: this reading shows the executors
     freed = division(cluster, queries)
     assert freed is not None and freed.grant("second").cores == 1
+
+
+class ReadMidDivision(MemoryCluster):
+    """A reading that comes in while the division reads the status (the reader's thread)."""
+
+    def __init__(self, free: int, then: int) -> None:
+        super().__init__(free)
+        self.then: int | None = then
+
+    def free_cores(self) -> int | None:
+        free = self.free
+        if self.then is not None:
+            self.read(self.then)  # in after this call's free cores were taken
+            self.then = None
+        return free
+
+
+def test_a_reading_that_comes_in_during_the_division_does_not_free_cores_still_held() -> None:
+    cluster, queries = ReadMidDivision(1, then=0), Memory()
+    wanting(queries, cluster, ("second", 0))
+    cluster.read(1)
+    first = queries.of("first")
+    first.model = replace(ONE_CORE_BEHIND, query_id="first")
+    note_taken(first, InFlight("c1", target=2, epoch=1, issued_at_ms=0, current=1,
+                               parameter=EXECUTORS), cluster)
+
+    divided = division(cluster, queries)
+
+    assert divided is not None and divided.grant("second").cores == 0
