@@ -177,6 +177,11 @@ class PolicySettings:
     """Below this utilisation (and with no backlog) the query is a scale-down candidate. Well
     under the target, so a scale-down lands inside the band instead of oscillating."""
 
+    objective_max_utilisation: float = 0.9
+    """Most utilisation a job's stated delay objective may have a query sized for, however lax
+    the objective (`controller.core.objectives.band`; never below `target_utilisation`): the
+    rate estimates err, and a query at its capacity has nothing left for a burst."""
+
     catch_up_s: float = 60.0
     """Time in which the sized parallelism should drain the current backlog, on top of keeping
     up with arrivals. One minute: a visible recovery without buying capacity for a spike."""
@@ -233,6 +238,12 @@ class PolicySettings:
     it as the load allows (`controller.core.ceiling`). False: only advise it, and never touch a
     shed fraction set by hand."""
 
+    release_spare_executors: bool = True
+    """Give back the executors a query's units no longer run on (after a scale-down of its
+    knob), so a shared cluster's other jobs can have their cores: a later scale-up asks for
+    executors again, at the cost of a second pause. False: a job keeps every executor it got
+    (a cluster of its own)."""
+
     cooldown_s: float = 30.0
     """No new decision for a query this long after its last actuation was answered (or timed
     out), so the window refills with metrics of the new configuration first."""
@@ -273,6 +284,9 @@ class PolicySettings:
     def __post_init__(self) -> None:
         for name in ("target_utilisation", "high_water_utilisation", "low_water_utilisation"):
             _ratio(f"policy.{name}", getattr(self, name))
+        _check(0 < self.objective_max_utilisation < 1,
+               "policy.objective_max_utilisation must be > 0 and < 1, got "
+               f"{self.objective_max_utilisation}")
         _check(self.low_water_utilisation < self.target_utilisation
                <= self.high_water_utilisation,
                "need policy.low_water_utilisation < policy.target_utilisation <= "

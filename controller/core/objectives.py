@@ -15,7 +15,16 @@ utilisation, so their capacity is at least λ + B / catch_up_s > B / catch_up_s.
 `drain_within_s` replaces the controller's `policy.catch_up_s` (longer asks for fewer units: the
 cheapest size that meets it); a stated `max_delay_s` shortens it to max_delay_s − T, which makes
 B / capacity + T ≤ max_delay_s. Whichever is shortest sets the catch-up time and is named in
-the decision's reason. Neighbours: `policy` (sizes with `catch_up`), `model` (carries the
+the decision's reason.
+
+A delay objective also sets the utilisation band (`band`). A query at utilisation u with a
+per-batch overhead c runs batches of c / (1 − u) back to back, and a record waits up to two of
+them, so 2c / (1 − u) ≤ max_delay_s holds up to u = 1 − 2c / max_delay_s: that is the band's
+high water. Its target keeps the controller's headroom below it (`under`), within
+`policy.objective_max_utilisation`, and, with a drain objective K, within K / (K + P), where a
+resizing's pause P piles up P of arrivals that the spare capacity must drain within K. A lax
+objective sizes a query for fewer units than the controller's own band, a strict one for more.
+Neighbours: `policy` (sizes with `catch_up`), `model` (carries the
 query's objectives), `controller.explain` and `streamctl.board` (export `standings`).
 """
 
@@ -52,6 +61,43 @@ class Standing:
         value = "?" if self.value_s is None else f"{num(self.value_s)} s"
         verdict = {True: "met", False: "NOT met", None: "unknown"}[self.met]
         return f"{what} {value} of at most {num(self.bound_s)} s: {verdict}"
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """Utilisations a query is judged by: a scale-down candidate below `low`, sized for
+    `target`, backlogged above `high`."""
+
+    low: float
+    target: float
+    high: float
+
+
+def band(objectives: Objectives, overhead_s: float | None, pause_s: float, controller: Band,
+         most: float) -> Band | None:
+    """The band a stated delay objective allows (module docstring), its target at most
+    `most` (or the controller's own, if higher), or None for the
+    controller's own: no delay objective, no per-batch overhead measured (`overhead_s` None: a
+    band sized on an overhead assumed zero would be too lax), an overhead the objective cannot
+    bear at any utilisation, or a target the controller's own rounds to."""
+    if objectives.max_delay_s <= 0 or overhead_s is None:
+        return None
+    limit = 1 - 2 * max(0.0, overhead_s) / objectives.max_delay_s
+    target = min(under(limit, controller), max(most, controller.target))
+    if objectives.drain_within_s > 0:
+        target = min(target, objectives.drain_within_s / (objectives.drain_within_s + pause_s))
+    if target <= 0 or math.isclose(target, controller.target, rel_tol=1e-9):
+        return None
+    return Band(controller.low * target / controller.target, target, max(limit, target))
+
+
+def under(high: float, controller: Band) -> float:
+    """The target below a high water of `high` with the controller's own headroom: above the
+    controller's high water, the same share of the spare capacity 1 − u kept (0.9 → 0.7 gives
+    0.95 → 0.85); below it, the same ratio (0.7 → 0.54)."""
+    if high >= controller.high:
+        return 1 - (1 - high) * (1 - controller.target) / (1 - controller.high)
+    return high * controller.target / controller.high
 
 
 @dataclass(frozen=True, slots=True)

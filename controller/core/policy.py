@@ -28,7 +28,7 @@ from functools import partial
 from controller.core.ceiling import at_ceiling, lift
 from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.model import BROKER, QueryModel
-from controller.core.objectives import MAX_DELAY, CatchUp, catch_up
+from controller.core.objectives import MAX_DELAY, Band, CatchUp, band, catch_up
 from controller.core.parallelism import (
     CORES_WANTED,
     INEFFECTIVE,
@@ -36,6 +36,7 @@ from controller.core.parallelism import (
     ExecutorRequest,
     bounds,
     cores_wanted,
+    executors_kept,
     executors_wanted,
     running_executors,
     within_cluster,
@@ -279,13 +280,32 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
 
 def _not_backlogged(model: QueryModel, state: ControlState, now_ms: int,
                     settings: PolicySettings, inflow: Inflow) -> Verdict:
-    """Scaled down once quiet long enough, else held."""
+    """Scaled down once quiet long enough, else its spare executors released, else held."""
     if state.quiet_since_ms is not None and not inflow.any:
-        return _scale_down(model, now_ms - state.quiet_since_ms, settings)
-    found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
-    return Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
-                f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}",
-                model.figures())
+        verdict = _scale_down(model, now_ms - state.quiet_since_ms, settings)
+    else:
+        found = skew(model, settings)  # early warning only; unmeasured key skew is no news
+        verdict = Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
+                       f"{num(model.backlog_records)} records"
+                       f"{f'; {found.describe()}' if found else ''}", model.figures())
+    if isinstance(verdict, Scale) or inflow.any or not settings.release_spare_executors:
+        return verdict
+    return _release_executors(model) or verdict
+
+
+def _release_executors(model: QueryModel) -> Scale | None:
+    """The executors beyond those the query's units run on, given back to the cluster (its
+    other jobs, or its other applications): more would raise capacity only with more units,
+    which a scale-up asks for with executors anyway."""
+    kept = executors_kept(model)
+    if kept is None:
+        return None
+    running = running_executors(model)
+    return Scale(EXECUTORS, running, kept,
+                 f"{units(model.units)} of {model.knob} run on {kept} of its {running} "
+                 f"executors × {model.executor_cores} cores: releasing "
+                 f"{(running - kept) * model.executor_cores} cores to the cluster "
+                 f"({load(model)})", {**model.figures(), "target": float(kept)})
 
 
 def _carrying_wants(verdict: Verdict, tried: Verdict) -> Verdict:
@@ -324,9 +344,24 @@ def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
 
 def for_query(model: QueryModel, settings: PolicySettings) -> tuple[PolicySettings, CatchUp]:
     """The settings a query is judged by: its job's objectives set the drain time it is
-    sized for (`objectives.catch_up`), which the result names."""
+    sized for (`objectives.catch_up`) and its utilisation band (`objectives.band`); the
+    result names the objective that set either."""
     goal = catch_up(model.objectives, model.trigger_interval_s, settings.catch_up_s)
-    return (replace(settings, catch_up_s=goal.seconds) if goal.objective else settings), goal
+    if goal.objective:
+        settings = replace(settings, catch_up_s=goal.seconds)
+    stated = band(model.objectives,
+                  None if model.overhead_source == "assumed_zero" else model.batch_overhead_s,
+                  settings.reconfiguration_pause_s,
+                  Band(settings.low_water_utilisation, settings.target_utilisation,
+                       settings.high_water_utilisation),
+                  settings.objective_max_utilisation)
+    if stated is None:
+        return settings, goal
+    if not goal.objective:
+        goal = CatchUp(goal.seconds, MAX_DELAY, model.objectives.max_delay_s)
+    return replace(settings, low_water_utilisation=stated.low,
+                   target_utilisation=stated.target,
+                   high_water_utilisation=stated.high), goal
 
 
 def standing_note(model: QueryModel) -> str:

@@ -16,6 +16,7 @@ from controller.core.policy import decide
 from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
 from controller.core.season import Forecast
+from controller.core.sizing import Inflow
 from controller.core.state import ControlState, InFlight, applied, settled
 from controller.loop.fakes import MemoryBus, MemoryCluster
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
@@ -262,13 +263,17 @@ def on_shared_cluster(query_id: str, priority: int, **changes: Any) -> Job:
                    max_executors=12, cluster_priority=priority, **changes)
 
 
+KEEPING = ControllerSettings(policy=PolicySettings(release_spare_executors=False))
+"""The division's tests: jobs that keep the executor their first unit leaves spare."""
+
+
 def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_gets_it() -> None:
     """8 cores, each job holding 2: the 4 free go to the job of priority 1, in one request;
     the other is sized within its slots, saying where the cores went (later, that none are
     free)."""
     job = on_shared_cluster
     bus = MemoryBus()
-    sent = closed_loop_of([job("low", 0), job("high", 1)], 120, ControllerSettings(),
+    sent = closed_loop_of([job("low", 0), job("high", 1)], 120, KEEPING,
                           cluster_cores=8, bus=bus)
     executors = [(c.query_id, c.value) for _, c, _ in sent if c.parameter == "executors"]
     assert executors == [("high", "6")], sent
@@ -286,7 +291,7 @@ def test_a_want_of_cores_asks_for_a_reading_once_and_the_executors_applied_once_
     state partitions follow them, and want no cores); their ack asks for the reading that
     shows them taken."""
     cluster = MemoryCluster(None)
-    sent = closed_loop_of([on_shared_cluster("only", 0)], 120, ControllerSettings(),
+    sent = closed_loop_of([on_shared_cluster("only", 0)], 120, KEEPING,
                           cluster_cores=8, cluster=cluster)
     assert [c.parameter for _, c, _ in sent][:1] == ["executors"], sent
     assert cluster.soon == 2
@@ -299,9 +304,43 @@ def test_cores_a_tuple_in_flight_asked_for_go_to_no_other_query_whatever_its_pri
     bus = MemoryBus()
     jobs = [on_shared_cluster("first", 0),
             on_shared_cluster("urgent", 5, rates=[(0, 60), (50, 300)])]
-    sent = closed_loop_of(jobs, 130, ControllerSettings(), cluster_cores=8, bus=bus,
+    sent = closed_loop_of(jobs, 130, KEEPING, cluster_cores=8, bus=bus,
                           executors_answered=False)
     assert [(c.query_id, c.value) for _, c, _ in sent if c.parameter == "executors"] == [
         ("first", "6")], sent
     assert any(d.query_id == "urgent" and "went to first (priority 0, asked already)" in d.reason
                for d in bus.written_decisions()), [d.reason for d in bus.written_decisions()]
+
+
+def test_executors_its_units_no_longer_run_on_are_released_unless_an_upstream_sends_more(
+        ) -> None:
+    """3 state partitions at 100/s on 3 of its 4 two-core executors' 8 slots, within band: 2
+    executors hold them, and the other 2 go back to the cluster."""
+    calm = on_cluster(slots=8, cores=2, parallelism=3, units=3, arrival_rate=200, throughput=200,
+                      backlog_records=0, backlog_trend_records_per_s=0, time_to_drain_s=0,
+                      rate_per_unit=100)
+    verdict = decide(calm, ControlState(), NOW, POLICY)
+    assert scaled(verdict) == ("executors", 4, 2)
+    assert isinstance(verdict, Scale) and verdict.reason.startswith(
+        "3 units of state_partitions run on 2 of its 4 executors × 2 cores: releasing 4 cores "
+        "to the cluster"), verdict.reason
+    assert not isinstance(decide(calm, ControlState(), NOW, POLICY, Inflow(steady=50.0), "a"),
+                          Scale)  # an upstream's resizing will send more: kept
+    keeping = replace(POLICY, release_spare_executors=False)
+    assert not isinstance(decide(calm, ControlState(), NOW, keeping), Scale)
+    assert not isinstance(decide(replace(calm, task_slots=4), ControlState(), NOW, POLICY),
+                          Scale)  # 2 executors for 3 units: none spare
+    assert not isinstance(decide(replace(calm, executor_cores=0, max_executors=0),
+                                 ControlState(), NOW, POLICY), Scale)  # local mode
+
+
+def test_after_a_load_falls_the_knob_scales_down_then_the_spare_executors_are_released() -> None:
+    job = replace(STEP, task_slots=2, executor_cores=1, max_executors=12,
+                  rates=[(0, 60), (30, 300), (200, 40)])
+    sent = closed_loop(job, 600, ControllerSettings())
+    changes = [(c.parameter, int(c.value)) for _, c, _ in sent]
+    executors = [value for parameter, value in changes if parameter == "executors"]
+    assert executors[0] > 2 and executors[-1] < executors[0], changes
+    last_knob = max(i for i, (parameter, _) in enumerate(changes) if parameter != "executors")
+    assert changes[-1][0] == "executors" and len(changes) - 1 > last_knob, changes
+    assert executors[-1] == changes[last_knob][1], changes  # one-core executors, one a unit
