@@ -75,14 +75,16 @@ class Band:
 
 def band(objectives: Objectives, overhead_s: float | None, pause_s: float, controller: Band,
          most: float) -> Band | None:
-    """The band a stated delay objective allows (module docstring), its target at most
-    `most` (or the controller's own, if higher), or None for the
-    controller's own: no delay objective, no per-batch overhead measured (`overhead_s` None: a
-    band sized on an overhead assumed zero would be too lax), an overhead the objective cannot
-    bear at any utilisation, or a target the controller's own rounds to."""
-    if objectives.max_delay_s <= 0 or overhead_s is None:
-        return None
-    limit = 1 - 2 * max(0.0, overhead_s) / objectives.max_delay_s
+    """The band a stated delay objective allows (module docstring), its target at most `most`
+    (or the controller's own, if higher), or None for the controller's own: no delay
+    objective, no per-batch overhead measured (`overhead_s` None or 0: a band sized on an
+    overhead assumed zero would be too lax), an overhead the objective cannot bear at any
+    utilisation, or a target the controller's own rounds to. The bound 2c / (1 − u) is that of
+    batches back to back; a trigger interval T longer than them adds up to T, which
+    `Objectives.problems` bounds by refusing a max_delay_s under 2T."""
+    if objectives.max_delay_s <= 0 or overhead_s is None or overhead_s <= 0:
+        return None  # a fit clamps a negative intercept to 0: no overhead measured either
+    limit = 1 - 2 * overhead_s / objectives.max_delay_s  # < 1, so `under` never divides by 0
     target = min(under(limit, controller), max(most, controller.target))
     if objectives.drain_within_s > 0:
         target = min(target, objectives.drain_within_s / (objectives.drain_within_s + pause_s))

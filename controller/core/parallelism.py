@@ -146,13 +146,12 @@ def running_executors(model: QueryModel) -> int:
     return model.task_slots // model.executor_cores if model.executor_cores > 0 else 0
 
 
-def executors_kept(model: QueryModel) -> int | None:
-    """The executors whose slots hold the query's units, when it runs more (a scale-down of its
-    knob left them idle): those to keep once the rest are released to the cluster. None in
-    local mode or with none spare."""
+def executors_kept(model: QueryModel, units: int) -> int | None:
+    """The executors whose slots hold `units`, when the query runs more: those to keep once
+    the rest go back to the cluster. None in local mode or with none spare."""
     if not on_cluster(model):
         return None
-    kept = max(1, math.ceil(model.units / model.executor_cores))
+    kept = max(1, math.ceil(units / model.executor_cores))
     return kept if kept < running_executors(model) else None
 
 

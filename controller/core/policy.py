@@ -38,6 +38,7 @@ from controller.core.parallelism import (
     cores_wanted,
     executors_kept,
     executors_wanted,
+    on_cluster,
     running_executors,
     within_cluster,
 )
@@ -55,7 +56,8 @@ from controller.core.wording import load, num, pct, pressure, units, units_of
 from controller.settings import PolicySettings
 from schemas.knobs import EXECUTORS
 
-__all__ = ["backlog_causes", "decide", "for_query", "is_quiet", "num", "pct"]
+__all__ = ["backlog_causes", "decide", "executors_to_keep", "for_query", "is_quiet", "num",
+           "pct"]
 
 
 def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
@@ -274,6 +276,8 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                           forecast=True)
         if isinstance(ahead, Scale):
             return ahead
+        # Never a release beside cores wanted: the peak's units keep their slots
+        # (`executors_to_keep`).
         return _carrying_wants(_not_backlogged(model, state, now_ms, settings, inflow), ahead)
     return _not_backlogged(model, state, now_ms, settings, inflow)
 
@@ -288,24 +292,43 @@ def _not_backlogged(model: QueryModel, state: ControlState, now_ms: int,
         verdict = Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
                        f"{num(model.backlog_records)} records"
                        f"{f'; {found.describe()}' if found else ''}", model.figures())
-    if isinstance(verdict, Scale) or inflow.any or not settings.release_spare_executors:
+    if isinstance(verdict, Scale) or inflow.any:
         return verdict
-    return _release_executors(model) or verdict
+    return _release_executors(model, state, now_ms, settings) or verdict
 
 
-def _release_executors(model: QueryModel) -> Scale | None:
-    """The executors beyond those the query's units run on, given back to the cluster (its
-    other jobs, or its other applications): more would raise capacity only with more units,
-    which a scale-up asks for with executors anyway."""
-    kept = executors_kept(model)
-    if kept is None:
+def executors_to_keep(model: QueryModel, settings: PolicySettings) -> int | None:
+    """The executors the query needs, when it holds more (None: none spare, or releasing is
+    off): the slots of its units now, or of those the load needs at the target utilisation if
+    more (`target_units`, a repeating load's peak ahead included), so a query within band but
+    above its target keeps room to grow."""
+    if not settings.release_spare_executors or not on_cluster(model):
+        return None  # before the sizing: every query is asked every cycle
+    wanted = target_units(model, settings)
+    return executors_kept(model, model.units if wanted is None
+                          else max(model.units, model.units_at(wanted)))
+
+
+def _release_executors(model: QueryModel, state: ControlState, now_ms: int,
+                       settings: PolicySettings) -> Scale | None:
+    """The executors beyond `executors_to_keep` given back to the cluster (its other jobs or
+    applications) once they have been spare for `scale_down_stabilisation_s` (`spared`): more
+    raise capacity only with more units, which a scale-up asks for with executors anyway. Not
+    while a quiet query's knob is still to step down: its release follows that, in one swap."""
+    kept = executors_to_keep(model, settings)
+    spare_since = state.spare_since_ms
+    if (kept is None or spare_since is None
+            or now_ms - spare_since < settings.scale_down_stabilisation_s * 1000):
         return None
-    running = running_executors(model)
+    wanted = target_units(model, settings)
+    if state.quiet_since_ms is not None and wanted is not None and wanted < model.parallelism:
+        return None
+    running, spare_s = running_executors(model), (now_ms - spare_since) / 1000
     return Scale(EXECUTORS, running, kept,
-                 f"{units(model.units)} of {model.knob} run on {kept} of its {running} "
-                 f"executors × {model.executor_cores} cores: releasing "
-                 f"{(running - kept) * model.executor_cores} cores to the cluster "
-                 f"({load(model)})", {**model.figures(), "target": float(kept)})
+                 f"{units(model.units)} of {model.knob} need {kept} of its {running} executors "
+                 f"× {model.executor_cores} cores ({load(model)}), {num(spare_s)} s without a "
+                 f"backlog: releasing {(running - kept) * model.executor_cores} cores to the "
+                 "cluster", {**model.figures(), "target": float(kept)})
 
 
 def _carrying_wants(verdict: Verdict, tried: Verdict) -> Verdict:

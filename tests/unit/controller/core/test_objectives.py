@@ -154,6 +154,7 @@ def test_a_delay_objective_sets_the_band_its_measured_overhead_allows() -> None:
     # 40 s to drain what a 10 s pause piles up: at most 40 / 50 of capacity in use.
     assert of(60, 0.5, drain_within_s=40) == pytest.approx((0.4 * 0.8 / 0.7, 0.8, 1 - 1 / 60))
     assert of(60, None) is None  # no overhead measured: no band sized on a guess
+    assert of(60, 0.0) is None  # nor on a fit's intercept clamped to 0
     assert of(0, 0.5, drain_within_s=40) is None  # no delay objective
     assert of(20, 10.0) is None  # 1 s batches of overhead cannot meet it at any utilisation
 
