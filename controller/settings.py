@@ -177,11 +177,6 @@ class PolicySettings:
     """Below this utilisation (and with no backlog) the query is a scale-down candidate. Well
     under the target, so a scale-down lands inside the band instead of oscillating."""
 
-    objective_max_utilisation: float = 0.9
-    """Most utilisation a job's stated delay objective may have a query sized for, however lax
-    the objective (`controller.core.objectives.band`; never below `target_utilisation`): the
-    rate estimates err, and a query at its capacity has nothing left for a burst."""
-
     catch_up_s: float = 60.0
     """Time in which the sized parallelism should drain the current backlog, on top of keeping
     up with arrivals. One minute: a visible recovery without buying capacity for a spike."""
@@ -285,9 +280,6 @@ class PolicySettings:
     def __post_init__(self) -> None:
         for name in ("target_utilisation", "high_water_utilisation", "low_water_utilisation"):
             _ratio(f"policy.{name}", getattr(self, name))
-        _check(0 < self.objective_max_utilisation < 1,
-               "policy.objective_max_utilisation must be > 0 and < 1, got "
-               f"{self.objective_max_utilisation}")
         _check(self.low_water_utilisation < self.target_utilisation
                <= self.high_water_utilisation,
                "need policy.low_water_utilisation < policy.target_utilisation <= "

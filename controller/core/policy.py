@@ -376,8 +376,7 @@ def for_query(model: QueryModel, settings: PolicySettings) -> tuple[PolicySettin
                   None if model.overhead_source == "assumed_zero" else model.batch_overhead_s,
                   settings.reconfiguration_pause_s,
                   Band(settings.low_water_utilisation, settings.target_utilisation,
-                       settings.high_water_utilisation),
-                  settings.objective_max_utilisation)
+                       settings.high_water_utilisation))
     if stated is None:
         return settings, goal
     if not goal.objective:

@@ -67,17 +67,12 @@ the size the first tuple chose, past the 60 s catch-up target, and a second scal
 followed, rightly by the policy's rules."""
 STATED_MAX_DELAY_S = 600
 """The job states a delay objective loose enough not to change what the policy decides (its
-catch-up time stays the controller's 60 s, and `PINNED_BAND` keeps the controller's band): it
-travels from `job run` through the metrics to the controller's page and Prometheus, which say
-it is met once the backlog drained."""
+catch-up time stays the controller's 60 s): it travels from `job run` through the metrics to
+the controller's page and Prometheus, which say it is met once the backlog drained."""
 SCREENSHOT_TO = "STREAMCTL_PAGE_SCREENSHOT"
 """Where the page's screenshot is kept: `./dev screenshot` sets it to the one the docs show;
 the test's own directory otherwise."""
 TARGET = PolicySettings().target_utilisation
-PINNED_BAND = ("--objective-max-utilisation", str(TARGET))
-"""A lax objective sizes for up to `objective_max_utilisation` (`objectives.band`); held at the
-controller's own target, it leaves the band as it is: the shedding and its advice are under
-test here."""
 LOW_PRIORITY = ("sensor-00", "sensor-01")
 """The job's low-priority sensors (`--set low_priority_prefixes`): sensor-000 … sensor-019,
 40 % of the load's 50."""
@@ -116,7 +111,7 @@ def test_at_its_ceiling_an_overloaded_job_is_shed_to_its_bound_then_one_scale_up
     ledger = Ledger(SENSOR_WINDOW_MS)
     measured = sensor_capacity(bootstrap_servers, t["input"], watch, ledger)
     ceiling = start_controller(bootstrap_servers, t, tmp_path, 0, "--max-parallelism", "2",
-                               *PINNED_BAND, cooldown_s=CEILING_COOLDOWN_S)
+                               cooldown_s=CEILING_COOLDOWN_S)
     job.append(ceiling)
 
     rate = LOAD_OVER_CAPACITY * measured
@@ -139,7 +134,7 @@ def test_at_its_ceiling_an_overloaded_job_is_shed_to_its_bound_then_one_scale_up
         ceiling.stop()
         (controller_port,) = find_free_ports(1)
         job.append(start_controller(bootstrap_servers, t, tmp_path, controller_port,
-                                    *PINNED_BAND, name="controller-2"))
+                                    name="controller-2"))
         lifted = time.monotonic()
         watch.until(lambda: any(d.action == "scale_up" for d in watch.sent()), 180,
                     "a scale-up")
