@@ -92,8 +92,8 @@ def band(objectives: Objectives, overhead_s: float | None, pause_s: float,
         target = min(target, objectives.drain_within_s / (objectives.drain_within_s + pause_s))
     if target <= 0 or math.isclose(target, controller.target, rel_tol=1e-9):
         return None
-    return Band(controller.low * target / controller.target, target,
-                min(controller.high, max(limit, target)))
+    # The target is at most `under(limit)` < limit: the high water needs no floor.
+    return Band(controller.low * target / controller.target, target, min(controller.high, limit))
 
 
 def under(high: float, controller: Band) -> float:

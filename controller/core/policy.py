@@ -304,7 +304,10 @@ def executors_to_keep(model: QueryModel, settings: PolicySettings) -> int | None
     above its target keeps room to grow."""
     if not settings.release_spare_executors or not on_cluster(model):
         return None  # before the sizing: every query is asked every cycle
-    wanted = target_units(model, settings)
+    return _kept_for(model, target_units(model, settings))
+
+
+def _kept_for(model: QueryModel, wanted: int | None) -> int | None:
     return executors_kept(model, model.units if wanted is None
                           else max(model.units, model.units_at(wanted)))
 
@@ -315,13 +318,14 @@ def _release_executors(model: QueryModel, state: ControlState, now_ms: int,
     applications) once they have been spare for `scale_down_stabilisation_s` (`spared`): more
     raise capacity only with more units, which a scale-up asks for with executors anyway. Not
     while a quiet query's knob is still to step down: its release follows that, in one swap."""
-    kept = executors_to_keep(model, settings)
     spare_since = state.spare_since_ms
-    if (kept is None or spare_since is None
+    if (not settings.release_spare_executors or spare_since is None
             or now_ms - spare_since < settings.scale_down_stabilisation_s * 1000):
-        return None
+        return None  # `spared` set it only on a cluster, with executors to spare
     wanted = target_units(model, settings)
-    if state.quiet_since_ms is not None and wanted is not None and wanted < model.parallelism:
+    kept = _kept_for(model, wanted)
+    if kept is None or (state.quiet_since_ms is not None and wanted is not None
+                        and wanted < model.parallelism):
         return None
     running, spare_s = running_executors(model), (now_ms - spare_since) / 1000
     return Scale(EXECUTORS, running, kept,
