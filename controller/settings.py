@@ -233,6 +233,13 @@ class PolicySettings:
     it as the load allows (`controller.core.ceiling`). False: only advise it, and never touch a
     shed fraction set by hand."""
 
+    release_spare_executors: bool = True
+    """Give back the executors neither a query's units nor the units its load needs at the
+    target use, once they have been spare (unbacklogged) for `scale_down_stabilisation_s`, so
+    a shared cluster's other jobs can have their cores; a later scale-up asks for executors
+    again. Releasing is a swap at a batch boundary, and a stateful query reloads the state its
+    killed executors cached. False: a job keeps every executor it got (a cluster of its own)."""
+
     cooldown_s: float = 30.0
     """No new decision for a query this long after its last actuation was answered (or timed
     out), so the window refills with metrics of the new configuration first."""
@@ -441,7 +448,8 @@ class ControllerSettings:
 
     ack_timeout_s: float = 90.0
     """How long to wait for the ack of a control tuple. A job applies it at a batch boundary
-    and restarts its query from the checkpoint, which takes tens of seconds on a busy laptop."""
+    and restarts its query from the checkpoint, which takes tens of seconds on a busy laptop.
+    An `executors` tuple's ack is awaited 90 s longer: the job's own wait for them to run."""
 
     poll_timeout_s: float = 0.5
     """Longest wait for metrics per cycle (a cycle runs as soon as any arrive); also bounds how

@@ -15,7 +15,16 @@ utilisation, so their capacity is at least λ + B / catch_up_s > B / catch_up_s.
 `drain_within_s` replaces the controller's `policy.catch_up_s` (longer asks for fewer units: the
 cheapest size that meets it); a stated `max_delay_s` shortens it to max_delay_s − T, which makes
 B / capacity + T ≤ max_delay_s. Whichever is shortest sets the catch-up time and is named in
-the decision's reason. Neighbours: `policy` (sizes with `catch_up`), `model` (carries the
+the decision's reason.
+
+A delay objective also sets the utilisation band (`band`). A query at utilisation u with a
+per-batch overhead c runs batches of c / (1 − u) back to back, and a record waits up to two of
+them, so 2c / (1 − u) ≤ max_delay_s holds up to u = 1 − 2c / max_delay_s. Where that is under
+the controller's high water, it is the band's high water and the target keeps the controller's
+ratio below it; with a drain objective K, the target is at most K / (K + P), where a resizing's
+pause P piles up P of arrivals that the spare capacity must drain within K. A strict objective
+is met with more units; a lax one keeps the controller's band.
+Neighbours: `policy` (sizes with `catch_up`), `model` (carries the
 query's objectives), `controller.explain` and `streamctl.board` (export `standings`).
 """
 
@@ -52,6 +61,45 @@ class Standing:
         value = "?" if self.value_s is None else f"{num(self.value_s)} s"
         verdict = {True: "met", False: "NOT met", None: "unknown"}[self.met]
         return f"{what} {value} of at most {num(self.bound_s)} s: {verdict}"
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """Utilisations a query is judged by: a scale-down candidate below `low`, sized for
+    `target`, backlogged above `high`."""
+
+    low: float
+    target: float
+    high: float
+
+
+def band(objectives: Objectives, overhead_s: float | None, pause_s: float,
+         controller: Band) -> Band | None:
+    """The band a stated delay objective asks for when it needs more headroom than the
+    controller's own (module docstring), or None for the controller's own: no delay objective,
+    no per-batch overhead measured (`overhead_s` None or 0), an overhead the objective cannot
+    bear at any utilisation, or an objective the controller's band already meets. Never a
+    laxer band: the bound 2c / (1 − u) holds at a steady load, and a load that rises needs the
+    controller's headroom to be met while a resizing takes effect (a lax objective sized at 90 %
+    spent a third of a compressed real day over it). A trigger interval T longer than the
+    batches adds up to T, which `Objectives.problems` bounds by refusing a max_delay_s under
+    2T."""
+    if objectives.max_delay_s <= 0 or overhead_s is None or overhead_s <= 0:
+        return None  # a fit clamps a negative intercept to 0: no overhead measured either
+    limit = 1 - 2 * overhead_s / objectives.max_delay_s
+    target = under(limit, controller)
+    if objectives.drain_within_s > 0:
+        target = min(target, objectives.drain_within_s / (objectives.drain_within_s + pause_s))
+    if target <= 0 or math.isclose(target, controller.target, rel_tol=1e-9):
+        return None
+    # The target is at most `under(limit)` < limit: the high water needs no floor.
+    return Band(controller.low * target / controller.target, target, min(controller.high, limit))
+
+
+def under(high: float, controller: Band) -> float:
+    """The target below a high water of `high`: the controller's own at or above its high
+    water, else with the same ratio to it (0.9 → 0.7 gives 0.7 → 0.54)."""
+    return min(1.0, high / controller.high) * controller.target
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,15 @@ def running_executors(model: QueryModel) -> int:
     return model.task_slots // model.executor_cores if model.executor_cores > 0 else 0
 
 
+def executors_kept(model: QueryModel, units: int) -> int | None:
+    """The executors whose slots hold `units`, when the query runs more: those to keep once
+    the rest go back to the cluster. None in local mode or with none spare."""
+    if not on_cluster(model):
+        return None
+    kept = max(1, math.ceil(units / model.executor_cores))
+    return kept if kept < running_executors(model) else None
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutorRequest:
     executors: int

@@ -28,7 +28,7 @@ from functools import partial
 from controller.core.ceiling import at_ceiling, lift
 from controller.core.judgement import ineffective_sentence, skew, skew_note
 from controller.core.model import BROKER, QueryModel
-from controller.core.objectives import MAX_DELAY, CatchUp, catch_up
+from controller.core.objectives import MAX_DELAY, Band, CatchUp, band, catch_up
 from controller.core.parallelism import (
     CORES_WANTED,
     INEFFECTIVE,
@@ -36,7 +36,9 @@ from controller.core.parallelism import (
     ExecutorRequest,
     bounds,
     cores_wanted,
+    executors_kept,
     executors_wanted,
+    on_cluster,
     running_executors,
     within_cluster,
 )
@@ -54,7 +56,8 @@ from controller.core.wording import load, num, pct, pressure, units, units_of
 from controller.settings import PolicySettings
 from schemas.knobs import EXECUTORS
 
-__all__ = ["backlog_causes", "decide", "for_query", "is_quiet", "num", "pct"]
+__all__ = ["backlog_causes", "decide", "executors_to_keep", "for_query", "is_quiet", "num",
+           "pct"]
 
 
 def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
@@ -273,19 +276,63 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                           forecast=True)
         if isinstance(ahead, Scale):
             return ahead
+        # Never a release beside cores wanted: the peak's units keep their slots
+        # (`executors_to_keep`).
         return _carrying_wants(_not_backlogged(model, state, now_ms, settings, inflow), ahead)
     return _not_backlogged(model, state, now_ms, settings, inflow)
 
 
 def _not_backlogged(model: QueryModel, state: ControlState, now_ms: int,
                     settings: PolicySettings, inflow: Inflow) -> Verdict:
-    """Scaled down once quiet long enough, else held."""
+    """Scaled down once quiet long enough, else its spare executors released, else held."""
     if state.quiet_since_ms is not None and not inflow.any:
-        return _scale_down(model, now_ms - state.quiet_since_ms, settings)
-    found = skew(model, settings)  # early warning only; unmeasured key skew is no news here
-    return Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
-                f"{num(model.backlog_records)} records{f'; {found.describe()}' if found else ''}",
-                model.figures())
+        verdict = _scale_down(model, now_ms - state.quiet_since_ms, settings)
+    else:
+        found = skew(model, settings)  # early warning only; unmeasured key skew is no news
+        verdict = Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
+                       f"{num(model.backlog_records)} records"
+                       f"{f'; {found.describe()}' if found else ''}", model.figures())
+    if isinstance(verdict, Scale) or inflow.any:
+        return verdict
+    return _release_executors(model, state, now_ms, settings) or verdict
+
+
+def executors_to_keep(model: QueryModel, settings: PolicySettings) -> int | None:
+    """The executors the query needs, when it holds more (None: none spare, or releasing is
+    off): the slots of its units now, or of those the load needs at the target utilisation if
+    more (`target_units`, a repeating load's peak ahead included), so a query within band but
+    above its target keeps room to grow."""
+    if not settings.release_spare_executors or not on_cluster(model):
+        return None  # before the sizing: every query is asked every cycle
+    return _kept_for(model, target_units(model, settings))
+
+
+def _kept_for(model: QueryModel, wanted: int | None) -> int | None:
+    return executors_kept(model, model.units if wanted is None
+                          else max(model.units, model.units_at(wanted)))
+
+
+def _release_executors(model: QueryModel, state: ControlState, now_ms: int,
+                       settings: PolicySettings) -> Scale | None:
+    """The executors beyond `executors_to_keep` given back to the cluster (its other jobs or
+    applications) once they have been spare for `scale_down_stabilisation_s` (`spared`): more
+    raise capacity only with more units, which a scale-up asks for with executors anyway. Not
+    while a quiet query's knob is still to step down: its release follows that, in one swap."""
+    spare_since = state.spare_since_ms
+    if (not settings.release_spare_executors or spare_since is None
+            or now_ms - spare_since < settings.scale_down_stabilisation_s * 1000):
+        return None  # `spared` set it only on a cluster, with executors to spare
+    wanted = target_units(model, settings)
+    kept = _kept_for(model, wanted)
+    if kept is None or (state.quiet_since_ms is not None and wanted is not None
+                        and wanted < model.parallelism):
+        return None
+    running, spare_s = running_executors(model), (now_ms - spare_since) / 1000
+    return Scale(EXECUTORS, running, kept,
+                 f"{units(model.units)} of {model.knob} need {kept} of its {running} executors "
+                 f"× {model.executor_cores} cores ({load(model)}), {num(spare_s)} s without a "
+                 f"backlog: releasing {(running - kept) * model.executor_cores} cores to the "
+                 "cluster", {**model.figures(), "target": float(kept)})
 
 
 def _carrying_wants(verdict: Verdict, tried: Verdict) -> Verdict:
@@ -324,9 +371,23 @@ def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
 
 def for_query(model: QueryModel, settings: PolicySettings) -> tuple[PolicySettings, CatchUp]:
     """The settings a query is judged by: its job's objectives set the drain time it is
-    sized for (`objectives.catch_up`), which the result names."""
+    sized for (`objectives.catch_up`) and its utilisation band (`objectives.band`); the
+    result names the objective that set either."""
     goal = catch_up(model.objectives, model.trigger_interval_s, settings.catch_up_s)
-    return (replace(settings, catch_up_s=goal.seconds) if goal.objective else settings), goal
+    if goal.objective:
+        settings = replace(settings, catch_up_s=goal.seconds)
+    stated = band(model.objectives,
+                  None if model.overhead_source == "assumed_zero" else model.batch_overhead_s,
+                  settings.reconfiguration_pause_s,
+                  Band(settings.low_water_utilisation, settings.target_utilisation,
+                       settings.high_water_utilisation))
+    if stated is None:
+        return settings, goal
+    if not goal.objective:
+        goal = CatchUp(goal.seconds, MAX_DELAY, model.objectives.max_delay_s)
+    return replace(settings, low_water_utilisation=stated.low,
+                   target_utilisation=stated.target,
+                   high_water_utilisation=stated.high), goal
 
 
 def standing_note(model: QueryModel) -> str:

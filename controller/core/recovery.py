@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 
 from controller.core.model import Remembered
 from controller.core.scaling import remember
-from controller.core.state import ControlState, EffectCheck, InFlight
+from controller.core.state import ControlState, EffectCheck, InFlight, ack_due_ms
 from schemas import Ack, ControlTuple, Decision, Outcome
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, EXECUTORS_REGISTER_WAIT_S
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _query_state(latest: ControlTuple, ack: Ack | None, decision: Decision | Non
             f"({latest.control_id})")
     cooldown_ms = int(cooldown_s * 1000)
     if ack is None:
-        overdue_at = latest.issued_at_ms + int(ack_timeout_s * 1000)
+        overdue_at = ack_due_ms(latest.parameter, latest.issued_at_ms, ack_timeout_s)
         if now_ms < overdue_at:
             flight = _in_flight(latest, decision)
             return (ControlState(last_epoch_issued=latest.epoch, in_flight=flight),
@@ -164,10 +164,11 @@ def _int(text: str) -> int:
 
 
 def history_span_s(*, ack_timeout_s: float, cooldown_s: float) -> float:
-    """How far back acks and decisions are read. A tuple issued earlier than the ack timeout
-    plus the cooldown has been answered or timed out, and its cooldown is over, so its ack
-    changes nothing today; twice that covers a tuple issued right at the edge."""
-    return 2 * (ack_timeout_s + cooldown_s)
+    """How far back acks and decisions are read. A tuple issued earlier than its ack's
+    deadline (`ack_due_ms`: an `executors` tuple's is the longest) plus the cooldown has been
+    answered or timed out, and its cooldown is over, so its ack changes nothing today; twice
+    that covers a tuple issued right at the edge."""
+    return 2 * (ack_timeout_s + EXECUTORS_REGISTER_WAIT_S + cooldown_s)
 
 
 def resumed(watched: ControlState, recovered: ControlState | None) -> ControlState:

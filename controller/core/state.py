@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM, SCALING
+from schemas.knobs import (
+    ACTIVE_INSTANCE,
+    EXECUTORS,
+    EXECUTORS_REGISTER_WAIT_S,
+    INPUT_PARALLELISM,
+    SCALING,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,9 @@ class ControlState:
     cooldown_until_ms: int = 0
     quiet_since_ms: int | None = None
     """Since when the query has been continuously quiet (scale-down candidate), if it is."""
+    spare_since_ms: int | None = None
+    """Since when the query has run unbacklogged on fewer executors than it holds, if it has
+    (`spared`): the policy releases the rest once that has lasted a stabilisation period."""
     quiet_carried_ms: int | None = None
     """From a scale-down's send until the first model at its new size: when the quiet it
     served began. The load stayed as low through the change, so the next step down needs a
@@ -115,7 +124,7 @@ def next_epoch(state: ControlState, epoch_seen: int) -> int:
 def issued(state: ControlState, in_flight: InFlight) -> ControlState:
     steps_down = in_flight.scaling and in_flight.target < in_flight.current
     return replace(state, in_flight=in_flight, last_epoch_issued=in_flight.epoch,
-                   quiet_since_ms=None, follow_up=0,
+                   quiet_since_ms=None, spare_since_ms=None, follow_up=0,
                    quiet_carried_ms=state.quiet_since_ms if steps_down else None)
 
 
@@ -149,7 +158,16 @@ def applied(state: ControlState, now_ms: int, cooldown_s: float) -> ControlState
 
 def ack_overdue(state: ControlState, now_ms: int, ack_timeout_s: float) -> bool:
     flight = state.in_flight
-    return flight is not None and now_ms - flight.issued_at_ms >= ack_timeout_s * 1000
+    return flight is not None and now_ms >= ack_due_ms(flight.parameter, flight.issued_at_ms,
+                                                       ack_timeout_s)
+
+
+def ack_due_ms(parameter: str, issued_at_ms: int, ack_timeout_s: float) -> int:
+    """When a tuple's ack is overdue: the ack timeout after it was issued, and for an
+    `executors` tuple the job's wait for them to register beyond it (an ack after its own
+    wait was otherwise ignored, and the knob that follows them was not set)."""
+    wait_s = ack_timeout_s + (EXECUTORS_REGISTER_WAIT_S if parameter == EXECUTORS else 0.0)
+    return issued_at_ms + int(wait_s * 1000)
 
 
 def observed(state: ControlState, quiet: bool | None, now_ms: int) -> ControlState:
@@ -172,3 +190,14 @@ def observed(state: ControlState, quiet: bool | None, now_ms: int) -> ControlSta
         return replace(state, quiet_since_ms=now_ms if carried is None else carried,
                        quiet_carried_ms=None)
     return state
+
+
+def spared(state: ControlState, spare: bool, now_ms: int) -> ControlState:
+    """Track how long the query has run unbacklogged on fewer executors than it holds
+    (`spare`, `policy.executors_to_keep`), as `observed` tracks the quiet: a model of the
+    configuration a tuple in flight replaces counts for nothing, a break restarts it."""
+    if state.in_flight is not None:
+        return state
+    if not spare:
+        return state if state.spare_since_ms is None else replace(state, spare_since_ms=None)
+    return state if state.spare_since_ms is not None else replace(state, spare_since_ms=now_ms)

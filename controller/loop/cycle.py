@@ -25,7 +25,7 @@ from controller.core.judgement import judge_effect, liveness
 from controller.core.model import QueryModel, evaluate
 from controller.core.outage import down, outage
 from controller.core.parallelism import on_cluster
-from controller.core.policy import backlog_causes, for_query, is_quiet
+from controller.core.policy import backlog_causes, executors_to_keep, for_query, is_quiet
 from controller.core.results import (
     Actuation,
     Down,
@@ -46,6 +46,7 @@ from controller.core.state import (
     applied,
     observed,
     settled,
+    spared,
 )
 from controller.core.topology import plan
 from controller.core.window import QueryWindow, Windows
@@ -366,9 +367,11 @@ class ControlLoop:
         if division is not None and on_cluster(found):
             found = replace(found, cluster_grant=division.grant(query_id))
         policy, _ = for_query(found, self.settings.policy)
+        backlogged = bool(backlog_causes(found, policy))
         state = observed(query.state, is_quiet(found, policy), now_ms)
-        query.state = judge_effect(state, found, bool(backlog_causes(found, policy)), now_ms,
-                                   policy)
+        state = spared(state, not backlogged and executors_to_keep(found, policy) is not None,
+                       now_ms)
+        query.state = judge_effect(state, found, backlogged, now_ms, policy)
         query.model = found
         return found
 

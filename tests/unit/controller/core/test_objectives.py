@@ -1,21 +1,25 @@
-"""The objectives a job states: where a query stands against them, and the drain time they
-ask the sizing for (`controller.core.objectives`), and the decisions they drive (`policy`)."""
+"""The objectives a job states: where a query stands against them, the drain time and the
+utilisation band they ask the sizing for (`controller.core.objectives`), and the decisions they
+drive (`policy`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import pytest
 
 from controller.core.objectives import (
     DRAIN_WITHIN,
     MAX_DELAY,
+    Band,
     CatchUp,
+    band,
     catch_up,
     delay_s,
     drain_s,
     standings,
+    under,
 )
 from controller.core.policy import decide
 from controller.core.results import Hold, Scale
@@ -121,3 +125,55 @@ def test_a_query_within_band_says_where_it_stands_against_its_objectives() -> No
     verdict = decide(calm, ControlState(), NOW, POLICY)
     assert isinstance(verdict, Hold)
     assert verdict.reason.endswith("; delay 2.25 s of at most 30 s: met")
+
+
+CONTROLLER = Band(0.4, 0.7, 0.9)
+
+
+def test_the_band_keeps_the_controllers_ratio_below_a_high_water_an_objective_lowers() -> None:
+    assert under(0.9, CONTROLLER) == pytest.approx(0.7)
+    assert under(0.95, CONTROLLER) == pytest.approx(0.7)  # never laxer than its own
+    assert under(0.7, CONTROLLER) == pytest.approx(0.7 * 0.7 / 0.9)  # the same ratio
+
+
+def test_a_delay_objective_asks_for_the_headroom_its_measured_overhead_needs() -> None:
+    def of(max_delay_s: float, overhead_s: float | None,
+           drain_within_s: float = 0) -> tuple[float, ...] | None:
+        found = band(Objectives(max_delay_s, drain_within_s), overhead_s, 10.0, CONTROLLER)
+        return None if found is None else astuple(found)
+
+    # 2c / (1 − u) ≤ D: 1.5 s of overhead within 30 s allows the controller's own 0.9.
+    assert of(30, 1.5) is None
+    assert of(60, 0.5) is None  # a lax objective keeps the controller's band
+    strict = of(20, 2.0)  # high water 0.8
+    assert strict == pytest.approx((0.4 * 0.8 / 0.9, 0.8 * 0.7 / 0.9, 0.8))
+    # 20 s to drain what a 10 s pause piles up: at most 20 / 30 of capacity in use.
+    assert of(60, 0.5, drain_within_s=20) == pytest.approx((0.4 * (2 / 3) / 0.7, 2 / 3, 0.9))
+    assert of(20, None) is None  # no overhead measured: no band sized on a guess
+    assert of(20, 0.0) is None  # nor on a fit's intercept clamped to 0
+    assert of(0, 2.0, drain_within_s=20) is None  # no delay objective
+    assert of(20, 10.0) is None  # 1 s batches of overhead cannot meet it at any utilisation
+
+
+def test_a_lax_delay_objective_keeps_the_controllers_band() -> None:
+    measured = model(trigger_interval_s=2.0, batch_overhead_s=0.2, overhead_source="fit",
+                     backlog_records=30_000)
+    own = decide(measured, ControlState(), NOW, POLICY)
+    stated = decide(replace(measured, objectives=Objectives(max_delay_s=120)), ControlState(),
+                    NOW, POLICY)
+    assert isinstance(own, Scale) and isinstance(stated, Scale)
+    assert stated.target == own.target and "at 80% utilisation" in stated.reason
+
+
+def test_a_strict_delay_objective_counts_arrivals_under_the_controllers_high_water_as_backlogged(
+        ) -> None:
+    # 2 units of 200/s with 0.8 s of overhead per batch; 340/s arriving (85 %), 1 500 behind
+    # drained in 5 s (within 8 − 2 s of catch-up): 8 s of delay allows 1 − 1.6 / 8 = 80 %.
+    calm = model(trigger_interval_s=2.0, arrival_rate=340, backlog_records=1_500,
+                 backlog_trend_records_per_s=-10, time_to_drain_s=5, batch_overhead_s=0.8,
+                 overhead_source="fit")
+    assert isinstance(decide(calm, ControlState(), NOW, POLICY), Hold)
+    verdict = decide(replace(calm, objectives=Objectives(max_delay_s=8)), ControlState(), NOW,
+                     POLICY)
+    assert isinstance(verdict, Scale), verdict.reason
+    assert "for the job's objective of at most 8 s delay" in verdict.reason

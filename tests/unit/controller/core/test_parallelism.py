@@ -16,7 +16,8 @@ from controller.core.policy import decide
 from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
 from controller.core.season import Forecast
-from controller.core.state import ControlState, InFlight, applied, settled
+from controller.core.sizing import Inflow
+from controller.core.state import ControlState, InFlight, ack_overdue, applied, settled
 from controller.loop.fakes import MemoryBus, MemoryCluster
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
 from schemas import ControlTuple
@@ -218,6 +219,21 @@ def test_the_knob_follows_the_executors_at_once_not_after_the_cooldown() -> None
     assert settled(ControlState(in_flight=more), NOW, 30).follow_up == 0
 
 
+def test_an_executors_tuple_is_awaited_the_jobs_wait_for_them_beyond_the_ack_timeout() -> None:
+    """The job acks once they run or after its own 90 s wait for them (the request stands);
+    timed out at the ack timeout, that ack was ignored and the knob never followed."""
+    more = InFlight("c", 8, 2, NOW, current=2, parameter="executors", then=8)
+    knob = replace(more, parameter="state_partitions")
+    assert ack_overdue(ControlState(in_flight=knob), NOW + 90_000, 90)
+    assert not ack_overdue(ControlState(in_flight=more), NOW + 179_000, 90)
+    assert ack_overdue(ControlState(in_flight=more), NOW + 180_000, 90)
+    sent = ControlTuple("c-8", "fraud", "cluster", "executors", "8", 3, "streamctl-controller",
+                        "backlog", NOW - 120_000)
+    state = recover(History((sent,), (), ()), NOW, issuer="streamctl-controller",
+                    cooldown_s=30, ack_timeout_s=90).states["fraud"]
+    assert state.in_flight is not None and state.in_flight.parameter == "executors"
+
+
 def test_only_a_knob_change_has_its_effect_measured() -> None:
     """More executors raise capacity only once the knob follows, so there is nothing to
     judge them by; a knob change is judged as before."""
@@ -262,13 +278,17 @@ def on_shared_cluster(query_id: str, priority: int, **changes: Any) -> Job:
                    max_executors=12, cluster_priority=priority, **changes)
 
 
+KEEPING = ControllerSettings(policy=PolicySettings(release_spare_executors=False))
+"""The division's tests: jobs that keep the executor their first unit leaves spare."""
+
+
 def test_two_jobs_wanting_more_than_a_shared_cluster_has_the_higher_priority_gets_it() -> None:
     """8 cores, each job holding 2: the 4 free go to the job of priority 1, in one request;
     the other is sized within its slots, saying where the cores went (later, that none are
     free)."""
     job = on_shared_cluster
     bus = MemoryBus()
-    sent = closed_loop_of([job("low", 0), job("high", 1)], 120, ControllerSettings(),
+    sent = closed_loop_of([job("low", 0), job("high", 1)], 120, KEEPING,
                           cluster_cores=8, bus=bus)
     executors = [(c.query_id, c.value) for _, c, _ in sent if c.parameter == "executors"]
     assert executors == [("high", "6")], sent
@@ -286,7 +306,7 @@ def test_a_want_of_cores_asks_for_a_reading_once_and_the_executors_applied_once_
     state partitions follow them, and want no cores); their ack asks for the reading that
     shows them taken."""
     cluster = MemoryCluster(None)
-    sent = closed_loop_of([on_shared_cluster("only", 0)], 120, ControllerSettings(),
+    sent = closed_loop_of([on_shared_cluster("only", 0)], 120, KEEPING,
                           cluster_cores=8, cluster=cluster)
     assert [c.parameter for _, c, _ in sent][:1] == ["executors"], sent
     assert cluster.soon == 2
@@ -299,9 +319,59 @@ def test_cores_a_tuple_in_flight_asked_for_go_to_no_other_query_whatever_its_pri
     bus = MemoryBus()
     jobs = [on_shared_cluster("first", 0),
             on_shared_cluster("urgent", 5, rates=[(0, 60), (50, 300)])]
-    sent = closed_loop_of(jobs, 130, ControllerSettings(), cluster_cores=8, bus=bus,
+    sent = closed_loop_of(jobs, 130, KEEPING, cluster_cores=8, bus=bus,
                           executors_answered=False)
     assert [(c.query_id, c.value) for _, c, _ in sent if c.parameter == "executors"] == [
         ("first", "6")], sent
     assert any(d.query_id == "urgent" and "went to first (priority 0, asked already)" in d.reason
                for d in bus.written_decisions()), [d.reason for d in bus.written_decisions()]
+
+
+def test_executors_spare_for_a_stabilisation_period_are_released_unless_more_is_coming(
+        ) -> None:
+    """3 state partitions at 100/s on 3 of its 4 two-core executors' 8 slots, within band (the
+    load needs 3 at the target): 2 executors hold them, and the other 2 go back to the cluster
+    once spare for `scale_down_stabilisation_s`; not before, not with an upstream's resizing
+    on its way, not while a quiet query's knob is still to step down, not in local mode."""
+    calm = on_cluster(slots=8, cores=2, parallelism=3, units=3, arrival_rate=200, throughput=200,
+                      backlog_records=0, backlog_trend_records_per_s=0, time_to_drain_s=0,
+                      rate_per_unit=100)
+    spare = ControlState(spare_since_ms=NOW - 120_000)
+    verdict = decide(calm, spare, NOW, POLICY)
+    assert scaled(verdict) == ("executors", 4, 2)
+    assert isinstance(verdict, Scale) and verdict.reason.startswith(
+        "3 units of state_partitions need 2 of its 4 executors × 2 cores"), verdict.reason
+    assert verdict.reason.endswith(
+        "120 s without a backlog: releasing 4 cores to the cluster"), verdict.reason
+
+    def kept(model: QueryModel, state: ControlState, *context: Any) -> bool:
+        return not isinstance(decide(model, state, NOW, *context), Scale)
+
+    assert kept(calm, ControlState(spare_since_ms=NOW - 119_000), POLICY)
+    assert kept(calm, spare, POLICY, Inflow(steady=50.0), "a")  # more on its way
+    assert kept(calm, spare, replace(POLICY, release_spare_executors=False))
+    assert kept(replace(calm, task_slots=4), spare, POLICY)  # 2 executors for 3: none spare
+    assert kept(replace(calm, executor_cores=0, max_executors=0), spare, POLICY)  # local mode
+    # Quiet at 60/s, its knob to step down 3 → 1 first (one swap for both, after it).
+    quiet = replace(calm, arrival_rate=60, throughput=60)
+    assert kept(quiet, replace(spare, quiet_since_ms=NOW - 60_000), POLICY)
+    # Within band above its target on one-core executors (260/s needs 4 units at 80 %): the
+    # slots of the 4 are kept, not of the 3 it runs.
+    busier = replace(calm, arrival_rate=260, throughput=260, executor_cores=1)
+    assert scaled(decide(busier, spare, NOW, POLICY)) == ("executors", 8, 4)
+    # A repeating load's peak ahead (380/s, 5 units at 80 %): sized for ahead, nothing released.
+    ahead = replace(busier, arrival_rate=200, throughput=200, forecast=Forecast(
+        peak=380, in_s=600, period_s=86_400, error=0.05, checked_s=3_600))
+    assert scaled(decide(ahead, spare, NOW, POLICY)) == ("state_partitions", 3, 5)
+
+
+def test_after_a_load_falls_the_knob_scales_down_then_the_spare_executors_are_released() -> None:
+    job = replace(STEP, task_slots=2, executor_cores=1, max_executors=12,
+                  rates=[(0, 60), (30, 300), (200, 40)])
+    sent = closed_loop(job, 600, ControllerSettings())
+    changes = [(c.parameter, int(c.value)) for _, c, _ in sent]
+    executors = [value for parameter, value in changes if parameter == "executors"]
+    assert executors[0] > 2 and executors[-1] < executors[0], changes
+    last_knob = max(i for i, (parameter, _) in enumerate(changes) if parameter != "executors")
+    assert changes[-1][0] == "executors" and len(changes) - 1 > last_knob, changes
+    assert executors[-1] == changes[last_knob][1], changes  # one-core executors, one a unit

@@ -70,10 +70,15 @@ def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool,
     state = ControlState(quiet_since_ms=NOW - 10**7 if quiet_long else None)
     verdict = decide(model, state, NOW, POLICY, inflow)
     if isinstance(verdict, Scale) and verdict.parameter == "executors":
-        # Only on a cluster, only up, within the job's maximum, and only for units the slots
-        # cannot hold (never for slots the knob could not use).
-        assert model.executor_cores > 0 and verdict.action == "scale_up"
+        assert model.executor_cores > 0 and model.max_executors > 0  # only on a cluster
         assert verdict.current == model.task_slots // model.executor_cores
+        if verdict.action == "scale_down":
+            # Released unbacklogged, keeping the slots of every unit it runs.
+            assert not inflow.any
+            assert verdict.target == max(1, math.ceil(model.units / model.executor_cores))
+            return
+        # Up within the job's maximum, and only for units the slots cannot hold (never for
+        # slots the knob could not use).
         assert verdict.target <= model.max_executors
         needed = verdict.figures["required"]
         assert needed > model.task_slots
