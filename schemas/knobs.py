@@ -24,9 +24,6 @@ OUTPUT_TOPIC = "output_topic"
 INPUT_TOPIC = "input_topic"
 EXECUTORS = "executors"
 """Executors requested from a cluster manager: more task slots when a knob runs out of them."""
-EXECUTORS_REGISTER_WAIT_S = 90.0
-"""The most a job waits, once it applied an `executors` tuple, for the executors to register
-before it acks (docs/control-tuples.md): a controller waits this long beyond its ack timeout."""
 ACTIVE_INSTANCE = "active_instance"
 """Which instance of a query runs it: what a failover sets."""
 

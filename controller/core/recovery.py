@@ -22,9 +22,15 @@ from dataclasses import dataclass, field, replace
 
 from controller.core.model import Remembered
 from controller.core.scaling import remember
-from controller.core.state import ControlState, EffectCheck, InFlight, ack_due_ms
+from controller.core.state import (
+    EXECUTORS_REGISTER_WAIT_S,
+    ControlState,
+    EffectCheck,
+    InFlight,
+    ack_due_ms,
+)
 from schemas import Ack, ControlTuple, Decision, Outcome
-from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, EXECUTORS_REGISTER_WAIT_S
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from schemas.knobs import (
-    ACTIVE_INSTANCE,
-    EXECUTORS,
-    EXECUTORS_REGISTER_WAIT_S,
-    INPUT_PARALLELISM,
-    SCALING,
-)
+from schemas.knobs import ACTIVE_INSTANCE, EXECUTORS, INPUT_PARALLELISM, SCALING
+
+EXECUTORS_REGISTER_WAIT_S = 90.0
+"""The most a job waits, once it applied an `executors` tuple, for the executors to register
+before it acks (docs/control-tuples.md; the runtime's `EXECUTOR_WAIT_S`, which a unit test ties
+to this): its ack is awaited this long beyond the ack timeout."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,18 @@ from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
 from controller.core.season import Forecast
 from controller.core.sizing import Inflow
-from controller.core.state import ControlState, InFlight, ack_overdue, applied, settled
+from controller.core.state import (
+    EXECUTORS_REGISTER_WAIT_S,
+    ControlState,
+    InFlight,
+    ack_overdue,
+    applied,
+    settled,
+)
 from controller.loop.fakes import MemoryBus, MemoryCluster
 from controller.settings import ControllerSettings, ModelSettings, PolicySettings
 from schemas import ControlTuple
+from streaming_jobs.runtime.query.lifecycle import EXECUTOR_WAIT_S
 from tests.unit.controller.traces import Job, closed_loop, closed_loop_of, simulate
 
 NOW = 1_700_000_000_000
@@ -232,6 +240,10 @@ def test_an_executors_tuple_is_awaited_the_jobs_wait_for_them_beyond_the_ack_tim
     state = recover(History((sent,), (), ()), NOW, issuer="streamctl-controller",
                     cooldown_s=30, ack_timeout_s=90).states["fraud"]
     assert state.in_flight is not None and state.in_flight.parameter == "executors"
+
+
+def test_the_controller_awaits_an_executors_ack_as_long_as_the_job_waits_for_them() -> None:
+    assert EXECUTORS_REGISTER_WAIT_S == EXECUTOR_WAIT_S
 
 
 def test_only_a_knob_change_has_its_effect_measured() -> None:
