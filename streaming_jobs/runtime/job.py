@@ -124,6 +124,7 @@ class ElasticJob:
                 config.identity.query_id).set(state.shed_fraction))
         self.prometheus.watch_sink(config.identity.query_id, self.query.sink)
         # Every instance sees every tuple and filters on query_id.
+        self.prometheus.control_ready.labels(config.identity.query_id).set(0)
         self._consumer = TypedConsumer(
             config.bootstrap_servers, config.topics.control_topic,
             f"streamctl-job-{config.identity.query_id}-{config.identity.instance_id}", ControlTuple,

@@ -36,8 +36,8 @@ from streaming_jobs.runtime.sink.transactional_kafka import Fault, record_fault,
 log = logging.getLogger(__name__)
 
 ASSIGN_PIN_TIMEOUT_S = 10.0
-"""How long a poll keeps asking for a partition's end offset to start it there; the polls
-after it go on asking."""
+"""How long a poll keeps asking for its new partitions' end offsets to start them there; the
+polls after it go on asking."""
 ASSIGN_RETRY_S = 0.5
 """Pause between two such asks, and between two looks for a topic not found yet."""
 PARTITIONS_LOOKUP_S = 10.0
@@ -211,41 +211,53 @@ class TypedConsumer(Generic[R]):
         """Set once this consumer holds the topic's partitions."""
         self._held: set[int] = set()
         self._look_again_at = 0.0
+        self._problem = ""
+        """Why the topic could not be looked up last time ("" when it could)."""
 
     def _assign_new(self) -> None:
         """Look the topic's partitions up (every `ASSIGN_RETRY_S` until it holds them, every
         `PARTITIONS_LOOKUP_S` after) and assign those it does not hold: at their end while it
-        has not found the topic yet, from their start once it has (a partition added since)."""
+        has not found the topic yet, from their start once it has (a partition added since).
+        Never raises: the thread that polls must go on (what failed is asked again)."""
         if time.monotonic() < self._look_again_at:
             return
         held = self.assigned.is_set()
         self._look_again_at = time.monotonic() + (PARTITIONS_LOOKUP_S if held else ASSIGN_RETRY_S)
         new = sorted(set(self._partitions()) - self._held)
-        offsets = {p: OFFSET_BEGINNING if held else self._end(p) for p in new}
+        deadline = time.monotonic() + ASSIGN_PIN_TIMEOUT_S
+        offsets = {p: OFFSET_BEGINNING if held else self._end(p, deadline) for p in new}
         starts = [TopicPartition(self._topic, p, offset)
                   for p, offset in offsets.items() if offset is not None]
         if not starts:
             return
-        self._consumer.incremental_assign(starts)
+        try:
+            self._consumer.incremental_assign(starts)
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: consumer closed
+            log.warning("control consumer: cannot assign %s yet (%s)", self._topic, exc)
+            return
         self._held.update(tp.partition for tp in starts)
         if not held and len(starts) == len(new):
             self.assigned.set()
             self._on_assignment(True)
 
     def _partitions(self) -> list[int]:
+        """The topic's partitions; none while it cannot be looked up (said once a change)."""
         try:
             metadata = self._consumer.list_topics(self._topic, timeout=ASSIGN_RETRY_S * 4)
-        except KafkaException as exc:
-            log.info("control consumer: cannot look up %s yet (%s)", self._topic, exc)
-            return []
-        found = metadata.topics.get(self._topic)
-        if found is None or found.error is not None:
-            return []
-        return list(found.partitions)
+            found = metadata.topics.get(self._topic)
+            problem = ("not found" if found is None else
+                       str(found.error) if found.error is not None else "")
+        except (KafkaException, RuntimeError) as exc:
+            found, problem = None, str(exc)
+        if problem != self._problem:
+            self._problem = problem
+            if problem:
+                log.warning("control consumer: topic %s cannot be read yet (%s)", self._topic,
+                            problem)
+        return [] if problem or found is None else list(found.partitions)
 
-    def _end(self, partition: int) -> int | None:
-        return _end_offset(self._consumer, TopicPartition(self._topic, partition),
-                           time.monotonic() + ASSIGN_PIN_TIMEOUT_S)
+    def _end(self, partition: int, deadline: float) -> int | None:
+        return _end_offset(self._consumer, TopicPartition(self._topic, partition), deadline)
 
     def poll(self, timeout_s: float) -> R | DecodeError | None:
         self._assign_new()
