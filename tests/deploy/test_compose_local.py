@@ -32,6 +32,7 @@ from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.tcp import find_free_ports
 from tests.deploy import deployment as d
 from tests.support.kafka import topic_config
+from tests.support.processes import stop_together
 from tests.support.prometheus import api, check_config, check_metrics, running, sample, scrape
 from tests.support.spark_cluster import LocalSparkCluster
 from tests.support.waiting import until
@@ -96,8 +97,7 @@ def local_stack(bootstrap_servers: str, spark_cluster: LocalSparkCluster,
             alive=children)
         yield stack
     finally:
-        for child in reversed(children):
-            child.stop(timeout_s=60.0)
+        stop_together(children, timeout_s=60.0)
 
 
 def test_topic_init_creates_every_default_topic_as_specified(

@@ -52,6 +52,7 @@ from streamctl.stack.tcp import find_free_ports
 from tests.deploy import acl_view
 from tests.deploy import deployment as d
 from tests.support.class_archive import broker_env
+from tests.support.processes import stop_together
 from tests.support.prometheus import api, check_metrics, running, sample
 from tests.support.waiting import until
 
@@ -171,8 +172,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
               alive=children)
         yield built
     finally:
-        for child in reversed(children):
-            child.stop(timeout_s=60.0)
+        stop_together(children, timeout_s=60.0)
         broker.stop(timeout_s=30.0)
 
 

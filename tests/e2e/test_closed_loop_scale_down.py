@@ -2,7 +2,7 @@
 
 The job starts over-provisioned (input parallelism 8, a batch every 4 s). The test measures
 its capacity there (a burst it works through in full batches, before the controller starts),
-then runs a steady load at 5 % of it. The controller, with a 20 s stabilisation period instead
+then runs a steady load at 5 % of it. The controller, with a 10 s stabilisation period instead
 of the default 120 s so that the test fits its budget, must decide a scale-down on its own: to
 fewer units, but at most three quarters fewer at once (`max_scale_down_share`). The job must
 apply it, and no scale-up may follow while the load goes on at the new size (a second step
@@ -51,7 +51,7 @@ TRIGGER_S = 4
 """Eight tasks a batch cost ~1 s of fixed work on 2 cores: with a 1 s trigger the job is busy
 all the time however little arrives, and the model rightly sees no room. Every 4 s, the
 fallen load leaves it mostly idle."""
-STABILISATION_S = 20
+STABILISATION_S = 10
 FLEET = Row(queries=40, partitions=8, instances=1)
 LOAD_MAX_S = 420.0
 """A cap on the load: it goes on until the job ran a few batches at the new size (no scale-up

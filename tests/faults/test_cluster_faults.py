@@ -1,7 +1,7 @@
 """Broker faults on a three-node local cluster (`stack up --brokers 3`: every topic 3 replicas,
 2 in sync) under steady load: kill -9 of the broker leading the input, of the one leading the
 control and ack topics with a tuple in flight, of the sink's transaction coordinator during a
-reconfiguration, and a broker stopped for a minute. Each test prints the time from the fault
+reconfiguration, and a broker stopped while batches go on. Each test prints the time from the fault
 to the first committed batch after it, checks that every transaction acknowledged so far is in
 the committed output (read_committed) exactly once with its account's running count, and that
 the loop still works: the job applies and acks tuples, the controller (dry run: it decides but
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from schemas import Ack, ControlTuple, Outcome
+from schemas import Ack, ControlTuple, Outcome, TaskMetrics
 from streamctl.stack import leaders as c
 from streamctl.stack.cluster import LocalCluster
 from streamctl.stack.tcp import find_free_ports
@@ -40,6 +40,8 @@ QUERY = "cluster-faults"
 RATE = 100.0
 """Transactions/s: a fraction of what the job scores at 2 state partitions on 2 cores, so
 every batch after a fault catches up quickly and a slow recovery shows as one."""
+BATCHES_WHILE_DOWN = 3
+"""Batches planned after a broker stopped that must commit before it comes back."""
 PINNED = {"input": [[1, 2, 3], [1, 3, 2]], "control": [[2, 3, 1]], "acks": [[2, 1, 3]]}
 """Replica lists (the first is the preferred leader): one kill takes out the whole input, or
 both the control and the ack topic."""
@@ -205,7 +207,7 @@ def test_kill_9_of_the_sink_coordinator_during_a_reconfiguration_loses_and_dupli
                          "job's sink, during a reconfiguration (state_partitions)")
 
 
-def test_a_broker_stopped_for_a_minute_catches_up_and_nothing_is_delivered_twice(
+def test_a_stopped_broker_leaves_the_output_flowing_and_catches_up_with_nothing_delivered_twice(
         cluster_bed: ClusterBed) -> None:
     cb, bed = cluster_bed, cluster_bed.bed
     healthy(cb)
@@ -217,15 +219,15 @@ def test_a_broker_stopped_for_a_minute_catches_up_and_nothing_is_delivered_twice
     report(f"node {victim} (leading the output) stopped", bed.recovery_s(stopped))
     assert not c.in_sync(cb.bootstrap, [bed.topics["output"]], 3)  # it left the ISR
 
-    def a_minute_passed() -> bool:  # the output keeps flowing on the two left
+    def batches_while_down() -> list[TaskMetrics]:
         bed.follow_commits()
         bed.assert_alive()
-        return now_ms() - stopped >= 60_000
-    until(a_minute_passed, 75, "a minute with the broker down", 1.0)
-    during = [m for m in bed.commits if m.batch_start_ms > stopped]
-    # Flowing, not just draining what was in flight: a batch planned after another one
-    # committed with the broker down (how many fit in a minute is the machine's business).
-    assert len(during) >= 2, f"{len(during)} batches committed while node {victim} was down"
-    print(f"[fault] {len(during)} batches committed in the minute; node {victim} caught up "
+        return [m for m in bed.commits if m.batch_start_ms > stopped]
+    # Flowing, not just draining what was in flight: batches planned after the stop commit on
+    # the two brokers left (a fixed stretch of downtime would only wait longer for the same).
+    until(lambda: len(batches_while_down()) >= BATCHES_WHILE_DOWN, 75,
+          f"{BATCHES_WHILE_DOWN} batches committed while node {victim} is down", 1.0)
+    print(f"[fault] {len(batches_while_down())} batches committed in "
+          f"{(now_ms() - stopped) / 1000:.1f} s with node {victim} down; it caught up "
           f"(every ISR) {restart(cb, victim):.1f} s after its restart")
     the_loop_still_works(cb, metrics_before, size)

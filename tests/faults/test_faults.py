@@ -202,8 +202,8 @@ def test_input_deleted_before_it_was_read_halts_the_job_once_and_skip_goes_on(
     assert job.stop() == 0
     until(lambda: scraped(controller_port, "streamctl_down_queries", state="stopped") == 1, 60,
           "the controller to report the job stopped", 0.5)
-    # Lost would follow 2.5 beat intervals of silence (2.5 s): not in three times that.
-    holds(lambda: scraped(controller_port, "streamctl_lost_queries") == 0, 7.5,
+    # Lost would follow 2.5 beat intervals of silence (2.5 s): not in twice that.
+    holds(lambda: scraped(controller_port, "streamctl_lost_queries") == 0, 5,
           "the stopped job is not taken for lost")
 
     readings = [codec_for(SensorReading).encode(SensorReading(f"s{i % 4}", now_ms(), 1.0, i))
