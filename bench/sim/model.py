@@ -8,7 +8,8 @@ jobs read and write), `run` drives it tick by tick and hands what it emits to a 
 never imports the controller.
 
 What one batch does, as in Spark: at its start it plans against the latest offsets (capped by
-`max_per_batch`, prorated over partitions by their lag like the Kafka source's rate limit), is
+its batch cap, maxOffsetsPerTrigger: `max_per_batch` until a tuple sets it, prorated over
+partitions by their lag like the Kafka source's rate limit), is
 busy rows / (μ × units) + a fixed overhead, commits, and then writes selectivity × rows to its
 sink topic. The next batch starts on the next trigger tick, or at once when the batch overran
 the interval. A trigger with nothing new runs no batch; an idle query reports every
@@ -32,6 +33,7 @@ from enum import StrEnum
 
 from bench.sim.topics import PipeTopic, Topic, plan
 from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
+from schemas.knobs import MAX_OFFSETS_PER_TRIGGER
 
 T0_MS = 1_700_000_000_000
 """Simulated time 0 as epoch milliseconds in the records."""
@@ -55,7 +57,11 @@ class JobSpec:
     overhead_s: float = 1.5
     """Fixed cost of every batch (planning, scheduling, commit), whatever its size."""
     max_per_batch: int = 4000
-    """maxOffsetsPerTrigger."""
+    """maxOffsetsPerTrigger at the start."""
+    max_batch_cap: int = 100_000
+    """The most a tuple may raise maxOffsetsPerTrigger to (the job's
+    `--max-offsets-per-trigger-limit`, at its default), reported as the real job does: the
+    controller raises the cap with the units (`ModelSettings.batch_cap_follows_units`)."""
     trigger_s: float = 2.0
     task_slots: int = 16
     selectivity: float = 1.0
@@ -130,6 +136,8 @@ class _Reconfig:
     control: ControlTuple
     value: int
     began_ms: int
+    batch_cap: int = 0
+    """maxOffsetsPerTrigger in the new run."""
     phase: Phase = Phase.QUIESCING
     last_commit_ms: int = 0
     """Where the pause starts: the later of the last commit and the change's start, as the
@@ -143,6 +151,7 @@ class SimJob:
     def __init__(self, spec: JobSpec, source: Topic, sink: PipeTopic | None) -> None:
         self.spec, self.source, self.sink = spec, source, sink
         self.parallelism, self.epoch, self.next_batch_id = spec.parallelism, 0, 0
+        self.batch_cap = spec.max_per_batch
         self.positions = [0] * source.partitions
         self.processed, self.output = 0, 0
         self.running: _Batch | None = None
@@ -177,35 +186,46 @@ class SimJob:
             verdict = self._evaluate(control)
             if isinstance(verdict, str):
                 self._ack(control, Outcome.REJECTED, verdict, 0, t_ms)
-            elif control.parameter == "executors":
-                self._request_executors(control, verdict, t_ms)
-            elif verdict == self.parallelism:
+                continue
+            value, cap = verdict
+            if control.parameter == "executors":
+                self._request_executors(control, value, t_ms)
+            elif (value, cap) == (self.parallelism, self.batch_cap):
                 self.epoch = control.epoch
-                self._ack(control, Outcome.APPLIED, f"{control.parameter} {verdict} already in "
-                          f"force; epoch advanced to {control.epoch}", 0, t_ms)
+                self._ack(control, Outcome.APPLIED, f"{control.describe()} already in force; "
+                          f"epoch advanced to {control.epoch}", 0, t_ms)
             else:
-                self.reconfig = _Reconfig(control, verdict, t_ms)
+                self.reconfig = _Reconfig(control, value, t_ms, batch_cap=cap)
                 if self.running is None:
                     self._restart(t_ms)
 
-    def _evaluate(self, control: ControlTuple) -> int | str:
-        """The new value, or why it is rejected (as `streaming_jobs.runtime.control.tuples`)."""
-        try:
-            value = int(control.value)
-        except ValueError:
-            value = 0
-        spec = self.spec
-        if control.parameter == "executors" and spec.executor_cores > 0:
-            high = spec.max_executors
-        elif control.parameter == spec.scaling_parameter:
-            high = spec.knob_max()
-        else:
-            high = 0
-        if not 1 <= value <= high:
-            return f"bad {control.parameter}={control.value!r}"
+    def _evaluate(self, control: ControlTuple) -> tuple[int, int] | str:
+        """The value of the tuple's own knob and the batch cap it leaves in force, or why it
+        is rejected (as `streaming_jobs.runtime.control.tuples`): every knob it sets together
+        within the job's bounds."""
+        found = {}
+        for setting in control.settings:
+            try:
+                value = int(setting.value)
+            except ValueError:
+                value = 0
+            if not 1 <= value <= self._most(setting.parameter):
+                return f"bad {setting.parameter}={setting.value!r}"
+            found[setting.parameter] = value
         if control.epoch <= self.epoch:
             return f"stale epoch {control.epoch} ≤ {self.epoch} in force"
-        return value
+        own = self.parallelism if control.parameter == MAX_OFFSETS_PER_TRIGGER else found[
+            control.parameter]
+        return own, found.get(MAX_OFFSETS_PER_TRIGGER, self.batch_cap)
+
+    def _most(self, parameter: str) -> int:
+        """The highest value a tuple may set `parameter` to (0: the job has no such knob)."""
+        spec = self.spec
+        if parameter == "executors":
+            return spec.max_executors if spec.executor_cores > 0 else 0
+        if parameter == MAX_OFFSETS_PER_TRIGGER:
+            return spec.max_batch_cap
+        return spec.knob_max() if parameter == spec.scaling_parameter else 0
 
     def _request_executors(self, control: ControlTuple, executors: int, t_ms: int) -> None:
         self.epoch = control.epoch  # a swap at the batch boundary: the next batch carries it
@@ -265,7 +285,7 @@ class SimJob:
     def _trigger(self, t_ms: int) -> None:
         latest = self.source.end_offsets(t_ms)
         lag = [end - pos for end, pos in zip(latest, self.positions, strict=True)]
-        take = plan(lag, self.spec.max_per_batch)
+        take = plan(lag, self.batch_cap)
         rows = sum(take)
         if rows == 0:
             self.next_trigger_ms = t_ms + int(self.spec.trigger_s * 1000)
@@ -307,6 +327,7 @@ class SimJob:
         """The restarted query is up with the new value and epoch; it triggers at once."""
         assert self.reconfig is not None
         self.parallelism, self.epoch = self.reconfig.value, self.reconfig.control.epoch
+        self.batch_cap = self.reconfig.batch_cap
         self.reconfig.phase = Phase.FIRST_BATCH
         self._trigger(t_ms)
         if self.running is None:  # nothing to read: the pause ends when it is seen idle
@@ -315,8 +336,7 @@ class SimJob:
     def _finish_reconfig(self, t_ms: int) -> None:
         assert self.reconfig is not None
         reconfig, self.reconfig = self.reconfig, None
-        self._ack(reconfig.control, Outcome.APPLIED,
-                  f"{self.spec.scaling_parameter} → {reconfig.value}",
+        self._ack(reconfig.control, Outcome.APPLIED, reconfig.control.describe(),
                   t_ms - reconfig.last_commit_ms, t_ms)
         self._next_control(t_ms)
 
@@ -336,7 +356,8 @@ class SimJob:
                 for p in range(len(batch.starts))),
             input_parallelism=self.parallelism if by_source else self.source.partitions,
             state_partitions=0 if by_source else self.parallelism,
-            task_slots=self.task_slots, max_offsets_per_trigger=spec.max_per_batch,
+            task_slots=self.task_slots, max_offsets_per_trigger=self.batch_cap,
+            max_batch_cap=spec.max_batch_cap,
             scaling_parameter=spec.scaling_parameter,
             max_state_partitions=0 if by_source else spec.max_state_partitions,
             executor_cores=spec.executor_cores, max_executors=spec.max_executors,
