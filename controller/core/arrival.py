@@ -21,7 +21,9 @@ rate with occasional level shifts:
   for a while, say an upstream catching up, the window's mean still holds the burst, and a
   fall to a rate between the two would otherwise never be taken); the new segment is those
   agreeing intervals (the one that straddles the change is a mix of both levels and is left
-  out unless it agrees, and a burst that is ending falls back and disagrees);
+  out unless it agrees, and a burst that is ending falls back and disagrees); departing
+  intervals that have lasted `arrival_window_s` and longer than the segment they depart from
+  are the new segment even when they disagree (`outlasting`: the level was the burst);
 - a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
   interval that fits the old level again drops it. Its records are not lost: they are in the
   backlog, which the batches measure directly (`model.backlog_records`), so a spike is
@@ -230,6 +232,8 @@ class Scan:
         self._unread = _Unread()
         """The window's intervals before `_front` that the scan did not read."""
         self._level: Level | None = None
+        self._level_from_ms = 0
+        """When the current segment began (its first interval's start)."""
         self._run: list[Interval] = []
         """Consecutive intervals departing the same way from the level: a candidate shift."""
         self._direction = 0
@@ -310,6 +314,7 @@ class Scan:
         level = self._level
         if level is None:
             self._level = Level((interval,), self._settings.arrival_window_s)
+            self._level_from_ms = interval.start_ms
             return
         way = departure(interval.rate, level.rate, ratio)
         if way == 0:
@@ -320,9 +325,11 @@ class Scan:
         if way != self._direction:
             self._run, self._direction = [], way
         self._run.append(interval)
-        tail = confirmed_tail(self._run, self._history_rate, way, self._settings)
+        tail = (confirmed_tail(self._run, self._history_rate, way, self._settings)
+                or outlasting(self._run, self._level_from_ms, self._settings))
         if tail:
             self._level = Level(tail, self._settings.arrival_window_s)
+            self._level_from_ms = tail[0].start_ms
             self._run, self._direction = [], 0
 
     def _history_rate(self) -> float:
@@ -423,6 +430,22 @@ def confirmed_tail(run: Sequence[Interval], history_rate: Callable[[], float], d
         return tail
     shifted = departure(mean_rate(tail), history_rate(), settings.level_shift_ratio)
     return tail if shifted == direction else []
+
+
+def outlasting(run: Sequence[Interval], level_from_ms: int,
+               settings: ModelSettings) -> list[Interval]:
+    """`run` as the new segment when it has lasted `arrival_window_s` and longer than the
+    segment it departs from (which began at `level_from_ms`), agreeing or not; else [].
+    The level is what has lasted: a window that begins in a burst (the first interval of a
+    query restarted beside an upstream that catches up holds that upstream's whole catch-up
+    batch) makes the burst its level, and the rates after it, falling as the upstream catches
+    up, disagree with each other and never confirm a shift; a shorter departure from a level
+    that held longer stays a transient."""
+    lasted_ms = run[-1].end_ms - run[0].start_ms
+    if (lasted_ms < settings.arrival_window_s * 1000
+            or lasted_ms <= run[0].start_ms - level_from_ms):
+        return []
+    return list(run)
 
 
 def new_level_lasted_ms(run: Sequence[Interval], tail: Sequence[Interval]) -> int:

@@ -96,7 +96,7 @@ def target_units(model: QueryModel, settings: PolicySettings,
     the steady rate up. When none up to `max_parallelism` drains the burst in time, the answer
     is `max_parallelism` (the most the policy would ask for), or the steady size if larger.
     """
-    steady = _units_for(model, settings, inflow.steady)
+    steady = _units_for(model, settings, inflow.steady - inflow.passing)
     if steady is None or inflow.burst_records <= 0:
         return steady
     ceiling = max(steady, settings.max_parallelism)
@@ -136,7 +136,8 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
     corroborated = (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
                     or model.backlog_records > settings.backlog_floor_records)
     high_water = model.capacity * settings.high_water_utilisation
-    if model.arrival_rate > high_water and corroborated:
+    arriving = model.arrival_rate - inflow.passing  # an upstream's catch-up passing: it ends
+    if arriving > high_water and corroborated:
         causes.append("overload")
     # An upstream's resizing is a forecast, not noise: its own backlog already corroborated it.
     # A forecast of less extra than the backlog growth that counts as noise is noise too (an
@@ -152,7 +153,9 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
         if (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
                 and model.arrival_timed_by != BROKER):
             causes.append("growing")
-        if model.time_to_drain_s > settings.catch_up_s:
+        drain_s = (model.time_to_drain_s if inflow.passing <= 0 else
+                   drain_time_s(model.backlog_records, model.capacity, arriving))
+        if drain_s > settings.catch_up_s:
             causes.append("slow_drain")
     if model.backlog_records > 0 and any(
             s.objective == MAX_DELAY and s.met is False for s in model.standings()):
@@ -458,6 +461,8 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     if inflow.burst_records > 0:
         figures |= {"inflow_steady": inflow.steady, "burst_records": inflow.burst_records,
                     "burst_rate": inflow.burst_rate}
+    if inflow.passing > 0:
+        figures |= {"inflow_passing": inflow.passing}
     if target <= model.parallelism:
         memory = state.ineffective
         if memory is not None and limits.high_set_by == INEFFECTIVE:

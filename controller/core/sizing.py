@@ -28,7 +28,10 @@ it cannot take as it comes, spread over the catch-up time, like its own backlog:
     waiting(C) = V × clip((A + R − C) / R, 0, 1)    D(C) = A + (B + waiting(C)) / catch_up_s
 
 where V records arrive at R records/s on top of the steady arrivals A for V / R seconds, and
-C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C.
+C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C. A is the reader's
+λ plus the upstreams' steady extra, less the part of λ that is their catch-up already under
+way (`Inflow.passing`): counted in λ too, a burst would be sized for twice, and once it is
+over, for good.
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ class Inflow:
     and what their upstreams' catch-up hands them), times their selectivities."""
     burst_rate: float = 0.0
     """Records/s on top of `steady` while they catch up: flat out minus steady output."""
+    passing: float = 0.0
+    """Records/s of the reader's own λ that are its upstreams' catch-up, not what they send for
+    good: their output beyond their steady rate, now or over their window, which ends once
+    they have caught up (`topology.received`). Not sized for; the rest of a catch-up still
+    to come is `burst_records`."""
 
     @property
     def any(self) -> bool:
@@ -133,14 +141,15 @@ class Inflow:
     def rate_at(self, arrival_rate: float, capacity_rate: float, catch_up_s: float) -> float:
         """Records/s to provide for on top of the reader's own `arrival_rate` (λ) at
         `capacity_rate`: the steady extra and the burst's waiting records over the catch-up
-        time."""
-        return (self.steady
-                + self.waiting(arrival_rate + self.steady, capacity_rate) / catch_up_s)
+        time, less the part of λ that is passing (negative when that is more)."""
+        steady = arrival_rate - self.passing + self.steady
+        return (self.steady - self.passing
+                + self.waiting(steady, capacity_rate) / catch_up_s)
 
     def plus(self, other: Inflow) -> Inflow:
         """Two upstreams' inflows together (their bursts taken to coincide: the worst case)."""
         return Inflow(self.steady + other.steady, self.burst_records + other.burst_records,
-                      self.burst_rate + other.burst_rate)
+                      self.burst_rate + other.burst_rate, self.passing + other.passing)
 
 
 NO_INFLOW = Inflow()

@@ -37,6 +37,15 @@ projects anything: otherwise its output is already in the downstream's λ, and p
 from noisy rates would only add noise. A negative steady difference is not projected either:
 a downstream is never sized down on a forecast. Queries in a cycle (a topology error) are
 decided last, without inflow.
+
+A reader's λ also leads its upstreams while they catch up: it holds their catch-up, written
+a batch at a time, for as long as its window does (in the simulator's pipeline c measured
+607/s, b's catch-up, 30 s after a 400/s step that b sends 400/s of for good). The part of
+its λ beyond what all its upstreams send for good (every upstream's `Output.steady`, resized
+or not), up to what they sent beyond that lately or over their window (`Output.surplus`), is
+`Inflow.passing`: the policy neither sizes for it nor judges the reader backlogged on it, and
+an upstream's own passing does not count in what it sends (b's λ holds a's catch-up as c's
+holds b's). Beyond that bound, λ is taken as producers outside the plan.
 """
 
 from __future__ import annotations
@@ -104,8 +113,10 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
     sends: dict[str, Output] = {}
     for query_id in topological_order(ups):
         model, state = models[query_id], states.get(query_id, ControlState())
-        senders = [u for u in ups[query_id] if u in sends]
-        inflow = received(model, [sends[u] for u in senders])
+        outputs = [sends[u] for u in ups[query_id] if u in sends]
+        inflow = received(model, outputs)
+        senders = [u for u in ups[query_id] if u in sends
+                   and (sends[u].extra.any or (inflow.passing > 0 and sends[u].surplus > 0))]
         verdict: Verdict = FOLLOWED
         if query_id not in context:
             verdicts[query_id] = decide(model, state, now_ms, settings, inflow,
@@ -113,28 +124,50 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
         if query_id not in followed:
             verdict = verdicts[query_id]
         output = projected_output(model, state, verdict, inflow, settings)
-        if output is not None and output.extra.any:
-            sends[query_id] = output
+        sends[query_id] = output if output is not None else steady_output(model, inflow)
     return verdicts
 
 
 @dataclass(frozen=True, slots=True)
 class Output:
     """A query's projected output once resized: its steady rate and what its readers get
-    beyond what reaches them now."""
+    beyond what reaches them now (nothing when it projects nothing: `steady_output`)."""
 
     steady: float
     extra: Inflow
+    surplus: float = 0.0
+    """Records/s it sent beyond `steady` lately or over its window (its catch-up), which its
+    readers' λ may hold (`received`)."""
 
 
 def received(model: QueryModel, outputs: Sequence[Output]) -> Inflow:
-    """The inflow of a reader of `outputs`: their extras together, with the steady part at
-    least what they will send minus the reader's λ (which lags them; module docstring)."""
+    """The inflow of a reader of `outputs`: the extras of those that project one together,
+    with the steady part at least what they will send minus the reader's λ (which lags them);
+    and the part of λ beyond what all of them send for good, up to their surplus, passing
+    (module docstring)."""
     inflow = NO_INFLOW
     for output in outputs:
         inflow = inflow.plus(output.extra)
-    sent = sum(output.steady for output in outputs)
-    return replace(inflow, steady=max(inflow.steady, sent - model.arrival_rate))
+    projecting = [output for output in outputs if output.extra.any]
+    sent = sum(output.steady for output in projecting)
+    beyond = model.arrival_rate - sum(output.steady for output in outputs)
+    passing = min(beyond, sum(output.surplus for output in outputs))
+    return replace(inflow, steady=max(inflow.steady, sent - model.arrival_rate),
+                   passing=max(0.0, passing))
+
+
+def steady_output(model: QueryModel, inflow: Inflow) -> Output:
+    """What a query that projects nothing sends for good, at its size now; its readers' λ
+    holds it already, but for any surplus."""
+    arriving = model.arrival_rate - inflow.passing + inflow.steady
+    sends = model.selectivity * min(model.capacity, arriving)
+    return Output(sends, NO_INFLOW, surplus(model, sends))
+
+
+def surplus(model: QueryModel, sends: float) -> float:
+    """Records/s the query's readers received beyond `sends`, lately or over its window."""
+    sent = model.selectivity * max(model.throughput, model.recent_throughput)
+    return max(0.0, sent - sends)
 
 
 def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
@@ -151,11 +184,11 @@ def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
     else:
         return None
     top = model.capacity_at(model.units_at(parallelism))
-    arriving = model.arrival_rate + inflow.steady
+    arriving = model.arrival_rate - inflow.passing + inflow.steady
     sends = model.selectivity * min(top, arriving)
     steady = max(0.0, sends - model.selectivity * model.recent_throughput)
     if top <= arriving:  # it never catches up: it sends its capacity, and no burst
-        return Output(sends, Inflow(steady))
+        return Output(sends, Inflow(steady), surplus(model, sends))
     behind = max(0.0, model.backlog_records) + arriving * pause_s + inflow.burst_records
     return Output(sends, Inflow(steady, model.selectivity * behind,
-                                model.selectivity * (top - arriving)))
+                                model.selectivity * (top - arriving)), surplus(model, sends))
