@@ -149,9 +149,14 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
     if model.backlog_records > settings.backlog_floor_records:
         # Growth says "the arrival rate lags": true of a rate timed by batch starts, not of
         # one the broker gives each second. Then a burst that grew the backlog while λ stays
-        # within capacity is drained at the current size, unless that is too slow.
-        if (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
-                and model.arrival_timed_by != BROKER):
+        # within capacity is drained at the current size, unless that is too slow. The growth
+        # is arrivals λ has not seen yet: it counts when λ and it leave the band, as overload
+        # does; under high water the query takes them by running longer batches, whose overrun
+        # of the trigger the backlog counts (noise that crosses the floor once batches last
+        # longer than the trigger: the batch cap following the units lets them).
+        growth = model.backlog_trend_records_per_s
+        if (growth > settings.backlog_growth_records_per_s
+                and model.arrival_timed_by != BROKER and arriving + growth > high_water):
             causes.append("growing")
         drain_s = (model.time_to_drain_s if inflow.passing <= 0 else
                    drain_time_s(model.backlog_records, model.capacity, arriving))
