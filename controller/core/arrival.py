@@ -152,6 +152,8 @@ class Level:
     O(window), not O(window²)."""
 
     def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
+        self.from_ms = segment[0].start_ms
+        """When the segment began (its first interval's start; `outlasting`)."""
         self._inside: deque[Interval] = deque()
         """The intervals within the span (older ones are never read again)."""
         self._span_ms = span_s * 1000
@@ -232,8 +234,6 @@ class Scan:
         self._unread = _Unread()
         """The window's intervals before `_front` that the scan did not read."""
         self._level: Level | None = None
-        self._level_from_ms = 0
-        """When the current segment began (its first interval's start)."""
         self._run: list[Interval] = []
         """Consecutive intervals departing the same way from the level: a candidate shift."""
         self._direction = 0
@@ -314,7 +314,6 @@ class Scan:
         level = self._level
         if level is None:
             self._level = Level((interval,), self._settings.arrival_window_s)
-            self._level_from_ms = interval.start_ms
             return
         way = departure(interval.rate, level.rate, ratio)
         if way == 0:
@@ -326,10 +325,9 @@ class Scan:
             self._run, self._direction = [], way
         self._run.append(interval)
         tail = (confirmed_tail(self._run, self._history_rate, way, self._settings)
-                or outlasting(self._run, self._level_from_ms, self._settings))
+                or outlasting(self._run, level.from_ms, self._settings))
         if tail:
             self._level = Level(tail, self._settings.arrival_window_s)
-            self._level_from_ms = tail[0].start_ms
             self._run, self._direction = [], 0
 
     def _history_rate(self) -> float:
@@ -440,7 +438,9 @@ def outlasting(run: Sequence[Interval], level_from_ms: int,
     query restarted beside an upstream that catches up holds that upstream's whole catch-up
     batch) makes the burst its level, and the rates after it, falling as the upstream catches
     up, disagree with each other and never confirm a shift; a shorter departure from a level
-    that held longer stays a transient."""
+    that held longer stays a transient. A scan begun afresh (`Scan._joined`) starts its level
+    at the window's first interval: the level's age is then cut to the window, and a departure
+    that lasts longer than the rest of the window becomes the level sooner than it would."""
     lasted_ms = run[-1].end_ms - run[0].start_ms
     if (lasted_ms < settings.arrival_window_s * 1000
             or lasted_ms <= run[0].start_ms - level_from_ms):

@@ -124,6 +124,22 @@ def test_a_fall_after_a_burst_is_taken_once_it_has_lasted_the_arrival_window() -
     assert found.pending_rate == pytest.approx(781, rel=0.01)
 
 
+def test_a_departure_that_outlasts_its_level_and_the_arrival_window_becomes_the_level(
+        ) -> None:
+    """A window that begins in a burst (an upstream's catch-up batch, 1 200/s for 4 s) makes
+    it the level; the rates after it, falling as the upstream catches up, disagree with each
+    other and confirm nothing. Once they have lasted the arrival window (10 s) and longer than
+    the burst did, they are the level."""
+    burst, after = [1200.0] * 2, [520.0, 400, 310, 400, 300]
+    assert rate_of([*burst, *after[:4]]) == pytest.approx(1200)  # 8 s: still a transient
+    assert rate_of([*burst, *after]) == pytest.approx(386)  # 10 s: the level
+    # the same departure from a level that held 12 s stays a transient until it lasts longer
+    held = [1200.0] * 6
+    assert rate_of([*held, *after]) == pytest.approx(1200)
+    assert rate_of([*held, *after, 390]) == pytest.approx(1200)  # 12 s: as long, not longer
+    assert rate_of([*held, *after, 390, 300]) == pytest.approx(340)  # its newest 10 s
+
+
 def test_bursty_arrivals_are_averaged() -> None:
     # an upstream micro-batch job's output read with a shorter trigger: 0, 0, 600, 0, 0, 600
     # (the newest 10 s hold one or two of its bursts, so 120-240/s for a mean of 200/s)
