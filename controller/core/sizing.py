@@ -29,9 +29,8 @@ it cannot take as it comes, spread over the catch-up time, like its own backlog:
 
 where V records arrive at R records/s on top of the steady arrivals A for V / R seconds, and
 C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C. A is the reader's
-λ plus the upstreams' steady extra, less the part of λ that is their catch-up already under
-way (`Inflow.passing`): counted in λ too, a burst would be sized for twice, and once it is
-over, for good.
+λ, less the part of it that is its upstreams' catch-up already under way (`Inflow.passing`:
+sized for, a burst would count twice, and once over, for good), plus their steady extra.
 """
 
 from __future__ import annotations
@@ -122,9 +121,9 @@ class Inflow:
     """Records/s on top of `steady` while they catch up: flat out minus steady output."""
     passing: float = 0.0
     """Records/s of the reader's own λ that are its upstreams' catch-up, not what they send for
-    good: their output beyond their steady rate, now or over their window, which ends once
-    they have caught up (`topology.received`). Not sized for; the rest of a catch-up still
-    to come is `burst_records`."""
+    good: the output beyond it of those catching up (`topology.surplus`), which ends once they
+    have caught up (`topology.received`). Taken off λ wherever λ is sized for or judged; the
+    rest of a catch-up still to come is `burst_records`."""
 
     @property
     def any(self) -> bool:
@@ -139,17 +138,17 @@ class Inflow:
         return self.burst_records * min(1.0, max(0.0, excess))
 
     def rate_at(self, arrival_rate: float, capacity_rate: float, catch_up_s: float) -> float:
-        """Records/s to provide for on top of the reader's own `arrival_rate` (λ) at
-        `capacity_rate`: the steady extra and the burst's waiting records over the catch-up
-        time, less the part of λ that is passing (negative when that is more)."""
+        """Records/s to provide for on top of the reader's own `arrival_rate` (λ) less what
+        is `passing`, at `capacity_rate`: the steady extra and the burst's waiting records over
+        the catch-up time."""
         steady = arrival_rate - self.passing + self.steady
-        return (self.steady - self.passing
-                + self.waiting(steady, capacity_rate) / catch_up_s)
+        return self.steady + self.waiting(steady, capacity_rate) / catch_up_s
 
     def plus(self, other: Inflow) -> Inflow:
-        """Two upstreams' inflows together (their bursts taken to coincide: the worst case)."""
+        """Two upstreams' extras together (their bursts taken to coincide: the worst case);
+        `passing` is the reader's own (`topology.received`)."""
         return Inflow(self.steady + other.steady, self.burst_records + other.burst_records,
-                      self.burst_rate + other.burst_rate, self.passing + other.passing)
+                      self.burst_rate + other.burst_rate)
 
 
 NO_INFLOW = Inflow()

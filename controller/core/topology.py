@@ -9,10 +9,10 @@ Why: when a middle job is the bottleneck it passes on only what it can process, 
 in the next job's own metrics says what it will receive once the middle job is fixed. Each
 query's projected output is handed to its readers as a `sizing.Inflow`, in two parts:
 
-    steady = selectivity × (min(capacity(units'), λ + inflow.steady) − recent throughput)
-    burst  = selectivity × (B + (λ + inflow.steady) × pause + inflow.burst_records) records,
-             sent on top of the steady output at
-             selectivity × (capacity(units') − λ − inflow.steady) records/s
+    A      = λ − inflow.passing + inflow.steady        (what it takes in for good)
+    steady = selectivity × (min(capacity(units'), A) − recent throughput)
+    burst  = selectivity × (B + A × pause + inflow.burst_records) records, sent on top of the
+             steady output at selectivity × (capacity(units') − A) records/s
 
 where units' is the upstream's new size (its `Scale` target, or the target in flight), the
 recent throughput is what its readers see arriving now, and pause is
@@ -36,16 +36,20 @@ Only an upstream that is being resized, is backlogged or passes on an inflow of 
 projects anything: otherwise its output is already in the downstream's λ, and projecting
 from noisy rates would only add noise. A negative steady difference is not projected either:
 a downstream is never sized down on a forecast. Queries in a cycle (a topology error) are
-decided last, without inflow.
+decided last, in name order, each with the inflow of those decided before it.
 
 A reader's λ also leads its upstreams while they catch up: it holds their catch-up, written
-a batch at a time, for as long as its window does (in the simulator's pipeline c measured
-607/s, b's catch-up, 30 s after a 400/s step that b sends 400/s of for good). The part of
-its λ beyond what all its upstreams send for good (every upstream's `Output.steady`, resized
-or not), up to what they sent beyond that lately or over their window (`Output.surplus`), is
-`Inflow.passing`: the policy neither sizes for it nor judges the reader backlogged on it, and
-an upstream's own passing does not count in what it sends (b's λ holds a's catch-up as c's
-holds b's). Beyond that bound, λ is taken as producers outside the plan.
+a batch at a time (in the simulator's pipeline c measured 607/s, b's catch-up, 21 s after b's
+resize for a 400/s step that b sends 400/s of for good). An upstream catching up (its backlog
+shrinking faster than noise, or an actuation answered within `catch_up_s`: `catching_up`) has
+a surplus, its output over its newest `arrival_window_s` beyond what it sends for good
+(`Output.steady`; for one that keeps up, what it takes in, even where its capacity reads
+lower). The part of the reader's λ beyond what all its upstreams send for good, up to their
+surplus, is `Inflow.passing`: taken off λ wherever the policy sizes or judges it, as an
+upstream's own passing is off what it sends (b's λ holds a's catch-up as c's holds b's).
+Without that evidence an output above λ is λ lagging a rise the upstream puts through, real
+load; a model of an earlier cycle (`plan`'s `context`) has no surplus either. Beyond the bound,
+λ is producers outside the plan.
 """
 
 from __future__ import annotations
@@ -123,8 +127,12 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
                                         " and ".join(senders))
         if query_id not in followed:
             verdict = verdicts[query_id]
-        output = projected_output(model, state, verdict, inflow, settings)
-        sends[query_id] = output if output is not None else steady_output(model, inflow)
+        output = projected_output(model, state, verdict, inflow, settings) or steady_output(
+            model, inflow)
+        if query_id not in context:  # a model of an earlier cycle: its output then is past
+            output = replace(output, surplus=surplus(model, state, now_ms, settings,
+                                                     output.steady))
+        sends[query_id] = output
     return verdicts
 
 
@@ -136,8 +144,8 @@ class Output:
     steady: float
     extra: Inflow
     surplus: float = 0.0
-    """Records/s it sent beyond `steady` lately or over its window (its catch-up), which its
-    readers' λ may hold (`received`)."""
+    """Records/s it sent beyond `steady` lately while catching up, which its readers' λ holds
+    (`surplus`, `received`)."""
 
 
 def received(model: QueryModel, outputs: Sequence[Output]) -> Inflow:
@@ -157,17 +165,31 @@ def received(model: QueryModel, outputs: Sequence[Output]) -> Inflow:
 
 
 def steady_output(model: QueryModel, inflow: Inflow) -> Output:
-    """What a query that projects nothing sends for good, at its size now; its readers' λ
-    holds it already, but for any surplus."""
-    arriving = model.arrival_rate - inflow.passing + inflow.steady
-    sends = model.selectivity * min(model.capacity, arriving)
-    return Output(sends, NO_INFLOW, surplus(model, sends))
+    """What a query that projects nothing (no backlog, no inflow: it keeps up) sends for good:
+    what it takes in, even where its capacity reads lower (a hot partition's skew, records
+    shed). Its readers' λ holds it already."""
+    return Output(model.selectivity * (model.arrival_rate - inflow.passing), NO_INFLOW)
 
 
-def surplus(model: QueryModel, sends: float) -> float:
-    """Records/s the query's readers received beyond `sends`, lately or over its window."""
-    sent = model.selectivity * max(model.throughput, model.recent_throughput)
-    return max(0.0, sent - sends)
+def surplus(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
+            sends: float) -> float:
+    """Records/s the query sent over its newest `arrival_window_s` beyond `sends` (what it sends
+    for good), while `catching_up`; otherwise none: an output above what it takes in is then
+    its λ lagging a rise it puts through already, real load for its readers."""
+    if not catching_up(model, state, now_ms, settings):
+        return 0.0
+    return max(0.0, model.selectivity * model.recent_throughput - sends)
+
+
+def catching_up(model: QueryModel, state: ControlState, now_ms: int,
+                settings: PolicySettings) -> bool:
+    """Evidence that the query drains a backlog: it shrinks faster than noise, or an actuation
+    of the controller's ended within `catch_up_s` (a restarted query drains what piled up while
+    it paused, flat out, within that time; a restart the controller did not make shows as the
+    shrinking)."""
+    shrinking = model.backlog_trend_records_per_s < -settings.backlog_growth_records_per_s
+    return shrinking or (state.settled_at_ms > 0
+                         and now_ms - state.settled_at_ms <= settings.catch_up_s * 1000)
 
 
 def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
@@ -188,7 +210,7 @@ def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
     sends = model.selectivity * min(top, arriving)
     steady = max(0.0, sends - model.selectivity * model.recent_throughput)
     if top <= arriving:  # it never catches up: it sends its capacity, and no burst
-        return Output(sends, Inflow(steady), surplus(model, sends))
+        return Output(sends, Inflow(steady))
     behind = max(0.0, model.backlog_records) + arriving * pause_s + inflow.burst_records
     return Output(sends, Inflow(steady, model.selectivity * behind,
-                                model.selectivity * (top - arriving)), surplus(model, sends))
+                                model.selectivity * (top - arriving)))

@@ -51,9 +51,14 @@ def pressure(model: QueryModel, inflow: Inflow, inflow_from: str) -> str:
         text += (f", plus {num(inflow.burst_records)} records while catching up "
                  f"(up to {num(peak)}/s arriving)")
     if inflow.passing > 0:
-        text += (f"; {num(inflow.passing)}/s of its arrivals are {inflow_from or 'upstream'}'s "
-                 "catch-up, over once caught up: not sized for")
+        text += f"; {passing(inflow, inflow_from)}"
     return text
+
+
+def passing(inflow: Inflow, inflow_from: str) -> str:
+    """What of the query's arrivals its upstreams' catch-up is (`sizing.Inflow.passing`)."""
+    return (f"{num(inflow.passing)}/s of its arrivals are {inflow_from or 'upstream'}'s "
+            "catch-up, over once caught up: not sized for")
 
 
 def load(model: QueryModel) -> str:
