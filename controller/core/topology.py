@@ -42,7 +42,7 @@ A reader's λ also leads its upstreams while they catch up: it holds their catch
 a batch at a time (in the simulator's pipeline c measured 607/s, b's catch-up, 21 s after b's
 resize for a 400/s step that b sends 400/s of for good). An upstream catching up (its backlog
 shrinking faster than noise, or an actuation answered within `catch_up_s`: `catching_up`) has
-a surplus, its output over its newest `arrival_window_s` beyond what it sends for good
+a surplus, its output lately or over its window beyond what it sends for good
 (`Output.steady`; for one that keeps up, what it takes in, even where its capacity reads
 lower). The part of the reader's λ beyond what all its upstreams send for good, up to their
 surplus, is `Inflow.passing`: taken off λ wherever the policy sizes or judges it, as an
@@ -173,12 +173,14 @@ def steady_output(model: QueryModel, inflow: Inflow) -> Output:
 
 def surplus(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
             sends: float) -> float:
-    """Records/s the query sent over its newest `arrival_window_s` beyond `sends` (what it sends
-    for good), while `catching_up`; otherwise none: an output above what it takes in is then
-    its λ lagging a rise it puts through already, real load for its readers."""
+    """Records/s the query sent beyond `sends` (what it sends for good), lately or over its
+    window (a reader's λ, timed by its own batches, holds an upstream batch a while after it
+    was written), while `catching_up`; otherwise none: an output above what it takes in is
+    then its λ lagging a rise it puts through already, real load for its readers."""
     if not catching_up(model, state, now_ms, settings):
         return 0.0
-    return max(0.0, model.selectivity * model.recent_throughput - sends)
+    sent = model.selectivity * max(model.throughput, model.recent_throughput)
+    return max(0.0, sent - sends)
 
 
 def catching_up(model: QueryModel, state: ControlState, now_ms: int,
