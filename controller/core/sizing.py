@@ -131,7 +131,8 @@ class Inflow:
 
     def waiting(self, steady_arrivals: float, capacity_rate: float) -> float:
         """Records of the burst that a reader with `capacity_rate` and `steady_arrivals` (its
-        own λ plus `steady`) cannot take as they come: they wait, a backlog, after the burst."""
+        own λ, less what is passing, plus `steady`) cannot take as they come: they wait, a
+        backlog, after the burst."""
         if self.burst_records <= 0 or self.burst_rate <= 0:
             return 0.0
         excess = (steady_arrivals + self.burst_rate - capacity_rate) / self.burst_rate
