@@ -171,7 +171,7 @@ def sender(bootstrap: str, control_topic: str = topics.CONTROL,
            ) -> Iterator[Sender]:
     """A `Sender` whose ack consumer holds the ack topic at its end before it is yielded (an
     ack before that is not one of ours): the time from a publication to its ack is the
-    job's, not the group join's."""
+    job's, not the consumer's start."""
     from streaming_jobs.runtime.kafka import RecordPublisher, TypedConsumer
 
     # Under the controller's default group prefix, which its principal may read (stack.acls).
@@ -191,5 +191,5 @@ def _await_assignment(acks: Any, topic: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not acks.assigned.is_set():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"could not subscribe to {topic} within {timeout_s:.0f} s")
+            raise TimeoutError(f"could not read {topic} within {timeout_s:.0f} s")
         acks.poll(0.2)

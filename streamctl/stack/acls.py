@@ -112,7 +112,9 @@ def _job(n: Names) -> list[Grant]:
         # The control topic is read, never written: a job cannot reconfigure another.
         Grant(JOB, "topic", n.control, (_READ, _DESCRIBE)),
         Grant(JOB, "topic", n.markers, (_READ, _WRITE, _DESCRIBE)),
-        # The control consumer's group per instance: streamctl-job-<query>-<instance>.
+        # The control consumer's group id, streamctl-job-<query>-<instance>: no member joins
+        # (it assigns the partitions itself, nothing committed); its client finds the group's
+        # coordinator, which takes DESCRIBE (READ implies it).
         Grant(JOB, "group", "streamctl-job-", (_READ,), prefixed=True),
         # Spark's Kafka source names its consumers' groups spark-kafka-source-<uuid>-...
         Grant(JOB, "group", "spark-kafka-source-", (_READ,), prefixed=True),

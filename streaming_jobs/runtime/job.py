@@ -123,7 +123,8 @@ class ElasticJob:
             on_recorded=lambda state: self.prometheus.shed_fraction.labels(
                 config.identity.query_id).set(state.shed_fraction))
         self.prometheus.watch_sink(config.identity.query_id, self.query.sink)
-        # A group per instance: every instance sees every tuple and filters on query_id.
+        # Every instance sees every tuple and filters on query_id.
+        self.prometheus.control_ready.labels(config.identity.query_id).set(0)
         self._consumer = TypedConsumer(
             config.bootstrap_servers, config.topics.control_topic,
             f"streamctl-job-{config.identity.query_id}-{config.identity.instance_id}", ControlTuple,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from confluent_kafka import (
-    OFFSET_END,
+    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -36,10 +36,12 @@ from streaming_jobs.runtime.sink.transactional_kafka import Fault, record_fault,
 log = logging.getLogger(__name__)
 
 ASSIGN_PIN_TIMEOUT_S = 10.0
-"""How long an assignment (the rebalance callback, inside a poll) keeps asking for its
-partitions' end offsets to start there; the polls after it go on asking (`_pin_unpinned`)."""
+"""How long a poll keeps asking for its new partitions' end offsets to start them there; the
+polls after it go on asking."""
 ASSIGN_RETRY_S = 0.5
-"""Pause between two such asks."""
+"""Pause between two such asks, and between two looks for a topic not found yet."""
+PARTITIONS_LOOKUP_S = 10.0
+"""How often a consumer holding its topic looks for partitions added to it."""
 LOG_RANGE_TIMEOUT_S = 30.0
 """How long a topic's log start and end offsets are asked for: a broker killed while it led
 a partition is fenced by the quorum within its session timeout (9 s by default), and the
@@ -179,9 +181,15 @@ class DeadLetterFactory:
 
 
 class TypedConsumer(Generic[R]):
-    """Reads one record type from a topic, starting at its end when first assigned and where it
-    left off when assigned again (a rebalance after a broker restart or a long pause must not
-    skip what arrived meanwhile: a control tuple, a promotion).
+    """Reads one record type from every partition of a topic, from the end each partition had
+    when this consumer first found it, and on from there for as long as it runs.
+
+    It assigns the partitions itself instead of joining its group: every instance reads every
+    partition, so a group has nothing to share out, and its protocol only delayed a restarted
+    instance (the killed process's member kept the partition until its session ended, 45 s by
+    default, and a promotion sent meanwhile was skipped). The group id is only the client's
+    name to the broker: nothing is committed. A broker restart or a long pause resumes where it
+    was; partitions added to the topic later are read from their start.
 
     Undecodable messages come back as `DecodeError` (with topic/partition/offset), never raise.
     """
@@ -189,81 +197,70 @@ class TypedConsumer(Generic[R]):
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
                  record_type: type[R], security: KafkaSecurity,
                  on_assignment: Callable[[bool], None] = lambda held: None) -> None:
-        """`on_assignment(held)`: after each assignment (its positions pinned) and each
-        revocation, whether this consumer now holds a partition of the topic. A group with a
-        member left over from a killed process can hand this one nothing until that member's
-        session ends."""
+        """`on_assignment(held)`: once this consumer holds every partition the topic had when
+        it first found it, each started at its end (`True`; `assigned` is set then)."""
         self._codec = codec_for(record_type)
+        self._topic = topic
         self._on_assignment = on_assignment
         self._consumer = Consumer(client_config(
-            bootstrap_servers, security, **{"group.id": group_id, "auto.offset.reset": "latest",
-                                            "enable.auto.commit": True}))
+            bootstrap_servers, security, **{"group.id": group_id, "enable.auto.commit": False,
+                                            # Only where a position is lost (the topic made
+                                            # anew): what is there was sent after it.
+                                            "auto.offset.reset": "earliest"}))
         self.assigned = threading.Event()
-        """Set once this consumer first holds a partition."""
-        self._next: dict[tuple[str, int], int] = {}
-        """Per partition, the offset after the last message returned."""
-        self._unpinned: set[tuple[str, int]] = set()
-        """Partitions first assigned while the broker could not say their end: read from the
-        end as the first fetch finds it, and not held until `_pin_unpinned` pinned them."""
-        self._pin_again_at = 0.0
-        self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                 on_lost=self._on_revoke)
+        """Set once this consumer holds the topic's partitions."""
+        self._held: set[int] = set()
+        self._look_again_at = 0.0
+        self._problem = ""
+        """Why the topic could not be looked up last time ("" when it could)."""
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # First assignment: pin "latest" to the high watermark now, so a tuple produced after
-        # `assigned` is set is never skipped by a later, lazy offset reset. A later one (the
-        # group rejoined, e.g. after a broker restart) resumes where this consumer was:
-        # pinning again would skip the tuples sent meanwhile. The callback must not raise:
-        # the exception would end the polling thread and leave the assignment half made.
-        deadline = time.monotonic() + ASSIGN_PIN_TIMEOUT_S
-        for tp in partitions:
-            key = (tp.topic, tp.partition)
-            position = self._next.get(key)
-            if position is None:
-                position = _end_offset(consumer, tp, deadline)
-            if position is None:
-                tp.offset = OFFSET_END  # not the group's committed offset: no old tuples
-                self._unpinned.add(key)
-            else:
-                # Where it starts is where it was, even before it returned a message: a
-                # rejoin before the first tuple arrived must not pin "latest" past it.
-                self._next[key] = position
-                tp.offset = position
-        consumer.assign(partitions)
-        self._report_held(bool(partitions))
-
-    def _report_held(self, has_partitions: bool) -> None:
-        held = has_partitions and not self._unpinned
-        if held:
-            self.assigned.set()
-        self._on_assignment(held)
-
-    def _on_revoke(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self._unpinned.clear()
-        self._on_assignment(False)  # the library unassigns them after this returns
-
-    def _pin_unpinned(self, consumer: Consumer) -> None:
-        """Ask again, at most every `ASSIGN_RETRY_S`, for the end of each partition the
-        assignment could not pin, and start there; held once none is left."""
-        if not self._unpinned or time.monotonic() < self._pin_again_at:
+    def _assign_new(self) -> None:
+        """Look the topic's partitions up (every `ASSIGN_RETRY_S` until it holds them, every
+        `PARTITIONS_LOOKUP_S` after) and assign those it does not hold: at their end while it
+        has not found the topic yet, from their start once it has (a partition added since).
+        Never raises: the thread that polls must go on (what failed is asked again)."""
+        if time.monotonic() < self._look_again_at:
             return
-        self._pin_again_at = time.monotonic() + ASSIGN_RETRY_S
-        for key in sorted(self._unpinned):
-            end = _end_offset(consumer, TopicPartition(*key), deadline=0.0)
-            if end is None:
-                continue
-            try:
-                consumer.seek(TopicPartition(key[0], key[1], end))
-            except KafkaException as exc:
-                log.info("control consumer: cannot start %s[%d] at %d yet (%s)", *key, end, exc)
-                continue
-            self._next[key] = end
-            self._unpinned.discard(key)
-        if not self._unpinned:
-            self._report_held(True)
+        held = self.assigned.is_set()
+        self._look_again_at = time.monotonic() + (PARTITIONS_LOOKUP_S if held else ASSIGN_RETRY_S)
+        new = sorted(set(self._partitions()) - self._held)
+        deadline = time.monotonic() + ASSIGN_PIN_TIMEOUT_S
+        offsets = {p: OFFSET_BEGINNING if held else self._end(p, deadline) for p in new}
+        starts = [TopicPartition(self._topic, p, offset)
+                  for p, offset in offsets.items() if offset is not None]
+        if not starts:
+            return
+        try:
+            self._consumer.incremental_assign(starts)
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: consumer closed
+            log.warning("control consumer: cannot assign %s yet (%s)", self._topic, exc)
+            return
+        self._held.update(tp.partition for tp in starts)
+        if not held and len(starts) == len(new):
+            self.assigned.set()
+            self._on_assignment(True)
+
+    def _partitions(self) -> list[int]:
+        """The topic's partitions; none while it cannot be looked up (said once a change)."""
+        try:
+            metadata = self._consumer.list_topics(self._topic, timeout=ASSIGN_RETRY_S * 4)
+            found = metadata.topics.get(self._topic)
+            problem = ("not found" if found is None else
+                       str(found.error) if found.error is not None else "")
+        except (KafkaException, RuntimeError) as exc:
+            found, problem = None, str(exc)
+        if problem != self._problem:
+            self._problem = problem
+            if problem:
+                log.warning("control consumer: topic %s cannot be read yet (%s)", self._topic,
+                            problem)
+        return [] if problem or found is None else list(found.partitions)
+
+    def _end(self, partition: int, deadline: float) -> int | None:
+        return _end_offset(self._consumer, TopicPartition(self._topic, partition), deadline)
 
     def poll(self, timeout_s: float) -> R | DecodeError | None:
-        self._pin_unpinned(self._consumer)
+        self._assign_new()
         msg = self._consumer.poll(timeout_s)
         if msg is None:
             return None
@@ -272,13 +269,7 @@ class TypedConsumer(Generic[R]):
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("control consumer: %s", error)
             return None
-        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-        self._next[(topic, partition)] = offset + 1
-        if (topic, partition) in self._unpinned:  # its position is known now
-            self._unpinned.discard((topic, partition))
-            if not self._unpinned:
-                self._report_held(True)
-        return self._decode(msg.value(), topic, partition, offset)
+        return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
 
     def topic_exists(self, topic: str, timeout_s: float = 5.0) -> bool:
         """Whether the broker knows `topic` (with partitions); False when unreachable too."""

@@ -91,9 +91,8 @@ def test_garbage_and_records_too_large_to_write_are_counted_and_no_process_resta
     job = bed.start_job("job-1", "--metrics-port", str(job_port))
     bed.start_controller("controller", "--metrics-port", str(controller_port))
     warm(bed)
-    # A tuple sent before the job's control consumer holds its partition is not seen; its
-    # group may wait out the session of a member an earlier test killed (45 s).
-    until(lambda: scraped(job_port, "streamctl_job_control_ready") == 1, 90,
+    # A tuple sent before the job's control consumer holds its partition is not seen.
+    until(lambda: scraped(job_port, "streamctl_job_control_ready") == 1, 60,
           "the job's control consumer to hold its partition", 0.5)
     fault = now_ms()
     garbage = {kind: [b"\xde\xad %s garbage %d" % (kind.encode(), i) for i in range(50)]

@@ -7,8 +7,8 @@ on a broker of the test's own (stopped and restarted; same port, same data).
   (`SinkBatchAborted`, librdkafka's delivery timeout) or with its outcome unknown
   (`SinkUnavailable`); the job restarts its query from the checkpoint (`runtime.roles.supervise`),
   and when the broker is back the replayed batch is written once, by a fresh producer.
-- The control consumer: a tuple sent after the restart is seen (a re-assignment resumes where
-  the consumer left off instead of jumping to the end)."""
+- The control consumer: a tuple sent after the restart is seen (it keeps its partitions and
+  its position across the outage instead of jumping to the end)."""
 
 from __future__ import annotations
 

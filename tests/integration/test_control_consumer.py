@@ -1,14 +1,14 @@
-"""The job's control consumer on the real broker: it starts at the end of the control topic,
-and when the group rebalances (another member takes its partition, then leaves) it resumes
-where it was instead of jumping to the end again, so no tuple sent meanwhile is skipped."""
+"""The job's control consumer on the real broker: it takes its topic's partitions itself, so a
+restarted instance reads at once even while its killed predecessor's group member still holds
+the partition, from the topic's end; a partition added later is read from its start."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from schemas import SensorReading, codec_for
 from streamctl.security.kafka import PLAINTEXT, client_config
@@ -32,37 +32,48 @@ def next_seq(consumer: TypedConsumer[SensorReading]) -> int:
     return until(one, 30, "a record from the control consumer", 0)
 
 
-def test_after_a_rebalance_it_resumes_where_it_was_not_at_the_end(
+def test_while_its_group_holds_the_partition_it_reads_at_once_from_the_end(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """A group member left over from a killed process (its session not over yet) holds the
+    partition; the restarted instance's consumer, in the same group, reads anyway."""
     topic = new_topic()
     group = f"group-{topic}"
     produce(bootstrap_servers, topic, [record(0)])  # before the consumer: not for it
-    held: list[bool] = []  # what it reports after each assignment and revocation
-    consumer = TypedConsumer(bootstrap_servers, topic, group, SensorReading, PLAINTEXT,
-                             on_assignment=held.append)
-    # The range assignor gives the only partition to the member whose id sorts first: this
-    # one's client id makes it take the partition when it joins.
-    other = Consumer(client_config(bootstrap_servers, **{
-        "group.id": group, "client.id": "0-rebalancer", "enable.auto.commit": False}))
-    took, other_open = threading.Event(), True
+    left_over = Consumer(client_config(bootstrap_servers, **{
+        "group.id": group, "enable.auto.commit": False}))
+    took: list[bool] = []
+    left_over.subscribe([topic], on_assign=lambda _c, parts: took.append(bool(parts)))
+    held: list[bool] = []
+    consumer: TypedConsumer[SensorReading] | None = None
     try:
-        until(lambda: (consumer.poll(0.2), consumer.assigned.is_set())[1], 30, "an assignment")
-        assert held[-1] is True, held
+        until(lambda: (left_over.poll(0.2), any(took))[1], 60, "the left-over member's partition")
+        consumer = TypedConsumer(bootstrap_servers, topic, group, SensorReading, PLAINTEXT,
+                                 on_assignment=held.append)
+        started = consumer
+        until(lambda: (started.poll(0.2), started.assigned.is_set())[1], 30,
+              "the restarted consumer holding the topic")
+        assert held == [True]
         produce(bootstrap_servers, topic, [record(1)])
         assert next_seq(consumer) == 1
-
-        other.subscribe([topic], on_assign=lambda _c, parts: took.set() if parts else None)
-        until(lambda: (consumer.poll(0.2), other.poll(0.2), took.is_set())[2], 60,
-              "the other member taking the partition (a rebalance)", 0)
-        # It gave the partition up before the other member could get it (an eager rebalance
-        # revokes first), and said so.
-        assert held[-1] is False, held
-        produce(bootstrap_servers, topic, [record(2)])  # while the partition is elsewhere
-        other.close()  # leaves the group: a second rebalance gives the partition back
-        other_open = False
-        assert next_seq(consumer) == 2
-        assert held[-1] is True, held  # and that it holds it again
+        left_over.poll(0.2)
+        assert took == [True]  # the left-over member kept its partition all along
     finally:
-        if other_open:
-            other.close()
+        left_over.close()
+        if consumer is not None:
+            consumer.close()
+
+
+def test_a_partition_added_to_the_topic_is_read_from_its_start(
+        bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    consumer = TypedConsumer(bootstrap_servers, topic, f"group-{topic}", SensorReading,
+                             PLAINTEXT)
+    try:
+        until(lambda: (consumer.poll(0.2), consumer.assigned.is_set())[1], 30, "the topic held")
+        admin = AdminClient(client_config(bootstrap_servers))
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        # Sent before the consumer looks for new partitions: read all the same.
+        produce(bootstrap_servers, topic, [record(7)], partition=1)
+        assert next_seq(consumer) == 7
+    finally:
         consumer.close()

@@ -70,9 +70,9 @@ class JobPrometheus:
                                       registry=registry)
         self.control_ready = Gauge(
             "streamctl_job_control_ready",
-            "1 while the control consumer holds its partition (from its first assignment, a "
-            "tuple sent is seen, even across a rebalance; one sent before is not answered and "
-            "the controller decides again after its ack timeout), 0 while it holds none",
+            "1 once the control consumer holds the control topic's partitions (every tuple "
+            "sent from then on is seen, across broker restarts; one sent before is not "
+            "answered and the controller decides again after its ack timeout), 0 until then",
             _QUERY, registry=registry)
         self.dead_letters = Counter("streamctl_job_dead_letter_records_total",
                                     "Input records sent to the dead-letter topic", _QUERY,
