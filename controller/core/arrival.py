@@ -27,13 +27,17 @@ rate with occasional level shifts:
 - a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
   interval that fits the old level again drops it. Its records are not lost: they are in the
   backlog, which the batches measure directly (`model.backlog_records`), so a spike is
-  drained rather than sized for.
+  drained rather than sized for. A dip that ends so joins the level: the records it lacked
+  come in the next interval or two (a batch planned early, a producer that paused), which
+  would otherwise count without the lull that balances them (300, then 900/s, is 600/s).
 
 The level of a segment is its growth over its newest `arrival_window_s` (at least its newest
 interval): one step is sized in one round, and a stationary noisy load is still averaged.
 When records arrive in bursts coarser than the intervals (`bursty`: a reader of an upstream
 micro-batch job's output), single intervals say nothing and λ is the plain mean over the
-newest `arrival_window_s`, as before change points.
+whole window: over `arrival_window_s` a burst more or less moves it by half. Such a λ takes
+the window to follow a step; an upstream's resizing is projected to its readers meanwhile
+(`topology`), and a reader's own backlog shows the rest.
 """
 
 from __future__ import annotations
@@ -317,9 +321,12 @@ class Scan:
             return
         way = departure(interval.rate, level.rate, ratio)
         if way == 0:
+            if self._run:  # a shift that did not last: a transient
+                if self._direction < 0:  # a dip is averaged in (module docstring)
+                    for dipped in self._run:
+                        level.append(dipped)
+                self._run, self._direction = [], 0
             level.append(interval)
-            if self._run:
-                self._run, self._direction = [], 0  # a shift that did not last: a transient
             return
         if way != self._direction:
             self._run, self._direction = [], way
@@ -333,9 +340,16 @@ class Scan:
     def _history_rate(self) -> float:
         """The mean rate of the window's intervals before the candidate shift (it begins after
         the window's front: `_joined`)."""
-        first, front = len(self._seen) - len(self._run), self._front
-        return ((self._unread.records + self._records[first] - self._records[front]) * 1000
-                / (self._unread.elapsed_ms + self._elapsed_ms[first] - self._elapsed_ms[front]))
+        return self._rate_before(len(self._seen) - len(self._run))
+
+    def _rate_before(self, end: int) -> float:
+        """The mean rate of the window's intervals before `_seen[end]`, from the running sums.
+        Bursty arrivals are the whole window's (`_rate_before(len(_seen))`), not the newest
+        `arrival_window_s`: an upstream writing every 5 s puts two bursts or three into 10 s,
+        λ ± 50 %, and one more or less into a minute, ± 8 %."""
+        front, unread = self._front, self._unread
+        return ((unread.records + self._records[end] - self._records[front]) * 1000
+                / (unread.elapsed_ms + self._elapsed_ms[end] - self._elapsed_ms[front]))
 
     @property
     def bursty(self) -> bool:
@@ -343,7 +357,7 @@ class Scan:
         from the running counts. An upstream micro-batch job writes each batch's output at once,
         so a reader sees 0, 0, 2 000, 0, … or, with a trigger close to the upstream's batch
         period, 160, 57, 160, 57/s: single intervals are then no rate observations, and only
-        their mean over `arrival_window_s` is."""
+        their mean over the window is."""
         front, unread = self._front, self._unread
         count = unread.count + len(self._seen) - front
         empty = unread.empty + self._empty[-1] - self._empty[front]
@@ -356,10 +370,7 @@ class Scan:
     def _result(self, found: Sequence[Interval]) -> ArrivalEstimate:
         assert self._level is not None  # found is not empty: its first interval set one
         if self.bursty:
-            horizon = found[-1].end_ms - self._settings.arrival_window_s * 1000
-            recent = found[bisect_left(found, horizon, key=_START_MS):]
-            return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
-                                             else found[-BURSTY_AT_LEAST:]))
+            return ArrivalEstimate(self._rate_before(len(self._seen)))
         pending = self._run[-1].rate if self._run else None
         return ArrivalEstimate(self._level.rate, pending, ramp(found, self._settings))
 
@@ -395,10 +406,6 @@ class _Unread:
                        sum(1 for i in unread if i.records == 0),
                        sum(1 for way, then in pairwise(ways[:count + 1])
                            if way != 0 and then == -way))
-
-
-BURSTY_AT_LEAST = 3
-"""Intervals averaged at least when arrivals are bursty: more than one upstream batch."""
 
 
 BURSTY_REVERSALS = 2
