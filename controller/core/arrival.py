@@ -27,9 +27,10 @@ rate with occasional level shifts:
 - a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
   interval that fits the old level again drops it. Its records are not lost: they are in the
   backlog, which the batches measure directly (`model.backlog_records`), so a spike is
-  drained rather than sized for. A dip that ends so joins the level: the records it lacked
-  come in the next interval or two (a batch planned early, a producer that paused), which
-  would otherwise count without the lull that balances them (300, then 900/s, is 600/s).
+  drained rather than sized for. A dip whose end makes up for it (together they agree with
+  the level within `level_agreement`) joins the level: the records a batch planned early
+  missed come in the next one, which would otherwise count without the lull that balances
+  it (350/s, then 850/s, is 600/s over the two).
 
 The level of a segment is its growth over its newest `arrival_window_s` (at least its newest
 interval): one step is sized in one round, and a stationary noisy load is still averaged.
@@ -204,9 +205,9 @@ class Scan:
     window of a minute of probes cost most of the model's CPU per query. Carried, the scan
     reads only the intervals that joined; what the window's front still decides is read from
     running sums over the window: the mean of the intervals before a candidate shift
-    (`confirmed_tail`'s history) and the counts that make arrivals `bursty`. The window may
-    begin with an interval or two the scan never read (the batches' ones before the first
-    probe, `model.arrival_intervals`): they count in those sums, not in the level.
+    (`confirmed_tail`'s history), the counts that make arrivals `bursty` and their λ then.
+    The window may begin with an interval or two the scan never read (the batches' ones before
+    the first probe, `model.arrival_intervals`): they count in those sums, not in the level.
 
     The estimate then differs from a fresh scan's only in where its level began: before the
     window's front rather than at it. A window that does not continue what was scanned (an
@@ -322,8 +323,9 @@ class Scan:
         way = departure(interval.rate, level.rate, ratio)
         if way == 0:
             if self._run:  # a shift that did not last: a transient
-                if self._direction < 0:  # a dip is averaged in (module docstring)
-                    for dipped in self._run:
+                if self._direction < 0 and _balanced(self._run, interval, level.rate,
+                                                     self._settings.level_agreement):
+                    for dipped in self._run:  # a dip the interval made up for: its records
                         level.append(dipped)
                 self._run, self._direction = [], 0
             level.append(interval)
@@ -345,7 +347,7 @@ class Scan:
     def _rate_before(self, end: int) -> float:
         """The mean rate of the window's intervals before `_seen[end]`, from the running sums.
         Bursty arrivals are the whole window's (`_rate_before(len(_seen))`), not the newest
-        `arrival_window_s`: an upstream writing every 5 s puts two bursts or three into 10 s,
+        `arrival_window_s`: an upstream writing every 5 s puts a burst or two into 10 s,
         λ ± 50 %, and one more or less into a minute, ± 8 %."""
         front, unread = self._front, self._unread
         return ((unread.records + self._records[end] - self._records[front]) * 1000
@@ -467,6 +469,14 @@ def new_level_lasted_ms(run: Sequence[Interval], tail: Sequence[Interval]) -> in
 def mean_rate(found: Sequence[Interval]) -> float:
     elapsed = sum(i.end_ms - i.start_ms for i in found)
     return sum(i.records for i in found) * 1000 / elapsed
+
+
+def _balanced(dip: Sequence[Interval], after: Interval, level_rate: float,
+              agreement: float) -> bool:
+    """Whether `after` brought what `dip` lacked: together they agree with the level (within
+    `agreement` of the larger), as a batch planned early and the one after it do."""
+    rate = mean_rate([*dip, after])
+    return abs(rate - level_rate) <= agreement * max(rate, level_rate)
 
 
 def agreeing_tail(run: Sequence[Interval], agreement: float) -> list[Interval]:

@@ -170,11 +170,12 @@ def test_a_one_interval_spike_does_not_move_the_estimate(base: float, factor: fl
     assert found.rate == pytest.approx(base, rel=0.02)  # records are whole
 
 
-def test_a_dip_whose_records_come_in_the_next_interval_is_averaged_in() -> None:
-    # a batch planned early reads 300/s, the next one 900/s: a steady 600/s, not 675/s (the
-    # newest 10 s less the dip), and not a spike up to 900/s either
-    assert rate_of([600] * 8 + [300, 900]) == pytest.approx(600)
-    # a spike up is drained, not averaged in: the level stays where it was
+def test_a_dip_is_averaged_in_only_with_the_interval_that_makes_up_for_it() -> None:
+    # a batch planned early reads 350/s, the next one 850/s: a steady 600/s, not 662/s (the
+    # newest 10 s less the dip)
+    assert rate_of([600] * 8 + [350, 850]) == pytest.approx(600)
+    # a dip not made up (its records late, or lost upstream) is left out, as a spike is
+    assert rate_of([600] * 8 + [300, 600]) == pytest.approx(600)
     assert rate_of([600] * 8 + [1500, 600]) == pytest.approx(600)
 
 
