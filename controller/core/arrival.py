@@ -35,9 +35,10 @@ rate with occasional level shifts:
 The level of a segment is its growth over its newest `arrival_window_s` (at least its newest
 interval): one step is sized in one round, and a stationary noisy load is still averaged.
 When records arrive in bursts coarser than the intervals (`bursty`: a reader of an upstream
-micro-batch job's output), single intervals say nothing and λ is the plain mean over the
-whole window: over `arrival_window_s` a burst more or less moves it by half. Such a λ takes
-the window to follow a step; an upstream's resizing is projected to its readers meanwhile
+micro-batch job's output; counted since the newest shift the scan took, as bursts never make
+one), single intervals say nothing and λ is the plain mean over the whole window: over
+`arrival_window_s` a burst more or less moves it by half. Such a λ takes the window to follow
+a step; an upstream's resizing is projected to its readers meanwhile
 (`topology`), and a reader's own backlog shows the rest.
 """
 
@@ -156,9 +157,13 @@ class Level:
     joins the sums once and leaves them once, and a scan over a window of intervals costs
     O(window), not O(window²)."""
 
-    def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
+    def __init__(self, segment: Sequence[Interval], span_s: float, shifted: bool = False
+                 ) -> None:
         self.from_ms = segment[0].start_ms
         """When the segment began (its first interval's start; `outlasting`)."""
+        self.shifted = shifted
+        """Whether the segment is a shift the scan took (`confirmed_tail`, `outlasting`),
+        not merely where the scan began."""
         self._inside: deque[Interval] = deque()
         """The intervals within the span (older ones are never read again)."""
         self._span_ms = span_s * 1000
@@ -336,7 +341,7 @@ class Scan:
         tail = (confirmed_tail(self._run, self._history_rate, way, self._settings)
                 or outlasting(self._run, level.from_ms, self._settings))
         if tail:
-            self._level = Level(tail, self._settings.arrival_window_s)
+            self._level = Level(tail, self._settings.arrival_window_s, shifted=True)
             self._run, self._direction = [], 0
 
     def _history_rate(self) -> float:
@@ -359,15 +364,33 @@ class Scan:
         from the running counts. An upstream micro-batch job writes each batch's output at once,
         so a reader sees 0, 0, 2 000, 0, … or, with a trigger close to the upstream's batch
         period, 160, 57, 160, 57/s: single intervals are then no rate observations, and only
-        their mean over the window is."""
-        front, unread = self._front, self._unread
-        count = unread.count + len(self._seen) - front
-        empty = unread.empty + self._empty[-1] - self._empty[front]
+        their mean over the window is. The bursts count from the newest shift the scan took
+        (`bursts_from_ms`): bursts never agree long enough to make one, so a source that
+        shifted to a level has stopped bursting, and a burst and the idle drain after it do not
+        make a steady load that followed them bursty for the rest of the window."""
+        first = self._bursts_from()
+        unread = self._unread if first == self._front else _Unread()
+        count = unread.count + len(self._seen) - first
+        empty = unread.empty + self._empty[-1] - self._empty[first]
         if BURSTY_REVERSALS <= empty < count:
             return True
-        triples_from = min(len(self._seen), front + 2)
+        triples_from = min(len(self._seen), first + 2)
         reversals = unread.reversals + self._reversals[-1] - self._reversals[triples_from]
         return reversals >= BURSTY_REVERSALS
+
+    @property
+    def bursts_from_ms(self) -> int | None:
+        """When the shift `bursty` reads from began, if inside the window last shown; None
+        when `bursty` reads the whole window."""
+        first = self._bursts_from()
+        return None if first == self._front else self._seen[first].start_ms
+
+    def _bursts_from(self) -> int:
+        """The index in `_seen` of the oldest interval `bursty` reads."""
+        level = self._level
+        if level is None or not level.shifted:
+            return self._front
+        return max(self._front, bisect_left(self._seen, level.from_ms, key=_START_MS))
 
     def _result(self, found: Sequence[Interval]) -> ArrivalEstimate:
         assert self._level is not None  # found is not empty: its first interval set one

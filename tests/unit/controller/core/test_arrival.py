@@ -35,6 +35,12 @@ def bursty(found: list[Interval], ratio: float) -> bool:
     return reversals >= BURSTY_REVERSALS
 
 
+def since(window: list[Interval], scan: Scan) -> list[Interval]:
+    """The intervals of `window` whose bursts `scan.bursty` reads."""
+    from_ms = scan.bursts_from_ms
+    return window if from_ms is None else [i for i in window if i.start_ms >= from_ms]
+
+
 def rate_of(rates: list[float], seconds: float = 2.0) -> float:
     found = estimate(series(rates, seconds), SETTINGS)
     assert found is not None
@@ -151,6 +157,17 @@ def test_bursty_arrivals_are_the_mean_of_the_whole_window_whatever_the_bursts_ph
     assert rate_of([160, 57] * 6) == pytest.approx((160 + 57) / 2)
 
 
+def test_a_step_after_a_burst_and_an_idle_drain_is_taken_at_its_level_not_averaged() -> None:
+    # half-second probes: 2 s of a burst at 8 000/s, 10 s without input while the job drains
+    # it, 10 s at 600/s, then a step to 4 500/s (bench.containers' calibration, then its step)
+    before = [8_000.0] * 4 + [0.0] * 20 + [600.0] * 20
+    assert rate_of([*before, *[4_500.0] * 10], seconds=0.5) == pytest.approx(4_500)
+    # bursts that go on after the step are still averaged over the window
+    bursts = [0.0, 0.0, 13_500.0] * 5
+    assert rate_of([*before, *bursts], seconds=0.5) == pytest.approx(
+        (8_000 * 4 + 600 * 20 + 13_500 * 5) / (4 + 20 + 20 + 15))
+
+
 @given(st.floats(100, 10_000), st.floats(2, 20), st.booleans(), st.integers(0, 5))
 def test_a_step_gives_the_new_rate_within_three_intervals(
         base: float, factor: float, up: bool, straddle_tenths: int) -> None:
@@ -249,7 +266,7 @@ def test_a_scan_carried_over_a_sliding_window_finds_bursts_and_ramps_as_a_fresh_
         window = found[max(0, end - width):end]
         carried, fresh = scan.estimate(window), estimate(window, SETTINGS)
         assert carried is not None and fresh is not None
-        assert scan.bursty == bursty(window, SETTINGS.level_shift_ratio)
+        assert scan.bursty == bursty(since(window, scan), SETTINGS.level_shift_ratio)
         assert carried.ramp_per_s == fresh.ramp_per_s
         if scan.bursty:
             assert carried == fresh
@@ -313,7 +330,7 @@ def test_the_batches_intervals_before_the_first_probe_count_in_the_windows_burst
             ahead.insert(0, Interval(start_ms - 1_000, start_ms, records))
             start_ms -= 1_000
         carried = scan.estimate([*ahead, *window])
-        assert scan.bursty == bursty([*ahead, *window], SETTINGS.level_shift_ratio)
+        assert scan.bursty == bursty(since([*ahead, *window], scan), SETTINGS.level_shift_ratio)
         if scan.bursty:
             assert carried == estimate([*ahead, *window], SETTINGS)
 
