@@ -48,8 +48,10 @@ class ModelSettings:
     arrival_window_s: float = 10.0
     """λ and the backlog trend use only the newest samples spanning this long (at least
     `min_samples` of them), so a load step shows in full within 10 s instead of being averaged
-    into the whole window and sizing the query too small. μ, throughput and busy ratio keep the
-    whole window: they describe the query, not the load, and more samples steady them."""
+    into the whole window and sizing the query too small. Arrivals in bursts (an upstream
+    job's batches) are averaged over the whole window: 10 s of them hold a burst or two. μ,
+    throughput and busy ratio keep the whole window: they describe the query, not the load,
+    and more samples steady them."""
 
     level_shift_ratio: float = 1.5
     """An arrival interval whose rate is beyond this factor of the current level (or below

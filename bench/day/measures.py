@@ -77,10 +77,11 @@ def _interval_s(spec: JobSpec, rate: float, units: int) -> float:
     if rate >= capacity:
         return math.inf
     interval = max(spec.trigger_s, spec.overhead_s / (1 - rate / capacity))
-    if rate * interval <= spec.max_per_batch:
+    most = max(spec.max_per_batch, spec.max_batch_cap)  # it sets the cap for free too
+    if rate * interval <= most:
         return interval
-    capped = spec.max_per_batch / capacity + spec.overhead_s
-    return capped if spec.max_per_batch / capped > rate else math.inf
+    capped = most / capacity + spec.overhead_s
+    return capped if most / capped > rate else math.inf
 
 
 def days_of(trace: Trace, day_s: int, reversal_s: float = REVERSAL_S) -> list[list[JobDay]]:

@@ -8,7 +8,8 @@ jobs read and write), `run` drives it tick by tick and hands what it emits to a 
 never imports the controller.
 
 What one batch does, as in Spark: at its start it plans against the latest offsets (capped by
-`max_per_batch`, prorated over partitions by their lag like the Kafka source's rate limit), is
+its batch cap, maxOffsetsPerTrigger: `max_per_batch` until a tuple sets it, prorated over
+partitions by their lag like the Kafka source's rate limit), is
 busy rows / (μ × units) + a fixed overhead, commits, and then writes selectivity × rows to its
 sink topic. The next batch starts on the next trigger tick, or at once when the batch overran
 the interval. A trigger with nothing new runs no batch; an idle query reports every
@@ -19,9 +20,12 @@ before to the first commit after) is sent when that batch commits.
 
 The knob is the one the job's plan names (`JobSpec.scaling_parameter`): the input parallelism
 (a unit per source task, at least one per partition) or the state partitions (a unit per state
-partition). On a cluster (`executor_cores` > 0) the task slots are executors × cores and an
-`executors` tuple is a swap, as in the job: no restart, the epoch moves at once, and the ack
-comes when the new executors run (`executor_start_s` later; at once when fewer are asked for).
+partition). A tuple may set the knob and the batch cap together; either changed restarts
+the query with both. On a cluster (`executor_cores` > 0) the task slots are executors × cores
+and an `executors` tuple is a swap, as in the job: no restart, the epoch moves at once, and the
+ack comes when the new executors run (`executor_start_s` later; at once when fewer are asked
+for). One that sets the knob or the cap too restarts, as the job's does: the new run asks for
+the executors, and its first commit acks.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from enum import StrEnum
 
 from bench.sim.topics import PipeTopic, Topic, plan
 from schemas import Ack, ControlTuple, Outcome, Role, SourcePartition, TaskMetrics
+from schemas.knobs import EXECUTORS, MAX_OFFSETS_PER_TRIGGER
 
 T0_MS = 1_700_000_000_000
 """Simulated time 0 as epoch milliseconds in the records."""
@@ -55,7 +60,13 @@ class JobSpec:
     overhead_s: float = 1.5
     """Fixed cost of every batch (planning, scheduling, commit), whatever its size."""
     max_per_batch: int = 4000
-    """maxOffsetsPerTrigger."""
+    """maxOffsetsPerTrigger at the start."""
+    max_batch_cap: int = 100_000
+    """The most a tuple may raise maxOffsetsPerTrigger to (the job's
+    `--max-offsets-per-trigger-limit`, at its default), reported as the real job does: the
+    controller raises the cap with the units (`ModelSettings.batch_cap_follows_units`). 0: a
+    job that reports none, whose cap no tuple sets. At least `max_per_batch`, as the job's
+    start checks its starting cap against it."""
     trigger_s: float = 2.0
     task_slots: int = 16
     selectivity: float = 1.0
@@ -82,6 +93,11 @@ class JobSpec:
     executor_start_s: float = 8.0
     """How long new executors take to run after a request: 7.8 s (and 19.5 s under more load)
     on the laptop's standalone cluster (docs/deploy.md, 'On a cluster')."""
+
+    def __post_init__(self) -> None:
+        if 0 < self.max_batch_cap < self.max_per_batch:
+            raise ValueError(f"max_per_batch={self.max_per_batch}: expected an integer in [1, "
+                             f"{self.max_batch_cap}] (max_batch_cap)")
 
     def units(self, parallelism: int, partitions: int, task_slots: int) -> int:
         """Tasks of the costly stage that run at once: source tasks (at least one per Kafka
@@ -118,9 +134,11 @@ class Phase(StrEnum):
 
 @dataclass
 class _Executors:
-    """An executors tuple applied, waiting for the executors to run."""
+    """Executors requested, waiting to run."""
 
-    control: ControlTuple
+    control: ControlTuple | None
+    """The executors tuple, acked once they run; None: requested by a restart, whose ack the
+    first batch of the new run sent (the runtime's restart waits for no executors)."""
     slots: int
     ready_ms: int
 
@@ -129,7 +147,12 @@ class _Executors:
 class _Reconfig:
     control: ControlTuple
     value: int
+    """The knob's value in the new run."""
+    batch_cap: int
+    """maxOffsetsPerTrigger in the new run."""
     began_ms: int
+    executors: int = 0
+    """Executors the new run requests as it starts (0: as before)."""
     phase: Phase = Phase.QUIESCING
     last_commit_ms: int = 0
     """Where the pause starts: the later of the last commit and the change's start, as the
@@ -143,6 +166,7 @@ class SimJob:
     def __init__(self, spec: JobSpec, source: Topic, sink: PipeTopic | None) -> None:
         self.spec, self.source, self.sink = spec, source, sink
         self.parallelism, self.epoch, self.next_batch_id = spec.parallelism, 0, 0
+        self.batch_cap = spec.max_per_batch
         self.positions = [0] * source.partitions
         self.processed, self.output = 0, 0
         self.running: _Batch | None = None
@@ -172,43 +196,58 @@ class SimJob:
         self._next_control(t_ms)
 
     def _next_control(self, t_ms: int) -> None:
-        while self.reconfig is None and self.growing is None and self.queued:
+        while (self.reconfig is None and self.queued
+               and (self.growing is None or self.growing.control is None)):
             control = self.queued.pop(0)
-            verdict = self._evaluate(control)
-            if isinstance(verdict, str):
-                self._ack(control, Outcome.REJECTED, verdict, 0, t_ms)
-            elif control.parameter == "executors":
-                self._request_executors(control, verdict, t_ms)
-            elif verdict == self.parallelism:
-                self.epoch = control.epoch
-                self._ack(control, Outcome.APPLIED, f"{control.parameter} {verdict} already in "
-                          f"force; epoch advanced to {control.epoch}", 0, t_ms)
-            else:
-                self.reconfig = _Reconfig(control, verdict, t_ms)
+            found = self._evaluate(control)
+            if isinstance(found, str):
+                self._ack(control, Outcome.REJECTED, found, 0, t_ms)
+                continue
+            knob = found.get(self.spec.scaling_parameter, self.parallelism)
+            cap = found.get(MAX_OFFSETS_PER_TRIGGER, self.batch_cap)
+            executors = found.get(EXECUTORS, 0)
+            if (knob, cap) != (self.parallelism, self.batch_cap):  # as the runtime: a restart
+                self.reconfig = _Reconfig(control, knob, cap, t_ms, executors)
                 if self.running is None:
                     self._restart(t_ms)
+            elif executors:
+                self._request_executors(control, executors, t_ms)
+            else:
+                self.epoch = control.epoch
+                self._ack(control, Outcome.APPLIED, f"{control.describe()} already in force; "
+                          f"epoch advanced to {control.epoch}", 0, t_ms)
 
-    def _evaluate(self, control: ControlTuple) -> int | str:
-        """The new value, or why it is rejected (as `streaming_jobs.runtime.control.tuples`)."""
-        try:
-            value = int(control.value)
-        except ValueError:
-            value = 0
-        spec = self.spec
-        if control.parameter == "executors" and spec.executor_cores > 0:
-            high = spec.max_executors
-        elif control.parameter == spec.scaling_parameter:
-            high = spec.knob_max()
-        else:
-            high = 0
-        if not 1 <= value <= high:
-            return f"bad {control.parameter}={control.value!r}"
+    def _evaluate(self, control: ControlTuple) -> dict[str, int] | str:
+        """Every knob the tuple sets, together with its own, or why it is rejected (as
+        `streaming_jobs.runtime.control.tuples`): one out of the job's bounds rejects all."""
+        found = {}
+        for setting in control.settings:
+            try:
+                value = int(setting.value)
+            except ValueError:
+                value = 0
+            if not 1 <= value <= self._most(setting.parameter):
+                return f"bad {setting.parameter}={setting.value!r}"
+            found[setting.parameter] = value
         if control.epoch <= self.epoch:
             return f"stale epoch {control.epoch} ≤ {self.epoch} in force"
-        return value
+        return found
 
-    def _request_executors(self, control: ControlTuple, executors: int, t_ms: int) -> None:
-        self.epoch = control.epoch  # a swap at the batch boundary: the next batch carries it
+    def _most(self, parameter: str) -> int:
+        """The highest value a tuple may set `parameter` to (0: the job has no such knob)."""
+        spec = self.spec
+        if parameter == EXECUTORS:
+            return spec.max_executors if spec.executor_cores > 0 else 0
+        if parameter == MAX_OFFSETS_PER_TRIGGER:
+            return spec.max_batch_cap
+        return spec.knob_max() if parameter == spec.scaling_parameter else 0
+
+    def _request_executors(self, control: ControlTuple | None, executors: int,
+                           t_ms: int) -> None:
+        """Executors asked for: a swap at the batch boundary (`control`, whose epoch the next
+        batch carries), or as a restart's new run starts (None)."""
+        if control is not None:
+            self.epoch = control.epoch
         slots = executors * self.spec.executor_cores
         wait_ms = int(self.spec.executor_start_s * 1000) if slots > self.task_slots else 0
         self.growing = _Executors(control, slots, t_ms + wait_ms)
@@ -219,9 +258,10 @@ class SimJob:
         assert self.growing is not None
         growing, self.growing = self.growing, None
         self.task_slots = growing.slots
-        self._ack(growing.control, Outcome.APPLIED,
-                  f"executors → {growing.control.value} ({growing.slots} task slots)", 0,
-                  growing.ready_ms)
+        if growing.control is not None:
+            self._ack(growing.control, Outcome.APPLIED,
+                      f"executors → {growing.control.value} ({growing.slots} task slots)", 0,
+                      growing.ready_ms)
         self._next_control(growing.ready_ms)
 
     def _restart(self, t_ms: int) -> None:
@@ -265,7 +305,7 @@ class SimJob:
     def _trigger(self, t_ms: int) -> None:
         latest = self.source.end_offsets(t_ms)
         lag = [end - pos for end, pos in zip(latest, self.positions, strict=True)]
-        take = plan(lag, self.spec.max_per_batch)
+        take = plan(lag, self.batch_cap)
         rows = sum(take)
         if rows == 0:
             self.next_trigger_ms = t_ms + int(self.spec.trigger_s * 1000)
@@ -307,6 +347,9 @@ class SimJob:
         """The restarted query is up with the new value and epoch; it triggers at once."""
         assert self.reconfig is not None
         self.parallelism, self.epoch = self.reconfig.value, self.reconfig.control.epoch
+        self.batch_cap = self.reconfig.batch_cap
+        if self.reconfig.executors:
+            self._request_executors(None, self.reconfig.executors, t_ms)
         self.reconfig.phase = Phase.FIRST_BATCH
         self._trigger(t_ms)
         if self.running is None:  # nothing to read: the pause ends when it is seen idle
@@ -315,8 +358,7 @@ class SimJob:
     def _finish_reconfig(self, t_ms: int) -> None:
         assert self.reconfig is not None
         reconfig, self.reconfig = self.reconfig, None
-        self._ack(reconfig.control, Outcome.APPLIED,
-                  f"{self.spec.scaling_parameter} → {reconfig.value}",
+        self._ack(reconfig.control, Outcome.APPLIED, reconfig.control.describe(),
                   t_ms - reconfig.last_commit_ms, t_ms)
         self._next_control(t_ms)
 
@@ -336,7 +378,8 @@ class SimJob:
                 for p in range(len(batch.starts))),
             input_parallelism=self.parallelism if by_source else self.source.partitions,
             state_partitions=0 if by_source else self.parallelism,
-            task_slots=self.task_slots, max_offsets_per_trigger=spec.max_per_batch,
+            task_slots=self.task_slots, max_offsets_per_trigger=self.batch_cap,
+            max_batch_cap=spec.max_batch_cap,
             scaling_parameter=spec.scaling_parameter,
             max_state_partitions=0 if by_source else spec.max_state_partitions,
             executor_cores=spec.executor_cores, max_executors=spec.max_executors,

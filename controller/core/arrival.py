@@ -21,17 +21,25 @@ rate with occasional level shifts:
   for a while, say an upstream catching up, the window's mean still holds the burst, and a
   fall to a rate between the two would otherwise never be taken); the new segment is those
   agreeing intervals (the one that straddles the change is a mix of both levels and is left
-  out unless it agrees, and a burst that is ending falls back and disagrees);
+  out unless it agrees, and a burst that is ending falls back and disagrees); departing
+  intervals that have lasted `arrival_window_s` and longer than the segment they depart from
+  are the new segment even when they disagree (`outlasting`: the level was the burst);
 - a candidate that is not confirmed (a burst that ended, or is ending) is a transient: an
   interval that fits the old level again drops it. Its records are not lost: they are in the
   backlog, which the batches measure directly (`model.backlog_records`), so a spike is
-  drained rather than sized for.
+  drained rather than sized for. A dip whose end makes up for it (together they agree with
+  the level within `level_agreement`) joins the level: the records a batch planned early
+  missed come in the next one, which would otherwise count without the lull that balances
+  it (350/s, then 850/s, is 600/s over the two).
 
 The level of a segment is its growth over its newest `arrival_window_s` (at least its newest
 interval): one step is sized in one round, and a stationary noisy load is still averaged.
 When records arrive in bursts coarser than the intervals (`bursty`: a reader of an upstream
-micro-batch job's output), single intervals say nothing and λ is the plain mean over the
-newest `arrival_window_s`, as before change points.
+micro-batch job's output; counted since the newest shift the scan took, as bursts never make
+one), single intervals say nothing and λ is the plain mean over the whole window: over
+`arrival_window_s` a burst more or less moves it by half. Such a λ takes the window to follow
+a step; an upstream's resizing is projected to its readers meanwhile
+(`topology`), and a reader's own backlog shows the rest.
 """
 
 from __future__ import annotations
@@ -149,7 +157,13 @@ class Level:
     joins the sums once and leaves them once, and a scan over a window of intervals costs
     O(window), not O(window²)."""
 
-    def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
+    def __init__(self, segment: Sequence[Interval], span_s: float, shifted: bool = False
+                 ) -> None:
+        self.from_ms = segment[0].start_ms
+        """When the segment began (its first interval's start; `outlasting`)."""
+        self.shifted = shifted
+        """Whether the segment is a shift the scan took (`confirmed_tail`, `outlasting`),
+        not merely where the scan began."""
         self._inside: deque[Interval] = deque()
         """The intervals within the span (older ones are never read again)."""
         self._span_ms = span_s * 1000
@@ -196,9 +210,9 @@ class Scan:
     window of a minute of probes cost most of the model's CPU per query. Carried, the scan
     reads only the intervals that joined; what the window's front still decides is read from
     running sums over the window: the mean of the intervals before a candidate shift
-    (`confirmed_tail`'s history) and the counts that make arrivals `bursty`. The window may
-    begin with an interval or two the scan never read (the batches' ones before the first
-    probe, `model.arrival_intervals`): they count in those sums, not in the level.
+    (`confirmed_tail`'s history), the counts that make arrivals `bursty` and their λ then.
+    The window may begin with an interval or two the scan never read (the batches' ones before
+    the first probe, `model.arrival_intervals`): they count in those sums, not in the level.
 
     The estimate then differs from a fresh scan's only in where its level began: before the
     window's front rather than at it. A window that does not continue what was scanned (an
@@ -313,24 +327,36 @@ class Scan:
             return
         way = departure(interval.rate, level.rate, ratio)
         if way == 0:
+            if self._run:  # a shift that did not last: a transient
+                if self._direction < 0 and _balanced(self._run, interval, level.rate,
+                                                     self._settings.level_agreement):
+                    for dipped in self._run:  # a dip the interval made up for: its records
+                        level.append(dipped)
+                self._run, self._direction = [], 0
             level.append(interval)
-            if self._run:
-                self._run, self._direction = [], 0  # a shift that did not last: a transient
             return
         if way != self._direction:
             self._run, self._direction = [], way
         self._run.append(interval)
-        tail = confirmed_tail(self._run, self._history_rate, way, self._settings)
+        tail = (confirmed_tail(self._run, self._history_rate, way, self._settings)
+                or outlasting(self._run, level.from_ms, self._settings))
         if tail:
-            self._level = Level(tail, self._settings.arrival_window_s)
+            self._level = Level(tail, self._settings.arrival_window_s, shifted=True)
             self._run, self._direction = [], 0
 
     def _history_rate(self) -> float:
         """The mean rate of the window's intervals before the candidate shift (it begins after
         the window's front: `_joined`)."""
-        first, front = len(self._seen) - len(self._run), self._front
-        return ((self._unread.records + self._records[first] - self._records[front]) * 1000
-                / (self._unread.elapsed_ms + self._elapsed_ms[first] - self._elapsed_ms[front]))
+        return self._rate_before(len(self._seen) - len(self._run))
+
+    def _rate_before(self, end: int) -> float:
+        """The mean rate of the window's intervals before `_seen[end]`, from the running sums.
+        Bursty arrivals are the whole window's (`_rate_before(len(_seen))`), not the newest
+        `arrival_window_s`: an upstream writing every 5 s puts a burst or two into 10 s,
+        λ ± 50 %, and one more or less into a minute, ± 8 %."""
+        front, unread = self._front, self._unread
+        return ((unread.records + self._records[end] - self._records[front]) * 1000
+                / (unread.elapsed_ms + self._elapsed_ms[end] - self._elapsed_ms[front]))
 
     @property
     def bursty(self) -> bool:
@@ -338,23 +364,38 @@ class Scan:
         from the running counts. An upstream micro-batch job writes each batch's output at once,
         so a reader sees 0, 0, 2 000, 0, … or, with a trigger close to the upstream's batch
         period, 160, 57, 160, 57/s: single intervals are then no rate observations, and only
-        their mean over `arrival_window_s` is."""
-        front, unread = self._front, self._unread
-        count = unread.count + len(self._seen) - front
-        empty = unread.empty + self._empty[-1] - self._empty[front]
+        their mean over the window is. The bursts count from the newest shift the scan took
+        (`bursts_from_ms`): bursts never agree long enough to make one, so a source that
+        shifted to a level has stopped bursting, and a burst and the idle drain after it do not
+        make a steady load that followed them bursty for the rest of the window."""
+        first = self._bursts_from()
+        unread = self._unread if first == self._front else _Unread()
+        count = unread.count + len(self._seen) - first
+        empty = unread.empty + self._empty[-1] - self._empty[first]
         if BURSTY_REVERSALS <= empty < count:
             return True
-        triples_from = min(len(self._seen), front + 2)
+        triples_from = min(len(self._seen), first + 2)
         reversals = unread.reversals + self._reversals[-1] - self._reversals[triples_from]
         return reversals >= BURSTY_REVERSALS
+
+    @property
+    def bursts_from_ms(self) -> int | None:
+        """When the shift `bursty` reads from began, if inside the window last shown; None
+        when `bursty` reads the whole window."""
+        first = self._bursts_from()
+        return None if first == self._front else self._seen[first].start_ms
+
+    def _bursts_from(self) -> int:
+        """The index in `_seen` of the oldest interval `bursty` reads."""
+        level = self._level
+        if level is None or not level.shifted:
+            return self._front
+        return max(self._front, bisect_left(self._seen, level.from_ms, key=_START_MS))
 
     def _result(self, found: Sequence[Interval]) -> ArrivalEstimate:
         assert self._level is not None  # found is not empty: its first interval set one
         if self.bursty:
-            horizon = found[-1].end_ms - self._settings.arrival_window_s * 1000
-            recent = found[bisect_left(found, horizon, key=_START_MS):]
-            return ArrivalEstimate(mean_rate(recent if len(recent) >= BURSTY_AT_LEAST
-                                             else found[-BURSTY_AT_LEAST:]))
+            return ArrivalEstimate(self._rate_before(len(self._seen)))
         pending = self._run[-1].rate if self._run else None
         return ArrivalEstimate(self._level.rate, pending, ramp(found, self._settings))
 
@@ -392,10 +433,6 @@ class _Unread:
                            if way != 0 and then == -way))
 
 
-BURSTY_AT_LEAST = 3
-"""Intervals averaged at least when arrivals are bursty: more than one upstream batch."""
-
-
 BURSTY_REVERSALS = 2
 """Jumps beyond `level_shift_ratio` straight back and forth (or intervals without growth) in
 one window that make the arrivals bursty: one is a spike or a dip (the estimate's business),
@@ -425,6 +462,24 @@ def confirmed_tail(run: Sequence[Interval], history_rate: Callable[[], float], d
     return tail if shifted == direction else []
 
 
+def outlasting(run: Sequence[Interval], level_from_ms: int,
+               settings: ModelSettings) -> list[Interval]:
+    """`run` as the new segment when it has lasted `arrival_window_s` and longer than the
+    segment it departs from (which began at `level_from_ms`), agreeing or not; else [].
+    The level is what has lasted: a window that begins in a burst (the first interval of a
+    query restarted beside an upstream that catches up holds that upstream's whole catch-up
+    batch) makes the burst its level, and the rates after it, falling as the upstream catches
+    up, disagree with each other and never confirm a shift; a shorter departure from a level
+    that held longer stays a transient. A scan begun afresh (`Scan._joined`) starts its level
+    at the window's first interval: the level's age is then cut to the window, and a departure
+    that lasts longer than the rest of the window becomes the level sooner than it would."""
+    lasted_ms = run[-1].end_ms - run[0].start_ms
+    if (lasted_ms < settings.arrival_window_s * 1000
+            or lasted_ms <= run[0].start_ms - level_from_ms):
+        return []
+    return list(run)
+
+
 def new_level_lasted_ms(run: Sequence[Interval], tail: Sequence[Interval]) -> int:
     """How long the agreeing `tail` shows the new level for certain: from the end of the run's
     first interval, in which the change happened somewhere (its rate is a mix that may still
@@ -437,6 +492,14 @@ def new_level_lasted_ms(run: Sequence[Interval], tail: Sequence[Interval]) -> in
 def mean_rate(found: Sequence[Interval]) -> float:
     elapsed = sum(i.end_ms - i.start_ms for i in found)
     return sum(i.records for i in found) * 1000 / elapsed
+
+
+def _balanced(dip: Sequence[Interval], after: Interval, level_rate: float,
+              agreement: float) -> bool:
+    """Whether `after` brought what `dip` lacked: together they agree with the level (within
+    `agreement` of the larger), as a batch planned early and the one after it do."""
+    rate = mean_rate([*dip, after])
+    return abs(rate - level_rate) <= agreement * max(rate, level_rate)
 
 
 def agreeing_tail(run: Sequence[Interval], agreement: float) -> list[Interval]:

@@ -48,7 +48,8 @@ class QueryModel:
     samples: int
     config_epoch: int
     arrival_rate: float
-    """λ, records/s: growth of Σ latest_offset over the newest `arrival_window_s`."""
+    """λ, records/s: growth of Σ latest_offset, the level of its newest `arrival_window_s`
+    (arrivals in bursts: over the whole window; `arrival`)."""
     throughput: float
     """Records/s actually processed over the window (Σ input_rows / elapsed)."""
     busy_ratio: float

@@ -7,15 +7,17 @@ a `results.Verdict` comes out. `topology.plan` calls `decide` for every query in
 order, passing the extra arrivals an upstream's resizing will send (`inflow`); `loop` acts.
 
 Sizing (one step, no probing; the equations are in `sizing`): the demand is the arrivals plus
-the backlog spread over the catch-up time, D = λ + inflow + B / catch_up_s, and the target is
-the fewest units whose capacity, per-batch overhead included, meets D at the target
-utilisation; then bounded (`parallelism.bounds`). When the task slots cap it and the job runs on
-a cluster that may grow, the verdict asks for executors first (`knobs`). An upstream's
-inflow is its steady extra plus the part of its catch-up burst that those units cannot take
-as it comes (`sizing.Inflow`). When no number of units can (the overhead eats the batch
-time) the verdict recommends a bigger batch cap; at the upper bound (the executors at the
-job's maximum too) it sheds the job's low-priority records, or recommends throttling the
-producers with the numbers (`ceiling`), and lifts shedding before it scales anything down.
+the backlog spread over the catch-up time, D = max(λ − passing, forecast peak) + inflow +
+B / catch_up_s, and the target is the fewest units whose capacity, per-batch overhead
+included, meets D at the target utilisation; then bounded (`parallelism.bounds`). When the task
+slots cap it and the job runs on a cluster that may grow, the verdict asks for executors first
+(`knobs`). An upstream's inflow is its steady extra plus the part of its catch-up burst that
+those units cannot take as it comes; passing, the part of λ that is an upstream's catch-up
+already under way, is neither sized for nor judged a backlog (`sizing.Inflow`). When no number
+of units can (the overhead eats the batch time) the verdict recommends a bigger batch cap; at
+the upper bound (the executors at the job's maximum too) it sheds the job's low-priority
+records, or recommends throttling the producers with the numbers (`ceiling`), and lifts
+shedding before it scales anything down.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from controller.core.sizing import (
     required_units,
 )
 from controller.core.state import ControlState
-from controller.core.wording import load, num, pct, pressure, units, units_of
+from controller.core.wording import load, num, passing, pct, pressure, units, units_of
 from controller.settings import PolicySettings
 from schemas.knobs import EXECUTORS
 
@@ -60,17 +62,20 @@ __all__ = ["backlog_causes", "decide", "executors_to_keep", "for_query", "is_qui
            "pct"]
 
 
-def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0) -> float:
-    """Records/s to provide for: arrivals (where a ramp will have taken them, plus an
-    upstream's projected extra) and the backlog spread over the catch-up time."""
-    return (arriving_ahead(model, settings) + inflow
+def demand(model: QueryModel, settings: PolicySettings, inflow: float = 0.0,
+           passing: float = 0.0) -> float:
+    """Records/s to provide for: arrivals (where a ramp will have taken them, less what is
+    `passing`, plus an upstream's projected extra) and the backlog spread over the catch-up
+    time."""
+    return (arriving_ahead(model, settings, passing) + inflow
             + max(0.0, model.backlog_records) / settings.catch_up_s)
 
 
-def arriving_ahead(model: QueryModel, settings: PolicySettings) -> float:
-    """λ, or on a rising ramp where it will be `ramp_horizon_s` from now, or the peak its
-    repeating load reaches within the lead (`season`), whichever is highest."""
-    ramped = model.arrival_rate + model.arrival_ramp * settings.ramp_horizon_s
+def arriving_ahead(model: QueryModel, settings: PolicySettings, passing: float = 0.0) -> float:
+    """λ less an upstream's catch-up `passing` through it (`sizing.Inflow.passing`), or on a
+    rising ramp where that will be `ramp_horizon_s` from now, or the peak its repeating load
+    reaches within the lead (`season`: no catch-up in it), whichever is highest."""
+    ramped = model.arrival_rate - passing + model.arrival_ramp * settings.ramp_horizon_s
     return max(ramped, model.forecast.peak) if model.forecast is not None else ramped
 
 
@@ -83,7 +88,8 @@ def anticipating(model: QueryModel) -> bool:
 
 def inflow_rate(model: QueryModel, settings: PolicySettings, inflow: Inflow,
                 capacity_rate: float) -> float:
-    """Records/s the upstreams add for a query with `capacity_rate` (`sizing.Inflow`)."""
+    """Records/s the upstreams add for a query with `capacity_rate` (`sizing.Inflow`), beyond
+    its λ less what is passing."""
     return inflow.rate_at(model.arrival_rate, capacity_rate, settings.catch_up_s)
 
 
@@ -96,20 +102,21 @@ def target_units(model: QueryModel, settings: PolicySettings,
     the steady rate up. When none up to `max_parallelism` drains the burst in time, the answer
     is `max_parallelism` (the most the policy would ask for), or the steady size if larger.
     """
-    steady = _units_for(model, settings, inflow.steady)
+    steady = _units_for(model, settings, inflow.steady, inflow.passing)
     if steady is None or inflow.burst_records <= 0:
         return steady
     ceiling = max(steady, settings.max_parallelism)
     for size in range(steady, ceiling + 1):
         extra = inflow_rate(model, settings, inflow, _capacity(model, size))
-        needed = _units_for(model, settings, extra)
+        needed = _units_for(model, settings, extra, inflow.passing)
         if needed is not None and needed <= size:
             return size
     return ceiling
 
 
-def _units_for(model: QueryModel, settings: PolicySettings, inflow: float) -> int | None:
-    need = demand(model, settings, inflow)
+def _units_for(model: QueryModel, settings: PolicySettings, inflow: float,
+               passing: float) -> int | None:
+    need = demand(model, settings, inflow, passing)
     if linear(model) or need <= 0:
         return required_units(need, model.rate_per_unit, settings.target_utilisation,
                               model.batch_overhead_s, model.batch_cap)
@@ -136,23 +143,30 @@ def backlog_causes(model: QueryModel, settings: PolicySettings,
     corroborated = (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
                     or model.backlog_records > settings.backlog_floor_records)
     high_water = model.capacity * settings.high_water_utilisation
-    if model.arrival_rate > high_water and corroborated:
+    arriving = model.arrival_rate - inflow.passing  # an upstream's catch-up passing: it ends
+    if arriving > high_water and corroborated:
         causes.append("overload")
     # An upstream's resizing is a forecast, not noise: its own backlog already corroborated it.
     # A forecast of less extra than the backlog growth that counts as noise is noise too (an
     # upstream that is catching up projects a few records/s from rounding). A burst counts
     # only as far as the current capacity cannot take it as it comes.
-    if (extra > settings.backlog_growth_records_per_s
-            and model.arrival_rate + extra > high_water):
+    if extra > settings.backlog_growth_records_per_s and arriving + extra > high_water:
         causes.append("upstream")
     if model.backlog_records > settings.backlog_floor_records:
         # Growth says "the arrival rate lags": true of a rate timed by batch starts, not of
         # one the broker gives each second. Then a burst that grew the backlog while λ stays
-        # within capacity is drained at the current size, unless that is too slow.
-        if (model.backlog_trend_records_per_s > settings.backlog_growth_records_per_s
-                and model.arrival_timed_by != BROKER):
+        # within capacity is drained at the current size, unless that is too slow. The growth
+        # is arrivals λ has not seen yet: it counts when λ and it leave the band, as overload
+        # does; under high water the query takes them by running longer batches, whose overrun
+        # of the trigger the backlog counts (noise that crosses the floor once batches last
+        # longer than the trigger: the batch cap following the units lets them).
+        growth = model.backlog_trend_records_per_s
+        if (growth > settings.backlog_growth_records_per_s
+                and model.arrival_timed_by != BROKER and arriving + growth > high_water):
             causes.append("growing")
-        if model.time_to_drain_s > settings.catch_up_s:
+        drain_s = (model.time_to_drain_s if inflow.passing <= 0 else
+                   drain_time_s(model.backlog_records, model.capacity, arriving))
+        if drain_s > settings.catch_up_s:
             causes.append("slow_drain")
     if model.backlog_records > 0 and any(
             s.objective == MAX_DELAY and s.met is False for s in model.standings()):
@@ -278,19 +292,20 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
             return ahead
         # Never a release beside cores wanted: the peak's units keep their slots
         # (`executors_to_keep`).
-        return _carrying_wants(_not_backlogged(model, state, now_ms, settings, inflow), ahead)
-    return _not_backlogged(model, state, now_ms, settings, inflow)
+        return _carrying_wants(_not_backlogged(model, state, now_ms, settings, inflow,
+                                               inflow_from), ahead)
+    return _not_backlogged(model, state, now_ms, settings, inflow, inflow_from)
 
 
 def _not_backlogged(model: QueryModel, state: ControlState, now_ms: int,
-                    settings: PolicySettings, inflow: Inflow) -> Verdict:
+                    settings: PolicySettings, inflow: Inflow, inflow_from: str) -> Verdict:
     """Scaled down once quiet long enough, else its spare executors released, else held."""
     if state.quiet_since_ms is not None and not inflow.any:
         verdict = _scale_down(model, now_ms - state.quiet_since_ms, settings)
     else:
         found = skew(model, settings)  # early warning only; unmeasured key skew is no news
-        verdict = Hold(f"{_unbacklogged(model, settings)}: {load(model)}, backlog "
-                       f"{num(model.backlog_records)} records"
+        held = _unbacklogged(model, settings, inflow, inflow_from)
+        verdict = Hold(f"{held}: {load(model)}, backlog {num(model.backlog_records)} records"
                        f"{f'; {found.describe()}' if found else ''}", model.figures())
     if isinstance(verdict, Scale) or inflow.any:
         return verdict
@@ -358,14 +373,29 @@ def with_batch_cap(model: QueryModel, verdict: Verdict) -> Verdict:
                           f"(were {num(model.batch_cap)}): {kept}")
 
 
-def _unbacklogged(model: QueryModel, settings: PolicySettings) -> str:
-    """Why a query that is not backlogged holds: within its band, or over capacity by the
-    rates alone, which its backlog does not confirm (small, and growing no faster than
-    noise)."""
-    if model.arrival_rate > model.capacity * settings.high_water_utilisation:
+def _unbacklogged(model: QueryModel, settings: PolicySettings, inflow: Inflow,
+                  inflow_from: str) -> str:
+    """Why a query that is not backlogged holds: only its upstreams' catch-up passing through
+    would make it so; over capacity by the rates alone, which its backlog does not confirm
+    (small, and growing no faster than noise); a backlog growing within band; or within
+    band."""
+    arriving = model.arrival_rate - inflow.passing
+    if inflow.passing > 0 and backlog_causes(model, settings, replace(inflow, passing=0.0)):
+        return (f"not backlogged but for {inflow_from or 'upstream'}'s catch-up passing "
+                f"through ({passing(inflow, inflow_from)}; without it, "
+                f"{pct(arriving / model.capacity)} of capacity)")
+    high_water = model.capacity * settings.high_water_utilisation
+    if model.arrival_rate > high_water:
         return (f"arrivals read over {pct(settings.high_water_utilisation)} of capacity, not "
                 f"confirmed by the backlog (at most {num(settings.backlog_floor_records)} "
                 f"records, changing {num(model.backlog_trend_records_per_s)}/s)")
+    growth = model.backlog_trend_records_per_s
+    if (model.backlog_records > settings.backlog_floor_records
+            and growth > settings.backlog_growth_records_per_s
+            and model.arrival_timed_by != BROKER):  # `backlog_causes`: under high water
+        return (f"within band, its backlog growing {num(growth)}/s: arrivals and that growth, "
+                f"{num(arriving + growth)}/s, stay under "
+                f"{pct(settings.high_water_utilisation)} of capacity, taken in longer batches")
     return "within band"
 
 
@@ -426,15 +456,7 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     waiting = backlog_during_change(model, state, settings)
     sized = replace(model, backlog_records=model.backlog_records + waiting)
     limits = bounds(model, settings, state, now_ms)
-    wanted = target_units(sized, settings, inflow)
-    # On a contended curve no size may meet the demand, but the most units still do the most:
-    # the fewest that do nearly as much are asked for (`worth_it`).
-    short = (wanted is None and model.scalability.contention > 0
-             and model.parallelism < limits.high)
-    if short:
-        wanted = (worth_it(model, limits) if forecast else worth_it(
-            model, limits, partial(_arriving_at, arriving_ahead(model, settings), model,
-                                   settings, inflow)))
+    wanted, short = _units_wanted(model, sized, settings, inflow, limits, forecast)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow), 0
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -452,12 +474,8 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
         return _add_executors(model, granted, wanted, behind, settings, goal, cut), cores
     target = min(max(wanted, limits.low), limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, model.units_at(target)))
-    figures = {**model.figures(), "demand": demand(sized, settings, extra), "inflow": extra,
-               "target": float(target), "required": float(wanted),
-               "backlog_during_change": waiting}
-    if inflow.burst_records > 0:
-        figures |= {"inflow_steady": inflow.steady, "burst_records": inflow.burst_records,
-                    "burst_rate": inflow.burst_rate}
+    figures = {**_sizing_figures(model, sized, settings, inflow, extra), "target": float(target),
+               "required": float(wanted), "backlog_during_change": waiting}
     if target <= model.parallelism:
         memory = state.ineffective
         if memory is not None and limits.high_set_by == INEFFECTIVE:
@@ -468,11 +486,42 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
                     f"{model.parallelism} run{skew_note(model, settings)}", figures), cores
     none_meets = _none_meets(model, target, limits, forecast) if short else ""
-    sizing = _sizing(sized, target, wanted, limits, settings, extra, goal, none_meets)
+    arriving = arriving_ahead(model, settings, inflow.passing) + extra
+    sizing = _sizing(sized, target, wanted, limits, settings, arriving, goal, none_meets)
     change = (f" (with the {num(waiting)} records that arrive beyond its capacity while the "
               f"change is applied, {num(_change_s(state, settings))} s)" if waiting > 0 else "")
     return Scale(model.knob, model.parallelism, target,
                  f"{behind}; {sizing}{change}{skew_note(model, settings)}", figures), cores
+
+
+def _units_wanted(model: QueryModel, sized: QueryModel, settings: PolicySettings,
+                  inflow: Inflow, limits: Bounds, forecast: bool) -> tuple[int | None, bool]:
+    """The units that meet the demand of `sized` (the model with the backlog the change will
+    find), and whether none does on a contended curve (`short`), though the most units still
+    do the most: then the fewest that do nearly as much (`worth_it`) are wanted."""
+    wanted = target_units(sized, settings, inflow)
+    if wanted is not None or model.scalability.contention <= 0 or (
+            model.parallelism >= limits.high):
+        return wanted, False
+    if forecast:
+        return worth_it(model, limits), True
+    return worth_it(model, limits, partial(
+        _arriving_at, arriving_ahead(model, settings, inflow.passing), model, settings,
+        inflow)), True
+
+
+def _sizing_figures(model: QueryModel, sized: QueryModel, settings: PolicySettings,
+                    inflow: Inflow, extra: float) -> dict[str, float]:
+    """The figures of a sizing: the model's, the demand of `sized` (`_units_wanted`), and the
+    upstreams' `inflow` (`extra` at the target) with its parts, when there are any."""
+    figures = {**model.figures(), "demand": demand(sized, settings, extra, inflow.passing),
+               "inflow": extra}
+    if inflow.burst_records > 0:
+        figures |= {"inflow_steady": inflow.steady, "burst_records": inflow.burst_records,
+                    "burst_rate": inflow.burst_rate}
+    if inflow.passing > 0:
+        figures |= {"inflow_passing": inflow.passing}
+    return figures
 
 
 WORTH_IT_SHARE = 0.9
@@ -573,7 +622,8 @@ def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
     """At the upper bound: shed, or advise what the producers may send, so the query keeps up
     at the target utilisation and still drains its backlog within the catch-up time."""
     top = model.units_at(limits.high)
-    arriving = model.arrival_rate + inflow_rate(model, settings, inflow, model.capacity_at(top))
+    arriving = (model.arrival_rate - inflow.passing
+                + inflow_rate(model, settings, inflow, model.capacity_at(top)))
     return at_ceiling(model, top, arriving, f"at {units(limits.high)} ({limits.high_set_by})",
                       figures, settings)
 
@@ -584,7 +634,7 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
     overhead, at most N / c records/s get through however many units run."""
     top = model.units_at(limits.high)
     extra = inflow_rate(model, settings, inflow, _capacity(model, top))
-    need = demand(model, settings, extra)
+    need = demand(model, settings, extra, inflow.passing)
     figures = {**figures, "demand": need, "inflow": extra}
     cap = batch_cap_needed(need, model.rate_per_unit, top, model.batch_overhead_s,
                            settings.target_utilisation)
@@ -601,16 +651,17 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
 
 
 def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
-            settings: PolicySettings, inflow: float, goal: CatchUp, none_meets: str = "") -> str:
-    """How the target meets the demand; `inflow` is the upstreams' extra at the target;
-    `goal` the drain time it is sized for, and the objective that set it; `none_meets`: why
-    this target when no size meets the demand (`_none_meets`)."""
+            settings: PolicySettings, arriving: float, goal: CatchUp,
+            none_meets: str = "") -> str:
+    """How the target meets the demand; `arriving`: the records/s it carries before it drains
+    the backlog (`arriving_ahead`, and the upstreams' extra at the target); `goal` the drain
+    time it is sized for, and the objective that set it; `none_meets`: why this target when
+    no size meets the demand (`_none_meets`)."""
     if target == wanted and not none_meets:
         return (f"{units_of(model, target)} drain it in {num(settings.catch_up_s)} s at "
                 f"{pct(settings.target_utilisation)} utilisation{_ramp_note(model, settings)}"
                 f"{goal.note()}")
     capacity = model.capacity_at(model.units_at(target))
-    arriving = arriving_ahead(model, settings) + inflow
     drain = drain_time_s(model.backlog_records, capacity, arriving)
     bound = (f"capped at {limits.high} by {limits.high_set_by}" if target < wanted
              else f"raised to the floor of {limits.low}")

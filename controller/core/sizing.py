@@ -28,7 +28,9 @@ it cannot take as it comes, spread over the catch-up time, like its own backlog:
     waiting(C) = V × clip((A + R − C) / R, 0, 1)    D(C) = A + (B + waiting(C)) / catch_up_s
 
 where V records arrive at R records/s on top of the steady arrivals A for V / R seconds, and
-C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C.
+C is the reader's capacity; the target is the fewest units with D(C) ≤ ρ C. A is the reader's
+λ, less the part of it that is its upstreams' catch-up already under way (`Inflow.passing`:
+sized for, a burst would count twice, and once over, for good), plus their steady extra.
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ class Inflow:
     and what their upstreams' catch-up hands them), times their selectivities."""
     burst_rate: float = 0.0
     """Records/s on top of `steady` while they catch up: flat out minus steady output."""
+    passing: float = 0.0
+    """Records/s of the reader's own λ that are its upstreams' catch-up, not what they send for
+    good: the output beyond it of those catching up (`topology.surplus`), which ends once they
+    have caught up (`topology.received`). Taken off λ wherever λ is sized for or judged; the
+    rest of a catch-up still to come is `burst_records`."""
 
     @property
     def any(self) -> bool:
@@ -124,21 +131,23 @@ class Inflow:
 
     def waiting(self, steady_arrivals: float, capacity_rate: float) -> float:
         """Records of the burst that a reader with `capacity_rate` and `steady_arrivals` (its
-        own λ plus `steady`) cannot take as they come: they wait, a backlog, after the burst."""
+        own λ, less what is passing, plus `steady`) cannot take as they come: they wait, a
+        backlog, after the burst."""
         if self.burst_records <= 0 or self.burst_rate <= 0:
             return 0.0
         excess = (steady_arrivals + self.burst_rate - capacity_rate) / self.burst_rate
         return self.burst_records * min(1.0, max(0.0, excess))
 
     def rate_at(self, arrival_rate: float, capacity_rate: float, catch_up_s: float) -> float:
-        """Records/s to provide for on top of the reader's own `arrival_rate` (λ) at
-        `capacity_rate`: the steady extra and the burst's waiting records over the catch-up
-        time."""
-        return (self.steady
-                + self.waiting(arrival_rate + self.steady, capacity_rate) / catch_up_s)
+        """Records/s to provide for on top of the reader's own `arrival_rate` (λ) less what
+        is `passing`, at `capacity_rate`: the steady extra and the burst's waiting records over
+        the catch-up time."""
+        steady = arrival_rate - self.passing + self.steady
+        return self.steady + self.waiting(steady, capacity_rate) / catch_up_s
 
     def plus(self, other: Inflow) -> Inflow:
-        """Two upstreams' inflows together (their bursts taken to coincide: the worst case)."""
+        """Two upstreams' extras together (their bursts taken to coincide: the worst case);
+        `passing` is the reader's own (`topology.received`)."""
         return Inflow(self.steady + other.steady, self.burst_records + other.burst_records,
                       self.burst_rate + other.burst_rate)
 

@@ -9,10 +9,10 @@ Why: when a middle job is the bottleneck it passes on only what it can process, 
 in the next job's own metrics says what it will receive once the middle job is fixed. Each
 query's projected output is handed to its readers as a `sizing.Inflow`, in two parts:
 
-    steady = selectivity × (min(capacity(units'), λ + inflow.steady) − recent throughput)
-    burst  = selectivity × (B + (λ + inflow.steady) × pause + inflow.burst_records) records,
-             sent on top of the steady output at
-             selectivity × (capacity(units') − λ − inflow.steady) records/s
+    A      = λ − inflow.passing + inflow.steady        (what it takes in for good)
+    steady = selectivity × (min(capacity(units'), A) − recent throughput)
+    burst  = selectivity × (B + A × pause + inflow.burst_records) records, sent on top of the
+             steady output at selectivity × (capacity(units') − A) records/s
 
 where units' is the upstream's new size (its `Scale` target, or the target in flight), the
 recent throughput is what its readers see arriving now, and pause is
@@ -36,7 +36,20 @@ Only an upstream that is being resized, is backlogged or passes on an inflow of 
 projects anything: otherwise its output is already in the downstream's λ, and projecting
 from noisy rates would only add noise. A negative steady difference is not projected either:
 a downstream is never sized down on a forecast. Queries in a cycle (a topology error) are
-decided last, without inflow.
+decided last, in name order, each with the inflow of those decided before it.
+
+A reader's λ also leads its upstreams while they catch up: it holds their catch-up, written
+a batch at a time (in the simulator's pipeline c measured 607/s, b's catch-up, 21 s after b's
+resize for a 400/s step that b sends 400/s of for good). An upstream catching up (its backlog
+shrinking faster than noise, or an actuation answered within `catch_up_s`: `catching_up`) has
+a surplus, its output lately or over its window beyond what it sends for good
+(`Output.steady`; for one that keeps up, what it takes in, even where its capacity reads
+lower). The part of the reader's λ beyond what all its upstreams send for good, up to their
+surplus, is `Inflow.passing`: taken off λ wherever the policy sizes or judges it, as an
+upstream's own passing is off what it sends (b's λ holds a's catch-up as c's holds b's).
+Without that evidence an output above λ is λ lagging a rise the upstream puts through, real
+load; a model of an earlier cycle (`plan`'s `context`) has no surplus either. Beyond the bound,
+λ is producers outside the plan.
 """
 
 from __future__ import annotations
@@ -104,37 +117,81 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
     sends: dict[str, Output] = {}
     for query_id in topological_order(ups):
         model, state = models[query_id], states.get(query_id, ControlState())
-        senders = [u for u in ups[query_id] if u in sends]
-        inflow = received(model, [sends[u] for u in senders])
+        outputs = [sends[u] for u in ups[query_id] if u in sends]
+        inflow = received(model, outputs)
+        senders = [u for u in ups[query_id] if u in sends
+                   and (sends[u].extra.any or (inflow.passing > 0 and sends[u].surplus > 0))]
         verdict: Verdict = FOLLOWED
         if query_id not in context:
             verdicts[query_id] = decide(model, state, now_ms, settings, inflow,
                                         " and ".join(senders))
         if query_id not in followed:
             verdict = verdicts[query_id]
-        output = projected_output(model, state, verdict, inflow, settings)
-        if output is not None and output.extra.any:
-            sends[query_id] = output
+        output = projected_output(model, state, verdict, inflow, settings) or steady_output(
+            model, inflow)
+        if query_id not in context:  # a model of an earlier cycle: its output then is past
+            output = replace(output, surplus=surplus(model, state, now_ms, settings,
+                                                     output.steady))
+        sends[query_id] = output
     return verdicts
 
 
 @dataclass(frozen=True, slots=True)
 class Output:
     """A query's projected output once resized: its steady rate and what its readers get
-    beyond what reaches them now."""
+    beyond what reaches them now (nothing when it projects nothing: `steady_output`)."""
 
     steady: float
     extra: Inflow
+    surplus: float = 0.0
+    """Records/s it sent beyond `steady` lately while catching up, which its readers' λ holds
+    (`surplus`, `received`)."""
 
 
 def received(model: QueryModel, outputs: Sequence[Output]) -> Inflow:
-    """The inflow of a reader of `outputs`: their extras together, with the steady part at
-    least what they will send minus the reader's λ (which lags them; module docstring)."""
+    """The inflow of a reader of `outputs`: the extras of those that project one together,
+    with the steady part at least what they will send minus the reader's λ (which lags them);
+    and the part of λ beyond what all of them send for good, up to their surplus, passing
+    (module docstring)."""
     inflow = NO_INFLOW
     for output in outputs:
         inflow = inflow.plus(output.extra)
-    sent = sum(output.steady for output in outputs)
-    return replace(inflow, steady=max(inflow.steady, sent - model.arrival_rate))
+    projecting = [output for output in outputs if output.extra.any]
+    sent = sum(output.steady for output in projecting)
+    beyond = model.arrival_rate - sum(output.steady for output in outputs)
+    passing = min(beyond, sum(output.surplus for output in outputs))
+    return replace(inflow, steady=max(inflow.steady, sent - model.arrival_rate),
+                   passing=max(0.0, passing))
+
+
+def steady_output(model: QueryModel, inflow: Inflow) -> Output:
+    """What a query that projects nothing (no backlog, no inflow: it keeps up) sends for good:
+    what it takes in, even where its capacity reads lower (a hot partition's skew, records
+    shed). Its readers' λ holds it already."""
+    return Output(model.selectivity * (model.arrival_rate - inflow.passing), NO_INFLOW)
+
+
+def surplus(model: QueryModel, state: ControlState, now_ms: int, settings: PolicySettings,
+            sends: float) -> float:
+    """Records/s the query sent beyond `sends` (what it sends for good), lately or over its
+    window (a reader's λ, timed by its own batches, holds an upstream batch a while after it
+    was written), while `catching_up`; otherwise none: an output above what it takes in is
+    then its λ lagging a rise it puts through already, real load for its readers."""
+    if not catching_up(model, state, now_ms, settings):
+        return 0.0
+    sent = model.selectivity * max(model.throughput, model.recent_throughput)
+    return max(0.0, sent - sends)
+
+
+def catching_up(model: QueryModel, state: ControlState, now_ms: int,
+                settings: PolicySettings) -> bool:
+    """Evidence that the query drains a backlog: it shrinks faster than noise, or an actuation
+    of the controller's ended within `catch_up_s` (a restarted query drains what piled up while
+    it paused, flat out, within that time; a restart the controller did not make shows as the
+    shrinking)."""
+    shrinking = model.backlog_trend_records_per_s < -settings.backlog_growth_records_per_s
+    return shrinking or (state.settled_at_ms > 0
+                         and now_ms - state.settled_at_ms <= settings.catch_up_s * 1000)
 
 
 def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
@@ -151,7 +208,7 @@ def projected_output(model: QueryModel, state: ControlState, verdict: Verdict,
     else:
         return None
     top = model.capacity_at(model.units_at(parallelism))
-    arriving = model.arrival_rate + inflow.steady
+    arriving = model.arrival_rate - inflow.passing + inflow.steady
     sends = model.selectivity * min(top, arriving)
     steady = max(0.0, sends - model.selectivity * model.recent_throughput)
     if top <= arriving:  # it never catches up: it sends its capacity, and no burst

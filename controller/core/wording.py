@@ -47,10 +47,18 @@ def pressure(model: QueryModel, inflow: Inflow, inflow_from: str) -> str:
         text += (f"; {inflow_from or 'upstream'} will send {num(inflow.steady)}/s more once "
                  "resized")
     if inflow.burst_records > 0:
-        peak = model.arrival_rate + inflow.steady + inflow.burst_rate
+        peak = model.arrival_rate - inflow.passing + inflow.steady + inflow.burst_rate
         text += (f", plus {num(inflow.burst_records)} records while catching up "
                  f"(up to {num(peak)}/s arriving)")
+    if inflow.passing > 0:
+        text += f"; {passing(inflow, inflow_from)}"
     return text
+
+
+def passing(inflow: Inflow, inflow_from: str) -> str:
+    """What of the query's arrivals its upstreams' catch-up is (`sizing.Inflow.passing`)."""
+    return (f"{num(inflow.passing)}/s of its arrivals are {inflow_from or 'upstream'}'s "
+            "catch-up, over once caught up: not sized for")
 
 
 def load(model: QueryModel) -> str:

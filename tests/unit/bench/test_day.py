@@ -3,6 +3,8 @@ day of a run."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bench.day import __main__ as day
 from bench.day.measures import days_of, oracle_units
 from bench.sim.model import T0_MS
@@ -11,11 +13,13 @@ from bench.sim.run import simulate
 
 
 def test_the_oracle_takes_the_fewest_units_whose_batches_keep_the_objective() -> None:
-    # 1 000/s at 200/s per unit, 1.5 s per batch, 4 000-record batches, 2 partitions:
-    # 6 and 7 units cannot carry it in capped batches (≤ 828 and ≤ 917 per s), 8 can, in
-    # batches of 4 s, so a record waits at most 8 s.
-    assert oracle_units(day.FIRST, 1000, 2, 30) == 8
+    # 1 000/s at 200/s per unit, 1.5 s per batch, 2 partitions: 5 units cannot carry it,
+    # 6 can in batches of 9 s (9 000 records: the oracle raises the cap as a tuple may), so a
+    # record waits at most 18 s; within 7.9 s, 9 units (batches of 3.4 s).
+    assert oracle_units(day.FIRST, 1000, 2, 30) == 6
     assert oracle_units(day.FIRST, 1000, 2, 7.9) == 9
+    # Held at 4 000-record batches, 6 and 7 units cannot carry it (≤ 828 and ≤ 917 per s).
+    assert oracle_units(replace(day.FIRST, max_batch_cap=0), 1000, 2, 30) == 8
     assert oracle_units(day.FIRST, 50, 2, 30) == 2  # a task per partition at least
     assert oracle_units(day.FIRST, 1e6, 2, 30) == 16  # none does: the most it may have
 

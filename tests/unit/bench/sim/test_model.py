@@ -7,6 +7,7 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from bench.sim.model import T0_MS, JobSpec
 from bench.sim.policies import Static
 from bench.sim.run import Scenario, Trace, World, simulate
 from bench.sim.topics import plan
-from schemas import ControlTuple, Outcome, TaskMetrics
+from schemas import ControlTuple, Outcome, Setting, TaskMetrics
 
 JOB = JobSpec(query_id="job", source_topic="in", sink_topic="out")
 
@@ -101,9 +102,10 @@ class _Once:
     name = "once"
 
     def __init__(self, at_s: int, value: str, epoch: int = 1,
-                 parameter: str = "input_parallelism") -> None:
+                 parameter: str = "input_parallelism", **together: str) -> None:
         self.at_ms, self.value, self.epoch = at_s * 1000, value, epoch
         self.parameter = parameter
+        self.together = tuple(Setting(name, v) for name, v in together.items())
         self.acks: list = []
 
     def step(self, metrics, acks, now_ms):  # type: ignore[no-untyped-def]
@@ -111,7 +113,7 @@ class _Once:
         if now_ms - 1_700_000_000_000 != self.at_ms:
             return []
         return [ControlTuple("c1", "job", "source", self.parameter, self.value,
-                             self.epoch, "test", "test", now_ms)]
+                             self.epoch, "test", "test", now_ms, together=self.together)]
 
 
 def test_a_control_tuple_is_applied_after_the_pause_and_acked_with_it() -> None:
@@ -171,6 +173,49 @@ def test_executors_are_a_swap_acked_once_they_run() -> None:
     too_many = _Once(at_s=10, value="9", parameter="executors")
     simulate(_scenario(80, seconds=20, **job), too_many)
     assert [a.outcome for a in too_many.acks] == [Outcome.REJECTED]
+
+
+def _epochs(trace: Trace) -> dict[int, set[tuple[int, int, int]]]:
+    """Per epoch, the (input parallelism, batch cap, task slots) its batches reported."""
+    found: dict[int, set[tuple[int, int, int]]] = {}
+    for m in _batches(trace, "job"):
+        found.setdefault(m.config_epoch, set()).add(
+            (m.input_parallelism, m.max_offsets_per_trigger, m.task_slots))
+    return found
+
+
+def test_a_batch_cap_set_together_with_the_knob_is_applied_in_one_restart() -> None:
+    knob_first = _Once(at_s=40, value="6", max_offsets_per_trigger="6000")
+    trace = simulate(_scenario(300, seconds=90), knob_first)
+    assert [a.outcome for a in knob_first.acks] == [Outcome.APPLIED]
+    assert _epochs(trace) == {0: {(2, 4000, 16)}, 1: {(6, 6000, 16)}}
+    cap_first = _Once(at_s=40, value="6000", parameter="max_offsets_per_trigger",
+                      input_parallelism="6")
+    assert _epochs(simulate(_scenario(300, seconds=90), cap_first))[1] == {(6, 6000, 16)}
+
+
+def test_a_batch_cap_set_together_with_executors_restarts_into_both() -> None:
+    job = {"task_slots": 2, "executor_cores": 1, "max_executors": 8, "executor_start_s": 8.0}
+    policy = _Once(at_s=40, value="6", parameter="executors", max_offsets_per_trigger="6000")
+    trace = simulate(_scenario(300, seconds=90, **job), policy)
+    [ack] = policy.acks
+    assert ack.outcome is Outcome.APPLIED and ack.pause_ms > 0  # a restart, not a swap
+    after = _epochs(trace)[1]
+    assert {cap for _, cap, _ in after} == {6000} and max(s for _, _, s in after) == 6
+
+
+def test_a_batch_cap_beyond_the_jobs_limit_is_rejected_and_the_limit_reported() -> None:
+    within = _Once(at_s=10, value="50000", parameter="max_offsets_per_trigger")
+    trace = simulate(_scenario(100, seconds=40, max_batch_cap=50_000), within)
+    assert [a.outcome for a in within.acks] == [Outcome.APPLIED]
+    assert {m.max_batch_cap for m in _batches(trace, "job")} == {50_000}
+    assert _epochs(trace)[1] == {(2, 50_000, 16)}
+    beyond = _Once(at_s=10, value="50001", parameter="max_offsets_per_trigger")
+    simulate(_scenario(100, seconds=20, max_batch_cap=50_000), beyond)
+    assert [a.outcome for a in beyond.acks] == [Outcome.REJECTED]
+    # a job starts with a cap within its limit, as the runtime's start checks
+    with pytest.raises(ValueError, match="max_per_batch=5000"):
+        replace(JOB, max_per_batch=5000, max_batch_cap=4000)
 
 
 def test_plan_prorates_the_cap_by_lag_like_the_kafka_source() -> None:

@@ -35,6 +35,12 @@ def bursty(found: list[Interval], ratio: float) -> bool:
     return reversals >= BURSTY_REVERSALS
 
 
+def since(window: list[Interval], scan: Scan) -> list[Interval]:
+    """The intervals of `window` whose bursts `scan.bursty` reads."""
+    from_ms = scan.bursts_from_ms
+    return window if from_ms is None else [i for i in window if i.start_ms >= from_ms]
+
+
 def rate_of(rates: list[float], seconds: float = 2.0) -> float:
     found = estimate(series(rates, seconds), SETTINGS)
     assert found is not None
@@ -124,12 +130,42 @@ def test_a_fall_after_a_burst_is_taken_once_it_has_lasted_the_arrival_window() -
     assert found.pending_rate == pytest.approx(781, rel=0.01)
 
 
-def test_bursty_arrivals_are_averaged() -> None:
+def test_a_departure_that_outlasts_its_level_and_the_arrival_window_becomes_the_level(
+        ) -> None:
+    """A window that begins in a burst (an upstream's catch-up batch, 1 200/s for 4 s) makes
+    it the level; the rates after it, falling as the upstream catches up, disagree with each
+    other and confirm nothing. Once they have lasted the arrival window (10 s) and longer than
+    the burst did, they are the level."""
+    burst, after = [1200.0] * 2, [520.0, 400, 310, 400, 300]
+    assert rate_of([*burst, *after[:4]]) == pytest.approx(1200)  # 8 s: still a transient
+    assert rate_of([*burst, *after]) == pytest.approx(386)  # 10 s: the level
+    # the same departure from a level that held 12 s stays a transient until it lasts longer
+    held = [1200.0] * 6
+    assert rate_of([*held, *after]) == pytest.approx(1200)
+    assert rate_of([*held, *after, 390]) == pytest.approx(1200)  # 12 s: as long, not longer
+    assert rate_of([*held, *after, 390, 300]) == pytest.approx(340)  # its newest 10 s
+
+
+@pytest.mark.parametrize("phase", range(3))
+def test_bursty_arrivals_are_the_mean_of_the_whole_window_whatever_the_bursts_phase(
+        phase: int) -> None:
     # an upstream micro-batch job's output read with a shorter trigger: 0, 0, 600, 0, 0, 600
-    # (the newest 10 s hold one or two of its bursts, so 120-240/s for a mean of 200/s)
-    assert 120 <= rate_of([0, 0, 600] * 4) <= 240
+    # for a minute, 200/s (the newest 10 s alone hold one burst or two: 120 or 240/s)
+    bursts = [0, 0, 600] * 11
+    assert rate_of(bursts[phase:phase + 30]) == pytest.approx(200)
     # or with a trigger close to its period: 160, 57, 160, 57/s
-    assert 57 < rate_of([160, 57] * 6) < 160
+    assert rate_of([160, 57] * 6) == pytest.approx((160 + 57) / 2)
+
+
+def test_a_step_after_a_burst_and_an_idle_drain_is_taken_at_its_level_not_averaged() -> None:
+    # half-second probes: 2 s of a burst at 8 000/s, 10 s without input while the job drains
+    # it, 10 s at 600/s, then a step to 4 500/s (bench.containers' calibration, then its step)
+    before = [8_000.0] * 4 + [0.0] * 20 + [600.0] * 20
+    assert rate_of([*before, *[4_500.0] * 10], seconds=0.5) == pytest.approx(4_500)
+    # bursts that go on after the step are still averaged over the window
+    bursts = [0.0, 0.0, 13_500.0] * 5
+    assert rate_of([*before, *bursts], seconds=0.5) == pytest.approx(
+        (8_000 * 4 + 600 * 20 + 13_500 * 5) / (4 + 20 + 20 + 15))
 
 
 @given(st.floats(100, 10_000), st.floats(2, 20), st.booleans(), st.integers(0, 5))
@@ -149,6 +185,15 @@ def test_a_one_interval_spike_does_not_move_the_estimate(base: float, factor: fl
     found = estimate(series(rates, seconds=10), SETTINGS)
     assert found is not None
     assert found.rate == pytest.approx(base, rel=0.02)  # records are whole
+
+
+def test_a_dip_is_averaged_in_only_with_the_interval_that_makes_up_for_it() -> None:
+    # a batch planned early reads 350/s, the next one 850/s: a steady 600/s, not 662/s (the
+    # newest 10 s less the dip)
+    assert rate_of([600] * 8 + [350, 850]) == pytest.approx(600)
+    # a dip not made up (its records late, or lost upstream) is left out, as a spike is
+    assert rate_of([600] * 8 + [300, 600]) == pytest.approx(600)
+    assert rate_of([600] * 8 + [1500, 600]) == pytest.approx(600)
 
 
 @given(st.lists(st.floats(0.8, 1.2), min_size=5, max_size=30), st.floats(10, 10_000))
@@ -221,7 +266,7 @@ def test_a_scan_carried_over_a_sliding_window_finds_bursts_and_ramps_as_a_fresh_
         window = found[max(0, end - width):end]
         carried, fresh = scan.estimate(window), estimate(window, SETTINGS)
         assert carried is not None and fresh is not None
-        assert scan.bursty == bursty(window, SETTINGS.level_shift_ratio)
+        assert scan.bursty == bursty(since(window, scan), SETTINGS.level_shift_ratio)
         assert carried.ramp_per_s == fresh.ramp_per_s
         if scan.bursty:
             assert carried == fresh
@@ -243,7 +288,7 @@ def test_a_load_carried_over_thousands_of_intervals_keeps_the_fresh_scans_level(
 def test_a_window_that_a_candidate_shift_fills_is_scanned_afresh() -> None:
     """Nothing in the window is at the level the shift departs from, and nothing before it is
     its history: the window is its own level, as a fresh scan finds it."""
-    found, scan = series([600.0, 0.0, 600.0, 300.0, 330.0, 360.0], 2.0), Scan(SETTINGS)
+    found, scan = series([600.0, 1800.0, 600.0, 300.0, 330.0, 360.0], 2.0), Scan(SETTINGS)
     for end in range(1, len(found) + 1):
         carried = scan.estimate(found[max(0, end - 3):end])
     assert carried is not None and carried.rate == pytest.approx(330)
@@ -285,7 +330,7 @@ def test_the_batches_intervals_before_the_first_probe_count_in_the_windows_burst
             ahead.insert(0, Interval(start_ms - 1_000, start_ms, records))
             start_ms -= 1_000
         carried = scan.estimate([*ahead, *window])
-        assert scan.bursty == bursty([*ahead, *window], SETTINGS.level_shift_ratio)
+        assert scan.bursty == bursty(since([*ahead, *window], scan), SETTINGS.level_shift_ratio)
         if scan.bursty:
             assert carried == estimate([*ahead, *window], SETTINGS)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from controller.core.ceiling import producer_rate
 from controller.core.model import QueryModel
 from controller.core.parallelism import bounds
-from controller.core.policy import decide, target_units
+from controller.core.policy import backlog_causes, decide, target_units
 from controller.core.results import Hold, Recommend, Scale, Shed
 from controller.core.season import Forecast
 from controller.core.shedding import Shedding
@@ -113,6 +113,34 @@ def test_estimated_overload_refuted_by_a_shrinking_small_backlog_holds() -> None
     assert isinstance(decide(noise, ControlState(), NOW, POLICY), Hold)
     growing = replace(refuted, backlog_trend_records_per_s=120)
     assert isinstance(decide(growing, ControlState(), NOW, POLICY), Scale)
+
+
+def test_arrivals_passing_through_from_an_upstreams_catch_up_are_no_overload_nor_slow_drain(
+        ) -> None:
+    """500/s on 400/s of capacity (high water 360/s), 6 000 behind, not growing: overloaded
+    and draining never; with 250/s of it an upstream's catch-up passing through, neither (it
+    drains in 40 s at 250/s), with 150/s, a slow drain (120 s at 350/s) but no overload."""
+    steady = model(arrival_rate=500, backlog_trend_records_per_s=0)
+    assert backlog_causes(steady, POLICY) == ["overload", "slow_drain"]
+    assert backlog_causes(steady, POLICY, Inflow(passing=250)) == []
+    assert backlog_causes(steady, POLICY, Inflow(passing=150)) == ["slow_drain"]
+
+
+def test_a_backlog_growing_under_high_water_is_taken_in_longer_batches() -> None:
+    """A backlog growing 100/s that λ, timed by the batches, has not seen yet counts once λ
+    and the growth leave the band (360/s here), as overload does; under it, batches run
+    longer."""
+    below = model(arrival_rate=200, backlog_records=2000, backlog_trend_records_per_s=100,
+                  time_to_drain_s=10)
+    assert backlog_causes(below, POLICY) == []
+    held = decide(below, ControlState(), NOW, POLICY)
+    assert isinstance(held, Hold) and held.reason.startswith(
+        "within band, its backlog growing 100/s: arrivals and that growth, 300/s, stay under "
+        "90% of capacity, taken in longer batches: arrival 200/s within capacity 400/s"), held
+    above = replace(below, arrival_rate=300, time_to_drain_s=20)
+    assert backlog_causes(above, POLICY) == ["growing"]
+    # 100/s of the 300/s an upstream's catch-up passing through: under the band again
+    assert backlog_causes(above, POLICY, Inflow(passing=100)) == []
 
 
 def test_target_is_capped_by_task_slots_and_max_parallelism() -> None:

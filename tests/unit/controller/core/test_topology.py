@@ -1,5 +1,6 @@
 """Pipelines on hand-built figures: an upstream's catch-up burst and steady output, and how a
-reader is sized for them (`topology`, `sizing.Inflow`, `policy.target_units`)."""
+reader is sized for them (`topology`, `sizing.Inflow`, `policy.target_units`); the part of a
+reader's λ that is an upstream's catch-up passing through, not sized for."""
 
 from __future__ import annotations
 
@@ -13,10 +14,19 @@ from hypothesis import strategies as st
 
 from controller.core.model import QueryModel
 from controller.core.policy import decide, target_units
-from controller.core.results import Scale
+from controller.core.results import Hold, Scale
+from controller.core.season import Forecast
 from controller.core.sizing import NO_INFLOW, Inflow, capacity, required_units
 from controller.core.state import ControlState, InFlight
-from controller.core.topology import Output, plan, projected_output, received
+from controller.core.topology import (
+    Output,
+    plan,
+    projected_output,
+    received,
+    steady_output,
+    surplus,
+)
+from controller.core.wording import pressure
 from controller.settings import PolicySettings
 
 NOW = 1_700_000_000_000
@@ -205,3 +215,93 @@ def test_sizing_with_a_burst_is_monotone_and_between_steady_and_all_records_spre
     steady = units(lo_a, lo_b, Inflow(burst.steady))
     spread = units(lo_a, lo_b, Inflow(burst.steady + burst.burst_records / POLICY.catch_up_s))
     assert steady <= units(lo_a, lo_b) <= max(steady, min(spread, POLICY.max_parallelism))
+
+
+def test_the_part_of_a_readers_rate_beyond_what_its_upstreams_send_for_good_is_passing(
+        ) -> None:
+    """c of the simulator's pipeline read 607/s while b, which sends 400/s for good, put
+    out 584/s lately: up to that surplus, what c reads beyond 400/s is b's catch-up."""
+    b = Output(steady=400, extra=NO_INFLOW, surplus=184)
+    assert received(model(arrival_rate=500), [b]).passing == pytest.approx(100)
+    # beyond the surplus, λ is producers outside the plan: 116/s of 700/s stay c's own
+    assert received(model(arrival_rate=700), [b]).passing == pytest.approx(184)
+    assert received(model(arrival_rate=350), [b]).passing == 0
+    # two upstreams: what they send for good and their surpluses add up
+    a = Output(steady=100, extra=NO_INFLOW, surplus=50)
+    assert received(model(arrival_rate=700), [b, a]).passing == pytest.approx(200)
+    assert received(model(arrival_rate=800), [b, a]).passing == pytest.approx(234)
+
+
+def catching_up_b(**changes: Any) -> QueryModel:
+    """b of the simulator's pipeline 22 s after its resize: keeping up with 400/s (no backlog
+    to speak of) while it put out 584/s lately, its backlog shrinking 89/s."""
+    return replace(upstream(arrival_rate=400, throughput=571, recent_throughput=584,
+                            backlog_records=300, backlog_trend_records_per_s=-89,
+                            parallelism=8, units=8, batch_cap=8000), **changes)
+
+
+def reader_c(**changes: Any) -> QueryModel:
+    """c then: 607/s on 6 units with batches of 6 000 (735/s: high water 661/s), 2 406
+    behind and growing 92/s."""
+    return replace(model(arrival_rate=607, recent_throughput=590, parallelism=6, units=6,
+                         batch_cap=6000, backlog_records=2406, backlog_trend_records_per_s=92,
+                         time_to_drain_s=19), **changes)
+
+
+def test_only_an_upstream_catching_up_has_a_surplus() -> None:
+    b = catching_up_b()
+    assert surplus(b, ControlState(), NOW, POLICY, 400) == pytest.approx(184)  # shrinking
+    flat = catching_up_b(backlog_trend_records_per_s=0)
+    assert surplus(flat, ControlState(), NOW, POLICY, 400) == 0
+    # ... unless an actuation of its ended within the catch-up time: it drains its pause
+    resized = ControlState(settled_at_ms=NOW - 21_000)
+    assert surplus(flat, resized, NOW, POLICY, 400) == pytest.approx(184)
+    long_ago = ControlState(settled_at_ms=NOW - int(POLICY.catch_up_s * 1000) - 1)
+    assert surplus(flat, long_ago, NOW, POLICY, 400) == 0
+
+
+def test_an_upstream_that_keeps_up_sends_what_it_takes_in_even_where_its_capacity_reads_lower(
+        ) -> None:
+    # a hot partition: 2 units read as 1.25 (task skew 1.6), 139/s of capacity for 174/s
+    skewed = upstream(arrival_rate=174, backlog_records=0, task_skew=1.6)
+    assert skewed.capacity < 174
+    assert steady_output(skewed, NO_INFLOW).steady == pytest.approx(174)
+    assert steady_output(skewed, Inflow(passing=24)).steady == pytest.approx(150)
+
+
+def test_a_reader_of_an_upstream_catching_up_is_not_resized_for_it_and_says_so() -> None:
+    """b is not resized this round (it keeps up); c reads b's catch-up: grown by 92/s at
+    607/s, it would count as backlogged (607 + 92 > 661), but 184/s of it is b's catch-up."""
+    models = {"b": catching_up_b(), "c": reader_c()}
+    verdicts = plan(models, {}, NOW, POLICY)
+    c = verdicts["c"]
+    assert isinstance(c, Hold) and not isinstance(verdicts["b"], Scale)
+    assert c.reason.startswith(
+        "not backlogged but for b's catch-up passing through (184/s of its arrivals are b's "
+        "catch-up, over once caught up: not sized for; without it, 58% of capacity)"), c.reason
+    # without evidence of a catch-up, what b put out beyond its λ is a rise: c is resized
+    flat = {**models, "b": catching_up_b(backlog_trend_records_per_s=0)}
+    assert isinstance(plan(flat, {}, NOW, POLICY)["c"], Scale)
+    # b's model of an earlier cycle (context, not modelled now) says nothing of its output now
+    assert isinstance(plan(models, {}, NOW, POLICY, followed={"b"}, context={"b"})["c"], Scale)
+
+
+def test_passing_is_taken_off_the_arrival_rate_before_any_forecast_or_burst() -> None:
+    # 100/s of 500/s passing: the steady arrivals a burst adds to are 500 − 100 + 100 = 500,
+    # so at 600/s half of a 200/s burst waits (3 000 records over 60 s), not all of it
+    burst = Inflow(steady=100, burst_records=6000, burst_rate=200, passing=100)
+    assert burst.rate_at(500, 600, 60) == pytest.approx(100 + 3000 / 60)
+    passing = Inflow(passing=100)
+    assert target_units(model(arrival_rate=500), POLICY, passing) == target_units(
+        model(arrival_rate=400), POLICY)
+    # a repeating load's peak holds no catch-up: λ less what passes, or the peak, if higher
+    peak = Forecast(peak=450, in_s=600, period_s=86_400, error=0.05, checked_s=3600)
+    assert target_units(model(arrival_rate=500, forecast=peak), POLICY, passing) == \
+        target_units(model(arrival_rate=450), POLICY) != target_units(model(arrival_rate=350),
+                                                                        POLICY)
+
+
+def test_the_pressure_names_the_catch_up_passing_through() -> None:
+    text = pressure(reader_c(), Inflow(passing=184), "b")
+    assert text.endswith("; 184/s of its arrivals are b's catch-up, over once caught up: not "
+                         "sized for"), text
