@@ -285,7 +285,9 @@ def metric_rows() -> list[tuple[str, str, str, str, str]]:
     for process, registry in registries().items():
         for collector in list(registry._collector_to_names):
             for family in collector.collect():
+                # A metric's own labels, or a collector's families' (series read at scrape)
                 labels = set(getattr(collector, "_labelnames", ()))
+                labels |= set(getattr(family, "_labelnames", ()))
                 labels |= {k for s in family.samples for k in s.labels if k != "le"}
                 name = family.name + ("_total" if family.type == "counter" else "")
                 found.append((process, name, family.type, ", ".join(sorted(labels)),

@@ -1,6 +1,7 @@
-"""Prometheus metrics of the controller (the only module here that imports prometheus_client).
+"""Prometheus metrics of the controller (with `model_series`, the only modules here that import
+prometheus_client).
 
-Owns the metric names and labels, all defined once on an injected `CollectorRegistry` so tests
+Owns the metric names and labels (the per-query model series: `model_series`), all defined once on an injected `CollectorRegistry` so tests
 use a fresh registry and nothing touches the global one. Labels stay bounded: `query` by
 `ModelSettings.max_queries`, `action` and `outcome` by the policy's and the ack's fixed sets
 (recommendations are counted by action only: how often, not for whom),
@@ -12,16 +13,15 @@ hour. Implements `ports.LoopObserver`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from contextlib import suppress
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from controller.core.model import QueryModel
-from controller.core.objectives import Standing
 from controller.core.outage import Outage
+from controller.explain.model_series import ModelSeries
 from controller.explain.page import Timeline, routes
 from schemas import DecodeError
 from streamctl.security import metrics_http
@@ -35,29 +35,12 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._last_decision: dict[str, tuple[str, str, str]] = {}
-        self._stated: dict[str, set[str]] = {}
-        self._modelled: dict[str, tuple[Any, ...]] = {}
-        """Each query's modelled series, bound to its label once: `labels` takes a lock and a
-        lookup per call, ten times per query per cycle."""
+        self.model_series = ModelSeries()
+        registry.register(self.model_series)
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["query"], registry=registry)
 
-        self.arrival = gauge("streamctl_arrival_rate_records_per_second",
-                             "Arrival rate λ: growth of the source partitions' end offsets "
-                             "(probed at the broker, else as the batches saw them).")
-        self.capacity = gauge("streamctl_processing_rate_records_per_second",
-                              "Capacity: records per second at 100% busy with current units.")
-        self.throughput = gauge("streamctl_throughput_records_per_second",
-                                "Records per second actually processed over the window.")
-        self.backlog = gauge("streamctl_backlog_records", "Estimated backlog B in records.")
-        self.utilisation = gauge("streamctl_utilisation_ratio", "Arrival rate / capacity.")
-        self.busy = gauge("streamctl_busy_ratio", "Fraction of wall time spent in batches.")
-        self.current = gauge("streamctl_current_parallelism",
-                             "Value in force of the knob the job scales by (input parallelism "
-                             "or state partitions).")
-        self.desired = gauge("streamctl_desired_parallelism",
-                             "Value of that knob the controller wants (or has asked for).")
         self.decisions = Counter("streamctl_decisions", "Verdicts by kind (changes of kind and "
                                  "every scaling).", ["query", "action"], registry=registry)
         self.acks = Counter("streamctl_acks", "Acks of our control tuples by outcome.",
@@ -81,24 +64,6 @@ class ControllerMetrics:
                                      registry=registry)
         self.metrics_records = Counter("streamctl_metrics_records",
                                        "Metrics records received.", registry=registry)
-        self.delay = gauge("streamctl_delay_seconds",
-                           "How long a record arriving now waits before its batch commits: the "
-                           "backlog ahead of it at the query's capacity, plus a trigger "
-                           "interval (NaN: no capacity measured yet).")
-        self.objective = Gauge("streamctl_objective_seconds",
-                               "An objective the query's job states (max_delay_s: most delay; "
-                               "drain_within_s: most time a backlog may take to drain); one "
-                               "series per stated objective.", ["query", "objective"],
-                               registry=registry)
-        self.objective_met = Gauge("streamctl_objective_met",
-                                   "1 while the query meets the stated objective, 0 while it "
-                                   "does not, NaN while it cannot be told (no capacity "
-                                   "measured).", ["query", "objective"], registry=registry)
-        self.overhead = gauge("streamctl_batch_overhead_seconds",
-                              "Fixed cost of every micro-batch, fitted from busy time over "
-                              "batch size (0 when it cannot be told apart yet).")
-        self.per_unit = gauge("streamctl_true_processing_rate_per_unit_records_per_second",
-                              "μ: records per second of useful busy time per unit.")
         self.lost_queries = Gauge("streamctl_lost_queries",
                                   "Queries silent for longer than their liveness timeout.",
                                   registry=registry)
@@ -159,40 +124,7 @@ class ControllerMetrics:
         self.judging.set(1 if judging else 0)
 
     def modelled(self, model: QueryModel, desired: int | None) -> None:
-        q = model.query_id
-        series = self._modelled.get(q)
-        if series is None:
-            series = self._modelled[q] = tuple(gauge.labels(q) for gauge in (
-                self.arrival, self.capacity, self.throughput, self.backlog, self.utilisation,
-                self.busy, self.current, self.overhead, self.per_unit, self.delay))
-        (arrival, capacity, throughput, backlog, utilisation, busy, current, overhead, per_unit,
-         delay) = series
-        arrival.set(model.arrival_rate)
-        capacity.set(model.capacity)
-        throughput.set(model.throughput)
-        backlog.set(model.backlog_records)
-        # No capacity estimate means no ratio: NaN shows as a gap, +Inf would wreck the axis.
-        utilisation.set(model.utilisation if math.isfinite(model.utilisation) else math.nan)
-        busy.set(model.busy_ratio)
-        current.set(model.parallelism)
-        if desired is not None:
-            self.desired.labels(q).set(desired)
-        overhead.set(model.batch_overhead_s)
-        per_unit.set(model.rate_per_unit)
-        delay.set(_or_nan(model.delay_s))
-        self._objectives(q, model.standings())
-
-    def _objectives(self, query_id: str, found: tuple[Standing, ...]) -> None:
-        """The stated objectives' series; those of an objective no longer stated go."""
-        stated = {s.objective for s in found}
-        for gone in self._stated.get(query_id, set()) - stated:
-            self.objective.remove(query_id, gone)
-            self.objective_met.remove(query_id, gone)
-        self._stated[query_id] = stated
-        for standing in found:
-            self.objective.labels(query_id, standing.objective).set(standing.bound_s)
-            self.objective_met.labels(query_id, standing.objective).set(
-                math.nan if standing.met is None else float(standing.met))
+        self.model_series.modelled(model, desired)
 
     def decided(self, query_id: str, action: str, reason: str, at_ms: int) -> None:
         self.decisions.labels(query_id, action).inc()
@@ -221,15 +153,7 @@ class ControllerMetrics:
         self.down_queries.labels(action).set(len(query_ids))
 
     def outage(self, query_id: str, outage: Outage) -> None:
-        """Nothing is processed: no capacity, no utilisation, no busy time; the backlog and
-        arrival the broker holds, NaN (a gap) where unknown, never the last batch's figures."""
-        q = query_id
-        self.backlog.labels(q).set(_or_nan(outage.backlog_records))
-        self.arrival.labels(q).set(_or_nan(outage.arrival_rate))
-        self.throughput.labels(q).set(0)
-        self.busy.labels(q).set(0)
-        for gauge in (self.capacity, self.utilisation, self.overhead, self.per_unit):
-            gauge.labels(q).set(math.nan)
+        self.model_series.outage(query_id, outage)
 
     def standbys(self, query_id: str, count: int) -> None:
         self.standby_instances.labels(query_id).set(count)
@@ -254,27 +178,17 @@ class ControllerMetrics:
     def forget(self, query_ids: Collection[str]) -> None:
         """A query's gauges go (its counters and pauses stay: what happened while this
         instance led it)."""
-        gauges = (self.arrival, self.capacity, self.throughput, self.backlog, self.utilisation,
-                  self.busy, self.current, self.desired, self.overhead, self.per_unit,
-                  self.delay, self.last_pause, self.standby_instances)
+        self.model_series.forget(query_ids)
         for query_id in query_ids:
-            for gauge in gauges:
+            for gauge in (self.last_pause, self.standby_instances):
                 with suppress(KeyError):  # a series never set: older prometheus-clients raise
                     gauge.remove(query_id)
-            self._modelled.pop(query_id, None)
             previous = self._last_decision.pop(query_id, None)
             if previous is not None:
                 self.last_decision.remove(*previous)
-            for objective in self._stated.pop(query_id, set()):
-                self.objective.remove(query_id, objective)
-                self.objective_met.remove(query_id, objective)
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()
-
-
-def _or_nan(value: float | None) -> float:
-    return math.nan if value is None else value
 
 
 def new_registry() -> CollectorRegistry:

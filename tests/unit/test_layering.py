@@ -41,8 +41,9 @@ KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
                   "streaming_jobs/runtime/sink/transactional_kafka.py"}
 """The only modules that may import confluent_kafka."""
 
-CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/explain/prom.py"}
-"""The only controller module that may import prometheus_client."""
+CONTROLLER_PROMETHEUS_ADAPTERS = {"controller/explain/prom.py",
+                                  "controller/explain/model_series.py"}
+"""The only controller modules that may import prometheus_client."""
 
 
 def modules(package: str) -> list[str]:

@@ -6,6 +6,7 @@ import math
 from dataclasses import replace
 
 from controller.core.model import QueryModel
+from controller.core.outage import Outage
 from controller.explain.prom import ControllerMetrics, new_registry
 from schemas import DecodeError
 from schemas.objectives import Objectives
@@ -95,3 +96,49 @@ def test_an_objective_the_job_no_longer_states_leaves_prometheus() -> None:
     for name in ("streamctl_objective_seconds", "streamctl_objective_met"):
         assert registry.get_sample_value(name, {"query": "q1",
                                                 "objective": "max_delay_s"}) is None
+
+
+def test_a_query_in_outage_shows_nothing_processed_and_keeps_its_size_until_modelled_again(
+) -> None:
+    registry = new_registry()
+    metrics = ControllerMetrics(registry)
+    stating = replace(MODEL, trigger_interval_s=2.0, objectives=Objectives(max_delay_s=10))
+    metrics.modelled(stating, 5)
+    metrics.outage("q1", Outage(backlog_records=9_000, arrival_rate=None))
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"query": "q1", **labels})
+
+    assert value("streamctl_backlog_records") == 9_000
+    assert math.isnan(value("streamctl_arrival_rate_records_per_second") or 0)  # unknown
+    assert value("streamctl_throughput_records_per_second") == 0
+    assert value("streamctl_busy_ratio") == 0
+    for name in ("streamctl_processing_rate_records_per_second", "streamctl_utilisation_ratio",
+                 "streamctl_batch_overhead_seconds",
+                 "streamctl_true_processing_rate_per_unit_records_per_second"):
+        assert math.isnan(value(name) or 0), name  # a gap, never the last batch's figure
+    # What it was sized at, wanted and stated stays: an outage changes none of them.
+    assert value("streamctl_current_parallelism") == 2
+    assert value("streamctl_desired_parallelism") == 5
+    assert value("streamctl_delay_seconds") == 17
+    assert value("streamctl_objective_seconds", objective="max_delay_s") == 10
+    metrics.modelled(replace(stating, throughput=300), None)
+    assert value("streamctl_throughput_records_per_second") == 300
+    assert value("streamctl_processing_rate_records_per_second") == 400
+    assert value("streamctl_backlog_records") == 6_000
+
+
+def test_a_query_first_seen_in_outage_has_no_size_delay_or_objectives_yet() -> None:
+    registry = new_registry()
+    metrics = ControllerMetrics(registry)
+    metrics.outage("q1", Outage(backlog_records=None, arrival_rate=120.0))
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"query": "q1", **labels})
+
+    assert value("streamctl_arrival_rate_records_per_second") == 120
+    assert math.isnan(value("streamctl_backlog_records") or 0)
+    for name in ("streamctl_current_parallelism", "streamctl_desired_parallelism",
+                 "streamctl_delay_seconds"):
+        assert value(name) is None, name
+    assert value("streamctl_objective_seconds", objective="max_delay_s") is None
