@@ -1,8 +1,9 @@
 """Prometheus metrics of the controller (with `model_series`, the only modules here that import
 prometheus_client).
 
-Owns the metric names and labels (the per-query model series: `model_series`), all defined once on an injected `CollectorRegistry` so tests
-use a fresh registry and nothing touches the global one. Labels stay bounded: `query` by
+Owns the metric names and labels (the per-query model series: `model_series`), all defined
+once on an injected `CollectorRegistry` so tests use a fresh registry and nothing touches the
+global one. Labels stay bounded: `query` by
 `ModelSettings.max_queries`, `action` and `outcome` by the policy's and the ack's fixed sets
 (recommendations are counted by action only: how often, not for whom),
 `topic` by the two topics the controller consumes. The one free-text label, a decision's

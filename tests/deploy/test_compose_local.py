@@ -26,13 +26,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.auth import ensure_key_file
-from streamctl.processes import Child
+from streamctl.processes import Child, stop_all
 from streamctl.stack.defaults import DEFAULT_TOPICS, LEASE_TOPIC, METRICS_TOPIC
 from streamctl.stack.kafka_admin import admin_client
 from streamctl.stack.tcp import find_free_ports
 from tests.deploy import deployment as d
 from tests.support.kafka import topic_config
-from tests.support.processes import stop_together
 from tests.support.prometheus import api, check_config, check_metrics, running, sample, scrape
 from tests.support.spark_cluster import LocalSparkCluster
 from tests.support.waiting import until
@@ -97,7 +96,7 @@ def local_stack(bootstrap_servers: str, spark_cluster: LocalSparkCluster,
             alive=children)
         yield stack
     finally:
-        stop_together(children, timeout_s=60.0)
+        stop_all(children, timeout_s=60.0)
 
 
 def test_topic_init_creates_every_default_topic_as_specified(

@@ -42,7 +42,7 @@ from controller.kafka.clients import KafkaAckSource, KafkaControlSink, KafkaWrit
 from controller.loop.ports import DeliveryError
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Outcome, auth
-from streamctl.processes import Child
+from streamctl.processes import Child, stop_all
 from streamctl.security.kafka import KafkaSecurity, client_config
 from streamctl.stack import acls, secure
 from streamctl.stack.broker import LocalBroker
@@ -52,7 +52,6 @@ from streamctl.stack.tcp import find_free_ports
 from tests.deploy import acl_view
 from tests.deploy import deployment as d
 from tests.support.class_archive import broker_env
-from tests.support.processes import stop_together
 from tests.support.prometheus import api, check_metrics, running, sample
 from tests.support.waiting import until
 
@@ -172,7 +171,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
               alive=children)
         yield built
     finally:
-        stop_together(children, timeout_s=60.0)
+        stop_all(children, timeout_s=60.0)
         broker.stop(timeout_s=30.0)
 
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from schemas import TaskMetrics
 from streamctl.loadgen import Ledger, LoadSpec, run_load
-from streamctl.processes import Child, start_child
+from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.view import full_batch_rate
 from tests.support.bed import Watch, bed_env
-from tests.support.processes import stop_together
 
 CONTROLLER_COOLDOWN_S = 20
 BATCHES_AT_NEW_SIZE = 3
@@ -59,7 +58,7 @@ def run_jobs(bootstrap: str, topics: dict[str, str], jobs: dict[str, Sequence[st
                                              controller_metrics_port))
         yield children
     finally:
-        stop_together(children)
+        stop_all(children)
 
 
 SENSOR_WINDOW_MS = 10_000

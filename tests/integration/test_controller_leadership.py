@@ -23,11 +23,10 @@ from controller.settings import ControllerSettings
 from schemas import Ack, ControlTuple, Decision, Outcome, TaskMetrics, codec_for
 from schemas.knobs import MAX_OFFSETS_PER_TRIGGER
 from schemas.records import TAKEOVER
-from streamctl.processes import Child, start_child
+from streamctl.processes import Child, start_child, stop_all
 from tests.integration.test_controller_kafka import KafkaHarness, kafka_harness  # noqa: F401
 from tests.support import netns
 from tests.support.kafka import decoded_or_none, produce, read_committed
-from tests.support.processes import stop_together
 from tests.support.waiting import holds, until
 from tests.unit.controller.traces import Job, end_ms, simulate
 
@@ -194,7 +193,7 @@ def controllers(kafka_harness: KafkaHarness, new_topic: Callable[..., str],  # n
     try:
         yield start
     finally:
-        stop_together(children)
+        stop_all(children)
 
 
 def takeovers(harness: KafkaHarness) -> list[Decision]:

@@ -22,9 +22,9 @@ import pytest
 
 from controller.cluster_status import MasterStatus
 from schemas.records import Ack, ControlTuple, Decision, Outcome
+from streamctl.processes import stop_all
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka import NewTopics
-from tests.support.processes import stop_together
 from tests.support.spark_cluster import LocalSparkCluster, await_free_cores
 from tests.support.waiting import until
 
@@ -57,7 +57,7 @@ def two_jobs(bed: FaultBed, new_topics: NewTopics, spark_cluster: LocalSparkClus
             try:
                 yield _started(bed, other, spark_cluster)
             finally:  # the applications end before the worker they run on
-                stop_together([*bed.children, *other.children])
+                stop_all([*bed.children, *other.children])
     finally:
         other.close()
 

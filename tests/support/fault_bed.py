@@ -24,7 +24,7 @@ from schemas import Ack, ControlTuple, Role, TaskMetrics
 from schemas.records import _Record
 from streamctl.cards import CardLedger
 from streamctl.loadgen import Ledger, LoadSpec, run_load
-from streamctl.processes import Child, start_child
+from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
 from streamctl.tail import Tail
 from tests.accounting import (
@@ -35,7 +35,6 @@ from tests.accounting import (
 from tests.support.bed import Watch, assert_running, bed_env
 from tests.support.control import publish, send_and_await, signed
 from tests.support.kafka import NewTopics, decoded_or_none, end_offsets, read_committed
-from tests.support.processes import stop_together
 from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)
@@ -310,7 +309,7 @@ class FaultBed:
 
     def close(self) -> None:
         self._stop_load.set()
-        stop_together(self.children)
+        stop_all(self.children)
         if self._watch is not None:
             self._watch.close()
 
