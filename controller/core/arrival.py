@@ -35,8 +35,8 @@ rate with occasional level shifts:
 The level of a segment is its growth over its newest `arrival_window_s` (at least its newest
 interval): one step is sized in one round, and a stationary noisy load is still averaged.
 When records arrive in bursts coarser than the intervals (`bursty`: a reader of an upstream
-micro-batch job's output; counted since the newest shift the scan took, as bursts never make
-one), single intervals say nothing and λ is the plain mean over the whole window: over
+micro-batch job's output; jumps straight back, or gaps without growth, repeated in the window),
+single intervals say nothing and λ is the plain mean over the whole window: over
 `arrival_window_s` a burst more or less moves it by half. Such a λ takes the window to follow
 a step; an upstream's resizing is projected to its readers meanwhile
 (`topology`), and a reader's own backlog shows the rest.
@@ -157,13 +157,9 @@ class Level:
     joins the sums once and leaves them once, and a scan over a window of intervals costs
     O(window), not O(window²)."""
 
-    def __init__(self, segment: Sequence[Interval], span_s: float, shifted: bool = False
-                 ) -> None:
+    def __init__(self, segment: Sequence[Interval], span_s: float) -> None:
         self.from_ms = segment[0].start_ms
         """When the segment began (its first interval's start; `outlasting`)."""
-        self.shifted = shifted
-        """Whether the segment is a shift the scan took (`confirmed_tail`, `outlasting`),
-        not merely where the scan began."""
         self._inside: deque[Interval] = deque()
         """The intervals within the span (older ones are never read again)."""
         self._span_ms = span_s * 1000
@@ -235,8 +231,10 @@ class Scan:
         """Σ records of the first i intervals of `_seen`, for each i (with `_elapsed_ms`: the
         mean rate of any span of them in O(1), exactly as summed afresh)."""
         self._elapsed_ms = [0]
-        self._empty = [0]
-        """How many of the first i intervals saw no growth."""
+        self._gaps_begun = [0]
+        """How many of the first i intervals saw no growth after one that did (`bursty`)."""
+        self._gaps_ended = [0]
+        """How many of the first i intervals saw growth after one that did not."""
         self._reversals = [0]
         """How many of the triples ending before index i jump straight back (`bursty`)."""
         self._way = 0
@@ -307,7 +305,8 @@ class Scan:
         front = self._front
         self._seen = self._seen[front:]
         self._records, self._elapsed_ms = self._records[front:], self._elapsed_ms[front:]
-        self._empty, self._reversals = self._empty[front:], self._reversals[front:]
+        self._gaps_begun, self._gaps_ended = self._gaps_begun[front:], self._gaps_ended[front:]
+        self._reversals = self._reversals[front:]
         self._front = 0
 
     def _step(self, interval: Interval) -> None:
@@ -319,7 +318,9 @@ class Scan:
         seen.append(interval)
         self._records.append(self._records[-1] + interval.records)
         self._elapsed_ms.append(self._elapsed_ms[-1] + interval.end_ms - interval.start_ms)
-        self._empty.append(self._empty[-1] + (interval.records == 0))
+        begun, ended = gap_edge(seen[-2], interval) if len(seen) > 1 else (False, False)
+        self._gaps_begun.append(self._gaps_begun[-1] + begun)
+        self._gaps_ended.append(self._gaps_ended[-1] + ended)
         self._reversals.append(self._reversals[-1] + reversal)
         level = self._level
         if level is None:
@@ -341,7 +342,7 @@ class Scan:
         tail = (confirmed_tail(self._run, self._history_rate, way, self._settings)
                 or outlasting(self._run, level.from_ms, self._settings))
         if tail:
-            self._level = Level(tail, self._settings.arrival_window_s, shifted=True)
+            self._level = Level(tail, self._settings.arrival_window_s)
             self._run, self._direction = [], 0
 
     def _history_rate(self) -> float:
@@ -364,33 +365,18 @@ class Scan:
         from the running counts. An upstream micro-batch job writes each batch's output at once,
         so a reader sees 0, 0, 2 000, 0, … or, with a trigger close to the upstream's batch
         period, 160, 57, 160, 57/s: single intervals are then no rate observations, and only
-        their mean over the window is. The bursts count from the newest shift the scan took
-        (`bursts_from_ms`): bursts never agree long enough to make one, so a source that
-        shifted to a level has stopped bursting, and a burst and the idle drain after it do not
-        make a steady load that followed them bursty for the rest of the window."""
-        first = self._bursts_from()
-        unread = self._unread if first == self._front else _Unread()
-        count = unread.count + len(self._seen) - first
-        empty = unread.empty + self._empty[-1] - self._empty[first]
-        if BURSTY_REVERSALS <= empty < count:
+        their mean over the window is. Gaps count only when they repeat, begun and ended twice:
+        a source that stops, or starts after an idle spell, has one gap, and a burst with the
+        idle drain after it and a steady load after that (a calibration) has one begun."""
+        front, unread = self._front, self._unread
+        pairs_from = min(len(self._seen), front + 1)
+        begun = unread.gaps_begun + self._gaps_begun[-1] - self._gaps_begun[pairs_from]
+        ended = unread.gaps_ended + self._gaps_ended[-1] - self._gaps_ended[pairs_from]
+        if begun >= BURSTY_REVERSALS and ended >= BURSTY_REVERSALS:
             return True
-        triples_from = min(len(self._seen), first + 2)
+        triples_from = min(len(self._seen), front + 2)
         reversals = unread.reversals + self._reversals[-1] - self._reversals[triples_from]
         return reversals >= BURSTY_REVERSALS
-
-    @property
-    def bursts_from_ms(self) -> int | None:
-        """When the shift `bursty` reads from began, if inside the window last shown; None
-        when `bursty` reads the whole window."""
-        first = self._bursts_from()
-        return None if first == self._front else self._seen[first].start_ms
-
-    def _bursts_from(self) -> int:
-        """The index in `_seen` of the oldest interval `bursty` reads."""
-        level = self._level
-        if level is None or not level.shifted:
-            return self._front
-        return max(self._front, bisect_left(self._seen, level.from_ms, key=_START_MS))
 
     def _result(self, found: Sequence[Interval]) -> ArrivalEstimate:
         assert self._level is not None  # found is not empty: its first interval set one
@@ -415,7 +401,9 @@ class _Unread:
     count: int = 0
     records: int = 0
     elapsed_ms: int = 0
-    empty: int = 0
+    gaps_begun: int = 0
+    """Gaps begun by the pairs of intervals that begin among them (`gap_edge`)."""
+    gaps_ended: int = 0
     reversals: int = 0
     """Reversals of the triples that begin among them."""
 
@@ -426,17 +414,24 @@ class _Unread:
             return _Unread()
         unread = head[:count]
         ways = [departure(b.rate, a.rate, ratio) for a, b in pairwise(head)]
+        edges = [gap_edge(a, b) for a, b in pairwise(head[:count + 1])]
         return _Unread(count, sum(i.records for i in unread),
                        sum(i.end_ms - i.start_ms for i in unread),
-                       sum(1 for i in unread if i.records == 0),
+                       sum(begun for begun, _ in edges), sum(ended for _, ended in edges),
                        sum(1 for way, then in pairwise(ways[:count + 1])
                            if way != 0 and then == -way))
 
 
+def gap_edge(before: Interval, interval: Interval) -> tuple[bool, bool]:
+    """Whether `interval` begins a gap (no growth after growth), and whether it ends one."""
+    return (before.records > 0 and interval.records == 0,
+            before.records == 0 and interval.records > 0)
+
+
 BURSTY_REVERSALS = 2
-"""Jumps beyond `level_shift_ratio` straight back and forth (or intervals without growth) in
-one window that make the arrivals bursty: one is a spike or a dip (the estimate's business),
-repeated ones are the pattern."""
+"""Jumps beyond `level_shift_ratio` straight back and forth (or gaps without growth, begun and
+ended) in one window that make the arrivals bursty: one is a spike, a dip, a stop or a start
+(the estimate's business), repeated ones are the pattern."""
 
 
 def confirmed_tail(run: Sequence[Interval], history_rate: Callable[[], float], direction: int,

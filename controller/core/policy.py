@@ -453,7 +453,7 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     applied. `forecast`: the demand is one foreseen (a repeating load's peak, an upstream's
     resizing), not the query's own backlog."""
     behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
-    waiting = backlog_during_change(model, state, settings)
+    waiting = backlog_during_change(model, state, settings, inflow.passing)
     sized = replace(model, backlog_records=model.backlog_records + waiting)
     limits = bounds(model, settings, state, now_ms)
     wanted, short = _units_wanted(model, sized, settings, inflow, limits, forecast)
@@ -554,11 +554,13 @@ def _arriving_at(ahead: float, model: QueryModel, settings: PolicySettings, infl
     return ahead + inflow_rate(model, settings, inflow, capacity)
 
 
-def backlog_during_change(model: QueryModel, state: ControlState,
-                          settings: PolicySettings) -> float:
+def backlog_during_change(model: QueryModel, state: ControlState, settings: PolicySettings,
+                          passing: float = 0.0) -> float:
     """Records that arrive beyond the current capacity while a resizing is applied (the
-    query's last one took `ControlState.change_s`; before any, `change_prior_s`)."""
-    return max(0.0, model.arrival_rate - model.capacity) * _change_s(state, settings)
+    query's last one took `ControlState.change_s`; before any, `change_prior_s`), but for an
+    upstream's catch-up `passing` through (`Inflow.passing`: not sized for)."""
+    return (max(0.0, model.arrival_rate - passing - model.capacity)
+            * _change_s(state, settings))
 
 
 def _change_s(state: ControlState, settings: PolicySettings) -> float:

@@ -25,20 +25,15 @@ def series(rates: list[float], seconds: float = 2.0) -> list[Interval]:
 
 
 def bursty(found: list[Interval], ratio: float) -> bool:
-    """The definition `Scan.bursty` keeps in running counts: empty intervals among non-empty
-    ones, or jumps beyond `ratio` straight back and forth."""
-    empty = sum(1 for i in found if i.records == 0)
-    if BURSTY_REVERSALS <= empty < len(found):
+    """The definition `Scan.bursty` keeps in running counts: gaps without growth begun and
+    ended repeatedly, or jumps beyond `ratio` straight back and forth."""
+    edges = [(a.records > 0, b.records > 0) for a, b in pairwise(found)]
+    if (edges.count((True, False)) >= BURSTY_REVERSALS
+            and edges.count((False, True)) >= BURSTY_REVERSALS):
         return True
     ways = [departure(b.rate, a.rate, ratio) for a, b in pairwise(found)]
     reversals = sum(1 for way, then in pairwise(ways) if way != 0 and then == -way)
     return reversals >= BURSTY_REVERSALS
-
-
-def since(window: list[Interval], scan: Scan) -> list[Interval]:
-    """The intervals of `window` whose bursts `scan.bursty` reads."""
-    from_ms = scan.bursts_from_ms
-    return window if from_ms is None else [i for i in window if i.start_ms >= from_ms]
 
 
 def rate_of(rates: list[float], seconds: float = 2.0) -> float:
@@ -162,10 +157,26 @@ def test_a_step_after_a_burst_and_an_idle_drain_is_taken_at_its_level_not_averag
     # it, 10 s at 600/s, then a step to 4 500/s (bench.containers' calibration, then its step)
     before = [8_000.0] * 4 + [0.0] * 20 + [600.0] * 20
     assert rate_of([*before, *[4_500.0] * 10], seconds=0.5) == pytest.approx(4_500)
-    # bursts that go on after the step are still averaged over the window
+    # bursts that go on after it are averaged over the window
     bursts = [0.0, 0.0, 13_500.0] * 5
     assert rate_of([*before, *bursts], seconds=0.5) == pytest.approx(
         (8_000 * 4 + 600 * 20 + 13_500 * 5) / (4 + 20 + 20 + 15))
+
+
+def test_a_slow_upstreams_bursts_average_however_long_and_a_stop_reads_as_one() -> None:
+    # an upstream committing every 5 s, read by half-second probes: 4.5 s without growth
+    # between bursts is long enough to confirm a level of 0, yet it is only a gap
+    cycle = [6_000.0, 1_200.0] + [0.0] * 8
+    for end in range(60, 71):
+        window = (cycle * 7)[end - 60:end]  # 30 s, whatever the phase
+        assert rate_of(window, seconds=0.5) == pytest.approx(720), end
+    # bursts that last several intervals at one rate: no jump straight back, only the gaps
+    cycle = [3_000.0] * 3 + [0.0] * 7
+    for end in range(60, 71):
+        window = (cycle * 7)[end - 60:end]
+        assert rate_of(window, seconds=0.5) == pytest.approx(900), end
+    # a steady load that stops: one gap, the level of 0 once confirmed
+    assert rate_of([600.0] * 30 + [0.0] * 10, seconds=0.5) == 0
 
 
 @given(st.floats(100, 10_000), st.floats(2, 20), st.booleans(), st.integers(0, 5))
@@ -266,7 +277,7 @@ def test_a_scan_carried_over_a_sliding_window_finds_bursts_and_ramps_as_a_fresh_
         window = found[max(0, end - width):end]
         carried, fresh = scan.estimate(window), estimate(window, SETTINGS)
         assert carried is not None and fresh is not None
-        assert scan.bursty == bursty(since(window, scan), SETTINGS.level_shift_ratio)
+        assert scan.bursty == bursty(window, SETTINGS.level_shift_ratio)
         assert carried.ramp_per_s == fresh.ramp_per_s
         if scan.bursty:
             assert carried == fresh
@@ -330,7 +341,7 @@ def test_the_batches_intervals_before_the_first_probe_count_in_the_windows_burst
             ahead.insert(0, Interval(start_ms - 1_000, start_ms, records))
             start_ms -= 1_000
         carried = scan.estimate([*ahead, *window])
-        assert scan.bursty == bursty(since([*ahead, *window], scan), SETTINGS.level_shift_ratio)
+        assert scan.bursty == bursty([*ahead, *window], SETTINGS.level_shift_ratio)
         if scan.bursty:
             assert carried == estimate([*ahead, *window], SETTINGS)
 

@@ -440,6 +440,10 @@ def test_a_step_is_sized_for_the_backlog_that_builds_while_the_change_is_applied
     slow = decide(model(), ControlState(change_s=40), NOW, prior)
     # (700 + (6 000 + 12 000) / 60) / 160 = 6.25: 7.
     assert isinstance(slow, Scale) and slow.target == 7
+    # 200/s of λ an upstream's catch-up passing through: 100/s beyond capacity wait, not 300
+    passing = decide(model(), ControlState(), NOW, prior, Inflow(passing=200.0), "up")
+    assert isinstance(passing, Scale), passing
+    assert passing.figures["backlog_during_change"] == 1000
 
 
 def test_an_applied_resizing_sizes_the_next_step_for_the_backlog_of_its_own_length() -> None:
