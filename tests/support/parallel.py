@@ -34,6 +34,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -146,6 +147,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     unit = unit_of_work(item.nodeid)
+    started = time.time()
     if _module(item.nodeid) not in IDLE and not _MACHINE.holds(unit):
         ahead = unit == CAPACITY_UNIT and _AHEAD.enter()
         _MACHINE.take(run_id, unit, exclusive=unit == CAPACITY_UNIT and not ahead)
@@ -154,6 +156,69 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         if nextitem is None or unit_of_work(nextitem.nodeid) != unit:
             _end_unit()
+        _TIMELINE.add(unit, started, time.time())
+
+
+class _Timeline:
+    """Each worker's units of work, first start to last end, in a file the controlling
+    process names (`STREAMCTL_TEST_TIMELINE`) and sums up after the run: which worker ended
+    last, and behind which units (where the suite's wall time goes, for `LONG_FIRST` and the
+    queue's order)."""
+
+    VARIABLE = "STREAMCTL_TEST_TIMELINE"
+
+    def add(self, unit: str, started: float, ended: float) -> None:
+        path = os.environ.get(self.VARIABLE)
+        if path:
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+            with open(path, "a") as timeline:  # a line is one write: workers do not interleave
+                timeline.write(f"{worker}\t{unit}\t{started:.3f}\t{ended:.3f}\n")
+
+    @staticmethod
+    def summary(lines: list[str], shortest_s: float = 20.0) -> list[str]:
+        """Per worker, the units of at least `shortest_s` in the order they ran, and when the
+        worker's last test ended, seconds from the first test's start."""
+        spans: dict[tuple[str, str], list[float]] = {}
+        for line in lines:
+            worker, unit, started, ended = line.split("\t")
+            span = spans.setdefault((worker, unit), [float(started), float(ended)])
+            span[0], span[1] = min(span[0], float(started)), max(span[1], float(ended))
+        if not spans:
+            return []
+        zero = min(start for start, _ in spans.values())
+        out = []
+        for worker in sorted({w for w, _ in spans}):
+            mine = sorted((start - zero, end - zero, unit)
+                          for (w, unit), (start, end) in spans.items() if w == worker)
+            long = "".join(f", {unit} {start:.0f}-{end:.0f}"
+                           for start, end, unit in mine if end - start >= shortest_s)
+            out.append(f"{worker} ended at {max(e for _, e, _ in mine):.0f} s{long}")
+        return out
+
+
+_TIMELINE = _Timeline()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controlling process of an xdist run: name the timeline file its workers (started
+    after this) inherit."""
+    if (config.getoption("dist", None) == "loadscope"
+            and not os.environ.get("PYTEST_XDIST_WORKER")
+            and _Timeline.VARIABLE not in os.environ):
+        fd, path = tempfile.mkstemp(prefix="streamctl-tests-", suffix=".timeline")
+        os.close(fd)
+        os.environ[_Timeline.VARIABLE] = path
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    path = os.environ.get(_Timeline.VARIABLE)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER") or not os.path.exists(path):
+        return
+    lines = Path(path).read_text().splitlines()
+    os.unlink(path)
+    terminalreporter.section("units of work per worker (seconds from the start)")
+    for line in _Timeline.summary(lines):
+        terminalreporter.write_line(line)
 
 
 def _end_unit() -> None:

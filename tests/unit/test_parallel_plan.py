@@ -139,3 +139,13 @@ def test_a_unit_run_ahead_has_what_it_started_and_starts_in_a_heavy_cgroup_then_
             process.kill()
             process.wait()
         runner.leave()
+
+
+def test_the_timeline_sums_each_workers_units_from_first_start_to_last_end() -> None:
+    lines = ["gw0\tcapacity\t100.0\t130.0", "gw1\ttests/unit/x.py\t101.0\t102.0",
+             "gw0\tcapacity\t130.0\t160.0", "gw1\tkafka-cluster\t102.0\t190.0",
+             "gw0\trestartable-broker\t160.0\t175.0"]
+    assert parallel._Timeline.summary(lines) == [
+        "gw0 ended at 75 s, capacity 0-60",  # 15 s of restartable-broker: under 20 s
+        "gw1 ended at 90 s, kafka-cluster 2-90",
+    ]
