@@ -78,6 +78,9 @@ class QueryModel:
     'remembered' (observed earlier) or 'unbounded' (none of these)."""
     rate_samples: int = 0
     """Batches μ and c were estimated from (with rows, not a run's warm-up batch)."""
+    rate_error: float = 0.0
+    """The relative standard error of μ over those batches (`fit.rate_error`): infinite from
+    one; carried with a remembered μ while the query is idle."""
     recent_throughput: float = 0.0
     """Records/s processed over the newest `arrival_window_s` (what a downstream sees now)."""
     selectivity: float = 1.0
@@ -189,7 +192,8 @@ class QueryModel:
             "task_slots": float(self.task_slots), "samples": float(self.samples),
             "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
             "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
-            "rate_samples": float(self.rate_samples), "selectivity": self.selectivity,
+            "rate_samples": float(self.rate_samples), "rate_error": self.rate_error,
+            "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
             "contention": self.scalability.contention,
@@ -317,8 +321,8 @@ class Remembered:
             sizes = tuple(remember(dict(sizes), model.units, model.rate_per_unit).items())
         return Remembered(
             model.batch_overhead_s if model.overhead_source == "fit" else self.overhead_s,
-            BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source)
-            if model.rate_samples > 0 else self.cost,
+            BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source,
+                      model.rate_error) if model.rate_samples > 0 else self.cost,
             model.batch_cap if model.batch_cap_source in ("reported", "observed")
             else self.batch_cap, sizes, model.batch_cap_per_unit or self.batch_cap_per_unit)
 
@@ -431,7 +435,7 @@ def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCo
         return None
     # A μ that was a lower bound (no cost told apart) stays one: it is no better remembered.
     source = remembered.source if remembered.source == "assumed_zero" else "remembered"
-    return BatchCost(remembered.overhead_s, remembered.per_unit, source)
+    return BatchCost(remembered.overhead_s, remembered.per_unit, source, remembered.rate_error)
 
 
 def arrival_intervals(from_batches: list[Interval],
@@ -487,6 +491,7 @@ def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchC
             cost.per_unit, units / figures["task_skew"] if units <= partitions else units,
             cost.overhead_s, figures["batch_cap"]), arrival),
         batch_overhead_s=cost.overhead_s, overhead_source=cost.source,
-        rate_samples=len(batches.points), arrival_pending=found.pending_rate,
+        rate_samples=len(batches.points), rate_error=cost.rate_error,
+        arrival_pending=found.pending_rate,
         arrival_ramp=found.ramp_per_s,
         backlog_seen=RUNNING_BATCH if running is not None else "batches")

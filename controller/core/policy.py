@@ -201,16 +201,42 @@ def measuring_cost(model: QueryModel, causes: Sequence[str], inflow: Inflow = NO
             and model.recent_throughput >= KEPT_UP_SHARE * model.arrival_rate)
 
 
-def unsure_capacity(model: QueryModel, causes: Sequence[str]) -> str | None:
+def unsure_capacity(model: QueryModel, causes: Sequence[str], settings: PolicySettings,
+                    inflow: Inflow = NO_INFLOW) -> str | None:
     """What the query's capacity lacks to bear a resizing on its upstreams' forecast alone
     (no backlog of its own: `causes` is only 'upstream'); None when it can. μ measured with
     no per-batch cost told apart is a lower bound: a cheap job's batches, small and alike,
     put it anywhere from a tenth of its real rate up, and the forecast's extra units would
-    be spent on that gap. Its own backlog, or a fitted cost, is the evidence it waits for."""
-    if list(causes) != ["upstream"] or model.overhead_source != "assumed_zero":
+    be spent on that gap. A measured μ is known within its error (`QueryModel.rate_error`):
+    a forecast that outgrows high water by less than `CONFIDENCE_Z` of those errors, and stays
+    within the capacity, may be one the query already takes. Its own backlog, a fitted cost,
+    or a forecast beyond that error is the evidence it waits for."""
+    if list(causes) != ["upstream"]:
         return None
-    return (f"{units(model.units)} × {num(model.rate_per_unit)}/s is a lower bound, measured on "
-            "batches too alike to tell their fixed cost from their records")
+    if model.overhead_source == "assumed_zero":
+        return (f"{units(model.units)} × {num(model.rate_per_unit)}/s is a lower bound, "
+                "measured on batches too alike to tell their fixed cost from their records: "
+                "not resized on the forecast alone; waiting for its own backlog or a fitted "
+                "per-batch cost")
+    margin = CONFIDENCE_Z * model.rate_error
+    forecast = (model.arrival_rate - inflow.passing
+                + inflow_rate(model, settings, inflow, model.capacity))
+    # Beyond the capacity itself, however uncertain: a step upstream is no rounding error.
+    doubt = min(1 + margin, 1 / settings.high_water_utilisation)
+    if forecast > model.capacity * settings.high_water_utilisation * doubt:
+        return None
+    seen = f"{model.rate_samples} batches" if model.rate_samples else "as last measured"
+    known = ("rests on one batch" if math.isinf(margin) else
+             f"is known within ±{pct(margin)} ({seen})")
+    return (f"its capacity, {num(model.capacity)}/s, {known}, and the {num(forecast)}/s "
+            f"forecast outgrows {pct(settings.high_water_utilisation)} of it by less than "
+            "that: not resized on the forecast alone; waiting for its own backlog, or more "
+            "batches or a larger forecast to tell it apart")
+
+
+CONFIDENCE_Z = 2.0
+"""Standard errors of μ within which a forecast may be one the query already takes (about
+95 % of them, were the batches' errors normal)."""
 
 
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
@@ -270,12 +296,11 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
                         "batches too alike to tell their fixed cost from their records; the "
                         "running batch, larger than any measured, tells them apart when it "
                         "reports: decided then", model.figures())
-        unsure = unsure_capacity(model, causes)
+        unsure = unsure_capacity(model, causes, settings, inflow)
         if unsure is not None:
             return Hold(f"its own backlog does not call for more units "
-                        f"({pressure(model, inflow, inflow_from)}), and {unsure}: not resized "
-                        "on the forecast alone; waiting for its own backlog or a fitted "
-                        "per-batch cost", model.figures())
+                        f"({pressure(model, inflow, inflow_from)}), and {unsure}",
+                        model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
                          forecast=causes == ["upstream"])
     if model.shedding.active and settings.shed_at_ceiling:  # lifted before any scale-down
@@ -373,6 +398,12 @@ def with_batch_cap(model: QueryModel, verdict: Verdict) -> Verdict:
                           f"(were {num(model.batch_cap)}): {kept}")
 
 
+def _share_of_capacity(arriving: float, capacity: float) -> str:
+    if capacity <= 0:  # no batch measured with rows yet
+        return f"{num(arriving)}/s with no capacity measured"
+    return f"{pct(arriving / capacity)} of capacity"
+
+
 def _unbacklogged(model: QueryModel, settings: PolicySettings, inflow: Inflow,
                   inflow_from: str) -> str:
     """Why a query that is not backlogged holds: only its upstreams' catch-up passing through
@@ -383,7 +414,7 @@ def _unbacklogged(model: QueryModel, settings: PolicySettings, inflow: Inflow,
     if inflow.passing > 0 and backlog_causes(model, settings, replace(inflow, passing=0.0)):
         return (f"not backlogged but for {inflow_from or 'upstream'}'s catch-up passing "
                 f"through ({passing(inflow, inflow_from)}; without it, "
-                f"{pct(arriving / model.capacity)} of capacity)")
+                f"{_share_of_capacity(arriving, model.capacity)})")
     high_water = model.capacity * settings.high_water_utilisation
     if model.arrival_rate > high_water:
         return (f"arrivals read over {pct(settings.high_water_utilisation)} of capacity, not "

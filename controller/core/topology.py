@@ -28,9 +28,10 @@ capacity and no burst.
 A reader's λ lags its upstream: the upstream writes at its commits, so right after a step
 the reader has seen the new rate for a batch or two at most (in the simulator's pipeline, b
 measured 147/s and c 109/s when a 400/s step had reached a 11 s before). The steady extra a
-reader is sized for is therefore at least what its upstreams will send in all minus its own
-λ; a reader that also has producers outside the plan keeps λ + the upstreams' extra,
-whichever is larger.
+reader is sized for is therefore at least what its upstreams will send in all minus the part
+of its λ read from their topics (`arriving_from`: by its partitions' shares of the arrivals);
+producers outside the plan that write to those topics too keep that part + the upstreams'
+extra, whichever is larger, and those on topics no upstream writes add to it.
 
 Only an upstream that is being resized, is backlogged or passes on an inflow of its own
 projects anything: otherwise its output is already in the downstream's λ, and projecting
@@ -44,12 +45,13 @@ resize for a 400/s step that b sends 400/s of for good). An upstream catching up
 shrinking faster than noise, or an actuation answered within `catch_up_s`: `catching_up`) has
 a surplus, its output lately or over its window beyond what it sends for good
 (`Output.steady`; for one that keeps up, what it takes in, even where its capacity reads
-lower). The part of the reader's λ beyond what all its upstreams send for good, up to their
-surplus, is `Inflow.passing`: taken off λ wherever the policy sizes or judges it, as an
-upstream's own passing is off what it sends (b's λ holds a's catch-up as c's holds b's).
-Without that evidence an output above λ is λ lagging a rise the upstream puts through, real
-load; a model of an earlier cycle (`plan`'s `context`) has no surplus either. Beyond the bound,
-λ is producers outside the plan.
+lower). The part of the reader's λ from their topics beyond what all its upstreams send for
+good, up to their surplus, is `Inflow.passing`: taken off λ wherever the policy sizes or
+judges it, as an upstream's own passing is off what it sends (b's λ holds a's catch-up as c's
+holds b's). Without that evidence an output above λ is λ lagging a rise the upstream puts
+through, real load; a model of an earlier cycle (`plan`'s `context`) has no surplus either.
+Beyond the bound, λ on those topics is producers outside the plan, and a topic no upstream
+writes is all theirs.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ def plan(models: Mapping[str, QueryModel], states: Mapping[str, ControlState], n
     for query_id in topological_order(ups):
         model, state = models[query_id], states.get(query_id, ControlState())
         outputs = [sends[u] for u in ups[query_id] if u in sends]
-        inflow = received(model, outputs)
+        topics = {topic for u in ups[query_id] if u in sends for topic in models[u].sink_topics}
+        inflow = received(model, outputs, topics)
         senders = [u for u in ups[query_id] if u in sends
                    and (sends[u].extra.any or (inflow.passing > 0 and sends[u].surplus > 0))]
         verdict: Verdict = FOLLOWED
@@ -148,20 +151,38 @@ class Output:
     (`surplus`, `received`)."""
 
 
-def received(model: QueryModel, outputs: Sequence[Output]) -> Inflow:
-    """The inflow of a reader of `outputs`: the extras of those that project one together,
-    with the steady part at least what they will send minus the reader's λ (which lags them);
-    and the part of λ beyond what all of them send for good, up to their surplus, passing
-    (module docstring)."""
+def received(model: QueryModel, outputs: Sequence[Output],
+             topics: Collection[str] = ()) -> Inflow:
+    """The inflow of a reader of `outputs` (written to `topics`): the extras of those that
+    project one together, with the steady part at least what they will send minus the part of
+    the reader's λ that comes from them (which lags them); and the part of that beyond what
+    all of them send for good, up to their surplus, passing (module docstring)."""
     inflow = NO_INFLOW
     for output in outputs:
         inflow = inflow.plus(output.extra)
     projecting = [output for output in outputs if output.extra.any]
     sent = sum(output.steady for output in projecting)
-    beyond = model.arrival_rate - sum(output.steady for output in outputs)
+    arriving = arriving_from(model, topics)
+    beyond = arriving - sum(output.steady for output in outputs)
     passing = min(beyond, sum(output.surplus for output in outputs))
-    return replace(inflow, steady=max(inflow.steady, sent - model.arrival_rate),
+    return replace(inflow, steady=max(inflow.steady, sent - arriving),
                    passing=max(0.0, passing))
+
+
+def arriving_from(model: QueryModel, topics: Collection[str]) -> float:
+    """The part of λ that arrives on `topics`, by its partitions' shares of the window's
+    arrivals: all of it when the query reads no other topic (or `topics` are not given), or
+    when nothing arrived to tell them apart. A reader of an upstream's output and of an
+    external topic too takes none of the external records for the upstream's. The shares are
+    the batches' over `arrival_window_s`, λ the current level: right after a step on one topic
+    the split lags it."""
+    if not topics or set(model.source_topics) <= set(topics):
+        return model.arrival_rate
+    shares = model.partition_arrival_shares
+    if not shares:
+        return model.arrival_rate
+    return model.arrival_rate * sum(share for partition, share in shares
+                                    if partition.rpartition("/")[0] in topics)
 
 
 def steady_output(model: QueryModel, inflow: Inflow) -> Output:

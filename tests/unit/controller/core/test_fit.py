@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from controller.core.fit import BatchPoint, fit_batch_cost
@@ -41,6 +43,23 @@ def test_a_noisy_fit_is_not_trusted() -> None:
     noisy = points((300, 2.0), (900, 4.0), (600, 1.5), (1200, 2.2), (400, 3.8))
     cost = fit_batch_cost(noisy, SETTINGS)
     assert cost is not None and cost.source == "assumed_zero"
+
+
+def test_the_rates_error_is_its_batches_scatter_about_it_and_shrinks_with_more_of_them(
+        ) -> None:
+    exact = fit_batch_cost(points((300, 2.25), (800, 3.5)), SETTINGS, remembered_overhead_s=1.5)
+    assert exact is not None and exact.per_unit == pytest.approx(200)
+    assert exact.rate_error == pytest.approx(0)
+    # useful unit-seconds 1.5 and 1.0 for 300 rows each: μ 240/s, each batch 60 rows off it
+    pair = [(300, 2.25), (300, 2.0)]
+    scattered = fit_batch_cost(points(*pair), SETTINGS, remembered_overhead_s=1.5)
+    assert scattered is not None and scattered.per_unit == pytest.approx(240)
+    assert scattered.rate_error == pytest.approx(math.sqrt(2 * 7_200 / 1) / 600)  # 20 %
+    more = fit_batch_cost(points(*pair * 4), SETTINGS, remembered_overhead_s=1.5)
+    assert more is not None and more.per_unit == pytest.approx(240)
+    assert more.rate_error == pytest.approx(math.sqrt(8 * 28_800 / 7) / 2_400)  # 7.6 %
+    one = fit_batch_cost(points((300, 2.25)), SETTINGS, remembered_overhead_s=1.5)
+    assert one is not None and math.isinf(one.rate_error)
 
 
 def test_overhead_is_clamped_to_leave_useful_time() -> None:

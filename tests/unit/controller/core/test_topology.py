@@ -232,6 +232,32 @@ def test_the_part_of_a_readers_rate_beyond_what_its_upstreams_send_for_good_is_p
     assert received(model(arrival_rate=800), [b, a]).passing == pytest.approx(234)
 
 
+def test_a_reader_of_an_external_topic_too_counts_only_its_upstreams_share_in_what_they_send(
+        ) -> None:
+    # c reads b-out, where b sends 400/s for good with 184/s of surplus, and clicks, where
+    # producers outside the plan write 300/s: 700/s, of which b-out's 4/7 is 400/s, no catch-up
+    shares = (("b-out/0", 2 / 7), ("b-out/1", 2 / 7), ("clicks/0", 3 / 7))
+    both = model(arrival_rate=700, source_topics=("b-out", "clicks"),
+                 partition_arrival_shares=shares)
+    b = Output(steady=400, extra=NO_INFLOW, surplus=184)
+    assert received(both, [b], {"b-out"}).passing == pytest.approx(0)
+    # the same shares of 800/s: b-out's 457/s is 57/s of b's catch-up
+    assert received(replace(both, arrival_rate=800), [b], {"b-out"}).passing == pytest.approx(
+        800 * 4 / 7 - 400)
+    # b will send 550/s once resized: 150/s more than b-out has now (λ's 700/s hides it)
+    resized = Output(steady=550, extra=Inflow(steady=50))
+    assert received(both, [resized], {"b-out"}).steady == pytest.approx(150)
+
+
+def test_a_reader_of_an_upstream_catching_up_and_of_an_external_topic_is_resized_for_its_own(
+        ) -> None:
+    """c as in the next test, but 207/s of its 607/s are clicks from outside the plan: b-out
+    brings the 400/s b sends for good, none of b's catch-up, so c's growth is its own."""
+    shares = (("b-out/0", 200 / 607), ("b-out/1", 200 / 607), ("clicks/0", 207 / 607))
+    c = reader_c(source_topics=("b-out", "clicks"), partition_arrival_shares=shares)
+    assert isinstance(plan({"b": catching_up_b(), "c": c}, {}, NOW, POLICY)["c"], Scale)
+
+
 def catching_up_b(**changes: Any) -> QueryModel:
     """b of the simulator's pipeline 22 s after its resize: keeping up with 400/s (no backlog
     to speak of) while it put out 584/s lately, its backlog shrinking 89/s."""
@@ -284,6 +310,44 @@ def test_a_reader_of_an_upstream_catching_up_is_not_resized_for_it_and_says_so()
     assert isinstance(plan(flat, {}, NOW, POLICY)["c"], Scale)
     # b's model of an earlier cycle (context, not modelled now) says nothing of its output now
     assert isinstance(plan(models, {}, NOW, POLICY, followed={"b"}, context={"b"})["c"], Scale)
+
+
+def test_a_reader_with_no_capacity_measured_that_reads_only_a_catch_up_holds_and_says_so(
+        ) -> None:
+    # growing 100/s: overloaded, but for the 200/s passing (2 000 behind would drain never)
+    behind = model(rate_per_unit=0, batch_overhead_s=0, arrival_rate=200,
+                   backlog_trend_records_per_s=100)
+    held = decide(behind, ControlState(), NOW, POLICY, Inflow(passing=200), "b")
+    assert isinstance(held, Hold), held
+    assert "without it, 0/s with no capacity measured" in held.reason, held.reason
+
+
+def test_a_forecast_within_twice_the_error_of_a_readers_rate_and_its_capacity_waits_for_evidence(
+        ) -> None:
+    # c: 245/s, high water 220/s; b will send 130/s more: 230/s, 4 % beyond high water
+    near = Inflow(steady=130)
+    sure = decide(model(rate_error=0.01, rate_samples=10), ControlState(), NOW, POLICY, near, "b")
+    assert isinstance(sure, Scale), sure  # ±2 %: the forecast is beyond it
+    unsure = decide(model(rate_error=0.05, rate_samples=10), ControlState(), NOW, POLICY, near,
+                    "b")
+    assert isinstance(unsure, Hold), unsure
+    assert ("its capacity, 245/s, is known within ±10% (10 batches), and the 230/s forecast "
+            "outgrows 90% of it by less than that") in unsure.reason, unsure.reason
+    one = decide(model(rate_error=math.inf, rate_samples=1), ControlState(), NOW, POLICY, near,
+                 "b")
+    assert isinstance(one, Hold) and "rests on one batch" in one.reason, one
+    # ... but not beyond the capacity itself: 260/s
+    beyond = decide(model(rate_error=math.inf, rate_samples=1), ControlState(), NOW, POLICY,
+                    Inflow(steady=160), "b")
+    assert isinstance(beyond, Scale), beyond
+    # 400/s more: beyond any such doubt
+    far = decide(model(rate_error=0.05, rate_samples=10), ControlState(), NOW, POLICY,
+                 Inflow(steady=400), "b")
+    assert isinstance(far, Scale), far
+    # its own backlog is evidence of its own: the error does not hold it
+    behind = model(rate_error=math.inf, rate_samples=1, arrival_rate=300, backlog_records=3_000,
+                   backlog_trend_records_per_s=100)
+    assert isinstance(decide(behind, ControlState(), NOW, POLICY, near, "b"), Scale)
 
 
 def test_passing_is_taken_off_the_arrival_rate_before_any_forecast_or_burst() -> None:
