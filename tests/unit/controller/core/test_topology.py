@@ -247,12 +247,10 @@ def test_a_reader_of_an_external_topic_too_counts_only_its_upstreams_share_in_wh
     # b will send 550/s once resized: 150/s more than b-out has now (λ's 700/s hides it)
     resized = Output(steady=550, extra=Inflow(steady=50))
     assert received(both, [resized], {"b-out"}).steady == pytest.approx(150)
-    # no shares yet to tell b-out from clicks: none of 800/s passes, all of it is b's for
-    # what b sends (no more than 550/s: no extra)
+    # no shares yet to tell b-out from clicks: none of 800/s passes (a reader of b-out alone
+    # needs no shares: 184/s of it would)
     unknown = replace(both, arrival_rate=800, partition_arrival_shares=())
     assert received(unknown, [b], {"b-out"}).passing == 0
-    assert received(unknown, [resized], {"b-out"}).steady == pytest.approx(50)
-    # a reader of b-out alone needs no shares: all of λ is b's
     alone = replace(unknown, source_topics=("b-out",))
     assert received(alone, [b], {"b-out"}).passing == pytest.approx(184)
 
@@ -363,6 +361,11 @@ def test_a_forecast_within_twice_the_error_of_a_readers_rate_and_its_capacity_wa
     ahead = model(rate_error=0.05, rate_samples=10, forecast=peak)
     assert isinstance(decide(ahead, ControlState(), NOW, POLICY), Scale)
     assert isinstance(decide(ahead, ControlState(), NOW, POLICY, near, "b"), Scale)
+    # even on a μ that is a lower bound, which an upstream's forecast alone never resizes
+    bound = replace(ahead, overhead_source="assumed_zero")
+    assert isinstance(decide(replace(bound, forecast=None), ControlState(), NOW, POLICY, near,
+                             "b"), Hold)
+    assert isinstance(decide(bound, ControlState(), NOW, POLICY, near, "b"), Scale)
 
 
 def test_passing_is_taken_off_the_arrival_rate_before_any_forecast_or_burst() -> None:
