@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from controller.settings import ModelSettings
 
@@ -54,9 +54,8 @@ class BatchCost:
     source: str
     """How c was found: 'fit', 'remembered' or 'assumed_zero' (module docstring)."""
     rate_error: float = 0.0
-    """The relative standard error of μ over the batches it was measured on (`rate_error`; with
-    c fitted on them, at least the slope's); infinite from one batch, 0 for a cost given by
-    hand."""
+    """The relative standard error of μ over the batches it was measured on (`rate_error`);
+    infinite from one batch, 0 for a cost given by hand."""
 
 
 def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
@@ -67,19 +66,15 @@ def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
         return None
     fitted = _least_squares(points, settings)
     if fitted is not None:
-        overhead_s, slope_error = fitted
-        cost = _useful_rate(points, overhead_s, "fit")
-        # c was fitted on the same batches: μ is as uncertain as the slope at least
-        return replace(cost, rate_error=max(cost.rate_error, slope_error))
+        return _useful_rate(points, fitted, "fit")
     if remembered_overhead_s is not None:
         return _useful_rate(points, remembered_overhead_s, "remembered")
     return _useful_rate(points, 0.0, "assumed_zero")
 
 
 def _least_squares(points: Sequence[BatchPoint],
-                   settings: ModelSettings) -> tuple[float, float] | None:
-    """The fitted intercept c and the slope's relative standard error, or None when the
-    batches cannot tell c from 1/μ."""
+                   settings: ModelSettings) -> float | None:
+    """The fitted intercept c, or None when the batches cannot tell c from 1/μ."""
     if len(points) < 3:
         return None
     xs = [p.rows / p.units for p in points]  # `per_unit`, without a call per point
@@ -98,7 +93,7 @@ def _least_squares(points: Sequence[BatchPoint],
     slope_error = math.sqrt(residual / (n - 2) / sxx)
     if slope_error > settings.overhead_fit_max_slope_error * slope:
         return None
-    return intercept, slope_error / slope
+    return intercept
 
 
 def _useful_rate(points: Sequence[BatchPoint], overhead_s: float, source: str) -> BatchCost:
@@ -115,8 +110,11 @@ def rate_error(points: Sequence[BatchPoint], useful: Sequence[float], per_unit: 
     """The relative standard error of the ratio μ = Σ rows / Σ useful unit-seconds: each
     batch's rows less what μ says its useful time held, e, give SE(μ) / μ =
     √(n Σe² / (n − 1)) / Σ rows. Infinite from one batch: nothing says how far μ may be off.
-    It is the error of the rate at the sizes and batches measured; a size not run is the
-    scaling model's (`scaling`)."""
+    With c fitted on the same batches it is their scatter about the fit, not the slope's
+    error: a capacity is read at a full batch, where c weighs least, and a slope uncertain by
+    a quarter (`overhead_fit_max_slope_error`) may still predict such a batch closely. It is
+    the error of the rate at the sizes and batches measured; a size not run is the scaling
+    model's (`scaling`)."""
     n = len(points)
     if n < 2:
         return math.inf

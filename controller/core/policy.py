@@ -210,8 +210,11 @@ def unsure_capacity(model: QueryModel, causes: Sequence[str], settings: PolicySe
     be spent on that gap. A measured μ is known within its error (`QueryModel.rate_error`):
     a forecast that outgrows high water by less than `CONFIDENCE_Z` of those errors, and stays
     within the capacity, may be one the query already takes. Its own backlog, a fitted cost,
-    or a forecast beyond that error is the evidence it waits for."""
-    if list(causes) != ["upstream"]:
+    or a forecast beyond that error is the evidence it waits for. The forecast is the one
+    `_scale_up` sizes for (a ramp's or a repeating load's included), and a repeating load that
+    outgrows the capacity within the lead is its own evidence (`anticipating`): the query
+    would be sized ahead for it with no upstream forecast at all."""
+    if list(causes) != ["upstream"] or anticipating(model):
         return None
     if model.overhead_source == "assumed_zero":
         return (f"{units(model.units)} × {num(model.rate_per_unit)}/s is a lower bound, "
@@ -219,7 +222,7 @@ def unsure_capacity(model: QueryModel, causes: Sequence[str], settings: PolicySe
                 "not resized on the forecast alone; waiting for its own backlog or a fitted "
                 "per-batch cost")
     margin = CONFIDENCE_Z * model.rate_error
-    forecast = (model.arrival_rate - inflow.passing
+    forecast = (arriving_ahead(model, settings, inflow.passing)
                 + inflow_rate(model, settings, inflow, model.capacity))
     # Beyond the capacity itself, however uncertain: a step upstream is no rounding error.
     doubt = min(1 + margin, 1 / settings.high_water_utilisation)
@@ -236,7 +239,8 @@ def unsure_capacity(model: QueryModel, causes: Sequence[str], settings: PolicySe
 
 CONFIDENCE_Z = 2.0
 """Standard errors of μ within which a forecast may be one the query already takes (about
-95 % of them, were the batches' errors normal)."""
+95 % of them, were the batches' errors normal and many; from the fewest a trend takes, 3, a
+t-quantile would be twice as wide: the rule is a guard against rounding, not a test)."""
 
 
 def is_quiet(model: QueryModel, settings: PolicySettings) -> bool:
@@ -299,7 +303,7 @@ def _decide(model: QueryModel, state: ControlState, now_ms: int, settings: Polic
         unsure = unsure_capacity(model, causes, settings, inflow)
         if unsure is not None:
             return Hold(f"its own backlog does not call for more units "
-                        f"({pressure(model, inflow, inflow_from)}), and {unsure}",
+                        f"({pressure(model, inflow, inflow_from)}); {unsure}",
                         model.figures())
         return _scale_up(model, state, now_ms, settings, inflow, inflow_from, goal,
                          forecast=causes == ["upstream"])

@@ -163,24 +163,27 @@ def received(model: QueryModel, outputs: Sequence[Output],
     projecting = [output for output in outputs if output.extra.any]
     sent = sum(output.steady for output in projecting)
     arriving = arriving_from(model, topics)
-    beyond = arriving - sum(output.steady for output in outputs)
-    passing = min(beyond, sum(output.surplus for output in outputs))
-    return replace(inflow, steady=max(inflow.steady, sent - arriving),
-                   passing=max(0.0, passing))
+    # Not told apart from external records, none of λ is taken for a catch-up passing (it
+    # would hide them), and all of it for what the upstreams send (the smaller extra)
+    passing = (0.0 if arriving is None else
+               min(arriving - sum(output.steady for output in outputs),
+                   sum(output.surplus for output in outputs)))
+    steady = sent - (model.arrival_rate if arriving is None else arriving)
+    return replace(inflow, steady=max(inflow.steady, steady), passing=max(0.0, passing))
 
 
-def arriving_from(model: QueryModel, topics: Collection[str]) -> float:
+def arriving_from(model: QueryModel, topics: Collection[str]) -> float | None:
     """The part of λ that arrives on `topics`, by its partitions' shares of the window's
-    arrivals: all of it when the query reads no other topic (or `topics` are not given), or
-    when nothing arrived to tell them apart. A reader of an upstream's output and of an
-    external topic too takes none of the external records for the upstream's. The shares are
-    the batches' over `arrival_window_s`, λ the current level: right after a step on one topic
-    the split lags it."""
+    arrivals: all of it when the query reads no other topic (or `topics` are not given); None
+    when it reads others too and nothing arrived to tell them apart. A reader of an
+    upstream's output and of an external topic too takes none of the external records for the
+    upstream's. The shares are the batches' over `arrival_window_s`, λ the current level:
+    right after a step on one topic the split lags it."""
     if not topics or set(model.source_topics) <= set(topics):
         return model.arrival_rate
     shares = model.partition_arrival_shares
     if not shares:
-        return model.arrival_rate
+        return None
     return model.arrival_rate * sum(share for partition, share in shares
                                     if partition.rpartition("/")[0] in topics)
 

@@ -62,6 +62,14 @@ def test_the_rates_error_is_its_batches_scatter_about_it_and_shrinks_with_more_o
     assert one is not None and math.isinf(one.rate_error)
 
 
+def test_a_fitted_costs_error_is_its_batches_scatter_about_the_fit_not_the_slopes() -> None:
+    # busy = 1.5 + rows / (200 × 2), each batch 0.1 s off: the slope is known within
+    # 1.6 %, the capacity of the batches as measured within 1.2 %
+    cost = fit_batch_cost(points((300, 2.35), (800, 3.4), (1200, 4.6), (4000, 11.4)), SETTINGS)
+    assert cost is not None and cost.source == "fit"
+    assert cost.rate_error == pytest.approx(0.0122, abs=1e-4)
+
+
 def test_overhead_is_clamped_to_leave_useful_time() -> None:
     cost = fit_batch_cost(points((300, 1.0), (310, 1.0), (290, 1.0)), SETTINGS,
                           remembered_overhead_s=5.0)

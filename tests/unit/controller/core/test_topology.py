@@ -247,12 +247,19 @@ def test_a_reader_of_an_external_topic_too_counts_only_its_upstreams_share_in_wh
     # b will send 550/s once resized: 150/s more than b-out has now (λ's 700/s hides it)
     resized = Output(steady=550, extra=Inflow(steady=50))
     assert received(both, [resized], {"b-out"}).steady == pytest.approx(150)
+    # no shares yet to tell b-out from clicks: none of 800/s passes (a reader of b-out alone
+    # needs no shares: 184/s of it would)
+    unknown = replace(both, arrival_rate=800, partition_arrival_shares=())
+    assert received(unknown, [b], {"b-out"}).passing == 0
+    alone = replace(unknown, source_topics=("b-out",))
+    assert received(alone, [b], {"b-out"}).passing == pytest.approx(184)
 
 
 def test_a_reader_of_an_upstream_catching_up_and_of_an_external_topic_is_resized_for_its_own(
         ) -> None:
-    """c as in the next test, but 207/s of its 607/s are clicks from outside the plan: b-out
-    brings the 400/s b sends for good, none of b's catch-up, so c's growth is its own."""
+    """c as in test_a_reader_of_an_upstream_catching_up_is_not_resized_for_it, but 207/s of
+    its 607/s are clicks from outside the plan: b-out brings the 400/s b sends for good, none
+    of b's catch-up, so c's growth is its own."""
     shares = (("b-out/0", 200 / 607), ("b-out/1", 200 / 607), ("clicks/0", 207 / 607))
     c = reader_c(source_topics=("b-out", "clicks"), partition_arrival_shares=shares)
     assert isinstance(plan({"b": catching_up_b(), "c": c}, {}, NOW, POLICY)["c"], Scale)
@@ -348,6 +355,17 @@ def test_a_forecast_within_twice_the_error_of_a_readers_rate_and_its_capacity_wa
     behind = model(rate_error=math.inf, rate_samples=1, arrival_rate=300, backlog_records=3_000,
                    backlog_trend_records_per_s=100)
     assert isinstance(decide(behind, ControlState(), NOW, POLICY, near, "b"), Scale)
+    # ... and so is a repeating load that outgrows the capacity within the lead: sized ahead
+    # for it, as it would be with no forecast from b at all
+    peak = Forecast(peak=300, in_s=600, period_s=86_400, error=0.05, checked_s=3600)
+    ahead = model(rate_error=0.05, rate_samples=10, forecast=peak)
+    assert isinstance(decide(ahead, ControlState(), NOW, POLICY), Scale)
+    assert isinstance(decide(ahead, ControlState(), NOW, POLICY, near, "b"), Scale)
+    # even on a μ that is a lower bound, which an upstream's forecast alone never resizes
+    bound = replace(ahead, overhead_source="assumed_zero")
+    assert isinstance(decide(replace(bound, forecast=None), ControlState(), NOW, POLICY, near,
+                             "b"), Hold)
+    assert isinstance(decide(bound, ControlState(), NOW, POLICY, near, "b"), Scale)
 
 
 def test_passing_is_taken_off_the_arrival_rate_before_any_forecast_or_burst() -> None:
