@@ -85,11 +85,13 @@ def _await_commit(query: QueryControl, found: Callable[[], Commit | None]) -> Co
         commit = found()
         if commit is not None:
             return commit
-        failure = query.failure()
-        if failure is not None:
-            log.error("the query failed: %s", failure)
-            raise RuntimeError(short_failure(failure))
         if not query.is_active():
+            # read after the activity: a run that terminates between the two reads has its
+            # exception set by then (Spark records it before it marks the query inactive)
+            failure = query.failure()
+            if failure is not None:
+                log.error("the query failed: %s", failure)
+                raise RuntimeError(short_failure(failure))
             raise RuntimeError("the query stopped")
         if time.monotonic() >= grace_until and query.is_idle():
             return None
