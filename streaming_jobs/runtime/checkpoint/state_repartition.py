@@ -256,9 +256,15 @@ def discard_unexecuted_batch(checkpoint_dir: str, *, last_admitted: int | None,
 def align(spark: SparkSession, checkpoint_dir: str, target: int, *, last_admitted: int | None,
           seen_commit: int | None, max_partitions: int) -> str | None:
     """Repartition the stopped query's state to `target`; a note for the ack, or None when
-    nothing changed. Raises `StateRepartitionError` (checkpoint unchanged)."""
+    nothing changed (or nothing is committed yet: then `target` is the number the query starts
+    with). Raises `StateRepartitionError` (checkpoint unchanged)."""
     old = current(checkpoint_dir)
-    if old is None or old == target:
+    if old is None:
+        # Nothing committed yet: the session's setting decides the first batch's partitions
+        # (`current`), so a target set before then is the one the query starts with.
+        spark.conf.set(_PARTITIONS_CONF, str(target))
+        return None
+    if old == target:
         return None
     discard_unexecuted_batch(checkpoint_dir, last_admitted=last_admitted,
                              seen_commit=seen_commit)

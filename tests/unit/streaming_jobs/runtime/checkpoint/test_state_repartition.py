@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
     QueryStillRunning,
     TargetOutOfBounds,
     UnsupportedCheckpoint,
+    align,
     check_preconditions,
     current,
     discard_unexecuted_batch,
@@ -148,3 +150,13 @@ def test_anything_else_is_left_for_spark_to_refuse(
 def test_a_checkpoint_without_a_commit_has_no_partitions_yet(tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
     assert current(str(tmp_path)) is None
+
+
+def test_a_target_set_before_the_first_commit_is_the_number_the_query_starts_with(
+        tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    conf: dict[str, str] = {}
+    spark: Any = SimpleNamespace(conf=SimpleNamespace(set=conf.__setitem__))
+    assert align(spark, str(tmp_path), 8, last_admitted=None, seen_commit=None,
+                 max_partitions=16) is None
+    assert conf == {"spark.sql.shuffle.partitions": "8"}
