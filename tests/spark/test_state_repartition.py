@@ -1,7 +1,8 @@
 """Offline state repartitioning of a real fraud-job checkpoint (real broker, real Spark): a
-first run started with the target set before it, then 4 → 8 → 2 state partitions, and the restarted query continues every account's count with no
-reset and no gap; a checkpoint whose last batch did not commit, a running query and an
-out-of-range target are refused with typed errors and leave the checkpoint unchanged."""
+first run started with the target set before it, then 4 → 8 → 2 state partitions, and the
+restarted query continues every account's count with no reset and no gap; a checkpoint whose
+last batch did not commit, a running query and an out-of-range target are refused with typed
+errors and leave the checkpoint unchanged."""
 
 from __future__ import annotations
 
