@@ -85,14 +85,16 @@ def _await_commit(query: QueryControl, found: Callable[[], Commit | None]) -> Co
         commit = found()
         if commit is not None:
             return commit
-        if not query.is_active():
-            # read after the activity: a run that terminates between the two reads has its
-            # exception set by then (Spark records it before it marks the query inactive)
+        failure = query.failure()
+        if failure is None and not query.is_active():
+            # read again after the activity: a run that terminated after the first read has
+            # its exception set by now (Spark records it before it marks the query inactive)
             failure = query.failure()
-            if failure is not None:
-                log.error("the query failed: %s", failure)
-                raise RuntimeError(short_failure(failure))
-            raise RuntimeError("the query stopped")
+            if failure is None:
+                raise RuntimeError("the query stopped")
+        if failure is not None:
+            log.error("the query failed: %s", failure)
+            raise RuntimeError(short_failure(failure))
         if time.monotonic() >= grace_until and query.is_idle():
             return None
     raise NoCommitYet(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")

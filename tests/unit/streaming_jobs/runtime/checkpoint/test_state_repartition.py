@@ -83,7 +83,7 @@ def test_a_running_query_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("kwargs", "problem"), [
     ({"provider": HDFS}, "HDFSBackedStateStoreProvider"),
     ({"state": False}, "keeps no state"),
-    ({"committed": -1}, "no batch has committed"),
+    ({"planned": -1, "committed": -1}, "no batch has committed"),
 ])
 def test_unsupported_checkpoints_say_why(tmp_path: Path, kwargs: dict, problem: str) -> None:
     cp = checkpoint(tmp_path, **{"planned": 1, "committed": 1, **kwargs})
@@ -160,3 +160,15 @@ def test_a_target_set_before_the_first_commit_is_the_number_the_query_starts_wit
     assert align(spark, str(tmp_path), 8, last_admitted=None, seen_commit=None,
                  max_partitions=16) is None
     assert conf == {"spark.sql.shuffle.partitions": "8"}
+
+
+def test_a_first_batch_planned_but_not_committed_keeps_its_partitions(tmp_path: Path) -> None:
+    """It runs again as planned, with the partitions its offset-log entry records."""
+    cp = checkpoint(tmp_path, planned=0, committed=-1, partitions=4)
+    assert current(cp) == 4
+    conf: dict[str, str] = {}
+    spark: Any = session()
+    spark.conf = SimpleNamespace(set=conf.__setitem__)
+    with pytest.raises(LastBatchNotCommitted, match="last batch 0 did not commit"):
+        align(spark, cp, 8, last_admitted=None, seen_commit=None, max_partitions=16)
+    assert conf == {} and current(cp) == 4
