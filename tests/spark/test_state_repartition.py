@@ -63,7 +63,7 @@ def test_the_first_run_starts_at_its_target_and_up_and_down_keeps_every_account_
     cp = config.storage.checkpoint_dir
     output = []
     with stateful_session(spark, partitions=2):
-        # a target set before anything is committed: the first run starts with it, not 2
+        # a target set before anything is planned: the first run starts with it, not 2
         assert align(spark, cp, 4, last_admitted=None, seen_commit=None,
                      max_partitions=16) is None
         produce_txns(config, phase(0))

@@ -29,7 +29,9 @@ process after a commit it saw, and never entered the sink (the gate refused it, 
 first): it executed nothing, wrote no state and no output, so its offset-log entry is removed
 and the restart plans it again from the last committed offsets. A batch that entered the sink,
 or one left by another process (a crash), may have written output: it is left alone, and
-Spark's refusal becomes the reason of a FAILED ack after the rollback.
+Spark's refusal becomes the reason of a FAILED ack after the rollback; so is the query's first
+batch, which has no commit to plan it again from. Before any batch is planned the session's
+`spark.sql.shuffle.partitions` decides, and `align` sets it to the target.
 """
 
 from __future__ import annotations

@@ -147,12 +147,12 @@ def test_anything_else_is_left_for_spark_to_refuse(
     assert (root / "offsets" / str(planned)).exists()
 
 
-def test_a_checkpoint_without_a_commit_has_no_partitions_yet(tmp_path: Path) -> None:
+def test_a_checkpoint_with_no_batch_planned_has_no_partitions_yet(tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
     assert current(str(tmp_path)) is None
 
 
-def test_a_target_set_before_the_first_commit_is_the_number_the_query_starts_with(
+def test_a_target_set_before_the_first_batch_is_the_number_the_query_starts_with(
         tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
     conf: dict[str, str] = {}
@@ -164,7 +164,7 @@ def test_a_target_set_before_the_first_commit_is_the_number_the_query_starts_wit
 
 def test_a_first_batch_planned_but_not_committed_keeps_its_partitions(tmp_path: Path) -> None:
     """It runs again as planned, with the partitions its offset-log entry records."""
-    cp = checkpoint(tmp_path, planned=0, committed=-1, partitions=4)
+    cp = checkpoint(tmp_path, planned=0, committed=-1, partitions=4, state=False)
     assert current(cp) == 4
     conf: dict[str, str] = {}
     spark: Any = session()
