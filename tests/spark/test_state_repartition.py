@@ -1,7 +1,8 @@
-"""Offline state repartitioning of a real fraud-job checkpoint (real broker, real Spark):
-4 → 8 → 2 state partitions, and the restarted query continues every account's count with no
-reset and no gap; a checkpoint whose last batch did not commit, a running query and an
-out-of-range target are refused with typed errors and leave the checkpoint unchanged."""
+"""Offline state repartitioning of a real fraud-job checkpoint (real broker, real Spark): a
+first run started with the target set before it, then 4 → 8 → 2 state partitions, and the
+restarted query continues every account's count with no reset and no gap; a checkpoint whose
+last batch did not commit, a running query and an out-of-range target are refused with typed
+errors and leave the checkpoint unchanged."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
     LastBatchNotCommitted,
     QueryStillRunning,
     TargetOutOfBounds,
+    align,
     read_batches,
     read_state_partitions,
     repartition_state,
@@ -56,11 +58,14 @@ def state_partitions_used(query: object) -> set[int]:
             for op in p.stateOperators if p.numInputRows}
 
 
-def test_repartition_up_and_down_keeps_every_account_count(
+def test_the_first_run_starts_at_its_target_and_up_and_down_keeps_every_account_count(
         spark: object, config: JobConfig, tmp_path: Path) -> None:
     cp = config.storage.checkpoint_dir
     output = []
-    with stateful_session(spark, partitions=4):
+    with stateful_session(spark, partitions=2):
+        # a target set before anything is planned: the first run starts with it, not 2
+        assert align(spark, cp, 4, last_admitted=None, seen_commit=None,
+                     max_partitions=16) is None
         produce_txns(config, phase(0))
         scored, query = run_available_now(spark, config)
         output += scored

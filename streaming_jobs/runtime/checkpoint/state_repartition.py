@@ -29,7 +29,9 @@ process after a commit it saw, and never entered the sink (the gate refused it, 
 first): it executed nothing, wrote no state and no output, so its offset-log entry is removed
 and the restart plans it again from the last committed offsets. A batch that entered the sink,
 or one left by another process (a crash), may have written output: it is left alone, and
-Spark's refusal becomes the reason of a FAILED ack after the rollback.
+Spark's refusal becomes the reason of a FAILED ack after the rollback; so is the query's first
+batch, which has no commit to plan it again from. Before any batch is planned the session's
+`spark.sql.shuffle.partitions` decides, and `align` sets it to the target.
 """
 
 from __future__ import annotations
@@ -172,14 +174,14 @@ def check_preconditions(spark: SparkSession, checkpoint_dir: str, num_partitions
         raise TargetOutOfBounds(checkpoint_dir, f"{num_partitions} state partitions is "
                                                 f"outside [1, {max_partitions}]")
     _check_not_running(spark, checkpoint_dir)
+    batches = read_batches(checkpoint_dir)
+    # A planned batch runs again as planned, its partitions included (the first one too)
+    if batches.last_planned is not None and batches.last_planned != batches.last_committed:
+        raise LastBatchNotCommitted(checkpoint_dir, batches.last_planned)
     if not (local_path(checkpoint_dir) / "state").is_dir():
         raise UnsupportedCheckpoint(checkpoint_dir, "the query keeps no state")
-    batches = read_batches(checkpoint_dir)
     if batches.last_committed is None:
         raise UnsupportedCheckpoint(checkpoint_dir, "no batch has committed yet")
-    assert batches.last_planned is not None  # a commit implies its offset-log entry
-    if batches.last_planned > batches.last_committed:
-        raise LastBatchNotCommitted(checkpoint_dir, batches.last_planned)
     provider = read_state_store_provider(checkpoint_dir)
     if provider != ROCKSDB_PROVIDER:
         raise UnsupportedCheckpoint(
@@ -223,9 +225,10 @@ def repartition_state(spark: SparkSession, checkpoint_dir: str, num_partitions: 
 
 
 def current(checkpoint_dir: str) -> int | None:
-    """The checkpoint's state partitions, or None before its first committed batch (the
-    session's `spark.sql.shuffle.partitions` then decides)."""
-    if read_batches(checkpoint_dir).last_committed is None:
+    """The state partitions the query resumes with: those its newest planned batch recorded
+    (a planned batch runs again as planned), or None before its first (the session's
+    `spark.sql.shuffle.partitions` then decides)."""
+    if read_batches(checkpoint_dir).last_planned is None:
         return None
     return read_state_partitions(checkpoint_dir)
 
@@ -256,9 +259,15 @@ def discard_unexecuted_batch(checkpoint_dir: str, *, last_admitted: int | None,
 def align(spark: SparkSession, checkpoint_dir: str, target: int, *, last_admitted: int | None,
           seen_commit: int | None, max_partitions: int) -> str | None:
     """Repartition the stopped query's state to `target`; a note for the ack, or None when
-    nothing changed. Raises `StateRepartitionError` (checkpoint unchanged)."""
+    nothing changed (or no batch is planned yet: then `target` is the number the query starts
+    with). Raises `StateRepartitionError` (checkpoint unchanged)."""
     old = current(checkpoint_dir)
-    if old is None or old == target:
+    if old is None:
+        # Nothing planned yet: the session's setting decides the first batch's partitions
+        # (`current`), so a target set before then is the one the query starts with.
+        spark.conf.set(_PARTITIONS_CONF, str(target))
+        return None
+    if old == target:
         return None
     discard_unexecuted_batch(checkpoint_dir, last_admitted=last_admitted,
                              seen_commit=seen_commit)

@@ -86,11 +86,15 @@ def _await_commit(query: QueryControl, found: Callable[[], Commit | None]) -> Co
         if commit is not None:
             return commit
         failure = query.failure()
+        if failure is None and not query.is_active():
+            # read again after the activity: a run that terminated after the first read has
+            # its exception set by now (Spark records it before it marks the query inactive)
+            failure = query.failure()
+            if failure is None:
+                raise RuntimeError("the query stopped")
         if failure is not None:
             log.error("the query failed: %s", failure)
             raise RuntimeError(short_failure(failure))
-        if not query.is_active():
-            raise RuntimeError("the query stopped")
         if time.monotonic() >= grace_until and query.is_idle():
             return None
     raise NoCommitYet(f"no batch committed within {FIRST_COMMIT_TIMEOUT_S:.0f} s")

@@ -239,7 +239,8 @@ class ElasticQuery:
 
     def start_keeping_partitions(self, desired: DesiredState) -> str:
         """`start`, or, when the checkpoint cannot be repartitioned to `desired` (a crash left
-        its last batch uncommitted), start with the checkpoint's state partitions instead."""
+        its last batch uncommitted, or its first batch has not committed yet), start with the
+        checkpoint's state partitions instead."""
         try:
             return self.start(desired)
         except state_repartition.StateRepartitionError as exc:

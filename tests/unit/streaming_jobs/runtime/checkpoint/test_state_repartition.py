@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from streaming_jobs.runtime.checkpoint.state_repartition import (
     QueryStillRunning,
     TargetOutOfBounds,
     UnsupportedCheckpoint,
+    align,
     check_preconditions,
     current,
     discard_unexecuted_batch,
@@ -81,7 +83,7 @@ def test_a_running_query_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("kwargs", "problem"), [
     ({"provider": HDFS}, "HDFSBackedStateStoreProvider"),
     ({"state": False}, "keeps no state"),
-    ({"committed": -1}, "no batch has committed"),
+    ({"planned": -1, "committed": -1}, "no batch has committed"),
 ])
 def test_unsupported_checkpoints_say_why(tmp_path: Path, kwargs: dict, problem: str) -> None:
     cp = checkpoint(tmp_path, **{"planned": 1, "committed": 1, **kwargs})
@@ -145,6 +147,28 @@ def test_anything_else_is_left_for_spark_to_refuse(
     assert (root / "offsets" / str(planned)).exists()
 
 
-def test_a_checkpoint_without_a_commit_has_no_partitions_yet(tmp_path: Path) -> None:
+def test_a_checkpoint_with_no_batch_planned_has_no_partitions_yet(tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
     assert current(str(tmp_path)) is None
+
+
+def test_a_target_set_before_the_first_batch_is_the_number_the_query_starts_with(
+        tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    conf: dict[str, str] = {}
+    spark: Any = SimpleNamespace(conf=SimpleNamespace(set=conf.__setitem__))
+    assert align(spark, str(tmp_path), 8, last_admitted=None, seen_commit=None,
+                 max_partitions=16) is None
+    assert conf == {"spark.sql.shuffle.partitions": "8"}
+
+
+def test_a_first_batch_planned_but_not_committed_keeps_its_partitions(tmp_path: Path) -> None:
+    """It runs again as planned, with the partitions its offset-log entry records."""
+    cp = checkpoint(tmp_path, planned=0, committed=-1, partitions=4, state=False)
+    assert current(cp) == 4
+    conf: dict[str, str] = {}
+    spark: Any = session()
+    spark.conf = SimpleNamespace(set=conf.__setitem__)
+    with pytest.raises(LastBatchNotCommitted, match="last batch 0 did not commit"):
+        align(spark, cp, 8, last_admitted=None, seen_commit=None, max_partitions=16)
+    assert conf == {} and current(cp) == 4

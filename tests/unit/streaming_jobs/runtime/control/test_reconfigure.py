@@ -4,6 +4,7 @@ swap paths, and rollback."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +18,7 @@ START = DesiredState(epoch=0, input_parallelism=2, state_partitions=4,
                      max_offsets_per_trigger=4000, shed_fraction=0.0, udf_version="v1",
                      input_topic="in", output_topic="out", executors=0)
 WIDER = replace(START, epoch=1, input_parallelism=4)
+T = TypeVar("T")
 
 
 def fake(**options: object) -> FakeQuery:
@@ -189,6 +191,34 @@ def test_a_failure_in_the_ack_is_its_innermost_exception_not_the_traceback() -> 
                          "exception: Some data may have been lost\nmore") == (
         "Some data may have been lost")
     assert len(short_failure("x" * 1000)) == 300
+
+
+class FailsRightAfterTheFirstLook(FakeQuery):
+    """A run that fails right after it is first looked at, whichever look comes first (its
+    failure or whether it is active): that look finds it running, the next one failed, as
+    Spark records the exception before it marks the query inactive."""
+
+    looked = False
+
+    def failure(self) -> str | None:
+        return self._look(super().failure())
+
+    def is_active(self) -> bool:
+        return self._look(super().is_active())
+
+    def _look(self, running: T) -> T:
+        if not self.looked:
+            self.looked = True
+            self.stop_by_itself("ValueError: lookup service refused sensor-0")
+        return running
+
+
+def test_a_run_that_fails_while_its_commit_is_awaited_is_reported_by_its_failure() -> None:
+    from streaming_jobs.runtime.control.reconfigure import next_commit
+
+    query = FailsRightAfterTheFirstLook(START, active=True)
+    with pytest.raises(RuntimeError, match=r"^ValueError: lookup service refused sensor-0$"):
+        next_commit(query, None)
 
 
 def test_an_input_switch_drains_before_the_quiesce_and_says_so() -> None:
