@@ -4,10 +4,10 @@ Owns the order of the stages and nothing else a stage can own: the per-query rec
 the loop remembers is `memory`'s, the lead `leading`'s, the broker's probes `probing`'s, the
 division of a shared cluster `sharing`'s, the answers to tuples in flight `settling`'s, the
 tuples and their records `actuate`'s; the decisions themselves come from the pure core
-(`window`, `model`, `judgement`, `outage`, `policy`, `topology`, `failover`). All ready queries are decided together each cycle, so a
-pipeline is sized in one round; a lost query is failed over to a live standby when it has one.
-Built by `controller.app` with Kafka adapters, by tests, the replay and the simulator with
-`controller.loop.fakes`.
+(`window`, `model`, `judgement`, `outage`, `policy`, `topology`, `failover`). All ready
+queries are decided together each cycle, so a pipeline is sized in one round; a lost query is
+failed over to a live standby when it has one. Built by `controller.app` with Kafka adapters,
+by tests, the replay and the simulator with `controller.loop.fakes`.
 """
 
 from __future__ import annotations
@@ -104,8 +104,7 @@ class ControlLoop:
         self._overload_record_ms = int(settings.overload_record_interval_s * 1000)
         self._windows = Windows(settings.model)
         self._actuator = Actuator(settings, ports.control, ports.decisions, new_id)
-        self._settler = Settler(settings, ports.acks, ports.observer, ports.cluster,
-                                self._actuator)
+        self._settler = Settler(settings, ports, self._actuator)
         self.queries = Memory()
         """Every query's record (`memory.QueryMemory`)."""
         self.standbys = Standbys(settings.policy.lost_after_min_s)

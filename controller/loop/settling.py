@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from controller.core.failover import Standbys
 from controller.core.state import InFlight, ack_overdue, applied, settled
@@ -26,20 +27,30 @@ from schemas import Ack, Outcome
 log = logging.getLogger("controller")
 
 
+class SettlingPorts(Protocol):
+    """What settling reads of the loop's ports (`cycle.Ports`)."""
+
+    @property
+    def acks(self) -> AckSource: ...
+    @property
+    def observer(self) -> LoopObserver: ...
+    @property
+    def cluster(self) -> ClusterStatus | None: ...
+
+
 class Settler:
-    def __init__(self, settings: ControllerSettings, acks: AckSource, observer: LoopObserver,
-                 cluster: ClusterStatus | None, actuator: Actuator) -> None:
+    def __init__(self, settings: ControllerSettings, ports: SettlingPorts,
+                 actuator: Actuator) -> None:
         self._ack_timeout_s = settings.ack_timeout_s
         self._cooldown_s = settings.policy.cooldown_s
-        self._acks = acks
-        self._observer = observer
-        self._cluster = cluster
+        self._ports = ports
+        """Read at each use: the loop's observer may be swapped after it is built."""
         self._actuator = actuator
 
     def settle(self, queries: Memory, windows: Windows, standbys: Standbys,
                leads: Callable[[str], bool], now_ms: int) -> None:
         """The acks of the queries `leads` names, and the tuples whose ack is overdue."""
-        for ack in self._acks.poll(0.0):
+        for ack in self._ports.acks.poll(0.0):
             if leads(ack.query_id):
                 self._on_ack(ack, queries, windows, standbys, now_ms)
         for query_id, query in list(queries.items()):
@@ -60,7 +71,7 @@ class Settler:
                      ack.instance_id, ack.control_id, flight.instance, ack.outcome.value,
                      ack.detail)
             return
-        self._observer.acked(ack.query_id, ack.outcome.value, ack.pause_ms)
+        self._ports.observer.acked(ack.query_id, ack.outcome.value, ack.pause_ms)
         if ack.outcome is Outcome.APPLIED:
             log.info("%s: control %s applied at epoch %d (pause %d ms): %s", ack.query_id,
                      ack.control_id, ack.epoch, ack.pause_ms, ack.detail)
@@ -69,7 +80,7 @@ class Settler:
                 window.require_epoch(ack.epoch)
             if flight.instance:
                 standbys.promoted(ack.query_id, flight.instance, now_ms)
-            note_taken(query, flight, self._cluster)
+            note_taken(query, flight, self._ports.cluster)
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)
@@ -88,6 +99,6 @@ class Settler:
         reason = (f"no ack for control {flight.control_id} within "
                   f"{self._ack_timeout_s:.0f} s; giving up on it")
         log.warning("%s: %s", query_id, reason)
-        self._observer.ack_timed_out(query_id)
+        self._ports.observer.ack_timed_out(query_id)
         self._actuator.outcome(query_id, flight, "ack_timeout", reason, now_ms)
         query.state = settled(query.state, now_ms, self._cooldown_s)
