@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not n:
                     continue
                 first_cp = first_cp or config.storage.checkpoint_dir
-                per_batch = base.knobs.max_offsets_per_trigger
+                per_batch = base.initial.max_offsets_per_trigger
                 results.append(RunResult(n, per_batch, round(batch_s, 2),
                                          round(per_batch / batch_s, 1)))
                 print(f"state partitions {n:3d}: {per_batch} per batch, median {batch_s:6.2f} s "

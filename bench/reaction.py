@@ -60,7 +60,7 @@ from bench.bed import CONTROL_KEY, local_broker, loop_env, wait_until
 from controller.core.batches import lag_records
 from schemas import Ack, Decision, Outcome, TaskMetrics
 from schemas.knobs import INPUT_PARALLELISM, MAX_OFFSETS_PER_TRIGGER
-from schemas.records import TAKEOVER, Setting
+from schemas.records import TAKEOVER, KnobSetting
 from streamctl.loadgen import Ledger, LoadSpec, run_load
 from streamctl.processes import Child, start_child, stop_all
 from streamctl.profiles import RateProfile
@@ -282,7 +282,7 @@ def run_by_hand(units: int, bootstrap: str, workdir: Path) -> Run:
                       "the time to resize")
             tuple_ = signed_tuple(
                 loop.query_id, INPUT_PARALLELISM, str(units), CONTROL_KEY.encode(), epoch=1,
-                together=(Setting(MAX_OFFSETS_PER_TRIGGER, str(units * BATCH_CAP // 2)),),
+                together=(KnobSetting(MAX_OFFSETS_PER_TRIGGER, str(units * BATCH_CAP // 2)),),
                 reason=f"bench.reaction --by-hand {units}")
             sent_at = time.monotonic()
             out.publish(tuple_)

@@ -20,7 +20,7 @@ from types import FrameType
 from controller.cluster_status import MasterStatus
 from controller.errors import UserError
 from controller.explain.page import Timeline
-from controller.explain.prom import ControllerMetrics, Endpoint, new_registry, serve
+from controller.explain.prom import ControllerMetrics, MetricsServer, new_registry, serve
 from controller.kafka.clients import (
     NO_KEY,
     KafkaAckSource,
@@ -139,7 +139,7 @@ def run(settings: ControllerSettings, *, max_cycles: int | None = None,
 
 
 def _serve(settings: ControllerSettings, metrics: ControllerMetrics,
-           timeline: Timeline) -> Endpoint:
+           timeline: Timeline) -> MetricsServer:
     """The Prometheus endpoint and the live page: the default port gives way to a free one
     when another process holds it (a second instance on this host); any other port must be
     free."""

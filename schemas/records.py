@@ -256,7 +256,7 @@ class TaskMetrics(_Record):
 
 
 @dataclass(frozen=True, slots=True)
-class Setting(_Record):
+class KnobSetting(_Record):
     """One knob's new value, set together with a control tuple's own (`ControlTuple.together`)."""
 
     AVRO_NAME: ClassVar[str] = "io.streamctl.v1.Setting"
@@ -282,13 +282,13 @@ class ControlTuple(_Record):
     issuer: str
     reason: str
     issued_at_ms: int
-    together: tuple[Setting, ...] = ()
+    together: tuple[KnobSetting, ...] = ()
     auth_tag: bytes | None = None
 
     @property
-    def settings(self) -> tuple[Setting, ...]:
+    def settings(self) -> tuple[KnobSetting, ...]:
         """Every knob the tuple sets: its own first, then those `together` with it."""
-        return (Setting(self.parameter, self.value), *self.together)
+        return (KnobSetting(self.parameter, self.value), *self.together)
 
     def describe(self) -> str:
         """'input_parallelism → 16, max_offsets_per_trigger → 12000'."""
@@ -296,7 +296,7 @@ class ControlTuple(_Record):
 
     @classmethod
     def _convert_nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        kwargs["together"] = tuple(Setting.from_avro(s) for s in kwargs.get("together", ()))
+        kwargs["together"] = tuple(KnobSetting.from_avro(s) for s in kwargs.get("together", ()))
         return kwargs
 
 

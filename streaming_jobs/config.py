@@ -310,7 +310,7 @@ class RunSettings:
 
 GROUPS: dict[str, type] = {
     "identity": Identity, "topics": JobTopics, "storage": Storage, "spark": SparkSettings,
-    "knobs": InitialKnobs, "bounds": Bounds, "timing": Timing, "endpoint": Endpoint,
+    "initial": InitialKnobs, "bounds": Bounds, "timing": Timing, "endpoint": Endpoint,
     "objectives": Objectives, "security": Security,
 }
 """`JobConfig`'s groups by attribute name. Each room of the runtime takes the groups it needs;
@@ -328,7 +328,7 @@ class JobConfig:
     topics: JobTopics = field(default_factory=JobTopics)
     storage: Storage = field(default_factory=Storage)
     spark: SparkSettings = field(default_factory=SparkSettings)
-    knobs: InitialKnobs = field(default_factory=InitialKnobs)
+    initial: InitialKnobs = field(default_factory=InitialKnobs)
     bounds: Bounds = field(default_factory=Bounds)
     timing: Timing = field(default_factory=Timing)
     endpoint: Endpoint = field(default_factory=Endpoint)
@@ -366,7 +366,7 @@ class JobConfig:
         """The desired state before any control tuple: the knobs' starting values, epoch 0."""
         # Each of `InitialKnobs`' fields is the starting value of the parameter of its name.
         return DesiredState(epoch=0, input_topic=self.topics.input_topic,
-                            output_topic=self.topics.output_topic, **asdict(self.knobs))
+                            output_topic=self.topics.output_topic, **asdict(self.initial))
 
     def limits(self) -> Limits:
         """What bounds a knob's value by these settings alone (the runtime adds what the job
@@ -435,14 +435,14 @@ GROUP_OF = {f.name: group for group, cls in GROUPS.items() for f in fields(cls)}
 def bind(config: JobConfig, job: Job) -> JobConfig:
     """`config` with what `job` declares filled in where the options left it empty, checked
     against the declaration; `ConfigError` naming the job when they disagree."""
-    ident, topics, knobs = config.identity, config.topics, config.knobs
+    ident, topics, initial = config.identity, config.topics, config.initial
     query_id = ident.query_id or job.name
     state_dir = Path(config.storage.state_dir or default_state_dir()).expanduser().resolve()
     query_dir = (config.storage.query_dir or config.storage.checkpoint_dir
                  or str(state_dir / "checkpoints" / job.name / query_id))
     checkpoint = (instance_dir(query_dir, ident.instance_id) if ident.standby == "hot"
                   else query_dir)
-    udf_version = knobs.udf_version or job.initial_udf_version
+    udf_version = initial.udf_version or job.initial_udf_version
     if job.functions:
         limits = replace(config.limits(), udf_versions=tuple(job.functions))
         try:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from schemas import auth, topics
-from schemas.records import Ack, ControlTuple, DesiredStateRecord, Outcome, Setting
+from schemas.records import Ack, ControlTuple, DesiredStateRecord, KnobSetting, Outcome
 from streamctl.security import kafka as kafka_security
 from streamctl.security.kafka import DEFAULT_BOOTSTRAP, PLAINTEXT, KafkaSecurity
 from streaming_jobs.errors import UserError
@@ -96,15 +96,15 @@ def _credentials() -> tuple[bytes, KafkaSecurity]:
     return key, kafka_security.from_env_raising(UserError)
 
 
-def _setting(text: str) -> Setting:
+def _setting(text: str) -> KnobSetting:
     parameter, sep, value = text.partition("=")
     if not sep or not parameter.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not PARAMETER=VALUE")
-    return Setting(parameter.strip(), value)
+    return KnobSetting(parameter.strip(), value)
 
 
 def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, *,
-         together: Sequence[Setting] = (), epoch: int | None = None, reason: str = "operator",
+         together: Sequence[KnobSetting] = (), epoch: int | None = None, reason: str = "operator",
          control_topic: str = topics.CONTROL, ack_topic: str = topics.ACKS,
          state_topic: str = topics.STATE, timeout_s: float = 300.0,
          security: KafkaSecurity = PLAINTEXT) -> Ack:
@@ -126,7 +126,7 @@ def send(bootstrap: str, query_id: str, parameter: str, value: str, key: bytes, 
 
 
 def signed_tuple(query_id: str, parameter: str, value: str, key: bytes, *, epoch: int,
-                 together: Sequence[Setting] = (), reason: str = "operator") -> ControlTuple:
+                 together: Sequence[KnobSetting] = (), reason: str = "operator") -> ControlTuple:
     """An operator's tuple setting `parameter` to `value` (and `together` with it) at
     `epoch`, signed with `key`."""
     return auth.sign(ControlTuple(

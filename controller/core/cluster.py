@@ -18,7 +18,7 @@ after a want begins), whose division counts it with every other want since the l
 (`loop.sharing`): the priority orders those wants, not whichever model was ready a cycle
 sooner. A request cut to nothing
 leaves the query at its task slots: the policy then sizes within them, and at that ceiling
-sheds or advises a throttle, saying why (`Grant.note`). Pure; the loop keeps each query's
+sheds or advises a throttle, saying why (`CoreGrant.note`). Pure; the loop keeps each query's
 newest demand and calls `divide` once a cycle. Neighbours: `parallelism` (cuts the executor
 request), `policy`.
 """
@@ -63,7 +63,7 @@ class Taken:
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
+class CoreGrant:
     """Cores one query may add, and the sentence that says why not more."""
 
     cores: int
@@ -79,17 +79,17 @@ class Division:
     """One cycle's division of the free cores."""
 
     free_cores: int
-    grants: dict[str, Grant]
+    grants: dict[str, CoreGrant]
     left: int
     """Cores no request took."""
     takers: tuple[Demand, ...] = ()
     """The requests granted cores, in the order they were served."""
 
-    def grant(self, query_id: str) -> Grant:
+    def grant(self, query_id: str) -> CoreGrant:
         found = self.grants.get(query_id)
         if found is not None:
             return found
-        return Grant(self.left, _short(self.free_cores, self.left, self.takers), pending=True)
+        return CoreGrant(self.left, _short(self.free_cores, self.left, self.takers), pending=True)
 
 
 def _order(demand: Demand) -> tuple[bool, int, float, str]:
@@ -99,13 +99,13 @@ def _order(demand: Demand) -> tuple[bool, int, float, str]:
 def divide(free_cores: int, demands: Iterable[Demand]) -> Division:
     """The free cores granted request by request in `_order` (module docstring)."""
     left = max(0, free_cores)
-    grants: dict[str, Grant] = {}
+    grants: dict[str, CoreGrant] = {}
     before: list[Demand] = []
     for demand in sorted(demands, key=_order):
         granted = min(demand.cores, left)
         left -= granted
         note = "" if granted >= demand.cores else _short(free_cores, granted, before)
-        grants[demand.query_id] = Grant(granted, note)
+        grants[demand.query_id] = CoreGrant(granted, note)
         if granted > 0:
             before.append(demand)
     return Division(free_cores, grants, left, tuple(before))

@@ -25,7 +25,7 @@ from typing import Any
 from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, Scan, intervals
 from controller.core.batches import Batches, SampleKey, lag_records, rate_points, summarise
-from controller.core.cluster import Grant
+from controller.core.cluster import CoreGrant
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
@@ -135,7 +135,7 @@ class QueryModel:
     scalability: Scalability = LINEAR
     """How μ falls as units are added (`scaling`): learned from the sizes the query has run,
     the prior before it has run at two."""
-    cluster_grant: Grant | None = None
+    cluster_grant: CoreGrant | None = None
     """The cores the shared cluster's division grants the query beyond those it runs
     (`cluster`); None: the controller does not read the cluster's status."""
 

@@ -86,7 +86,7 @@ def _job_max_name(knob: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Bounds:
+class KnobRange:
     low: int
     high: int
     high_set_by: str
@@ -97,15 +97,15 @@ class Bounds:
 INEFFECTIVE = "an ineffective scale-up"
 
 
-def bounds(model: QueryModel, settings: PolicySettings, state: ControlState | None = None,
-           now_ms: int = 0) -> Bounds:
+def knob_range(model: QueryModel, settings: PolicySettings, state: ControlState | None = None,
+               now_ms: int = 0) -> KnobRange:
     """The knob's range. Input parallelism below the topic's partition count changes nothing
     (Spark's minPartitions is a minimum); either knob above the task slots only queues tasks.
     When the floor exceeds the ceiling the floor wins: the knob cannot go below it anyway."""
     low = max(settings.min_parallelism,
               model.source_partitions if model.knob == INPUT_PARALLELISM else 1)
     high, set_by = _ceiling(model, settings, state, now_ms, model.task_slots)
-    return Bounds(low, max(high, low), set_by)
+    return KnobRange(low, max(high, low), set_by)
 
 
 def _ceiling(model: QueryModel, settings: PolicySettings, state: ControlState | None,

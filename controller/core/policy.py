@@ -9,7 +9,7 @@ order, passing the extra arrivals an upstream's resizing will send (`inflow`); `
 Sizing (one step, no probing; the equations are in `sizing`): the demand is the arrivals plus
 the backlog spread over the catch-up time, D = max(λ − passing, forecast peak) + inflow +
 B / catch_up_s, and the target is the fewest units whose capacity, per-batch overhead
-included, meets D at the target utilisation; then bounded (`parallelism.bounds`). When the task
+included, meets D at the target utilisation; then bounded (`parallelism.knob_range`). When the task
 slots cap it and the job runs on a cluster that may grow, the verdict asks for executors first
 (`knobs`). An upstream's inflow is its steady extra plus the part of its catch-up burst that
 those units cannot take as it comes; passing, the part of λ that is an upstream's catch-up
@@ -34,12 +34,12 @@ from controller.core.objectives import MAX_DELAY, Band, CatchUp, band, catch_up
 from controller.core.parallelism import (
     CORES_WANTED,
     INEFFECTIVE,
-    Bounds,
     ExecutorRequest,
-    bounds,
+    KnobRange,
     cores_wanted,
     executors_kept,
     executors_wanted,
+    knob_range,
     on_cluster,
     running_executors,
     within_cluster,
@@ -490,7 +490,7 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     behind = behind or f"{pressure(model, inflow, inflow_from)}; {load(model)}"
     waiting = backlog_during_change(model, state, settings, inflow.passing)
     sized = replace(model, backlog_records=model.backlog_records + waiting)
-    limits = bounds(model, settings, state, now_ms)
+    limits = knob_range(model, settings, state, now_ms)
     wanted, short = _units_wanted(model, sized, settings, inflow, limits, forecast)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow), 0
@@ -530,7 +530,7 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
 
 
 def _units_wanted(model: QueryModel, sized: QueryModel, settings: PolicySettings,
-                  inflow: Inflow, limits: Bounds, forecast: bool) -> tuple[int | None, bool]:
+                  inflow: Inflow, limits: KnobRange, forecast: bool) -> tuple[int | None, bool]:
     """The units that meet the demand of `sized` (the model with the backlog the change will
     find), and whether none does on a contended curve (`short`), though the most units still
     do the most: then the fewest that do nearly as much (`worth_it`) are wanted."""
@@ -566,7 +566,7 @@ drain rate for a backlog of the query's own (so it drains at most 11 % slower). 
 add least."""
 
 
-def worth_it(model: QueryModel, limits: Bounds,
+def worth_it(model: QueryModel, limits: KnobRange,
              arriving: Callable[[float], float] = lambda capacity: 0.0) -> int:
     """The lowest setting of the knob within `limits` whose capacity beyond what `arriving`
     says a capacity must first carry (records/s) is `WORTH_IT_SHARE` of the highest's; the
@@ -634,7 +634,7 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
         return Hold(f"quiet ({load(model)}) for {quiet_s:.0f} s of the "
                     f"{settings.scale_down_stabilisation_s:.0f} s needed before scaling down",
                     model.figures())
-    limits = bounds(model, settings)
+    limits = knob_range(model, settings)
     wanted = target_units(model, settings)
     if wanted is None:  # cannot happen while quiet; never shrink on a figure we cannot size
         return Hold(f"quiet ({load(model)}) but no size meets the demand", model.figures())
@@ -654,7 +654,7 @@ def _scale_down(model: QueryModel, quiet_ms: int, settings: PolicySettings) -> H
                  f"{pct(settings.max_scale_down_share)} of the units per step)", figures)
 
 
-def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
+def _throttle(model: QueryModel, limits: KnobRange, figures: dict[str, float],
               settings: PolicySettings, inflow: Inflow) -> Verdict:
     """At the upper bound: shed, or advise what the producers may send, so the query keeps up
     at the target utilisation and still drains its backlog within the catch-up time."""
@@ -665,7 +665,7 @@ def _throttle(model: QueryModel, limits: Bounds, figures: dict[str, float],
                       figures, settings)
 
 
-def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float],
+def _raise_batch_cap(model: QueryModel, limits: KnobRange, figures: dict[str, float],
                      settings: PolicySettings, inflow: Inflow) -> Verdict:
     """No number of units meets the demand: with batches of N records and c seconds of
     overhead, at most N / c records/s get through however many units run."""
@@ -687,7 +687,7 @@ def _raise_batch_cap(model: QueryModel, limits: Bounds, figures: dict[str, float
         f"(at {units(top)}) instead of adding units", figures)
 
 
-def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
+def _sizing(model: QueryModel, target: int, wanted: int, limits: KnobRange,
             settings: PolicySettings, arriving: float, goal: CatchUp,
             none_meets: str = "") -> str:
     """How the target meets the demand; `arriving`: the records/s it carries before it drains
@@ -707,7 +707,7 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: Bounds,
             f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
 
 
-def _none_meets(model: QueryModel, target: int, limits: Bounds, forecast: bool) -> str:
+def _none_meets(model: QueryModel, target: int, limits: KnobRange, forecast: bool) -> str:
     """Why `target` when no size meets the demand: the most allowed, or nearly as much (`worth_it`:
     capacity for a forecast, the drain's rate for a backlog)."""
     curve = f"no size meets it ({model.scalability.describe()});"

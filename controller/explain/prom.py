@@ -198,7 +198,7 @@ def new_registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-class Endpoint(Protocol):
+class MetricsServer(Protocol):
     server_port: int
 
     def shutdown(self) -> None: ...
@@ -206,7 +206,7 @@ class Endpoint(Protocol):
 
 def serve(port: int, registry: CollectorRegistry,
           security: EndpointSecurity = metrics_http.PLAIN, *, host: str = "127.0.0.1",
-          any_port_if_taken: bool = False, timeline: Timeline | None = None) -> Endpoint:
+          any_port_if_taken: bool = False, timeline: Timeline | None = None) -> MetricsServer:
     """Serve /metrics on `host:port` from a daemon thread, with `streamctl.security`'s TLS and basic
     auth, and the live page of `timeline` at /ui; `shutdown()` the result to stop it.
     `metrics_http.PortInUse` when the port is taken, unless `any_port_if_taken` (then a free

@@ -26,7 +26,7 @@ from schemas.records import TAKEOVER
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class TupleChange:
     """What a verdict's control tuple sets: its parameter, from which value to which."""
 
     parameter: str
@@ -34,7 +34,7 @@ class Change:
     target: str
 
 
-def decision_line(query_id: str, verdict: Actuation, change: Change, *,
+def decision_line(query_id: str, verdict: Actuation, change: TupleChange, *,
                   epoch: int | None, control_id: str | None, dry_run: bool) -> str:
     sent = "dry run, not sent" if dry_run else f"epoch {epoch}, control {control_id}"
     return (f"{query_id}: {verdict.action} {change.parameter} {change.current or '?'} → "
@@ -52,7 +52,7 @@ def status_line(query_id: str, model: QueryModel | None, verdict: Verdict | None
             f"{num(model.batch_overhead_s)} s/batch, {model.knob} {model.parallelism} — {said}")
 
 
-def decision_record(query_id: str, verdict: Actuation, change: Change, *,
+def decision_record(query_id: str, verdict: Actuation, change: TupleChange, *,
                     decision_id: str, now_ms: int, control_id: str | None,
                     dry_run: bool) -> Decision:
     return Decision(

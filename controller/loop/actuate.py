@@ -20,7 +20,7 @@ from controller.core.state import ControlState, InFlight, issued, next_epoch, se
 from controller.explain import report
 from controller.loop.ports import ControlSink, DecisionLog, DeliveryError, Fenced
 from controller.settings import ControllerSettings
-from schemas import ControlTuple, Decision, Setting
+from schemas import ControlTuple, Decision, KnobSetting
 from schemas.knobs import (
     ACTIVE_INSTANCE,
     EXECUTORS,
@@ -97,20 +97,20 @@ OPERATORS = {STATE_PARTITIONS: "state", EXECUTORS: "cluster"}
 the parameter); the input parallelism's is the source."""
 
 
-def change_of(verdict: Actuation) -> report.Change:
+def change_of(verdict: Actuation) -> report.TupleChange:
     """What the verdict's tuple sets: a failover the active instance, a scaling its knob, a
     shedding the fraction."""
     if isinstance(verdict, Promote):
-        return report.Change(ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id)
+        return report.TupleChange(ACTIVE_INSTANCE, verdict.lost_instance, verdict.instance_id)
     if isinstance(verdict, Shed):
-        return report.Change(SHED_FRACTION, f"{verdict.current:g}", f"{verdict.target:g}")
-    return report.Change(verdict.parameter, str(verdict.current), str(verdict.target))
+        return report.TupleChange(SHED_FRACTION, f"{verdict.current:g}", f"{verdict.target:g}")
+    return report.TupleChange(verdict.parameter, str(verdict.current), str(verdict.target))
 
 
-def together(verdict: Actuation) -> tuple[Setting, ...]:
+def together(verdict: Actuation) -> tuple[KnobSetting, ...]:
     """What the tuple sets along with its knob: a scaling's batch cap, when it changes."""
     if isinstance(verdict, Scale) and verdict.batch_cap > 0:
-        return (Setting(MAX_OFFSETS_PER_TRIGGER, str(verdict.batch_cap)),)
+        return (KnobSetting(MAX_OFFSETS_PER_TRIGGER, str(verdict.batch_cap)),)
     return ()
 
 

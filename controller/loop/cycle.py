@@ -2,12 +2,12 @@
 
 Owns the order of the stages and nothing else a stage can own: the per-query record of what
 the loop remembers is `memory`'s, the lead `leading`'s, the broker's probes `probing`'s, the
-division of a shared cluster `sharing`'s, the tuples and their records `actuate`'s; the
-decisions themselves come from the pure core (`window`, `model`, `judgement`, `outage`,
-`policy`, `topology`, `failover`). All ready queries are decided together each cycle, so a
-pipeline is sized in one round; a lost query is failed over to a live standby when it has one.
-Built by `controller.app` with Kafka adapters, by tests, the replay and the simulator with
-`controller.loop.fakes`.
+division of a shared cluster `sharing`'s, the answers to tuples in flight `settling`'s, the
+tuples and their records `actuate`'s; the decisions themselves come from the pure core
+(`window`, `model`, `judgement`, `outage`, `policy`, `topology`, `failover`). All ready
+queries are decided together each cycle, so a pipeline is sized in one round; a lost query is
+failed over to a live standby when it has one. Built by `controller.app` with Kafka adapters,
+by tests, the replay and the simulator with `controller.loop.fakes`.
 """
 
 from __future__ import annotations
@@ -41,11 +41,7 @@ from controller.core.season import Season
 from controller.core.shards import follow_slot
 from controller.core.state import (
     ControlState,
-    InFlight,
-    ack_overdue,
-    applied,
     observed,
-    settled,
     spared,
 )
 from controller.core.topology import plan
@@ -69,10 +65,10 @@ from controller.loop.ports import (
     OffsetProbe,
 )
 from controller.loop.probing import Prober
+from controller.loop.settling import Settler
 from controller.loop.sharing import division as division_of
-from controller.loop.sharing import note_demands, note_taken
+from controller.loop.sharing import note_demands
 from controller.settings import ControllerSettings
-from schemas import Ack, Outcome
 from schemas.knobs import EXECUTORS
 
 log = logging.getLogger("controller")
@@ -108,6 +104,7 @@ class ControlLoop:
         self._overload_record_ms = int(settings.overload_record_interval_s * 1000)
         self._windows = Windows(settings.model)
         self._actuator = Actuator(settings, ports.control, ports.decisions, new_id)
+        self._settler = Settler(settings, ports, self._actuator)
         self.queries = Memory()
         """Every query's record (`memory.QueryMemory`)."""
         self.standbys = Standbys(settings.policy.lost_after_min_s)
@@ -162,7 +159,8 @@ class ControlLoop:
                                     if w.last_sample is not None))
         try:
             self._lead.this_cycle(now_ms, self.queries, self.standbys)
-            self.settle(now_ms)
+            self._settler.settle(self.queries, self._windows, self.standbys, self.leads,
+                                 now_ms)
             if self._judging(now_ms):
                 verdicts = self.decide_all(now_ms)
                 for window in self._windows:
@@ -220,66 +218,6 @@ class ControlLoop:
                     self.settings.instance_id, decision_id=self._new_id(), now_ms=now_ms,
                     behind_s=self._behind.ms / 1000))
         return self._behind.judging
-
-    # -- settle: acks and timeouts ------------------------------------------------------------
-
-    def settle(self, now_ms: int) -> None:
-        """The acks of the queries this instance leads (the others' leaders settle theirs;
-        the history a takeover reads has them), and the tuples whose ack is overdue."""
-        for ack in self.ports.acks.poll(0.0):
-            if self.leads(ack.query_id):
-                self._on_ack(ack, now_ms)
-        for query_id, query in list(self.queries.items()):
-            flight = query.state.in_flight
-            if flight is not None and ack_overdue(query.state, now_ms,
-                                                  self.settings.ack_timeout_s):
-                self._on_timeout(query_id, query, flight, now_ms)
-
-    def _on_ack(self, ack: Ack, now_ms: int) -> None:
-        query = self.queries.get(ack.query_id)
-        flight = query.state.in_flight if query is not None else None
-        if query is None or flight is None or flight.control_id != ack.control_id:
-            log.info("ignoring ack %s of control %s for %s: not in flight (late or not ours)",
-                     ack.outcome, ack.control_id, ack.query_id)
-            return
-        if flight.instance and ack.instance_id != flight.instance:
-            log.info("%s: %s answered control %s (promoting %s): %s %s", ack.query_id,
-                     ack.instance_id, ack.control_id, flight.instance, ack.outcome.value,
-                     ack.detail)
-            return
-        self.ports.observer.acked(ack.query_id, ack.outcome.value, ack.pause_ms)
-        if ack.outcome is Outcome.APPLIED:
-            log.info("%s: control %s applied at epoch %d (pause %d ms): %s", ack.query_id,
-                     ack.control_id, ack.epoch, ack.pause_ms, ack.detail)
-            window = self._windows.get(ack.query_id)
-            if window is not None:
-                window.require_epoch(ack.epoch)
-            if flight.instance:
-                self.standbys.promoted(ack.query_id, flight.instance, now_ms)
-            note_taken(query, flight, self.ports.cluster)
-        else:
-            log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
-                        ack.outcome.value.lower(), ack.instance_id, ack.detail)
-            if flight.instance:
-                wait_s = self.standbys.refused(ack.query_id, flight.instance, now_ms,
-                                               ack.detail)
-                log.warning("%s: standby %s is not promoted again for %.0f s", ack.query_id,
-                            flight.instance, wait_s)
-        self._actuator.outcome(ack.query_id, flight, f"ack_{ack.outcome.value.lower()}",
-                               ack.detail, now_ms)
-        cooldown_s = self.settings.policy.cooldown_s
-        query.state = (applied(query.state, now_ms, cooldown_s)
-                       if ack.outcome is Outcome.APPLIED
-                       else settled(query.state, now_ms, cooldown_s))
-
-    def _on_timeout(self, query_id: str, query: QueryMemory, flight: InFlight,
-                    now_ms: int) -> None:
-        reason = (f"no ack for control {flight.control_id} within "
-                  f"{self.settings.ack_timeout_s:.0f} s; giving up on it")
-        log.warning("%s: %s", query_id, reason)
-        self.ports.observer.ack_timed_out(query_id)
-        self._actuator.outcome(query_id, flight, "ack_timeout", reason, now_ms)
-        query.state = settled(query.state, now_ms, self.settings.policy.cooldown_s)
 
     # -- evaluate and decide ------------------------------------------------------------------
 

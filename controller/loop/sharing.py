@@ -4,8 +4,9 @@ Owns what each query wants of the cluster from one cycle to the next (`QueryMemo
 kept with the rest of the query's record, forgotten with it) and the division of each cycle:
 what each query's verdict last named, what an executors tuple still in flight asked for
 (the master may not have started those executors yet), and what an applied one took until a
-reading begun after its ack shows it. Neighbours: `cycle` divides before
-it models and notes the wants after it decides; the model carries its grant.
+reading begun after its ack shows it. Neighbours: `cycle` divides before it models and
+notes the wants after it decides, `settling` notes what an applied tuple took; the model
+carries its grant.
 """
 
 from __future__ import annotations

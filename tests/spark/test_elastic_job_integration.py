@@ -22,10 +22,10 @@ import pytest
 from schemas.codec import codec_for
 from schemas.records import (
     Ack,
+    KnobSetting,
     Outcome,
     SensorReading,
     SensorWindowAverage,
-    Setting,
 )
 from streaming_jobs.config import JobConfig, changed
 from streaming_jobs.jobs.sensor_averages import job as sensor_job
@@ -124,7 +124,7 @@ def test_live_rescale_with_a_new_batch_cap_loses_and_duplicates_nothing(
     with second_half_arriving(cfg, metrics):
         # As the controller resizes: the batch cap set in the same tuple (`job send --together`).
         applied = _send(cfg, "input_parallelism", "4", epoch=1,
-                        together=(Setting("max_offsets_per_trigger", "800"),))
+                        together=(KnobSetting("max_offsets_per_trigger", "800"),))
     assert applied.outcome is Outcome.APPLIED, applied.detail
     assert applied.pause_ms > 0
     assert "2→4" in applied.detail
@@ -239,7 +239,7 @@ def test_state_partitions_up_and_down_keep_every_window(
 
     cfg = job_config
     metrics, output = topic_reader(cfg.topics.metrics_topic), topic_reader(cfg.topics.output_topic)
-    with (stateful_session(spark, partitions=cfg.knobs.state_partitions),
+    with (stateful_session(spark, partitions=cfg.initial.state_partitions),
           in_process(spark, sensor_job, cfg)):
         with second_half_arriving(cfg, metrics):
             for epoch, (old, new) in enumerate(((2, 4), (4, 1)), start=1):
@@ -323,7 +323,7 @@ def _switch_back_for_the_stragglers(cfg: JobConfig, job: Any, metrics: TopicRead
 
 
 def _send(cfg: JobConfig, parameter: str, value: str, epoch: int,
-          together: tuple[Setting, ...] = ()) -> Ack:
+          together: tuple[KnobSetting, ...] = ()) -> Ack:
     """A signed tuple, as `job send` sends it; the job's ack."""
     return send_and_await(cfg.bootstrap_servers, cfg.identity.query_id, parameter, value, epoch,
                           KEY, together=together, control_topic=cfg.topics.control_topic,

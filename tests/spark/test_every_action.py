@@ -79,7 +79,7 @@ def test_every_action_in_order_loses_duplicates_and_resets_nothing_then_a_new_pr
     topics = new_topics(out2=2, in2=4)
     metrics = TopicReader(config.bootstrap_servers, config.topics.metrics_topic)
     try:
-        with (stateful_session(spark, partitions=config.knobs.state_partitions),
+        with (stateful_session(spark, partitions=config.initial.state_partitions),
               in_process(spark, fraud_job, config) as job):
             acked, acks = _apply_each_action_under_load(
                 config, metrics, topics, lambda: job.query.run_id)

@@ -13,7 +13,7 @@ from confluent_kafka import Message
 
 from schemas import auth
 from schemas.codec import codec_for
-from schemas.records import Ack, ControlTuple, Setting
+from schemas.records import Ack, ControlTuple, KnobSetting
 from streaming_jobs.send_cli import send
 from tests.support.kafka import TopicReader, produce
 
@@ -35,7 +35,7 @@ def publish(bootstrap: str, control_topic: str, tuple_: ControlTuple) -> None:
 
 def send_and_await(bootstrap: str, query_id: str, parameter: str, value: str, epoch: int,
                    key: bytes, *, control_topic: str, ack_topic: str,
-                   together: Sequence[Setting] = (), timeout_s: float = 180.0) -> Ack:
+                   together: Sequence[KnobSetting] = (), timeout_s: float = 180.0) -> Ack:
     """A signed tuple sent as `job send` sends it; the job's ack."""
     return send(bootstrap, query_id, parameter, value, key, together=together, epoch=epoch,
                 reason="test", control_topic=control_topic, ack_topic=ack_topic,

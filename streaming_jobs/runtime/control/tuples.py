@@ -21,7 +21,7 @@ from typing import Protocol
 
 from schemas import auth
 from schemas.codec import DecodeError
-from schemas.records import Ack, ControlTuple, Outcome, Setting
+from schemas.records import Ack, ControlTuple, KnobSetting, Outcome
 from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
 from streaming_jobs.runtime.desired.state import (
     REGISTRY,
@@ -118,7 +118,7 @@ def evaluate(tuple_: ControlTuple, desired: DesiredState, limits: Limits) -> Eva
     return Change(replace(changed, epoch=tuple_.epoch))
 
 
-def _parse(setting: Setting, limits: Limits) -> Value | Reject:
+def _parse(setting: KnobSetting, limits: Limits) -> Value | Reject:
     """One setting's value, checked against the registry and this job's limits."""
     name = setting.parameter
     parameter = REGISTRY.get(name)

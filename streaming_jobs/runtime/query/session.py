@@ -165,7 +165,7 @@ def build_session(config: JobConfig, job_path: str | None = None) -> SparkSessio
     builder = (SparkSession.builder.master(config.spark.master)
                .appName(f"streamctl-{config.identity.query_id}")
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", str(config.knobs.state_partitions))
+               .config("spark.sql.shuffle.partitions", str(config.initial.state_partitions))
                # Spark's console progress bar and INFO logs would bury the job's own log lines.
                .config("spark.ui.showConsoleProgress", "false")
                # An idle query's progress events are its heartbeats (`metrics.heartbeat`):

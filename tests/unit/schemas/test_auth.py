@@ -16,7 +16,7 @@ import pytest
 
 from schemas import auth
 from schemas.codec import codec_for
-from schemas.records import ControlTuple, Setting
+from schemas.records import ControlTuple, KnobSetting
 
 KEY = b"0123456789abcdef0123456789abcdef"
 TUPLE = ControlTuple(control_id="c-1", query_id="q", operator_id="source",
@@ -43,7 +43,7 @@ def test_unsigned_and_wrong_key_are_told_apart() -> None:
 ALTERED = {"control_id": "c-2", "query_id": "q2", "operator_id": "sink",
            "parameter": "shed_fraction", "value": "16", "epoch": 8, "issuer": "mallory",
            "reason": "trust me", "issued_at_ms": 1_700_000_000_001,
-           "together": (Setting("max_offsets_per_trigger", "99999"),)}
+           "together": (KnobSetting("max_offsets_per_trigger", "99999"),)}
 
 
 @pytest.mark.parametrize("name", [f.name for f in fields(ControlTuple) if f.name != "auth_tag"])

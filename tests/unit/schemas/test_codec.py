@@ -17,11 +17,11 @@ from schemas import (
     ControlTuple,
     Decision,
     DecodeError,
+    KnobSetting,
     Outcome,
     Role,
     SensorReading,
     SensorWindowAverage,
-    Setting,
     SourcePartition,
     TaskMetrics,
     codec_for,
@@ -44,7 +44,7 @@ task_metrics = st.builds(
     longs, running_partitions=st.lists(partitions, max_size=3).map(tuple),
     lost_ranges=st.lists(partitions, max_size=3).map(tuple),
 )
-settings = st.builds(Setting, text, text)
+settings = st.builds(KnobSetting, text, text)
 control_tuples = st.builds(
     ControlTuple, text, text, text, text, text, longs, text, text, millis,
     st.lists(settings, max_size=3).map(tuple), st.none() | st.binary(max_size=32),
@@ -276,7 +276,7 @@ def test_control_tuples_of_v1_decode_as_setting_one_knob() -> None:
                         1_700_000_000_000)
     decoded = codec_for(ControlTuple).decode(Codec(ControlTuple, schema=old_schema).encode(sent))
     assert decoded == sent
-    assert decoded.settings == (Setting("input_parallelism", "4"),)
+    assert decoded.settings == (KnobSetting("input_parallelism", "4"),)
 
 
 def test_a_source_partition_decodes_every_field_its_schema_has() -> None:

@@ -34,13 +34,13 @@ def test_defaults_and_env(tmp_path: Path) -> None:
     assert config.topics.dlq_topic == "sensor-readings.dlq"
     checkpoint = tmp_path / "checkpoints" / "sensor-averages" / "sensor-averages"
     assert config.storage.checkpoint_dir == str(checkpoint)
-    assert config.knobs.input_parallelism == 3
+    assert config.initial.input_parallelism == 3
     assert config.spark.jar_list == ("/a.jar", "/b.jar")
     assert config.identity.instance_id  # hostname-pid
     assert config.security.control_key == b"0123456789abcdef0123"
     assert "0123456789" not in repr(config)
     assert config.storage.desired_state_path == f"{checkpoint}.desired-state.json"
-    assert config.knobs.udf_version == "v1"  # the job's first function version
+    assert config.initial.udf_version == "v1"  # the job's first function version
     assert config.run.settings_map == {"enrichment_cost_ms": 5.0, "window_s": 10,
                                    "watermark_s": 10, "low_priority_prefixes": ""}
 
@@ -135,7 +135,7 @@ def test_options_win_over_env() -> None:
     assert config.identity.query_id == "from-cli"
     assert config.storage.checkpoint_dir.endswith(os.path.join("checkpoints", "sensor-averages",
                                                        "from-cli"))
-    assert config.knobs.input_parallelism == 2
+    assert config.initial.input_parallelism == 2
 
 
 @pytest.mark.parametrize(("options", "message"), [

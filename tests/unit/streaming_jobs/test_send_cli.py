@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from schemas.records import Setting
+from schemas.records import KnobSetting
 from streaming_jobs.send_cli import add_send_command, send_command
 
 BASE = ["send", "--query-id", "q", "--parameter", "input_parallelism", "--value", "8"]
@@ -21,8 +21,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_each_together_is_a_setting_in_the_order_given() -> None:
     args = parse([*BASE, "--together", "max_offsets_per_trigger=6000",
                   "--together", "shed_fraction=0.1"])
-    assert args.together == [Setting("max_offsets_per_trigger", "6000"),
-                             Setting("shed_fraction", "0.1")]
+    assert args.together == [KnobSetting("max_offsets_per_trigger", "6000"),
+                             KnobSetting("shed_fraction", "0.1")]
     assert parse(BASE).together == []
 
 

@@ -18,7 +18,7 @@ from bench.sim.model import T0_MS, JobSpec
 from bench.sim.policies import Static
 from bench.sim.run import Scenario, Trace, World, simulate
 from bench.sim.topics import plan
-from schemas import ControlTuple, Outcome, Setting, TaskMetrics
+from schemas import ControlTuple, KnobSetting, Outcome, TaskMetrics
 
 JOB = JobSpec(query_id="job", source_topic="in", sink_topic="out")
 
@@ -105,7 +105,7 @@ class _Once:
                  parameter: str = "input_parallelism", **together: str) -> None:
         self.at_ms, self.value, self.epoch = at_s * 1000, value, epoch
         self.parameter = parameter
-        self.together = tuple(Setting(name, v) for name, v in together.items())
+        self.together = tuple(KnobSetting(name, v) for name, v in together.items())
         self.acks: list = []
 
     def step(self, metrics, acks, now_ms):  # type: ignore[no-untyped-def]

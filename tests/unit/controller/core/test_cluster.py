@@ -3,7 +3,7 @@ flight first, then by priority, then by need, each granted what it wants while c
 
 from __future__ import annotations
 
-from controller.core.cluster import Demand, Grant, divide
+from controller.core.cluster import CoreGrant, Demand, divide
 
 
 def granted(free: int, *demands: Demand) -> dict[str, int]:
@@ -26,7 +26,7 @@ def test_a_request_in_flight_keeps_its_cores_whatever_its_priority() -> None:
 def test_each_gets_no_more_than_it_wants_and_a_newcomer_waits_for_the_next_division() -> None:
     division = divide(6, (Demand("a", 1), Demand("b", 2)))
     assert {q: g.cores for q, g in division.grants.items()} == {"a": 1, "b": 2}
-    assert division.left == 3 and division.grant("newcomer") == Grant(
+    assert division.left == 3 and division.grant("newcomer") == CoreGrant(
         3, "the cluster's 6 free cores went to a (priority 0, arrival 0% of its capacity), b "
         "(priority 0, arrival 0% of its capacity) first; 3 cores left for this query",
         pending=True)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from controller.core.cluster import Grant
+from controller.core.cluster import CoreGrant
 from controller.core.model import QueryModel, evaluate
-from controller.core.parallelism import CORES_WANTED, bounds, executors_wanted
+from controller.core.parallelism import CORES_WANTED, executors_wanted, knob_range
 from controller.core.policy import decide
 from controller.core.recovery import History, recover
 from controller.core.results import NotReady, Recommend, Scale
@@ -72,8 +72,8 @@ def test_a_stateful_job_is_sized_by_its_state_partitions() -> None:
 
 
 def test_state_partitions_have_no_kafka_floor_but_the_jobs_and_the_slots_caps() -> None:
-    assert bounds(stateful(), POLICY).low == 1
-    assert bounds(stateful(knob="input_parallelism"), POLICY).low == 4
+    assert knob_range(stateful(), POLICY).low == 1
+    assert knob_range(stateful(knob="input_parallelism"), POLICY).low == 4
     capped = decide(stateful(job_max=6), ControlState(), NOW, POLICY)
     assert scaled(capped)[2] == 6
     assert isinstance(capped, Scale)
@@ -166,13 +166,13 @@ def test_at_the_jobs_max_executors_the_knob_fills_the_slots_then_throttle() -> N
 def test_on_a_shared_cluster_the_request_is_cut_to_the_cores_granted() -> None:
     """10 units wanted, 2 task slots: 6 more executors wanted (the job's max 8), the figure
     the loop divides the cluster's free cores by, whatever it was granted."""
-    cut = decide(on_cluster(slots=2, cluster_grant=Grant(3, "the cluster has 3 free cores")),
+    cut = decide(on_cluster(slots=2, cluster_grant=CoreGrant(3, "the cluster has 3 free cores")),
                  ControlState(), NOW, POLICY)
     assert scaled(cut) == ("executors", 2, 5)
     assert isinstance(cut, Scale) and cut.then == 5 and cut.figures[CORES_WANTED] == 6
     assert ("asking for 5 executors (the job's max 8; 8 wanted, no room for more: the cluster "
             "has 3 free cores) first") in cut.reason
-    ample = decide(on_cluster(slots=2, cluster_grant=Grant(9)), ControlState(), NOW, POLICY)
+    ample = decide(on_cluster(slots=2, cluster_grant=CoreGrant(9)), ControlState(), NOW, POLICY)
     assert scaled(ample) == ("executors", 2, 8) and ample.figures[CORES_WANTED] == 6
 
 
@@ -183,7 +183,7 @@ def test_a_query_sized_ahead_of_a_forecast_peak_keeps_its_want_while_it_waits_a_
     never count it."""
     calm = on_cluster(slots=2, arrival_rate=60, backlog_records=0,
                       backlog_trend_records_per_s=0, time_to_drain_s=0.0,
-                      cluster_grant=Grant(4, pending=True),
+                      cluster_grant=CoreGrant(4, pending=True),
                       forecast=Forecast(peak=400, in_s=600, period_s=86_400, error=0.05,
                                         checked_s=3600))
     verdict = decide(calm, ControlState(), NOW, POLICY)
@@ -193,7 +193,7 @@ def test_a_query_sized_ahead_of_a_forecast_peak_keeps_its_want_while_it_waits_a_
 
 def test_granted_no_core_the_knob_fills_the_slots_saying_who_took_the_cores() -> None:
     note = "the cluster's 2 free cores went to sensor (priority 1, asked already) first"
-    none = on_cluster(slots=2, parallelism=1, units=1, cluster_grant=Grant(0, note))
+    none = on_cluster(slots=2, parallelism=1, units=1, cluster_grant=CoreGrant(0, note))
     verdict = decide(none, ControlState(), NOW, POLICY)
     assert scaled(verdict) == ("state_partitions", 1, 2)
     assert isinstance(verdict, Scale) and verdict.figures[CORES_WANTED] == 6 and (

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controller.core.ceiling import producer_rate
 from controller.core.model import QueryModel
-from controller.core.parallelism import bounds
+from controller.core.parallelism import knob_range
 from controller.core.policy import backlog_causes, decide, target_units
 from controller.core.results import Hold, Recommend, Scale, Shed
 from controller.core.season import Forecast
@@ -152,14 +152,14 @@ def test_target_is_capped_by_task_slots_and_max_parallelism() -> None:
 
 
 def test_partitions_set_the_floor() -> None:
-    assert bounds(model(source_partitions=8), POLICY).low == 8
+    assert knob_range(model(source_partitions=8), POLICY).low == 8
     verdict = decide(model(source_partitions=8, parallelism=8, units=8, arrival_rate=100,
                            backlog_records=0, backlog_trend_records_per_s=0,
                            time_to_drain_s=0), ControlState(quiet_since_ms=NOW - 600_000),
                      NOW, POLICY)
     assert isinstance(verdict, Hold) and "already at the floor of 8" in verdict.reason
     # Partitions above the slots: the floor wins, the knob cannot go below it anyway.
-    assert bounds(model(source_partitions=8, task_slots=4), POLICY).high == 8
+    assert knob_range(model(source_partitions=8, task_slots=4), POLICY).high == 8
 
 
 def test_backlogged_at_the_ceiling_recommends_throttling_with_the_numbers() -> None:
@@ -384,7 +384,7 @@ def test_target_stays_within_bounds(arrival: float, backlog: float, mu: float, c
               source_partitions=partitions, backlog_trend_records_per_s=1e9)
     verdict = decide(m, ControlState(), NOW, POLICY)
     if isinstance(verdict, Scale):
-        limits = bounds(m, POLICY)
+        limits = knob_range(m, POLICY)
         assert limits.low <= verdict.target <= limits.high
         assert verdict.target > current
 

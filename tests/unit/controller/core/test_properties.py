@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from controller.core.judgement import lost_timeout_s
 from controller.core.model import QueryModel
-from controller.core.parallelism import bounds, executors_wanted, running_executors
+from controller.core.parallelism import executors_wanted, knob_range, running_executors
 from controller.core.policy import decide, target_units
 from controller.core.results import Scale
 from controller.core.sizing import NO_INFLOW, Inflow
@@ -85,7 +85,7 @@ def test_decisions_stay_within_bounds(model: QueryModel, quiet_long: bool,
         assert (verdict.target - 1) * model.executor_cores < min(needed, POLICY.max_parallelism)
     elif isinstance(verdict, Scale):
         assert verdict.parameter == model.knob
-        limits = bounds(model, POLICY)
+        limits = knob_range(model, POLICY)
         assert limits.low <= verdict.target
         if verdict.action == "scale_up":
             assert model.parallelism < verdict.target <= limits.high

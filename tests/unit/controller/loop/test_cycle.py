@@ -21,7 +21,7 @@ from controller.loop.fakes import (
 )
 from controller.loop.ports import NullObserver
 from controller.settings import ControllerSettings, PolicySettings
-from schemas import Ack, DecodeError, Outcome, Setting, TaskMetrics
+from schemas import Ack, DecodeError, KnobSetting, Outcome, TaskMetrics
 from tests.unit.controller.traces import Job, end_ms, simulate
 
 # 800/s into 2 units of 210/s, capped at 500 records a batch: backlogged, epoch 3 in force.
@@ -106,7 +106,7 @@ def test_a_batch_cap_that_follows_the_units_is_sent_together_with_them_in_one_tu
     [control] = h.bus.sent_controls()
     units = int(control.value)
     assert control.parameter == "input_parallelism" and units > 2
-    assert control.together == (Setting("max_offsets_per_trigger", str(250 * units)),)
+    assert control.together == (KnobSetting("max_offsets_per_trigger", str(250 * units)),)
     [decision] = h.bus.written_decisions()
     assert decision.figures["batch_cap_target"] == 250 * units
     assert "batches of at most" in decision.reason

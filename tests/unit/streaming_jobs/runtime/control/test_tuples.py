@@ -10,7 +10,7 @@ import pytest
 
 from schemas import auth
 from schemas.codec import DecodeError
-from schemas.records import Ack, ControlTuple, Outcome, Setting
+from schemas.records import Ack, ControlTuple, KnobSetting, Outcome
 from streaming_jobs.runtime.control.reconfigure import Applied, Refused, RestartFailed
 from streaming_jobs.runtime.control.tuples import (
     UNDECODABLE,
@@ -133,33 +133,33 @@ def test_unknown_and_unavailable_parameters_say_why() -> None:
 
 
 def test_knobs_set_together_are_one_change_at_the_tuple_s_epoch() -> None:
-    both = replace(tuple_(value="16"), together=(Setting("max_offsets_per_trigger", "12000"),))
+    both = replace(tuple_(value="16"), together=(KnobSetting("max_offsets_per_trigger", "12000"),))
     assert evaluate(both, IN_FORCE, LOCAL) == changed(input_parallelism=16,
                                                       max_offsets_per_trigger=12_000)
-    in_force = replace(both, together=(Setting("max_offsets_per_trigger", "4000"),))
+    in_force = replace(both, together=(KnobSetting("max_offsets_per_trigger", "4000"),))
     assert evaluate(in_force, IN_FORCE, LOCAL) == changed(input_parallelism=16)
 
 
 def test_one_bad_setting_rejects_the_whole_tuple() -> None:
     too_big = replace(tuple_(value="16"),
-                      together=(Setting("max_offsets_per_trigger", "1000000000"),))
+                      together=(KnobSetting("max_offsets_per_trigger", "1000000000"),))
     verdict = evaluate(too_big, IN_FORCE, LOCAL)
     assert isinstance(verdict, Reject) and verdict.reason is Reason.BAD_VALUE
     assert "max_offsets_per_trigger" in verdict.detail
-    twice = replace(tuple_(value="16"), together=(Setting("input_parallelism", "8"),))
+    twice = replace(tuple_(value="16"), together=(KnobSetting("input_parallelism", "8"),))
     verdict = evaluate(twice, IN_FORCE, LOCAL)
     assert isinstance(verdict, Reject) and "set twice" in verdict.detail
-    failover = replace(tuple_(value="16"), together=(Setting("active_instance", "job-2"),))
+    failover = replace(tuple_(value="16"), together=(KnobSetting("active_instance", "job-2"),))
     verdict = evaluate(failover, IN_FORCE, LOCAL)
     assert isinstance(verdict, Reject) and "a failover is a tuple of its own" in verdict.detail
     stale = replace(tuple_(value="2", epoch=5),
-                    together=(Setting("max_offsets_per_trigger", "500"),))
+                    together=(KnobSetting("max_offsets_per_trigger", "500"),))
     verdict = evaluate(stale, IN_FORCE, LOCAL)  # the knob in force, its companion not
     assert isinstance(verdict, Reject) and verdict.reason is Reason.STALE_EPOCH
 
 
 def test_a_tuple_whose_every_setting_is_in_force_is_a_reassert() -> None:
-    same = replace(tuple_(value="2"), together=(Setting("max_offsets_per_trigger", "4000"),))
+    same = replace(tuple_(value="2"), together=(KnobSetting("max_offsets_per_trigger", "4000"),))
     verdict = evaluate(same, IN_FORCE, LOCAL)
     assert verdict == Reassert("input_parallelism 2, max_offsets_per_trigger 4000 already in "
                                "force; epoch advanced to 6")
