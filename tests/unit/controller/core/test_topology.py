@@ -351,6 +351,13 @@ def test_a_forecast_within_twice_the_error_of_a_readers_rate_and_its_capacity_wa
     far = decide(model(rate_error=0.05, rate_samples=10), ControlState(), NOW, POLICY,
                  Inflow(steady=400), "b")
     assert isinstance(far, Scale), far
+    # the forecast is the one the sizing takes: λ where its own ramp (0.5/s over the 40 s
+    # horizon) or repeating load (a peak under its capacity) takes it, 120/s, and b's 130/s
+    # more: 250/s, beyond that doubt (242.6/s)
+    within = Forecast(peak=120, in_s=600, period_s=86_400, error=0.05, checked_s=3600)
+    for own in (model(rate_error=0.05, rate_samples=10, arrival_ramp=0.5),
+                model(rate_error=0.05, rate_samples=10, forecast=within)):
+        assert isinstance(decide(own, ControlState(), NOW, POLICY, near, "b"), Scale), own
     # its own backlog is evidence of its own: the error does not hold it
     behind = model(rate_error=math.inf, rate_samples=1, arrival_rate=300, backlog_records=3_000,
                    backlog_trend_records_per_s=100)
