@@ -225,13 +225,22 @@ class SteadyLoad:
 
 
 def set_topic_config(bootstrap: str, topic: str, **settings: str) -> None:
-    """Change a topic's configuration, e.g. `**{"max.message.bytes": "3000000"}`."""
+    """Change a topic's configuration, e.g. `**{"max.message.bytes": "3000000"}`, and return once
+    a broker describes it so. The controller acknowledges the change when it has committed it,
+    before the brokers have replayed it: a record produced at once was still judged by the old
+    limit (CI, 6 December)."""
     admin = AdminClient(client_config(bootstrap))
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
         for name, value in settings.items()])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+    def applied() -> bool:
+        described = topic_config(bootstrap, topic)
+        return all(described.get(name) == value for name, value in settings.items())
+
+    until(applied, 30, f"a broker to describe {topic} with {settings}")
 
 
 def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
