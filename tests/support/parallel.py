@@ -73,7 +73,7 @@ SHARED = {
     "tests/deploy/test_spark_metrics_local.py": "spark-cluster",
     "tests/spark/test_executors_standalone.py": "spark-cluster",
     "tests/spark/test_cluster_division.py": "spark-cluster",
-    "tests/faults/test_faults.py": "restartable-broker",
+    "tests/faults/test_broker_restart.py": "restartable-broker",
     "tests/integration/test_local_broker.py": "restartable-broker",
 }
 """Modules that share a session fixture too costly to start on both workers (a three-node
