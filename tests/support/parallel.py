@@ -128,7 +128,8 @@ class ModuleUnits(LoadScopeScheduling):
         """The next unit in the queue this worker may take (`_takes`); a waiter with none left
         stops."""
         waiter = self._waiter()
-        takes = [scope for scope in self.workqueue if _takes(node is waiter, scope)]
+        takes = [scope for scope in self.workqueue
+                 if waiter is None or _takes(node is waiter, scope)]
         if not takes and node is not waiter:
             takes = list(self.workqueue)  # only the waiter's are left: they run sooner here
         if not takes:
