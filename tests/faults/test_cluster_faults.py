@@ -39,9 +39,6 @@ from tests.support.waiting import until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
 
 QUERY = "cluster-faults"
-RATE = 100.0
-"""Transactions/s: a fraction of what the job scores at 2 state partitions on 2 cores, so
-every batch after a fault catches up quickly and a slow recovery shows as one."""
 BATCHES_WHILE_DOWN = 3
 """Batches planned after a broker stopped that must commit before it comes back."""
 PINNED = {"input": [[1, 2, 3], [1, 3, 2]], "control": [[2, 3, 1]], "acks": [[2, 1, 3]]}
@@ -84,7 +81,7 @@ def cluster_bed(kafka_cluster: LocalCluster,
         # with tuples of its own in between (seen: a scale-up refused as a stale epoch).
         bed.start_controller("controller", "--instance-id", "controller",
                              "--metrics-port", str(controller_port), "--dry-run")
-        bed.start_load(RATE)
+        bed.start_load()  # a fraction of its capacity: a slow recovery shows as one
         bed.wait_first_batches()
         yield ClusterBed(kafka_cluster, bed, controller_port)
     finally:

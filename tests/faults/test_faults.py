@@ -5,36 +5,24 @@ the committed output (read_committed) holds every produced record exactly once."
 from __future__ import annotations
 
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 
-from schemas import Ack, ControlTuple, Decision, Outcome, SensorReading, codec_for
+from schemas import Ack, Decision, SensorReading, codec_for
 from streamctl.cli import main as status_main
-from streamctl.stack.broker import LocalBroker
 from streamctl.stack.tcp import find_free_ports
-from streamctl.stack.topics import TopicSpec, ensure_topics
-from tests.support.fault_bed import HEARTBEAT, TOPIC_KINDS, FaultBed, now_ms, report
+from tests.support.fault_bed import HEARTBEAT, FaultBed, now_ms, report
 from tests.support.kafka import (
-    decoded_or_none,
     delete_records_before,
     end_offsets,
     produce,
     read_committed,
     set_topic_config,
 )
-from tests.support.prometheus import sample, scrape
+from tests.support.prometheus import scraped
 from tests.support.waiting import holds, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(720)]
-
-
-def warm(bed: FaultBed) -> None:
-    """Job up, load flowing, a few batches committed."""
-    bed.start_load(150)
-    bed.wait_first_batches()
-    bed.wait_commit_after(now_ms(), 60, "one more batch")
 
 
 def test_kill_9_during_a_reconfiguration_shows_the_growing_backlog_then_restarts_exactly(
@@ -52,7 +40,7 @@ def test_kill_9_during_a_reconfiguration_shows_the_growing_backlog_then_restarts
     [controller_port] = find_free_ports(1)
     job = bed.start_job("job-1")
     bed.start_controller("controller", "--metrics-port", str(controller_port), "--dry-run")
-    warm(bed)  # its last wait: a batch to reconfigure after
+    bed.warm()  # its last wait: a batch to reconfigure after
     control = bed.send_control("input_parallelism", "3", epoch=1)
     # Every 0.1 s, not flat out: re-reading the Spark job's whole log starves the job it times.
     until(lambda: f"control {control.control_id}" in job.log_path.read_text(), 60,
@@ -90,7 +78,7 @@ def test_garbage_and_records_too_large_to_write_are_counted_and_no_process_resta
     set_topic_config(bed.bootstrap, bed.topics["input"], **{"max.message.bytes": "3000000"})
     job = bed.start_job("job-1", "--metrics-port", str(job_port))
     bed.start_controller("controller", "--metrics-port", str(controller_port))
-    warm(bed)
+    bed.warm()
     # A tuple sent before the job's control consumer holds its partition is not seen.
     until(lambda: scraped(job_port, "streamctl_job_control_ready") == 1, 60,
           "the job's control consumer to hold its partition", 0.5)
@@ -196,7 +184,7 @@ def test_input_deleted_before_it_was_read_halts_the_job_once_and_skip_goes_on(
     job_port, controller_port = find_free_ports(2)
     job = bed.start_job("job-1", *HEARTBEAT)
     bed.start_controller("controller", "--metrics-port", str(controller_port), "--dry-run")
-    warm(bed)
+    bed.warm()
     bed.stop_load()
     bed.wait_read_to_end(60, "the job to read every record the load produced")
     assert job.stop() == 0
@@ -241,58 +229,3 @@ def test_input_deleted_before_it_was_read_halts_the_job_once_and_skip_goes_on(
     skipping = bed.children[-1].log_path.read_text(errors="replace")
     assert "going on from the earliest records still there" in skipping
     assert sum(m.input_rows for m in bed.commits if m.batch_start_ms > skipped_at) == 10
-
-
-def scraped(port: int, name: str, **labels: str) -> float:
-    """A sample of a process's Prometheus endpoint, now (0 when absent)."""
-    return sample(scrape(f"http://127.0.0.1:{port}/metrics"), name, **labels) or 0.0
-
-
-def test_broker_stop_and_restart_under_two_controllers(restartable_broker: LocalBroker,
-                                                       tmp_path: Path) -> None:
-    """The job and two controller instances ride out the broker's restart: the output stays
-    exactly once, once the broker is back exactly one instance leads (whichever the group
-    elects), and every tuple sent was applied once, none refused."""
-    bootstrap = restartable_broker.bootstrap_servers
-    names = {k: f"faults-{k}-{uuid.uuid4().hex[:8]}" for k in TOPIC_KINDS}
-    ensure_topics(bootstrap, [TopicSpec(n, partitions=2 if k in ("input", "output") else 1)
-                              for k, n in names.items()], timeout_s=30)
-    bed = FaultBed(bootstrap, names, tmp_path)
-    ports = dict(zip(("controller-1", "controller-2"), find_free_ports(2), strict=True))
-    try:
-        bed.start_job("job-1")
-        for name, port in ports.items():
-            bed.start_controller(name, "--instance-id", name, "--metrics-port", str(port))
-        warm(bed)
-        restartable_broker.stop(timeout_s=30)
-        fault = now_ms()
-        restartable_broker.start(timeout_s=120)
-        report("broker stopped and restarted (same port, same data) under two controllers",
-               bed.recovery_s(fault, 240))
-        bed.wait_commit_after(now_ms(), 60, "a steady batch after the broker came back")
-
-        def leaders() -> float:
-            return sum(scraped(port, "streamctl_controller_leader", instance=name)
-                       for name, port in ports.items())
-
-        until(lambda: leaders() == 1, 60, "exactly one controller leading again", 0.5)
-        holds(lambda: leaders() == 1 and bed.processes_alive(), 5,
-              "exactly one controller leading, every process up", 1)
-        bed.finish_and_check()
-        bed.assert_alive()
-        # The backlog the outage left may call for more units (how much depends on how fast
-        # this machine drains it): whatever was sent, the job applied each tuple once, none
-        # refused as stale, as a second instance's would be.
-        tuples = decoded_or_none(read_committed(bootstrap, names["control"]), ControlTuple)
-        sent = {t.control_id for t in tuples if t is not None}
-        assert len(sent) == len(tuples), f"undecodable or repeated tuples: {tuples}"
-
-        def answers() -> list[Ack] | None:
-            bed.follow_commits()
-            answered = [a for a in bed.watch.acks if a.control_id in sent]
-            return answered if {a.control_id for a in answered} == sent else None
-
-        answered = until(answers, 60, "an answer to every tuple sent", 0.5) if sent else []
-        assert [a.outcome for a in answered] == [Outcome.APPLIED] * len(sent), answered
-    finally:
-        bed.close()

@@ -39,7 +39,7 @@ def test_executors_up_and_down_on_a_standalone_cluster(
     bed.start_job("job", "--spark-master", cluster.master_url, "--executor-cores", "1",
                   "--executor-memory-mb", "512", "--max-executors", str(MAX_EXECUTORS),
                   "--executors", "1", "--cluster-priority", "3")
-    bed.start_load(100)
+    bed.start_load()
     first = _wait_batch(bed, lambda m: m.task_slots == 1, JOB_START_BUDGET_S,
                         "a batch on the one executor the job asked for")
     assert first.cluster_priority == 3

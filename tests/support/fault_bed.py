@@ -39,6 +39,12 @@ from tests.support.waiting import until
 
 R = TypeVar("R", bound=_Record)
 WINDOW_MS = 5_000
+LOAD_PER_S = 50.0
+"""The bed's steady load (records/s): well within what either job processes at its starting
+size here, even beside the suite's busiest units (the fraud job scored 100-130/s at 2 state
+partitions there). Its batches then stay short, so a wait for the next commit is a wait of
+seconds, and a fault, not the load, is what a recovery time measures; and the load that piles
+up while Spark starts makes a first batch of seconds, not half a minute."""
 FIRST_BATCHES_S = 330.0
 """The budget for a bed's first committed batch (see `FaultBed.wait_first_batches`)."""
 CONTROL_KEY = "fault-suite-control-key"
@@ -124,7 +130,7 @@ class FaultBed:
         self.children.append(child)
         return child
 
-    def start_load(self, rate_per_s: float = 150.0) -> None:
+    def start_load(self, rate_per_s: float = LOAD_PER_S) -> None:
         """Constant load of the job's kind (readings, or transactions for `FRAUD_JOB`)."""
         cards = self.scores_cards
         spec = LoadSpec(self.bootstrap, self.topics["input"],
@@ -205,6 +211,22 @@ class FaultBed:
             until(read_to_end, max(timeout_s, 3 * self.slowest_batch_s()), what)
         except AssertionError as exc:
             raise AssertionError(f"{exc}{self.process_logs()}") from None
+
+    def start_active_and_standby(self, *extra: str) -> None:
+        """job-1 active, job-2 standby (`extra`: both jobs' options), the controller; load
+        flowing, the active's first batches committed, the standby heard from."""
+        self.start_job("job-1", *extra)
+        self.start_standby("job-2", *extra)
+        self.start_controller("controller", *FAST_DETECTION)
+        self.start_load()
+        self.wait_first_batches("the active's first batches under load")
+        self.wait_heartbeat("job-2", Role.STANDBY, now_ms(), 60)
+
+    def warm(self) -> None:
+        """Load flowing, the first batches and one more committed (the job started)."""
+        self.start_load()
+        self.wait_first_batches()
+        self.wait_commit_after(now_ms(), 60, "one more batch")
 
     def wait_first_batches(self, what: str = "the job's first batches under load") -> None:
         """Wait for the bed's first batches: the job's Spark session, its first (planning,

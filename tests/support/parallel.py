@@ -1,9 +1,11 @@
-"""Three tests at a time on two cores (pytest-xdist), and the tests that measure a capacity first.
+"""Three units at a time on two cores (pytest-xdist), a fourth worker for the units that wait,
+and the tests that measure a capacity first.
 
-`./dev test` runs the suite on three xdist workers (`-n 3 --dist loadscope`): the shared units
-wait on sessions, timeouts and brokers as much as they compute, and two at a time left the
-machine 80 % busy there (92 % with three). This plugin decides what goes
-together, in which order, and what may run beside what:
+`./dev test` runs the suite on four xdist workers (`-n 4 --dist loadscope`): three take the
+shared units, which wait on sessions, timeouts and brokers as much as they compute (two at a
+time left the machine 80 % busy there, 92 % with three), and the fourth, the waiter, takes only
+the `IDLE` ones (`WORKERS_BESIDE_THE_WAITER`). This plugin decides what goes together, in which
+order, and what may run beside what:
 
 - `CAPACITY`: modules whose tests step their load relative to a capacity they measured
   first. A busy test on another worker starting or ending mid-run would change that capacity
@@ -17,8 +19,8 @@ together, in which order, and what may run beside what:
   broker outage), measured at about a tenth of the machine's CPU or less, their brokers'
   start included (`test_broker_outage`: 12 core-seconds in 42 s; it has the restartable
   broker to itself when the `SHARED` unit that stops it runs on another worker). They take
-  no lock, so they run beside a `CAPACITY` test even where that holds the machine; the
-  queue puts them right after the `CAPACITY` unit.
+  no lock, so they run beside a `CAPACITY` test even where that holds the machine, on the
+  waiter (the others take them only when nothing else is left).
 - Every other unit holds the machine shared while it runs: up to three of them at a time.
 
 A module is one unit of work (its module-scoped fixtures start once); modules that share a
@@ -73,7 +75,7 @@ SHARED = {
     "tests/deploy/test_spark_metrics_local.py": "spark-cluster",
     "tests/spark/test_executors_standalone.py": "spark-cluster",
     "tests/spark/test_cluster_division.py": "spark-cluster",
-    "tests/faults/test_faults.py": "restartable-broker",
+    "tests/faults/test_broker_restart.py": "restartable-broker",
     "tests/integration/test_local_broker.py": "restartable-broker",
 }
 """Modules that share a session fixture too costly to start on both workers (a three-node
@@ -83,6 +85,17 @@ LONG_FIRST = ("tests/faults", "tests/spark", "tests/deploy", "tests/e2e", "tests
 """Queue order of the other directories, longest modules first (measured one at a time: faults
 2–3.5 min a module, spark and deploy up to 1.5); any other directory, `tests/unit`
 included, comes last."""
+
+
+WORKERS_BESIDE_THE_WAITER = 3
+"""Workers that take every unit; one more (`./dev test` runs four) is the waiter, which takes
+only `IDLE` units: they wait more than they compute, so run beside the others they cost the
+suite little CPU and none of the other workers' time."""
+
+
+def _takes(waiter: bool, scope: str) -> bool:
+    """Whether a worker takes unit `scope`: the waiter only `IDLE` ones, the others the rest."""
+    return (scope in IDLE) == waiter
 
 
 def _module(nodeid: str) -> str:
@@ -110,6 +123,30 @@ class ModuleUnits(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of_work(nodeid)
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        """The next unit in the queue this worker may take (`_takes`); a waiter with none left
+        stops."""
+        waiter = self._waiter()
+        takes = [scope for scope in self.workqueue
+                 if waiter is None or _takes(node is waiter, scope)]
+        if not takes and node is not waiter:
+            takes = list(self.workqueue)  # only the waiter's are left: they run sooner here
+        if not takes:
+            node.shutdown()
+            return
+        work_unit = self.workqueue.pop(takes[0])
+        self.assigned_work.setdefault(node, {})[takes[0]] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some([collection.index(nodeid)
+                                for nodeid, done in work_unit.items() if not done])
+
+    def _waiter(self) -> WorkerController | None:
+        """The worker kept for `IDLE` units: the last of `WORKERS_BESIDE_THE_WAITER` + 1 or
+        more; None with fewer (a plain `-n 2` shares everything)."""
+        if len(self.nodes) <= WORKERS_BESIDE_THE_WAITER:
+            return None
+        return max(self.nodes, key=lambda node: int(node.gateway.id.removeprefix("gw")))
 
     def _reschedule(self, node: WorkerController) -> None:
         """xdist gives a worker its next unit once two of its tests are left; a worker starting

@@ -90,6 +90,12 @@ def sample(text: str | None, name: str, **labels: str) -> float | None:
     return None
 
 
+def scraped(port: int, name: str, **labels: str) -> float:
+    """A sample of the Prometheus endpoint a local process serves on `port`, now (0 when
+    absent)."""
+    return sample(scrape(f"http://127.0.0.1:{port}/metrics"), name, **labels) or 0.0
+
+
 def api(base: str, path: str, **params: str) -> Any:
     """A Prometheus HTTP API answer as JSON (a bad query answers 400 with an error body)."""
     url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"

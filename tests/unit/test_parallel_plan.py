@@ -90,21 +90,30 @@ class _Worker:
 class _Config:
     option = argparse.Namespace(loadscopereorder=False)
 
+    def __init__(self, workers: int = 2) -> None:
+        self.workers = workers
+
     def getvalue(self, name: str) -> list[str]:
         assert name == "tx"
-        return ["2*popen"]
+        return [f"{self.workers}*popen"]
+
+
+def _scheduled(collection: list[str], workers: int) -> tuple[parallel.ModuleUnits,
+                                                              list[_Worker]]:
+    scheduler = parallel.ModuleUnits(_Config(workers))  # type: ignore[arg-type]
+    nodes = [_Worker(f"gw{n}") for n in range(workers)]
+    for worker in nodes:
+        scheduler.add_node(worker)  # type: ignore[arg-type]
+        scheduler.add_node_collection(worker, collection)  # type: ignore[arg-type]
+    scheduler.schedule()
+    return scheduler, nodes
 
 
 def test_a_worker_gets_its_next_unit_only_when_it_starts_the_last_test_it_holds() -> None:
     collection = ["tests/faults/test_a.py::one", "tests/faults/test_a.py::two",
                   "tests/faults/test_b.py::one", "tests/faults/test_b.py::two",
                   "tests/spark/test_c.py::one"]
-    scheduler = parallel.ModuleUnits(_Config())  # type: ignore[arg-type]
-    first, second = _Worker("gw0"), _Worker("gw1")
-    for worker in (first, second):
-        scheduler.add_node(worker)  # type: ignore[arg-type]
-        scheduler.add_node_collection(worker, collection)  # type: ignore[arg-type]
-    scheduler.schedule()
+    scheduler, (first, second) = _scheduled(collection, 2)
     assert (first.sent, second.sent) == ([0, 1], [2, 3])  # not test_c beside a two-test unit
 
     scheduler.mark_test_complete(second, 2)  # second starts its last test: it gets test_c
@@ -149,3 +158,26 @@ def test_the_timeline_sums_each_workers_units_from_first_start_to_last_end() -> 
         "gw0 ended at 75 s, capacity 0-60",  # 15 s of restartable-broker: under 20 s
         "gw1 ended at 90 s, kafka-cluster 2-90",
     ]
+
+
+def test_a_fourth_worker_takes_only_the_waiting_modules_and_stops_when_none_is_left() -> None:
+    waiting = sorted(parallel.IDLE)[:2]
+    collection = [f"{waiting[0]}::one", "tests/faults/test_a.py::one",
+                  "tests/faults/test_a.py::two", f"{waiting[1]}::one",
+                  "tests/faults/test_b.py::one", "tests/faults/test_b.py::two",
+                  "tests/spark/test_c.py::one", "tests/spark/test_d.py::one",
+                  "tests/spark/test_e.py::one"]
+    scheduler, (gw0, gw1, gw2, waiter) = _scheduled(collection, 4)
+    # each busy worker one unit (two tests, or one and the next), the waiter both waiting ones
+    assert (gw0.sent, gw1.sent, gw2.sent, waiter.sent) == ([1, 2], [4, 5], [6, 7], [0, 3])
+    scheduler.mark_test_complete(waiter, 0)
+    assert waiter.shutting_down and waiter.sent == [0, 3]  # test_e waits for a busy worker
+    scheduler.mark_test_complete(gw2, 6)
+    assert gw2.sent == [6, 7, 8] and not gw2.shutting_down
+
+
+def test_with_three_workers_or_fewer_every_worker_takes_the_waiting_modules_too() -> None:
+    waiting = sorted(parallel.IDLE)[0]
+    collection = [f"{waiting}::one", "tests/faults/test_a.py::one", "tests/spark/test_c.py::one"]
+    _, nodes = _scheduled(collection, 3)
+    assert [w.sent for w in nodes] == [[0], [1], [2]]
