@@ -110,7 +110,7 @@ class QueryWindow:
         if key in self._keys:
             return Admission.DUPLICATE
         self._insert(sample)
-        if self._heard(sample):
+        if self._heard(sample) or self._follows_last(sample):
             self.last_sample = sample
         run = (sample.instance_id, sample.config_epoch)
         if sample.input_rows > 0 and run not in self._started:
@@ -134,6 +134,15 @@ class QueryWindow:
         if sample.beat:
             self._last_beat = sample
         return True
+
+    def _follows_last(self, sample: TaskMetrics) -> bool:
+        """Whether `sample` ends after the newest one kept, from the instance last heard: its
+        record may be read after a liveness beat stamped later (a beat has its own thread), and
+        the newest sample says where the last committed batch left the sources (a lost
+        query's backlog, `outage`)."""
+        last = self.last_sample
+        return sample.instance_id == self.last_instance and (
+            last is None or sample.batch_end_ms >= last.batch_end_ms)
 
     def require_epoch(self, epoch: int) -> None:
         """Forget every sample older than `epoch` and refuse them from now on.

@@ -95,6 +95,20 @@ def test_out_of_order_samples_are_sorted_and_standby_ignored() -> None:
     assert [s.batch_id for s in w.samples] == [1, 3]
 
 
+def test_a_batch_read_after_a_later_beat_of_its_instance_is_the_newest_sample() -> None:
+    """The beats have their own thread: one stamped after a batch ended may be read first."""
+    w = window()
+    w.add(TRACE[1])
+    beat = replace(TRACE[1], batch_id=-1, input_rows=0, beat=True,
+                   batch_end_ms=TRACE[2].batch_end_ms + 500)
+    assert w.add(beat) is Admission.BEAT
+    assert w.add(TRACE[2]) is Admission.ACCEPTED
+    assert w.last_sample is TRACE[2] and w.last_seen_ms == beat.batch_end_ms
+    # Another instance's, ending before the beat: not the instance last heard.
+    w.add(replace(TRACE[2], instance_id="another", batch_end_ms=TRACE[2].batch_end_ms + 100))
+    assert w.last_sample is TRACE[2]
+
+
 def test_windows_track_at_most_max_queries() -> None:
     ws = Windows(ModelSettings(max_queries=1))
     assert ws.add(TRACE[0]) is Admission.ACCEPTED
