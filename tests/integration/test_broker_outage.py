@@ -37,7 +37,7 @@ from streaming_jobs.runtime.sink.transactional_kafka import (
     KafkaTransactionalWriter,
     TransactionalSettings,
 )
-from tests.support.kafka import produce, read_committed
+from tests.support.kafka import await_transaction_coordinator, produce, read_committed
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -63,6 +63,7 @@ def outage(broker: LocalBroker) -> None:
     broker.stop(timeout_s=30)
     time.sleep(AWAY_S)  # the fault itself: how long the broker stays away
     broker.start(timeout_s=120)
+    await_transaction_coordinator(broker.bootstrap_servers)
 
 
 def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
@@ -80,6 +81,7 @@ def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
         return TransactionalKafkaSink(BatchGate(), KafkaTransactionalWriter(settings), "q",
                                       output, KeyValue())
 
+    await_transaction_coordinator(bootstrap)
     live = sink()
     assert live.write(rows_of(0), 0, "ckpt") is Replay.WRITE
     consumer = TypedConsumer(bootstrap, control, f"outage-{uuid.uuid4()}", ControlTuple,
@@ -106,6 +108,7 @@ def test_the_sink_and_the_control_consumer_come_through_a_long_outage(
         successor.write(rows_of(2), 2, "ckpt")  # raises, not hangs: the test's budget bounds it
     time.sleep(AWAY_S)  # still away: longer than the transaction timeout
     restartable_broker.start(timeout_s=120)
+    await_transaction_coordinator(bootstrap)
     assert successor.write(rows_of(2), 2, "ckpt") is Replay.WRITE
 
     values = Counter(m.value() for m in read_committed(bootstrap, output))

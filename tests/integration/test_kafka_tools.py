@@ -41,11 +41,14 @@ def test_the_console_consumer_reads_committed_records_only(
     aborted.abort_transaction(30)
     produce(bootstrap_servers, topic, [b"plain-2"])
 
+    # Each reads as many records as it should see, then exits; the timeout only bounds a
+    # reader that sees fewer (a group's join alone took over 5 s on a busy machine).
     committed = streamctl(bootstrap_servers, "stack", "kafka", "console-consumer",
                           "--topic", topic, "--from-beginning", "--isolation-level",
-                          "read_committed", "--timeout-ms", "5000")
+                          "read_committed", "--max-messages", "2", "--timeout-ms", "60000")
     everything = streamctl(bootstrap_servers, "stack", "kafka", "console-consumer",
-                           "--topic", topic, "--from-beginning", "--timeout-ms", "5000")
+                           "--topic", topic, "--from-beginning", "--max-messages", "3",
+                           "--timeout-ms", "60000")
     assert committed.stdout.split() == ["plain-1", "plain-2"], committed.stderr
     assert everything.stdout.split() == ["plain-1", "aborted", "plain-2"], everything.stderr
 

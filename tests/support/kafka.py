@@ -262,6 +262,25 @@ def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
     return until(described, 30, f"the configuration of {topic} from a broker that knows it")
 
 
+def await_transaction_coordinator(bootstrap: str, timeout_s: float = 90.0) -> None:
+    """Return once the broker's transaction coordinator answers. A broker just started loads
+    its transaction log first and answers "coordinator load in progress" meanwhile: on a busy
+    machine longer than a sink's retry budget (CI, 7 December)."""
+    producer = Producer(client_config(bootstrap, **{
+        "transactional.id": f"coordinator-ready-{uuid.uuid4().hex[:8]}"}))
+
+    def ready() -> bool:
+        try:
+            producer.init_transactions(10)
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+            return False
+        return True
+
+    until(ready, timeout_s, f"the transaction coordinator of {bootstrap}", interval_s=0.5)
+
+
 def delete_records_before(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
     """What retention does: the log of each partition of `topic` starts at its offset now."""
     admin = AdminClient(client_config(bootstrap))
