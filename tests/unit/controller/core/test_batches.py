@@ -36,12 +36,11 @@ def test_the_arrivals_per_partition_are_the_sums_of_each_pairs_growth(
         shown = {p: o for p, o in latest.items() if (p + len(samples)) % 5 or len(steps) < 4}
         samples.append(replace(SAMPLE, batch_id=len(samples), partitions=tuple(
             SourcePartition("in", p, 0, 0, o) for p, o in sorted(shown.items()))))
-    expected: dict[str, int] = {}
+    expected: dict[tuple[str, int], int] = {}
     for before, after in pairwise(samples):
         old, new = known(before), known(after)
         for key in old.keys() & new.keys():
-            name = f"{key[0]}/{key[1]}"
-            expected[name] = expected.get(name, 0) + max(0, new[key] - old[key])
+            expected[key] = expected.get(key, 0) + max(0, new[key] - old[key])
     assert partition_arrivals(tuple(samples)) == expected
 
 
