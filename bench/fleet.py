@@ -356,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = record.load_average()
     rows = []
     for fleet in (QUICK if args.quick else FLEETS):
-        figures = measure_apart(fleet, args.warm_s, args.measured_s)
+        figures = measure_apart(fleet, args.warm_s, args.measured_s, args.collector)
         rows.append(figures)
         print(f"{fleet.queries:>5} × {fleet.partitions:<5} {figures.cpu_ms_per_cycle_mean:9.2f} ms"
               f"/cycle ({figures.cycle_share:.0%} of the cycle), "

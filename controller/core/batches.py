@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -254,48 +253,43 @@ def _partition_growth(before: Latest, after: Latest) -> tuple[tuple[PartitionKey
 class PartitionShares:
     """How an amount (the backlog, the arrivals) divides among a query's source partitions:
     the largest share and whose it is ('topic/p', the first by name among equal ones), how
-    many partitions it divides among, and each topic's share. Summed, not listed: a query may
-    read a thousand partitions, and only these are read (`judgement.skew`,
-    `topology.arriving_from`)."""
+    many partitions it divides among, and each one's amount. The largest is found in one
+    pass, not by sorting every named share: a query may read a thousand partitions, and
+    `judgement.skew` reads only it."""
 
     largest: str = ""
     largest_share: float = 0.0
     partitions: int = 0
     """0: nothing to divide (no partition, or none with any)."""
-    by_topic: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    amounts: Mapping[PartitionKey, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __bool__(self) -> bool:
         return self.partitions > 0
 
+    def of_topics(self, topics: Collection[str]) -> float:
+        """The share of the partitions of `topics`: each partition's share, summed largest
+        first (ties by name), so the same floats whatever order the partitions came in."""
+        total = sum(self.amounts.values())
+        shares = sorted(((_key_name(key), amount / total) for key, amount in self.amounts.items()),
+                        key=lambda named: (-named[1], named[0]))
+        return sum(share for name, share in shares if name.rpartition("/")[0] in topics)
+
     @staticmethod
-    def of(amounts: Mapping[PartitionKey, int]) -> PartitionShares:
+    def of(amounts: Mapping[PartitionKey, float]) -> PartitionShares:
         total = sum(amounts.values())
         if total <= 0:
             return NO_SHARES
         top = max(amounts.values())
-        topics = set(map(itemgetter(0), amounts))
-        if len(topics) == 1:
-            by_topic = dict.fromkeys(topics, 1.0)
-        else:
-            sums = dict.fromkeys(topics, 0)
-            for (topic, _), amount in amounts.items():
-                sums[topic] += amount
-            by_topic = {topic: amount / total for topic, amount in sums.items()}
         return PartitionShares(
             min(_key_name(key) for key, amount in amounts.items() if amount == top),
-            top / total, len(amounts), MappingProxyType(by_topic))
+            top / total, len(amounts), MappingProxyType(dict(amounts)))
 
     @staticmethod
     def listed(*shares: tuple[str, float]) -> PartitionShares:
-        """Shares given as ('topic/p', share) pairs, largest first (a test's, a trace's)."""
-        if not shares:
-            return NO_SHARES
-        by_topic: dict[str, float] = {}
-        for name, share in shares:
-            topic = name.rpartition("/")[0]
-            by_topic[topic] = by_topic.get(topic, 0.0) + share
-        return PartitionShares(shares[0][0], shares[0][1], len(shares),
-                               MappingProxyType(by_topic))
+        """Shares given as ('topic/p', share) pairs, largest first (a test's)."""
+        named = {(name.rpartition("/")[0], int(name.rpartition("/")[2])): share
+                 for name, share in shares}
+        return PartitionShares.of(named)
 
 
 NO_SHARES = PartitionShares()

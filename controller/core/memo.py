@@ -96,9 +96,10 @@ class Memo:
         return value
 
     def carried(self, make: Callable[[], T], key: Hashable) -> T:
-        """The helper `make()` made for `key`, kept across evaluations while each uses it: the
-        one stateful thing kept here (`arrival.Scan`), whose answer may depend on what it was
-        shown before, unlike the values above."""
+        """The helper `make()` made for `key`, kept across evaluations while each uses it:
+        `arrival.Scan`, the one stateful thing kept here, whose answer may depend on what it
+        was shown before, unlike the values above; or a value that must stay the same object
+        while it is used (the order `probes.intervals` gives a set of partitions)."""
         self._used.add(key)
         kept = self._carried.get(key)
         if kept is None:

@@ -184,8 +184,7 @@ def arriving_from(model: QueryModel, topics: Collection[str]) -> float | None:
     shares = model.partition_arrival_shares
     if not shares:
         return None
-    return model.arrival_rate * sum(share for topic, share in shares.by_topic.items()
-                                    if topic in topics)
+    return model.arrival_rate * shares.of_topics(topics)
 
 
 def steady_output(model: QueryModel, inflow: Inflow) -> Output:
