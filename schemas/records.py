@@ -13,10 +13,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import partial
 from itertools import groupby
-from operator import add, attrgetter
-from sys import intern
+from operator import attrgetter
 from typing import Any, ClassVar, Self
 
 from schemas import knobs
@@ -149,27 +147,19 @@ def _pack_offsets(partitions: tuple[SourcePartition, ...]) -> list[dict[str, Any
 def _unpack_offsets(packed: list[dict[str, Any]]) -> tuple[SourcePartition, ...]:
     """`_pack_offsets`' inverse; `ValueError` naming the topic when its lists differ in
     length."""
-    found: list[SourcePartition] = []
+    found = []
     for run in packed:
-        topic, columns = intern(run["topic"]), (run["partitions"], run["start_offsets"],
+        topic, columns = run["topic"], (run["partitions"], run["start_offsets"],
                                         run["end_deltas"], run["latest_deltas"])
         if len({len(column) for column in columns}) != 1:
             raise ValueError(f"the offsets of topic {topic!r} list {len(columns[0])} "
                              f"partitions, {len(columns[1])} starts, {len(columns[2])} ends "
                              f"and {len(columns[3])} latest offsets")
-        partitions, starts, end_deltas, latest_deltas = columns
-        ends = _wrapped_all(list(map(add, starts, end_deltas)))
-        latests = _wrapped_all(list(map(add, ends, latest_deltas)))
-        # Column by column, in C where it can be: a thousand partitions a record.
-        found += map(partial(SourcePartition, topic), partitions, starts, ends, latests)
+        for partition, start, end_delta, latest_delta in zip(*columns, strict=True):
+            end = _wrapped(start + end_delta)
+            found.append(SourcePartition(topic, partition, start, end,
+                                         _wrapped(end + latest_delta)))
     return tuple(found)
-
-
-def _wrapped_all(values: list[int]) -> list[int]:
-    """`_wrapped` of each of `values`; the list itself when none needs it (real offsets)."""
-    if not values or (min(values) >= -_LONG and max(values) < _LONG):
-        return values
-    return [_wrapped(v) for v in values]
 
 
 _PACKED = {"partitions": "source_offsets", "running_partitions": "running_offsets",
