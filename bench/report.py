@@ -592,9 +592,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "tunes it) over in-memory ports and a fake clock stepped "
      "by the default 0.5 s cycle, for "
      "N steady queries of P partitions publishing one batch a second, with end offsets that "
-     "grow with every record, probed every cycle; CPU by the process's own "
-     "clock around each cycle, memory by tracemalloc from an empty controller to one with a "
-     "full window of every query. Broker round trips are not in it."),
+     "grow with every record, probed every cycle, each fleet in a fresh process; CPU by the "
+     "process's own clock around each cycle, memory by tracemalloc from an empty controller "
+     "to one with a full window of every query. Broker round trips are not in it."),
     ("fleet_processes", "Controller processes under a synthetic fleet", fleet_processes,
      "`controller run` processes with their defaults (four shards; the query limit raised to "
      "the fleet's size) on a local broker, driven by N synthetic queries of P partitions that "

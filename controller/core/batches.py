@@ -12,7 +12,7 @@ cycle, are read each cycle.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -22,7 +22,7 @@ from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.shedding import observed_shedding
 from controller.settings import ModelSettings
-from schemas import SourcePartition, TaskMetrics
+from schemas import TaskMetrics
 from schemas.knobs import INPUT_PARALLELISM
 from schemas.objectives import Objectives
 
@@ -77,11 +77,16 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
         if sample.input_rows > 0:
             worked = [sample]
     of_newest: Mapping[str, Any] = memo.whole(_newest_figures, samples[-1:])
+    # Each sample's latest offsets, worked out once for the window (`arrival.intervals` reads
+    # them too); the newest's and the recent ones' are its tail.
+    latests = memo.each(latest, samples)
+    recent_latests = latests[len(samples) - len(recent):]
     units = of_newest["units"]
     skew = units / memo.each(batch_concurrency, worked)[0] if worked else 1.0
     cap, cap_source = batch_cap(samples, remembered_cap, memo)
     figures = {
-        **of_newest, **memo.whole(_recent_figures, recent), "samples": len(samples),
+        **of_newest, **memo.whole(_recent_figures, recent, recent_latests),
+        "samples": len(samples),
         "throughput": rows * 1000 / elapsed_ms,
         "busy_ratio": min(1.0, busy_ms / elapsed_ms),
         "batch_cap": cap, "batch_cap_source": cap_source,
@@ -92,7 +97,7 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
         recent=recent,
         recent_lags=tuple(memo.each(lag_records, samples)[len(samples) - len(recent):]),
         intervals=tuple(intervals(samples, memo)),
-        known=memo.whole(_known, samples[-1:]), points=tuple(points),
+        known=memo.whole(_known, samples[-1:], latests[-1]), points=tuple(points),
         cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=bool(worked),
         figures=MappingProxyType(figures))
 
@@ -106,9 +111,9 @@ def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, A
         "units": _units_of(sample, partitions), "source_partitions": partitions,
         "task_slots": sample.task_slots, "trigger_interval_s": sample.trigger_interval_ms / 1000,
         "source_topics": sample.source_topics, "sink_topics": sample.sink_topics,
-        "partition_lag_shares": _shares(
-            {_name(p): max(0, p.latest_offset - p.end_offset) for p in sample.partitions
-             if p.latest_offset >= 0 and p.end_offset >= 0}),
+        "partition_lag_shares": PartitionShares.of(
+            {(p.topic, p.partition): max(0, p.latest_offset - p.end_offset)
+             for p in sample.partitions if p.latest_offset >= 0 and p.end_offset >= 0}),
         "knob": sample.scaling_parameter, "job_max": parallelism.job_max(sample),
         "executor_cores": sample.executor_cores, "max_executors": sample.max_executors,
         "cluster_priority": sample.cluster_priority,
@@ -116,19 +121,23 @@ def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, A
     })
 
 
-def _recent_figures(recent: tuple[TaskMetrics, ...], *, memo: Memo) -> Mapping[str, Any]:
-    """The model's figures the newest `arrival_window_s` of batches gives."""
+def _recent_figures(recent: tuple[TaskMetrics, ...], latests: tuple[Latest, ...], *,
+                    memo: Memo) -> Mapping[str, Any]:
+    """The model's figures the newest `arrival_window_s` of batches (and their `latests`)
+    gives."""
     recent_ms = recent[-1].batch_end_ms - recent[0].batch_start_ms
     return MappingProxyType({
         "recent_throughput": (sum(s.input_rows for s in recent) * 1000 / recent_ms
                               if recent_ms > 0 else 0.0),
-        "partition_arrival_shares": _shares(partition_arrivals(recent, memo)),
+        "partition_arrival_shares": PartitionShares.of(
+            partition_arrivals(recent, memo, latests)),
         "shedding": observed_shedding(recent),
     })
 
 
-def _known(newest: tuple[TaskMetrics], *, memo: Memo) -> frozenset[PartitionKey]:
-    return frozenset(memo.each(latest, newest, "the newest's latest")[0].keys)
+def _known(newest: tuple[TaskMetrics], newest_latest: Latest, *,
+           memo: Memo) -> frozenset[PartitionKey]:
+    return frozenset(newest_latest.keys)
 
 
 def rate_points(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey] = (),
@@ -210,20 +219,18 @@ def newest_span(samples: tuple[TaskMetrics, ...], span_s: float,
     return samples[-max(inside, at_least):]
 
 
-def partition_arrivals(samples: tuple[TaskMetrics, ...],
-                       memo: Memo | None = None) -> dict[str, int]:
+def partition_arrivals(samples: tuple[TaskMetrics, ...], memo: Memo | None = None,
+                       latests: tuple[Latest, ...] | None = None) -> dict[PartitionKey, int]:
     """Records that arrived per partition between consecutive samples (as
-    `model.arrival_rate`)."""
+    `model.arrival_rate`); `latests`: the samples' latest offsets, if worked out already."""
     memo = memo or Memo()
-    # Named apart from the window's: one sequence per name, or each call would find the
-    # other's and work every sample out again.
-    offsets = memo.each(latest, samples, "the recent ones' latest")
+    offsets = tuple(map(latest, samples)) if latests is None else latests
     if len(samples) > 1 and all(memo.pairs(_only_grows, offsets)):
         # The same partitions throughout, none shrinking: the pairs' growth telescopes to the
         # newest latest offsets less the oldest, O(partitions) instead of O(pairs × them).
         old, new = offsets[0].by_key(), offsets[-1].by_key()
-        return {_key_name(key): records - old[key] for key, records in new.items()}
-    grown: dict[str, int] = {}
+        return {key: records - old[key] for key, records in new.items()}
+    grown: dict[PartitionKey, int] = {}
     for pair in memo.pairs(_partition_growth, offsets):
         for name, records in pair:
             grown[name] = grown.get(name, 0) + records
@@ -237,22 +244,56 @@ def _only_grows(before: Latest, after: Latest) -> bool:
     return old.keys() == new.keys() and all(new[key] >= records for key, records in old.items())
 
 
-def _partition_growth(before: Latest, after: Latest) -> tuple[tuple[str, int], ...]:
+def _partition_growth(before: Latest, after: Latest) -> tuple[tuple[PartitionKey, int], ...]:
     old, new = before.by_key(), after.by_key()
-    return tuple((_key_name(key), max(0, new[key] - old[key])) for key in old.keys() & new.keys())
+    return tuple((key, max(0, new[key] - old[key])) for key in old.keys() & new.keys())
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionShares:
+    """How an amount (the backlog, the arrivals) divides among a query's source partitions:
+    the largest share and whose it is ('topic/p', the first by name among equal ones), how
+    many partitions it divides among, and each one's amount. The largest is found in one
+    pass, not by sorting every named share: a query may read a thousand partitions, and
+    `judgement.skew` reads only it."""
+
+    largest: str = ""
+    largest_share: float = 0.0
+    partitions: int = 0
+    """0: nothing to divide (no partition, or none with any)."""
+    amounts: Mapping[PartitionKey, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __bool__(self) -> bool:
+        return self.partitions > 0
+
+    def of_topics(self, topics: Collection[str]) -> float:
+        """The share of the partitions of `topics`: each partition's share, summed largest
+        first (ties by name), so the same floats whatever order the partitions came in."""
+        total = sum(self.amounts.values())
+        shares = sorted(((_key_name(key), amount / total) for key, amount in self.amounts.items()),
+                        key=lambda named: (-named[1], named[0]))
+        return sum(share for name, share in shares if name.rpartition("/")[0] in topics)
+
+    @staticmethod
+    def of(amounts: Mapping[PartitionKey, float]) -> PartitionShares:
+        total = sum(amounts.values())
+        if total <= 0:
+            return NO_SHARES
+        top = max(amounts.values())
+        return PartitionShares(
+            min(_key_name(key) for key, amount in amounts.items() if amount == top),
+            top / total, len(amounts), MappingProxyType(dict(amounts)))
+
+    @staticmethod
+    def listed(*shares: tuple[str, float]) -> PartitionShares:
+        """Shares given as ('topic/p', share) pairs, largest first (a test's)."""
+        named = {(name.rpartition("/")[0], int(name.rpartition("/")[2])): share
+                 for name, share in shares}
+        return PartitionShares.of(named)
+
+
+NO_SHARES = PartitionShares()
 
 
 def _key_name(key: PartitionKey) -> str:
     return f"{key[0]}/{key[1]}"
-
-
-def _name(partition: SourcePartition) -> str:
-    return f"{partition.topic}/{partition.partition}"
-
-
-def _shares(amounts: dict[str, int]) -> tuple[tuple[str, float], ...]:
-    total = sum(amounts.values())
-    if total <= 0:
-        return ()
-    return tuple(sorted(((k, v / total) for k, v in amounts.items()),
-                        key=lambda kv: (-kv[1], kv[0])))

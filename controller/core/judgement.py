@@ -57,9 +57,9 @@ def skew(model: QueryModel, settings: PolicySettings) -> Skew | None:
         shares, of = model.partition_arrival_shares, "arrivals"
     else:
         return None
-    if len(shares) < 2 or shares[0][1] <= settings.skew_partition_share:
+    if shares.partitions < 2 or shares.largest_share <= settings.skew_partition_share:
         return None
-    return Skew(shares[0][0], shares[0][1], of, len(shares))
+    return Skew(shares.largest, shares.largest_share, of, shares.partitions)
 
 
 KEY_SKEW_UNMEASURED = ("key skew across the state partitions is not measured (the job "

@@ -96,13 +96,15 @@ class Memo:
         return value
 
     def carried(self, make: Callable[[], T], key: Hashable) -> T:
-        """The helper `make()` made for `key`, kept across evaluations while each uses it: the
-        one stateful thing kept here (`arrival.Scan`), whose answer may depend on what it was
-        shown before, unlike the values above."""
+        """The helper `make()` made for `key`, kept across evaluations while each uses it:
+        `arrival.Scan`, the one stateful thing kept here, whose answer may depend on what it
+        was shown before, unlike the values above; or a value that must stay the same object
+        while it is used (the order `probes.intervals` gives a set of partitions)."""
         self._used.add(key)
         kept = self._carried.get(key)
         if kept is None:
-            kept = self._carried[key] = make()
+            kept = make()
+        _store(self._carried, key, kept)
         return kept
 
     def _aligned(self, key: Hashable, records: Sequence[Any], arity: int,
@@ -115,8 +117,17 @@ class Memo:
         overlap = _overlap(old, records)
         reused = values[len(old) - overlap:] if overlap > arity else ()
         found = reused + tuple(compute_from(len(reused)))
-        self._sequences[key] = (list(records), found)
+        _store(self._sequences, key, (list(records), found))
         return found
+
+
+def _store(kept: dict[Hashable, Any], key: Hashable, value: Any) -> None:
+    """`kept[key] = value`, keyed by `key` itself rather than an equal key stored before. A
+    key may hold a query's set of partitions, made anew with each batch: a dict keeps the key
+    first stored, and every lookup with the new one compared the two sets element by element
+    (a thousand partitions, four lookups a cycle); after this one, by identity."""
+    kept.pop(key, None)
+    kept[key] = value
 
 
 def _overlap(old: list[object], new: Sequence[object]) -> int:

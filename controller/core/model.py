@@ -24,7 +24,15 @@ from typing import Any
 
 from controller.core import parallelism, probes
 from controller.core.arrival import ArrivalEstimate, Interval, Scan, intervals
-from controller.core.batches import Batches, SampleKey, lag_records, rate_points, summarise
+from controller.core.batches import (
+    NO_SHARES,
+    Batches,
+    PartitionShares,
+    SampleKey,
+    lag_records,
+    rate_points,
+    summarise,
+)
 from controller.core.cluster import CoreGrant
 from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
@@ -88,10 +96,10 @@ class QueryModel:
     trigger_interval_s: float = 0.0
     source_topics: tuple[str, ...] = ()
     sink_topics: tuple[str, ...] = ()
-    partition_lag_shares: tuple[tuple[str, float], ...] = ()
-    """Per source partition ('topic/p') its share of the newest sample's lag, largest first."""
-    partition_arrival_shares: tuple[tuple[str, float], ...] = ()
-    """Per source partition its share of the arrivals over the newest `arrival_window_s`."""
+    partition_lag_shares: PartitionShares = NO_SHARES
+    """How the newest sample's lag divides among the source partitions."""
+    partition_arrival_shares: PartitionShares = NO_SHARES
+    """How the arrivals over the newest `arrival_window_s` divide among them."""
     task_skew: float = 1.0
     """How much longer the newest batch took than an even split of its records over its
     units would (units ÷ `batches.batch_concurrency`); it holds while the input parallelism

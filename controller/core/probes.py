@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from operator import sub
+from operator import gt, sub
 from types import MappingProxyType
+from typing import cast
 
 from controller.core.arrival import Interval, PartitionKey
 from controller.core.memo import Memo
@@ -42,7 +44,7 @@ class EndOffsets:
     offsets: Mapping[PartitionKey, int]
 
     def covers(self, keys: Collection[PartitionKey]) -> bool:
-        return all(k in self.offsets for k in keys)
+        return self.offsets.keys() >= (keys if isinstance(keys, AbstractSet) else set(keys))
 
 
 def end_offsets(at_ms: int, offsets: Mapping[PartitionKey, int]) -> EndOffsets:
@@ -122,19 +124,40 @@ def intervals(probes: Sequence[EndOffsets], keys: Collection[PartitionKey],
     shrinking offset (topic recreated) counts as no growth, as for the batches. `memo` keeps
     what each probe and pair gave while they stay in the log."""
     memo, asked = memo or Memo(), frozenset(keys)
-
-    keys = tuple(asked)
-
-    def grown(before: EndOffsets, after: EndOffsets) -> Interval:
-        # Per key in C (a thousand partitions a query): the growth, none where it shrank.
-        steps = list(map(sub, _offsets(after, keys), _offsets(before, keys)))
-        records = sum(steps) if min(steps, default=0) >= 0 else sum(s for s in steps if s > 0)
-        return Interval(before.at_ms, after.at_ms, records)
-    return list(memo.pairs(grown, covering(probes, asked, memo), ("grown", asked)))
+    if not asked:
+        return []
+    # One order of the keys for every probe's column while they are kept: an equal set built
+    # anew may iterate in another.
+    ordered = memo.carried(lambda: tuple(asked), ("key order", asked))
+    columns = memo.each(lambda probe: _Column.of(probe, ordered), probes, ("columns", asked))
+    return list(memo.pairs(_grown, [c for c in columns if c is not None]))
 
 
-def _offsets(probe: EndOffsets, keys: tuple[PartitionKey, ...]) -> Iterable[int]:
-    return map(probe.offsets.__getitem__, keys)
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """One probe's end offsets of one query's partitions, in one order, and their sum."""
+
+    at_ms: int
+    offsets: tuple[int, ...]
+    total: int
+
+    @staticmethod
+    def of(probe: EndOffsets, keys: tuple[PartitionKey, ...]) -> _Column | None:
+        """None when the probe did not answer for every one of `keys`."""
+        found = tuple(map(probe.offsets.get, keys))
+        if None in found:
+            return None
+        offsets = cast(tuple[int, ...], found)
+        return _Column(probe.at_ms, offsets, sum(offsets))
+
+
+def _grown(before: _Column, after: _Column) -> Interval:
+    """Per key in C (a thousand partitions a query): the growth, none where it shrank."""
+    if any(map(gt, before.offsets, after.offsets)):
+        records = sum(step for step in map(sub, after.offsets, before.offsets) if step > 0)
+    else:
+        records = after.total - before.total
+    return Interval(before.at_ms, after.at_ms, records)
 
 
 @dataclass(frozen=True, slots=True)

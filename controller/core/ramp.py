@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import accumulate
+from operator import attrgetter, mul
 from typing import TYPE_CHECKING
 
 from controller.settings import ModelSettings
@@ -65,21 +66,30 @@ def _may_rise(span: Sequence[Interval], shift_ratio: float,
     if not span:
         return found
     origin = (span[-1].start_ms + span[-1].end_ms) / 2000  # centred: sums of squares stay exact
-    n = sx = sy = sxx = sxy = 0.0
-    for first in range(len(span) - 1, -1, -1):
-        interval = span[first]
-        x, y = (interval.start_ms + interval.end_ms) / 2000 - origin, interval.rate
-        n, sx, sy, sxx, sxy = n + 1, sx + x, sy + y, sxx + x * x, sxy + x * y
-        if first >= starts:
-            continue  # too short a span to be a candidate: its sums are needed, not its test
-        spread = n * sxx - sx * sx
+    xs = [(interval.start_ms + interval.end_ms) / 2000 - origin for interval in span]
+    ys = [interval.rate for interval in span]
+    # Sums over each suffix, newest first, added in the order a loop from the newest would
+    # (the same floats), in C: only the candidates' tests run in Python.
+    size = len(span)
+    sx, sy = _suffix_sums(xs), _suffix_sums(ys)
+    sxx, sxy = _suffix_sums(list(map(mul, xs, xs))), _suffix_sums(list(map(mul, xs, ys)))
+    for first in range(min(starts, size)):
+        n = float(size - first)
+        spread = n * sxx[first] - sx[first] * sx[first]
         if spread <= 0:
             found[first] = True
             continue
-        rise = (n * sxy - sx * sy) / spread * -x
-        needed = (shift_ratio - 1) * sy / n
+        rise = (n * sxy[first] - sx[first] * sy[first]) / spread * -xs[first]
+        needed = (shift_ratio - 1) * sy[first] / n
         found[first] = rise >= needed - _ROUNDING * (abs(rise) + abs(needed) + 1)
     return found
+
+
+def _suffix_sums(values: list[float]) -> list[float]:
+    """Σ values[i:] for each i, summed from the last value back (0.0 + the last first)."""
+    sums = list(accumulate(reversed(values), initial=0.0))[1:]
+    sums.reverse()
+    return sums
 
 
 def _ramp_fit(span: Sequence[Interval], shift_ratio: float) -> tuple[float, float] | None:

@@ -184,8 +184,7 @@ def arriving_from(model: QueryModel, topics: Collection[str]) -> float | None:
     shares = model.partition_arrival_shares
     if not shares:
         return None
-    return model.arrival_rate * sum(share for partition, share in shares
-                                    if partition.rpartition("/")[0] in topics)
+    return model.arrival_rate * shares.of_topics(topics)
 
 
 def steady_output(model: QueryModel, inflow: Inflow) -> Output:

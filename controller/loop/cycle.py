@@ -65,7 +65,7 @@ from controller.loop.ports import (
     OffsetProbe,
 )
 from controller.loop.probing import Prober
-from controller.loop.settling import Settler
+from controller.loop.settling import LoopRecords, Settler
 from controller.loop.sharing import division as division_of
 from controller.loop.sharing import note_demands
 from controller.settings import ControllerSettings
@@ -104,11 +104,13 @@ class ControlLoop:
         self._overload_record_ms = int(settings.overload_record_interval_s * 1000)
         self._windows = Windows(settings.model)
         self._actuator = Actuator(settings, ports.control, ports.decisions, new_id)
-        self._settler = Settler(settings, ports, self._actuator)
         self.queries = Memory()
         """Every query's record (`memory.QueryMemory`)."""
         self.standbys = Standbys(settings.policy.lost_after_min_s)
         """Every instance heard from, standbys included (`failover`)."""
+        self._settler = Settler(settings, ports, self._actuator,
+                                LoopRecords(self.queries, self._windows, self.standbys),
+                                self.leads)
         self._prober = Prober(settings, ports.offsets, ports.clock, ports.observer)
         self._lead = Lead(settings.instance_id, ports.leadership, ports.observer,
                           self._actuator, new_id)
@@ -159,8 +161,7 @@ class ControlLoop:
                                     if w.last_sample is not None))
         try:
             self._lead.this_cycle(now_ms, self.queries, self.standbys)
-            self._settler.settle(self.queries, self._windows, self.standbys, self.leads,
-                                 now_ms)
+            self._settler.settle(now_ms)
             if self._judging(now_ms):
                 verdicts = self.decide_all(now_ms)
                 for window in self._windows:

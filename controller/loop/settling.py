@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from controller.core.failover import Standbys
 from controller.core.state import InFlight, ack_overdue, applied, settled
@@ -27,6 +27,14 @@ from schemas import Ack, Outcome
 log = logging.getLogger("controller")
 
 
+class LoopRecords(NamedTuple):
+    """The loop's own records settling changes."""
+
+    queries: Memory
+    windows: Windows
+    standbys: Standbys
+
+
 class SettlingPorts(Protocol):
     """What settling reads of the loop's ports (`cycle.Ports`)."""
 
@@ -39,28 +47,31 @@ class SettlingPorts(Protocol):
 
 
 class Settler:
-    def __init__(self, settings: ControllerSettings, ports: SettlingPorts,
-                 actuator: Actuator) -> None:
+    """Settles the tuples in flight of the loop's own records: `queries`, `windows` and
+    `standbys` are the loop's, held for its life; `leads` says which queries it settles."""
+
+    def __init__(self, settings: ControllerSettings, ports: SettlingPorts, actuator: Actuator,
+                 records: LoopRecords, leads: Callable[[str], bool]) -> None:
         self._ack_timeout_s = settings.ack_timeout_s
         self._cooldown_s = settings.policy.cooldown_s
         self._ports = ports
         """Read at each use: the loop's observer may be swapped after it is built."""
         self._actuator = actuator
+        self._queries, self._windows, self._standbys = records
+        self._leads = leads
 
-    def settle(self, queries: Memory, windows: Windows, standbys: Standbys,
-               leads: Callable[[str], bool], now_ms: int) -> None:
-        """The acks of the queries `leads` names, and the tuples whose ack is overdue."""
+    def settle(self, now_ms: int) -> None:
+        """The acks of the queries this instance leads, and the tuples whose ack is overdue."""
         for ack in self._ports.acks.poll(0.0):
-            if leads(ack.query_id):
-                self._on_ack(ack, queries, windows, standbys, now_ms)
-        for query_id, query in list(queries.items()):
+            if self._leads(ack.query_id):
+                self._on_ack(ack, now_ms)
+        for query_id, query in list(self._queries.items()):
             flight = query.state.in_flight
             if flight is not None and ack_overdue(query.state, now_ms, self._ack_timeout_s):
                 self._on_timeout(query_id, query, flight, now_ms)
 
-    def _on_ack(self, ack: Ack, queries: Memory, windows: Windows, standbys: Standbys,
-                now_ms: int) -> None:
-        query = queries.get(ack.query_id)
+    def _on_ack(self, ack: Ack, now_ms: int) -> None:
+        query = self._queries.get(ack.query_id)
         flight = query.state.in_flight if query is not None else None
         if query is None or flight is None or flight.control_id != ack.control_id:
             log.info("ignoring ack %s of control %s for %s: not in flight (late or not ours)",
@@ -75,17 +86,17 @@ class Settler:
         if ack.outcome is Outcome.APPLIED:
             log.info("%s: control %s applied at epoch %d (pause %d ms): %s", ack.query_id,
                      ack.control_id, ack.epoch, ack.pause_ms, ack.detail)
-            window = windows.get(ack.query_id)
+            window = self._windows.get(ack.query_id)
             if window is not None:
                 window.require_epoch(ack.epoch)
             if flight.instance:
-                standbys.promoted(ack.query_id, flight.instance, now_ms)
+                self._standbys.promoted(ack.query_id, flight.instance, now_ms)
             note_taken(query, flight, self._ports.cluster)
         else:
             log.warning("%s: control %s %s by %s: %s", ack.query_id, ack.control_id,
                         ack.outcome.value.lower(), ack.instance_id, ack.detail)
             if flight.instance:
-                wait_s = standbys.refused(ack.query_id, flight.instance, now_ms, ack.detail)
+                wait_s = self._standbys.refused(ack.query_id, flight.instance, now_ms, ack.detail)
                 log.warning("%s: standby %s is not promoted again for %.0f s", ack.query_id,
                             flight.instance, wait_s)
         self._actuator.outcome(ack.query_id, flight, f"ack_{ack.outcome.value.lower()}",

@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from controller.core.arrival import Interval, intervals
-from controller.core.batches import partition_arrivals
+from controller.core.batches import PartitionShares, partition_arrivals
 from schemas import SourcePartition, TaskMetrics
 from tests.unit.controller.traces import T0_MS, Job, simulate
 
@@ -36,12 +36,11 @@ def test_the_arrivals_per_partition_are_the_sums_of_each_pairs_growth(
         shown = {p: o for p, o in latest.items() if (p + len(samples)) % 5 or len(steps) < 4}
         samples.append(replace(SAMPLE, batch_id=len(samples), partitions=tuple(
             SourcePartition("in", p, 0, 0, o) for p, o in sorted(shown.items()))))
-    expected: dict[str, int] = {}
+    expected: dict[tuple[str, int], int] = {}
     for before, after in pairwise(samples):
         old, new = known(before), known(after)
         for key in old.keys() & new.keys():
-            name = f"{key[0]}/{key[1]}"
-            expected[name] = expected.get(name, 0) + max(0, new[key] - old[key])
+            expected[key] = expected.get(key, 0) + max(0, new[key] - old[key])
     assert partition_arrivals(tuple(samples)) == expected
 
 
@@ -67,3 +66,16 @@ def test_the_arrival_intervals_are_each_pairs_growth_over_the_partitions_both_kn
             expected.append(Interval(before.batch_start_ms, after.batch_start_ms,
                                      sum(max(0, new[k] - old[k]) for k in common)))
     assert intervals(samples) == expected
+
+
+def test_a_topics_share_sums_its_partitions_shares_largest_first_whatever_their_order() -> None:
+    """The same float in every process: summed in a fixed order (the largest share first, ties
+    by name), not in the order a set of topic names iterates."""
+    amounts = {("t1", 0): 1, ("x", 0): 6, ("t3", 0): 3, ("t2", 0): 1}
+    for ordered in (amounts, dict(reversed(amounts.items()))):
+        shares = PartitionShares.of(ordered)
+        assert shares.of_topics({"t1", "t2", "t3"}) == 3 / 11 + 1 / 11 + 1 / 11
+        assert (shares.largest, shares.largest_share, shares.partitions) == ("x/0", 6 / 11, 4)
+    tied = PartitionShares.of({("in", 10): 5, ("in", 2): 5})
+    assert tied.largest == "in/10"  # the first by name among equal shares
+    assert not PartitionShares.of({("in", 0): 0}) and not PartitionShares.of({})

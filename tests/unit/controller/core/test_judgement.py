@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.core.batches import PartitionShares
 from controller.core.judgement import judge_effect, liveness, lost_timeout_s, skew
 from controller.core.model import QueryModel
 from controller.core.policy import decide
@@ -33,8 +34,8 @@ def model(**changes: Any) -> QueryModel:
         time_to_drain_s=math.inf, batch_overhead_s=1.5, overhead_source="fit",
         batch_cap=4000, batch_cap_source="reported", recent_throughput=348,
         source_topics=("in",), sink_topics=("out",),
-        partition_lag_shares=(("in/0", 0.5), ("in/1", 0.5)),
-        partition_arrival_shares=(("in/0", 0.5), ("in/1", 0.5)))
+        partition_lag_shares=PartitionShares.listed(("in/0", 0.5), ("in/1", 0.5)),
+        partition_arrival_shares=PartitionShares.listed(("in/0", 0.5), ("in/1", 0.5)))
     return replace(base, **changes)
 
 
@@ -81,13 +82,13 @@ def test_at_the_slots_a_throttle_is_recommended_instead_of_silence() -> None:
 
 
 def test_skew_is_named_with_the_partition_and_its_share() -> None:
-    hot = model(partition_lag_shares=(("in/0", 0.95), ("in/1", 0.05)))
+    hot = model(partition_lag_shares=PartitionShares.listed(("in/0", 0.95), ("in/1", 0.05)))
     found = skew(hot, POLICY)
     assert found is not None and (found.partition, found.of) == ("in/0", "backlog")
     verdict = decide(hot, ControlState(), NOW, POLICY)
     assert "skew: partition in/0 holds 95% of the backlog across 2 partitions" in verdict.reason
     assert skew(model(), POLICY) is None
-    single = model(partition_lag_shares=(("in/0", 1.0),))
+    single = model(partition_lag_shares=PartitionShares.listed(("in/0", 1.0)))
     assert skew(single, POLICY) is None  # one partition: nothing to be uneven across
 
 

@@ -203,7 +203,9 @@ def test_a_cap_clipped_at_the_jobs_limit_keeps_the_records_per_unit_it_followed(
 def test_partition_shares_name_the_hot_partition() -> None:
     job = Job([(0, 800)], 210, 2, max_per_batch=500, skew=0.8)
     m = modelled(simulate(job, 30)[-10:])
-    assert m.partition_arrival_shares[0] == ("in/0", pytest.approx(0.9, abs=0.02))
-    assert m.partition_lag_shares[0][0] == "in/0"
+    arrivals = m.partition_arrival_shares
+    assert arrivals.largest == "in/0" and arrivals.largest_share == pytest.approx(0.9, abs=0.02)
+    assert arrivals.partitions == 2 and arrivals.of_topics({"in"}) == pytest.approx(1.0)
+    assert m.partition_lag_shares.largest == "in/0"
     assert m.sink_topics == ("out",) and m.source_topics == ("in",)
     assert m.selectivity == 1.0

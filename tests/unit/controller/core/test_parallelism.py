@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from controller.core.batches import PartitionShares
 from controller.core.cluster import CoreGrant
 from controller.core.model import QueryModel, evaluate
 from controller.core.parallelism import CORES_WANTED, executors_wanted, knob_range
@@ -95,7 +96,7 @@ def test_a_quiet_stateful_job_steps_down_below_the_kafka_partition_count() -> No
 
 def test_a_hot_kafka_partition_is_not_called_skew_of_a_state_partitioned_job() -> None:
     """A shuffle spreads keys, not Kafka partitions; key skew itself is not measurable."""
-    hot = stateful(partition_lag_shares=(("in/0", 0.9), ("in/1", 0.1)))
+    hot = stateful(partition_lag_shares=PartitionShares.listed(("in/0", 0.9), ("in/1", 0.1)))
     verdict = decide(hot, ControlState(), NOW, POLICY)
     assert isinstance(verdict, Scale) and "partition in/0" not in verdict.reason
     assert KEY_SKEW in verdict.reason

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.core.batches import NO_SHARES, PartitionShares
 from controller.core.model import QueryModel
 from controller.core.policy import decide, target_units
 from controller.core.results import Hold, Scale
@@ -236,7 +237,7 @@ def test_a_reader_of_an_external_topic_too_counts_only_its_upstreams_share_in_wh
         ) -> None:
     # c reads b-out, where b sends 400/s for good with 184/s of surplus, and clicks, where
     # producers outside the plan write 300/s: 700/s, of which b-out's 4/7 is 400/s, no catch-up
-    shares = (("b-out/0", 2 / 7), ("b-out/1", 2 / 7), ("clicks/0", 3 / 7))
+    shares = PartitionShares.listed(("clicks/0", 3 / 7), ("b-out/0", 2 / 7), ("b-out/1", 2 / 7))
     both = model(arrival_rate=700, source_topics=("b-out", "clicks"),
                  partition_arrival_shares=shares)
     b = Output(steady=400, extra=NO_INFLOW, surplus=184)
@@ -249,7 +250,7 @@ def test_a_reader_of_an_external_topic_too_counts_only_its_upstreams_share_in_wh
     assert received(both, [resized], {"b-out"}).steady == pytest.approx(150)
     # no shares yet to tell b-out from clicks: none of 800/s passes (a reader of b-out alone
     # needs no shares: 184/s of it would)
-    unknown = replace(both, arrival_rate=800, partition_arrival_shares=())
+    unknown = replace(both, arrival_rate=800, partition_arrival_shares=NO_SHARES)
     assert received(unknown, [b], {"b-out"}).passing == 0
     alone = replace(unknown, source_topics=("b-out",))
     assert received(alone, [b], {"b-out"}).passing == pytest.approx(184)
@@ -260,7 +261,8 @@ def test_a_reader_of_an_upstream_catching_up_and_of_an_external_topic_is_resized
     """c as in test_a_reader_of_an_upstream_catching_up_is_not_resized_for_it, but 207/s of
     its 607/s are clicks from outside the plan: b-out brings the 400/s b sends for good, none
     of b's catch-up, so c's growth is its own."""
-    shares = (("b-out/0", 200 / 607), ("b-out/1", 200 / 607), ("clicks/0", 207 / 607))
+    shares = PartitionShares.listed(("clicks/0", 207 / 607), ("b-out/0", 200 / 607),
+                                    ("b-out/1", 200 / 607))
     c = reader_c(source_topics=("b-out", "clicks"), partition_arrival_shares=shares)
     assert isinstance(plan({"b": catching_up_b(), "c": c}, {}, NOW, POLICY)["c"], Scale)
 
