@@ -3,7 +3,6 @@ what a job, a controller and a job's acks wrote is what the commands print."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -50,11 +49,9 @@ def test_status_prints_each_query_with_its_last_decision_and_pause_the_worst_fir
     assert "skipped an undecodable record" in err and t["metrics"] in err
     row = next(line for line in out.splitlines() if line.startswith("q "))
     assert row.split()[1:5] == ["100", "100", "40", "2"]
-    # 5 s busy since the first batch began, 9.5 s before the newest ended and `seen` (whole
-    # seconds) before status looked: however long that took on a busy machine.
-    seen_s = int(row.split()[6].rstrip("s"))
-    busy = int(row.split()[5].rstrip("%"))
-    assert math.floor(500 / (seen_s + 10.5)) <= busy <= math.ceil(500 / (seen_s + 8.5)), row
+    # Busy 5 s of the at least 10 s since its first batch began (the share's arithmetic:
+    # tests/unit/streamctl/test_board.py), whenever status looked.
+    assert 0 < int(row.split()[5].rstrip("%")) <= 50, row
     assert "scale_up input_parallelism 2→6" in row
     assert "reason: backlog 1 892 records growing 146/s" in out
     assert "last pause: 4.1 s" in out
