@@ -86,6 +86,8 @@ class Instances(Loop):
     def __init__(self, bootstrap: str, workdir: Path) -> None:
         super().__init__(bootstrap, workdir)
         self.commits: list[TaskMetrics] = []
+        self.last_heard: dict[str, tuple[float, TaskMetrics]] = {}
+        """Per instance, its newest metrics record (beats included) and when it arrived."""
 
     def start_instance(self, name: str, role: Role, standby: str = "warm") -> Child:
         t = self.topics
@@ -101,6 +103,7 @@ class Instances(Loop):
         return child
 
     def heard(self, at: float, metrics: TaskMetrics) -> None:
+        self.last_heard[metrics.instance_id] = (at, metrics)
         if metrics.batch_id >= 0 and metrics.input_rows > 0:
             self.commits.append(metrics)
 
@@ -112,10 +115,24 @@ class Instances(Loop):
                     if m.instance_id == instance and m.batch_end_ms > after_ms), default=None)
 
     def until(self, found: Callable[[], int | None], timeout_s: float, what: str) -> int:
-        self.wait(lambda: found() is not None, timeout_s, what)
+        try:
+            self.wait(lambda: found() is not None, timeout_s, what)
+        except RuntimeError as timed_out:
+            raise RuntimeError(f"{timed_out}\n{self.heard_lately()}") from None
         value = found()
         assert value is not None
         return value
+
+    def heard_lately(self) -> str:
+        """What each instance last said and when, and whether the benchmark's reader has
+        everything the broker holds: why a wait for its records timed out."""
+        now = time.monotonic()
+        said = "; ".join(f"{name}: batch {m.batch_id}{' (beat)' if m.beat else ''} "
+                         f"{now - at:.0f} s ago" for name, (at, m) in self.last_heard.items())
+        ends = self._tail.ends_now()
+        return (f"last heard: {said or 'nothing'}; the reader "
+                f"{'has' if self._tail.reached(ends) else 'lags behind'} every record "
+                f"the broker holds now ({ends})")
 
     def warm_standby(self, child: Child, timeout_s: float = 240) -> None:
         """Until the standby's warm-up batch ran (its log says so)."""

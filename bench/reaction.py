@@ -21,12 +21,14 @@ does not grow with the units) rightly sees no room (docs/model-and-policy.md).
 
 It reads the controller's decisions and the job's acks and metrics as they arrive and reports,
 per scenario, the figures of issue 12's table: load change → first control tuple, tuple →
-applied, its pause, change → lag back to its level before the change (the highest lag of the
-10 s before it), change → caught up (the first batch after the ack that left nothing at the
-broker when it was planned: `lag_records`, the controller's own measure of a backlog), change →
-sized (the last tuple's ack), and how many tuples were sent (a
-spike: none; a ramp: at most 2; down and idle: at most 2, each below the one before). For
-down and idle the "change" is the controller's start: the load is low from the beginning.
+applied, its pause, change → lag back to its level before the change (in seconds behind the
+input: the lag in records over the load's rate at that moment, at most the highest of the 10 s
+before the change; in records, a batch's worth of arrivals at 3 C is 7.5 times one at 0.4 C
+however fast the job runs), change → caught up (the first batch after the ack that left
+nothing at the broker when it was planned: `lag_records`, the controller's own measure of a
+backlog), change → sized (the last tuple's ack), and how many tuples were sent (a spike: none;
+a ramp: at most 2; down and idle: at most 2, each below the one before). For down and idle the
+"change" is the controller's start: the load is low from the beginning.
 
     .venv/bin/python -m bench.reaction --runs 5
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import threading
 import time
@@ -142,6 +145,8 @@ class Loop:
         self.decisions: list[tuple[float, Decision]] = []
         self.acks: list[tuple[float, Ack]] = []
         self.lags: list[tuple[float, int]] = []
+        self.load_rate: Callable[[float], float] = lambda _t: 0.0
+        """The load's records/s at a moment (`time.monotonic`), once a scenario's load runs."""
         self.left_behind: list[tuple[float, int]] = []
         """Per batch as it arrived: what it left at the broker when planned (`lag_records`)."""
         self._tail = Tail(bootstrap, {t["metrics"]: TaskMetrics, t["decisions"]: Decision,
@@ -244,7 +249,9 @@ class _Load:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=run_load, args=(spec, Ledger(10_000), self._stop),
                                         daemon=True)
-        self.started = time.monotonic()
+        self.started = started = time.monotonic()
+        # After the load ended, the rate it ended at: what is left is that many seconds behind.
+        loop.load_rate = lambda t: profile.rate_at(min(t - started, self.duration_s))
         self._thread.start()
 
     def __enter__(self) -> _Load:
@@ -329,11 +336,18 @@ def _by_hand_figures(loop: Loop, units: int, capacity: float, change: float, sen
 
 
 def _lag_back(loop: Loop, change: float, applied_at: float | None) -> float | None:
-    """When the lag first came back, after `applied_at`, to its highest in the 10 s before
-    the change (None: it did not, or nothing was applied)."""
-    level = max((lag for t, lag in loop.lags if change - 10 <= t < change), default=0)
+    """When the lag, in seconds behind the input, first came back after `applied_at` to its
+    highest in the 10 s before the change (None: it did not, or nothing was applied)."""
+    behind = [(t, _seconds_behind(lag, loop.load_rate(t))) for t, lag in loop.lags]
+    level = max((s for t, s in behind if change - 10 <= t < change), default=0.0)
     return None if applied_at is None else next(
-        (t for t, lag in loop.lags if t > applied_at and lag <= level), None)
+        (t for t, s in behind if t > applied_at and s <= level), None)
+
+
+def _seconds_behind(lag: int, rate: float) -> float:
+    """How long the input takes to bring `lag` records at `rate` records/s: the age of the
+    oldest unread record, were the rate steady (none left: 0; left with no input: never)."""
+    return 0.0 if lag == 0 else (lag / rate if rate > 0 else math.inf)
 
 
 def _caught_up(loop: Loop, applied_at: float | None) -> float | None:

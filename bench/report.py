@@ -171,10 +171,9 @@ def _by_hand(result: Result, figure: Callable[[float | None], str]) -> list[str]
             f"{result['batch_cap'] // 2:,} records a unit: what each size does on this "
             f"machine (`--by-hand UNITS …`; each row says when it was measured). The "
             f"controller chose {', '.join(chosen) or 'no size'} units in the step above. The "
-            f"high load stops {STEP_HIGH_S:.0f} s after the change: the lag comes back only "
-            "then, whatever the size, and a size caught up only then never kept up while it "
-            "lasted. A run whose tuple the job did not apply counts in runs, not in applied, "
-            "and has no figures.",
+            f"high load stops {STEP_HIGH_S:.0f} s after the change: a size caught up only then "
+            "never kept up while it lasted. A run whose tuple the job did not apply counts in "
+            "runs, not in applied, and has no figures.",
             "",
             *_table(["units set by hand", "runs", "applied", "change → tuple s",
                      "tuple → applied s", "pause s", "change → lag back s (≤ 40)",
@@ -451,9 +450,10 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "input at all, for 240 s from the controller's start (their change; it reads the "
      "metrics from their start, the calibration included). Medians over the runs; times "
      "from the load change, as the benchmark saw the decision and the ack arrive; \"lag "
-     "back\" is the first batch after the applied tuple whose lag is at most the highest of "
-     "the 10 s before the change (at the step's 3 C, what arrives during a batch is 7.5 "
-     "times what did at 0.4 C), \"caught up\" the first batch after the applied tuple "
+     "back\" is the first batch after the applied tuple whose lag, in seconds behind the "
+     "input (records over the load's rate then), is at most the highest of the 10 s before "
+     "the change (in records, what arrives during a batch at the step's 3 C is 7.5 times "
+     "what did at 0.4 C), \"caught up\" the first batch after the applied tuple "
      "that left nothing at the broker when it was planned (the controller's own measure of "
      "a backlog); \"sized\" is the last tuple's ack. A run of some scenarios "
      "(`--scenarios`) replaces their rows and keeps the others: each row says when it was "
