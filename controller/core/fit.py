@@ -1,8 +1,8 @@
 """The cost of one micro-batch: its fixed overhead and the true per-unit processing rate.
 
 Owns the least-squares fit busy_s ≈ overhead_s + (rows / units) / μ over the batches of a
-window, and the fallbacks when the batches cannot separate the two. Pure; `model` calls
-`fit_batch_cost` with the window's rate samples and the last overhead fitted for the query.
+window, and the fallbacks when the batches cannot separate the two. Pure; `batches` calls
+`fit_current_cost` with the window's rate samples and the last overhead fitted for the query.
 
 Why: every batch costs ~1.5 s on a 2-core machine whatever its size, so rows / busy_s / units
 (the rate of the walking skeleton) charges that overhead to the records and reads 59/s per
@@ -19,6 +19,12 @@ Fallback rules, in order:
    size, λT) is exactly when no new fit is possible.
 3. `assumed_zero` — otherwise c = 0, i.e. μ = Σ rows / Σ (busy × units): exact for the batch
    size the query runs now, pessimistic for larger ones, so it over-provisions rather than under.
+
+A shift in the records' cost (a new kind of record, a slower sink, a colder cache) is found as
+the arrival rate's level shift is (`controller.core.arrival`): the newest batches' rate departs
+from the window's before them (`shift_start`), and `fit_current_cost` measures μ on those alone.
+Fitted over the whole window, μ would follow such a step only as slow batches replace fast ones
+— a minute — while the backlog grows under a capacity still read as the old one.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from controller.settings import ModelSettings
 
@@ -56,12 +63,84 @@ class BatchCost:
     rate_error: float = 0.0
     """The relative standard error of μ over the batches it was measured on (`rate_error`);
     infinite from one batch, 0 for a cost given by hand."""
+    batches: int = 0
+    """How many batches μ was measured on (0: carried over, not measured)."""
+
+
+def fit_current_cost(points: Sequence[BatchPoint], settings: ModelSettings,
+                     remembered_overhead_s: float | None = None) -> BatchCost | None:
+    """c and μ of the batches since the records' cost last shifted (`shift_start`), else of
+    all of them (`fit_batch_cost`). The shift leaves the per-batch overhead as the window
+    measured it: what changed is the records' cost, and the few batches since rarely spread
+    enough to fit their own."""
+    points = _with_work(points)
+    whole = fit_batch_cost(points, settings, remembered_overhead_s)
+    if whole is None:
+        return None
+    start = shift_start(points, settings)
+    if start == 0:
+        return whole
+    kept = None if whole.source == "assumed_zero" else whole.overhead_s
+    return fit_batch_cost(points[start:], settings, kept)
+
+
+def shift_start(points: Sequence[BatchPoint], settings: ModelSettings) -> int:
+    """Where the newest run of batches whose per-record rate departs from the batches' before
+    it begins; 0 when there is none. Confirmed as an arrival level is: the newest
+    `level_confirm_intervals` batches agree with each other within `level_agreement`, every
+    batch of the run departs by more than `level_shift_ratio` in one direction, and the run has
+    been busy for `level_confirm_s`. The run reaches back as far as that holds.
+
+    A batch's rate depends on the overhead charged to it, and an overhead misjudged makes
+    larger batches look faster or slower: a run departs only when it does so both with no
+    overhead and with the largest one the window allows, and so whatever overhead lies
+    between (a batch's rate moves monotonically with it) — a load that merely changed the
+    batches' size is no shift in their cost."""
+    k = settings.level_confirm_intervals
+    if len(points) < 2 * k or not all(p.rows > 0 and p.units > 0 and p.busy_s > 0
+                                      for p in points):
+        return 0
+    largest = min(p.busy_s for p in points) * (1 - _MIN_USEFUL_SHARE)
+    unfitted = _departing_run(points, 0.0, settings)
+    widest = _departing_run(points, largest, settings)
+    if unfitted is None or widest is None or unfitted[1] != widest[1]:
+        return 0
+    start = max(unfitted[0], widest[0])
+    busy = sum(p.busy_s for p in points[start:])
+    return start if busy >= settings.level_confirm_s else 0
+
+
+def _departing_run(points: Sequence[BatchPoint], overhead_s: float,
+                   settings: ModelSettings) -> tuple[int, int] | None:
+    """(start, direction) of the newest departing run at this overhead, if any."""
+    k, ratio = settings.level_confirm_intervals, settings.level_shift_ratio
+    rates = [p.rows / (p.units * (p.busy_s - overhead_s)) for p in points]
+    newest = rates[-k:]
+    if min(newest) < max(newest) * (1 - settings.level_agreement):
+        return None
+    rows = [0, *accumulate(p.rows for p in points)]
+    useful = [0.0, *accumulate(p.units * (p.busy_s - overhead_s) for p in points)]
+    n = len(points)
+    start, direction = 0, 0
+    low, high = math.inf, 0.0
+    for s in range(n - 1, k - 1, -1):  # the run points[s:] against the batches before it
+        low, high = min(low, rates[s]), max(high, rates[s])
+        level = rows[s] / useful[s]
+        if high * ratio < level:
+            found = -1
+        elif low > level * ratio:
+            found = 1
+        else:
+            break
+        if s <= n - k:
+            start, direction = s, found
+    return (start, direction) if start else None
 
 
 def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
                    remembered_overhead_s: float | None = None) -> BatchCost | None:
     """c and μ from batches with rows; None when there is no such batch."""
-    points = [p for p in points if p.rows > 0 and p.units > 0 and p.busy_s > 0]
+    points = _with_work(points)
     if not points:
         return None
     fitted = _least_squares(points, settings)
@@ -70,6 +149,10 @@ def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
     if remembered_overhead_s is not None:
         return _useful_rate(points, remembered_overhead_s, "remembered")
     return _useful_rate(points, 0.0, "assumed_zero")
+
+
+def _with_work(points: Sequence[BatchPoint]) -> list[BatchPoint]:
+    return [p for p in points if p.rows > 0 and p.units > 0 and p.busy_s > 0]
 
 
 def _least_squares(points: Sequence[BatchPoint],
@@ -102,7 +185,8 @@ def _useful_rate(points: Sequence[BatchPoint], overhead_s: float, source: str) -
     useful = [p.units * (p.busy_s - overhead) for p in points]
     rows = sum(p.rows for p in points)
     per_unit = rows / sum(useful)
-    return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows))
+    return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows),
+                     len(points))
 
 
 def rate_error(points: Sequence[BatchPoint], useful: Sequence[float], per_unit: float,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from controller.core.fit import BatchPoint, fit_batch_cost
+from controller.core.fit import BatchPoint, fit_batch_cost, fit_current_cost, shift_start
 from controller.core.model import QueryModel, evaluate
 from controller.core.sizing import batch_cap_needed, capacity, required_units
 from controller.settings import ModelSettings
@@ -36,6 +36,53 @@ def test_batches_of_one_size_fall_back_to_the_remembered_overhead_then_to_zero()
     assert assumed is not None and assumed.source == "assumed_zero"
     # rows / busy / units: exact for these batches, low for bigger ones
     assert assumed.per_unit == pytest.approx(905 / (2 * 6.76), rel=0.01)
+
+
+def with_overhead(*rows: int, overhead_s: float = 1.0, rate: float = 100.0) -> list[BatchPoint]:
+    """Batches of these sizes at 4 units, busy the overhead and their records at `rate` a unit,
+    each ±5 % about it in turn."""
+    return [BatchPoint(r, 4, overhead_s + r / 4 / rate * (1.05 if n % 2 else 0.95))
+            for n, r in enumerate(rows)]
+
+
+# The bench's query that falls behind: each record costs 4× from one batch on, and it reads half
+# the records per batch in twice the busy time (16 units, 200 records in 0.5 s before).
+BEFORE = points(*[(200, 0.5)] * 20, units=16)
+SLOWER = points((100, 1.0), units=16)
+
+
+def test_a_step_in_the_records_cost_is_measured_on_the_batches_since_it() -> None:
+    cost = fit_current_cost(BEFORE + SLOWER * 4, SETTINGS)
+    assert cost is not None and cost.batches == 4
+    assert cost.per_unit == pytest.approx(100 / 16)
+    whole = fit_batch_cost(BEFORE + SLOWER * 4, SETTINGS)
+    assert whole is not None and whole.per_unit > 3 * cost.per_unit
+
+
+def test_a_cost_shift_waits_for_agreeing_batches_busy_for_the_confirmation_time() -> None:
+    # 3 slow batches are busy 3 s of the 3.5 s (`level_confirm_s`) a new level must show.
+    assert shift_start(BEFORE + SLOWER * 3, SETTINGS) == 0
+    assert shift_start(BEFORE + SLOWER * 4, SETTINGS) == 20
+    # The newest two 4× and 3× slower: no level they agree on yet.
+    assert shift_start(BEFORE + SLOWER * 4 + points((100, 0.75), units=16), SETTINGS) == 0
+
+
+def test_a_fall_in_the_records_cost_is_a_shift_too() -> None:
+    assert shift_start(SLOWER * 20 + BEFORE[:4], SETTINGS) == 0  # busy 2 s of 3.5
+    cost = fit_current_cost(SLOWER * 20 + BEFORE[:7], SETTINGS)
+    assert cost is not None and cost.per_unit == pytest.approx(200 / 16 / 0.5)
+
+
+@pytest.mark.parametrize("sizes", [[100] * 20 + [400] * 5, [400] * 20 + [100] * 5],
+                         ids=["larger", "smaller"])
+def test_batches_that_changed_size_at_an_unchanged_cost_are_no_shift(sizes: list[int]) -> None:
+    # Charged no overhead, the larger batches read 2.5× faster than the smaller: a load that
+    # changed, not a cost.
+    batches = with_overhead(*sizes)
+    assert shift_start(batches, SETTINGS) == 0
+    cost = fit_current_cost(batches, SETTINGS)
+    assert cost is not None and cost.batches == len(sizes)
+    assert cost.per_unit == pytest.approx(100, rel=0.05)
 
 
 def test_a_noisy_fit_is_not_trusted() -> None:
