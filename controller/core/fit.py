@@ -70,60 +70,77 @@ class BatchCost:
 def fit_current_cost(points: Sequence[BatchPoint], settings: ModelSettings,
                      remembered_overhead_s: float | None = None) -> BatchCost | None:
     """c and μ of the batches since the records' cost last shifted (`shift_start`), else of
-    all of them (`fit_batch_cost`). The shift leaves the per-batch overhead as the window
-    measured it: what changed is the records' cost, and the few batches since rarely spread
-    enough to fit their own."""
+    all of them (`fit_batch_cost`). Since a shift, μ is measured with the overhead last fitted
+    for the query, else the window's (none when the window could not fit one): what changed
+    is the records' cost, a window straddling the shift fits a biased overhead, and a run of
+    a few batches is no ground to fit one afresh."""
     points = _with_work(points)
     whole = fit_batch_cost(points, settings, remembered_overhead_s)
     if whole is None:
         return None
-    start = shift_start(points, settings)
+    known = remembered_overhead_s
+    if known is None and whole.source == "fit":
+        known = whole.overhead_s
+    start = shift_start(points, settings, known)
     if start == 0:
         return whole
-    kept = None if whole.source == "assumed_zero" else whole.overhead_s
-    return fit_batch_cost(points[start:], settings, kept)
+    if known is None:
+        return _useful_rate(points[start:], 0.0, "assumed_zero")
+    return _useful_rate(points[start:], known, "remembered")
 
 
-def shift_start(points: Sequence[BatchPoint], settings: ModelSettings) -> int:
+def shift_start(points: Sequence[BatchPoint], settings: ModelSettings,
+                overhead_s: float | None = None) -> int:
     """Where the newest run of batches whose per-record rate departs from the batches' before
-    it begins; 0 when there is none. Confirmed as an arrival level is: the newest
-    `level_confirm_intervals` batches agree with each other within `level_agreement`, every
-    batch of the run departs by more than `level_shift_ratio` in one direction, and the run has
-    been busy for `level_confirm_s`. The run reaches back as far as that holds.
+    it begins; 0 when there is none. Confirmed much as an arrival level is: every batch of the
+    run departs by more than `level_shift_ratio` in one direction from the batches before it,
+    charged the overhead last fitted (`overhead_s`, else none), and the run holds
+    `min_samples` batches busy for `level_confirm_s` in all (a stall of a batch or two is
+    noise, not a new cost). The run reaches back as far as that holds. Unlike arrival
+    intervals, batches need not agree with each other: a real job's busy time jitters by a
+    quarter, and so many departing together are no burst that is ending.
 
-    A batch's rate depends on the overhead charged to it, and an overhead misjudged makes
-    larger batches look faster or slower: a run departs only when it does so both with no
-    overhead and with the largest one the window allows, and so whatever overhead lies
-    between (a batch's rate moves monotonically with it) — a load that merely changed the
-    batches' size is no shift in their cost."""
-    k = settings.level_confirm_intervals
-    if len(points) < 2 * k or not all(p.rows > 0 and p.units > 0 and p.busy_s > 0
-                                      for p in points):
+    A batch costs more the larger it is, and less per record (its fixed costs spread wider,
+    whatever their form, and an overhead misjudged shows the same): a run of smaller batches
+    that read slower but take less time, or of larger ones that read faster but take more, is
+    what a change of load alone does, and no shift in the records' cost
+    (`_unexplained_by_size`)."""
+    if len(points) < 2 * settings.min_samples or not all(
+            p.rows > 0 and p.units > 0 and p.busy_s > 0 for p in points):
         return 0
     largest = min(p.busy_s for p in points) * (1 - _MIN_USEFUL_SHARE)
-    unfitted = _departing_run(points, 0.0, settings)
-    widest = _departing_run(points, largest, settings)
-    if unfitted is None or widest is None or unfitted[1] != widest[1]:
+    found = _departing_run(points, min(overhead_s or 0.0, largest), settings)
+    if found is None:
         return 0
-    start = max(unfitted[0], widest[0])
+    start, direction = found
+    if not _unexplained_by_size(points[start:], points[:start], direction):
+        return 0
     busy = sum(p.busy_s for p in points[start:])
     return start if busy >= settings.level_confirm_s else 0
 
 
+def _unexplained_by_size(run: Sequence[BatchPoint], before: Sequence[BatchPoint],
+                         direction: int) -> bool:
+    """Whether a run that reads slower (`direction` -1) or faster (+1) than the batches before
+    it does so against their sizes: slower yet no quicker on average, or faster yet no slower.
+    (Slower and no smaller implies no quicker, so the busy time alone tells.)"""
+    busy = sum(p.busy_s for p in run) / len(run)
+    busy_before = sum(p.busy_s for p in before) / len(before)
+    return busy >= busy_before if direction < 0 else busy <= busy_before
+
+
 def _departing_run(points: Sequence[BatchPoint], overhead_s: float,
                    settings: ModelSettings) -> tuple[int, int] | None:
-    """(start, direction) of the newest departing run at this overhead, if any."""
-    k, ratio = settings.level_confirm_intervals, settings.level_shift_ratio
+    """(start, direction) of the newest departing run of at least `min_samples` batches at
+    this overhead, if any."""
+    ratio, shortest = settings.level_shift_ratio, settings.min_samples
     rates = [p.rows / (p.units * (p.busy_s - overhead_s)) for p in points]
-    newest = rates[-k:]
-    if min(newest) < max(newest) * (1 - settings.level_agreement):
-        return None
     rows = [0, *accumulate(p.rows for p in points)]
     useful = [0.0, *accumulate(p.units * (p.busy_s - overhead_s) for p in points)]
     n = len(points)
     start, direction = 0, 0
     low, high = math.inf, 0.0
-    for s in range(n - 1, k - 1, -1):  # the run points[s:] against the batches before it
+    for s in range(n - 1, shortest - 1, -1):  # the run points[s:] against those before it
         low, high = min(low, rates[s]), max(high, rates[s])
         level = rows[s] / useful[s]
         if high * ratio < level:
@@ -132,7 +149,7 @@ def _departing_run(points: Sequence[BatchPoint], overhead_s: float,
             found = 1
         else:
             break
-        if s <= n - k:
+        if n - s >= shortest:
             start, direction = s, found
     return (start, direction) if start else None
 
