@@ -51,16 +51,12 @@ class ModelSettings:
     into the whole window and sizing the query too small. Arrivals in bursts (an upstream
     job's batches) are averaged over the whole window: 10 s of them hold a burst or two. μ,
     throughput and busy ratio keep the whole window: they describe the query, not the load,
-    and more samples steady them (μ but since a shift in the records' cost:
-    `controller.core.fit.shift_start`)."""
+    and more samples steady them."""
 
     level_shift_ratio: float = 1.5
     """An arrival interval whose rate is beyond this factor of the current level (or below
-    level / factor) is a candidate level shift (`controller.core.arrival`); a run of
-    `min_samples` batches busy for `level_confirm_s`, each of whose records' rate departs as
-    far from the batches' before it, is a shift in their cost (`controller.core.fit`). A
-    stationary load that varies by ±20 % stays inside it (1.2 / 0.8 = 1.5), so noise is
-    averaged, not chased."""
+    level / factor) is a candidate level shift (`controller.core.arrival`). A stationary load that
+    varies by ±20 % stays inside it (1.2 / 0.8 = 1.5), so noise is averaged, not chased."""
 
     level_agreement: float = 0.2
     """Two arrival intervals measure the same level when their rates differ by at most this

@@ -18,7 +18,7 @@ from typing import Any
 
 from controller.core import parallelism
 from controller.core.arrival import Interval, Latest, PartitionKey, intervals, latest, steps
-from controller.core.fit import BatchCost, BatchPoint, fit_current_cost
+from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.shedding import observed_shedding
 from controller.settings import ModelSettings
@@ -98,7 +98,7 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
         recent_lags=tuple(memo.each(lag_records, samples)[len(samples) - len(recent):]),
         intervals=tuple(intervals(samples, memo)),
         known=memo.whole(_known, samples[-1:], latests[-1]), points=tuple(points),
-        cost=fit_current_cost(points, settings, remembered_overhead_s), rows_seen=bool(worked),
+        cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=bool(worked),
         figures=MappingProxyType(figures))
 
 

@@ -1,8 +1,8 @@
 """The cost of one micro-batch: its fixed overhead and the true per-unit processing rate.
 
 Owns the least-squares fit busy_s ≈ overhead_s + (rows / units) / μ over the batches of a
-window, and the fallbacks when the batches cannot separate the two. Pure; `batches` calls
-`fit_current_cost` with the window's rate samples and the last overhead fitted for the query.
+window, and the fallbacks when the batches cannot separate the two. Pure; `model` calls
+`fit_batch_cost` with the window's rate samples and the last overhead fitted for the query.
 
 Why: every batch costs ~1.5 s on a 2-core machine whatever its size, so rows / busy_s / units
 (the rate of the walking skeleton) charges that overhead to the records and reads 59/s per
@@ -19,12 +19,6 @@ Fallback rules, in order:
    size, λT) is exactly when no new fit is possible.
 3. `assumed_zero` — otherwise c = 0, i.e. μ = Σ rows / Σ (busy × units): exact for the batch
    size the query runs now, pessimistic for larger ones, so it over-provisions rather than under.
-
-A shift in the records' cost (a new kind of record, a slower sink, a colder cache) is found as
-the arrival rate's level shift is (`controller.core.arrival`): the newest batches' rate departs
-from the window's before them (`shift_start`), and `fit_current_cost` measures μ on those alone.
-Fitted over the whole window, μ would follow such a step only as slow batches replace fast ones
-— a minute — while the backlog grows under a capacity still read as the old one.
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 
 from controller.settings import ModelSettings
 
@@ -63,101 +56,12 @@ class BatchCost:
     rate_error: float = 0.0
     """The relative standard error of μ over the batches it was measured on (`rate_error`);
     infinite from one batch, 0 for a cost given by hand."""
-    batches: int = 0
-    """How many batches μ was measured on (0: carried over, not measured)."""
-
-
-def fit_current_cost(points: Sequence[BatchPoint], settings: ModelSettings,
-                     remembered_overhead_s: float | None = None) -> BatchCost | None:
-    """c and μ of the batches since the records' cost last shifted (`shift_start`), else of
-    all of them (`fit_batch_cost`). Since a shift, μ is measured with the overhead last fitted
-    for the query, else the window's (none when the window could not fit one): what changed
-    is the records' cost, a window straddling the shift fits a biased overhead, and a run of
-    a few batches is no ground to fit one afresh."""
-    points = _with_work(points)
-    whole = fit_batch_cost(points, settings, remembered_overhead_s)
-    if whole is None:
-        return None
-    known = remembered_overhead_s
-    if known is None and whole.source == "fit":
-        known = whole.overhead_s
-    start = shift_start(points, settings, known)
-    if start == 0:
-        return whole
-    if known is None:
-        return _useful_rate(points[start:], 0.0, "assumed_zero")
-    return _useful_rate(points[start:], known, "remembered")
-
-
-def shift_start(points: Sequence[BatchPoint], settings: ModelSettings,
-                overhead_s: float | None = None) -> int:
-    """Where the newest run of batches whose per-record rate departs from the batches' before
-    it begins; 0 when there is none. Confirmed much as an arrival level is: every batch of the
-    run departs by more than `level_shift_ratio` in one direction from the batches before it,
-    charged the overhead last fitted (`overhead_s`, else none), and the run holds
-    `min_samples` batches busy for `level_confirm_s` in all (a stall of a batch or two is
-    noise, not a new cost). The run reaches back as far as that holds. Unlike arrival
-    intervals, batches need not agree with each other: a real job's busy time jitters by a
-    quarter, and so many departing together are no burst that is ending.
-
-    A batch costs more the larger it is, and less per record (its fixed costs spread wider,
-    whatever their form, and an overhead misjudged shows the same): a run of smaller batches
-    that read slower but take less time, or of larger ones that read faster but take more, is
-    what a change of load alone does, and no shift in the records' cost
-    (`_unexplained_by_size`)."""
-    if len(points) < 2 * settings.min_samples or not all(
-            p.rows > 0 and p.units > 0 and p.busy_s > 0 for p in points):
-        return 0
-    largest = min(p.busy_s for p in points) * (1 - _MIN_USEFUL_SHARE)
-    found = _departing_run(points, min(overhead_s or 0.0, largest), settings)
-    if found is None:
-        return 0
-    start, direction = found
-    if not _unexplained_by_size(points[start:], points[:start], direction):
-        return 0
-    busy = sum(p.busy_s for p in points[start:])
-    return start if busy >= settings.level_confirm_s else 0
-
-
-def _unexplained_by_size(run: Sequence[BatchPoint], before: Sequence[BatchPoint],
-                         direction: int) -> bool:
-    """Whether a run that reads slower (`direction` -1) or faster (+1) than the batches before
-    it does so against their sizes: slower yet no quicker on average, or faster yet no slower.
-    (Slower and no smaller implies no quicker, so the busy time alone tells.)"""
-    busy = sum(p.busy_s for p in run) / len(run)
-    busy_before = sum(p.busy_s for p in before) / len(before)
-    return busy >= busy_before if direction < 0 else busy <= busy_before
-
-
-def _departing_run(points: Sequence[BatchPoint], overhead_s: float,
-                   settings: ModelSettings) -> tuple[int, int] | None:
-    """(start, direction) of the newest departing run of at least `min_samples` batches at
-    this overhead, if any."""
-    ratio, shortest = settings.level_shift_ratio, settings.min_samples
-    rates = [p.rows / (p.units * (p.busy_s - overhead_s)) for p in points]
-    rows = [0, *accumulate(p.rows for p in points)]
-    useful = [0.0, *accumulate(p.units * (p.busy_s - overhead_s) for p in points)]
-    n = len(points)
-    start, direction = 0, 0
-    low, high = math.inf, 0.0
-    for s in range(n - 1, shortest - 1, -1):  # the run points[s:] against those before it
-        low, high = min(low, rates[s]), max(high, rates[s])
-        level = rows[s] / useful[s]
-        if high * ratio < level:
-            found = -1
-        elif low > level * ratio:
-            found = 1
-        else:
-            break
-        if n - s >= shortest:
-            start, direction = s, found
-    return (start, direction) if start else None
 
 
 def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
                    remembered_overhead_s: float | None = None) -> BatchCost | None:
     """c and μ from batches with rows; None when there is no such batch."""
-    points = _with_work(points)
+    points = [p for p in points if p.rows > 0 and p.units > 0 and p.busy_s > 0]
     if not points:
         return None
     fitted = _least_squares(points, settings)
@@ -166,10 +70,6 @@ def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
     if remembered_overhead_s is not None:
         return _useful_rate(points, remembered_overhead_s, "remembered")
     return _useful_rate(points, 0.0, "assumed_zero")
-
-
-def _with_work(points: Sequence[BatchPoint]) -> list[BatchPoint]:
-    return [p for p in points if p.rows > 0 and p.units > 0 and p.busy_s > 0]
 
 
 def _least_squares(points: Sequence[BatchPoint],
@@ -202,8 +102,7 @@ def _useful_rate(points: Sequence[BatchPoint], overhead_s: float, source: str) -
     useful = [p.units * (p.busy_s - overhead) for p in points]
     rows = sum(p.rows for p in points)
     per_unit = rows / sum(useful)
-    return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows),
-                     len(points))
+    return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows))
 
 
 def rate_error(points: Sequence[BatchPoint], useful: Sequence[float], per_unit: float,

@@ -34,7 +34,7 @@ from controller.core.batches import (
     summarise,
 )
 from controller.core.cluster import CoreGrant
-from controller.core.fit import BatchCost, BatchPoint, fit_current_cost
+from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
@@ -85,8 +85,7 @@ class QueryModel:
     """'reported' by the job, 'observed' (largest batch that left records behind),
     'remembered' (observed earlier) or 'unbounded' (none of these)."""
     rate_samples: int = 0
-    """Batches μ and c were estimated from: with rows, not a run's warm-up batch, and none from
-    before the records' cost last shifted (`fit.shift_start`)."""
+    """Batches μ and c were estimated from (with rows, not a run's warm-up batch)."""
     rate_error: float = 0.0
     """The relative standard error of μ over those batches (`fit.rate_error`): infinite from
     one; carried with a remembered μ while the query is idle."""
@@ -263,7 +262,7 @@ def rate_per_unit(samples: tuple[TaskMetrics, ...],
     Weighting by each batch's units keeps μ right across a window that straddles a
     parallelism change.
     """
-    cost = fit_current_cost(rate_points(samples), settings or ModelSettings())
+    cost = fit_batch_cost(rate_points(samples), settings or ModelSettings())
     return cost.per_unit if cost is not None else None
 
 
@@ -500,7 +499,7 @@ def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchC
             cost.per_unit, units / figures["task_skew"] if units <= partitions else units,
             cost.overhead_s, figures["batch_cap"]), arrival),
         batch_overhead_s=cost.overhead_s, overhead_source=cost.source,
-        rate_samples=cost.batches, rate_error=cost.rate_error,
+        rate_samples=len(batches.points), rate_error=cost.rate_error,
         arrival_pending=found.pending_rate,
         arrival_ramp=found.ramp_per_s,
         backlog_seen=RUNNING_BATCH if running is not None else "batches")

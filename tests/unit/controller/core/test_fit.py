@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from controller.core.fit import BatchPoint, fit_batch_cost, fit_current_cost, shift_start
+from controller.core.fit import BatchPoint, fit_batch_cost
 from controller.core.model import QueryModel, evaluate
 from controller.core.sizing import batch_cap_needed, capacity, required_units
 from controller.settings import ModelSettings
@@ -36,81 +36,6 @@ def test_batches_of_one_size_fall_back_to_the_remembered_overhead_then_to_zero()
     assert assumed is not None and assumed.source == "assumed_zero"
     # rows / busy / units: exact for these batches, low for bigger ones
     assert assumed.per_unit == pytest.approx(905 / (2 * 6.76), rel=0.01)
-
-
-def with_overhead(*rows: int, overhead_s: float = 1.0, rate: float = 100.0,
-                  jitter_s: float = 0.0) -> list[BatchPoint]:
-    """Batches of these sizes at 4 units, busy the overhead and their records at `rate` a unit,
-    each ±5 % about it in turn, and ± `jitter_s` on top in a fixed pseudo-random order."""
-    return [BatchPoint(r, 4, overhead_s + r / 4 / rate * (1.05 if n % 2 else 0.95)
-                       + jitter_s * math.sin(n * 2.4))
-            for n, r in enumerate(rows)]
-
-
-# The bench's query that falls behind: each record costs 4× from one batch on, and it reads half
-# the records per batch in twice the busy time (16 units, 200 records in 0.5 s before).
-BEFORE = points(*[(200, 0.5)] * 20, units=16)
-SLOWER = points((100, 1.0), units=16)
-
-
-def test_a_step_in_the_records_cost_is_measured_on_the_batches_since_it() -> None:
-    cost = fit_current_cost(BEFORE + SLOWER * 4, SETTINGS)
-    assert cost is not None and cost.batches == 4
-    assert cost.per_unit == pytest.approx(100 / 16)
-    whole = fit_batch_cost(BEFORE + SLOWER * 4, SETTINGS)
-    assert whole is not None and whole.per_unit > 3 * cost.per_unit
-
-
-def test_a_cost_shift_waits_for_enough_batches_busy_for_the_confirmation_time() -> None:
-    # 3 slow batches: fewer than `min_samples` (4), and busy 3 s of the 3.5 s
-    # (`level_confirm_s`) a new level must show.
-    assert shift_start(BEFORE + SLOWER * 3, SETTINGS) == 0
-    assert shift_start(BEFORE + SLOWER * 4, SETTINGS) == 20
-    # 4 shorter slow batches are busy 3.2 s, 5 of them 4 s.
-    shorter = points((50, 0.8), units=16)
-    assert shift_start(BEFORE + shorter * 4, SETTINGS) == 0
-    assert shift_start(BEFORE + shorter * 5, SETTINGS) == 20
-
-
-def test_a_fall_in_the_records_cost_is_a_shift_too() -> None:
-    assert shift_start(SLOWER * 20 + BEFORE[:4], SETTINGS) == 0  # busy 2 s of 3.5
-    assert shift_start(SLOWER * 20 + BEFORE[:7], SETTINGS) == 20
-    cost = fit_current_cost(SLOWER * 20 + BEFORE[:7], SETTINGS)
-    assert cost is not None and cost.per_unit == pytest.approx(200 / 16 / 0.5)
-
-
-def test_since_a_shift_the_rate_is_measured_with_the_overhead_last_fitted() -> None:
-    # 1 s of overhead a batch, and records at 100/s a unit, then at 25/s.
-    steady = with_overhead(*[200] * 20)
-    slower = with_overhead(*[200] * 5, rate=25)
-    cost = fit_current_cost(steady + slower, SETTINGS, remembered_overhead_s=1.0)
-    assert cost is not None and cost.source == "remembered" and cost.batches == 5
-    assert cost.overhead_s == 1.0
-    assert cost.per_unit == pytest.approx(25, rel=0.02)
-
-
-def test_a_stall_of_two_batches_amid_jitter_is_no_shift_and_a_lasting_one_is() -> None:
-    # A real job's batches: 1.5 s of overhead (fitted before), ±0.5 s of jitter; two of them
-    # stall at 3.2 s.
-    jittery = with_overhead(*[200] * 30, overhead_s=1.5, jitter_s=0.5)
-    stalled = points((200, 3.2), (200, 3.2), units=4)
-    assert shift_start(jittery + stalled, SETTINGS, 1.5) == 0
-    # The records' cost quadruples for good: 1.5 s + 2 s a batch, ±0.5 s.
-    slower = with_overhead(*[200] * 5, overhead_s=1.5, rate=25, jitter_s=0.5)
-    assert shift_start(jittery + slower, SETTINGS, 1.5) == 30
-
-
-@pytest.mark.parametrize("sizes", [[100] * 20 + [400] * 5, [400] * 20 + [100] * 5],
-                         ids=["larger", "smaller"])
-def test_batches_that_changed_size_at_an_unchanged_cost_are_no_shift(sizes: list[int]) -> None:
-    # Charged no overhead, the larger batches read 2.5× faster than the smaller: a load that
-    # changed, not a cost.
-    batches = with_overhead(*sizes)
-    assert shift_start(batches, SETTINGS) == 0
-    assert shift_start(batches, SETTINGS, 1.0) == 0
-    cost = fit_current_cost(batches, SETTINGS)
-    assert cost is not None and cost.batches == len(sizes)
-    assert cost.per_unit == pytest.approx(100, rel=0.05)
 
 
 def test_a_noisy_fit_is_not_trusted() -> None:
