@@ -6,11 +6,16 @@ cost and how fast they answer.
 raised to the fleet's size, so that what lies past the default is measured too), and drives
 them with N synthetic queries of P input partitions, published from this process as jobs would
 publish them: a batch a second per query (a 1 s trigger), all reading one input topic of P
-partitions to which this process produces `RATE_PER_S` records/s, so the broker's end offsets
-the controllers probe agree with what the batches report. The queries keep up (busy half of
-each trigger) while the controllers fill their windows and while they are measured; then every
-query falls behind at once (it processes half of what arrives, busy all the time) and answers
-its control tuple with an applied ack, keeping up again at the new size.
+partitions to which this process produces `rate_per_s(P)` records/s, so the broker's end
+offsets the controllers probe agree with what the batches report. Each query reports a batch
+cap (`maxOffsetsPerTrigger`, `CAP_SHARE` of what arrives in a trigger). The queries keep up
+(busy half of each trigger, reading all that arrived) while the controllers fill their windows
+and while they are measured; then what each record costs rises `BEHIND_COST`-fold in every
+query at once, and each runs as Spark would: its batches run back to back past the trigger,
+each reading all that waits up to the cap (prorated over the partitions as Spark's Kafka
+source does), so they grow to the cap within a batch or two and the backlog grows behind
+them. Each query answers its control tuple with an applied ack, keeping up again at the new
+size.
 
 Per row:
 - CPU per cycle: each controller process's own CPU time (`/proc`) over the measured span,
@@ -23,7 +28,8 @@ Per row:
 - metrics in → tuple out: from the publication of a query's first batch behind to its tuple's
   `issued_at_ms` (the processes share the machine's clock), p50 and p99 over the queries that
   got one within `DECIDE_S`, and how many did: the model's confirmation (a few batches) plus
-  whatever the controller's own backlog adds;
+  whatever the controller's own backlog adds; and the units the tuple gave (more input
+  parallelism, or more executors where the task slots bound) against those the load needs;
 - with several instances, a takeover: kill -9 of one instance → the last takeover record by
   which the others lead all of its shards.
 
@@ -41,6 +47,7 @@ it into `docs/benchmarks.md`).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import threading
 import time
@@ -54,6 +61,7 @@ from confluent_kafka import Producer
 
 from bench import record
 from bench.bed import local_broker, loop_env
+from controller.core.parallelism import units
 from controller.core.shards import leaders
 from schemas import (
     Ack,
@@ -65,6 +73,7 @@ from schemas import (
     TaskMetrics,
     codec_for,
 )
+from schemas.knobs import EXECUTORS, INPUT_PARALLELISM
 from schemas.records import TAKEOVER
 from streamctl.loadgen import producer_config
 from streamctl.processes import Child, start_child, stop_all
@@ -74,9 +83,31 @@ from streamctl.tail import Tail
 CYCLE_S = 0.5
 """The default poll timeout and probe interval: one cycle at the default cadence."""
 TRIGGER_MS = 1000
-RATE_PER_S = 400
-"""Records a second into the input topic, spread over its partitions."""
+MIN_RATE_PER_S = 400
+RATE_PER_PARTITION_S = 4
+"""At least this many records a second on each partition (`rate_per_s`): a batch cap is
+prorated over partitions with each one's share rounded, and below a record each it would round
+most partitions up to one."""
+CAP_SHARE = 1.5
+"""Each query's batch cap, of what arrives in a trigger: a query that keeps up reads below it."""
+BEHIND_COST = 4
+"""How many times a record costs once the queries fall behind: a heavier record or a slower
+dependency, beyond what the units can do at the load."""
+PARALLELISM = 4
+"""Each query's input parallelism until a tuple changes it (below its partitions: Spark reads
+with a task per partition, as many at once as there are task slots)."""
+EXECUTOR_CORES = 4
+FIRST_EXECUTORS = 4
+"""Each query runs on a cluster: `FIRST_EXECUTORS` executors of `EXECUTOR_CORES` cores at
+first (its task slots), at most `MAX_EXECUTORS`; a query with more partitions than task slots
+grows only with more executors."""
+MAX_EXECUTORS = 64
+
 SHARDS = 4
+INPUT_CONFIG = {"index.interval.bytes": str(1 << 20)}
+"""The input topic's: an index entry per MiB of a partition, not per 4 KiB. At 4 records a
+second each, all 1 024 partitions reached their first index entry at once a minute in, and
+this machine's broker stalled every producer for 30 s writing them, in the middle of a row."""
 DECIDE_S = 90.0
 """How long the queries behind are given to get their tuples."""
 
@@ -97,18 +128,47 @@ query)."""
 QUICK = (Row(10, 8, 1), Row(100, 8, 2))
 
 
+def rate_per_s(partitions: int) -> int:
+    """Records a second the fleet produces into an input topic of `partitions` partitions."""
+    return max(MIN_RATE_PER_S, RATE_PER_PARTITION_S * partitions)
+
+
+def units_needed(partitions: int) -> int:
+    """Units the load needs, busy all the time, once the queries fall behind: those the query
+    ran, busy half of each trigger before."""
+    running = units(INPUT_PARALLELISM, PARALLELISM, partitions, FIRST_EXECUTORS * EXECUTOR_CORES)
+    return running * BEHIND_COST // 2
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A batch of a query behind: planned at `start_ms` against the end offsets `latest`, it
+    reads from `before` to `read`, busy `busy_ms`."""
+
+    start_ms: int
+    before: list[int]
+    read: list[int]
+    latest: list[int]
+    busy_ms: int
+
+
 @dataclass
 class _Query:
     """What one synthetic query has read and runs at."""
 
     processed: list[int]
-    parallelism: int = 4
+    parallelism: int = PARALLELISM
+    task_slots: int = FIRST_EXECUTORS * EXECUTOR_CORES
     epoch: int = 0
     behind: bool = False
+    running: _Batch | None = None
+    """The batch a query behind runs now (None: it keeps up, a batch each trigger)."""
     behind_since_ms: int | None = None
     """When its first batch behind was published."""
     tuple_at_ms: int | None = None
     """When the controller issued its first tuple after it fell behind."""
+    asked: int | None = None
+    """The units that tuple gave."""
 
 
 class SyntheticFleet:
@@ -116,12 +176,16 @@ class SyntheticFleet:
     trigger and answers each control tuple with an applied ack (a thread each)."""
 
     def __init__(self, bootstrap: str, topics: dict[str, str], row: Row,
-                 parallelism: int = 4) -> None:
+                 parallelism: int = PARALLELISM) -> None:
         """`topics`: the input topic (`in`, of `row.partitions` partitions) and the
         controllers' `metrics`, `control` and `acks` topics."""
         self._bootstrap, self._topics, self._row = bootstrap, topics, row
         self._producer = Producer(producer_config(bootstrap))
         self._lock = threading.Lock()
+        self._per_trigger = rate_per_s(row.partitions) * TRIGGER_MS // 1000
+        self._cap = round(self._per_trigger * CAP_SHARE)
+        self._behind_ms_per_record = BEHIND_COST * TRIGGER_MS / 2 / self._per_trigger
+        """A query that keeps up is busy half its trigger for what arrives in one."""
         self._produced = [0] * row.partitions
         self._planned: list[int] = [0] * row.partitions
         """The input's end offsets when the batches now running were planned."""
@@ -157,6 +221,11 @@ class SyntheticFleet:
             for query in self._queries.values():
                 query.behind = True
 
+    def asked(self) -> list[int]:
+        """The units each query's first tuple after falling behind gave."""
+        with self._lock:
+            return [q.asked for q in self._queries.values() if q.asked is not None]
+
     def latencies_ms(self) -> list[int]:
         """Per query that got a tuple after falling behind: first batch behind → the tuple."""
         with self._lock:
@@ -179,7 +248,7 @@ class SyntheticFleet:
     def _run(self) -> None:
         next_tick = time.monotonic()
         while not self._stop.is_set():
-            self._produce(RATE_PER_S * TRIGGER_MS // 1000)
+            self._produce(self._per_trigger)
             self._publish_batches()
             self.ticks += 1
             next_tick += TRIGGER_MS / 1000
@@ -197,40 +266,68 @@ class SyntheticFleet:
         self._producer.flush(30)
 
     def _publish_batches(self) -> None:
-        """The batch each query planned at the last tick against the end offsets of then."""
+        """Each query's batch that ended by now: one a trigger from a query that keeps up,
+        planned at the last tick against the end offsets of then; from a query behind, the
+        one it ran since its last, the next starting at once."""
         now = int(time.time() * 1000)
         start_ms, planned, topic = self._planned_at_ms, self._planned, self._topics["in"]
-        budget = RATE_PER_S * TRIGGER_MS // 1000 // 2
+        produced = list(self._produced)
         encode = codec_for(TaskMetrics).encode
         # What every query that keeps up read: one tuple, shared (it is the same for all).
         steady = tuple(SourcePartition(topic, p, self._read_before[p], planned[p], planned[p])
                        for p in range(self._row.partitions))
         with self._lock:
             for query_id, query in self._queries.items():
-                before = query.processed
-                query.processed = (_within(before, planned, budget) if query.behind
-                                   else planned)
-                partitions = steady if before is self._read_before and not query.behind else \
-                    tuple(SourcePartition(topic, p, before[p], query.processed[p], planned[p])
-                          for p in range(self._row.partitions))
-                rows = sum(query.processed) - sum(before)
-                busy_ms = TRIGGER_MS if query.behind else TRIGGER_MS // 2
+                if query.behind:
+                    done = self._run_behind(query, now, produced)
+                    if done is None:
+                        continue
+                    batch = done
+                    partitions = tuple(SourcePartition(topic, p, batch.before[p],
+                                                       batch.read[p], batch.latest[p])
+                                       for p in range(self._row.partitions))
+                else:
+                    batch = _Batch(start_ms, query.processed, planned, planned,
+                                   TRIGGER_MS // 2)
+                    partitions = steady if query.processed is self._read_before else \
+                        tuple(SourcePartition(topic, p, batch.before[p], planned[p], planned[p])
+                              for p in range(self._row.partitions))
+                query.processed = batch.read
+                rows = sum(batch.read) - sum(batch.before)
                 sample = TaskMetrics(
                     query_id=query_id, instance_id=f"{query_id}-1", role=Role.ACTIVE,
-                    config_epoch=query.epoch, batch_id=self._batch, batch_start_ms=start_ms,
-                    batch_end_ms=start_ms + busy_ms, trigger_interval_ms=TRIGGER_MS,
-                    input_rows=rows, output_rows=rows, busy_ms=busy_ms, partitions=partitions,
-                    input_parallelism=query.parallelism, state_partitions=4, task_slots=16,
-                    source_topics=(topic,), sink_topics=(f"out-{query_id}",))
+                    config_epoch=query.epoch, batch_id=self._batch,
+                    batch_start_ms=batch.start_ms, batch_end_ms=batch.start_ms + batch.busy_ms,
+                    trigger_interval_ms=TRIGGER_MS, input_rows=rows, output_rows=rows,
+                    busy_ms=batch.busy_ms, partitions=partitions,
+                    input_parallelism=query.parallelism, state_partitions=4,
+                    task_slots=query.task_slots, executor_cores=EXECUTOR_CORES,
+                    max_executors=MAX_EXECUTORS,
+                    max_offsets_per_trigger=self._cap, source_topics=(topic,),
+                    sink_topics=(f"out-{query_id}",))
                 payload = encode(sample)
                 self.metrics_bytes += len(payload)
                 self._producer.produce(self._topics["metrics"], payload, key=query_id.encode())
                 if query.behind and query.behind_since_ms is None:
                     query.behind_since_ms = now
         self._producer.flush(30)
-        self._read_before, self._planned = planned, list(self._produced)
+        self._read_before, self._planned = planned, produced
         self._planned_at_ms = now
         self._batch += 1
+
+    def _run_behind(self, query: _Query, now_ms: int, produced: list[int]) -> _Batch | None:
+        """The batch `query` (behind) finished by `now_ms`, if it did, its next one planned
+        against `produced` and started when it ended (back to back, as Spark starts a batch
+        that overran its trigger); its first one is planned now."""
+        finished = query.running
+        if finished is not None and finished.start_ms + finished.busy_ms > now_ms:
+            return None
+        start_ms = now_ms if finished is None else finished.start_ms + finished.busy_ms
+        before = query.processed if finished is None else finished.read
+        read = capped(before, produced, self._cap)
+        busy_ms = round((sum(read) - sum(before)) * self._behind_ms_per_record)
+        query.running = _Batch(start_ms, before, read, produced, max(1, busy_ms))
+        return finished
 
     def _answer(self) -> None:
         tail = Tail(self._bootstrap, {self._topics["control"]: ControlTuple},
@@ -250,12 +347,17 @@ class SyntheticFleet:
             self.tuples += 1
             query = self._queries[control.query_id]
             for setting in control.settings:
-                if setting.parameter == "input_parallelism":
+                if setting.parameter == INPUT_PARALLELISM:
                     query.parallelism = int(setting.value)
+                elif setting.parameter == EXECUTORS:
+                    query.task_slots = int(setting.value) * EXECUTOR_CORES
             query.epoch = control.epoch
+            query.running = None  # keeping up again from the next trigger
             if (query.behind and query.tuple_at_ms is None and query.behind_since_ms is not None
                     and control.issued_at_ms >= query.behind_since_ms):
                 query.tuple_at_ms = control.issued_at_ms
+                query.asked = units(INPUT_PARALLELISM, query.parallelism,
+                                    self._row.partitions, query.task_slots)
             query.behind = False
         return Ack(control_id=control.control_id, query_id=control.query_id,
                    instance_id=f"{control.query_id}-1", epoch=control.epoch,
@@ -263,13 +365,19 @@ class SyntheticFleet:
                    acked_at_ms=int(time.time() * 1000))
 
 
-def _within(before: list[int], planned: list[int], budget: int) -> list[int]:
-    """Offsets read when at most `budget` records may be, taken partition by partition."""
-    read = list(before)
-    for p, end in enumerate(planned):
-        take = min(end - read[p], budget)
-        read[p] += take
-        budget -= take
+def capped(before: Sequence[int], latest: Sequence[int], cap: int) -> list[int]:
+    """The offsets a batch reads to from `before` when `latest` is where each partition ends
+    and at most `cap` records may be read, as Spark's Kafka source prorates its
+    `maxOffsetsPerTrigger`: by what each partition has waiting, its share rounded down, or up
+    where it is under one record (so a batch over many thin partitions may pass the cap)."""
+    waiting = [end - start for start, end in zip(before, latest, strict=True)]
+    total = sum(waiting)
+    if total <= cap:
+        return list(latest)
+    read = []
+    for start, size, end in zip(before, waiting, latest, strict=True):
+        share = cap * size / total
+        read.append(min(end, start + (math.ceil(share) if share < 1 else math.floor(share))))
     return read
 
 
@@ -278,6 +386,8 @@ class Figures:
     queries: int
     partitions: int
     instances: int
+    rate_per_s: int
+    """Records a second into the input topic (`rate_per_s`)."""
     cpu_ms_per_cycle: float
     """The busiest instance's CPU over the measured span, per 0.5 s cycle."""
     cpu_ms_per_query_per_cycle: float
@@ -292,6 +402,10 @@ class Figures:
     """Queries that got a tuple within `DECIDE_S` of falling behind."""
     tuple_p50_s: float | None
     tuple_p99_s: float | None
+    units_needed: int
+    units_asked_p50: float | None
+    """The units those tuples gave (input parallelism or executors), median: the load behind
+    needs `units_needed` busy all the time."""
     takeover_s: float | None = None
     """Kill -9 of one instance → the others lead all of its shards (several instances)."""
 
@@ -317,7 +431,8 @@ class Bed:
         self.topics = {k: f"bench-fleet-{tag}-{k}" for k in kinds}
         # The metrics topic one partition per shard: each instance reads only its own.
         counts = {"in": row.partitions, "lease": SHARDS, "metrics": SHARDS}
-        ensure_topics(bootstrap, [TopicSpec(name, partitions=counts.get(kind, 1))
+        ensure_topics(bootstrap, [TopicSpec(name, partitions=counts.get(kind, 1),
+                                            config=INPUT_CONFIG if kind == "in" else {})
                                   for kind, name in self.topics.items()])
         t = self.topics
         self.env = loop_env(bootstrap, t, STREAMCTL_CONTROLLER_GROUP_ID=f"bench-fleet-{tag}")
@@ -410,6 +525,7 @@ def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
     cycles = elapsed / CYCLE_S
     return Figures(
         queries=row.queries, partitions=row.partitions, instances=row.instances,
+        rate_per_s=rate_per_s(row.partitions), units_needed=units_needed(row.partitions),
         cpu_ms_per_cycle=round(busiest_cpu_s * 1000 / cycles, 2),
         cpu_ms_per_query_per_cycle=round(busiest_cpu_s * 1000 / cycles / row.queries, 3),
         core_share=round(busiest_cpu_s / elapsed, 3),
@@ -417,7 +533,8 @@ def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
         metrics_bytes_per_query_per_s=round(metrics_bytes / elapsed / row.queries),
         fleet_on_time=round((ticks - late) / max(ticks, 1), 2),
         decided=len(latencies), tuple_p50_s=_quantile(latencies, 0.5),
-        tuple_p99_s=_quantile(latencies, 0.99), takeover_s=takeover)
+        tuple_p99_s=_quantile(latencies, 0.99),
+        units_asked_p50=_quantile(sorted(map(float, fleet.asked())), 0.5), takeover_s=takeover)
 
 
 def _takeover(bed: Bed) -> float:
@@ -470,9 +587,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{figures.metrics_bytes_per_query_per_s} B/query/s, fleet on time "
                   f"{figures.fleet_on_time:.0%}, decided "
                   f"{figures.decided}/{row.queries}, p50 {figures.tuple_p50_s} s, p99 "
-                  f"{figures.tuple_p99_s} s, takeover {figures.takeover_s} s", flush=True)
+                  f"{figures.tuple_p99_s} s, units {figures.units_asked_p50}, takeover "
+                  f"{figures.takeover_s} s", flush=True)
     record.write("fleet_processes", {
-        "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS, "rate_per_s": RATE_PER_S,
+        "cycle_s": CYCLE_S, "trigger_ms": TRIGGER_MS, "cap_share": CAP_SHARE,
+        "behind_cost": BEHIND_COST,
         "shards": SHARDS, "decide_s": DECIDE_S, "warm_s": args.warm_s,
         "measured_s": args.measured_s, "rows": [asdict(r) for r in rows],
     }, load_before, None if argv is None else list(argv))

@@ -1,23 +1,36 @@
-"""`bench.fleet_processes`' synthetic queries behind: what a batch may read."""
+"""`bench.fleet_processes`' synthetic queries behind: what a batch may read under its cap."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.fleet_processes import _within
+from bench.fleet_processes import capped
 
 
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=20),
-       st.integers(0, 400))
-def test_a_query_behind_reads_at_most_its_budget_partition_by_partition_and_never_past_the_end(
-        offsets: list[tuple[int, int]], budget: int) -> None:
+       st.integers(1, 400))
+def test_a_capped_batch_reads_each_partition_its_rounded_share_of_the_cap_and_never_past_the_end(
+        offsets: list[tuple[int, int]], cap: int) -> None:
     before = [start for start, _ in offsets]
-    planned = [start + more for start, more in offsets]
-    read = _within(before, planned, budget)
-    assert all(b <= r <= p for b, r, p in zip(before, read, planned, strict=True))
-    assert sum(read) - sum(before) == min(budget, sum(planned) - sum(before))
-    # Partition by partition: a partition is read only once every one before it is read out.
-    first_short = next((i for i, (r, p) in enumerate(zip(read, planned, strict=True)) if r < p),
-                       len(read))
-    assert read[first_short + 1:] == before[first_short + 1:]
+    latest = [start + waiting for start, waiting in offsets]
+    read = capped(before, latest, cap)
+    total = sum(latest) - sum(before)
+    if total <= cap:
+        assert read == latest
+        return
+    for start, end, got in zip(before, latest, read, strict=True):
+        share = cap * (end - start) / total  # what waits there, of all that waits, of the cap
+        assert start <= got <= end and abs(got - start - share) < 1
+        assert got > start or end == start  # no partition with records waiting starves
+    thin = sum(1 for start, end in zip(before, latest, strict=True)
+               if 0 < cap * (end - start) / total < 1)
+    assert sum(read) - sum(before) <= cap + thin
+
+
+def test_a_batch_over_many_thin_partitions_reads_one_record_of_each_past_its_cap() -> None:
+    assert capped([0] * 8, [2] * 8, 4) == [1] * 8
+
+
+def test_a_batch_with_less_waiting_than_its_cap_reads_all_of_it() -> None:
+    assert capped([3, 5], [10, 5], 100) == [10, 5]
