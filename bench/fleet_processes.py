@@ -97,9 +97,10 @@ PARALLELISM = 4
 """Each query's input parallelism until a tuple changes it (below its partitions: Spark reads
 with a task per partition, as many at once as there are task slots)."""
 EXECUTOR_CORES = 4
-FIRST_EXECUTORS = 4
+FIRST_EXECUTORS = 2
 """Each query runs on a cluster: `FIRST_EXECUTORS` executors of `EXECUTOR_CORES` cores at
-first (its task slots), at most `MAX_EXECUTORS`; a query with more partitions than task slots
+first (its task slots: as many as the tasks of 8 partitions, so none is spare for the
+controller to release), at most `MAX_EXECUTORS`; a query with more partitions than task slots
 grows only with more executors."""
 MAX_EXECUTORS = 64
 
