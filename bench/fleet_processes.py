@@ -28,8 +28,9 @@ Per row:
 - metrics in → tuple out: from the publication of a query's first batch behind to its tuple's
   `issued_at_ms` (the processes share the machine's clock), p50 and p99 over the queries that
   got one within `DECIDE_S`, and how many did: the model's confirmation (a few batches) plus
-  whatever the controller's own backlog adds; and the units the tuple gave (more input
-  parallelism, or more executors where the task slots bound) against those the load needs;
+  whatever the controller's own backlog adds; and the units its knob tuple gave (after an
+  executors tuple where the task slots bound, the knob's that follows) against those the load
+  needs;
 - with several instances, a takeover: kill -9 of one instance → the last takeover record by
   which the others lead all of its shards.
 
@@ -169,7 +170,7 @@ class _Query:
     tuple_at_ms: int | None = None
     """When the controller issued its first tuple after it fell behind."""
     asked: int | None = None
-    """The units that tuple gave."""
+    """The units the first tuple after it that set the knob gave."""
 
 
 class SyntheticFleet:
@@ -223,7 +224,7 @@ class SyntheticFleet:
                 query.behind = True
 
     def asked(self) -> list[int]:
-        """The units each query's first tuple after falling behind gave."""
+        """The units each query's first knob tuple after falling behind gave."""
         with self._lock:
             return [q.asked for q in self._queries.values() if q.asked is not None]
 
@@ -357,8 +358,12 @@ class SyntheticFleet:
             if (query.behind and query.tuple_at_ms is None and query.behind_since_ms is not None
                     and control.issued_at_ms >= query.behind_since_ms):
                 query.tuple_at_ms = control.issued_at_ms
-                query.asked = units(INPUT_PARALLELISM, query.parallelism,
-                                    self._row.partitions, query.task_slots)
+            if query.tuple_at_ms is not None and query.asked is None and any(
+                    s.parameter == INPUT_PARALLELISM for s in control.settings):
+                # The knob's tuple (after an executors one, the one that follows it once they
+                # run): the units the controller sized for.
+                query.asked = units(INPUT_PARALLELISM, query.parallelism, self._row.partitions,
+                                    query.task_slots)
             query.behind = False
         return Ack(control_id=control.control_id, query_id=control.query_id,
                    instance_id=f"{control.query_id}-1", epoch=control.epoch,
@@ -405,8 +410,8 @@ class Figures:
     tuple_p99_s: float | None
     units_needed: int
     units_asked_p50: float | None
-    """The units those tuples gave (input parallelism or executors), median: the load behind
-    needs `units_needed` busy all the time."""
+    """The units the knob's tuple (after an executors one, the one that follows it) gave,
+    median: the load behind needs `units_needed` busy all the time."""
     takeover_s: float | None = None
     """Kill -9 of one instance → the others lead all of its shards (several instances)."""
 
@@ -519,7 +524,8 @@ def measure(bootstrap: str, workdir: Path, row: Row, warm_s: float,
         metrics_bytes = fleet.metrics_bytes - bytes_before
         ticks, late = fleet.ticks - ticks_before, fleet.late_ticks - late_before
         fleet.fall_behind()
-        bed.done_within(lambda: len(fleet.latencies_ms()) == row.queries, DECIDE_S)
+        bed.done_within(lambda: len(fleet.latencies_ms()) == len(fleet.asked()) == row.queries,
+                        DECIDE_S)
         latencies = sorted(ms / 1000 for ms in fleet.latencies_ms())
         takeover = _takeover(bed) if row.instances > 1 else None
         fleet.check()
