@@ -615,9 +615,14 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "figure stops growing; memory the largest resident-set growth of an instance from no "
      "query to full windows; the fleet's triggers on time say whether it published every "
      "second (below 100 % it was short of CPU itself); \"behind → tuple\" from the "
-     "publication of a query's first batch behind to the tuple's own stamp: the model's "
-     "confirmation plus whatever the controller's own backlog adds. The takeover kills one "
-     "instance and times the first takeover record by which the others lead all its shards. "
+     "publication of a query's first batch behind to its first tuple's own stamp (an "
+     "`executors` tuple where the task slots bound, as in every row here): the model's "
+     "confirmation plus whatever the controller's own backlog adds; \"units given\" those "
+     "of the knob tuple that follows it, against the units the load needs to keep up, busy "
+     "all the time (draining the backlog too needs more). From its first tuple on a query "
+     "keeps up at once, whatever it was given: what follows is not measured. The takeover "
+     "kills one instance and times the first takeover record by which the others lead all "
+     "its shards. "
      "No job runs; the fleet, the producer and the controllers share the 2 cores."),
     ("overhead", "The runtime's instrumentation overhead", overhead,
      "The same plan on the same preloaded readings in one SparkSession, alternating: bare "

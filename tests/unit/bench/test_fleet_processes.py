@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +25,9 @@ def test_a_capped_batch_reads_each_partition_its_rounded_share_of_the_cap_and_ne
         share = cap * (end - start) / total  # what waits there, of all that waits, of the cap
         assert start <= got <= end and abs(got - start - share) < 1
         assert got > start or end == start  # no partition with records waiting starves
+        # Rounded down, but up below one record (not apportioned to sum to the cap exactly).
+        assert got - start == min(end - start, math.ceil(share) if share < 1 else
+                                  math.floor(share))
     thin = sum(1 for start, end in zip(before, latest, strict=True)
                if 0 < cap * (end - start) / total < 1)
     assert sum(read) - sum(before) <= cap + thin
