@@ -53,6 +53,9 @@ class Batches:
     """μ and c fitted on `points` (None: no batch with rows)."""
     rows_seen: bool
     """Whether any batch in the window read rows."""
+    capped: tuple[BatchPoint, ...]
+    """The rate points of the newest batches when the batch cap cut every one of them for
+    `level_confirm_s` (`newest_capped`); else empty."""
     figures: Mapping[str, Any]
     """The `model.QueryModel` fields the batches alone give."""
 
@@ -99,7 +102,33 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
         intervals=tuple(intervals(samples, memo)),
         known=memo.whole(_known, samples[-1:], latests[-1]), points=tuple(points),
         cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=bool(worked),
+        capped=newest_capped(samples, warm_up, settings.level_confirm_s, memo),
         figures=MappingProxyType(figures))
+
+
+CAPPED_AT_LEAST = 3
+"""Batches cut by the cap that measure μ on their own (`cost.capped_cost`), at least: as few
+as a trend is believed from, each a full batch."""
+
+
+def newest_capped(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
+                  confirm_s: float, memo: Memo) -> tuple[BatchPoint, ...]:
+    """`Batches.capped`: the rate points of the newest batches, at least `CAPPED_AT_LEAST` and
+    spanning `confirm_s`, when each had rows (not a warm-up) and was cut by the batch cap
+    (records left behind when it was planned: Spark reads all that waits otherwise); else
+    none."""
+    # Each value as the window's (the same memo sequences, so nothing is derived again).
+    lags, points = memo.each(lag_records, samples), memo.each(_rate_point, samples)
+    found: list[BatchPoint] = []
+    for i in range(len(samples) - 1, -1, -1):
+        point = points[i]
+        if lags[i] <= 0 or point is None or _key(samples[i]) in warm_up:
+            return ()
+        found.append(point)
+        span_ms = samples[-1].batch_end_ms - samples[i].batch_start_ms
+        if len(found) >= CAPPED_AT_LEAST and span_ms >= confirm_s * 1000:
+            return tuple(reversed(found))
+    return ()
 
 
 def _newest_figures(newest: tuple[TaskMetrics], *, memo: Memo) -> Mapping[str, Any]:

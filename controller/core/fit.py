@@ -56,6 +56,8 @@ class BatchCost:
     rate_error: float = 0.0
     """The relative standard error of μ over the batches it was measured on (`rate_error`);
     infinite from one batch, 0 for a cost given by hand."""
+    batches: int = 0
+    """How many batches μ was measured on (0: not said)."""
 
 
 def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
@@ -66,10 +68,10 @@ def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
         return None
     fitted = _least_squares(points, settings)
     if fitted is not None:
-        return _useful_rate(points, fitted, "fit")
+        return useful_rate(points, fitted, "fit")
     if remembered_overhead_s is not None:
-        return _useful_rate(points, remembered_overhead_s, "remembered")
-    return _useful_rate(points, 0.0, "assumed_zero")
+        return useful_rate(points, remembered_overhead_s, "remembered")
+    return useful_rate(points, 0.0, "assumed_zero")
 
 
 def _least_squares(points: Sequence[BatchPoint],
@@ -96,13 +98,16 @@ def _least_squares(points: Sequence[BatchPoint],
     return intercept
 
 
-def _useful_rate(points: Sequence[BatchPoint], overhead_s: float, source: str) -> BatchCost:
+def useful_rate(points: Sequence[BatchPoint], overhead_s: float, source: str) -> BatchCost:
+    """μ of `points` (with rows and busy time) charged `overhead_s`, at most 90 % of the
+    shortest (module docstring)."""
     shortest = min(p.busy_s for p in points)
     overhead = min(max(0.0, overhead_s), shortest * (1 - _MIN_USEFUL_SHARE))
     useful = [p.units * (p.busy_s - overhead) for p in points]
     rows = sum(p.rows for p in points)
     per_unit = rows / sum(useful)
-    return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows))
+    return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows),
+                     len(points))
 
 
 def rate_error(points: Sequence[BatchPoint], useful: Sequence[float], per_unit: float,

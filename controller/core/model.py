@@ -1,7 +1,8 @@
 """The rate model: per query, what arrives, what it can process, and what is left behind.
 
 Owns the estimates λ (arrival rate, via `arrival`), μ (true processing rate per unit) and
-the per-batch overhead c (via `fit`), capacity (via `sizing`), backlog B and its trend, from
+the per-batch overhead c (via `fit`, and `cost` where the window's fit alone would not),
+capacity (via `sizing`), backlog B and its trend, from
 the samples of one `window.QueryWindow` and the broker's probes; what the batches say on
 their own (the batch cap N, selectivity, the per-partition shares of lag and arrivals) is
 `batches`'.
@@ -34,7 +35,8 @@ from controller.core.batches import (
     summarise,
 )
 from controller.core.cluster import CoreGrant
-from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
+from controller.core.cost import capped_cost, idle_cost, running_batch_measures_cost
+from controller.core.fit import BatchCost, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
@@ -124,6 +126,9 @@ class QueryModel:
     arrival_timed_by: str = "batches"
     """'broker' when λ comes from end-offset probes (`probes`), fresh within a second or two;
     'batches' when only from the batches, as old as the newest batch start."""
+    rate_measured_capped: bool = False
+    """μ was measured on the newest batches alone, each cut by the batch cap while the backlog
+    grew (`capped_cost`)."""
     backlog_seen: str = "batches"
     """'running batch' when B is what waits at the broker beyond the plan of the batch the job
     runs now (`probes.running_backlog`); 'batches' when it is the newest finished batch's."""
@@ -201,6 +206,7 @@ class QueryModel:
             "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
             "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
             "rate_samples": float(self.rate_samples), "rate_error": self.rate_error,
+            "rate_measured_capped": 1.0 if self.rate_measured_capped else 0.0,
             "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
             "max_executors": float(self.max_executors),
@@ -308,6 +314,8 @@ class Remembered:
     (`scaling`)."""
     batch_cap_per_unit: float = 0.0
     """The records per unit the batch cap last followed (`_following_cap`); 0: none."""
+    rate_capped: bool = False
+    """The last model's μ was that of its batches cut by the cap (`capped_cost`)."""
 
     def with_recorded(self, recorded: Remembered) -> Remembered:
         """These memories over what a decision log recorded (`recovery.recorded_memories`):
@@ -318,21 +326,24 @@ class Remembered:
         return Remembered(
             self.overhead_s if self.overhead_s is not None else recorded.overhead_s,
             self.cost or recorded.cost, self.batch_cap or recorded.batch_cap,
-            tuple(merged.items()), self.batch_cap_per_unit or recorded.batch_cap_per_unit)
+            tuple(merged.items()), self.batch_cap_per_unit or recorded.batch_cap_per_unit,
+            self.rate_capped)
 
     def after(self, model: QueryModel) -> Remembered:
         """What to remember once `model` was found. μ joins the sizes only when measured apart
         from the overhead (fitted, or with one fitted before): a lower bound would read as
         contention."""
         sizes = self.sizes
-        if model.rate_samples > 0 and model.overhead_source != "assumed_zero":
+        if (model.rate_samples > 0 and model.overhead_source != "assumed_zero"
+                and not model.rate_measured_capped):  # a few batches: not the size's μ
             sizes = tuple(remember(dict(sizes), model.units, model.rate_per_unit).items())
         return Remembered(
             model.batch_overhead_s if model.overhead_source == "fit" else self.overhead_s,
             BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source,
                       model.rate_error) if model.rate_samples > 0 else self.cost,
             model.batch_cap if model.batch_cap_source in ("reported", "observed")
-            else self.batch_cap, sizes, model.batch_cap_per_unit or self.batch_cap_per_unit)
+            else self.batch_cap, sizes, model.batch_cap_per_unit or self.batch_cap_per_unit,
+            model.rate_measured_capped)
 
 
 def evaluate(
@@ -388,6 +399,7 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
     shedding: Shedding = batches.figures["shedding"]
     return _model(query_id, batches, arrival, cost, running, _following_cap(
         batches.figures, samples[-1], settings, remembered.batch_cap_per_unit),
+        settings, remembered.rate_capped,
         cost_measured_by_running_batch=running_batch_measures_cost(
             cost, batches.points, plan, settings,
             1 - shedding.low_priority_share * shedding.fraction),
@@ -416,34 +428,6 @@ def _following_cap(figures: Mapping[str, Any], newest: TaskMetrics, settings: Mo
 def following_cap(per_unit: float, units: int, limit: int) -> int:
     """The batch cap that keeps `per_unit` records a unit at `units`, within the job's limit."""
     return max(1, min(limit, round(per_unit * units)))
-
-
-def running_batch_measures_cost(cost: BatchCost, points: Sequence[BatchPoint],
-                                plan: probes.RunningPlan | None, settings: ModelSettings,
-                                processed: float = 1.0) -> bool:
-    """Whether μ is a lower bound that the batch running now will correct: no overhead was
-    fitted or remembered, so each batch's fixed cost is charged to its records (`fit` rule 3,
-    pessimistic for larger batches), and the running batch holds `overhead_fit_min_spread` ×
-    the records per unit of the largest measured one, so the fit separates the two when it
-    reports. A job that kept up with small batches drains a burst in large ones, at a rate
-    the small ones cannot show. `processed`: the share of the plan's records that will be
-    processed, not shed (the points count processed records)."""
-    if cost.source != "assumed_zero" or plan is None or plan.rows <= 0 or not points:
-        return False
-    largest = max(p.per_unit for p in points)
-    return (plan.rows * processed / points[-1].units
-            >= settings.overhead_fit_min_spread * largest)
-
-
-def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCost | None:
-    """μ and c for a window without a batch with rows: the ones last measured, as long as
-    nothing arrives at all (then any size keeps up, and the smallest is the right one). With
-    arrivals and still no rows the query is not idle but stuck, and nothing sizes it."""
-    if remembered is None or arrival.rate > 0 or arrival.pending_rate:
-        return None
-    # A μ that was a lower bound (no cost told apart) stays one: it is no better remembered.
-    source = remembered.source if remembered.source == "assumed_zero" else "remembered"
-    return BatchCost(remembered.overhead_s, remembered.per_unit, source, remembered.rate_error)
 
 
 def arrival_intervals(from_batches: list[Interval],
@@ -481,7 +465,7 @@ def samples_needed(samples: tuple[TaskMetrics, ...], settings: ModelSettings) ->
 
 def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchCost,
            running: probes.RunningBacklog | None, following: Mapping[str, Any],
-           **given: Any) -> QueryModel:
+           settings: ModelSettings, capped_before: bool, **given: Any) -> QueryModel:
     """The model from the batches' summary and what came since (the arrival rate, the probe's
     backlog while a batch runs), built once."""
     arrival, figures = found.rate, batches.figures
@@ -489,17 +473,20 @@ def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchC
               for s, lag in zip(batches.recent, batches.recent_lags, strict=True)]
     if running is not None:  # seconds newer than the newest batch's own figure
         points.append((running.at_ms / 1000, running.records))
-    backlog = points[-1][1]
+    backlog, trend = points[-1][1], slope_per_s(points)
+    cost, capped = capped_cost(cost, batches.capped, trend, settings.level_shift_ratio,
+                               capped_before)
     units, partitions = figures["units"], figures["source_partitions"]
     return QueryModel(
         query_id=query_id, **figures, **following, **given, arrival_rate=arrival,
         rate_per_unit=cost.per_unit, backlog_records=backlog,
-        backlog_trend_records_per_s=slope_per_s(points),
+        backlog_trend_records_per_s=trend, rate_measured_capped=capped,
         time_to_drain_s=drain_time_s(backlog, capacity(
             cost.per_unit, units / figures["task_skew"] if units <= partitions else units,
             cost.overhead_s, figures["batch_cap"]), arrival),
         batch_overhead_s=cost.overhead_s, overhead_source=cost.source,
-        rate_samples=len(batches.points), rate_error=cost.rate_error,
+        rate_samples=cost.batches if capped else len(batches.points),
+        rate_error=cost.rate_error,
         arrival_pending=found.pending_rate,
         arrival_ramp=found.ramp_per_s,
         backlog_seen=RUNNING_BATCH if running is not None else "batches")

@@ -511,15 +511,17 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     extra = inflow_rate(model, settings, inflow, _capacity(model, model.units_at(target)))
     figures = {**_sizing_figures(model, sized, settings, inflow, extra), "target": float(target),
                "required": float(wanted), "backlog_during_change": waiting}
-    if target <= model.parallelism:
+    # Knob values, not units: a knob below its floor (input parallelism under the partitions,
+    # more of them than task slots) runs as many units at any value up to the floor.
+    if target <= model.parallelism or model.units_at(target) <= model.units:
         memory = state.ineffective
         if memory is not None and limits.high_set_by == INEFFECTIVE:
             return Hold(f"{ineffective_sentence(memory, model, now_ms, settings)} ({behind})",
                         figures, "cannot_help"), cores
-        if model.parallelism >= limits.high:
+        if model.parallelism >= limits.high or model.units_at(limits.high) <= model.units:
             return _throttle(model, limits, figures, settings, inflow), cores
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
-                    f"{model.parallelism} run{skew_note(model, settings)}", figures), cores
+                    f"{model.units} run{skew_note(model, settings)}", figures), cores
     none_meets = _none_meets(model, target, limits, forecast) if short else ""
     arriving = arriving_ahead(model, settings, inflow.passing) + extra
     sizing = _sizing(sized, target, wanted, limits, settings, arriving, goal, none_meets)
@@ -661,7 +663,7 @@ def _throttle(model: QueryModel, limits: KnobRange, figures: dict[str, float],
     top = model.units_at(limits.high)
     arriving = (model.arrival_rate - inflow.passing
                 + inflow_rate(model, settings, inflow, model.capacity_at(top)))
-    return at_ceiling(model, top, arriving, f"at {units(limits.high)} ({limits.high_set_by})",
+    return at_ceiling(model, top, arriving, f"at {units(top)} ({limits.high_set_by})",
                       figures, settings)
 
 

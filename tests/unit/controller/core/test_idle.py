@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from controller.core.arrival import ArrivalEstimate
+from controller.core.cost import idle_cost
 from controller.core.fit import BatchCost
-from controller.core.model import QueryModel, Remembered, evaluate, idle_cost
+from controller.core.model import QueryModel, Remembered, evaluate
 from controller.core.results import NotReady
 from controller.core.state import ControlState, InFlight, applied, issued, observed, settled
 from controller.settings import ModelSettings, PolicySettings

@@ -151,6 +151,18 @@ def test_target_is_capped_by_task_slots_and_max_parallelism() -> None:
     assert isinstance(verdict, Scale) and verdict.target == 3
 
 
+def test_more_partitions_than_task_slots_sends_no_input_parallelism_that_adds_no_units(
+        ) -> None:
+    """Input parallelism under the partitions runs a task per partition, as many at once as
+    there are task slots: raising it to the floor adds none, so a query that needs more is at
+    its ceiling (the producers' rate advised), with nothing sent."""
+    local = model(source_partitions=1024, parallelism=4, units=16, task_slots=16,
+                  arrival_rate=4_000, rate_per_unit=200)
+    verdict = decide(local, ControlState(), NOW, POLICY)
+    assert not isinstance(verdict, Scale), verdict
+    assert isinstance(verdict, Recommend) and "at 16 units (task slots)" in verdict.reason
+
+
 def test_partitions_set_the_floor() -> None:
     assert knob_range(model(source_partitions=8), POLICY).low == 8
     verdict = decide(model(source_partitions=8, parallelism=8, units=8, arrival_rate=100,
