@@ -73,6 +73,6 @@ def load(model: QueryModel) -> str:
     else:
         how = f"{model.units} × {num(model.rate_per_unit)}/s per unit at 100% busy"
     if model.rate_measured_capped:
-        how += f"; μ of the newest {model.rate_samples} batches, cut by the batch cap"
+        how += f"; μ from the newest {model.rate_samples} batches, cut by the batch cap"
     return (f"arrival {num(model.arrival_rate)}/s {verb} capacity {num(model.capacity)}/s "
             f"({how}, utilisation {pct(model.utilisation)})")
