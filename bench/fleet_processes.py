@@ -14,8 +14,8 @@ and while they are measured; then what each record costs rises `BEHIND_COST`-fol
 query at once, and each runs as Spark would: its batches run back to back past the trigger,
 each reading all that waits up to the cap (prorated over the partitions as Spark's Kafka
 source does), so they grow to the cap within a batch or two and the backlog grows behind
-them. Each query answers its control tuple with an applied ack, keeping up again at the new
-size.
+them. Each query answers its control tuples with applied acks; from its first tuple on it
+keeps up at once, whatever the tuple gave (nothing after it is measured).
 
 Per row:
 - CPU per cycle: each controller process's own CPU time (`/proc`) over the measured span,
@@ -281,7 +281,7 @@ class SyntheticFleet:
         with self._lock:
             for query_id, query in self._queries.items():
                 if query.behind:
-                    done = self._run_behind(query, now, produced)
+                    done = self._run_behind(query, now, start_ms, planned, produced)
                     if done is None:
                         continue
                     batch = done
@@ -317,19 +317,29 @@ class SyntheticFleet:
         self._planned_at_ms = now
         self._batch += 1
 
-    def _run_behind(self, query: _Query, now_ms: int, produced: list[int]) -> _Batch | None:
-        """The batch `query` (behind) finished by `now_ms`, if it did, its next one planned
-        against `produced` and started when it ended (back to back, as Spark starts a batch
-        that overran its trigger); its first one is planned now."""
+    def _run_behind(self, query: _Query, now_ms: int, planned_at_ms: int, planned: list[int],
+                    produced: list[int]) -> _Batch | None:
+        """The batch `query` (behind) finished by `now_ms`, if it did, and its next one,
+        started when it ended (back to back, as Spark starts a batch that overran its
+        trigger) against the end offsets of then (between `planned`, those of the last tick
+        at `planned_at_ms`, and `produced`, those of now). Its first is the batch planned at
+        the last tick, run at the new cost."""
+        if query.running is None:
+            query.running = self._behind_batch(planned_at_ms, query.processed, planned)
         finished = query.running
-        if finished is not None and finished.start_ms + finished.busy_ms > now_ms:
+        end_ms = finished.start_ms + finished.busy_ms
+        if end_ms > now_ms:
             return None
-        start_ms = now_ms if finished is None else finished.start_ms + finished.busy_ms
-        before = query.processed if finished is None else finished.read
-        read = capped(before, produced, self._cap)
-        busy_ms = round((sum(read) - sum(before)) * self._behind_ms_per_record)
-        query.running = _Batch(start_ms, before, read, produced, max(1, busy_ms))
+        share = (end_ms - planned_at_ms) / max(1, now_ms - planned_at_ms)
+        latest = [then + int((now - then) * share) for then, now in zip(planned, produced,
+                                                                         strict=True)]
+        query.running = self._behind_batch(end_ms, finished.read, latest)
         return finished
+
+    def _behind_batch(self, start_ms: int, before: list[int], latest: list[int]) -> _Batch:
+        read = capped(before, latest, self._cap)
+        busy_ms = round((sum(read) - sum(before)) * self._behind_ms_per_record)
+        return _Batch(start_ms, before, read, latest, max(1, busy_ms))
 
     def _answer(self) -> None:
         tail = Tail(self._bootstrap, {self._topics["control"]: ControlTuple},
@@ -382,7 +392,7 @@ def capped(before: Sequence[int], latest: Sequence[int], cap: int) -> list[int]:
         return list(latest)
     read = []
     for start, size, end in zip(before, waiting, latest, strict=True):
-        share = cap * size / total
+        share = cap * (size / total)  # in Spark's order: limit * (size / total)
         read.append(min(end, start + (math.ceil(share) if share < 1 else math.floor(share))))
     return read
 

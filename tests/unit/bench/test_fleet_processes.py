@@ -22,7 +22,7 @@ def test_a_capped_batch_reads_each_partition_its_rounded_share_of_the_cap_and_ne
         assert read == latest
         return
     for start, end, got in zip(before, latest, read, strict=True):
-        share = cap * (end - start) / total  # what waits there, of all that waits, of the cap
+        share = cap * ((end - start) / total)  # Spark's order: limit * (size / total)
         assert start <= got <= end and abs(got - start - share) < 1
         assert got > start or end == start  # no partition with records waiting starves
         # Rounded down, but up below one record (not apportioned to sum to the cap exactly).
