@@ -280,20 +280,15 @@ class SyntheticFleet:
                        for p in range(self._row.partitions))
         with self._lock:
             for query_id, query in self._queries.items():
-                if query.behind:
-                    done = self._run_behind(query, now, start_ms, planned, produced)
-                    if done is None:
-                        continue
-                    batch = done
-                    partitions = tuple(SourcePartition(topic, p, batch.before[p],
-                                                       batch.read[p], batch.latest[p])
-                                       for p in range(self._row.partitions))
-                else:
-                    batch = _Batch(start_ms, query.processed, planned, planned,
-                                   TRIGGER_MS // 2)
-                    partitions = steady if query.processed is self._read_before else \
-                        tuple(SourcePartition(topic, p, batch.before[p], planned[p], planned[p])
-                              for p in range(self._row.partitions))
+                batch = (self._run_behind(query, now, start_ms, planned, produced)
+                         if query.behind else
+                         _Batch(start_ms, query.processed, planned, planned, TRIGGER_MS // 2))
+                if batch is None:  # behind, and its batch still runs
+                    continue
+                partitions = steady if batch.before is self._read_before and not query.behind \
+                    else tuple(SourcePartition(topic, p, batch.before[p], batch.read[p],
+                                               batch.latest[p])
+                               for p in range(self._row.partitions))
                 query.processed = batch.read
                 rows = sum(batch.read) - sum(batch.before)
                 sample = TaskMetrics(
