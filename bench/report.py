@@ -540,7 +540,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "with its defaults, which learn the repeating load and size ahead of it. The oracle "
      "knows each second's load and takes the fewest units whose batches keep a record "
      "within the objective, reconfiguring and raising the batch cap (up to the jobs' limit) "
-     "for free: a lower bound no controller reaches (`bench/day/measures.py`). Targets are "
+     "for free: a lower bound no controller reaches (`bench/day/measures.py`). A scale-up "
+     "comes before a backlog when the job's backlog beyond the batch it runs stayed within "
+     "the policy's noise floor for the minute before it (the model's window). Targets are "
      "issue 35's."),
     ("day.real", "Days of a day-shaped load (real jobs, compressed days)", day_real,
      "The same columns on the real controller and two real jobs of the clickstream example on "

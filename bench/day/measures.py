@@ -13,8 +13,11 @@ Owns the oracle and the day's columns, so the table, the JSON and the tests agre
 - reversals: changes of the job's size in the other direction than its previous change, less
   than `REVERSAL_S` after it.
 - scale-ups before a backlog: tuples that raised the job's size, sent while its own backlog
-  was within the policy's noise floor (`PolicySettings.backlog_floor_records`): sized on a
-  forecast (an upstream's, or the repeating load's), not on its own falling behind.
+  beyond the records a batch already reads (`run.Trace.waiting`, as the policy counts it) had
+  stayed within the policy's noise floor (`PolicySettings.backlog_floor_records`) over the
+  model's window before: sized on a forecast (an upstream's, or the repeating load's), not on
+  its own falling behind. Over the window, not at the tick: right after a batch starts it
+  has taken all that waited, and the controller decides on what it saw before.
 - time over the objective: seconds in which the job's backlog held more than the objective's
   worth of its nominal arrivals (`run.Scenario.backlog_target`: a record waited longer).
 """
@@ -22,7 +25,7 @@ Owns the oracle and the day's columns, so the table, the JSON and the tests agre
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -30,10 +33,13 @@ from itertools import pairwise
 
 from bench.sim.model import JobSpec
 from bench.sim.run import Scenario, Trace
-from controller.settings import PolicySettings
+from controller.settings import ModelSettings, PolicySettings
 from schemas import ControlTuple
 
 BACKLOG_FLOOR = PolicySettings().backlog_floor_records
+LOOKBACK_S = ModelSettings().window_s
+"""How long before a scale-up the job's backlog must have stayed within the floor for it to
+come before a backlog: the model's window, all the controller's own figures stand on."""
 
 REVERSAL_S = 600.0
 """A size change undone within ten minutes counts as a reversal."""
@@ -120,11 +126,14 @@ def _job_day(trace: Trace, j: int, day: int, day_s: int, oracle: list[list[int]]
 
 def _scale_up_before_backlog(trace: Trace, sent_s: float, control: ControlTuple) -> bool:
     """Whether `control`, sent at `sent_s`, raised its job's size (as the first tick after its
-    ack shows) while the job's backlog was within the noise floor."""
+    ack shows) while the job's backlog beyond what its batches read had stayed within the
+    noise floor for `LOOKBACK_S`."""
     query = control.query_id
     before = bisect_right(trace.times_s, sent_s) - 1
+    since = bisect_left(trace.times_s, sent_s - LOOKBACK_S)
     acked_s = next((t for t, a in trace.acks if a.control_id == control.control_id), None)
-    if before < 0 or acked_s is None or trace.backlog[query][before] > BACKLOG_FLOOR:
+    if (before < 0 or acked_s is None
+            or max(trace.waiting[query][since:before + 1]) > BACKLOG_FLOOR):
         return False
     after = bisect_right(trace.times_s, acked_s)
     return after < len(trace.times_s) and trace.units[query][after] > trace.units[query][before]

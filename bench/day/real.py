@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from bench import record
 from bench.bed import Bed, local_broker, loop_env, wait_until
 from bench.day.__main__ import OBJECTIVE_S, table
-from bench.day.measures import BACKLOG_FLOOR, JobDay, days_of
+from bench.day.measures import BACKLOG_FLOOR, days_of
 from bench.sim import profiles
 from bench.sim.model import JobSpec
 from bench.sim.run import Scenario, Trace
@@ -260,15 +260,15 @@ def _play(watch: Watch, chosen: Scenario) -> Trace:
 
 
 def beyond_in_flight(trace: Trace) -> Trace:
-    """`trace` with each sampled lag less what arrived in the last two trigger intervals (the
-    batch running and the one gathering, at the load's nominal rate): the backlog as the
-    controller means it, which a job that keeps up never has. The lag itself, which counts
-    those records too, stays the measure of the time over the objective."""
+    """`trace` with its `waiting`: each sampled lag less what arrived in the last two trigger
+    intervals (the batch running and the one gathering, at the load's nominal rate), the
+    backlog as the controller means it, which a job that keeps up never has. The lag itself,
+    which counts those records too, stays the measure of the time over the objective."""
     profile = trace.scenario.profile
     in_flight = [profile.produced(t) - profile.produced(t - 2 * TRIGGER_S) for t in trace.times_s]
-    backlog = {name: [max(0, lag - round(f)) for lag, f in zip(lags, in_flight, strict=True)]
+    waiting = {name: [max(0, lag - round(f)) for lag, f in zip(lags, in_flight, strict=True)]
                for name, lags in trace.backlog.items()}
-    return replace(trace, backlog=backlog)
+    return replace(trace, waiting=waiting)
 
 
 def tuples(trace: Trace, sent: dict[str, Decision]) -> list[dict[str, object]]:
@@ -282,7 +282,7 @@ def tuples(trace: Trace, sent: dict[str, Decision]) -> list[dict[str, object]]:
             "at_s": round(at_s, 1), "query_id": control.query_id,
             "change": (f"{decision.parameter} {decision.current_value} → "
                        f"{decision.target_value}") if decision else "?",
-            "backlog": trace.backlog[control.query_id][before] if trace.times_s else None,
+            "backlog": trace.waiting[control.query_id][before] if trace.times_s else None,
             "reason": decision.reason if decision else "?"})
     return rows
 
@@ -291,17 +291,7 @@ def never_behind(trace: Trace) -> dict[str, bool]:
     """Per job: whether its backlog (`beyond_in_flight`) stayed within the policy's noise
     floor all run."""
     return {name: max(backlog, default=0) <= BACKLOG_FLOOR
-            for name, backlog in trace.backlog.items()}
-
-
-def measured_days(trace: Trace, day_s: int) -> list[list[JobDay]]:
-    """`days_of`, with the scale-ups before a backlog counted on `beyond_in_flight`."""
-    behind = beyond_in_flight(trace)
-    return [[replace(job, scale_ups_before_backlog=adjusted.scale_ups_before_backlog)
-             for job, adjusted in zip(day, adjusted_day, strict=True)]
-            for day, adjusted_day in zip(days_of(trace, day_s, reversal_s=day_s / 8),
-                                         days_of(behind, day_s, reversal_s=day_s / 8),
-                                         strict=True)]
+            for name, backlog in trace.waiting.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -315,10 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = record.load_average()
     with local_broker("streamctl-day-real-") as bed:
         trace, capacities, sent = run(bed, args.days, args.day_s, args.seed)
-    per_day = measured_days(trace, args.day_s)
+    trace = beyond_in_flight(trace)
+    per_day = days_of(trace, args.day_s, reversal_s=args.day_s / 8)
     print(table("real days, defaults", per_day), flush=True)
-    behind = beyond_in_flight(trace)
-    calm = never_behind(behind)
+    calm = never_behind(trace)
     restarts_never_behind = sum(1 for _, c in trace.controls if calm[c.query_id])
     print(f"tuples to a job that never fell behind: {restarts_never_behind} of "
           f"{len(trace.controls)}", flush=True)
@@ -327,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "capacities_per_s": dict(zip((s.name for s in STAGES), capacities, strict=True)),
         "peak_over_capacity": PEAK_OVER_CAPACITY, "night_share": NIGHT_SHARE,
         "reversal_s": args.day_s / 8, "never_behind": calm,
-        "restarts_never_behind": restarts_never_behind, "tuples": tuples(behind, sent),
+        "restarts_never_behind": restarts_never_behind, "tuples": tuples(trace, sent),
         "days_measured": [[job.as_dict() for job in day] for day in per_day],
     }, load_before, argv=sys.argv[1:] if argv is None else list(argv))
     print(f"wrote {path}")

@@ -188,6 +188,12 @@ class SimJob:
         """Records in the source topic not yet committed (a running batch's count too)."""
         return sum(self.source.end_offsets(t_ms)) - self.processed
 
+    def waiting(self, t_ms: int) -> int:
+        """Records in the source topic beyond the running batch: the backlog as the policy
+        counts it (`QueryModel.backlog_records`), which leaves out what a batch already
+        reads."""
+        return self.backlog(t_ms) - (sum(self.running.take) if self.running else 0)
+
     # -- control ---------------------------------------------------------------------------
 
     def deliver(self, control: ControlTuple, t_ms: int) -> None:

@@ -56,6 +56,10 @@ class Trace:
     times_s: list[float] = field(default_factory=list)
     units: dict[str, list[int]] = field(default_factory=dict)
     backlog: dict[str, list[int]] = field(default_factory=dict)
+    waiting: dict[str, list[int]] = field(default_factory=dict)
+    """Per tick, the backlog as the policy counts it, beyond the records a batch already reads
+    (`SimJob.waiting`; a real run's `bench.day.real.beyond_in_flight`); `backlog` counts those
+    too, as a record's wait does."""
     metrics: list[TaskMetrics] = field(default_factory=list)
     controls: list[tuple[float, ControlTuple]] = field(default_factory=list)
     acks: list[tuple[float, Ack]] = field(default_factory=list)
@@ -100,7 +104,8 @@ def simulate(scenario: Scenario, policy: Policy, keep_metrics: bool = True) -> T
     world = World(scenario)
     trace = Trace(scenario, policy.name)
     for job in world.jobs:
-        trace.units[job.spec.query_id], trace.backlog[job.spec.query_id] = [], []
+        for series in (trace.units, trace.backlog, trace.waiting):
+            series[job.spec.query_id] = []
     tick_ms = int(scenario.tick_s * 1000)
     world.advance_to(scenario.warmup_s * 1000)
     start_ms = scenario.warmup_s * 1000 + tick_ms
@@ -122,6 +127,7 @@ def _record(trace: Trace, world: World, t_ms: int) -> None:
     for job in world.jobs:
         trace.units[job.spec.query_id].append(job.units)
         trace.backlog[job.spec.query_id].append(job.backlog(t_ms))
+        trace.waiting[job.spec.query_id].append(job.waiting(t_ms))
 
 
 PolicyFactory = Callable[[], Policy]

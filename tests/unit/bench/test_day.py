@@ -70,5 +70,6 @@ def test_a_real_days_backlog_is_its_lag_less_the_batches_in_flight() -> None:
     trace = Trace(scenario, "any", times, units={"enrich": [2] * 10, "aggregate": [2] * 10},
                   backlog={"enrich": [400] * 10, "aggregate": [400] * 9 + [2400]})
     behind = beyond_in_flight(trace)
-    assert behind.backlog == {"enrich": [0] * 10, "aggregate": [0] * 9 + [2000]}
+    assert behind.waiting == {"enrich": [0] * 10, "aggregate": [0] * 9 + [2000]}
+    assert behind.backlog == trace.backlog  # the lag stays the measure of a record's wait
     assert never_behind(behind) == {"enrich": True, "aggregate": False}

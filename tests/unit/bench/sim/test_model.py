@@ -86,6 +86,22 @@ def test_metrics_carry_what_the_real_job_reports() -> None:
     assert first.busy_ms == round((first.input_rows / 400 + 1.5) * 1000)
 
 
+def test_what_waits_leaves_out_the_batch_running_at_each_tick() -> None:
+    # 300/s into 2 units of 200/s: a batch runs at most ticks, and more piles up behind it.
+    trace = simulate(_scenario(300, max_per_batch=1000), Static())
+    batches = _batches(trace, "job")
+    running_seen = 0
+    for t_s, backlog, waiting in zip(trace.times_s, trace.backlog["job"],
+                                     trace.waiting["job"], strict=True):
+        at_ms = T0_MS + round(t_s * 1000)
+        if at_ms >= batches[-1].batch_end_ms:  # the batch running at the end never reported
+            break
+        running = [m.input_rows for m in batches if m.batch_start_ms <= at_ms < m.batch_end_ms]
+        assert backlog - waiting == sum(running)
+        running_seen += bool(running)
+    assert running_seen > len(trace.times_s) / 2 and max(trace.waiting["job"]) > 1000
+
+
 def test_an_idle_job_reports_every_ten_seconds() -> None:
     scenario = Scenario("idle", profiles.steps("once", 60, [(0, 100), (5, 0)], 0), (JOB,),
                         duration_s=60, warmup_s=0)
