@@ -541,9 +541,10 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "knows each second's load and takes the fewest units whose batches keep a record "
      "within the objective, reconfiguring and raising the batch cap (up to the jobs' limit) "
      "for free: a lower bound no controller reaches (`bench/day/measures.py`). A scale-up "
-     "comes before a backlog when the job's backlog beyond the batch it runs stayed within "
-     "the policy's noise floor for the minute before it (the model's window). Targets are "
-     "issue 35's."),
+     "comes before a backlog when the job's backlog as the policy counts it (what a batch "
+     "left behind, and what arrived more than a trigger interval after it was planned) stayed "
+     "within the policy's noise floor for the minute before it (the model's window). "
+     "Targets are issue 35's."),
     ("day.real", "Days of a day-shaped load (real jobs, compressed days)", day_real,
      "The same columns on the real controller and two real jobs of the clickstream example on "
      "a local broker, each day compressed to minutes: `click-enrich` (5 ms per click, 2 "
@@ -554,9 +555,10 @@ SECTIONS: tuple[tuple[str, str, Callable[[Result], list[str]], str], ...] = (
      "controller runs its defaults with the season compressed to the day (buckets of a 96th "
      "of it, periods of half a day to 1.25 days, a 30 s lead). A change undone within an "
      "eighth of the day is a reversal; a backlog is the lag less what arrived in the last "
-     "two trigger intervals (the batches in flight). The oracle takes each job's measured "
-     "rate per unit with no per-batch cost; it reconfigures for free. The jobs, the "
-     "controller, the load generator and the broker share the 2 cores."),
+     "two trigger intervals (the batches in flight), and a scale-up comes before one as in "
+     "the simulation (within the floor for the minute before it, real seconds). The oracle "
+     "takes each job's measured rate per unit with no per-batch cost; it reconfigures for "
+     "free. The jobs, the controller, the load generator and the broker share the 2 cores."),
     ("pauses", "Reconfiguration pauses", pauses,
      "Sensor job under a constant load, each action forth and back. The pause of a restart "
      "runs from the later of the last commit before the change and the change's start to the "

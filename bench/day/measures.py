@@ -12,12 +12,13 @@ Owns the oracle and the day's columns, so the table, the JSON and the tests agre
 - reconfigurations: control tuples sent to the job that day.
 - reversals: changes of the job's size in the other direction than its previous change, less
   than `REVERSAL_S` after it.
-- scale-ups before a backlog: tuples that raised the job's size, sent while its own backlog
-  beyond the records a batch already reads (`run.Trace.waiting`, as the policy counts it) had
-  stayed within the policy's noise floor (`PolicySettings.backlog_floor_records`) over the
-  model's window before: sized on a forecast (an upstream's, or the repeating load's), not on
-  its own falling behind. Over the window, not at the tick: right after a batch starts it
-  has taken all that waited, and the controller decides on what it saw before.
+- scale-ups before a backlog: tuples that raised the job's size, sent while its own backlog as
+  the policy counts it (`run.Trace.waiting`: beyond what its batches read or gather as a
+  matter of course) had stayed within the policy's noise floor
+  (`PolicySettings.backlog_floor_records`) over the model's window before, in seconds of the
+  controller's clock however compressed the day: sized on a forecast (an upstream's, or the
+  repeating load's), not on its own falling behind. Over the window, not at the tick: the
+  controller decides on what its batches showed before.
 - time over the objective: seconds in which the job's backlog held more than the objective's
   worth of its nominal arrivals (`run.Scenario.backlog_target`: a record waited longer).
 """
@@ -130,7 +131,7 @@ def _scale_up_before_backlog(trace: Trace, sent_s: float, control: ControlTuple)
     noise floor for `LOOKBACK_S`."""
     query = control.query_id
     before = bisect_right(trace.times_s, sent_s) - 1
-    since = bisect_left(trace.times_s, sent_s - LOOKBACK_S)
+    since = min(bisect_left(trace.times_s, sent_s - LOOKBACK_S), before)
     acked_s = next((t for t, a in trace.acks if a.control_id == control.control_id), None)
     if (before < 0 or acked_s is None
             or max(trace.waiting[query][since:before + 1]) > BACKLOG_FLOOR):

@@ -170,6 +170,10 @@ class SimJob:
         self.positions = [0] * source.partitions
         self.processed, self.output = 0, 0
         self.running: _Batch | None = None
+        self.planned: _Batch | None = None
+        """The newest batch with rows planned, running or committed (`waiting`)."""
+        self.peak_waiting = 0
+        """The most `waiting` was at a batch's end since `take_peak_waiting` last ran."""
         self.next_trigger_ms = 0
         self.last_report_ms: int | None = None
         self.last_commit_ms: int | None = None
@@ -188,11 +192,26 @@ class SimJob:
         """Records in the source topic not yet committed (a running batch's count too)."""
         return sum(self.source.end_offsets(t_ms)) - self.processed
 
+    def take_peak_waiting(self, t_ms: int) -> int:
+        """The most `waiting` was since this was last asked: at `t_ms`, or as a batch ended
+        (where the policy reads it, and where it peaks: a tick between two batches would see
+        only part of what the running batch's overrun leaves)."""
+        peak, self.peak_waiting = max(self.peak_waiting, self.waiting(t_ms)), 0
+        return peak
+
     def waiting(self, t_ms: int) -> int:
-        """Records in the source topic beyond the running batch: the backlog as the policy
-        counts it (`QueryModel.backlog_records`), which leaves out what a batch already
-        reads."""
-        return self.backlog(t_ms) - (sum(self.running.take) if self.running else 0)
+        """The backlog as the policy counts it (`model.backlog_records`,
+        `probes.running_backlog`): what the newest batch planned left behind, plus what
+        arrived more than a trigger interval after that plan. What arrives within one waits
+        for the next trigger as a matter of course, and a running batch's records are read
+        already."""
+        if self.planned is None:
+            return self.backlog(t_ms)
+        plan = self.planned
+        gathered_until = min(t_ms, plan.start_ms + int(self.spec.trigger_s * 1000))
+        return (sum(plan.latest) - sum(plan.starts) - sum(plan.take)
+                + sum(self.source.end_offsets(t_ms))
+                - sum(self.source.end_offsets(gathered_until)))
 
     # -- control ---------------------------------------------------------------------------
 
@@ -324,11 +343,13 @@ class SimJob:
             return
         busy_ms = round((rows / (self.spec.rate_per_unit * self.units)
                          + self.spec.overhead_s) * 1000)
-        self.running = _Batch(self.next_batch_id, t_ms, t_ms + busy_ms, list(self.positions),
-                              take, latest)
+        self.running = self.planned = _Batch(self.next_batch_id, t_ms, t_ms + busy_ms,
+                                             list(self.positions), take, latest)
         self.next_batch_id += 1
 
     def _commit(self, batch: _Batch) -> None:
+        # The policy reads its backlog off each batch as it ends (`waiting`, at its peak then).
+        self.peak_waiting = max(self.peak_waiting, self.waiting(batch.end_ms))
         self.running = None
         rows = sum(batch.take)
         self.positions = [s + n for s, n in zip(batch.starts, batch.take, strict=True)]

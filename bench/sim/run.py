@@ -57,9 +57,11 @@ class Trace:
     units: dict[str, list[int]] = field(default_factory=dict)
     backlog: dict[str, list[int]] = field(default_factory=dict)
     waiting: dict[str, list[int]] = field(default_factory=dict)
-    """Per tick, the backlog as the policy counts it, beyond the records a batch already reads
-    (`SimJob.waiting`; a real run's `bench.day.real.beyond_in_flight`); `backlog` counts those
-    too, as a record's wait does."""
+    """Per tick, the backlog as the policy counts it, beyond the records a batch reads or
+    gathers as a matter of course: the most it was since the tick before, at the tick or as a
+    batch ended (`SimJob.take_peak_waiting`; a real run's, sampled each second:
+    `bench.day.real.beyond_in_flight`); `backlog` counts those records too, as a record's
+    wait does."""
     metrics: list[TaskMetrics] = field(default_factory=list)
     controls: list[tuple[float, ControlTuple]] = field(default_factory=list)
     acks: list[tuple[float, Ack]] = field(default_factory=list)
@@ -127,7 +129,7 @@ def _record(trace: Trace, world: World, t_ms: int) -> None:
     for job in world.jobs:
         trace.units[job.spec.query_id].append(job.units)
         trace.backlog[job.spec.query_id].append(job.backlog(t_ms))
-        trace.waiting[job.spec.query_id].append(job.waiting(t_ms))
+        trace.waiting[job.spec.query_id].append(job.take_peak_waiting(t_ms))
 
 
 PolicyFactory = Callable[[], Policy]

@@ -9,7 +9,9 @@ from bench.day import __main__ as day
 from bench.day.measures import days_of, oracle_units
 from bench.sim.model import T0_MS
 from bench.sim.policies import Ours, Static
-from bench.sim.run import simulate
+from bench.sim.profiles import Profile
+from bench.sim.run import Scenario, Trace, simulate
+from schemas import Ack, ControlTuple, Outcome
 
 
 def test_the_oracle_takes_the_fewest_units_whose_batches_keep_the_objective() -> None:
@@ -55,6 +57,29 @@ def test_the_controller_scales_up_ahead_of_a_rise_only_once_the_load_has_repeate
     days = days_of(trace, 7200)
     assert days[0][0].scale_ups_before_backlog == 0
     assert sum(job.scale_ups_before_backlog for jobs in days[1:] for job in jobs) >= 1
+
+
+def test_a_scale_up_comes_before_a_backlog_only_if_none_showed_in_the_minute_before() -> None:
+    # A tuple sent at 150 s, applied at 155 s (2 → 3 units); one tick of 2 000 records
+    # waiting, 70 s, exactly 60 s, 30 s or 0 s before it, or none.
+    scenario = Scenario("flat", Profile("flat", (100.0,) * 220, 0), (day.FIRST, day.SECOND),
+                        duration_s=200, warmup_s=10, tick_s=1.0)
+    control = ControlTuple("c1", "enrich", "source", "input_parallelism", "3", 0, "t", "",
+                           T0_MS)
+    ack = Ack("c1", "enrich", "sim-1", 0, Outcome.APPLIED, "", 0, T0_MS)
+    times = [float(t) for t in range(11, 211)]
+
+    def counted(spike_at_s: float | None) -> int:
+        waiting = [2000 if t == spike_at_s else 0 for t in times]
+        trace = Trace(scenario, "any", times,
+                      units={"enrich": [2 if t <= 155 else 3 for t in times],
+                             "aggregate": [2] * len(times)},
+                      backlog={"enrich": waiting, "aggregate": [0] * len(times)},
+                      waiting={"enrich": waiting, "aggregate": [0] * len(times)},
+                      controls=[(150.0, control)], acks=[(155.0, ack)])
+        return days_of(trace, 200)[0][0].scale_ups_before_backlog
+
+    assert [counted(s) for s in (None, 80.0, 90.0, 120.0, 150.0)] == [1, 1, 0, 0, 0]
 
 
 def test_a_real_days_backlog_is_its_lag_less_the_batches_in_flight() -> None:
