@@ -101,14 +101,15 @@ def test_what_waits_is_at_its_most_what_a_plan_left_and_what_arrived_a_trigger_p
         return left + produced((at_ms - T0_MS) / 1000) - produced((past - T0_MS) / 1000)
 
     parts_seen, before_ms = [0, 0], T0_MS
-    for t_s, held in zip(trace.times_s, trace.waiting["job"], strict=True):
+    ticks = zip(trace.times_s, trace.waiting["job"], trace.backlog["job"], strict=True)
+    for t_s, held, backlog in ticks:
         at_ms = T0_MS + round(t_s * 1000)
         if at_ms >= batches[-1].batch_end_ms:  # the batch running at the end never reported
             break
         planned = [m for m in batches if m.batch_start_ms <= at_ms]
         ended = [waiting(m, m.batch_end_ms) for m in planned
                  if before_ms < m.batch_end_ms <= at_ms]
-        now = waiting(planned[-1], at_ms) if planned else trace.backlog["job"][0]
+        now = waiting(planned[-1], at_ms) if planned else backlog
         # the topic holds whole records on each partition, the profile a real count
         assert abs(held - max([now, *ended])) <= 2 * scenario.source_partitions
         parts_seen[0] += planned[-1].input_rows >= 999 if planned else 0  # cut by the cap
