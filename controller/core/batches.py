@@ -18,7 +18,7 @@ from typing import Any
 
 from controller.core import parallelism
 from controller.core.arrival import Interval, Latest, PartitionKey, intervals, latest, steps
-from controller.core.fit import BatchCost, BatchPoint, fit_batch_cost
+from controller.core.fit import BatchCost, BatchPoint, fitted_cost
 from controller.core.memo import Memo
 from controller.core.shedding import observed_shedding
 from controller.settings import ModelSettings
@@ -49,8 +49,9 @@ class Batches:
     """The partitions whose latest offset the newest batch knew: what the probes must cover."""
     points: tuple[BatchPoint, ...]
     """What μ and c are fitted on (`rate_points`)."""
-    cost: BatchCost | None
-    """μ and c fitted on `points` (None: no batch with rows)."""
+    fitted: BatchCost | None
+    """μ and c fitted on `points` (None: they cannot tell c from 1/μ, or none has rows;
+    `model.evaluate` then charges the c it remembers: `fit.charged_cost`)."""
     rows_seen: bool
     """Whether any batch in the window read rows."""
     capped: tuple[BatchPoint, ...]
@@ -61,8 +62,7 @@ class Batches:
 
 
 def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
-              remembered_overhead_s: float | None, remembered_cap: int,
-              settings: ModelSettings, *, memo: Memo) -> Batches:
+              remembered_cap: int, settings: ModelSettings, *, memo: Memo) -> Batches:
     """The summary of a window that passed `model.evaluate`'s readiness checks (at least one
     sample, spanning some time). What the newest batch alone gives, and what the newest
     `arrival_window_s` gives, are derived again only when they change (each can cost
@@ -101,7 +101,7 @@ def summarise(samples: tuple[TaskMetrics, ...], warm_up: Collection[SampleKey],
         recent_lags=tuple(memo.each(lag_records, samples)[len(samples) - len(recent):]),
         intervals=tuple(intervals(samples, memo)),
         known=memo.whole(_known, samples[-1:], latests[-1]), points=tuple(points),
-        cost=fit_batch_cost(points, settings, remembered_overhead_s), rows_seen=bool(worked),
+        fitted=fitted_cost(points, settings), rows_seen=bool(worked),
         capped=newest_capped(samples, warm_up, settings.level_confirm_s, memo),
         figures=MappingProxyType(figures))
 

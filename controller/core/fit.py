@@ -63,15 +63,33 @@ class BatchCost:
 def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
                    remembered_overhead_s: float | None = None) -> BatchCost | None:
     """c and μ from batches with rows; None when there is no such batch."""
-    points = [p for p in points if p.rows > 0 and p.units > 0 and p.busy_s > 0]
+    return fitted_cost(points, settings) or charged_cost(points, remembered_overhead_s)
+
+
+def fitted_cost(points: Sequence[BatchPoint], settings: ModelSettings) -> BatchCost | None:
+    """c and μ fitted on the batches with rows, or None when they cannot tell c from 1/μ
+    (`_least_squares`) or there is none. Apart from `charged_cost` because it depends on
+    the batches alone: `model.evaluate` keeps it while the window holds the same batches,
+    however the remembered c moves."""
+    points = _usable(points)
+    fitted = _least_squares(points, settings)
+    return None if fitted is None else useful_rate(points, fitted, "fit")
+
+
+def charged_cost(points: Sequence[BatchPoint],
+                 remembered_overhead_s: float | None) -> BatchCost | None:
+    """μ of the batches with rows charged the c remembered, else none (rule 3: a lower
+    bound), for batches that cannot tell c apart; None when there is no such batch."""
+    points = _usable(points)
     if not points:
         return None
-    fitted = _least_squares(points, settings)
-    if fitted is not None:
-        return useful_rate(points, fitted, "fit")
     if remembered_overhead_s is not None:
         return useful_rate(points, remembered_overhead_s, "remembered")
     return useful_rate(points, 0.0, "assumed_zero")
+
+
+def _usable(points: Sequence[BatchPoint]) -> list[BatchPoint]:
+    return [p for p in points if p.rows > 0 and p.units > 0 and p.busy_s > 0]
 
 
 def _least_squares(points: Sequence[BatchPoint],

@@ -36,7 +36,7 @@ from controller.core.batches import (
 )
 from controller.core.cluster import CoreGrant
 from controller.core.cost import capped_cost, idle_cost, running_batch_measures_cost
-from controller.core.fit import BatchCost, fit_batch_cost
+from controller.core.fit import BatchCost, BatchPoint, charged_cost, fit_batch_cost
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
@@ -378,14 +378,14 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
         return NotReady(f"only {len(samples)} samples, need {needed}")
     if samples[-1].batch_end_ms - samples[0].batch_start_ms <= 0:
         return NotReady("the window's batches span no time")
-    batches = memo.whole(summarise, samples, frozenset(warm_up), remembered.overhead_s,
-                         remembered.batch_cap, settings)
+    batches = memo.whole(summarise, samples, frozenset(warm_up), remembered.batch_cap,
+                         settings)
     from_probes = probes.intervals(probed, batches.known, memo)
     scan = memo.carried(partial(Scan, settings), (Scan, settings))
     arrival = scan.estimate(arrival_intervals(list(batches.intervals), from_probes))
     if arrival is None:
         return NotReady("no partition offsets in consecutive samples yet; arrival rate unknown")
-    cost = batches.cost
+    cost = batches.fitted or memo.whole(_charged, batches.points, remembered.overhead_s)
     if not batches.rows_seen:
         cost = idle_cost(arrival, remembered.cost)
         if cost is None:
@@ -405,6 +405,13 @@ def _evaluate(query_id: str, samples: tuple[TaskMetrics, ...], settings: ModelSe
             1 - shedding.low_priority_share * shedding.fraction),
         scalability=learned(dict(remembered.sizes), settings.scaling_prior_contention),
         arrival_timed_by=BROKER if from_probes else "batches")
+
+
+def _charged(points: Sequence[BatchPoint], remembered_overhead_s: float | None, *,
+             memo: Memo) -> BatchCost | None:
+    """`fit.charged_cost`, in the memo: computed again only when a batch joins or leaves, or
+    the c remembered moves."""
+    return charged_cost(points, remembered_overhead_s)
 
 
 def _following_cap(figures: Mapping[str, Any], newest: TaskMetrics, settings: ModelSettings,
