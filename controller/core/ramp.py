@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from itertools import accumulate
-from operator import attrgetter, mul
+from itertools import accumulate, repeat
+from operator import add, attrgetter, ge, mul, neg, sub, truediv
 from typing import TYPE_CHECKING
 
 from controller.settings import ModelSettings
@@ -61,27 +61,46 @@ def _may_rise(span: Sequence[Interval], shift_ratio: float,
     False when its line cannot rise by `shift_ratio` − 1 of its mean (`_ramp_fit`'s first
     test), from running sums over the suffixes, O(len(span)); a flat load then costs no fit
     at all (one fit per start is O(len(span)²))."""
-    starts = len(span) if starts is None else starts
-    found = [False] * len(span)
+    size = len(span)
+    tested = size if starts is None else max(0, min(starts, size))
+    untested = [False] * (size - tested)
     if not span:
-        return found
+        return untested
     origin = (span[-1].start_ms + span[-1].end_ms) / 2000  # centred: sums of squares stay exact
     xs = [(interval.start_ms + interval.end_ms) / 2000 - origin for interval in span]
     ys = [interval.rate for interval in span]
     # Sums over each suffix, newest first, added in the order a loop from the newest would
-    # (the same floats), in C: only the candidates' tests run in Python.
-    size = len(span)
-    sx, sy = _suffix_sums(xs), _suffix_sums(ys)
-    sxx, sxy = _suffix_sums(list(map(mul, xs, xs))), _suffix_sums(list(map(mul, xs, ys)))
-    for first in range(min(starts, size)):
-        n = float(size - first)
-        spread = n * sxx[first] - sx[first] * sx[first]
+    # (the same floats), in C, as the tests below.
+    sx, sy = _suffix_sums(xs)[:tested], _suffix_sums(ys)[:tested]
+    sxx = _suffix_sums(list(map(mul, xs, xs)))[:tested]
+    sxy = _suffix_sums(list(map(mul, xs, ys)))[:tested]
+    ns = list(map(float, range(size, size - tested, -1)))  # n = size − first, per start
+    spreads = list(map(sub, map(mul, ns, sxx), map(mul, sx, sx)))
+    if any(spread <= 0 for spread in spreads):  # a start with no spread always may rise
+        return _may_rise_each(xs, ns, sx, sy, sxx, sxy, spreads, shift_ratio) + untested
+    # Each start's test below, as `_may_rise_each` spells it, the same operations in the
+    # same order (the same floats), in C: a window's forty-odd starts every cycle.
+    rises = list(map(mul, map(truediv, map(sub, map(mul, ns, sxy), map(mul, sx, sy)),
+                              spreads), map(neg, xs)))
+    needed = list(map(truediv, map(mul, repeat(shift_ratio - 1), sy), ns))
+    slack = map(mul, repeat(_ROUNDING),
+                map(add, map(add, map(abs, rises), map(abs, needed)), repeat(1)))
+    return list(map(ge, rises, map(sub, needed, slack))) + untested
+
+
+def _may_rise_each(xs: Sequence[float], ns: Sequence[float], sx: Sequence[float],
+                   sy: Sequence[float], sxx: Sequence[float], sxy: Sequence[float],
+                   spreads: Sequence[float], shift_ratio: float) -> list[bool]:
+    """`_may_rise`'s test of each start, one at a time."""
+    found = []
+    for first, spread in enumerate(spreads):
         if spread <= 0:
-            found[first] = True
+            found.append(True)
             continue
+        n = ns[first]
         rise = (n * sxy[first] - sx[first] * sy[first]) / spread * -xs[first]
         needed = (shift_ratio - 1) * sy[first] / n
-        found[first] = rise >= needed - _ROUNDING * (abs(rise) + abs(needed) + 1)
+        found.append(rise >= needed - _ROUNDING * (abs(rise) + abs(needed) + 1))
     return found
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.core.arrival import BURSTY_REVERSALS, Interval, Level, Scan, departure, estimate
-from controller.core.ramp import RAMP_AT_LEAST, _may_rise, _ramp_fit, ramp
+from controller.core.ramp import RAMP_AT_LEAST, _may_rise, _ramp_fit, _suffix_sums, ramp
 from controller.settings import ModelSettings
 
 SETTINGS = ModelSettings()
@@ -251,6 +251,46 @@ def test_a_span_ruled_out_by_the_running_sums_is_no_ramp(
     for first, possible in enumerate(_may_rise(span, ratio)):
         if not possible and len(span) - first >= RAMP_AT_LEAST:
             assert _ramp_fit(span[first:], ratio) is None
+
+
+def _may_rise_one_start_at_a_time(span: list[Interval], ratio: float,
+                                  starts: int) -> list[bool]:
+    """`_may_rise` as it was written before its tests ran in C: the reference."""
+    found = [False] * len(span)
+    origin = (span[-1].start_ms + span[-1].end_ms) / 2000
+    xs = [(i.start_ms + i.end_ms) / 2000 - origin for i in span]
+    ys = [i.rate for i in span]
+    size = len(span)
+    sx, sy = _suffix_sums(xs), _suffix_sums(ys)
+    sxx = _suffix_sums([x * x for x in xs])
+    sxy = _suffix_sums([x * y for x, y in zip(xs, ys, strict=True)])
+    for first in range(min(starts, size)):
+        n = float(size - first)
+        spread = n * sxx[first] - sx[first] * sx[first]
+        if spread <= 0:
+            found[first] = True
+            continue
+        rise = (n * sxy[first] - sx[first] * sy[first]) / spread * -xs[first]
+        needed = (ratio - 1) * sy[first] / n
+        found[first] = rise >= needed - 1e-6 * (abs(rise) + abs(needed) + 1)
+    return found
+
+
+@given(st.lists(st.tuples(st.integers(1, 5_000), st.integers(0, 10_000)), min_size=1,
+                max_size=80),
+       st.integers(0, 2_000_000_000_000), st.integers(0, 90), st.floats(1.01, 2.9),
+       st.booleans())
+def test_the_ramps_cheap_test_in_c_rules_on_each_start_as_the_loop_did(
+        spans: list[tuple[int, int]], at_ms: int, starts: int, ratio: float,
+        same_midpoint: bool) -> None:
+    """Every start's verdict of `_may_rise` is the one-at-a-time loop's, at epoch-scale
+    times, with spans of one length (a start whose midpoints do not spread) or of many."""
+    span, start = [], at_ms
+    for length, records in spans:
+        length = 1_000 if same_midpoint else length
+        span.append(Interval(start, start + length, records))
+        start += length
+    assert _may_rise(span, ratio, starts) == _may_rise_one_start_at_a_time(span, ratio, starts)
 
 
 RATES = st.lists(st.one_of(st.floats(50, 150), st.floats(0, 2_000), st.just(0.0)),
