@@ -40,7 +40,7 @@ from controller.core.fit import BatchCost, BatchPoint, charged_cost, fit_batch_c
 from controller.core.memo import Memo
 from controller.core.objectives import Standing, delay_s, standings
 from controller.core.results import NotReady
-from controller.core.scaling import LINEAR, Scalability, learned, remember
+from controller.core.scaling import LINEAR, Scalability, learned, remember, tells_size
 from controller.core.season import Forecast
 from controller.core.shedding import NO_SHEDDING, Shedding
 from controller.core.sizing import capacity, drain_time_s
@@ -330,12 +330,12 @@ class Remembered:
             self.rate_capped)
 
     def after(self, model: QueryModel) -> Remembered:
-        """What to remember once `model` was found. μ joins the sizes only when measured apart
-        from the overhead (fitted, or with one fitted before): a lower bound would read as
-        contention."""
+        """What to remember once `model` was found. μ joins the sizes only when it is the
+        size's own (`scaling.tells_size`)."""
         sizes = self.sizes
-        if (model.rate_samples > 0 and model.overhead_source != "assumed_zero"
-                and not model.rate_measured_capped):  # a few batches: not the size's μ
+        if (model.rate_samples > 0 and not model.rate_measured_capped  # a few batches
+                and tells_size(model.overhead_source, model.throughput, model.rate_per_unit,
+                               model.units, model.busy_ratio)):
             sizes = tuple(remember(dict(sizes), model.units, model.rate_per_unit).items())
         return Remembered(
             model.batch_overhead_s if model.overhead_source == "fit" else self.overhead_s,

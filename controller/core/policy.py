@@ -534,11 +534,14 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
 def _units_wanted(model: QueryModel, sized: QueryModel, settings: PolicySettings,
                   inflow: Inflow, limits: KnobRange, forecast: bool) -> tuple[int | None, bool]:
     """The units that meet the demand of `sized` (the model with the backlog the change will
-    find), and whether none does on a contended curve (`short`), though the most units still
-    do the most: then the fewest that do nearly as much (`worth_it`) are wanted."""
+    find), and whether none within the knob's limits does on a contended curve (`short`),
+    though the most units still do the most: then the fewest that do nearly as much
+    (`worth_it`) are wanted. A size past the limits that would meet it counts as none: on a
+    curve whose last units add least, the most allowed would buy little over the knee (a
+    reader sized 1 → 16 for its upstream's catch-up when 2 carried 90 % of what 16 would)."""
     wanted = target_units(sized, settings, inflow)
-    if wanted is not None or model.scalability.contention <= 0 or (
-            model.parallelism >= limits.high):
+    if model.scalability.contention <= 0 or model.parallelism >= limits.high or (
+            wanted is not None and wanted <= limits.high):
         return wanted, False
     if forecast:
         return worth_it(model, limits), True

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from controller.core.model import Remembered
-from controller.core.scaling import remember
+from controller.core.scaling import remember, tells_size
 from controller.core.state import (
     EXECUTORS_REGISTER_WAIT_S,
     ControlState,
@@ -84,17 +84,19 @@ def recover(history: History, now_ms: int, *, issuer: str, cooldown_s: float,
 
 def recorded_memories(decisions: tuple[Decision, ...]) -> dict[str, Remembered]:
     """Per query, from its decisions' figures, oldest first: μ at each size (the newest per
-    size, and only a μ of the window measured apart from a per-batch cost, as
-    `Remembered.after` keeps it),
+    size, and only a μ that is the size's own, as `Remembered.after` keeps it),
     the newest fitted cost and the batch cap's newest records per unit."""
     found: dict[str, Remembered] = {}
     for d in sorted(decisions, key=lambda d: d.decided_at_ms):
         f, memory = d.figures, found.get(d.query_id, Remembered())
         fitted = f.get("overhead_fitted", 0.0) == 1.0
         units, rate = int(f.get("units", 0)), f.get("processing_rate_per_unit", 0.0)
-        if (units > 0 and rate > 0 and f.get("rate_samples", 0) > 0
-                and (fitted or f.get("batch_overhead_s", 0.0) > 0)
-                and f.get("rate_measured_capped", 0.0) != 1.0):
+        source = ("fit" if fitted else
+                  "remembered" if f.get("batch_overhead_s", 0.0) > 0 else "assumed_zero")
+        if (units > 0 and f.get("rate_samples", 0) > 0
+                and f.get("rate_measured_capped", 0.0) != 1.0
+                and tells_size(source, f.get("throughput", 0.0), rate, units,
+                               f.get("busy_ratio", 0.0))):
             memory = replace(memory, sizes=tuple(remember(dict(memory.sizes), units,
                                                           rate).items()))
         if fitted:

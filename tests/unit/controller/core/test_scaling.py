@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from controller.core.model import QueryModel, Remembered
-from controller.core.policy import decide
+from controller.core.policy import decide, target_units
 from controller.core.results import Scale
 from controller.core.scaling import LINEAR, MAX_SIZES, Scalability, learned, remember
 from controller.core.season import Forecast
@@ -55,6 +55,18 @@ def test_only_a_rate_measured_apart_from_the_overhead_is_remembered_for_its_size
     assert Remembered().after(fitted).sizes == ((4, 200.0),)
     bound = replace(fitted, overhead_source="assumed_zero")  # a lower bound: no contention
     assert Remembered().after(bound).sizes == ()
+
+
+def test_a_rate_charged_another_sizes_cost_is_its_sizes_only_while_records_took_half_the_busy(
+        ) -> None:
+    """Records at 400/s on 4 units of 200/s take half of a fully busy window; at 300/s, 37.5 %,
+    the rest the c remembered from another size; 62.5 % of a window busy 60 % of the time."""
+    charged = model(units=4, rate_samples=20, overhead_source="remembered", throughput=400,
+                    busy_ratio=1.0)
+    assert Remembered().after(charged).sizes == ((4, 200.0),)
+    light = replace(charged, throughput=300)
+    assert Remembered().after(light).sizes == ()
+    assert Remembered().after(replace(light, busy_ratio=0.6)).sizes == ((4, 200.0),)
 
 
 def test_a_learned_scalability_curve_sizes_a_step_larger_than_a_linear_model() -> None:
@@ -118,6 +130,27 @@ def test_where_no_size_meets_a_forecast_on_the_curve_the_fewest_units_near_the_m
                    ControlState(), NOW, POLICY)
     upstream = decide(calm, ControlState(), NOW, POLICY, Inflow(steady=1700.0), "a")
     for verdict in (ahead, upstream):
+        assert isinstance(verdict, Scale) and verdict.target == 11, verdict
+        assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
+                "11 units of input_parallelism carry 90% of what the most, 16 (task slots), "
+                "would:") in verdict.reason
+
+
+def test_where_only_a_size_past_the_most_meets_a_forecast_the_fewest_near_the_most_are_asked_for(
+        ) -> None:
+    """The same curve with a forecast of 860/s, met at 80 % by 18 units (1 079/s) but not by
+    the 16 task slots allow (1 053/s): the last units add least, so it gets the 11 that carry
+    90 % of what 16 would, not 16 (a reader was sized 1 → 16 for its upstream's catch-up when 2
+    carried that much)."""
+    calm = model(arrival_rate=300, units=2, parallelism=2, rate_per_unit=213,
+                 scalability=Scalability(0.19, 2), backlog_records=0,
+                 backlog_trend_records_per_s=0, time_to_drain_s=0, overhead_source="fitted")
+    ahead = replace(calm, forecast=Forecast(peak=860, in_s=1200, period_s=86_400, error=0.08,
+                                            checked_s=3600))
+    assert target_units(ahead, POLICY) == 18 == target_units(calm, POLICY, Inflow(steady=560))
+    verdicts = (decide(ahead, ControlState(), NOW, POLICY),
+                decide(calm, ControlState(), NOW, POLICY, Inflow(steady=560.0), "a"))
+    for verdict in verdicts:
         assert isinstance(verdict, Scale) and verdict.target == 11, verdict
         assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
                 "11 units of input_parallelism carry 90% of what the most, 16 (task slots), "

@@ -207,12 +207,14 @@ def test_prometheus_counts_each_takeover_and_shows_who_leads_how_many_shards_sin
 
 
 def recorded(units: int, rate: float, at_ms: int, **figures: float) -> Decision:
-    """A decision an earlier controller wrote about q1 at `units`, μ `rate` (c of 1 s unless
-    `figures` say otherwise)."""
+    """A decision an earlier controller wrote about q1 at `units`, μ `rate` (c of 1 s, the
+    records most of the busy time, unless `figures` say otherwise)."""
     return Decision(f"d-{at_ms}", "q1", at_ms, "scale_up", "input_parallelism", str(units),
                     str(units + 2), "earlier", {"units": float(units),
                                                 "processing_rate_per_unit": rate,
-                                                "rate_samples": 5.0, "batch_overhead_s": 1.0}
+                                                "rate_samples": 5.0, "batch_overhead_s": 1.0,
+                                                "throughput": units * rate * 0.8,
+                                                "busy_ratio": 1.0}
                     | figures)
 
 
@@ -223,7 +225,7 @@ def test_a_controller_started_afresh_learns_its_models_memories_from_the_decisio
     unit, and its model takes the curve from them at once."""
     bus, clock = MemoryBus(), FakeClock()
     for d in (recorded(2, 250.0, 1_000), recorded(2, 210.0, 2_000),
-              recorded(6, 150.0, 3_000, overhead_fitted=1.0, batch_overhead_s=1.2,
+              recorded(6, 150.0, 3_000, overhead_fitted=1.0, batch_overhead_s=0.2,
                        batch_cap_per_unit=750.0),
               recorded(12, 90.0, 4_000, batch_overhead_s=0.0)):
         bus.decisions.append(codec_for(Decision).encode(d))
