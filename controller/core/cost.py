@@ -25,7 +25,7 @@ def idle_cost(arrival: ArrivalEstimate, remembered: BatchCost | None) -> BatchCo
         return None
     # A μ that was a lower bound (no cost told apart) stays one: it is no better remembered.
     source = remembered.source if remembered.source == "assumed_zero" else "remembered"
-    return BatchCost(remembered.overhead_s, remembered.per_unit, source, remembered.rate_error)
+    return replace(remembered, source=source, batches=0)
 
 
 def running_batch_measures_cost(cost: BatchCost, points: Sequence[BatchPoint],

@@ -58,6 +58,9 @@ class BatchCost:
     infinite from one batch, 0 for a cost given by hand."""
     batches: int = 0
     """How many batches μ was measured on (0: not said)."""
+    useful_share: float = 1.0
+    """The share of those batches' busy unit-seconds left to their records once c is charged:
+    how much of the measure μ is (`scaling.tells_size`)."""
 
 
 def fit_batch_cost(points: Sequence[BatchPoint], settings: ModelSettings,
@@ -125,7 +128,7 @@ def useful_rate(points: Sequence[BatchPoint], overhead_s: float, source: str) ->
     rows = sum(p.rows for p in points)
     per_unit = rows / sum(useful)
     return BatchCost(overhead, per_unit, source, rate_error(points, useful, per_unit, rows),
-                     len(points))
+                     len(points), sum(useful) / sum(p.units * p.busy_s for p in points))
 
 
 def rate_error(points: Sequence[BatchPoint], useful: Sequence[float], per_unit: float,

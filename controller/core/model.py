@@ -91,6 +91,9 @@ class QueryModel:
     rate_error: float = 0.0
     """The relative standard error of μ over those batches (`fit.rate_error`): infinite from
     one; carried with a remembered μ while the query is idle."""
+    useful_share: float = 1.0
+    """The share of those batches' busy time left to their records once c is charged
+    (`fit.BatchCost.useful_share`)."""
     recent_throughput: float = 0.0
     """Records/s processed over the newest `arrival_window_s` (what a downstream sees now)."""
     selectivity: float = 1.0
@@ -206,6 +209,7 @@ class QueryModel:
             "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
             "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
             "rate_samples": float(self.rate_samples), "rate_error": self.rate_error,
+            "useful_share": self.useful_share,
             "rate_measured_capped": 1.0 if self.rate_measured_capped else 0.0,
             "selectivity": self.selectivity,
             "task_skew": self.task_skew, "executor_cores": float(self.executor_cores),
@@ -334,13 +338,13 @@ class Remembered:
         size's own (`scaling.tells_size`)."""
         sizes = self.sizes
         if (model.rate_samples > 0 and not model.rate_measured_capped  # a few batches
-                and tells_size(model.overhead_source, model.throughput, model.rate_per_unit,
-                               model.units, model.busy_ratio)):
+                and tells_size(model.overhead_source, model.rate_per_unit, model.useful_share)):
             sizes = tuple(remember(dict(sizes), model.units, model.rate_per_unit).items())
         return Remembered(
             model.batch_overhead_s if model.overhead_source == "fit" else self.overhead_s,
             BatchCost(model.batch_overhead_s, model.rate_per_unit, model.overhead_source,
-                      model.rate_error) if model.rate_samples > 0 else self.cost,
+                      model.rate_error, useful_share=model.useful_share)
+            if model.rate_samples > 0 else self.cost,
             model.batch_cap if model.batch_cap_source in ("reported", "observed")
             else self.batch_cap, sizes, model.batch_cap_per_unit or self.batch_cap_per_unit,
             model.rate_measured_capped)
@@ -493,7 +497,7 @@ def _model(query_id: str, batches: Batches, found: ArrivalEstimate, cost: BatchC
             cost.overhead_s, figures["batch_cap"]), arrival),
         batch_overhead_s=cost.overhead_s, overhead_source=cost.source,
         rate_samples=cost.batches if capped else len(batches.points),
-        rate_error=cost.rate_error,
+        rate_error=cost.rate_error, useful_share=cost.useful_share,
         arrival_pending=found.pending_rate,
         arrival_ramp=found.ramp_per_s,
         backlog_seen=RUNNING_BATCH if running is not None else "batches")

@@ -491,7 +491,8 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
     waiting = backlog_during_change(model, state, settings, inflow.passing)
     sized = replace(model, backlog_records=model.backlog_records + waiting)
     limits = knob_range(model, settings, state, now_ms)
-    wanted, short = _units_wanted(model, sized, settings, inflow, limits, forecast)
+    wanted, short, meets = _units_wanted(model, sized, settings, inflow, limits, forecast,
+                                         state, now_ms)
     if wanted is None:
         return _raise_batch_cap(model, limits, model.figures(), settings, inflow), 0
     request = executors_wanted(model, wanted, settings, state, now_ms)
@@ -522,7 +523,7 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
             return _throttle(model, limits, figures, settings, inflow), cores
         return Hold(f"backlogged ({behind}) but {units_of(model, wanted)} are needed and "
                     f"{model.units} run{skew_note(model, settings)}", figures), cores
-    none_meets = _none_meets(model, target, limits, forecast) if short else ""
+    none_meets = _none_meets(model, target, limits, forecast, meets) if short else ""
     arriving = arriving_ahead(model, settings, inflow.passing) + extra
     sizing = _sizing(sized, target, wanted, limits, settings, arriving, goal, none_meets)
     change = (f" (with the {num(waiting)} records that arrive beyond its capacity while the "
@@ -532,22 +533,29 @@ def _sized_up(model: QueryModel, state: ControlState, now_ms: int, settings: Pol
 
 
 def _units_wanted(model: QueryModel, sized: QueryModel, settings: PolicySettings,
-                  inflow: Inflow, limits: KnobRange, forecast: bool) -> tuple[int | None, bool]:
+                  inflow: Inflow, limits: KnobRange, forecast: bool, state: ControlState,
+                  now_ms: int) -> tuple[int | None, bool, int]:
     """The units that meet the demand of `sized` (the model with the backlog the change will
-    find), and whether none within the knob's limits does on a contended curve (`short`),
-    though the most units still do the most: then the fewest that do nearly as much
-    (`worth_it`) are wanted. A size past the limits that would meet it counts as none: on a
-    curve whose last units add least, the most allowed would buy little over the knee (a
-    reader sized 1 → 16 for its upstream's catch-up when 2 carried 90 % of what 16 would)."""
+    find); whether on a contended curve they are instead the fewest that do nearly as much as
+    the most (`worth_it`, `short`); and then the units past the knob's limits that would meet
+    it (0: none would). Short when no size meets it, though the most units still do the most;
+    and for a forecast that only units past the limits meet, with no executors to come for
+    them: on a curve whose last units add least, the most allowed buys little over the knee
+    for a load that may not come (a reader sized 1 → 16 for its upstream's catch-up when 2
+    carried 90 % of what 16 would). A backlog of its own still gets the most, and then the
+    ceiling's shedding."""
     wanted = target_units(sized, settings, inflow)
-    if model.scalability.contention <= 0 or model.parallelism >= limits.high or (
-            wanted is not None and wanted <= limits.high):
-        return wanted, False
+    if model.scalability.contention <= 0 or model.parallelism >= limits.high:
+        return wanted, False, 0
+    if wanted is not None and (
+            not forecast or wanted <= model.units_at(limits.high)
+            or executors_wanted(model, wanted, settings, state, now_ms) is not None):
+        return wanted, False, 0
     if forecast:
-        return worth_it(model, limits), True
+        return worth_it(model, limits), True, wanted or 0
     return worth_it(model, limits, partial(
         _arriving_at, arriving_ahead(model, settings, inflow.passing), model, settings,
-        inflow)), True
+        inflow)), True, 0
 
 
 def _sizing_figures(model: QueryModel, sized: QueryModel, settings: PolicySettings,
@@ -712,10 +720,13 @@ def _sizing(model: QueryModel, target: int, wanted: int, limits: KnobRange,
             f"{pct(arriving / capacity)} utilisation{_ramp_note(model, settings)}{goal.note()}")
 
 
-def _none_meets(model: QueryModel, target: int, limits: KnobRange, forecast: bool) -> str:
-    """Why `target` when no size meets the demand: the most allowed, or nearly as much (`worth_it`:
-    capacity for a forecast, the drain's rate for a backlog)."""
-    curve = f"no size meets it ({model.scalability.describe()});"
+def _none_meets(model: QueryModel, target: int, limits: KnobRange, forecast: bool,
+                meets: int = 0) -> str:
+    """Why `target` when no size within the limits meets the demand (`meets` units past them
+    would, 0: none): the most allowed, or nearly as much (`worth_it`: capacity for a forecast,
+    the drain's rate for a backlog)."""
+    curve = (f"only {meets} units, past the most, meet it ({model.scalability.describe()});"
+             if meets else f"no size meets it ({model.scalability.describe()});")
     if target == limits.high:
         return f"{curve} the most, {units_of(model, target)} ({limits.high_set_by}),"
     most = f"the most, {limits.high} ({limits.high_set_by}), would:"

@@ -95,8 +95,7 @@ def recorded_memories(decisions: tuple[Decision, ...]) -> dict[str, Remembered]:
                   "remembered" if f.get("batch_overhead_s", 0.0) > 0 else "assumed_zero")
         if (units > 0 and f.get("rate_samples", 0) > 0
                 and f.get("rate_measured_capped", 0.0) != 1.0
-                and tells_size(source, f.get("throughput", 0.0), rate, units,
-                               f.get("busy_ratio", 0.0))):
+                and tells_size(source, rate, f.get("useful_share", 0.0))):
             memory = replace(memory, sizes=tuple(remember(dict(memory.sizes), units,
                                                           rate).items()))
         if fitted:

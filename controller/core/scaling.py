@@ -71,25 +71,23 @@ def learned(sizes: Mapping[int, float], prior: float) -> Scalability:
 
 
 CHARGED_SHARE_AT_LEAST = 0.5
-"""Share of the busy time the records must take for a μ charged a per-batch cost remembered from
+"""Share of the busy time left to the records for a μ charged a per-batch cost remembered from
 another size to count as the size's own (`tells_size`)."""
 
 
-def tells_size(overhead_source: str, throughput: float, rate_per_unit: float, units: float,
-               busy_ratio: float) -> bool:
-    """Whether μ measured at `units` is that size's own, to join the sizes σ is fitted from.
-    Fitted apart from the per-batch cost: yes. A lower bound (no cost told apart): no, it
-    would read as contention. Charged the c remembered from another size: only while the
-    records took at least `CHARGED_SHARE_AT_LEAST` of the busy time (throughput / (μ p) of the
-    busy ratio). c grows with the units, and in the small batches of a lightly loaded size
-    the error of charging another size's c is μ's whole measure: 16 state partitions at a
-    third of their capacity read 33.7/s a unit where 1 ran 586/s, contention 1, and every
-    later sizing took more units for worthless."""
-    if overhead_source == "fit":
-        return True
-    if overhead_source != "remembered" or rate_per_unit <= 0 or units <= 0 or busy_ratio <= 0:
+def tells_size(overhead_source: str, rate_per_unit: float, useful_share: float) -> bool:
+    """Whether μ is the size's own, to join the sizes σ is fitted from. Fitted apart from the
+    per-batch cost: yes. A lower bound (no cost told apart): no, it would read as contention.
+    Charged the c remembered from another size: only while what is left to the records is at
+    least `CHARGED_SHARE_AT_LEAST` of the batches' busy time (`fit.BatchCost.useful_share`).
+    c grows with the units, and in the small batches of a lightly loaded size the error of
+    charging another size's c is most of μ's measure: 16 state partitions at a third of their
+    capacity read 33.7/s a unit where 1 ran 586/s, contention 1, and every later sizing took
+    units that bring nothing for ones that would."""
+    if rate_per_unit <= 0:
         return False
-    return throughput / (rate_per_unit * units) >= CHARGED_SHARE_AT_LEAST * busy_ratio
+    return overhead_source == "fit" or (overhead_source == "remembered"
+                                        and useful_share >= CHARGED_SHARE_AT_LEAST)
 
 
 def remember(sizes: Mapping[int, float], units: int, rate: float) -> dict[int, float]:

@@ -106,11 +106,11 @@ def test_the_decision_logs_figures_give_each_querys_memories_newest_last() -> No
            figures_at("q1", 1_000, units=2.0, processing_rate_per_unit=250.0,
                       batch_overhead_s=1.5, overhead_fitted=1.0, batch_cap_per_unit=500.0),
            figures_at("q1", 2_000, units=8.0, processing_rate_per_unit=120.0,
-                      batch_overhead_s=1.1, throughput=700.0, busy_ratio=0.9),
+                      batch_overhead_s=1.1, useful_share=0.81),
            # c remembered, not fitted: a size, not a cost, while records took 81 % of the
            # busy time; at 4 units only 33 %: another size's c was most of the measure
            figures_at("q1", 2_500, units=4.0, processing_rate_per_unit=150.0,
-                      batch_overhead_s=1.1, throughput=200.0, busy_ratio=1.0),
+                      batch_overhead_s=1.1, useful_share=0.33),
            figures_at("q1", 4_000, units=16.0, processing_rate_per_unit=60.0,
                       batch_overhead_s=0.0),  # μ a lower bound: no measurement of 16
            figures_at("q2", 1_000, units=4.0, processing_rate_per_unit=0.0),

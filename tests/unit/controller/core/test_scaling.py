@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from controller.core.fit import BatchPoint, useful_rate
 from controller.core.model import QueryModel, Remembered
 from controller.core.policy import decide, target_units
 from controller.core.results import Scale
@@ -57,16 +58,15 @@ def test_only_a_rate_measured_apart_from_the_overhead_is_remembered_for_its_size
     assert Remembered().after(bound).sizes == ()
 
 
-def test_a_rate_charged_another_sizes_cost_is_its_sizes_only_while_records_took_half_the_busy(
+def test_a_rate_charged_another_sizes_cost_is_its_sizes_only_while_half_the_busy_time_is_left(
         ) -> None:
-    """Records at 400/s on 4 units of 200/s take half of a fully busy window; at 300/s, 37.5 %,
-    the rest the c remembered from another size; 62.5 % of a window busy 60 % of the time."""
-    charged = model(units=4, rate_samples=20, overhead_source="remembered", throughput=400,
-                    busy_ratio=1.0)
+    """Half the batches' busy time left to the records once the c remembered from another size
+    is charged: μ is the size's; 40 %: it is not, and the model says so with every batch."""
+    charged = model(units=4, rate_samples=20, overhead_source="remembered", useful_share=0.5)
     assert Remembered().after(charged).sizes == ((4, 200.0),)
-    light = replace(charged, throughput=300)
-    assert Remembered().after(light).sizes == ()
-    assert Remembered().after(replace(light, busy_ratio=0.6)).sizes == ((4, 200.0),)
+    assert Remembered().after(replace(charged, useful_share=0.4)).sizes == ()
+    points = [BatchPoint(rows, 2, 1.0 + rows / 400) for rows in (200, 200, 200)]
+    assert useful_rate(points, 1.0, "remembered").useful_share == pytest.approx(1 / 3)
 
 
 def test_a_learned_scalability_curve_sizes_a_step_larger_than_a_linear_model() -> None:
@@ -106,7 +106,7 @@ def test_where_no_size_meets_a_backlog_the_fewest_units_draining_it_nearly_as_fa
     200/s, 16 drain 253/s and 14 only 223/s (88 %): 15, 1 039/s, drain 239/s (94 %)."""
     behind = model(arrival_rate=600, units=2, parallelism=2, rate_per_unit=213,
                    scalability=Scalability(0.19, 2), backlog_records=30_000,
-                   backlog_trend_records_per_s=50, overhead_source="fitted")
+                   backlog_trend_records_per_s=50, overhead_source="fit")
     alone = decide(behind, ControlState(), NOW, POLICY)
     fed = decide(behind, ControlState(), NOW, POLICY, Inflow(steady=200.0), "a")
     for verdict, target in ((alone, 14), (fed, 15)):
@@ -124,7 +124,7 @@ def test_where_no_size_meets_a_forecast_on_the_curve_the_fewest_units_near_the_m
     16 units carry 1 053/s, 11 carry 961/s, 10 only 935/s."""
     calm = model(arrival_rate=300, units=2, parallelism=2, rate_per_unit=213,
                  scalability=Scalability(0.19, 2), backlog_records=0,
-                 backlog_trend_records_per_s=0, time_to_drain_s=0, overhead_source="fitted")
+                 backlog_trend_records_per_s=0, time_to_drain_s=0, overhead_source="fit")
     ahead = decide(replace(calm, forecast=Forecast(peak=2000, in_s=1200, period_s=86_400,
                                                    error=0.08, checked_s=3600)),
                    ControlState(), NOW, POLICY)
@@ -136,15 +136,15 @@ def test_where_no_size_meets_a_forecast_on_the_curve_the_fewest_units_near_the_m
                 "would:") in verdict.reason
 
 
-def test_where_only_a_size_past_the_most_meets_a_forecast_the_fewest_near_the_most_are_asked_for(
+def test_a_forecast_met_only_past_the_most_gets_the_fewest_near_the_most_or_executors_for_it(
         ) -> None:
     """The same curve with a forecast of 860/s, met at 80 % by 18 units (1 079/s) but not by
     the 16 task slots allow (1 053/s): the last units add least, so it gets the 11 that carry
     90 % of what 16 would, not 16 (a reader was sized 1 → 16 for its upstream's catch-up when 2
-    carried that much)."""
+    carried that much). With executors to come for 18, it asks for them."""
     calm = model(arrival_rate=300, units=2, parallelism=2, rate_per_unit=213,
                  scalability=Scalability(0.19, 2), backlog_records=0,
-                 backlog_trend_records_per_s=0, time_to_drain_s=0, overhead_source="fitted")
+                 backlog_trend_records_per_s=0, time_to_drain_s=0, overhead_source="fit")
     ahead = replace(calm, forecast=Forecast(peak=860, in_s=1200, period_s=86_400, error=0.08,
                                             checked_s=3600))
     assert target_units(ahead, POLICY) == 18 == target_units(calm, POLICY, Inflow(steady=560))
@@ -152,6 +152,11 @@ def test_where_only_a_size_past_the_most_meets_a_forecast_the_fewest_near_the_mo
                 decide(calm, ControlState(), NOW, POLICY, Inflow(steady=560.0), "a"))
     for verdict in verdicts:
         assert isinstance(verdict, Scale) and verdict.target == 11, verdict
-        assert ("no size meets it (each unit adds less: contention 0.19 (fitted at 2 sizes)); "
-                "11 units of input_parallelism carry 90% of what the most, 16 (task slots), "
-                "would:") in verdict.reason
+        assert ("only 18 units, past the most, meet it (each unit adds less: contention 0.19 "
+                "(fitted at 2 sizes)); 11 units of input_parallelism carry 90% of what the most, "
+                "16 (task slots), would:") in verdict.reason
+    # Where executors can come for the 18, it asks for them, as for any size past the slots.
+    cluster = decide(replace(ahead, executor_cores=4, max_executors=8), ControlState(), NOW,
+                     POLICY)
+    assert isinstance(cluster, Scale) and cluster.parameter == "executors", cluster
+    assert "18 units of input_parallelism wanted but 16 task slots run" in cluster.reason

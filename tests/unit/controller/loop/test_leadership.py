@@ -213,8 +213,7 @@ def recorded(units: int, rate: float, at_ms: int, **figures: float) -> Decision:
                     str(units + 2), "earlier", {"units": float(units),
                                                 "processing_rate_per_unit": rate,
                                                 "rate_samples": 5.0, "batch_overhead_s": 1.0,
-                                                "throughput": units * rate * 0.8,
-                                                "busy_ratio": 1.0}
+                                                "useful_share": 0.8}
                     | figures)
 
 
