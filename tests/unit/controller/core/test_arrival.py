@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.core.arrival import BURSTY_REVERSALS, Interval, Level, Scan, departure, estimate
-from controller.core.ramp import RAMP_AT_LEAST, _may_rise, _ramp_fit, _suffix_sums, ramp
+from controller.core.ramp import (
+    _ROUNDING,
+    RAMP_AT_LEAST,
+    _may_rise,
+    _ramp_fit,
+    _suffix_sums,
+    ramp,
+)
 from controller.settings import ModelSettings
 
 SETTINGS = ModelSettings()
@@ -272,7 +279,7 @@ def _may_rise_one_start_at_a_time(span: list[Interval], ratio: float,
             continue
         rise = (n * sxy[first] - sx[first] * sy[first]) / spread * -xs[first]
         needed = (ratio - 1) * sy[first] / n
-        found[first] = rise >= needed - 1e-6 * (abs(rise) + abs(needed) + 1)
+        found[first] = rise >= needed - _ROUNDING * (abs(rise) + abs(needed) + 1)
     return found
 
 
@@ -282,12 +289,13 @@ def _may_rise_one_start_at_a_time(span: list[Interval], ratio: float,
        st.booleans())
 def test_the_ramps_cheap_test_in_c_rules_on_each_start_as_the_loop_did(
         spans: list[tuple[int, int]], at_ms: int, starts: int, ratio: float,
-        same_midpoint: bool) -> None:
+        same_length: bool) -> None:
     """Every start's verdict of `_may_rise` is the one-at-a-time loop's, at epoch-scale
-    times, with spans of one length (a start whose midpoints do not spread) or of many."""
+    times, with intervals of one length or of many, up to every start (the newest alone
+    has no spread: the loop's fallback)."""
     span, start = [], at_ms
     for length, records in spans:
-        length = 1_000 if same_midpoint else length
+        length = 1_000 if same_length else length
         span.append(Interval(start, start + length, records))
         start += length
     assert _may_rise(span, ratio, starts) == _may_rise_one_start_at_a_time(span, ratio, starts)
