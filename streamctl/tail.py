@@ -5,11 +5,13 @@ a watcher sees records within milliseconds of starting. Garbage is counted and r
 its position, never raised.
 
 A directly assigned librdkafka consumer can stop fetching for good after a broker restart
-(confluentinc/librdkafka#5153, open; seen once here in the broker-restart fault test: the
-watcher saw no record for 240 s while the job and the controller had long resumed). So when a
-poll has returned nothing for `stall_check_s`, the tail compares each partition's position with
-its end offset and, if records wait, assigns the partitions again at the positions it has
-reached: that restarts the fetchers and neither skips nor repeats a record.
+(confluentinc/librdkafka#5153, open; seen here in the broker-restart fault test: the watcher
+saw no record for 240 s while the job and the controller had long resumed, and assigning the
+partitions again did not bring it back). The workaround that issue gives is a new consumer. So
+when a poll has returned no record for `stall_check_s`, the tail asks for each partition's end
+offset and, if records wait behind its position or its client cannot answer, replaces its
+consumer with a new one assigned at the positions it has reached: that neither skips nor
+repeats a record.
 """
 
 from __future__ import annotations
@@ -56,20 +58,16 @@ class Tail:
     security: KafkaSecurity = PLAINTEXT
     decode_errors: list[DecodeError] = field(default_factory=list)
     fetch_restarts: int = 0
-    """How many times a stalled fetch was restarted."""
+    """How many times a stalled consumer was replaced."""
     _partitions: dict[str, list[int]] = field(default_factory=dict)
     _starts: list[TopicPartition] = field(default_factory=list)
+    """Where the current consumer was assigned to start, per partition."""
     _next: dict[tuple[str, int], int] = field(default_factory=dict)
     """Per partition, the offset after the last record delivered."""
     _quiet_since: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self._consumer = Consumer(client_config(self.bootstrap_servers, self.security, **{
-            "group.id": f"streamctl-tail-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": self.client_log_level,
-        }))
+        self._consumer = self._new_consumer()
         start = OFFSET_BEGINNING if self.from_beginning else OFFSET_END
         assignment = [
             TopicPartition(topic, p, start if self.start_at_ms is None else self.start_at_ms)
@@ -83,6 +81,14 @@ class Tail:
         # with nothing new since the start (read_committed: its end is the last stable offset).
         self._starts = [self._resolve(p) for p in assignment]
         self._consumer.assign(self._starts)
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(client_config(self.bootstrap_servers, self.security, **{
+            "group.id": f"streamctl-tail-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "log_level": self.client_log_level,
+        }))
 
     def _resolve(self, start: TopicPartition) -> TopicPartition:
         if start.offset >= 0:
@@ -114,7 +120,8 @@ class Tail:
     def poll(self, timeout_s: float = 0.2, max_records: int = 500) -> list[tuple[str, _Record]]:
         messages = self._consumer.consume(max_records, timeout_s)
         now = time.monotonic()
-        if messages:
+        # Only records count: a stuck client may still hand out errors.
+        if any(msg.error() is None for msg in messages):
             self._quiet_since = now
         elif now - self._quiet_since >= self.stall_check_s:
             self._quiet_since = now
@@ -135,27 +142,35 @@ class Tail:
         return out
 
     def _restart_stalled_fetch(self) -> None:
-        """Assign again at the positions reached if any partition has records it does not
-        fetch. A broker that does not answer is not a stall: the client retries by itself."""
-        # The consumer's position also counts records it skipped (aborted transactions,
-        # transaction markers), but it has none for a partition whose fetch stopped.
-        reached = [TopicPartition(s.topic, s.partition, max(
-                       p.offset, self._next.get((s.topic, s.partition), s.offset)))
-                   for s, p in zip(self._starts, self._consumer.position(self._starts),
-                                   strict=True)]
+        """Replace the consumer if any partition has records it does not fetch, or its client
+        cannot say (a stuck client answers nothing; during a real outage a new one waits for
+        the broker as the old one would)."""
+        reached = self._reached_positions()
         try:
             waiting = [p for p in reached if self._end_offset(p) > p.offset]
-        except KafkaException:
-            return
+            why = "records wait on " + ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
+                                                 for p in waiting)
+        except KafkaException as exc:
+            waiting, why = reached, f"its client cannot read the end offsets ({exc})"
         if not waiting:
             return
         self.fetch_restarts += 1
         # Self-healing and counted: info, not a warning on the user's console (the demo's).
-        log.info("records wait on %s but none arrived for %.0f s: restarting the fetch at "
-                    "the positions reached", ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
-                                                      for p in waiting), self.stall_check_s)
+        log.info("%s but no record arrived for %.0f s: a new consumer goes on from the "
+                 "positions reached", why, self.stall_check_s)
+        self._consumer.close()
+        self._consumer = self._new_consumer()
         self._consumer.assign(reached)
-        self._consumer.resume(reached)  # a paused partition stays paused across assign()
+        self._starts = reached
+
+    def _reached_positions(self) -> list[TopicPartition]:
+        """Per partition, where reading goes on: past the last record delivered, or the
+        consumer's position if further (it also counts what read_committed skipped: aborted
+        records, transaction markers), and never before where this consumer started."""
+        return [TopicPartition(s.topic, s.partition, max(
+                    p.offset, s.offset, self._next.get((s.topic, s.partition), s.offset)))
+                for s, p in zip(self._starts, self._consumer.position(self._starts),
+                                strict=True)]
 
     def _end_offset(self, partition: TopicPartition) -> int:
         # Asked once: a broker that does not answer fails the check, which comes again later.

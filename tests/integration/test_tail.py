@@ -1,5 +1,5 @@
-"""The tail's stall guard, on the real broker: a fetch that stopped is restarted at the
-position reached (nothing skipped, nothing repeated); a tail that has read everything, or
+"""The tail's stall guard, on the real broker: a consumer whose fetch stopped is replaced by
+one at the position reached (nothing skipped, nothing repeated); a tail that has read everything, or
 waits behind an open or aborted transaction, is left alone."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def read(tail: Tail, count: int, seconds: float) -> list[int]:
     return seen
 
 
-def test_a_stalled_fetch_is_restarted_where_it_stopped(
+def test_a_stalled_fetch_goes_on_where_it_stopped(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
     produce(bootstrap_servers, topic, readings(range(5)))
