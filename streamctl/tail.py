@@ -9,9 +9,10 @@ A directly assigned librdkafka consumer can stop fetching for good after a broke
 saw no record for 240 s while the job and the controller had long resumed, and assigning the
 partitions again did not bring it back). The workaround that issue gives is a new consumer. So
 when a poll has returned no record for `stall_check_s`, the tail asks for each partition's end
-offset and, if records wait behind its position or its client cannot answer, replaces its
-consumer with a new one assigned at the positions it has reached: that neither skips nor
-repeats a record.
+offset and, if records wait behind its position or its client cannot answer
+(`controller.kafka.clients.why_stalled`, the check the controller's metrics consumer makes
+too), replaces its consumer with a new one assigned at the positions it has reached: that
+neither skips nor repeats a record.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ from confluent_kafka import (
     OFFSET_END,
     Consumer,
     KafkaError,
-    KafkaException,
     TopicPartition,
 )
 
-from controller.kafka.clients import KafkaSetupError, watermarks
+from controller.kafka.clients import STALL_CHECK_S, KafkaSetupError, watermarks, why_stalled
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from streamctl.security.kafka import PLAINTEXT, KafkaSecurity, client_config
@@ -52,7 +52,7 @@ class Tail:
     """Start at the first record stamped at or after this time (wins over from_beginning)."""
     client_log_level: int = 3
     """librdkafka's own log (syslog levels); 0 for commands that report errors themselves."""
-    stall_check_s: float = 5.0
+    stall_check_s: float = STALL_CHECK_S
     """Quiet time after which the tail checks for records it should be fetching (see above):
     long enough that a check costs nothing on a busy topic, short against a test's budget."""
     security: KafkaSecurity = PLAINTEXT
@@ -142,17 +142,11 @@ class Tail:
         return out
 
     def _restart_stalled_fetch(self) -> None:
-        """Replace the consumer if any partition has records it does not fetch, or its client
-        cannot say (a stuck client answers nothing; during a real outage a new one waits for
-        the broker as the old one would)."""
+        """Replace the consumer with a new one at the positions reached when `why_stalled`
+        finds records it does not fetch, or its client cannot say."""
         reached = self._reached_positions()
-        try:
-            waiting = [p for p in reached if self._end_offset(p) > p.offset]
-            why = "records wait on " + ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
-                                                 for p in waiting)
-        except KafkaException as exc:
-            waiting, why = reached, f"its client cannot read the end offsets ({exc})"
-        if not waiting:
+        why = why_stalled(self._consumer, reached)
+        if not why:
             return
         self.fetch_restarts += 1
         # Self-healing and counted: info, not a warning on the user's console (the demo's).
@@ -171,11 +165,6 @@ class Tail:
                     p.offset, s.offset, self._next.get((s.topic, s.partition), s.offset)))
                 for s, p in zip(self._starts, self._consumer.position(self._starts),
                                 strict=True)]
-
-    def _end_offset(self, partition: TopicPartition) -> int:
-        # Asked once: a broker that does not answer fails the check, which comes again later.
-        return int(self._consumer.get_watermark_offsets(
-            TopicPartition(partition.topic, partition.partition), timeout=2.0)[1])
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]],
                     timeout_s: float = 2.0) -> dict[tuple[str, int], int]:

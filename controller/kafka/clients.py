@@ -7,6 +7,12 @@ when the topic divides into them, from the model's window back by default), the 
 and the transactional producers (`acks=all`, one per shard led) shared by the control sink and
 the decision log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`.
 Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twins).
+
+A directly assigned librdkafka consumer can stop fetching for good after a broker restart
+(confluentinc/librdkafka#5153, open; assigning again may not help, a new consumer does):
+`why_stalled` is the check that tells, shared with `streamctl.tail`; the metrics consumer
+replaces itself when it says so. The job's control consumer has its own copy
+(`streaming_jobs.runtime.kafka`): the two processes import nothing of each other.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -54,6 +60,13 @@ log = logging.getLogger("controller.kafka")
 
 _MAX_BATCH = 500
 """Records per consume call: a cycle's worth for dozens of queries at sub-second triggers."""
+
+STALL_CHECK_S = 5.0
+"""Quiet time (no record delivered) after which a directly assigned consumer asks whether it is
+stuck (`why_stalled`), and again after each further such quiet time. Long enough that a check
+(one ListOffsets round trip per partition) costs nothing beside a busy topic's fetches; short
+enough that a stuck metrics consumer is replaced well inside `lost_after_min_s` (25 s), the
+least silence after which the controller judges a query lost and fails it over."""
 
 
 NO_KEY = (f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV} to the key the jobs "
@@ -110,17 +123,21 @@ class KafkaMetricsSource:
     """
 
     def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
-                 read_back_s: float, setup_timeout_s: float = 10.0) -> None:
-        """`read_back_s`: how far back 'window' (`metrics_offset_reset`) starts."""
+                 read_back_s: float, setup_timeout_s: float = 10.0, *,
+                 stall_check_s: float = STALL_CHECK_S,
+                 on_fetch_restart: Callable[[str], None] = lambda topic: None) -> None:
+        """`read_back_s`: how far back 'window' (`metrics_offset_reset`) starts;
+        `on_fetch_restart(topic)`: each time a stalled consumer is replaced."""
         self._on_error = on_decode_error
         self._settings, self._read_back_s = settings, read_back_s
         self._timeout_s = setup_timeout_s
-        self._consumer = Consumer({
+        self._config = {
             **client_config(settings),
             # Never commits: a throwaway group id keeps it out of anyone's group.
             "group.id": f"{settings.group_id}.metrics.{uuid.uuid4()}",
             "enable.auto.commit": False,
-        })
+        }
+        self._consumer = Consumer(self._config)
         try:
             starts = _metrics_starts(self._consumer, settings,
                                      int((time.time() - read_back_s) * 1000), setup_timeout_s)
@@ -131,6 +148,10 @@ class KafkaMetricsSource:
         self._partitions = len(starts)
         self._read = {tp.partition: (tp.offset, 0) for tp in starts}
         """Per partition read: the offset after the newest record read, and its timestamp."""
+        self._stall_check_s, self._on_fetch_restart = stall_check_s, on_fetch_restart
+        self._quiet_since = time.monotonic()
+        self.fetch_restarts = 0
+        """How many times a stalled consumer was replaced (`why_stalled`)."""
 
     def read_shards(self, held: frozenset[int], shards: int, now_ms: int) -> bool:
         wanted = read_partitions(held, shards, self._partitions)
@@ -164,11 +185,50 @@ class KafkaMetricsSource:
         messages = self._consumer.consume(num_messages=1, timeout=timeout_s)
         if messages:
             messages += self._consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
+        delivered = False
         for message in messages:
             partition = message.partition() or 0
             if message.error() is None and partition in self._read:  # not one just given up
                 self._read[partition] = ((message.offset() or 0) + 1, message.timestamp()[1])
+                delivered = True
+        self._mind_the_quiet(delivered)
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
+
+    def _mind_the_quiet(self, delivered: bool) -> None:
+        # Only records count: a stuck client may still hand out errors.
+        now = time.monotonic()
+        if delivered:
+            self._quiet_since = now
+        elif now - self._quiet_since >= self._stall_check_s:
+            self._quiet_since = now
+            self._restart_stalled_fetch()
+
+    def _restart_stalled_fetch(self) -> None:
+        """A new consumer, of the same configuration, assigned at the positions reached, in
+        place of one that fetches nothing while records wait or whose client cannot say."""
+        reached = self._reached_positions()
+        why = why_stalled(self._consumer, reached)
+        if not why:
+            return
+        fresh = Consumer(self._config)
+        fresh.assign(reached)
+        self._consumer.close()
+        self._consumer = fresh
+        self.fetch_restarts += 1
+        self._on_fetch_restart(self._settings.metrics_topic)
+        # Self-healing and counted (`on_fetch_restart`): info, not a warning.
+        log.info("metrics consumer: %s but no record arrived for %.0f s: a new consumer goes "
+                 "on from the positions reached", why, self._stall_check_s)
+
+    def _reached_positions(self) -> list[TopicPartition]:
+        """Per partition read, where reading goes on: after the newest record read (before
+        any, where it was assigned), or the consumer's position if further (it also counts
+        what read_committed skipped: aborted records, transaction markers). Neither skips
+        nor repeats a record."""
+        topic = self._settings.metrics_topic
+        read = [TopicPartition(topic, p, after) for p, (after, _) in sorted(self._read.items())]
+        return [TopicPartition(topic, r.partition, max(r.offset, at.offset))
+                for r, at in zip(read, self._consumer.position(read), strict=True)]
 
     def behind_ms(self, now_ms: int) -> int:
         """From the high watermarks the consumer's fetches last brought (no request): the age
@@ -288,6 +348,34 @@ def watermarks(consumer: Consumer, topic: str, partition: int,
                 raise KafkaSetupError(f"cannot read the offsets of {topic!r} partition "
                                       f"{partition}: {error.str()}") from exc
             time.sleep(0.2)
+
+
+def why_stalled(consumer: Consumer, reached: Collection[TopicPartition],
+                timeout_s: float = 2.0) -> str:
+    """Why a directly assigned `consumer` should be replaced by a new one
+    (confluentinc/librdkafka#5153): records wait behind the positions it has `reached`, or its
+    client cannot say (a stuck client answers nothing; during a real outage a new one waits
+    for the broker as the old one would). "" when neither.
+
+    The end offsets are the consumer's own ListOffsets, so in its own isolation level: for
+    read_committed (librdkafka's default, which the consumers here keep) the last stable
+    offset, so records of an open transaction are not taken for a stall. Each partition is
+    asked once, for `timeout_s`, without retries: the caller checks again after its next
+    quiet time."""
+    try:
+        waiting = [p for p in reached if _records_wait(consumer, p, timeout_s)]
+    except KafkaException as exc:
+        return f"its client cannot read the end offsets ({exc})"
+    return ("records wait on " + ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
+                                           for p in waiting)) if waiting else ""
+
+
+def _records_wait(consumer: Consumer, reached: TopicPartition, timeout_s: float) -> bool:
+    low, end = consumer.get_watermark_offsets(TopicPartition(reached.topic, reached.partition),
+                                              timeout=timeout_s)
+    # Past the log start too: a position still OFFSET_BEGINNING (nothing read yet), or one
+    # that retention deleted, has records waiting only if the partition holds any.
+    return int(end) > max(reached.offset, int(low))
 
 
 class KafkaEndOffsets:
