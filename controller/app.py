@@ -70,7 +70,8 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
     with ExitStack() as stack:
         acks = KafkaAckSource(kafka, on_error)
         stack.callback(acks.close)
-        source = KafkaMetricsSource(kafka, on_error, settings.model.window_s)
+        source = KafkaMetricsSource(kafka, on_error, settings.model.window_s,
+                                    on_fetch_restart=metrics.fetch_restarted)
         stack.callback(source.close)
         leadership = KafkaLeadership(settings, on_error)
         stack.callback(leadership.close)

@@ -65,6 +65,11 @@ class ControllerMetrics:
                                      registry=registry)
         self.metrics_records = Counter("streamctl_metrics_records",
                                        "Metrics records received.", registry=registry)
+        self.fetch_restarts = Counter(
+            "streamctl_controller_fetch_restarts", "Consumers replaced by a new one at the "
+            "positions they had reached, because records waited that they did not fetch, or "
+            "their client could not say (a stuck client after a broker restart).", ["topic"],
+            registry=registry)
         self.lost_queries = Gauge("streamctl_lost_queries",
                                   "Queries silent for longer than their liveness timeout.",
                                   registry=registry)
@@ -190,6 +195,9 @@ class ControllerMetrics:
 
     def decode_error(self, error: DecodeError) -> None:
         self.decode_errors.labels(error.topic or "unknown").inc()
+
+    def fetch_restarted(self, topic: str) -> None:
+        self.fetch_restarts.labels(topic).inc()
 
 
 def new_registry() -> CollectorRegistry:
