@@ -5,6 +5,13 @@ dead-letter producer used inside Spark tasks, and the control-topic consumer tha
 end of the topic. Every client gets the job's Kafka security (`streamctl.security.kafka`) through
 `client_config`. Neighbours: `control` (consumes), `lifecycle` (publishes), the job's plan
 (dead letters).
+
+The control consumer replaces itself with a new one when its fetch has stalled
+(confluentinc/librdkafka#5153, a directly assigned consumer that stops fetching for good after
+a broker restart): `_why_stalled` is `controller.kafka.clients.why_stalled` again, a copy
+because the job and the controller import nothing of each other, and the only packages both
+may import (`schemas`, `streamctl.security`) may not import confluent-kafka
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -42,6 +49,14 @@ ASSIGN_RETRY_S = 0.5
 """Pause between two such asks, and between two looks for a topic not found yet."""
 PARTITIONS_LOOKUP_S = 10.0
 """How often a consumer holding its topic looks for partitions added to it."""
+STALL_CHECK_S = 5.0
+"""Quiet time (no record delivered) after which the control consumer asks whether it is stuck
+(`_why_stalled`), and again after each further such quiet time. The control topic is quiet
+for long stretches, so quiet alone means nothing: only records waiting behind the position do,
+and the check asks the broker. Five seconds: that question (one ListOffsets round trip per
+partition, one partition on the control topic) costs the broker nothing, and a tuple the
+stuck consumer missed is read well inside the controller's ack timeout (90 s by default),
+after which it would decide again."""
 LOG_RANGE_TIMEOUT_S = 30.0
 """How long a topic's log start and end offsets are asked for: a broker killed while it led
 a partition is fenced by the quorum within its session timeout (9 s by default), and the
@@ -189,27 +204,37 @@ class TypedConsumer(Generic[R]):
     instance (the killed process's member kept the partition until its session ended, 45 s by
     default, and a promotion sent meanwhile was skipped). The group id is only the client's
     name to the broker: nothing is committed. A broker restart or a long pause resumes where it
-    was; partitions added to the topic later are read from their start.
+    was; partitions added to the topic later are read from their start. A client stuck after
+    a broker restart (confluentinc/librdkafka#5153) is replaced by a new one where it was: when
+    nothing arrived for `stall_check_s` while records wait, or its client cannot say.
 
     Undecodable messages come back as `DecodeError` (with topic/partition/offset), never raise.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
                  record_type: type[R], security: KafkaSecurity,
-                 on_assignment: Callable[[bool], None] = lambda held: None) -> None:
+                 on_assignment: Callable[[bool], None] = lambda held: None, *,
+                 stall_check_s: float = STALL_CHECK_S) -> None:
         """`on_assignment(held)`: once this consumer holds every partition the topic had when
         it first found it, each started at its end (`True`; `assigned` is set then)."""
         self._codec = codec_for(record_type)
         self._topic = topic
         self._on_assignment = on_assignment
-        self._consumer = Consumer(client_config(
+        self._config = client_config(
             bootstrap_servers, security, **{"group.id": group_id, "enable.auto.commit": False,
                                             # Only where a position is lost (the topic made
                                             # anew): what is there was sent after it.
-                                            "auto.offset.reset": "earliest"}))
+                                            "auto.offset.reset": "earliest"})
+        self._consumer = Consumer(self._config)
         self.assigned = threading.Event()
         """Set once this consumer holds the topic's partitions."""
-        self._held: set[int] = set()
+        self._read: dict[int, int] = {}
+        """Per partition held, where reading goes on: where it was assigned, then after the
+        last record delivered."""
+        self._stall_check_s = stall_check_s
+        self._quiet_since = time.monotonic()
+        self.fetch_restarts = 0
+        """How many times a stalled consumer was replaced (`_why_stalled`)."""
         self._look_again_at = 0.0
         self._problem = ""
         """Why the topic could not be looked up last time ("" when it could)."""
@@ -223,7 +248,7 @@ class TypedConsumer(Generic[R]):
             return
         held = self.assigned.is_set()
         self._look_again_at = time.monotonic() + (PARTITIONS_LOOKUP_S if held else ASSIGN_RETRY_S)
-        new = sorted(set(self._partitions()) - self._held)
+        new = sorted(set(self._partitions()) - self._read.keys())
         deadline = time.monotonic() + ASSIGN_PIN_TIMEOUT_S
         offsets = {p: OFFSET_BEGINNING if held else self._end(p, deadline) for p in new}
         starts = [TopicPartition(self._topic, p, offset)
@@ -235,7 +260,7 @@ class TypedConsumer(Generic[R]):
         except (KafkaException, RuntimeError) as exc:  # RuntimeError: consumer closed
             log.warning("control consumer: cannot assign %s yet (%s)", self._topic, exc)
             return
-        self._held.update(tp.partition for tp in starts)
+        self._read.update((tp.partition, tp.offset) for tp in starts)
         if not held and len(starts) == len(new):
             self.assigned.set()
             self._on_assignment(True)
@@ -262,14 +287,55 @@ class TypedConsumer(Generic[R]):
     def poll(self, timeout_s: float) -> R | DecodeError | None:
         self._assign_new()
         msg = self._consumer.poll(timeout_s)
-        if msg is None:
-            return None
-        error = msg.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
+        error = None if msg is None else msg.error()
+        if msg is None or error is not None:
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
                 log.warning("control consumer: %s", error)
+            self._mind_the_quiet()
             return None
+        self._quiet_since = time.monotonic()  # only records end the quiet, not errors
+        self._read[msg.partition() or 0] = (msg.offset() or 0) + 1
         return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
+
+    def _mind_the_quiet(self) -> None:
+        now = time.monotonic()
+        if now - self._quiet_since >= self._stall_check_s:
+            self._quiet_since = now
+            self._restart_stalled_fetch()
+
+    def _restart_stalled_fetch(self) -> None:
+        """A new consumer, of the same configuration, assigned at the positions reached, in
+        place of one that fetches nothing while records wait or whose client cannot say. One
+        that cannot be assigned leaves the old in place until the next quiet time: the thread
+        that polls must go on."""
+        reached = self._reached_positions()
+        why = _why_stalled(self._consumer, reached)
+        if not why:
+            return
+        try:
+            fresh = _assigned(self._config, reached)
+        except KafkaException as exc:
+            log.warning("control consumer: %s, and a new consumer could not take over (%s)",
+                        why, exc)
+            return
+        self._consumer.close()
+        self._consumer = fresh
+        # Until the new consumer delivers, its position may say nothing: what the old one
+        # passed (transaction markers) must not look like records waiting at the next check.
+        self._read.update((tp.partition, tp.offset) for tp in reached)
+        self.fetch_restarts += 1
+        # Self-healing and counted (`fetch_restarts`): info, not a warning.
+        log.info("control consumer: %s but no record arrived for %.0f s: a new consumer goes "
+                 "on from the positions reached", why, self._stall_check_s)
+
+    def _reached_positions(self) -> list[TopicPartition]:
+        """Per partition held, where reading goes on: `_read`, or the consumer's position if
+        further (it also counts what read_committed skipped: aborted records, transaction
+        markers; the controller writes the control topic in transactions). Neither skips nor
+        repeats a record."""
+        held = [TopicPartition(self._topic, p, offset) for p, offset in sorted(self._read.items())]
+        return [TopicPartition(self._topic, h.partition, max(h.offset, at.offset))
+                for h, at in zip(held, self._consumer.position(held), strict=True)]
 
     def topic_exists(self, topic: str, timeout_s: float = 5.0) -> bool:
         """Whether the broker knows `topic` (with partitions); False when unreachable too."""
@@ -289,6 +355,40 @@ class TypedConsumer(Generic[R]):
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _assigned(config: dict[str, Any], partitions: list[TopicPartition]) -> Consumer:
+    """A new consumer holding `partitions` at their offsets; closed again if it cannot."""
+    consumer = Consumer(config)
+    try:
+        consumer.incremental_assign(partitions)
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def _why_stalled(consumer: Consumer, reached: Sequence[TopicPartition],
+                 timeout_s: float = 2.0) -> str:
+    """Why `consumer` should be replaced: records wait behind the positions it has `reached`
+    (end offsets in its own isolation level: read_committed's last stable offset, so an open
+    transaction is no stall), or its client cannot say (a stuck client answers nothing; during
+    a real outage a new one waits for the broker as the old one would). "" when neither. Each
+    partition is asked once, for `timeout_s`: the next quiet time asks again."""
+    try:
+        waiting = [p for p in reached if _records_wait(consumer, p, timeout_s)]
+    except KafkaException as exc:
+        return f"its client cannot read the end offsets ({exc})"
+    return ("records wait on " + ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
+                                           for p in waiting)) if waiting else ""
+
+
+def _records_wait(consumer: Consumer, reached: TopicPartition, timeout_s: float) -> bool:
+    low, end = consumer.get_watermark_offsets(TopicPartition(reached.topic, reached.partition),
+                                              timeout=timeout_s)
+    # Past the log start too: a partition added later starts at OFFSET_BEGINNING, and has
+    # records waiting only if it holds any.
+    return int(end) > max(reached.offset, int(low))
 
 
 def _end_offset(consumer: Consumer, tp: TopicPartition, deadline: float) -> int | None:
