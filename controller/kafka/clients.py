@@ -214,6 +214,9 @@ class KafkaMetricsSource:
         fresh.assign(reached)
         self._consumer.close()
         self._consumer = fresh
+        # Until the new consumer delivers, its position may say nothing: what the old one
+        # passed (transaction markers) must not look like records waiting at the next check.
+        self._read |= {tp.partition: (tp.offset, self._read[tp.partition][1]) for tp in reached}
         self.fetch_restarts += 1
         self._on_fetch_restart(self._settings.metrics_topic)
         # Self-healing and counted (`on_fetch_restart`): info, not a warning.
