@@ -205,13 +205,21 @@ class KafkaMetricsSource:
 
     def _restart_stalled_fetch(self) -> None:
         """A new consumer, of the same configuration, assigned at the positions reached, in
-        place of one that fetches nothing while records wait or whose client cannot say."""
+        place of one that fetches nothing while records wait or whose client cannot say. One
+        that cannot be assigned leaves the old in place until the next quiet time: a poll
+        never fails the cycle for it."""
         reached = self._reached_positions()
         why = why_stalled(self._consumer, reached)
         if not why:
             return
         fresh = Consumer(self._config)
-        fresh.assign(reached)
+        try:
+            fresh.assign(reached)
+        except KafkaException as exc:
+            fresh.close()
+            log.warning("metrics consumer: %s, and a new consumer could not take over (%s)",
+                        why, exc)
+            return
         self._consumer.close()
         self._consumer = fresh
         # Until the new consumer delivers, its position may say nothing: what the old one
