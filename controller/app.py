@@ -68,7 +68,7 @@ def kafka_controller(settings: ControllerSettings, metrics: ControllerMetrics,
     if not kafka.control_key and not settings.dry_run:  # fail before opening any client
         raise KafkaSetupError(NO_KEY)
     with ExitStack() as stack:
-        acks = KafkaAckSource(kafka, on_error)
+        acks = KafkaAckSource(kafka, on_error, on_fetch_restart=metrics.fetch_restarted)
         stack.callback(acks.close)
         source = KafkaMetricsSource(kafka, on_error, settings.model.window_s,
                                     on_fetch_restart=metrics.fetch_restarted)

@@ -10,8 +10,8 @@ Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twi
 
 A directly assigned librdkafka consumer can stop fetching for good after a broker restart
 (confluentinc/librdkafka#5153, open; assigning again may not help, a new consumer does):
-`why_stalled` is the check that tells, shared with `streamctl.tail`; the metrics consumer
-replaces itself when it says so. The job's control consumer has its own copy
+`why_stalled` is the check that tells, shared with `streamctl.tail`; `FetchGuard` replaces the
+metrics and the ack consumer when it says so. The job's control consumer has its own copy
 (`streaming_jobs.runtime.kafka`): the two processes import nothing of each other.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -66,7 +66,8 @@ STALL_CHECK_S = 5.0
 stuck (`why_stalled`), and again after each further such quiet time. Long enough that a check
 (one ListOffsets round trip per partition) costs nothing beside a busy topic's fetches; short
 enough that a stuck metrics consumer is replaced well inside `lost_after_min_s` (25 s), the
-least silence after which the controller judges a query lost and fails it over."""
+least silence after which the controller judges a query lost and fails it over, and a stuck ack
+consumer well inside `ack_timeout_s` (90 s by default)."""
 
 
 NO_KEY = (f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV} to the key the jobs "
@@ -112,6 +113,103 @@ def _raw(messages: list[Message]) -> list[RawMessage]:
     return raw
 
 
+class FetchGuard:
+    """The consumer of a long-lived, directly assigned source, replaced by a new one when its
+    fetch stalled (confluentinc/librdkafka#5153): after each `stall_check_s` in which no
+    record arrived it asks `why_stalled`, and on a stall puts a consumer of the same
+    configuration in its place, assigned at the positions reached, counted
+    (`fetch_restarts`, `on_fetch_restart`) and logged.
+
+    The source keeps its own account of what it read (`read`) and takes the consumer of the
+    moment from `consumer` at each use: a replacement changes it.
+    """
+
+    def __init__(self, settings: KafkaSettings, role: str, topic: str,
+                 read: Callable[[], Mapping[int, int]], *, stall_check_s: float = STALL_CHECK_S,
+                 on_fetch_restart: Callable[[str], None] = lambda topic: None) -> None:
+        """`role` names the consumer (its throwaway group, its log lines); `topic` is the one
+        it reads; `read()`: per partition assigned, the offset after the newest record the
+        source read (where it was assigned, before any); `on_fetch_restart(topic)`: each time
+        a stalled consumer is replaced."""
+        self._config = {
+            **client_config(settings),
+            # Never commits: a throwaway group id keeps it out of anyone's group.
+            "group.id": f"{settings.group_id}.{role}.{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+        self._name, self._topic, self._read = f"{role} consumer", topic, read
+        self._stall_check_s, self._on_fetch_restart = stall_check_s, on_fetch_restart
+        self._consumer = Consumer(self._config)
+        self._quiet_since = time.monotonic()
+        self.fetch_restarts = 0
+        """How many times a stalled consumer was replaced (`why_stalled`)."""
+
+    @property
+    def consumer(self) -> Consumer:
+        """The consumer of the moment."""
+        return self._consumer
+
+    def assign(self, starts: list[TopicPartition]) -> None:
+        """Assign the consumer at `starts`; the first quiet time counts from here."""
+        self._consumer.assign(starts)
+        # Not from construction: the set-up's look-ups before this may take seconds.
+        self._quiet_since = time.monotonic()
+
+    def mind_the_quiet(self, delivered: bool) -> list[TopicPartition]:
+        """After each poll (`delivered`: it brought a record): the positions a new consumer
+        took over at, when a quiet time ended in a stall, else []. The source must count
+        what it read as up to them: until the new consumer delivers, its position may say
+        nothing, and what the old one passed (transaction markers) must not look like records
+        waiting at the next check."""
+        # Only records count: a stuck client may still hand out errors.
+        now = time.monotonic()
+        if delivered:
+            self._quiet_since = now
+            return []
+        if now - self._quiet_since < self._stall_check_s:
+            return []
+        self._quiet_since = now
+        return self._restart_stalled_fetch()
+
+    def _restart_stalled_fetch(self) -> list[TopicPartition]:
+        """A new consumer, of the same configuration, assigned at the positions reached, in
+        place of one that fetches nothing while records wait or whose client cannot say; the
+        positions, or [] when it stays. One that cannot be assigned leaves the old in place
+        until the next quiet time: a poll never fails the cycle for it."""
+        reached = self._reached_positions()
+        why = why_stalled(self._consumer, reached)
+        if not why:
+            return []
+        fresh = Consumer(self._config)
+        try:
+            fresh.assign(reached)
+        except KafkaException as exc:
+            fresh.close()
+            log.warning("%s: %s, and a new consumer could not take over (%s)", self._name,
+                        why, exc)
+            return []
+        self._consumer.close()
+        self._consumer = fresh
+        self.fetch_restarts += 1
+        self._on_fetch_restart(self._topic)
+        # Self-healing and counted (`on_fetch_restart`): info, not a warning.
+        log.info("%s: %s but no record arrived for %.0f s: a new consumer goes on from the "
+                 "positions reached", self._name, why, self._stall_check_s)
+        return reached
+
+    def _reached_positions(self) -> list[TopicPartition]:
+        """Per partition read, where reading goes on: after the newest record read (before
+        any, where it was assigned), or the consumer's position if further (it also counts
+        what read_committed skipped: aborted records, transaction markers). Neither skips
+        nor repeats a record."""
+        read = [TopicPartition(self._topic, p, after) for p, after in sorted(self._read().items())]
+        return [TopicPartition(self._topic, r.partition, max(r.offset, at.offset))
+                for r, at in zip(read, self._consumer.position(read), strict=True)]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
 class KafkaMetricsSource:
     """`MetricsSource` over the partitions of the metrics topic, from `read_back_s` back (or
     their end, or their beginning: `metrics_offset_reset`): every partition, until told to
@@ -119,7 +217,8 @@ class KafkaMetricsSource:
 
     Assigned, not subscribed: which partitions an instance reads follows the shards it leads
     (the lease's group), not a group of its own; with one shard every instance reads every
-    job's metrics (a follower keeps its models warm for the moment it leads).
+    job's metrics (a follower keeps its models warm for the moment it leads). Its consumer is
+    replaced when its fetch stalled (`FetchGuard`).
     """
 
     def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
@@ -131,27 +230,25 @@ class KafkaMetricsSource:
         self._on_error = on_decode_error
         self._settings, self._read_back_s = settings, read_back_s
         self._timeout_s = setup_timeout_s
-        self._config = {
-            **client_config(settings),
-            # Never commits: a throwaway group id keeps it out of anyone's group.
-            "group.id": f"{settings.group_id}.metrics.{uuid.uuid4()}",
-            "enable.auto.commit": False,
-        }
-        self._consumer = Consumer(self._config)
+        self._guard = FetchGuard(
+            settings, "metrics", settings.metrics_topic,
+            lambda: {p: after for p, (after, _) in self._read.items()},
+            stall_check_s=stall_check_s, on_fetch_restart=on_fetch_restart)
         try:
-            starts = _metrics_starts(self._consumer, settings,
+            starts = _metrics_starts(self._guard.consumer, settings,
                                      int((time.time() - read_back_s) * 1000), setup_timeout_s)
-            self._consumer.assign(starts)
+            self._guard.assign(starts)
         except BaseException:
-            self._consumer.close()
+            self._guard.close()
             raise
         self._partitions = len(starts)
         self._read = {tp.partition: (tp.offset, 0) for tp in starts}
         """Per partition read: the offset after the newest record read, and its timestamp."""
-        self._stall_check_s, self._on_fetch_restart = stall_check_s, on_fetch_restart
-        self._quiet_since = time.monotonic()
-        self.fetch_restarts = 0
-        """How many times a stalled consumer was replaced (`why_stalled`)."""
+
+    @property
+    def fetch_restarts(self) -> int:
+        """How many times a stalled consumer was replaced (`FetchGuard`)."""
+        return self._guard.fetch_restarts
 
     def read_shards(self, held: frozenset[int], shards: int, now_ms: int) -> bool:
         wanted = read_partitions(held, shards, self._partitions)
@@ -160,19 +257,20 @@ class KafkaMetricsSource:
         topic = self._settings.metrics_topic
         lost = [TopicPartition(topic, p) for p in sorted(self._read.keys() - wanted)]
         gained = sorted(wanted - self._read.keys())
+        consumer = self._guard.consumer
         try:
             # A shard taken over is read back the window, whatever `metrics_offset_reset`
             # chose at start: its queries are modelled, and their standbys counted, at once.
-            starts = (_metrics_starts(self._consumer, self._settings,
+            starts = (_metrics_starts(consumer, self._settings,
                                       now_ms - int(self._read_back_s * 1000), self._timeout_s,
                                       gained, start="window") if gained else [])
         except KafkaSetupError as exc:
             raise TemporaryError(f"cannot read back the metrics of {describe(held, shards)}: "
                                  f"{exc}") from exc
         if lost:
-            self._consumer.incremental_unassign(lost)
+            consumer.incremental_unassign(lost)
         if starts:
-            self._consumer.incremental_assign(starts)
+            consumer.incremental_assign(starts)
         for tp in lost:
             del self._read[tp.partition]
         self._read |= {tp.partition: (tp.offset, 0) for tp in starts}
@@ -182,64 +280,20 @@ class KafkaMetricsSource:
         """What arrived, as soon as anything did (at most `timeout_s`): `consume` with a
         batch size waits for the whole batch or the timeout, which would hold every cycle,
         and so every decision, for the full timeout when records trickle in."""
-        messages = self._consumer.consume(num_messages=1, timeout=timeout_s)
+        consumer = self._guard.consumer
+        messages = consumer.consume(num_messages=1, timeout=timeout_s)
         if messages:
-            messages += self._consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
+            messages += consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
         delivered = False
         for message in messages:
             partition = message.partition() or 0
             if message.error() is None and partition in self._read:  # not one just given up
                 self._read[partition] = ((message.offset() or 0) + 1, message.timestamp()[1])
                 delivered = True
-        self._mind_the_quiet(delivered)
+        # After a replacement, what the old consumer passed counts as read (`mind_the_quiet`).
+        self._read |= {tp.partition: (tp.offset, self._read[tp.partition][1])
+                       for tp in self._guard.mind_the_quiet(delivered)}
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
-
-    def _mind_the_quiet(self, delivered: bool) -> None:
-        # Only records count: a stuck client may still hand out errors.
-        now = time.monotonic()
-        if delivered:
-            self._quiet_since = now
-        elif now - self._quiet_since >= self._stall_check_s:
-            self._quiet_since = now
-            self._restart_stalled_fetch()
-
-    def _restart_stalled_fetch(self) -> None:
-        """A new consumer, of the same configuration, assigned at the positions reached, in
-        place of one that fetches nothing while records wait or whose client cannot say. One
-        that cannot be assigned leaves the old in place until the next quiet time: a poll
-        never fails the cycle for it."""
-        reached = self._reached_positions()
-        why = why_stalled(self._consumer, reached)
-        if not why:
-            return
-        fresh = Consumer(self._config)
-        try:
-            fresh.assign(reached)
-        except KafkaException as exc:
-            fresh.close()
-            log.warning("metrics consumer: %s, and a new consumer could not take over (%s)",
-                        why, exc)
-            return
-        self._consumer.close()
-        self._consumer = fresh
-        # Until the new consumer delivers, its position may say nothing: what the old one
-        # passed (transaction markers) must not look like records waiting at the next check.
-        self._read |= {tp.partition: (tp.offset, self._read[tp.partition][1]) for tp in reached}
-        self.fetch_restarts += 1
-        self._on_fetch_restart(self._settings.metrics_topic)
-        # Self-healing and counted (`on_fetch_restart`): info, not a warning.
-        log.info("metrics consumer: %s but no record arrived for %.0f s: a new consumer goes "
-                 "on from the positions reached", why, self._stall_check_s)
-
-    def _reached_positions(self) -> list[TopicPartition]:
-        """Per partition read, where reading goes on: after the newest record read (before
-        any, where it was assigned), or the consumer's position if further (it also counts
-        what read_committed skipped: aborted records, transaction markers). Neither skips
-        nor repeats a record."""
-        topic = self._settings.metrics_topic
-        read = [TopicPartition(topic, p, after) for p, (after, _) in sorted(self._read.items())]
-        return [TopicPartition(topic, r.partition, max(r.offset, at.offset))
-                for r, at in zip(read, self._consumer.position(read), strict=True)]
 
     def behind_ms(self, now_ms: int) -> int:
         """From the high watermarks the consumer's fetches last brought (no request): the age
@@ -247,14 +301,14 @@ class KafkaMetricsSource:
         behind = 0
         topic = self._settings.metrics_topic
         for partition, (after, stamp_ms) in self._read.items():
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                              cached=True)
+            _low, high = self._guard.consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), cached=True)
             if high >= 0 and after >= 0 and after < high and stamp_ms > 0:
                 behind = max(behind, now_ms - stamp_ms)
         return behind
 
     def close(self) -> None:
-        self._consumer.close()
+        self._guard.close()
 
 
 def _metrics_starts(consumer: Consumer, settings: KafkaSettings, since_ms: int,
@@ -293,30 +347,44 @@ class KafkaAckSource:
 
     Assigning explicit end offsets at construction (instead of subscribing with 'latest', which
     resolves lazily) means any ack written after this returns is seen, however fast the job is.
+    Its consumer is replaced when its fetch stalled (`FetchGuard`): a stuck one would miss
+    every ack, and each control tuple would end in an ack timeout.
     """
 
     def __init__(self, settings: KafkaSettings, on_decode_error: OnDecodeError,
-                 setup_timeout_s: float = 10.0) -> None:
+                 setup_timeout_s: float = 10.0, *, stall_check_s: float = STALL_CHECK_S,
+                 on_fetch_restart: Callable[[str], None] = lambda topic: None) -> None:
+        """`on_fetch_restart(topic)`: each time a stalled consumer is replaced."""
         self._on_error = on_decode_error
-        self._consumer = Consumer({
-            **client_config(settings),
-            # Never commits: a throwaway group id keeps it out of anyone's group.
-            "group.id": f"{settings.group_id}.acks.{uuid.uuid4()}",
-            "enable.auto.commit": False,
-        })
+        self._guard = FetchGuard(settings, "acks", settings.ack_topic, lambda: self._read,
+                                 stall_check_s=stall_check_s, on_fetch_restart=on_fetch_restart)
         try:
-            self._consumer.assign(_end_offsets(self._consumer, settings.ack_topic,
-                                               setup_timeout_s))
+            starts = _end_offsets(self._guard.consumer, settings.ack_topic, setup_timeout_s)
+            self._guard.assign(starts)
         except BaseException:
-            self._consumer.close()
+            self._guard.close()
             raise
+        self._read = {tp.partition: tp.offset for tp in starts}
+        """Per partition, the offset after the newest ack read (its end at start, before any)."""
+
+    @property
+    def fetch_restarts(self) -> int:
+        """How many times a stalled consumer was replaced (`FetchGuard`)."""
+        return self._guard.fetch_restarts
 
     def poll(self, timeout_s: float) -> list[Ack]:
-        messages = self._consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
+        messages = self._guard.consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
+        delivered = False
+        for message in messages:
+            if message.error() is None:
+                self._read[message.partition() or 0] = (message.offset() or 0) + 1
+                delivered = True
+        # After a replacement, what the old consumer passed counts as read (`mind_the_quiet`).
+        self._read |= {tp.partition: tp.offset for tp in self._guard.mind_the_quiet(delivered)}
         return decode_each(codec_for(Ack), _raw(messages), self._on_error)
 
     def close(self) -> None:
-        self._consumer.close()
+        self._guard.close()
 
 
 def partitions_of(consumer: Consumer, topic: str, timeout_s: float) -> list[int]:
