@@ -45,7 +45,7 @@ from schemas import Ack, ControlTuple, Outcome, TaskMetrics, auth, codec_for
 from streamctl.security.kafka import PLAINTEXT
 from streamctl.stack.tcp import find_free_ports
 from streaming_jobs.runtime.kafka import RecordPublisher
-from tests.controller_port_contract import CONTRACT, PortHarness, polled
+from tests.controller_port_contract import CONTRACT, PortHarness, ack, polled
 from tests.support.kafka import NewTopics, produce, read_committed_once_there
 from tests.support.prometheus import scrape
 from tests.support.waiting import until
@@ -271,13 +271,41 @@ def test_a_stalled_metrics_fetch_is_replaced_counted_and_goes_on_where_it_stoppe
         kafka_harness.publish("metrics", *[encode(replace(sample, batch_id=b)) for b in (1, 2)])
         assert [m.batch_id for m in polled(source.poll, 2, kafka_harness.timeout_s)] == [1, 2]
         # A paused partition fetches nothing: the symptom of librdkafka#5153, made on purpose.
-        source._consumer.pause([TopicPartition(settings.metrics_topic, 0)])
+        source._guard.consumer.pause([TopicPartition(settings.metrics_topic, 0)])
         kafka_harness.publish("metrics", *[encode(replace(sample, batch_id=b)) for b in (3, 4)])
         assert [m.batch_id for m in polled(source.poll, 2, kafka_harness.timeout_s)] == [3, 4]
         assert source.fetch_restarts >= 1  # a check racing the records may add one
         assert metrics.registry.get_sample_value(
             "streamctl_controller_fetch_restarts_total",
             {"topic": settings.metrics_topic}) == source.fetch_restarts
+    finally:
+        source.close()
+
+
+def test_a_stalled_ack_fetch_is_replaced_counted_and_goes_on_where_it_stopped(
+        kafka_harness: KafkaHarness) -> None:
+    """As the metrics consumer's: acks wait that the ack consumer does not fetch; a new
+    consumer at the position reached reads them next, in order (none skipped, none read
+    again), and the replacement is counted, on Prometheus too, under the ack topic."""
+    settings = kafka_harness.settings
+    metrics = ControllerMetrics(new_registry())
+    encode = codec_for(Ack).encode
+    source = KafkaAckSource(settings, lambda e: pytest.fail(str(e)), stall_check_s=1,
+                            on_fetch_restart=metrics.fetch_restarted)
+    try:
+        kafka_harness.publish("acks", encode(ack("c1")), encode(ack("c2")))
+        assert [a.control_id for a in polled(source.poll, 2, kafka_harness.timeout_s)] == [
+            "c1", "c2"]
+        # A paused partition fetches nothing: the symptom of librdkafka#5153, made on purpose.
+        source._guard.consumer.pause([TopicPartition(settings.ack_topic, 0)])
+        kafka_harness.publish("acks", encode(ack("c3")), encode(ack("c4")))
+        assert [a.control_id for a in polled(source.poll, 2, kafka_harness.timeout_s)] == [
+            "c3", "c4"]
+        assert source.poll(0.5) == []  # none read again
+        assert source.fetch_restarts >= 1  # a check racing the records may add one
+        assert metrics.registry.get_sample_value(
+            "streamctl_controller_fetch_restarts_total",
+            {"topic": settings.ack_topic}) == source.fetch_restarts
     finally:
         source.close()
 
