@@ -8,11 +8,11 @@ A directly assigned librdkafka consumer can stop fetching for good after a broke
 (confluentinc/librdkafka#5153, open; seen here in the broker-restart fault test: the watcher
 saw no record for 240 s while the job and the controller had long resumed, and assigning the
 partitions again did not bring it back). The workaround that issue gives is a new consumer. So
-when a poll has returned no record for `stall_check_s`, the tail asks for each partition's end
-offset and, if records wait behind its position or its client cannot answer
-(`controller.kafka.clients.why_stalled`, the check the controller's metrics consumer makes
-too), replaces its consumer with a new one assigned at the positions it has reached: that
-neither skips nor repeats a record.
+each time a poll has returned no record for `stall_check_s`, the tail asks for each
+partition's end offset (`controller.kafka.fetch_guard.why_stalled`, the check the controller's
+consumers make too) and, if records wait behind the same positions at two such checks in a
+row, or its client cannot answer at either, replaces its consumer with a new one assigned at
+the positions it has reached: that neither skips nor repeats a record.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from controller.kafka.clients import STALL_CHECK_S, KafkaSetupError, watermarks, why_stalled
+from controller.kafka.clients import KafkaSetupError, watermarks
+from controller.kafka.fetch_guard import STALL_CHECK_S, why_stalled
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from streamctl.security.kafka import PLAINTEXT, KafkaSecurity, client_config
@@ -65,6 +66,8 @@ class Tail:
     _next: dict[tuple[str, int], int] = field(default_factory=dict)
     """Per partition, the offset after the last record delivered."""
     _quiet_since: float = field(default_factory=time.monotonic)
+    _suspected: list[tuple[str, int, int]] | None = None
+    """The positions at which the last check found a stall (see `_restart_stalled_fetch`)."""
 
     def __post_init__(self) -> None:
         self._consumer = self._new_consumer()
@@ -122,7 +125,7 @@ class Tail:
         now = time.monotonic()
         # Only records count: a stuck client may still hand out errors.
         if any(msg.error() is None for msg in messages):
-            self._quiet_since = now
+            self._quiet_since, self._suspected = now, None
         elif now - self._quiet_since >= self.stall_check_s:
             self._quiet_since = now
             self._restart_stalled_fetch()
@@ -143,19 +146,22 @@ class Tail:
 
     def _restart_stalled_fetch(self) -> None:
         """Replace the consumer with a new one at the positions reached when `why_stalled`
-        finds records it does not fetch, or its client cannot say."""
+        finds records it does not fetch, or its client cannot say, at the same positions two
+        quiet times in a row."""
         reached = self._reached_positions()
         why = why_stalled(self._consumer, reached)
-        if not why:
+        seen = [(tp.topic, tp.partition, tp.offset) for tp in reached]
+        if not why or seen != self._suspected:  # once may be a record landing as it asked
+            self._suspected = seen if why else None
             return
         self.fetch_restarts += 1
         # Self-healing and counted: info, not a warning on the user's console (the demo's).
-        log.info("%s but no record arrived for %.0f s: a new consumer goes on from the "
-                 "positions reached", why, self.stall_check_s)
+        log.info("%s, and no record arrived for %.0f s: a new consumer goes on from the "
+                 "positions reached", why, 2 * self.stall_check_s)
         self._consumer.close()
         self._consumer = self._new_consumer()
         self._consumer.assign(reached)
-        self._starts = reached
+        self._starts, self._suspected = reached, None
 
     def _reached_positions(self) -> list[TopicPartition]:
         """Per partition, where reading goes on: past the last record delivered, or the

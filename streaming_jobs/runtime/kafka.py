@@ -8,7 +8,7 @@ end of the topic. Every client gets the job's Kafka security (`streamctl.securit
 
 The control consumer replaces itself with a new one when its fetch has stalled
 (confluentinc/librdkafka#5153, a directly assigned consumer that stops fetching for good after
-a broker restart): `_why_stalled` is `controller.kafka.clients.why_stalled` again, a copy
+a broker restart): `_why_stalled` is `controller.kafka.fetch_guard.why_stalled` again, a copy
 because the job and the controller import nothing of each other, and the only packages both
 may import (`schemas`, `streamctl.security`) may not import confluent-kafka
 (docs/architecture.md).
@@ -206,7 +206,7 @@ class TypedConsumer(Generic[R]):
     name to the broker: nothing is committed. A broker restart or a long pause resumes where it
     was; partitions added to the topic later are read from their start. A client stuck after
     a broker restart (confluentinc/librdkafka#5153) is replaced by a new one where it was: when
-    nothing arrived for `stall_check_s` while records wait, or its client cannot say.
+    nothing arrived for two `stall_check_s` while records wait, or its client cannot say.
 
     Undecodable messages come back as `DecodeError` (with topic/partition/offset), never raise.
     """
@@ -233,6 +233,8 @@ class TypedConsumer(Generic[R]):
         last record delivered."""
         self._stall_check_s = stall_check_s
         self._quiet_since = time.monotonic()
+        self._suspected: list[tuple[int, int]] | None = None
+        """The positions at which the last check found a stall."""
         self.fetch_restarts = 0
         """How many times a stalled consumer was replaced (`_why_stalled`)."""
         self._look_again_at = 0.0
@@ -293,7 +295,8 @@ class TypedConsumer(Generic[R]):
                 log.warning("control consumer: %s", error)
             self._mind_the_quiet()
             return None
-        self._quiet_since = time.monotonic()  # only records end the quiet, not errors
+        # Only records end the quiet, not errors.
+        self._quiet_since, self._suspected = time.monotonic(), None
         self._read[msg.partition() or 0] = (msg.offset() or 0) + 1
         return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
 
@@ -305,12 +308,15 @@ class TypedConsumer(Generic[R]):
 
     def _restart_stalled_fetch(self) -> None:
         """A new consumer, of the same configuration, assigned at the positions reached, in
-        place of one that fetches nothing while records wait or whose client cannot say. One
-        that cannot be assigned leaves the old in place until the next quiet time: the thread
-        that polls must go on."""
+        place of one that fetches nothing while records wait or whose client cannot say, at
+        the same positions two quiet times in a row (once may be a record that landed as it
+        asked). One that cannot be assigned leaves the old in place until the next quiet
+        time: the thread that polls must go on."""
         reached = self._reached_positions()
         why = _why_stalled(self._consumer, reached)
-        if not why:
+        seen = [(tp.partition, tp.offset) for tp in reached]
+        if not why or seen != self._suspected:  # once may be a record landing as it asked
+            self._suspected = seen if why else None
             return
         try:
             fresh = _assigned(self._config, reached)
@@ -319,14 +325,14 @@ class TypedConsumer(Generic[R]):
                         why, exc)
             return
         self._consumer.close()
-        self._consumer = fresh
+        self._consumer, self._suspected = fresh, None
         # Until the new consumer delivers, its position may say nothing: what the old one
         # passed (transaction markers) must not look like records waiting at the next check.
         self._read.update((tp.partition, tp.offset) for tp in reached)
         self.fetch_restarts += 1
         # Self-healing and counted (`fetch_restarts`): info, not a warning.
-        log.info("control consumer: %s but no record arrived for %.0f s: a new consumer goes "
-                 "on from the positions reached", why, self._stall_check_s)
+        log.info("control consumer: %s, and no record arrived for %.0f s: a new consumer "
+                 "goes on from the positions reached", why, 2 * self._stall_check_s)
 
     def _reached_positions(self) -> list[TopicPartition]:
         """Per partition held, where reading goes on: `_read`, or the consumer's position if

@@ -35,7 +35,8 @@ def test_one_builder_makes_every_kafka_clients_configuration() -> None:
     assert spelled == ["streamctl/security/kafka.py"]
 
 
-KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
+KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/fetch_guard.py",
+                  "controller/kafka/traces.py",
                   "controller/kafka/history.py", "controller/kafka/lease.py",
                   "streaming_jobs/runtime/kafka.py",
                   "streaming_jobs/runtime/sink/transactional_kafka.py"}
