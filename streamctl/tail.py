@@ -4,15 +4,10 @@ Partitions are assigned directly (no consumer group join), from the end or the b
 a watcher sees records within milliseconds of starting. Garbage is counted and reported with
 its position, never raised.
 
-A directly assigned librdkafka consumer can stop fetching for good after a broker restart
-(confluentinc/librdkafka#5153, open; seen here in the broker-restart fault test: the watcher
-saw no record for 240 s while the job and the controller had long resumed, and assigning the
-partitions again did not bring it back). The workaround that issue gives is a new consumer. So
-each time a poll has returned no record for `stall_check_s`, the tail asks for each
-partition's end offset (`controller.kafka.fetch_guard.why_stalled`, the check the controller's
-consumers make too) and, if records wait behind the same positions at two such checks in a
-row, or its client cannot answer at either, replaces its consumer with a new one assigned at
-the positions it has reached: that neither skips nor repeats a record.
+Its consumer is held by a `streamctl.fetch_guard.FetchGuard`: a client stuck after a broker
+restart (confluentinc/librdkafka#5153; seen here in the broker-restart fault test, where the
+watcher saw no record for 240 s while the job and the controller had long resumed, and
+assigning the partitions again did not bring it back) is replaced by a new one where it was.
 """
 
 from __future__ import annotations
@@ -32,9 +27,9 @@ from confluent_kafka import (
 )
 
 from controller.kafka.clients import KafkaSetupError, watermarks
-from controller.kafka.fetch_guard import STALL_CHECK_S, why_stalled
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
+from streamctl.fetch_guard import STALL_CHECK_S, FetchGuard
 from streamctl.security.kafka import PLAINTEXT, KafkaSecurity, client_config
 
 UNKNOWN_TOPIC_WAIT_S = 5.0
@@ -54,23 +49,18 @@ class Tail:
     client_log_level: int = 3
     """librdkafka's own log (syslog levels); 0 for commands that report errors themselves."""
     stall_check_s: float = STALL_CHECK_S
-    """Quiet time after which the tail checks for records it should be fetching (see above):
-    long enough that a check costs nothing on a busy topic, short against a test's budget."""
+    """How often the tail checks for records it should be fetching (`FetchGuard`)."""
     security: KafkaSecurity = PLAINTEXT
     decode_errors: list[DecodeError] = field(default_factory=list)
-    fetch_restarts: int = 0
-    """How many times a stalled consumer was replaced."""
     _partitions: dict[str, list[int]] = field(default_factory=dict)
     _starts: list[TopicPartition] = field(default_factory=list)
     """Where the current consumer was assigned to start, per partition."""
     _next: dict[tuple[str, int], int] = field(default_factory=dict)
     """Per partition, the offset after the last record delivered."""
-    _quiet_since: float = field(default_factory=time.monotonic)
-    _suspected: list[tuple[str, int, int]] | None = None
-    """The positions at which the last check found a stall (see `_restart_stalled_fetch`)."""
 
     def __post_init__(self) -> None:
-        self._consumer = self._new_consumer()
+        self._guard = FetchGuard(self._new_consumer, "tail", self._read_up_to,
+                                 stall_check_s=self.stall_check_s)
         start = OFFSET_BEGINNING if self.from_beginning else OFFSET_END
         assignment = [
             TopicPartition(topic, p, start if self.start_at_ms is None else self.start_at_ms)
@@ -83,7 +73,22 @@ class Tail:
         # Concrete offsets, so a stall check can tell a partition waiting to be read from one
         # with nothing new since the start (read_committed: its end is the last stable offset).
         self._starts = [self._resolve(p) for p in assignment]
-        self._consumer.assign(self._starts)
+        self._guard.assign(self._starts)
+
+    @property
+    def _consumer(self) -> Consumer:
+        return self._guard.consumer
+
+    @property
+    def fetch_restarts(self) -> int:
+        """How many times a stalled consumer was replaced."""
+        return self._guard.fetch_restarts
+
+    def _read_up_to(self) -> dict[tuple[str, int], int]:
+        """Per partition, the offset after the last record delivered (where the current
+        consumer started, before any)."""
+        return {(s.topic, s.partition): max(s.offset, self._next.get((s.topic, s.partition), -1))
+                for s in self._starts}
 
     def _new_consumer(self) -> Consumer:
         return Consumer(client_config(self.bootstrap_servers, self.security, **{
@@ -122,13 +127,6 @@ class Tail:
 
     def poll(self, timeout_s: float = 0.2, max_records: int = 500) -> list[tuple[str, _Record]]:
         messages = self._consumer.consume(max_records, timeout_s)
-        now = time.monotonic()
-        # Only records count: a stuck client may still hand out errors.
-        if any(msg.error() is None for msg in messages):
-            self._quiet_since, self._suspected = now, None
-        elif now - self._quiet_since >= self.stall_check_s:
-            self._quiet_since = now
-            self._restart_stalled_fetch()
         out: list[tuple[str, _Record]] = []
         for msg in messages:
             if msg.error() is not None:
@@ -142,35 +140,10 @@ class Tail:
                 self.decode_errors.append(err)
                 continue
             out.append((topic, record))
+        delivered = {(m.topic() or "", m.partition() or 0) for m in messages if m.error() is None}
+        # A new consumer starts where the old one stopped (`FetchGuard.mind`).
+        self._starts = self._guard.mind(delivered) or self._starts
         return out
-
-    def _restart_stalled_fetch(self) -> None:
-        """Replace the consumer with a new one at the positions reached when `why_stalled`
-        finds records it does not fetch, or its client cannot say, at the same positions two
-        quiet times in a row."""
-        reached = self._reached_positions()
-        why = why_stalled(self._consumer, reached)
-        seen = [(tp.topic, tp.partition, tp.offset) for tp in reached]
-        if not why or seen != self._suspected:  # once may be a record landing as it asked
-            self._suspected = seen if why else None
-            return
-        self.fetch_restarts += 1
-        # Self-healing and counted: info, not a warning on the user's console (the demo's).
-        log.info("%s, and no record arrived for %.0f s: a new consumer goes on from the "
-                 "positions reached", why, 2 * self.stall_check_s)
-        self._consumer.close()
-        self._consumer = self._new_consumer()
-        self._consumer.assign(reached)
-        self._starts, self._suspected = reached, None
-
-    def _reached_positions(self) -> list[TopicPartition]:
-        """Per partition, where reading goes on: past the last record delivered, or the
-        consumer's position if further (it also counts what read_committed skipped: aborted
-        records, transaction markers), and never before where this consumer started."""
-        return [TopicPartition(s.topic, s.partition, max(
-                    p.offset, s.offset, self._next.get((s.topic, s.partition), s.offset)))
-                for s, p in zip(self._starts, self._consumer.position(self._starts),
-                                strict=True)]
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]],
                     timeout_s: float = 2.0) -> dict[tuple[str, int], int]:
@@ -205,4 +178,4 @@ class Tail:
         return sum(watermarks(self._consumer, topic, p, 5.0)[1] for p in self.partitions(topic))
 
     def close(self) -> None:
-        self._consumer.close()
+        self._guard.close()

@@ -67,8 +67,9 @@ class ControllerMetrics:
                                        "Metrics records received.", registry=registry)
         self.fetch_restarts = Counter(
             "streamctl_controller_fetch_restarts", "Consumers replaced by a new one at the "
-            "positions they had reached, because records waited that they did not fetch, or "
-            "their client could not say (a stuck client after a broker restart).", ["topic"],
+            "positions they had reached, because records waited on a partition that they did "
+            "not fetch, or their client could not say, at two checks in a row (a stuck client "
+            "after a broker restart; a broker down a while counts too).", ["topic"],
             registry=registry)
         self.lost_queries = Gauge("streamctl_lost_queries",
                                   "Queries silent for longer than their liveness timeout.",

@@ -9,7 +9,7 @@ the decision log. Payloads go through `schemas` codecs; bad ones through `ports.
 Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twins).
 
 The metrics and the ack consumer are directly assigned: each holds its consumer through a
-`fetch_guard.FetchGuard`, which replaces one stuck after a broker restart.
+`streamctl.fetch_guard.FetchGuard`, which replaces one stuck after a broker restart.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from controller.core.shards import (
     transactional_id,
 )
 from controller.errors import TemporaryError, UserError
-from controller.kafka.fetch_guard import STALL_CHECK_S, FetchGuard
 from controller.loop.ports import (
     DeliveryError,
     Fenced,
@@ -51,6 +50,7 @@ from controller.loop.ports import (
 )
 from controller.settings import KafkaSettings
 from schemas import Ack, ControlTuple, Decision, TaskMetrics, auth, codec_for
+from streamctl.fetch_guard import STALL_CHECK_S, FetchGuard
 from streamctl.security.kafka import IDEMPOTENT
 from streamctl.security.kafka import client_config as kafka_client_config
 
@@ -133,10 +133,12 @@ class KafkaMetricsSource:
         self._on_error = on_decode_error
         self._settings, self._read_back_s = settings, read_back_s
         self._timeout_s = setup_timeout_s
+        topic = settings.metrics_topic
+        config = _assigned_consumer_config(settings, "metrics")
         self._guard = FetchGuard(
-            _assigned_consumer_config(settings, "metrics"), "metrics", settings.metrics_topic,
-            lambda: {p: after for p, (after, _) in self._read.items()},
-            stall_check_s=stall_check_s, on_fetch_restart=on_fetch_restart)
+            lambda: Consumer(config), "metrics",
+            lambda: {(topic, p): after for p, (after, _) in self._read.items()},
+            stall_check_s=stall_check_s, on_fetch_restart=lambda: on_fetch_restart(topic))
         try:
             starts = _metrics_starts(self._guard.consumer, settings,
                                      int((time.time() - read_back_s) * 1000), setup_timeout_s)
@@ -187,15 +189,15 @@ class KafkaMetricsSource:
         messages = consumer.consume(num_messages=1, timeout=timeout_s)
         if messages:
             messages += consumer.consume(num_messages=_MAX_BATCH - 1, timeout=0)
-        delivered = False
+        delivered = []
         for message in messages:
             partition = message.partition() or 0
             if message.error() is None and partition in self._read:  # not one just given up
                 self._read[partition] = ((message.offset() or 0) + 1, message.timestamp()[1])
-                delivered = True
-        # After a replacement, what the old consumer passed counts as read (`mind_the_quiet`).
+                delivered.append((self._settings.metrics_topic, partition))
+        # After a replacement, what the old consumer passed counts as read (`FetchGuard.mind`).
         self._read |= {tp.partition: (tp.offset, self._read[tp.partition][1])
-                       for tp in self._guard.mind_the_quiet(delivered)}
+                       for tp in self._guard.mind(delivered)}
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
 
     def behind_ms(self, now_ms: int) -> int:
@@ -259,9 +261,12 @@ class KafkaAckSource:
                  on_fetch_restart: Callable[[str], None] = lambda topic: None) -> None:
         """`on_fetch_restart(topic)`: each time a stalled consumer is replaced."""
         self._on_error = on_decode_error
-        self._guard = FetchGuard(_assigned_consumer_config(settings, "acks"), "acks",
-                                 settings.ack_topic, lambda: self._read,
-                                 stall_check_s=stall_check_s, on_fetch_restart=on_fetch_restart)
+        topic = settings.ack_topic
+        config = _assigned_consumer_config(settings, "acks")
+        self._guard = FetchGuard(
+            lambda: Consumer(config), "acks",
+            lambda: {(topic, p): after for p, after in self._read.items()},
+            stall_check_s=stall_check_s, on_fetch_restart=lambda: on_fetch_restart(topic))
         try:
             starts = _end_offsets(self._guard.consumer, settings.ack_topic, setup_timeout_s)
             self._guard.assign(starts)
@@ -278,13 +283,13 @@ class KafkaAckSource:
 
     def poll(self, timeout_s: float) -> list[Ack]:
         messages = self._guard.consumer.consume(num_messages=_MAX_BATCH, timeout=timeout_s)
-        delivered = False
+        delivered = []
         for message in messages:
             if message.error() is None:
                 self._read[message.partition() or 0] = (message.offset() or 0) + 1
-                delivered = True
-        # After a replacement, what the old consumer passed counts as read (`mind_the_quiet`).
-        self._read |= {tp.partition: tp.offset for tp in self._guard.mind_the_quiet(delivered)}
+                delivered.append((message.topic() or "", message.partition() or 0))
+        # After a replacement, what the old consumer passed counts as read (`FetchGuard.mind`).
+        self._read |= {tp.partition: tp.offset for tp in self._guard.mind(delivered)}
         return decode_each(codec_for(Ack), _raw(messages), self._on_error)
 
     def close(self) -> None:

@@ -5,13 +5,6 @@ dead-letter producer used inside Spark tasks, and the control-topic consumer tha
 end of the topic. Every client gets the job's Kafka security (`streamctl.security.kafka`) through
 `client_config`. Neighbours: `control` (consumes), `lifecycle` (publishes), the job's plan
 (dead letters).
-
-The control consumer replaces itself with a new one when its fetch has stalled
-(confluentinc/librdkafka#5153, a directly assigned consumer that stops fetching for good after
-a broker restart): `_why_stalled` is `controller.kafka.fetch_guard.why_stalled` again, a copy
-because the job and the controller import nothing of each other, and the only packages both
-may import (`schemas`, `streamctl.security`) may not import confluent-kafka
-(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -34,6 +27,7 @@ from confluent_kafka import (
 
 from schemas.codec import DecodeError, codec_for
 from schemas.records import _Record
+from streamctl.fetch_guard import STALL_CHECK_S, FetchGuard
 from streamctl.security.kafka import IDEMPOTENT, PLAINTEXT, KafkaSecurity, client_config
 from streaming_jobs.errors import TemporaryError
 from streaming_jobs.runtime.sink.dead_letter import framed, limit_problems
@@ -49,14 +43,6 @@ ASSIGN_RETRY_S = 0.5
 """Pause between two such asks, and between two looks for a topic not found yet."""
 PARTITIONS_LOOKUP_S = 10.0
 """How often a consumer holding its topic looks for partitions added to it."""
-STALL_CHECK_S = 5.0
-"""Quiet time (no record delivered) after which the control consumer asks whether it is stuck
-(`_why_stalled`), and again after each further such quiet time. The control topic is quiet
-for long stretches, so quiet alone means nothing: only records waiting behind the position do,
-and the check asks the broker. Five seconds: that question (one ListOffsets round trip per
-partition, one partition on the control topic) costs the broker nothing, and a tuple the
-stuck consumer missed is read well inside the controller's ack timeout (90 s by default),
-after which it would decide again."""
 LOG_RANGE_TIMEOUT_S = 30.0
 """How long a topic's log start and end offsets are asked for: a broker killed while it led
 a partition is fenced by the quorum within its session timeout (9 s by default), and the
@@ -205,8 +191,8 @@ class TypedConsumer(Generic[R]):
     default, and a promotion sent meanwhile was skipped). The group id is only the client's
     name to the broker: nothing is committed. A broker restart or a long pause resumes where it
     was; partitions added to the topic later are read from their start. A client stuck after
-    a broker restart (confluentinc/librdkafka#5153) is replaced by a new one where it was: when
-    nothing arrived for two `stall_check_s` while records wait, or its client cannot say.
+    a broker restart (confluentinc/librdkafka#5153) is replaced by a new one where it was
+    (`streamctl.fetch_guard`).
 
     Undecodable messages come back as `DecodeError` (with topic/partition/offset), never raise.
     """
@@ -220,23 +206,19 @@ class TypedConsumer(Generic[R]):
         self._codec = codec_for(record_type)
         self._topic = topic
         self._on_assignment = on_assignment
-        self._config = client_config(
+        config = client_config(
             bootstrap_servers, security, **{"group.id": group_id, "enable.auto.commit": False,
                                             # Only where a position is lost (the topic made
                                             # anew): what is there was sent after it.
                                             "auto.offset.reset": "earliest"})
-        self._consumer = Consumer(self._config)
         self.assigned = threading.Event()
         """Set once this consumer holds the topic's partitions."""
         self._read: dict[int, int] = {}
         """Per partition held, where reading goes on: where it was assigned, then after the
         last record delivered."""
-        self._stall_check_s = stall_check_s
-        self._quiet_since = time.monotonic()
-        self._suspected: list[tuple[int, int]] | None = None
-        """The positions at which the last check found a stall."""
-        self.fetch_restarts = 0
-        """How many times a stalled consumer was replaced (`_why_stalled`)."""
+        self._guard = FetchGuard(lambda: Consumer(config), "control",
+                                 lambda: {(topic, p): after for p, after in self._read.items()},
+                                 stall_check_s=stall_check_s)
         self._look_again_at = 0.0
         self._problem = ""
         """Why the topic could not be looked up last time ("" when it could)."""
@@ -258,7 +240,7 @@ class TypedConsumer(Generic[R]):
         if not starts:
             return
         try:
-            self._consumer.incremental_assign(starts)
+            self._guard.consumer.incremental_assign(starts)
         except (KafkaException, RuntimeError) as exc:  # RuntimeError: consumer closed
             log.warning("control consumer: cannot assign %s yet (%s)", self._topic, exc)
             return
@@ -270,7 +252,7 @@ class TypedConsumer(Generic[R]):
     def _partitions(self) -> list[int]:
         """The topic's partitions; none while it cannot be looked up (said once a change)."""
         try:
-            metadata = self._consumer.list_topics(self._topic, timeout=ASSIGN_RETRY_S * 4)
+            metadata = self._guard.consumer.list_topics(self._topic, timeout=ASSIGN_RETRY_S * 4)
             found = metadata.topics.get(self._topic)
             problem = ("not found" if found is None else
                        str(found.error) if found.error is not None else "")
@@ -284,69 +266,34 @@ class TypedConsumer(Generic[R]):
         return [] if problem or found is None else list(found.partitions)
 
     def _end(self, partition: int, deadline: float) -> int | None:
-        return _end_offset(self._consumer, TopicPartition(self._topic, partition), deadline)
+        return _end_offset(self._guard.consumer, TopicPartition(self._topic, partition),
+                           deadline)
 
     def poll(self, timeout_s: float) -> R | DecodeError | None:
         self._assign_new()
-        msg = self._consumer.poll(timeout_s)
+        msg = self._guard.consumer.poll(timeout_s)
         error = None if msg is None else msg.error()
-        if msg is None or error is not None:
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                log.warning("control consumer: %s", error)
-            self._mind_the_quiet()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            log.warning("control consumer: %s", error)
+        record = msg if error is None else None
+        if record is not None:
+            self._read[record.partition() or 0] = (record.offset() or 0) + 1
+        delivered = [] if record is None else [(self._topic, record.partition() or 0)]
+        # After a replacement, what the old consumer passed counts as read (`FetchGuard.mind`).
+        self._read.update((tp.partition, tp.offset) for tp in self._guard.mind(delivered))
+        if record is None:
             return None
-        # Only records end the quiet, not errors.
-        self._quiet_since, self._suspected = time.monotonic(), None
-        self._read[msg.partition() or 0] = (msg.offset() or 0) + 1
-        return self._decode(msg.value(), msg.topic(), msg.partition(), msg.offset())
+        return self._decode(record.value(), record.topic(), record.partition(), record.offset())
 
-    def _mind_the_quiet(self) -> None:
-        now = time.monotonic()
-        if now - self._quiet_since >= self._stall_check_s:
-            self._quiet_since = now
-            self._restart_stalled_fetch()
-
-    def _restart_stalled_fetch(self) -> None:
-        """A new consumer, of the same configuration, assigned at the positions reached, in
-        place of one that fetches nothing while records wait or whose client cannot say, at
-        the same positions two quiet times in a row (once may be a record that landed as it
-        asked). One that cannot be assigned leaves the old in place until the next quiet
-        time: the thread that polls must go on."""
-        reached = self._reached_positions()
-        why = _why_stalled(self._consumer, reached)
-        seen = [(tp.partition, tp.offset) for tp in reached]
-        if not why or seen != self._suspected:  # once may be a record landing as it asked
-            self._suspected = seen if why else None
-            return
-        try:
-            fresh = _assigned(self._config, reached)
-        except KafkaException as exc:
-            log.warning("control consumer: %s, and a new consumer could not take over (%s)",
-                        why, exc)
-            return
-        self._consumer.close()
-        self._consumer, self._suspected = fresh, None
-        # Until the new consumer delivers, its position may say nothing: what the old one
-        # passed (transaction markers) must not look like records waiting at the next check.
-        self._read.update((tp.partition, tp.offset) for tp in reached)
-        self.fetch_restarts += 1
-        # Self-healing and counted (`fetch_restarts`): info, not a warning.
-        log.info("control consumer: %s, and no record arrived for %.0f s: a new consumer "
-                 "goes on from the positions reached", why, 2 * self._stall_check_s)
-
-    def _reached_positions(self) -> list[TopicPartition]:
-        """Per partition held, where reading goes on: `_read`, or the consumer's position if
-        further (it also counts what read_committed skipped: aborted records, transaction
-        markers; the controller writes the control topic in transactions). Neither skips nor
-        repeats a record."""
-        held = [TopicPartition(self._topic, p, offset) for p, offset in sorted(self._read.items())]
-        return [TopicPartition(self._topic, h.partition, max(h.offset, at.offset))
-                for h, at in zip(held, self._consumer.position(held), strict=True)]
+    @property
+    def fetch_restarts(self) -> int:
+        """How many times a stalled consumer was replaced (`FetchGuard`)."""
+        return self._guard.fetch_restarts
 
     def topic_exists(self, topic: str, timeout_s: float = 5.0) -> bool:
         """Whether the broker knows `topic` (with partitions); False when unreachable too."""
         try:
-            metadata = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            metadata = self._guard.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         except KafkaException as exc:
             log.warning("cannot look up topic %s: %s", topic, exc)
             return False
@@ -360,41 +307,7 @@ class TypedConsumer(Generic[R]):
             return err
 
     def close(self) -> None:
-        self._consumer.close()
-
-
-def _assigned(config: dict[str, Any], partitions: list[TopicPartition]) -> Consumer:
-    """A new consumer holding `partitions` at their offsets; closed again if it cannot."""
-    consumer = Consumer(config)
-    try:
-        consumer.incremental_assign(partitions)
-    except BaseException:
-        consumer.close()
-        raise
-    return consumer
-
-
-def _why_stalled(consumer: Consumer, reached: Sequence[TopicPartition],
-                 timeout_s: float = 2.0) -> str:
-    """Why `consumer` should be replaced: records wait behind the positions it has `reached`
-    (end offsets in its own isolation level: read_committed's last stable offset, so an open
-    transaction is no stall), or its client cannot say (a stuck client answers nothing; during
-    a real outage a new one waits for the broker as the old one would). "" when neither. Each
-    partition is asked once, for `timeout_s`: the next quiet time asks again."""
-    try:
-        waiting = [p for p in reached if _records_wait(consumer, p, timeout_s)]
-    except KafkaException as exc:
-        return f"its client cannot read the end offsets ({exc})"
-    return ("records wait on " + ", ".join(f"{p.topic}[{p.partition}]@{p.offset}"
-                                           for p in waiting)) if waiting else ""
-
-
-def _records_wait(consumer: Consumer, reached: TopicPartition, timeout_s: float) -> bool:
-    low, end = consumer.get_watermark_offsets(TopicPartition(reached.topic, reached.partition),
-                                              timeout=timeout_s)
-    # Past the log start too: a partition added later starts at OFFSET_BEGINNING, and has
-    # records waiting only if it holds any.
-    return int(end) > max(reached.offset, int(low))
+        self._guard.close()
 
 
 def _end_offset(consumer: Consumer, tp: TopicPartition, deadline: float) -> int | None:

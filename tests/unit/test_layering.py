@@ -35,9 +35,9 @@ def test_one_builder_makes_every_kafka_clients_configuration() -> None:
     assert spelled == ["streamctl/security/kafka.py"]
 
 
-KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/fetch_guard.py",
-                  "controller/kafka/traces.py",
+KAFKA_ADAPTERS = {"controller/kafka/clients.py", "controller/kafka/traces.py",
                   "controller/kafka/history.py", "controller/kafka/lease.py",
+                  "streamctl/fetch_guard/__init__.py",
                   "streaming_jobs/runtime/kafka.py",
                   "streaming_jobs/runtime/sink/transactional_kafka.py"}
 """The only modules that may import confluent_kafka."""
@@ -160,7 +160,7 @@ def test_the_pure_core_imports_no_client_library_and_no_clock(path: str) -> None
 
 
 ALL = (modules("controller") + modules("streaming_jobs") + modules("schemas")
-       + modules("streamctl/security"))
+       + modules("streamctl/security") + modules("streamctl/fetch_guard"))
 
 
 def test_the_packages_are_found() -> None:

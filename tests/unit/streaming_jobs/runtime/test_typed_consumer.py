@@ -58,7 +58,7 @@ def consumer(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(kafka, "PARTITIONS_LOOKUP_S", 0.0)
     c = TypedConsumer("127.0.0.1:9", "control", "unit", ControlTuple, PLAINTEXT,
                       on_assignment=held.append)
-    client = c._consumer  # `settle` puts a broker of the test's in its place
+    client = c._guard.consumer  # `settle` puts a broker of the test's in its place
     try:
         yield c
     finally:
@@ -66,7 +66,7 @@ def consumer(monkeypatch: pytest.MonkeyPatch,
 
 
 def settle(consumer: TypedConsumer[ControlTuple], broker: SettlingBroker) -> None:
-    consumer._consumer = broker  # type: ignore[assignment]
+    consumer._guard._consumer = broker  # type: ignore[assignment]
     consumer._assign_new()
 
 
