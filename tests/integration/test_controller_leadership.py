@@ -245,6 +245,7 @@ FLEET_COOLDOWN_S = 2.0
 """After an applied tuple, short: the queries fall behind again at once."""
 
 
+@pytest.mark.timeout(420)  # its waits scale with how slowly this machine decides the first round
 def test_three_instances_decide_each_query_once_and_a_killed_ones_queries_again_by_the_others(
         kafka_harness: KafkaHarness, controllers: Callable[..., Child],  # noqa: F811
         new_topic: Callable[..., str]) -> None:
