@@ -12,7 +12,6 @@ assigning the partitions again did not bring it back) is replaced by a new one w
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -36,7 +35,6 @@ UNKNOWN_TOPIC_WAIT_S = 5.0
 """How long a topic the metadata does not list yet may take to appear (propagation to every
 broker of a cluster after its creation) before the tail says it is not available."""
 
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -95,6 +93,8 @@ class Tail:
             "group.id": f"streamctl-tail-{uuid.uuid4()}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            # Only where a position is gone (retention deleted it): nothing skipped.
+            "auto.offset.reset": "earliest",
             "log_level": self.client_log_level,
         }))
 
@@ -142,7 +142,7 @@ class Tail:
             out.append((topic, record))
         delivered = {(m.topic() or "", m.partition() or 0) for m in messages if m.error() is None}
         # A new consumer starts where the old one stopped (`FetchGuard.mind`).
-        self._starts = self._guard.mind(delivered) or self._starts
+        self._starts = self._guard.mind(delivered, len(messages) < max_records) or self._starts
         return out
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]],

@@ -60,7 +60,6 @@ _MAX_BATCH = 500
 """Records per consume call: a cycle's worth for dozens of queries at sub-second triggers."""
 
 
-
 NO_KEY = (f"no control key: set {auth.KEY_ENV} or {auth.KEY_FILE_ENV} to the key the jobs "
           "verify (they reject unsigned control tuples)")
 
@@ -110,6 +109,8 @@ def _assigned_consumer_config(settings: KafkaSettings, role: str) -> dict[str, A
         # Never commits: a throwaway group id keeps it out of anyone's group.
         "group.id": f"{settings.group_id}.{role}.{uuid.uuid4()}",
         "enable.auto.commit": False,
+        # Only where a position is gone (retention deleted it): nothing skipped.
+        "auto.offset.reset": "earliest",
     }
 
 
@@ -197,7 +198,7 @@ class KafkaMetricsSource:
                 delivered.append((self._settings.metrics_topic, partition))
         # After a replacement, what the old consumer passed counts as read (`FetchGuard.mind`).
         self._read |= {tp.partition: (tp.offset, self._read[tp.partition][1])
-                       for tp in self._guard.mind(delivered)}
+                       for tp in self._guard.mind(delivered, len(messages) < _MAX_BATCH)}
         return decode_each(codec_for(TaskMetrics), _raw(messages), self._on_error)
 
     def behind_ms(self, now_ms: int) -> int:
@@ -289,7 +290,8 @@ class KafkaAckSource:
                 self._read[message.partition() or 0] = (message.offset() or 0) + 1
                 delivered.append((message.topic() or "", message.partition() or 0))
         # After a replacement, what the old consumer passed counts as read (`FetchGuard.mind`).
-        self._read |= {tp.partition: tp.offset for tp in self._guard.mind(delivered)}
+        self._read |= {tp.partition: tp.offset
+                       for tp in self._guard.mind(delivered, len(messages) < _MAX_BATCH)}
         return decode_each(codec_for(Ack), _raw(messages), self._on_error)
 
     def close(self) -> None:

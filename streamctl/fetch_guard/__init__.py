@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ runs inside the reader's poll, and during an outage it would otherwise wait per 
 
 @dataclass(frozen=True)
 class Stall:
-    at: tuple[tuple[str, int, int], ...]
-    """Where the reader stands on each partition found stuck (topic, partition, offset)."""
+    at: frozenset[tuple[str, int, int]]
+    """Where the reader stands (topic, partition, offset) on each partition with records
+    waiting, or on each partition asked about when the client could not answer."""
     why: str
 
 
@@ -59,7 +60,7 @@ def find_stall(consumer: Consumer, reached: Sequence[TopicPartition],
     try:
         waiting = [p for p in reached
                    if _records_wait(consumer, p, max(0.1, deadline - time.monotonic()))]
-    except KafkaException as exc:
+    except KafkaException as exc:  # a timeout or a lost connection: the client's own trouble
         return Stall(_positions(reached), f"its client cannot read the end offsets ({exc})")
     if not waiting:
         return None
@@ -67,13 +68,25 @@ def find_stall(consumer: Consumer, reached: Sequence[TopicPartition],
         f"{p.topic}[{p.partition}]@{p.offset}" for p in waiting))
 
 
-def _positions(partitions: Iterable[TopicPartition]) -> tuple[tuple[str, int, int], ...]:
-    return tuple((p.topic, p.partition, p.offset) for p in partitions)
+_NOT_THE_CLIENTS = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                              KafkaError.UNKNOWN_TOPIC_OR_PART})
+"""Answers about the cluster, not the client: a partition without a leader for now, or gone.
+A new consumer would not fetch it either, so it is no stall."""
+
+
+def _positions(partitions: Iterable[TopicPartition]) -> frozenset[tuple[str, int, int]]:
+    return frozenset((p.topic, p.partition, p.offset) for p in partitions)
 
 
 def _records_wait(consumer: Consumer, reached: TopicPartition, timeout_s: float) -> bool:
-    low, end = consumer.get_watermark_offsets(TopicPartition(reached.topic, reached.partition),
-                                              timeout=timeout_s)
+    try:
+        low, end = consumer.get_watermark_offsets(
+            TopicPartition(reached.topic, reached.partition), timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args and isinstance(exc.args[0], KafkaError) \
+                and exc.args[0].code() in _NOT_THE_CLIENTS:
+            return False
+        raise
     # Past the log start too: a position still OFFSET_BEGINNING (nothing read yet), or one
     # that retention deleted, has records waiting only if the partition holds any.
     return int(end) > max(reached.offset, int(low))
@@ -98,8 +111,8 @@ class FetchGuard:
         self._checked_at = time.monotonic()
         self._delivered: set[Key] = set()
         """The partitions that delivered a record since the last check."""
-        self._suspected: tuple[tuple[str, int, int], ...] | None = None
-        """Where the last check found a stall: a second check finding it there replaces the
+        self._suspected: frozenset[tuple[str, int, int]] = frozenset()
+        """Where the last check found a stall: a second check finding one there replaces the
         consumer. One check alone cannot tell a stuck partition from a record that landed a
         moment before it asked."""
         self.fetch_restarts = 0
@@ -111,28 +124,32 @@ class FetchGuard:
         return self._consumer
 
     def assign(self, starts: list[TopicPartition]) -> None:
-        """Assign the consumer at `starts`; the first check comes a `stall_check_s` later."""
+        """Assign the consumer at `starts`; the first check comes a `stall_check_s` later (a
+        reader that assigns its consumer itself has its first check timed from the guard's
+        making)."""
         self._consumer.assign(starts)
         # Not from construction: the set-up's look-ups before this may take seconds.
         self._checked_at = time.monotonic()
 
-    def mind(self, delivered: Iterable[Key]) -> list[TopicPartition]:
-        """After each poll, the partitions it brought records of: when a check found the same
-        stall twice, the positions the new consumer took over at, else []. The reader must
-        count what it read as up to them: until the new consumer delivers, its position says
-        nothing, and what the old one passed (transaction markers) must not look like records
-        waiting at the next check."""
+    def mind(self, delivered: Iterable[Key], drained: bool = True) -> list[TopicPartition]:
+        """After each poll, the partitions it brought records of, and whether it took all the
+        client held (`drained`: a poll that filled its batch may have left fetched records
+        behind, which a check would take for records not fetched): when two checks in a row
+        found a partition stuck at the same position, the positions the new consumer took over
+        at, else []. The reader must count what it read as up to them: until the new consumer
+        delivers, its position says nothing, and what the old one passed (transaction markers)
+        must not look like records waiting at the next check."""
         self._delivered.update(delivered)  # only records count: a stuck client still errs
         now = time.monotonic()
-        if now - self._checked_at < self._stall_check_s:
+        if not drained or now - self._checked_at < self._stall_check_s:
             return []
         self._checked_at = now
         quiet = {key: offset for key, offset in self._read().items()
                  if key not in self._delivered}
         self._delivered = set()
         stall = find_stall(self._consumer, self._reached(quiet)) if quiet else None
-        if stall is None or stall.at != self._suspected:
-            self._suspected = None if stall is None else stall.at
+        if stall is None or not stall.at & self._suspected:
+            self._suspected = frozenset() if stall is None else stall.at
             return []
         return self._replace(stall.why)
 
@@ -150,7 +167,7 @@ class FetchGuard:
             log.warning("%s consumer: %s, and a new consumer could not take over (%s)",
                         self._name, why, exc)
             return []
-        old, self._consumer, self._suspected = self._consumer, fresh, None
+        old, self._consumer, self._suspected = self._consumer, fresh, frozenset()
         self.fetch_restarts += 1
         self._on_fetch_restart()
         # Self-healing and counted: info, not a warning on the user's console (the demo's).

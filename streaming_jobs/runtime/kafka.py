@@ -280,7 +280,8 @@ class TypedConsumer(Generic[R]):
             self._read[record.partition() or 0] = (record.offset() or 0) + 1
         delivered = [] if record is None else [(self._topic, record.partition() or 0)]
         # After a replacement, what the old consumer passed counts as read (`FetchGuard.mind`).
-        self._read.update((tp.partition, tp.offset) for tp in self._guard.mind(delivered))
+        self._read.update((tp.partition, tp.offset)
+                          for tp in self._guard.mind(delivered, drained=msg is None))
         if record is None:
             return None
         return self._decode(record.value(), record.topic(), record.partition(), record.offset())

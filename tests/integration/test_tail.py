@@ -14,7 +14,7 @@ from streamctl.security.kafka import client_config
 from streamctl.stack.waiting import poll_until
 from streamctl.tail import Tail
 from tests.support.kafka import produce
-from tests.support.waiting import until
+from tests.support.waiting import holds, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -35,7 +35,7 @@ def read(tail: Tail, count: int, seconds: float) -> list[int]:
     return seen
 
 
-def test_a_stalled_fetch_goes_on_where_it_stopped(
+def test_a_stalled_fetch_goes_on_where_it_stopped_and_is_then_left_alone(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
     produce(bootstrap_servers, topic, readings(range(5)))
@@ -47,6 +47,10 @@ def test_a_stalled_fetch_goes_on_where_it_stopped(
         produce(bootstrap_servers, topic, readings(range(5, 10)))
         assert read(tail, 5, 30) == [5, 6, 7, 8, 9]
         assert tail.fetch_restarts >= 1
+        # Caught up, the new consumer is left alone: three checks find nothing to act on.
+        replaced = tail.fetch_restarts
+        holds(lambda: not tail.poll(0.2) and tail.fetch_restarts == replaced, 3,
+              "the caught-up tail left alone", 0)
     finally:
         tail.close()
 
@@ -74,7 +78,7 @@ def test_a_stalled_partition_goes_on_where_it_stopped_while_another_keeps_delive
         tail.close()
 
 
-def test_a_tail_at_the_end_or_behind_an_open_transaction_is_not_restarted(
+def test_a_tail_at_the_end_or_behind_an_open_transaction_is_not_replaced(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     topic = new_topic()
     produce(bootstrap_servers, topic, readings(range(3)))

@@ -16,7 +16,7 @@ from streamctl.fetch_guard import FetchGuard, Stall
 TOPIC = "metrics"
 READ = {(TOPIC, 0): 7, (TOPIC, 1): 3}
 """Where the reader stands: after offset 6 of partition 0, after 2 of partition 1."""
-STALL_ON_0 = Stall(((TOPIC, 0, 7),), "records wait")
+STALL_ON_0 = Stall(frozenset({(TOPIC, 0, 7)}), "records wait")
 
 
 def unreachable() -> Consumer:
@@ -95,6 +95,29 @@ def test_a_record_from_the_stalled_partition_between_two_checks_keeps_the_consum
         assert guard.consumer is first and (guard.fetch_restarts, replaced) == (0, [])
         both = [(TOPIC, 0, 7), (TOPIC, 1, 3)]
         assert questions == [both, [(TOPIC, 1, 3)], both]  # quiet again: asked about again
+    finally:
+        guard.close()
+
+
+def test_a_partition_stuck_at_two_checks_is_replaced_whatever_else_either_found(
+        asked: tuple[list[Stall | None], list[list[tuple[str, int, int]]]]) -> None:
+    answers, _ = asked
+    guard, replaced = guarded()
+    try:
+        # The client answers once, then cannot: partition 0, at 7 both times, is stuck.
+        answers += [STALL_ON_0, Stall(frozenset({(TOPIC, 0, 7), (TOPIC, 1, 3)}), "no answer")]
+        guard.mind(())
+        assert guard.mind(()) != [] and (guard.fetch_restarts, replaced) == (1, [1])
+    finally:
+        guard.close()
+
+
+def test_no_check_runs_after_a_poll_that_left_fetched_records_behind(
+        asked: tuple[list[Stall | None], list[list[tuple[str, int, int]]]]) -> None:
+    _, questions = asked
+    guard, _ = guarded()
+    try:
+        assert guard.mind((), drained=False) == [] and questions == []
     finally:
         guard.close()
 
