@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controller.kafka.clients import KafkaSetupError
 from controller.replay.trace import BadRecord, TraceEntry
@@ -65,11 +65,20 @@ def _start_offsets(consumer: Consumer, topic: str, from_ms: int) -> list[TopicPa
         raise KafkaSetupError(f"cannot reach Kafka to look up topic {topic!r}: {exc}") from exc
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise KafkaSetupError(f"topic {topic!r} does not exist")
-    wanted = [TopicPartition(topic, p, from_ms) for p in sorted(metadata.partitions)]
-    found = consumer.offsets_for_times(wanted, timeout=10)
+    partitions = sorted(metadata.partitions)
+    try:
+        # The ends are read before the times: a record written after the time lookup found
+        # nothing lies at or past its partition's end as read here. "The end" resolved when
+        # fetching begins would skip one written between the lookup and the assignment.
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}
+        found = consumer.offsets_for_times([TopicPartition(topic, p, from_ms)
+                                            for p in partitions], timeout=10)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot look up the offsets of topic {topic!r}: {exc}") from exc
     # -1: nothing stamped at or after from_ms yet; start at the end and wait for it.
-    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
-            for tp in found]
+    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0
+                           else ends[tp.partition]) for tp in found]
 
 
 def _consume(consumer: Consumer, topic: str, open_partitions: set[int], to_ms: int,

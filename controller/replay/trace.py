@@ -81,6 +81,8 @@ class TraceWriter:
         self.bad_records: list[BadRecord] = []
         self._line({"header": {"format": FORMAT, "version": VERSION, "topic": topic,
                                "from_ms": from_ms, "notes": dict(notes or {})}})
+        # Out at once: whoever watches the file sees the recording has begun, and from when.
+        self._out.flush()
 
     def write(self, entry: TraceEntry) -> None:
         self._line({"timestamp_ms": entry.timestamp_ms, "partition": entry.partition,

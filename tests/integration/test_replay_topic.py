@@ -20,6 +20,7 @@ from controller.replay.trace import read_trace
 from schemas import TaskMetrics, codec_for
 from streamctl.cli import main
 from tests.support.kafka import produce
+from tests.support.waiting import until
 from tests.unit.controller.traces import Job, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -99,14 +100,17 @@ def test_record_for_a_duration_sees_records_written_meanwhile(
     import threading
 
     recorder = threading.Thread(target=main, args=([
-        "controller", "record", "-o", str(out), "--duration-s", "4",
+        "controller", "record", "-o", str(out), "--duration-s", "10",
         "--bootstrap-servers", bootstrap_servers, "--metrics-topic", topic],))
     recorder.start()
-    sample = simulate(STEP, 2)[0]
-    # Written while the recorder runs, stamped inside its four seconds whenever its clock
-    # started (a thread starts within 1.5 s).
-    produce(bootstrap_servers, topic, [codec_for(TaskMetrics).encode(sample)],
-            timestamp_ms=int(time.time() * 1000) + 1500)
-    recorder.join(30)
+    try:
+        # The header is out once the recorder's clock has started: a record written from
+        # then on is written meanwhile, whenever the recorder gets to look up its offsets.
+        until(lambda: out.exists() and out.read_text().endswith("\n"), 30,
+              "the recorder to write its header")
+        sample = simulate(STEP, 2)[0]
+        produce(bootstrap_servers, topic, [codec_for(TaskMetrics).encode(sample)])
+    finally:
+        recorder.join(60)
     assert not recorder.is_alive()
     assert [e.metrics for e in read_trace(out).entries] == [sample]
