@@ -36,6 +36,8 @@ def test_kill_9_of_a_hot_active_then_of_the_controller_mid_promotion_then_of_the
     bed.start_active_and_standby("--standby", "hot")
     trailing_behind_the_active(bed, "job-2")
     bed.wait_commit_after(now_ms(), 60, "a batch to start the next one after")
+    assert not [t for t in bed.read_all("control", ControlTuple)
+                if t.parameter == "active_instance"], "the live active was failed over"
     bed.children[0].kill()  # job-1, in a batch: batches take most of each trigger interval
     fault = now_ms()
     promotion = bed.wait_control(lambda t: t.parameter == "active_instance", 120)

@@ -51,10 +51,14 @@ def publish_overload(harness: KafkaHarness, seconds: int, *query_ids: str) -> No
 
 def publish_jobs(harness: KafkaHarness, seconds: int, jobs: Sequence[Job]) -> None:
     """`seconds` of each job's metrics, ending now, in one batch of records."""
+    # Every trace simulated before any is stamped: simulating a few hundred takes tens of
+    # seconds on a loaded machine, and the first ones, stamped then, were silent too long
+    # by the time they were written (judged lost, never sized).
+    traces = [(job, simulate(job, seconds)) for job in jobs]
+    now_ms = int(time.time() * 1000)  # windows are pruned by the real clock
     records: list[tuple[bytes, bytes]] = []
-    for job in jobs:
-        trace = simulate(job, seconds)
-        shift_ms = int(time.time() * 1000) - end_ms(trace)  # windows pruned by the real clock
+    for job, trace in traces:
+        shift_ms = now_ms - end_ms(trace)
         records += [(job.query_id.encode(), codec_for(TaskMetrics).encode(
             replace(s, batch_start_ms=s.batch_start_ms + shift_ms,
                     batch_end_ms=s.batch_end_ms + shift_ms))) for s in trace]
@@ -241,8 +245,14 @@ def shard_leaders(harness: KafkaHarness) -> dict[int, str]:
 
 FLEET_QUERIES = 240
 """Below the default query limit (300), which counts the queries an instance follows too."""
-FLEET_COOLDOWN_S = 2.0
-"""After an applied tuple, short: the queries fall behind again at once."""
+FLEET_OPTIONS = ("--cooldown-s", "2", "--window-s", "300", "--lost-after-min-s", "300",
+                 "--ack-timeout-s", "600")
+"""Each round's metrics are one burst, and a few hundred queries are decided in up to a
+minute on a loaded machine: a burst stays in the window, and its queries are not taken for
+silent, for longer than that (the defaults, 60 s and 25 s, had the queries read last judged
+lost or pruned unsized); an unanswered tuple is not given up on (and the query decided again)
+within the test. The cooldown after an applied tuple is short: the queries fall behind again
+at once."""
 
 
 @pytest.mark.timeout(420)  # its waits scale with how slowly this machine decides the first round
@@ -256,8 +266,7 @@ def test_three_instances_decide_each_query_once_and_a_killed_ones_queries_again_
     size, and each gets exactly one more: c1's queries decided again, by the others."""
     kafka_harness.settings = replace(kafka_harness.settings, metrics_topic=new_topic(6))
     names = ("c1", "c2", "c3")
-    children = {name: controllers(name, shards=6, options=("--cooldown-s", str(FLEET_COOLDOWN_S)))
-                for name in names}
+    children = {name: controllers(name, shards=6, options=FLEET_OPTIONS) for name in names}
     until(lambda: set(shard_leaders(kafka_harness).values()) == set(names)
           and len(shard_leaders(kafka_harness)) == 6, 60,
           "the six shards divided among the three instances", 0.5)
