@@ -262,21 +262,15 @@ def render_commands() -> str:
 
 
 def registries() -> dict[str, CollectorRegistry]:
-    """Per process, a registry with every metric it exports (the job's sink counters
-    included)."""
+    """Per process, a registry with every metric it exports (the job's counters read at
+    scrape time included)."""
     from controller.explain.prom import ControllerMetrics, new_registry
     from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 
     job = JobPrometheus(CollectorRegistry())
-    job.watch_sink("query", _NoReplays())
+    job.watch_sink("query", lambda: 0)
+    job.watch_control_consumer("query", lambda: 0)
     return {"job": job.registry, "controller": ControllerMetrics(new_registry()).registry}
-
-
-class _NoReplays:
-    """A sink that never skipped a replay (its counter is registered all the same)."""
-
-    def skipped_replays(self) -> int:
-        return 0
 
 
 def metric_rows() -> list[tuple[str, str, str, str, str]]:

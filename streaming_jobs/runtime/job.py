@@ -122,7 +122,7 @@ class ElasticJob:
             self._shared, self.limits, kafka_retry_s=KAFKA_RETRY_S,
             on_recorded=lambda state: self.prometheus.shed_fraction.labels(
                 config.identity.query_id).set(state.shed_fraction))
-        self.prometheus.watch_sink(config.identity.query_id, self.query.sink)
+        self.prometheus.watch_sink(config.identity.query_id, self.query.sink.skipped_replays)
         # Every instance sees every tuple and filters on query_id.
         self.prometheus.control_ready.labels(config.identity.query_id).set(0)
         self._consumer = TypedConsumer(
@@ -131,6 +131,8 @@ class ElasticJob:
             config.security.kafka_security,
             on_assignment=lambda held: self.prometheus.control_ready.labels(
                 config.identity.query_id).set(int(held)))
+        self.prometheus.watch_control_consumer(config.identity.query_id,
+                                               lambda: self._consumer.fetch_restarts)
         self._stopping = threading.Event()
         self._reported_unread: dict[str, int] = {}
         loop = TupleListener(self._consumer, self.owner, self._publisher.ack,

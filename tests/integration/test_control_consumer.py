@@ -10,10 +10,12 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
+from prometheus_client import CollectorRegistry
 
 from schemas import SensorReading, codec_for
 from streamctl.security.kafka import PLAINTEXT, client_config
 from streaming_jobs.runtime.kafka import TypedConsumer
+from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 from tests.support.kafka import produce
 from tests.support.waiting import until
 
@@ -84,7 +86,7 @@ def test_a_stalled_fetch_is_replaced_and_goes_on_where_it_stopped(
         bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
     """Records wait that the consumer does not fetch: a new consumer at the position reached
     reads them next, in order (none skipped, none read again), and the replacement is
-    counted."""
+    counted, on the job's Prometheus counter too."""
     topic = new_topic()
     consumer = TypedConsumer(bootstrap_servers, topic, f"group-{topic}", SensorReading,
                              PLAINTEXT, stall_check_s=1)
@@ -97,5 +99,10 @@ def test_a_stalled_fetch_is_replaced_and_goes_on_where_it_stopped(
         produce(bootstrap_servers, topic, [record(seq) for seq in (4, 5, 6)])
         assert [next_seq(consumer) for _ in range(3)] == [4, 5, 6]
         assert consumer.fetch_restarts >= 1  # another if the new one is slow to deliver
+        prometheus = JobPrometheus(CollectorRegistry())
+        prometheus.watch_control_consumer("q", lambda: consumer.fetch_restarts)
+        assert prometheus.registry.get_sample_value(
+            "streamctl_job_control_fetch_restarts_total", {"query": "q"}) == \
+            consumer.fetch_restarts
     finally:
         consumer.close()

@@ -8,7 +8,6 @@ optionally behind basic auth (`streamctl.security.metrics_http`). Neighbours: `j
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
@@ -21,23 +20,18 @@ from streaming_jobs.runtime.observe.metrics import backlog_records
 _QUERY = ("query",)
 
 
-class SkippedReplays(Protocol):
-    def skipped_replays(self) -> int: ...
+class ScrapedCounter:
+    """A counter another part keeps itself, read at scrape time."""
 
-
-class SinkCollector:
-    """The sink's counters, computed at scrape time (the sink keeps them itself)."""
-
-    def __init__(self, query_id: str, sink: SkippedReplays) -> None:
-        self._query_id, self._sink = query_id, sink
+    def __init__(self, name: str, documentation: str, query_id: str,
+                 read: Callable[[], int]) -> None:
+        self._name, self._documentation = name, documentation
+        self._query_id, self._read = query_id, read
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        skipped = CounterMetricFamily(
-            "streamctl_job_sink_replays_skipped",
-            "Replayed batches not written again: their output was already committed",
-            labels=["query"])
-        skipped.add_metric([self._query_id], self._sink.skipped_replays())
-        yield skipped
+        family = CounterMetricFamily(self._name, self._documentation, labels=["query"])
+        family.add_metric([self._query_id], self._read())
+        yield family
 
 
 class JobPrometheus:
@@ -141,10 +135,23 @@ class JobPrometheus:
         """`record_control` for one query: what the control loop counts its tuples with."""
         return lambda outcome, reason: self.record_control(query_id, outcome, reason)
 
-    def watch_sink(self, query_id: str, sink: SkippedReplays) -> None:
-        """Export the sink's own counters, read at scrape time
-        (`streamctl_job_sink_replays_skipped_total`)."""
-        self.registry.register(SinkCollector(query_id, sink))
+    def watch_sink(self, query_id: str, skipped_replays: Callable[[], int]) -> None:
+        """Export the sink's own count of replays it skipped
+        (`streamctl_job_sink_replays_skipped_total`), read at scrape time."""
+        self.registry.register(ScrapedCounter(
+            "streamctl_job_sink_replays_skipped",
+            "Replayed batches not written again: their output was already committed",
+            query_id, skipped_replays))
+
+    def watch_control_consumer(self, query_id: str, fetch_restarts: Callable[[], int]) -> None:
+        """Export how often the control consumer was replaced
+        (`streamctl_job_control_fetch_restarts_total`), read at scrape time."""
+        self.registry.register(ScrapedCounter(
+            "streamctl_job_control_fetch_restarts",
+            "Control consumers replaced by a new one where they had read to, because tuples "
+            "waited on a partition they did not fetch, or their client could not say, at two "
+            "checks in a row (a stuck client after a broker restart; a broker down a while "
+            "counts too)", query_id, fetch_restarts))
 
     def serve(self, host: str, port: int, security: EndpointSecurity = metrics_http.PLAIN, *,
               any_port_if_taken: bool = False) -> MetricsServer | None:

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from schemas.codec import DecodeError
 from schemas.records import CommitMarker
 from streaming_jobs.formats import KeyValue
-from streaming_jobs.runtime.observe.prometheus import SinkCollector
+from streaming_jobs.runtime.observe.prometheus import JobPrometheus
 from streaming_jobs.runtime.sink.dead_letter import Rejected
 from streaming_jobs.runtime.sink.foreach_batch import TransactionalKafkaSink, Written
 from streaming_jobs.runtime.sink.gate import BatchGate, QuiesceRequested, Superseded
@@ -131,7 +131,7 @@ def test_batches_are_committed_with_their_marker_and_replays_skipped() -> None:
 def test_skipped_replays_are_a_prometheus_counter() -> None:
     registry = CollectorRegistry()
     s = sink(MemoryWriter([marker(4)]))
-    registry.register(SinkCollector("q", s))
+    JobPrometheus(registry).watch_sink("q", s.skipped_replays)
     s.write(batch(b"x", b"y"), 4, "c1")
     assert registry.get_sample_value("streamctl_job_sink_replays_skipped_total",
                                      {"query": "q"}) == 1
