@@ -208,6 +208,7 @@ class QueryModel:
             "task_slots": float(self.task_slots), "samples": float(self.samples),
             "batch_overhead_s": self.batch_overhead_s, "batch_cap": float(self.batch_cap),
             "overhead_fitted": 1.0 if self.overhead_source == "fit" else 0.0,
+            "overhead_remembered": 1.0 if self.overhead_source == "remembered" else 0.0,
             "rate_samples": float(self.rate_samples), "rate_error": self.rate_error,
             "useful_share": self.useful_share,
             "rate_measured_capped": 1.0 if self.rate_measured_capped else 0.0,

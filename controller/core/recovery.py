@@ -91,8 +91,10 @@ def recorded_memories(decisions: tuple[Decision, ...]) -> dict[str, Remembered]:
         f, memory = d.figures, found.get(d.query_id, Remembered())
         fitted = f.get("overhead_fitted", 0.0) == 1.0
         units, rate = int(f.get("units", 0)), f.get("processing_rate_per_unit", 0.0)
-        source = ("fit" if fitted else
-                  "remembered" if f.get("batch_overhead_s", 0.0) > 0 else "assumed_zero")
+        # A remembered c may be exactly 0; a c above 0 unfitted is a remembered one in a log
+        # written before the figure said so.
+        remembered = f.get("overhead_remembered", 0.0) == 1.0 or f.get("batch_overhead_s", 0.0) > 0
+        source = "fit" if fitted else "remembered" if remembered else "assumed_zero"
         if (units > 0 and f.get("rate_samples", 0) > 0
                 and f.get("rate_measured_capped", 0.0) != 1.0
                 and tells_size(source, rate, f.get("useful_share", 0.0))):

@@ -113,12 +113,16 @@ def test_the_decision_logs_figures_give_each_querys_memories_newest_last() -> No
                       batch_overhead_s=1.1, useful_share=0.33),
            figures_at("q1", 4_000, units=16.0, processing_rate_per_unit=60.0,
                       batch_overhead_s=0.0),  # μ a lower bound: no measurement of 16
+           # A remembered c of exactly 0 (fitted so at another size): a size all the same
+           figures_at("q1", 3_500, units=6.0, processing_rate_per_unit=170.0,
+                      batch_overhead_s=0.0, overhead_remembered=1.0, useful_share=1.0),
            figures_at("q2", 1_000, units=4.0, processing_rate_per_unit=0.0),
            )
     memories = recorded_memories(log)
     assert set(memories) == {"q1"}  # q2's figures hold nothing to remember
     q1 = memories["q1"]
-    assert q1.sizes == ((8, 120.0), (2, 190.0))  # oldest first, 2 measured again last
+    # Oldest first, 2 measured again last.
+    assert q1.sizes == ((8, 120.0), (2, 190.0), (6, 170.0))
     # The cost and the cap ratio are carried from the newest fitted decision, not the older.
     newest = log[0].figures
     assert (q1.overhead_s, q1.batch_cap_per_unit) == (newest["batch_overhead_s"],
