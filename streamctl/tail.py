@@ -25,7 +25,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from controller.kafka.clients import KafkaSetupError, watermarks
+from controller.kafka.clients import KafkaSetupError, offsets_at, watermarks
 from schemas import DecodeError, codec_for
 from schemas.records import _Record
 from streamctl.fetch_guard import STALL_CHECK_S, FetchGuard
@@ -60,14 +60,10 @@ class Tail:
         self._guard = FetchGuard(self._new_consumer, "tail", self._read_up_to,
                                  stall_check_s=self.stall_check_s)
         start = OFFSET_BEGINNING if self.from_beginning else OFFSET_END
-        assignment = [
-            TopicPartition(topic, p, start if self.start_at_ms is None else self.start_at_ms)
-            for topic in self.record_types
-            for p in self.partitions(topic)
-        ]
+        assignment = [TopicPartition(topic, p, start)
+                      for topic in self.record_types for p in self.partitions(topic)]
         if self.start_at_ms is not None:
-            # A partition with nothing newer comes back at offset -1 (its end): start there.
-            assignment = self._consumer.offsets_for_times(assignment, timeout=10)
+            assignment = offsets_at(self._consumer, assignment, self.start_at_ms, 10.0)
         # Concrete offsets, so a stall check can tell a partition waiting to be read from one
         # with nothing new since the start (read_committed: its end is the last stable offset).
         self._starts = [self._resolve(p) for p in assignment]

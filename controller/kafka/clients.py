@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -338,6 +338,30 @@ def watermarks(consumer: Consumer, topic: str, partition: int,
                 raise KafkaSetupError(f"cannot read the offsets of {topic!r} partition "
                                       f"{partition}: {error.str()}") from exc
             time.sleep(0.2)
+
+
+def offsets_at(consumer: Consumer, partitions: Sequence[TopicPartition], at_ms: int,
+               timeout_s: float) -> list[TopicPartition]:
+    """Per partition, the first offset stamped at or after `at_ms`, or, where nothing is
+    stamped yet, the partition's end as read before that lookup: a record written after the
+    lookup lies at or past it. ("The end" left for the client to resolve when fetching begins
+    would skip one written between the lookup and the fetch.) `KafkaSetupError` when either
+    cannot be read."""
+    ends = {(p.topic, p.partition): watermarks(consumer, p.topic, p.partition, timeout_s)[1]
+            for p in partitions}
+    try:
+        found = consumer.offsets_for_times(
+            [TopicPartition(p.topic, p.partition, at_ms) for p in partitions], timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot look up offsets by time: {exc}") from exc
+    starts = []
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaSetupError(f"cannot look up {tp.topic}[{tp.partition}] by time: "
+                                  f"{tp.error}")
+        starts.append(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0
+                                     else ends[(tp.topic, tp.partition)]))
+    return starts
 
 
 class KafkaEndOffsets:

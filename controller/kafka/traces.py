@@ -3,8 +3,9 @@
 confluent_kafka).
 
 Owns positioning by time: every partition starts at the first offset whose timestamp is at
-or after `from_ms` (`offsets_for_times`), and is finished at the first record stamped well
-after `to_ms` or, once the wall clock is past `to_ms`, at the partition's end. So the same call
+or after `from_ms`, or at its end where nothing is stamped so late yet (`clients.offsets_at`),
+and is finished at the first record stamped well after `to_ms` or, once the wall clock is past
+`to_ms`, at the partition's end. So the same call
 copies last night's range or records the next five minutes live. The consumer is assigned
 (no group join, never commits). Bad payloads are handed to the caller with their position,
 never raised. Neighbours: `trace` (the entry type), `replay` and `cli` (the callers).
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from controller.kafka.clients import KafkaSetupError
+from controller.kafka.clients import KafkaSetupError, offsets_at
 from controller.replay.trace import BadRecord, TraceEntry
 from schemas import DecodeError, TaskMetrics, codec_for
 from streamctl.security.kafka import PLAINTEXT, KafkaSecurity, client_config
@@ -52,8 +53,8 @@ def read_metrics(bootstrap_servers: str, topic: str, from_ms: int, to_ms: int,
     try:
         starts = _start_offsets(consumer, topic, from_ms)
         consumer.assign(starts)
-        yield from _consume(consumer, topic, {tp.partition for tp in starts}, to_ms, on_bad,
-                            deadline_ms=max(to_ms, _now_ms()) + int(timeout_s * 1000))
+        yield from _consume(consumer, topic, {tp.partition for tp in starts}, from_ms, to_ms,
+                            on_bad, deadline_ms=max(to_ms, _now_ms()) + int(timeout_s * 1000))
     finally:
         consumer.close()
 
@@ -65,24 +66,13 @@ def _start_offsets(consumer: Consumer, topic: str, from_ms: int) -> list[TopicPa
         raise KafkaSetupError(f"cannot reach Kafka to look up topic {topic!r}: {exc}") from exc
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise KafkaSetupError(f"topic {topic!r} does not exist")
-    partitions = sorted(metadata.partitions)
-    try:
-        # The ends are read before the times: a record written after the time lookup found
-        # nothing lies at or past its partition's end as read here. "The end" resolved when
-        # fetching begins would skip one written between the lookup and the assignment.
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in partitions}
-        found = consumer.offsets_for_times([TopicPartition(topic, p, from_ms)
-                                            for p in partitions], timeout=10)
-    except KafkaException as exc:
-        raise KafkaSetupError(f"cannot look up the offsets of topic {topic!r}: {exc}") from exc
-    # -1: nothing stamped at or after from_ms yet; start at the end and wait for it.
-    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0
-                           else ends[tp.partition]) for tp in found]
+    return offsets_at(consumer, [TopicPartition(topic, p) for p in sorted(metadata.partitions)],
+                      from_ms, timeout_s=10)
 
 
-def _consume(consumer: Consumer, topic: str, open_partitions: set[int], to_ms: int,
-             on_bad: Callable[[BadRecord], None], *, deadline_ms: int) -> Iterator[TraceEntry]:
+def _consume(consumer: Consumer, topic: str, open_partitions: set[int], from_ms: int,
+             to_ms: int, on_bad: Callable[[BadRecord], None], *,
+             deadline_ms: int) -> Iterator[TraceEntry]:
     codec = codec_for(TaskMetrics)
     at_end: set[int] = set()
     while open_partitions and _now_ms() < deadline_ms:
@@ -99,6 +89,8 @@ def _consume(consumer: Consumer, topic: str, open_partitions: set[int], to_ms: i
             if partition not in open_partitions:
                 continue
             stamp = message.timestamp()[1]
+            if stamp < from_ms:
+                continue  # stamped out of order, before the range, after its first record
             if stamp > to_ms:
                 if stamp > to_ms + _DISORDER_MS:
                     open_partitions.discard(partition)

@@ -206,7 +206,7 @@ _SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
 
 def metric_families() -> dict[str, str]:
     """Every metric the project's registries expose, by family name → type (the job's, its
-    sink's counters included, and the controller's)."""
+    counters read at scrape time included, and the controller's)."""
     from streamctl.reference import registries
 
     return {family.name: family.type for registry in registries().values()

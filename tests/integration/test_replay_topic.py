@@ -104,12 +104,15 @@ def test_record_for_a_duration_sees_records_written_meanwhile(
         "--bootstrap-servers", bootstrap_servers, "--metrics-topic", topic],))
     recorder.start()
     try:
-        # The header is out once the recorder's clock has started: a record written from
-        # then on is written meanwhile, whenever the recorder gets to look up its offsets.
+        # The header is out once the recorder's clock has started, and says when: a record
+        # stamped a second later, written now, is written meanwhile, whenever the recorder
+        # gets to look up its offsets.
         until(lambda: out.exists() and out.read_text().endswith("\n"), 30,
               "the recorder to write its header")
+        from_ms = json.loads(out.read_text().splitlines()[0])["header"]["from_ms"]
         sample = simulate(STEP, 2)[0]
-        produce(bootstrap_servers, topic, [codec_for(TaskMetrics).encode(sample)])
+        produce(bootstrap_servers, topic, [codec_for(TaskMetrics).encode(sample)],
+                timestamp_ms=from_ms + 1000)
     finally:
         recorder.join(60)
     assert not recorder.is_alive()

@@ -121,7 +121,7 @@ def test_the_decision_logs_figures_give_each_querys_memories_newest_last() -> No
     memories = recorded_memories(log)
     assert set(memories) == {"q1"}  # q2's figures hold nothing to remember
     q1 = memories["q1"]
-    # Oldest first, 2 measured again last.
+    # Oldest first: 2 measured again after 8, 6 last.
     assert q1.sizes == ((8, 120.0), (2, 190.0), (6, 170.0))
     # The cost and the cap ratio are carried from the newest fitted decision, not the older.
     newest = log[0].figures
