@@ -5,8 +5,10 @@ Owns the client configurations (every client gets the Kafka security of `KafkaSe
 when the topic divides into them, from the model's window back by default), the ack consumer
 (assigned at the end of every partition before anything is sent, so no ack can slip past it),
 and the transactional producers (`acks=all`, one per shard led) shared by the control sink and
-the decision log. Payloads go through `schemas` codecs; bad ones through `ports.decode_each`.
-Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the in-memory twins).
+the decision log; and the offset look-ups they and the tools share (`watermarks`, `offsets_at`:
+positioning by time). Payloads go through `schemas` codecs; bad ones through
+`ports.decode_each`. Neighbours: `ports` (the interfaces), `app` (wiring), `fakes` (the
+in-memory twins).
 
 The metrics and the ack consumer are directly assigned: each holds its consumer through a
 `streamctl.fetch_guard.FetchGuard`, which replaces one stuck after a broker restart.
