@@ -51,9 +51,7 @@ def publish_overload(harness: KafkaHarness, seconds: int, *query_ids: str) -> No
 
 def publish_jobs(harness: KafkaHarness, seconds: int, jobs: Sequence[Job]) -> None:
     """`seconds` of each job's metrics, ending now, in one batch of records."""
-    # Every trace simulated before any is stamped: simulating a few hundred takes tens of
-    # seconds on a loaded machine, and the first ones, stamped then, were silent too long
-    # by the time they were written (judged lost, never sized).
+    # One "now" for every trace: all end when they are written together.
     traces = [(job, simulate(job, seconds)) for job in jobs]
     now_ms = int(time.time() * 1000)  # windows are pruned by the real clock
     records: list[tuple[bytes, bytes]] = []
